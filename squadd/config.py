@@ -1,0 +1,292 @@
+"""Settings: the typed model and the one layered loader every part of squadd reads them through.
+
+Layers, later wins: the shipped ``config/squadd.toml`` < ``~/.config/squadd/config.toml`` <
+``.squad/config.toml`` < ``SQUADD_{SECTION}_{KEY}`` environment variables < explicit overrides
+(command-line flags). An unknown key names the key and the file; a bad value names the key, the
+value and what was expected.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from squadd.errors import ConfigError
+
+ENV_PREFIX = "SQUADD_"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LimitsSettings(_Section):
+    max_entry_bytes: int = Field(65536, ge=1)
+
+
+class PoolSettings(_Section):
+    max_concurrent: int = Field(8, ge=1, le=4096)
+    max_queued: int = Field(256, ge=0, le=1_000_000)
+    idle_timeout_s: float = Field(300.0, gt=0)
+
+
+class RouteSettings(_Section):
+    max_depth: int = Field(3, ge=1, le=32)
+    timeout_s: float = Field(300.0, gt=0)
+
+
+class SessionSettings(_Section):
+    max_turns: int = Field(30, ge=1, le=1000)
+
+
+class PromptSettings(_Section):
+    charter_bytes: int = Field(16384, ge=256)
+    history_bytes: int = Field(24576, ge=256)
+    decisions_bytes: int = Field(32768, ge=256)
+    context_bytes: int = Field(16384, ge=256)
+    skills_index_bytes: int = Field(4096, ge=256)
+
+
+class ProviderSettings(_Section):
+    kind: Literal["openai", "anthropic", "command", "replay"] = "openai"
+    model: str = ""
+    base_url: str = ""
+    api_key_env: str = ""
+    connect_timeout_s: float = Field(10.0, gt=0)
+    read_timeout_s: float = Field(120.0, gt=0)
+    max_attempts: int = Field(5, ge=1, le=20)
+    max_retry_wait_s: float = Field(120.0, ge=0)
+    max_tokens: int = Field(4096, ge=1)
+    command: list[str] = Field(default_factory=list)
+    command_timeout_s: float = Field(600.0, gt=0)
+    replay_file: str = ""
+
+
+class ToolsSettings(_Section):
+    max_output_lines: int = Field(2000, ge=1)
+    max_output_bytes: int = Field(51200, ge=1024)
+    squad_result_bytes: int = Field(10240, ge=1024)
+    timeout_s: float = Field(60.0, gt=0)
+    approval_timeout_s: float = Field(300.0, gt=0)
+    extra_dirs: list[str] = Field(default_factory=list)
+    approvals: dict[str, Literal["allow", "ask", "deny"]] = Field(default_factory=dict)
+    secrets_file: str = ""
+
+
+class ScribeSettings(_Section):
+    debounce_ms: int = Field(500, ge=0)
+    poll_interval_s: float = Field(2.0, gt=0)
+    max_inbox_file_bytes: int = Field(1_048_576, ge=1)
+    archive_soft_bytes: int = Field(20480, ge=1)
+    archive_soft_days: int = Field(30, ge=0)
+    archive_hard_bytes: int = Field(51200, ge=1)
+    archive_hard_days: int = Field(7, ge=0)
+    history_compact_bytes: int = Field(15360, ge=1024)
+
+
+class DaemonSettings(_Section):
+    grace_s: float = Field(10.0, ge=0)
+    event_buffer: int = Field(1024, ge=1)
+    log_max_bytes: int = Field(10_485_760, ge=1024)
+    log_backups: int = Field(3, ge=0)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+class AgentSettings(_Section):
+    model: str = ""
+
+
+class Settings(_Section):
+    """Every setting squadd reads. `config/squadd.toml` documents each one."""
+
+    limits: LimitsSettings = LimitsSettings()
+    pool: PoolSettings = PoolSettings()
+    route: RouteSettings = RouteSettings()
+    session: SessionSettings = SessionSettings()
+    prompt: PromptSettings = PromptSettings()
+    provider: ProviderSettings = ProviderSettings()
+    tools: ToolsSettings = ToolsSettings()
+    scribe: ScribeSettings = ScribeSettings()
+    daemon: DaemonSettings = DaemonSettings()
+    agents: dict[str, AgentSettings] = Field(default_factory=dict)
+    variables: dict[str, str] = Field(default_factory=dict)
+
+
+_SECTIONS: dict[str, type[BaseModel]] = {
+    name: field.annotation
+    for name, field in Settings.model_fields.items()
+    if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)
+}
+_FREE_SECTIONS = {"agents", "variables"}
+
+
+def data_path(name: str) -> Path:
+    """A folder shipped with squadd (`config` or `agents_template`), installed or in a checkout."""
+    packaged = Path(str(resources.files("squadd"))) / "_data" / name
+    if packaged.is_dir():
+        return packaged
+    checkout = Path(__file__).resolve().parent.parent / name
+    if checkout.is_dir():
+        return checkout
+    raise ConfigError(f"squadd's bundled {name}/ folder is missing: reinstall squadd")
+
+
+def default_config_file() -> Path:
+    return data_path("config") / "squadd.toml"
+
+
+def user_config_file() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "squadd" / "config.toml"
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        return {}
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}", source=str(path)) from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not valid UTF-8: {exc}", source=str(path)) from exc
+
+
+def _check_keys(data: Mapping[str, Any], source: str) -> None:
+    for section, body in data.items():
+        if section not in Settings.model_fields:
+            known = ", ".join(sorted(Settings.model_fields))
+            raise ConfigError(
+                f"{source}: unknown section [{section}] (known sections: {known})",
+                key=section, source=source,
+            )
+        if not isinstance(body, Mapping):
+            raise ConfigError(
+                f"{source}: [{section}] must be a table, got {type(body).__name__}",
+                key=section, source=source,
+            )
+        if section in _FREE_SECTIONS:
+            if section == "agents":
+                for agent, agent_body in body.items():
+                    if not isinstance(agent_body, Mapping):
+                        raise ConfigError(
+                            f"{source}: [agents.{agent}] must be a table",
+                            key=f"agents.{agent}", source=source,
+                        )
+                    for key in agent_body:
+                        if key not in AgentSettings.model_fields:
+                            raise ConfigError(
+                                f"{source}: unknown key 'agents.{agent}.{key}' "
+                                f"(known: {', '.join(AgentSettings.model_fields)})",
+                                key=f"agents.{agent}.{key}", source=source,
+                            )
+            continue
+        model = _SECTIONS[section]
+        for key in body:
+            if key not in model.model_fields:
+                known = ", ".join(model.model_fields)
+                raise ConfigError(
+                    f"{source}: unknown key '{section}.{key}' (known keys in [{section}]: "
+                    f"{known})",
+                    key=f"{section}.{key}", source=source,
+                )
+
+
+def _merge(base: dict[str, Any], layer: Mapping[str, Any], origin: dict[str, str],
+           source: str) -> None:
+    for section, body in layer.items():
+        target = base.setdefault(section, {})
+        for key, value in body.items():
+            if section == "agents" and isinstance(value, Mapping):
+                agent = target.setdefault(key, {})
+                for sub, sub_value in value.items():
+                    agent[sub] = sub_value
+                    origin[f"agents.{key}.{sub}"] = source
+            else:
+                target[key] = value
+                origin[f"{section}.{key}"] = source
+
+
+def _env_layer(environ: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    layer: dict[str, dict[str, Any]] = {}
+    for name, raw in environ.items():
+        if not name.startswith(ENV_PREFIX):
+            continue
+        rest = name[len(ENV_PREFIX):].lower()
+        section, _, key = rest.partition("_")
+        if section not in _SECTIONS or not key:
+            continue  # not a setting (other SQUADD_* variables are the user's own)
+        if key not in _SECTIONS[section].model_fields:
+            raise ConfigError(
+                f"environment variable {name}: '{section}.{key}' is not a setting "
+                f"(known keys in [{section}]: {', '.join(_SECTIONS[section].model_fields)})",
+                key=f"{section}.{key}", source=name,
+            )
+        layer.setdefault(section, {})[key] = _parse_env_value(raw)
+    return layer
+
+
+def _parse_env_value(raw: str) -> Any:
+    stripped = raw.strip()
+    if stripped[:1] in "[{":
+        try:
+            return json.loads(stripped)
+        except json.JSONDecodeError:
+            return raw
+    return raw
+
+
+def load_settings(
+    squad_dir: Path | None = None,
+    *,
+    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+    environ: Mapping[str, str] | None = None,
+    user_file: Path | None = None,
+) -> Settings:
+    """Load settings through every layer; raise `ConfigError` naming the key and its file."""
+    layers: list[tuple[str, dict[str, Any]]] = []
+    default_file = default_config_file()
+    layers.append((str(default_file), _read_toml(default_file)))
+    user = user_file if user_file is not None else user_config_file()
+    layers.append((str(user), _read_toml(user)))
+    if squad_dir is not None:
+        project = squad_dir / "config.toml"
+        layers.append((str(project), _read_toml(project)))
+    env = _env_layer(os.environ if environ is None else environ)
+    layers.append(("environment", env))
+    if overrides:
+        layers.append(("command line", {k: dict(v) for k, v in overrides.items()}))
+
+    merged: dict[str, Any] = {}
+    origin: dict[str, str] = {}
+    for source, data in layers:
+        _check_keys(data, source)
+        _merge(merged, data, origin, source)
+    try:
+        return Settings.model_validate(merged)
+    except ValidationError as exc:
+        raise _explain(exc, merged, origin) from None
+
+
+def _explain(exc: ValidationError, merged: Mapping[str, Any],
+             origin: Mapping[str, str]) -> ConfigError:
+    lines = []
+    first_key = None
+    first_source = None
+    for error in exc.errors():
+        dotted = ".".join(str(part) for part in error["loc"])
+        value: Any = merged
+        for part in error["loc"]:
+            value = value.get(part) if isinstance(value, Mapping) else None
+        source = origin.get(dotted, "defaults")
+        first_key = first_key or dotted
+        first_source = first_source or source
+        lines.append(f"{source}: '{dotted}' = {value!r} is invalid: {error['msg']}")
+    return ConfigError("; ".join(lines), key=first_key, source=first_source)

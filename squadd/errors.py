@@ -1,0 +1,120 @@
+"""Every exception squadd raises on purpose.
+
+The tree (catch a branch to catch everything below it)::
+
+    SquaddError                      anything squadd raised deliberately
+    ├── ConfigError                  a setting is unknown or has a bad value (names key and file)
+    ├── SquadNotFoundError           no .squad/ (or legacy .ai-team/) above the working directory
+    ├── StateError                   the .squad/ filesystem refused an operation
+    │   ├── InvalidNameError         an agent, skill or session name breaks the naming rule
+    │   ├── PathEscapeError          a path resolves outside the squad dir
+    │   ├── LimitExceededError       a body, learning or file is over its size limit
+    │   ├── LockTimeoutError         a file lock was not acquired in time
+    │   └── NotFoundError            an agent, skill or session that does not exist
+    ├── ProviderError                a model provider failed (names provider, status, its text)
+    │   └── ProviderTimeoutError     the provider did not answer in time
+    ├── RouteError                   a route could not be admitted or run
+    │   └── PoolFullError            the admission queue is full (carries the numbers)
+    └── DaemonError                  talking to or running the daemon failed
+        ├── DaemonNotRunningError    no daemon answers on the repo's socket
+        └── DaemonAlreadyRunningError  another daemon holds the repo's lock (names its PID)
+
+Errors that reach a person say what happened, where, and what to do next. Errors that reach a
+model are never exceptions: the tool pipeline turns them into failure ``ToolResult`` objects.
+"""
+
+from __future__ import annotations
+
+
+class SquaddError(Exception):
+    """Base class of every error squadd raises on purpose."""
+
+
+class ConfigError(SquaddError):
+    """A setting is unknown or has a value of the wrong kind."""
+
+    def __init__(self, message: str, *, key: str | None = None, source: str | None = None):
+        super().__init__(message)
+        self.key = key
+        self.source = source
+
+
+class SquadNotFoundError(SquaddError):
+    """No squad dir was found walking up from the working directory."""
+
+
+class StateError(SquaddError):
+    """The .squad/ filesystem layer refused an operation."""
+
+
+class InvalidNameError(StateError):
+    """A name does not match the naming rule."""
+
+
+class PathEscapeError(StateError):
+    """A path resolved outside the squad dir."""
+
+
+class LimitExceededError(StateError):
+    """Some input is larger than its configured limit."""
+
+
+class LockTimeoutError(StateError):
+    """A file lock could not be taken before the timeout."""
+
+
+class NotFoundError(StateError):
+    """An agent, skill or session does not exist."""
+
+
+class ProviderError(SquaddError):
+    """A model provider failed; the message names the provider, status and its own text."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        provider: str,
+        status: int | None = None,
+        retryable: bool = False,
+    ):
+        super().__init__(message)
+        self.provider = provider
+        self.status = status
+        self.retryable = retryable
+
+
+class ProviderTimeoutError(ProviderError):
+    """The provider did not answer within its timeout."""
+
+
+class RouteError(SquaddError):
+    """A route could not be admitted or run."""
+
+
+class PoolFullError(RouteError):
+    """The pool's admission queue is full."""
+
+    def __init__(self, message: str, *, running: int, queued: int, max_concurrent: int,
+                 max_queued: int):
+        super().__init__(message)
+        self.running = running
+        self.queued = queued
+        self.max_concurrent = max_concurrent
+        self.max_queued = max_queued
+
+
+class DaemonError(SquaddError):
+    """Running or reaching the daemon failed."""
+
+
+class DaemonNotRunningError(DaemonError):
+    """No daemon answers on the repo's socket."""
+
+
+class DaemonAlreadyRunningError(DaemonError):
+    """Another daemon already serves this repo."""
+
+    def __init__(self, message: str, *, pid: int | None):
+        super().__init__(message)
+        self.pid = pid

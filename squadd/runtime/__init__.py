@@ -1,0 +1,1 @@
+"""The runtime: event bus, session pool, agent sessions, prompts and routing."""

@@ -1,0 +1,330 @@
+"""Typed events and the EventBus that fans them out to bounded subscribers.
+
+Events are pydantic models discriminated by ``type``. Publishing never blocks: each subscriber
+has a bounded buffer, and one that falls behind loses events, which are counted and reported to
+it with a ``bus.overflow`` event.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterable
+from typing import Annotated, Any, Literal, Protocol
+
+import anyio
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+class BaseEvent(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    ts: dt.datetime = Field(default_factory=_now)
+    session_id: str | None = None
+    agent: str | None = None
+    seq: int = 0
+    """Set by the bus: a number that grows with each published event."""
+
+
+class DaemonStarted(BaseEvent):
+    type: Literal["daemon.started"] = "daemon.started"
+    pid: int
+    repo: str
+
+
+class DaemonStopping(BaseEvent):
+    type: Literal["daemon.stopping"] = "daemon.stopping"
+    reason: str = ""
+
+
+class RouteQueued(BaseEvent):
+    type: Literal["route.queued"] = "route.queued"
+    task: str
+    priority: str = "normal"
+    position: int = 0
+
+
+class AgentSpawned(BaseEvent):
+    type: Literal["agent.spawned"] = "agent.spawned"
+    task: str
+    requested_by: str | None = None
+    model: str = ""
+    parent_session_id: str | None = None
+
+
+class AgentStateChanged(BaseEvent):
+    type: Literal["agent.state"] = "agent.state"
+    state: str
+    previous: str | None = None
+
+
+class AgentIdle(BaseEvent):
+    type: Literal["agent.idle"] = "agent.idle"
+
+
+class AgentCompleted(BaseEvent):
+    type: Literal["agent.completed"] = "agent.completed"
+    answer: str = ""
+    turns: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    duration_s: float = 0.0
+
+
+class AgentError(BaseEvent):
+    type: Literal["agent.error"] = "agent.error"
+    error: str
+    state: str = "error"
+
+
+class SessionMessage(BaseEvent):
+    type: Literal["session.message"] = "session.message"
+    role: str
+    content: str = ""
+    tool_calls: list[str] = Field(default_factory=list)
+
+
+class ToolStarted(BaseEvent):
+    type: Literal["tool.started"] = "tool.started"
+    tool: str
+    call_id: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class ToolUpdated(BaseEvent):
+    type: Literal["tool.updated"] = "tool.updated"
+    tool: str
+    call_id: str
+    message: str = ""
+    fraction: float | None = None
+
+
+class ToolCompleted(BaseEvent):
+    type: Literal["tool.completed"] = "tool.completed"
+    tool: str
+    call_id: str
+    result_type: Literal["success", "failure"]
+    summary: str = ""
+    duration_s: float = 0.0
+
+
+class PoolAtCapacity(BaseEvent):
+    type: Literal["pool.at_capacity"] = "pool.at_capacity"
+    running: int
+    queued: int
+    max_concurrent: int
+
+
+class PoolEmpty(BaseEvent):
+    type: Literal["pool.empty"] = "pool.empty"
+
+
+class ProviderRetry(BaseEvent):
+    type: Literal["provider.retry"] = "provider.retry"
+    provider: str
+    attempt: int
+    wait_s: float
+    reason: str
+    status: int | None = None
+
+
+class ScribeMerged(BaseEvent):
+    type: Literal["scribe.merged"] = "scribe.merged"
+    merged: int
+    skipped: int = 0
+    files: list[str] = Field(default_factory=list)
+
+
+class ScribeRejected(BaseEvent):
+    type: Literal["scribe.rejected"] = "scribe.rejected"
+    file: str
+    reason: str
+
+
+class ScribeArchived(BaseEvent):
+    type: Literal["scribe.archived"] = "scribe.archived"
+    moved: int
+    target: str
+    reason: str = ""
+
+
+class ApprovalRequested(BaseEvent):
+    type: Literal["approval.requested"] = "approval.requested"
+    approval_id: str
+    tool: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    question: str = ""
+    timeout_s: float = 0.0
+
+
+class ApprovalResolved(BaseEvent):
+    type: Literal["approval.resolved"] = "approval.resolved"
+    approval_id: str
+    approved: bool
+    reason: str = ""
+
+
+class ToolsLoadFailed(BaseEvent):
+    type: Literal["tools.load_failed"] = "tools.load_failed"
+    file: str
+    reason: str
+
+
+class BusOverflow(BaseEvent):
+    type: Literal["bus.overflow"] = "bus.overflow"
+    lost: int
+
+
+Event = Annotated[
+    DaemonStarted | DaemonStopping | RouteQueued | AgentSpawned | AgentStateChanged | AgentIdle
+    | AgentCompleted | AgentError | SessionMessage | ToolStarted | ToolUpdated | ToolCompleted
+    | PoolAtCapacity | PoolEmpty | ProviderRetry | ScribeMerged | ScribeRejected
+    | ScribeArchived | ApprovalRequested | ApprovalResolved | ToolsLoadFailed | BusOverflow,
+    Field(discriminator="type"),
+]
+EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+EVENT_TYPES: tuple[str, ...] = tuple(
+    cls.model_fields["type"].default
+    for cls in BaseEvent.__subclasses__()
+)
+
+
+def parse_event(data: str | bytes | dict[str, Any]) -> Event:
+    """Rebuild an event from its JSON form (as sent over the daemon's event stream)."""
+    if isinstance(data, dict):
+        return EVENT_ADAPTER.validate_python(data)
+    return EVENT_ADAPTER.validate_json(data)
+
+
+class EventSink(Protocol):
+    """Anything events can be published to (the bus, or a list in a test)."""
+
+    def publish(self, event: BaseEvent) -> None: ...
+
+
+class NullSink:
+    """Publishes nowhere: for code run without a bus (a one-off CLI command)."""
+
+    def publish(self, event: BaseEvent) -> None:
+        return None
+
+
+def _matches(event: BaseEvent, types: frozenset[str] | None, session_id: str | None) -> bool:
+    if types is not None:
+        kind = getattr(event, "type", "")
+        if kind not in types and not any(
+            t.endswith(".*") and kind.startswith(t[:-1]) for t in types
+        ):
+            return False
+    return session_id is None or event.session_id == session_id
+
+
+class Subscription:
+    """One subscriber's bounded view of the bus. Iterate it to receive events."""
+
+    def __init__(self, bus: EventBus, maxlen: int, types: frozenset[str] | None,
+                 session_id: str | None):
+        self._bus = bus
+        self._buffer: deque[BaseEvent] = deque()
+        self._maxlen = maxlen
+        self._types = types
+        self._session_id = session_id
+        self._ready = anyio.Event()
+        self.lost = 0
+        self._unreported = 0
+        self.closed = False
+
+    def _offer(self, event: BaseEvent) -> None:
+        if self.closed or not _matches(event, self._types, self._session_id):
+            return
+        if len(self._buffer) >= self._maxlen:
+            self.lost += 1
+            self._unreported += 1
+            return
+        self._buffer.append(event)
+        self._ready.set()
+
+    def get_nowait(self) -> BaseEvent | None:
+        """The next event, or None when the buffer is empty."""
+        if self._unreported:
+            lost, self._unreported = self._unreported, 0
+            return BusOverflow(lost=lost, seq=self._bus.last_seq)
+        if self._buffer:
+            return self._buffer.popleft()
+        return None
+
+    async def get(self, within: float | None = None) -> BaseEvent | None:
+        """Wait for the next event; None after `within` seconds or once closed."""
+        with anyio.move_on_after(within):
+            while True:
+                event = self.get_nowait()
+                if event is not None:
+                    return event
+                if self.closed:
+                    return None
+                self._ready = anyio.Event()
+                await self._ready.wait()
+        return None
+
+    def close(self) -> None:
+        self.closed = True
+        self._ready.set()
+        self._bus._unsubscribe(self)
+
+    async def __aiter__(self) -> AsyncIterator[BaseEvent]:
+        while True:
+            event = await self.get()
+            if event is None:
+                return
+            yield event
+
+    def __enter__(self) -> Subscription:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class EventBus:
+    """Fans events out to subscribers without ever blocking the publisher."""
+
+    def __init__(self, *, buffer: int = 1024):
+        self._buffer = buffer
+        self._subscribers: list[Subscription] = []
+        self._seq = itertools.count(1)
+        self.last_seq = 0
+        self._listeners: list[Callable[[BaseEvent], None]] = []
+
+    def publish(self, event: BaseEvent) -> None:
+        seq = next(self._seq)
+        self.last_seq = seq
+        stamped = event.model_copy(update={"seq": seq})
+        for listener in self._listeners:
+            listener(stamped)
+        for subscription in self._subscribers:
+            subscription._offer(stamped)
+
+    def subscribe(self, *, types: Iterable[str] | None = None, session_id: str | None = None,
+                  buffer: int | None = None) -> Subscription:
+        """A bounded subscription, filtered by event type (``tool.*`` allowed) and session."""
+        subscription = Subscription(self, buffer or self._buffer,
+                                    frozenset(types) if types else None, session_id)
+        self._subscribers.append(subscription)
+        return subscription
+
+    def add_listener(self, listener: Callable[[BaseEvent], None]) -> None:
+        """Call `listener` synchronously for every event (it must be fast and never raise)."""
+        self._listeners.append(listener)
+
+    def _unsubscribe(self, subscription: Subscription) -> None:
+        if subscription in self._subscribers:
+            self._subscribers.remove(subscription)
+
+    @property
+    def subscriber_count(self) -> int:
+        return len(self._subscribers)

@@ -1,0 +1,126 @@
+"""Charters: parsing an agent's charter.md (role, preferred model, tools) and the team roster.
+
+Sections follow Squad's template: Identity, What I Own, How I Work, Boundaries, Model,
+Collaboration, Voice. ``## Model`` may say ``Preferred: {model}``; an optional ``## Tools``
+lists the tools the agent may use.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from squadd.errors import NotFoundError
+from squadd.state.layout import SquadLayout, is_safe_name, safe_name
+
+_PREFERRED_RE = re.compile(r"^\s*[-*]?\s*\**Preferred:?\**:?\s*`?([^`\n]+?)`?\s*$",
+                           re.IGNORECASE | re.MULTILINE)
+_ROLE_RE = re.compile(r"^\s*[-*]?\s*\**Role:?\**:?\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
+_TOOL_NAME_RE = re.compile(r"`?([A-Za-z0-9_.*?-]+)`?")
+_NO_MODEL = {"auto", "default", "none", "-", ""}
+
+
+@dataclass(frozen=True)
+class Charter:
+    agent: str
+    text: str
+    role: str = ""
+    model: str | None = None
+    tools: tuple[str, ...] | None = None
+    """Tools named under `## Tools`, or None when the charter has no such section."""
+    sections: dict[str, str] = field(default_factory=dict)
+
+
+def split_sections(text: str) -> dict[str, str]:
+    """Map each `## ` heading (lower-cased) to the text under it."""
+    sections: dict[str, str] = {}
+    current: str | None = None
+    buffer: list[str] = []
+    for line in text.replace("\r\n", "\n").split("\n"):
+        if line.startswith("## "):
+            if current is not None:
+                sections[current] = "\n".join(buffer).strip()
+            current = line[3:].strip().lower()
+            buffer = []
+        elif current is not None:
+            buffer.append(line)
+    if current is not None:
+        sections[current] = "\n".join(buffer).strip()
+    return sections
+
+
+def parse_charter(agent: str, text: str) -> Charter:
+    sections = split_sections(text)
+    model = None
+    if "model" in sections:
+        match = _PREFERRED_RE.search(sections["model"])
+        if match and match.group(1).strip().lower() not in _NO_MODEL:
+            model = match.group(1).strip()
+    role = ""
+    role_match = _ROLE_RE.search(sections.get("identity", ""))
+    if role_match:
+        role = role_match.group(1).strip()
+    tools: tuple[str, ...] | None = None
+    if "tools" in sections:
+        names: list[str] = []
+        for line in sections["tools"].split("\n"):
+            stripped = line.strip().lstrip("-*").strip()
+            if not stripped or stripped.startswith(("<!--", ">")):
+                continue
+            head = re.split(r"\s[—–:-]\s|:", stripped, maxsplit=1)[0]
+            for part in head.split(","):
+                match = _TOOL_NAME_RE.fullmatch(part.strip())
+                if match:
+                    names.append(match.group(1))
+        tools = tuple(dict.fromkeys(names))
+    return Charter(agent=agent, text=text, role=role, model=model, tools=tools,
+                   sections=sections)
+
+
+def read_charter(layout: SquadLayout, agent: str) -> Charter:
+    """Read and parse `agent`'s charter; `NotFoundError` lists the agents that exist."""
+    agent = safe_name(agent)
+    path = layout.charter(agent)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        known = ", ".join(a.name for a in roster(layout)) or "none yet"
+        raise NotFoundError(
+            f"no agent named {agent!r}: there is no charter at {path} (agents: {known}; "
+            "add one with 'squadd agent add NAME --role ROLE')"
+        ) from None
+    return parse_charter(agent, text)
+
+
+@dataclass(frozen=True)
+class RosterEntry:
+    name: str
+    role: str
+    model: str | None
+    tools: tuple[str, ...] | None
+    charter: Path
+    has_history: bool
+
+
+def roster(layout: SquadLayout) -> list[RosterEntry]:
+    """Every agent with a charter under `agents/`, sorted by name."""
+    agents_dir = layout.root / "agents"
+    if not agents_dir.is_dir():
+        return []
+    out = []
+    for child in sorted(agents_dir.iterdir()):
+        charter_path = child / "charter.md"
+        if not (is_safe_name(child.name) and child.name == child.name.lower()
+                and charter_path.is_file()):
+            continue
+        try:
+            text = charter_path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            text = ""
+        parsed = parse_charter(child.name, text)
+        out.append(RosterEntry(
+            name=child.name, role=parsed.role, model=parsed.model, tools=parsed.tools,
+            charter=charter_path, has_history=(child / "history.md").is_file(),
+        ))
+    return out

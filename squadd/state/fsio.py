@@ -1,0 +1,159 @@
+"""Durable file primitives: atomic replace, append-and-fsync, exclusive create, and file locks.
+
+Every write that matters in squadd goes through here. Locks are `flock` locks on a separate
+lock file, so they work between processes and between threads of one process alike.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from squadd.errors import LockTimeoutError
+
+DEFAULT_LOCK_TIMEOUT_S = 30.0
+
+
+def _to_bytes(data: str | bytes) -> bytes:
+    return data.encode("utf-8") if isinstance(data, str) else data
+
+
+def fsync_dir(path: Path) -> None:
+    """fsync a directory so that a rename or create inside it survives a crash."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, data: str | bytes, *, mode: int = 0o644) -> None:
+    """Replace `path` with `data`: write a temp file, fsync it, rename it, fsync the dir.
+
+    A reader sees either the old file or the new one, never a partial one.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(_to_bytes(data))
+            handle.flush()
+            os.fchmod(handle.fileno(), mode)
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    fsync_dir(path.parent)
+
+
+def append_fsync(path: Path, data: str | bytes) -> None:
+    """Append `data` to `path` in one write and fsync it before returning."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    existed = path.exists()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        payload = _to_bytes(data)
+        written = 0
+        while written < len(payload):
+            written += os.write(fd, payload[written:])
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    if not existed:
+        fsync_dir(path.parent)
+
+
+def create_exclusive(path: Path, data: str | bytes) -> bool:
+    """Create `path` holding `data` only if it does not exist yet (O_EXCL); fsync it.
+
+    Returns False when the name is already taken, so callers can try the next name.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return False
+    try:
+        payload = _to_bytes(data)
+        written = 0
+        while written < len(payload):
+            written += os.write(fd, payload[written:])
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        raise
+    os.close(fd)
+    fsync_dir(path.parent)
+    return True
+
+
+def read_text(path: Path, default: str = "") -> str:
+    """Read a UTF-8 file, or return `default` when it does not exist."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return default
+
+
+@contextlib.contextmanager
+def file_lock(
+    lock_path: Path, *, timeout: float = DEFAULT_LOCK_TIMEOUT_S, shared: bool = False
+) -> Iterator[None]:
+    """Hold an exclusive (or shared) `flock` on `lock_path` for the `with` block.
+
+    Waits at most `timeout` seconds, then raises `LockTimeoutError` naming the lock.
+    """
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        _acquire(fd, lock_path, timeout, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def _acquire(fd: int, lock_path: Path, timeout: float, kind: int) -> None:
+    deadline = time.monotonic() + timeout
+    delay = 0.0005
+    while True:
+        try:
+            fcntl.flock(fd, kind | fcntl.LOCK_NB)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+        if time.monotonic() >= deadline:
+            raise LockTimeoutError(
+                f"could not lock {lock_path} within {timeout:g}s: another squadd process "
+                "holds it; if none is running, the lock is free and this is a bug"
+            )
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
+
+
+def try_lock(lock_path: Path) -> int | None:
+    """Take an exclusive lock without waiting; return the open fd that holds it, or None.
+
+    The caller keeps the fd open for as long as it wants the lock (the daemon's lock).
+    """
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd

@@ -1,0 +1,242 @@
+"""Where everything in a squad dir lives, and the rules that keep paths inside it.
+
+Every path squadd reads or writes under ``.squad/`` comes from a method of `SquadLayout`, which
+checks names against the naming rule and resolves each path to be sure it stays inside.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from squadd.errors import InvalidNameError, PathEscapeError, SquadNotFoundError
+
+SQUAD_DIRNAMES = (".squad", ".ai-team")
+"""Squad dir names in order of preference; `.ai-team` is the legacy name, used in place."""
+
+NAME_RULE = "^[a-z0-9][a-z0-9._-]{0,63}$"
+_NAME_RE = re.compile(NAME_RULE)
+_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+def safe_name(name: str, *, kind: str = "agent") -> str:
+    """Return `name` lower-cased if it obeys the naming rule, else raise `InvalidNameError`."""
+    if not isinstance(name, str):
+        raise InvalidNameError(f"{kind} name must be a string, got {type(name).__name__}")
+    lowered = name.lower()
+    if not _NAME_RE.fullmatch(lowered) or ".." in lowered:
+        shown = name if len(name) <= 40 else name[:37] + "..."
+        raise InvalidNameError(
+            f"invalid {kind} name {shown!r}: names must match {NAME_RULE} "
+            "(lower-case letters, digits, '.', '_' and '-', starting with a letter or digit, "
+            "at most 64 characters)"
+        )
+    return lowered
+
+
+def is_safe_name(name: str) -> bool:
+    """True when `name` would pass `safe_name`."""
+    try:
+        safe_name(name)
+    except InvalidNameError:
+        return False
+    return True
+
+
+def safe_id(value: str, *, kind: str = "session id") -> str:
+    """Check an opaque id (session, tool call) used as a file name."""
+    if not isinstance(value, str) or not _ID_RE.fullmatch(value) or ".." in value:
+        raise InvalidNameError(
+            f"invalid {kind} {value!r}: ids must match {_ID_RE.pattern}"
+        )
+    return value
+
+
+def find_squad_dir(start: Path | None = None) -> Path:
+    """Walk up from `start` (default: the working directory) to the first squad dir."""
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        for dirname in SQUAD_DIRNAMES:
+            candidate = folder / dirname
+            if candidate.is_dir():
+                return candidate
+    raise SquadNotFoundError(
+        f"no .squad/ folder found in {here} or any folder above it: "
+        "run 'squadd init' in your repository first"
+    )
+
+
+@dataclass(frozen=True)
+class SquadLayout:
+    """The paths of one squad dir. Build it with `SquadLayout.find` or `SquadLayout.at`."""
+
+    root: Path
+
+    @classmethod
+    def find(cls, start: Path | None = None) -> SquadLayout:
+        return cls(find_squad_dir(start))
+
+    @classmethod
+    def at(cls, root: Path) -> SquadLayout:
+        return cls(root.resolve())
+
+    @classmethod
+    def for_repo(cls, repo: Path) -> SquadLayout:
+        """The layout for `repo`: its existing squad dir, or a new `.squad/` there."""
+        repo = repo.resolve()
+        for dirname in SQUAD_DIRNAMES:
+            if (repo / dirname).is_dir():
+                return cls(repo / dirname)
+        return cls(repo / ".squad")
+
+    @property
+    def repo(self) -> Path:
+        return self.root.parent
+
+    def inside(self, path: Path) -> Path:
+        """Resolve `path` and refuse it unless it stays inside the squad dir."""
+        resolved = Path(os.path.realpath(path))
+        if resolved != self.root and self.root not in resolved.parents:
+            raise PathEscapeError(f"{path} resolves to {resolved}, outside {self.root}")
+        return resolved
+
+    def _p(self, *parts: str) -> Path:
+        return self.inside(self.root.joinpath(*parts))
+
+    # Team-wide files.
+    @property
+    def team_md(self) -> Path:
+        return self._p("team.md")
+
+    @property
+    def routing_md(self) -> Path:
+        return self._p("routing.md")
+
+    @property
+    def decisions_md(self) -> Path:
+        return self._p("decisions.md")
+
+    @property
+    def decisions_archive(self) -> Path:
+        return self._p("decisions-archive.md")
+
+    @property
+    def decisions_index(self) -> Path:
+        """The Scribe's index of entry hashes beside decisions.md (rebuilt when stale)."""
+        return self._p("run", "decisions.index")
+
+    @property
+    def config_toml(self) -> Path:
+        return self._p("config.toml")
+
+    @property
+    def inbox_dir(self) -> Path:
+        return self._p("decisions", "inbox")
+
+    @property
+    def rejected_dir(self) -> Path:
+        return self._p("decisions", "inbox", ".rejected")
+
+    # Agents.
+    @property
+    def agents_dir(self) -> Path:
+        return self._p("agents")
+
+    def agent_dir(self, agent: str) -> Path:
+        return self._p("agents", safe_name(agent))
+
+    def charter(self, agent: str) -> Path:
+        return self._p("agents", safe_name(agent), "charter.md")
+
+    def history(self, agent: str) -> Path:
+        return self._p("agents", safe_name(agent), "history.md")
+
+    def history_archive(self, agent: str) -> Path:
+        return self._p("agents", safe_name(agent), "history-archive.md")
+
+    # Skills and tools.
+    @property
+    def skills_dir(self) -> Path:
+        return self._p("skills")
+
+    def skill_file(self, skill: str) -> Path:
+        return self._p("skills", safe_name(skill, kind="skill"), "SKILL.md")
+
+    def github_skill_file(self, skill: str) -> Path:
+        """`.github/skills/{name}/SKILL.md` in the repo: read-only, outside the squad dir."""
+        path = self.repo / ".github" / "skills" / safe_name(skill, kind="skill") / "SKILL.md"
+        resolved = Path(os.path.realpath(path))
+        base = Path(os.path.realpath(self.repo / ".github" / "skills"))
+        if base not in resolved.parents:
+            raise PathEscapeError(f"{path} resolves outside {base}")
+        return resolved
+
+    @property
+    def github_skills_dir(self) -> Path:
+        return self.repo / ".github" / "skills"
+
+    @property
+    def tools_dir(self) -> Path:
+        return self._p("tools")
+
+    # Sessions and their output.
+    @property
+    def sessions_dir(self) -> Path:
+        return self._p("sessions")
+
+    def transcript(self, session_id: str) -> Path:
+        return self._p("sessions", safe_id(session_id) + ".jsonl")
+
+    def tool_output(self, session_id: str, call_id: str) -> Path:
+        return self._p(
+            "tool-output", safe_id(session_id), safe_id(call_id, kind="tool call id") + ".txt"
+        )
+
+    @property
+    def orchestration_dir(self) -> Path:
+        return self._p("orchestration-log")
+
+    def orchestration_log(self, stamp: str, agent: str) -> Path:
+        return self._p("orchestration-log", f"{safe_id(stamp, kind='timestamp')}-"
+                                            f"{safe_name(agent)}.md")
+
+    # Daemon runtime files (git-ignored).
+    @property
+    def log_dir(self) -> Path:
+        return self._p("log")
+
+    @property
+    def log_file(self) -> Path:
+        return self._p("log", "squadd.log")
+
+    @property
+    def run_dir(self) -> Path:
+        return self._p("run")
+
+    @property
+    def socket(self) -> Path:
+        return self._p("run", "squadd.sock")
+
+    @property
+    def pid_file(self) -> Path:
+        return self._p("run", "squadd.pid")
+
+    @property
+    def daemon_lock(self) -> Path:
+        return self._p("run", "squadd.lock")
+
+    @property
+    def token_file(self) -> Path:
+        return self._p("run", "token")
+
+    @property
+    def scribe_lock(self) -> Path:
+        return self._p("run", "scribe.lock")
+
+    def lock_for(self, path: Path) -> Path:
+        """The lock file that guards `path`: kept under run/locks/ so git never sees it."""
+        relative = self.inside(path).relative_to(self.root)
+        flat = "__".join(relative.parts)
+        return self._p("run", "locks", flat + ".lock")

@@ -1,0 +1,1 @@
+"""Custom tools: Python tool files and YAML shell tools found on disk."""

@@ -1,0 +1,1 @@
+"""The five squad tools: route, decide, memory, status and skill."""
