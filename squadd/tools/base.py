@@ -11,7 +11,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 import anyio
 from pydantic import BaseModel, ConfigDict, Field
@@ -109,18 +109,22 @@ class ToolContext:
 
     def confirm_sync(self, question: str) -> bool:
         """`confirm` for sync tools, which run in a worker thread."""
-        return bool(anyio.from_thread.run(self._confirm, question))
+        async def ask() -> bool:
+            return await self._confirm(question)
+
+        return anyio.from_thread.run(ask)
 
 
 ToolOutput = ToolResult | str | dict[str, Any]
+ArgsT = TypeVar("ArgsT", bound=BaseModel)
 
 
-class Tool(ABC):
+class Tool(ABC, Generic[ArgsT]):
     """Base of every tool. Subclasses set the metadata and implement `run`."""
 
     name: str
     description: str
-    args_model: type[BaseModel]
+    args_model: type[ArgsT]
     label: str = ""
     kind: ClassVar[str] = "builtin"
     source: ToolSource = "builtin"
@@ -143,28 +147,28 @@ class Tool(ABC):
                         parameters=self.parameters_schema())
 
     @abstractmethod
-    async def run(self, args: BaseModel, ctx: ToolContext) -> ToolOutput:
+    async def run(self, args: ArgsT, ctx: ToolContext) -> ToolOutput:
         """Do the work; raise or return a failure `ToolResult` on error (the invoker catches)."""
 
 
 class ToolSet:
     """The tools one session may call, by name, in a stable order."""
 
-    def __init__(self, tools: Iterable[Tool] = ()):
-        self._tools: dict[str, Tool] = {}
+    def __init__(self, tools: Iterable[Tool[Any]] = ()):
+        self._tools: dict[str, Tool[Any]] = {}
         for tool in tools:
             self._tools[tool.name] = tool
 
     def __contains__(self, name: object) -> bool:
         return name in self._tools
 
-    def __iter__(self) -> Iterator[Tool]:
+    def __iter__(self) -> Iterator[Tool[Any]]:
         return iter(self._tools.values())
 
     def __len__(self) -> int:
         return len(self._tools)
 
-    def get(self, name: str) -> Tool | None:
+    def get(self, name: str) -> Tool[Any] | None:
         return self._tools.get(name)
 
     @property
@@ -184,7 +188,7 @@ class ToolSet:
             if any(fnmatch.fnmatchcase(tool.name, p) for p in patterns)
         )
 
-    def merged(self, other: Iterable[Tool]) -> ToolSet:
+    def merged(self, other: Iterable[Tool[Any]]) -> ToolSet:
         """This set plus `other`; on the same name this set's tool wins."""
         combined = dict(self._tools)
         for tool in other:

@@ -1,0 +1,296 @@
+"""AgentSession: one agent's conversation and the agent loop that drives it.
+
+Ask the provider; run the tool calls it returns one after another, in order, through the one
+invoker; append every message to the transcript and fsync it before the next provider call.
+Ends on final text, `max_turns`, the route timeout, or cancellation. Between tasks a session
+keeps no message list in memory: continuing it re-reads its transcript.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import secrets
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import anyio
+import structlog
+
+from squadd.config import Settings
+from squadd.errors import ProviderError, SquaddError
+from squadd.providers.base import CompletionRequest, Message, Provider, ToolCall, Usage
+from squadd.runtime.events import (
+    AgentCompleted,
+    AgentError,
+    EventSink,
+    SessionMessage,
+)
+from squadd.runtime.prompt import build_system_prompt, gather
+from squadd.state.charters import Charter, read_charter
+from squadd.state.layout import SquadLayout
+from squadd.state.transcripts import TranscriptWriter, read_transcript
+from squadd.tools.base import CancelSignal, ToolSet
+from squadd.tools.invoke import CallOrigin, ToolInvoker
+
+log = structlog.get_logger("squadd.session")
+
+Outcome = Literal["completed", "error", "interrupted", "cancelled"]
+INTERRUPTED_TOOL_TEXT = (
+    "interrupted: squadd stopped before this tool call finished; its effect is unknown. "
+    "Check before repeating it."
+)
+
+
+def new_session_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(4)
+
+
+def choose_model(route_model: str | None, charter: Charter | None, settings: Settings,
+                 agent: str, provider_default: str) -> str:
+    """route `model` > charter `Preferred:` > `[agents.{name}] model` > provider default."""
+    if route_model:
+        return route_model
+    if charter is not None and charter.model:
+        return charter.model
+    configured = settings.agents.get(agent)
+    if configured is not None and configured.model:
+        return configured.model
+    return settings.provider.model or provider_default
+
+
+def session_toolset(tools: ToolSet, available: Iterable[str] | None,
+                    charter: Charter | None) -> ToolSet:
+    """The caller's `availableTools` narrow the set; the charter's `## Tools` narrows it further."""
+    narrowed = tools.narrowed(available)
+    if charter is not None and charter.tools is not None:
+        narrowed = narrowed.narrowed(charter.tools)
+    return narrowed
+
+
+@dataclass
+class SessionOutcome:
+    session_id: str
+    agent: str
+    status: Outcome
+    answer: str = ""
+    error: str | None = None
+    turns: int = 0
+    usage: Usage = field(default_factory=Usage)
+    duration_s: float = 0.0
+    model: str = ""
+
+
+@dataclass
+class SessionInfo:
+    """What a session is, fixed at creation."""
+
+    session_id: str
+    agent: str
+    model: str
+    task: str
+    parent_session_id: str | None = None
+    requested_by: str | None = None
+    depth: int = 0
+    lineage: tuple[str, ...] = ()
+    priority: str = "normal"
+
+
+class AgentSession:
+    """A conversation with one agent, persisted in its transcript."""
+
+    def __init__(
+        self,
+        info: SessionInfo,
+        *,
+        layout: SquadLayout,
+        settings: Settings,
+        provider: Provider,
+        invoker: ToolInvoker,
+        tools: ToolSet,
+        sink: EventSink,
+    ):
+        self.info = info
+        self.layout = layout
+        self.settings = settings
+        self.provider = provider
+        self.invoker = invoker
+        self.tools = tools
+        self.sink = sink
+        self.usage = Usage()
+        self.turns = 0
+        self._writer = TranscriptWriter(layout.transcript(info.session_id))
+        self._specs = tools.specs()
+
+    @property
+    def session_id(self) -> str:
+        return self.info.session_id
+
+    @property
+    def agent(self) -> str:
+        return self.info.agent
+
+    @staticmethod
+    def load_charter(layout: SquadLayout, agent: str) -> Charter:
+        """The agent's charter; `NotFoundError` lists the agents that exist."""
+        return read_charter(layout, agent)
+
+    async def start(self, task: str, context: str | None, *,
+                    cancel: CancelSignal | None = None,
+                    timeout_s: float | None = None) -> SessionOutcome:
+        """A new session: write its meta and system prompt, then run `task`."""
+        info = self.info
+        parts = await anyio.to_thread.run_sync(gather, self.layout, info.agent, context)
+        system = build_system_prompt(info.agent, parts, self.settings.prompt)
+        self._writer.add(
+            "meta", session_id=info.session_id, agent=info.agent, model=info.model,
+            task=task, parent_session_id=info.parent_session_id,
+            requested_by=info.requested_by, depth=info.depth, lineage=list(info.lineage),
+            priority=info.priority, tools=self.tools.names,
+            created=dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"),
+        )
+        messages = [Message(role="system", content=system)]
+        self._record(messages[0])
+        return await self._run(messages, task, cancel, timeout_s)
+
+    async def continue_with(self, task: str | None, *,
+                            cancel: CancelSignal | None = None,
+                            timeout_s: float | None = None) -> SessionOutcome:
+        """Continue from the transcript: with a new task, or (None) resuming an interrupted one."""
+        messages = await anyio.to_thread.run_sync(self._load_messages)
+        return await self._run(messages, task, cancel, timeout_s)
+
+    def _load_messages(self) -> list[Message]:
+        transcript = read_transcript(self.layout.transcript(self.session_id))
+        messages = [Message.model_validate(m) for m in transcript.messages]
+        answered = {m.tool_call_id for m in messages if m.role == "tool"}
+        fixed: list[Message] = []
+        for message in messages:
+            fixed.append(message)
+            for call in message.tool_calls:
+                if call.id not in answered:
+                    stand_in = Message(role="tool", tool_call_id=call.id, name=call.name,
+                                       content=INTERRUPTED_TOOL_TEXT, is_error=True)
+                    fixed.append(stand_in)
+                    self._record(stand_in)
+        return fixed
+
+    def _record(self, message: Message, **extra: Any) -> None:
+        self._writer.add("message", message=message.model_dump(exclude_defaults=True), **extra)
+        self.sink.publish(SessionMessage(
+            session_id=self.session_id, agent=self.agent, role=message.role,
+            content=message.content[:500], tool_calls=[c.name for c in message.tool_calls],
+        ))
+
+    async def _flush(self) -> None:
+        if self._writer.pending:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(self._writer.flush)
+
+    def mark(self, state: str, **fields: Any) -> None:
+        """Record a state change in the transcript (flushed with the next write)."""
+        self._writer.add("state", state=state, **fields)
+
+    async def mark_now(self, state: str, **fields: Any) -> None:
+        self.mark(state, **fields)
+        await self._flush()
+
+    async def _run(self, messages: list[Message], task: str | None,
+                   cancel: CancelSignal | None, timeout_s: float | None) -> SessionOutcome:
+        started = time.monotonic()
+        cancel = cancel or CancelSignal()
+        if task is not None:
+            user = Message(role="user", content=task)
+            messages.append(user)
+            self._record(user)
+        self.mark("active")
+        try:
+            with anyio.move_on_after(timeout_s) as scope:
+                outcome = await self._loop(messages, cancel)
+        except anyio.get_cancelled_exc_class():
+            cancel.set()
+            with anyio.CancelScope(shield=True):
+                self.mark("interrupted", reason="cancelled while running")
+                await self._flush()
+            raise
+        if scope.cancelled_caught:
+            cancel.set()
+            outcome = self._outcome(
+                "error", error=f"timed out after {timeout_s:g}s (route.timeout_s) and was "
+                               "stopped; the transcript has the work so far")
+        outcome.duration_s = time.monotonic() - started
+        await self._finish(outcome)
+        return outcome
+
+    async def _finish(self, outcome: SessionOutcome) -> None:
+        usage = {"input_tokens": outcome.usage.input_tokens,
+                 "output_tokens": outcome.usage.output_tokens}
+        if outcome.status == "completed":
+            self.mark("completed", answer=outcome.answer, turns=outcome.turns, **usage)
+            self.sink.publish(AgentCompleted(
+                session_id=self.session_id, agent=self.agent, answer=outcome.answer[:2000],
+                turns=outcome.turns, duration_s=round(outcome.duration_s, 6), **usage,
+            ))
+        else:
+            self.mark(outcome.status, error=outcome.error, turns=outcome.turns, **usage)
+            self.sink.publish(AgentError(session_id=self.session_id, agent=self.agent,
+                                         error=outcome.error or outcome.status,
+                                         state=outcome.status))
+        await self._flush()
+
+    async def _loop(self, messages: list[Message], cancel: CancelSignal) -> SessionOutcome:
+        info = self.info
+        origin = CallOrigin(session_id=info.session_id, agent=info.agent, depth=info.depth,
+                            lineage=(*info.lineage, info.agent), cancel=cancel)
+        max_turns = self.settings.session.max_turns
+        for _ in range(max_turns):
+            await self._flush()  # every message is durable before the provider sees it
+            request = CompletionRequest(
+                messages=messages, tools=self._specs, model=info.model or None,
+                max_tokens=self.settings.provider.max_tokens, agent=info.agent,
+                session_id=info.session_id,
+            )
+            try:
+                completion = await self.provider.complete(request)
+            except ProviderError as exc:
+                return self._outcome("error", error=str(exc))
+            except SquaddError as exc:
+                return self._outcome("error", error=str(exc))
+            except Exception as exc:  # a provider bug must end this session, not the pool
+                log.exception("provider crashed", session_id=info.session_id)
+                return self._outcome("error",
+                                     error=f"provider crashed: {type(exc).__name__}: {exc}")
+            self.turns += 1
+            self.usage = Usage(
+                input_tokens=self.usage.input_tokens + completion.usage.input_tokens,
+                output_tokens=self.usage.output_tokens + completion.usage.output_tokens,
+            )
+            assistant = Message(role="assistant", content=completion.text,
+                                tool_calls=completion.tool_calls)
+            messages.append(assistant)
+            self._record(assistant, input_tokens=completion.usage.input_tokens,
+                         output_tokens=completion.usage.output_tokens)
+            if not completion.tool_calls:
+                return self._outcome("completed", answer=completion.text)
+            await self._flush()  # the calls are on disk before any of them has an effect
+            for call in completion.tool_calls:
+                messages.append(await self._call(call, origin))
+        return self._outcome(
+            "error",
+            error=f"stopped after {max_turns} turns without a final answer "
+                  "(session.max_turns); the transcript has the work so far",
+        )
+
+    async def _call(self, call: ToolCall, origin: CallOrigin) -> Message:
+        result = await self.invoker.invoke(self.tools, call, origin)
+        message = Message(role="tool", tool_call_id=call.id, name=call.name,
+                          content=result.text, is_error=not result.ok)
+        self._record(message, result_type=result.result_type)
+        return message
+
+    def _outcome(self, status: Outcome, *, answer: str = "",
+                 error: str | None = None) -> SessionOutcome:
+        return SessionOutcome(session_id=self.session_id, agent=self.agent, status=status,
+                              answer=answer, error=error, turns=self.turns, usage=self.usage,
+                              model=self.info.model)

@@ -1,0 +1,142 @@
+"""Session transcripts: `.squad/sessions/{id}.jsonl`, one JSON record a line, append + fsync.
+
+Records are ``meta`` (who, what task), ``message`` (every system, user, assistant and tool
+message), and ``state`` (completed, error, interrupted, ...). A torn last line from a crash is
+ignored on read and fenced off by a newline on the next append, so no earlier line is ever lost.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from squadd.state.fsio import fsync_dir
+from squadd.state.layout import SquadLayout
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
+
+
+class TranscriptWriter:
+    """Buffers records and appends them to the transcript with one write and one fsync."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._pending: list[str] = []
+        self._needs_fence: bool | None = None
+
+    def add(self, kind: str, **fields: Any) -> None:
+        record = {"kind": kind, "ts": _now(), **fields}
+        self._pending.append(json.dumps(record, ensure_ascii=False, separators=(",", ":")))
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    def flush(self) -> None:
+        """Append what is pending and fsync it (call in a worker thread from async code)."""
+        if not self._pending:
+            return
+        payload = "\n".join(self._pending) + "\n"
+        self._pending.clear()
+        created = False
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        except FileNotFoundError:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            created = True
+            self._needs_fence = False
+        try:
+            if self._needs_fence is None:
+                self._needs_fence = _ends_torn(self.path)
+            if self._needs_fence:
+                payload = "\n" + payload
+                self._needs_fence = False
+            data = payload.encode("utf-8")
+            written = 0
+            while written < len(data):
+                written += os.write(fd, data[written:])
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if created:
+            fsync_dir(self.path.parent)
+
+
+def _ends_torn(path: Path) -> bool:
+    try:
+        with path.open("rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            if handle.tell() == 0:
+                return False
+            handle.seek(-1, os.SEEK_END)
+            return handle.read(1) != b"\n"
+    except FileNotFoundError:
+        return False
+
+
+@dataclass
+class Transcript:
+    """A parsed transcript: its meta record, its messages and its state changes."""
+
+    session_id: str
+    meta: dict[str, Any] = field(default_factory=dict)
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    states: list[dict[str, Any]] = field(default_factory=list)
+    records: list[dict[str, Any]] = field(default_factory=list)
+    torn_lines: int = 0
+
+    @property
+    def last_state(self) -> str | None:
+        return self.states[-1]["state"] if self.states else None
+
+    @property
+    def final_answer(self) -> str | None:
+        for state in reversed(self.states):
+            if state.get("state") == "completed":
+                answer = state.get("answer")
+                return str(answer) if answer is not None else None
+        return None
+
+
+def read_transcript(path: Path) -> Transcript:
+    """Parse a transcript, skipping a torn (unparseable) line left by a crash."""
+    session_id = path.name.removesuffix(".jsonl")
+    transcript = Transcript(session_id=session_id)
+    with path.open("rb") as handle:
+        for raw in handle:
+            line = raw.strip()
+            if not line:
+                continue
+            try:
+                record = json.loads(line)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                transcript.torn_lines += 1
+                continue
+            if not isinstance(record, dict):
+                transcript.torn_lines += 1
+                continue
+            transcript.records.append(record)
+            kind = record.get("kind")
+            if kind == "meta":
+                transcript.meta.update(record)
+            elif kind == "message" and isinstance(record.get("message"), dict):
+                transcript.messages.append(record["message"])
+            elif kind == "state":
+                transcript.states.append(record)
+    return transcript
+
+
+def list_transcripts(layout: SquadLayout) -> list[Path]:
+    """Transcript files, oldest first."""
+    folder = layout.root / "sessions"
+    if not folder.is_dir():
+        return []
+    files = [p for p in folder.iterdir() if p.suffix == ".jsonl" and p.is_file()]
+    return sorted(files, key=lambda p: (p.stat().st_mtime_ns, p.name))
