@@ -1,0 +1,43 @@
+"""Prompt assembly: the parts, their order, and budgets that keep the newest content."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from squadd.config import PromptSettings
+from squadd.runtime.prompt import PromptParts, build_system_prompt, gather, keep_tail
+from squadd.state.layout import SquadLayout
+from tests.tools.conftest import make_squad
+
+
+def test_parts_appear_in_design_order(tmp_path: Path) -> None:
+    layout: SquadLayout = make_squad(tmp_path / "repo")
+    layout.decisions_md.write_text("# Decisions\n\n### 2026-01-01: Use uv\n", encoding="utf-8")
+    parts = gather(layout, "fenster", "the parser is in src/")
+    prompt = build_system_prompt("fenster", parts, PromptSettings())
+    assert prompt.startswith("You are fenster, a Squad agent.")
+    order = [prompt.index(h) for h in ("## Charter", "## Project Knowledge", "## Team Decisions",
+                                       "## Additional Context")]
+    assert order == sorted(order)
+    assert "Use uv" in prompt and "the parser is in src/" in prompt
+
+
+def test_over_budget_history_keeps_newest_and_says_what_it_cut() -> None:
+    history = "".join(f"- learning {i}\n" for i in range(2000))
+    parts = PromptParts(charter="c", history=history, decisions="", context="", skills="")
+    prompt = build_system_prompt("a", parts, PromptSettings(history_bytes=1024))
+    assert "learning 1999" in prompt and "learning 0\n" not in prompt
+    assert "older bytes of history cut" in prompt
+
+
+def test_keep_tail_cuts_at_a_line_start() -> None:
+    kept = keep_tail("aaaa\nbbbb\ncccc\n", 7, "x")
+    assert kept.endswith("cccc\n") and "bbb" not in kept.split("\n", 1)[1]
+
+
+def test_changed_file_is_reread(tmp_path: Path) -> None:
+    layout = make_squad(tmp_path / "repo")
+    first = gather(layout, "fenster", None).history
+    layout.history("fenster").write_text("# Project Context\n\n## Learnings\n- new one\n",
+                                         encoding="utf-8")
+    assert gather(layout, "fenster", None).history != first

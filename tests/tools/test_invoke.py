@@ -1,0 +1,216 @@
+"""The one invocation pipeline: validation, unknown tools, exceptions, timeouts, secrets, spill."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from pydantic import BaseModel, Field
+
+from squadd.config import Settings, ToolsSettings
+from squadd.providers.base import ToolCall
+from squadd.runtime.events import BaseEvent, ToolCompleted, ToolStarted, ToolUpdated
+from squadd.state.layout import SquadLayout
+from squadd.tools.base import Tool, ToolContext, ToolOutput, ToolResult, ToolSet, VariableSpec
+from squadd.tools.invoke import CallOrigin, ToolInvoker, redact
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[BaseEvent] = []
+
+    def publish(self, event: BaseEvent) -> None:
+        self.events.append(event)
+
+
+class EchoArgs(BaseModel):
+    text: str = Field(min_length=1)
+    times: int = Field(1, ge=1, le=5)
+
+
+class Echo(Tool[EchoArgs]):
+    name = "echo"
+    description = "Echo text"
+    args_model = EchoArgs
+
+    async def run(self, args: EchoArgs, ctx: ToolContext) -> ToolOutput:
+        ctx.progress("halfway", 0.5)
+        return args.text * args.times
+
+
+class Boom(Tool[EchoArgs]):
+    name = "boom"
+    description = "Always raises"
+    args_model = EchoArgs
+
+    async def run(self, args: EchoArgs, ctx: ToolContext) -> ToolOutput:
+        raise RuntimeError("kaboom: " + args.text)
+
+
+class Sleepy(Tool[EchoArgs]):
+    name = "sleepy"
+    description = "Sleeps"
+    args_model = EchoArgs
+    timeout_s = 0.2
+
+    async def run(self, args: EchoArgs, ctx: ToolContext) -> ToolOutput:
+        await anyio.sleep(30)
+        return "never"
+
+
+class Leaky(Tool[EchoArgs]):
+    name = "leaky"
+    description = "Prints its secret"
+    args_model = EchoArgs
+    variables = (VariableSpec(name="SQUADD_TEST_TOKEN", type="secret"),)
+
+    async def run(self, args: EchoArgs, ctx: ToolContext) -> ToolOutput:
+        ctx.progress(f"using {ctx.variables['SQUADD_TEST_TOKEN']}", None)
+        return {"token": ctx.variables["SQUADD_TEST_TOKEN"], "text": args.text}
+
+
+def _invoker(layout: SquadLayout, settings: Settings | None = None) -> tuple[ToolInvoker, Recorder]:
+    sink = Recorder()
+    return ToolInvoker(layout, settings or Settings(), sink), sink
+
+
+def _call(name: str, **arguments: Any) -> ToolCall:
+    return ToolCall(id="call_1", name=name, arguments=arguments)
+
+
+ORIGIN = CallOrigin(session_id="s-1", agent="fenster")
+
+
+async def test_success_result_and_events_in_order(layout: SquadLayout) -> None:
+    invoker, sink = _invoker(layout)
+    result = await invoker.invoke(ToolSet([Echo()]), _call("echo", text="ab", times=2), ORIGIN)
+    assert result.ok and result.text == "abab"
+    kinds = [type(e) for e in sink.events]
+    assert kinds == [ToolStarted, ToolUpdated, ToolCompleted]
+    update = sink.events[1]
+    assert isinstance(update, ToolUpdated) and update.fraction == 0.5
+
+
+async def test_invalid_args_list_each_bad_field(layout: SquadLayout) -> None:
+    invoker, _ = _invoker(layout)
+    result = await invoker.invoke(ToolSet([Echo()]), _call("echo", text="", times=9), ORIGIN)
+    assert result.result_type == "failure"
+    assert "- text:" in result.text and "- times:" in result.text
+    assert "less than or equal to 5" in result.text
+
+
+async def test_missing_required_field_is_named(layout: SquadLayout) -> None:
+    invoker, _ = _invoker(layout)
+    result = await invoker.invoke(ToolSet([Echo()]), _call("echo"), ORIGIN)
+    assert not result.ok and "- text: required, but missing" in result.text
+
+
+async def test_unknown_tool_lists_available_tools(layout: SquadLayout) -> None:
+    invoker, _ = _invoker(layout)
+    result = await invoker.invoke(ToolSet([Echo(), Boom()]), _call("nope", text="x"), ORIGIN)
+    assert not result.ok
+    assert "unknown tool 'nope'" in result.text and "boom, echo" in result.text
+
+
+async def test_invalid_json_arguments_become_a_correctable_failure(layout: SquadLayout) -> None:
+    invoker, _ = _invoker(layout)
+    call = ToolCall(id="c", name="echo", arguments_error="Expecting value: line 1 column 1")
+    result = await invoker.invoke(ToolSet([Echo()]), call, ORIGIN)
+    assert not result.ok and result.text.startswith("arguments were not valid JSON: Expecting")
+
+
+async def test_exception_becomes_failure_not_raise(layout: SquadLayout) -> None:
+    invoker, sink = _invoker(layout)
+    result = await invoker.invoke(ToolSet([Boom()]), _call("boom", text="x"), ORIGIN)
+    assert not result.ok and "RuntimeError: kaboom: x" in result.text
+    done = sink.events[-1]
+    assert isinstance(done, ToolCompleted) and done.result_type == "failure"
+
+
+async def test_timeout_stops_the_tool(layout: SquadLayout) -> None:
+    invoker, _ = _invoker(layout)
+    with anyio.fail_after(5):
+        result = await invoker.invoke(ToolSet([Sleepy()]), _call("sleepy", text="x"), ORIGIN)
+    assert not result.ok and "timed out after 0.2s" in result.text
+
+
+async def test_secret_is_redacted_everywhere_it_could_leak(
+    layout: SquadLayout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = "s3cr3t-value-123"
+    monkeypatch.setenv("SQUADD_TEST_TOKEN", secret)
+    invoker, sink = _invoker(layout)
+    result = await invoker.invoke(ToolSet([Leaky()]), _call("leaky", text="hi"), ORIGIN)
+    assert result.ok
+    assert secret not in result.text and "[secret:SQUADD_TEST_TOKEN]" in result.text
+    assert secret not in json.dumps(result.details)
+    assert all(secret not in e.model_dump_json() for e in sink.events)
+
+
+async def test_missing_required_variable_names_it(
+    layout: SquadLayout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SQUADD_TEST_TOKEN", raising=False)
+    invoker, _ = _invoker(layout)
+    result = await invoker.invoke(ToolSet([Leaky()]), _call("leaky", text="hi"), ORIGIN)
+    assert not result.ok and "SQUADD_TEST_TOKEN" in result.text
+
+
+async def test_long_output_is_truncated_and_spilled(layout: SquadLayout) -> None:
+    settings = Settings(tools=ToolsSettings(max_output_lines=10, max_output_bytes=4096))
+    invoker, _ = _invoker(layout, settings)
+    text = "".join(f"line {i}\n" for i in range(100))
+    result = await invoker.invoke(ToolSet([Echo()]), _call("echo", text=text), ORIGIN)
+    assert result.ok
+    assert result.text.count("\n") <= 12
+    spill = Path(result.details["full_output"])
+    assert spill == layout.root / "tool-output" / "s-1" / "call_1.txt"
+    assert spill.read_text(encoding="utf-8") == text
+    assert ".squad/tool-output/s-1/call_1.txt" in result.text
+
+
+async def test_squad_tool_results_are_capped_at_squad_limit(layout: SquadLayout) -> None:
+    class Big(Echo):
+        name = "big"
+        squad_tool = True
+
+    invoker, _ = _invoker(layout)
+    result = await invoker.invoke(ToolSet([Big()]), _call("big", text="x" * 30_000), ORIGIN)
+    assert len(result.text.encode()) < 10_240 + 400
+    assert Path(result.details["full_output"]).stat().st_size == 30_000
+
+
+def test_redact_replaces_longest_first() -> None:
+    assert redact("abc abcdef", {"A": "abc", "B": "abcdef"}) == "[secret:A] [secret:B]"
+
+
+async def test_cancellation_propagates_and_sets_the_signal(layout: SquadLayout) -> None:
+    invoker, _ = _invoker(layout)
+    origin = CallOrigin(session_id="s-2", agent="fenster")
+    with anyio.move_on_after(0.1):
+        await invoker.invoke(ToolSet([Sleepy()]), _call("sleepy", text="x"), origin)
+    assert origin.cancel.cancelled
+
+
+def test_toolset_narrowing_by_names_and_globs() -> None:
+    tools = ToolSet([Echo(), Boom(), Sleepy()])
+    assert tools.narrowed(["echo", "s*"]).names == ["echo", "sleepy"]
+    assert tools.narrowed(None).names == ["echo", "boom", "sleepy"]
+    assert tools.narrowed([]).names == []
+
+
+def test_spill_refuses_traversal_in_ids(layout: SquadLayout) -> None:
+    from squadd.errors import InvalidNameError
+
+    with pytest.raises(InvalidNameError):
+        layout.tool_output("../../etc", "x")
+    assert not (layout.repo.parent / "etc").exists()
+    assert os.listdir(layout.root).count("tool-output") == 0
+
+
+def test_tool_result_helpers() -> None:
+    assert ToolResult.failure("no", why=1).details == {"why": 1}
