@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -209,7 +208,7 @@ def test_spill_refuses_traversal_in_ids(layout: SquadLayout) -> None:
     with pytest.raises(InvalidNameError):
         layout.tool_output("../../etc", "x")
     assert not (layout.repo.parent / "etc").exists()
-    assert os.listdir(layout.root).count("tool-output") == 0
+    assert not (layout.root / "tool-output").exists()
 
 
 def test_tool_result_helpers() -> None:

@@ -1,0 +1,224 @@
+"""The agent loop: order of tool calls, durable transcript, max_turns, errors, continuation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from squadd.config import SessionSettings, Settings
+from squadd.errors import NotFoundError, ProviderError
+from squadd.providers.base import Completion, CompletionRequest
+from squadd.providers.replay import ReplayProvider, parse_script
+from squadd.runtime.events import AgentCompleted, AgentError, BaseEvent
+from squadd.runtime.session import (
+    INTERRUPTED_TOOL_TEXT,
+    AgentSession,
+    SessionInfo,
+    choose_model,
+    session_toolset,
+)
+from squadd.state.charters import parse_charter
+from squadd.state.layout import SquadLayout
+from squadd.state.transcripts import TranscriptWriter, read_transcript
+from squadd.tools.base import ToolSet
+from squadd.tools.invoke import ToolInvoker
+from squadd.tools.squad import file_tools
+from tests.tools.conftest import make_squad
+
+
+class Events:
+    def __init__(self) -> None:
+        self.items: list[BaseEvent] = []
+
+    def publish(self, event: BaseEvent) -> None:
+        self.items.append(event)
+
+
+class Spy:
+    """Wraps a provider and keeps every request it was sent."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.default_model = inner.default_model
+        self.requests: list[CompletionRequest] = []
+
+    async def complete(self, request: CompletionRequest) -> Completion:
+        self.requests.append(request.model_copy(deep=True))
+        result: Completion = await self.inner.complete(request)
+        return result
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def _replay(script: dict[str, Any]) -> Spy:
+    import json
+
+    return Spy(ReplayProvider(parse_script(json.dumps(script), source="test",
+                                           yaml_syntax=False)))
+
+
+def _session(layout: SquadLayout, provider: Any, settings: Settings | None = None,
+             session_id: str = "s-1") -> tuple[AgentSession, Events]:
+    settings = settings or Settings()
+    events = Events()
+    session = AgentSession(
+        SessionInfo(session_id=session_id, agent="fenster", model="m", task="t"),
+        layout=layout, settings=settings, provider=provider,
+        invoker=ToolInvoker(layout, settings, events),
+        tools=ToolSet(file_tools(layout, settings)), sink=events,
+    )
+    return session, events
+
+
+@pytest.fixture
+def squad(tmp_path: Path) -> SquadLayout:
+    return make_squad(tmp_path / "repo")
+
+
+DECIDE = {"name": "squad_decide",
+          "arguments": {"title": "Use JWT", "body": "b", "agentName": "fenster"}}
+REMEMBER = {"name": "squad_memory",
+            "arguments": {"agentName": "fenster", "learning": "JWT lives in auth/"}}
+
+
+async def test_tool_calls_run_in_order_and_results_reach_the_next_request(
+    squad: SquadLayout,
+) -> None:
+    spy = _replay({"default": [{"tool_calls": [DECIDE, REMEMBER]}, {"text": "all done"}]})
+    session, events = _session(squad, spy)
+    outcome = await session.start("decide and remember", None)
+    assert outcome.status == "completed" and outcome.answer == "all done"
+    second = spy.requests[1].messages
+    assert [m.role for m in second] == ["system", "user", "assistant", "tool", "tool"]
+    assert [m.name for m in second[3:]] == ["squad_decide", "squad_memory"]
+    assert second[3].tool_call_id == second[2].tool_calls[0].id
+    assert (squad.inbox_dir / "fenster-use-jwt.md").is_file()
+    assert any(isinstance(e, AgentCompleted) for e in events.items)
+
+
+async def test_transcript_holds_every_message_and_the_final_state(squad: SquadLayout) -> None:
+    spy = _replay({"default": [{"tool_calls": [DECIDE]}, {"text": "ok"}]})
+    session, _ = _session(squad, spy)
+    await session.start("go", None)
+    transcript = read_transcript(squad.transcript("s-1"))
+    assert [m["role"] for m in transcript.messages] == [
+        "system", "user", "assistant", "tool", "assistant"]
+    assert transcript.meta["agent"] == "fenster"
+    assert transcript.last_state == "completed" and transcript.final_answer == "ok"
+
+
+async def test_system_prompt_carries_memory_into_the_next_session(squad: SquadLayout) -> None:
+    first = _replay({"default": [{"tool_calls": [REMEMBER]}, {"text": "ok"}]})
+    await _session(squad, first)[0].start("learn", None)
+    second = _replay({"default": [{"text": "hi"}]})
+    await _session(squad, second, session_id="s-2")[0].start("again", None)
+    assert "JWT lives in auth/" in second.requests[0].messages[0].content
+
+
+async def test_max_turns_stops_with_a_clear_failure(squad: SquadLayout) -> None:
+    loop = [{"tool_calls": [{"name": "squad_skill", "arguments": {"action": "list"}}]}] * 5
+    settings = Settings(session=SessionSettings(max_turns=3))
+    session, events = _session(squad, _replay({"default": loop}), settings)
+    outcome = await session.start("spin", None)
+    assert outcome.status == "error" and "stopped after 3 turns" in (outcome.error or "")
+    assert isinstance(events.items[-1], AgentError)
+    assert read_transcript(squad.transcript("s-1")).last_state == "error"
+
+
+async def test_provider_error_ends_the_session_with_its_message(squad: SquadLayout) -> None:
+    class Broken:
+        name = "broken"
+        default_model = "x"
+
+        async def complete(self, request: CompletionRequest) -> Completion:
+            raise ProviderError("broken: HTTP 401: bad key", provider="broken", status=401)
+
+        async def aclose(self) -> None:
+            return None
+
+    outcome = await _session(squad, Broken())[0].start("go", None)
+    assert outcome.status == "error" and "HTTP 401: bad key" in (outcome.error or "")
+
+
+async def test_tool_failure_is_a_message_not_a_stop(squad: SquadLayout) -> None:
+    bad = {"name": "squad_decide", "arguments": {"title": "", "body": "b", "agentName": "x"}}
+    spy = _replay({"default": [{"tool_calls": [bad, {"name": "nope", "arguments": {}}]},
+                               {"text": "recovered"}]})
+    outcome = await _session(squad, spy)[0].start("go", None)
+    assert outcome.status == "completed"
+    tool_messages = [m for m in spy.requests[1].messages if m.role == "tool"]
+    assert all(m.is_error for m in tool_messages)
+    assert "unknown tool 'nope'" in tool_messages[1].content
+
+
+async def test_continue_rereads_the_transcript(squad: SquadLayout) -> None:
+    spy = _replay({"default": [{"text": "first"}, {"text": "second"}]})
+    session, _ = _session(squad, spy)
+    await session.start("one", None)
+    again, _ = _session(squad, spy)  # a fresh object: nothing in memory but the transcript
+    outcome = await again.continue_with("two")
+    assert outcome.answer == "second"
+    assert [m.content for m in spy.requests[1].messages if m.role == "user"] == ["one", "two"]
+
+
+async def test_resume_answers_dangling_tool_calls(squad: SquadLayout) -> None:
+    spy = _replay({"default": [{"tool_calls": [DECIDE]}, {"text": "finished"}]})
+    # What a crash leaves: the assistant asked for a tool, and no result was written.
+    writer = TranscriptWriter(squad.transcript("s-1"))
+    writer.add("meta", session_id="s-1", agent="fenster")
+    for message in ({"role": "system", "content": "You are fenster"},
+                    {"role": "user", "content": "go"},
+                    {"role": "assistant", "tool_calls": [
+                        {"id": "call_0_0", "name": "squad_decide", "arguments": {}}]}):
+        writer.add("message", message=message)
+    writer.flush()
+    resumed, _ = _session(squad, spy)
+    outcome = await resumed.continue_with(None)
+    assert outcome.status == "completed" and outcome.answer == "finished"
+    tool = [m for m in spy.requests[-1].messages if m.role == "tool"]
+    assert tool[0].content == INTERRUPTED_TOOL_TEXT and tool[0].is_error
+
+
+async def test_timeout_ends_in_error_and_says_so(squad: SquadLayout) -> None:
+    class Slow:
+        name = "slow"
+        default_model = "x"
+
+        async def complete(self, request: CompletionRequest) -> Completion:
+            await anyio.sleep(30)
+            return Completion(text="late")
+
+        async def aclose(self) -> None:
+            return None
+
+    with anyio.fail_after(5):
+        outcome = await _session(squad, Slow())[0].start("go", None, timeout_s=0.2)
+    assert outcome.status == "error" and "timed out after 0.2s" in (outcome.error or "")
+
+
+def test_unknown_agent_lists_the_agents_that_exist(squad: SquadLayout) -> None:
+    with pytest.raises(NotFoundError, match=r"ghost.*fenster"):
+        AgentSession.load_charter(squad, "ghost")
+
+
+def test_model_choice_order() -> None:
+    settings = Settings.model_validate({"agents": {"a": {"model": "from-config"}},
+                                        "provider": {"model": "from-provider"}})
+    charter = parse_charter("a", "## Model\nPreferred: from-charter\n")
+    assert choose_model("from-route", charter, settings, "a", "d") == "from-route"
+    assert choose_model(None, charter, settings, "a", "d") == "from-charter"
+    assert choose_model(None, None, settings, "a", "d") == "from-config"
+    assert choose_model(None, None, settings, "b", "d") == "from-provider"
+    assert choose_model(None, None, Settings(), "b", "d") == "d"
+
+
+def test_charter_tools_narrow_available_tools(squad: SquadLayout) -> None:
+    tools = ToolSet(file_tools(squad, Settings()))
+    charter = parse_charter("a", "## Tools\n- squad_decide\n- squad_skill\n")
+    narrowed = session_toolset(tools, ["squad_decide", "squad_memory"], charter)
+    assert narrowed.names == ["squad_decide"]
