@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,6 +75,9 @@ class SquadLayout:
 
     root: Path
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(os.path.realpath(self.root)))
+
     @classmethod
     def find(cls, start: Path | None = None) -> SquadLayout:
         return cls(find_squad_dir(start))
@@ -96,11 +100,33 @@ class SquadLayout:
         return self.root.parent
 
     def inside(self, path: Path) -> Path:
-        """Resolve `path` and refuse it unless it stays inside the squad dir."""
+        """Resolve `path` and refuse it unless it stays inside the squad dir.
+
+        Paths below the root are checked component by component with `lstat`; any symlink on
+        the way (or a `..`) sends the path through a full `realpath` check.
+        """
+        if ".." not in Path(path).parts:
+            absolute = Path(path).absolute()
+            if absolute == self.root:
+                return absolute
+            if self.root in absolute.parents and not self._has_link(absolute):
+                return absolute
         resolved = Path(os.path.realpath(path))
         if resolved != self.root and self.root not in resolved.parents:
             raise PathEscapeError(f"{path} resolves to {resolved}, outside {self.root}")
         return resolved
+
+    def _has_link(self, absolute: Path) -> bool:
+        current = self.root
+        for part in absolute.relative_to(self.root).parts:
+            current = current / part
+            try:
+                mode = os.lstat(current).st_mode
+            except FileNotFoundError:
+                return False
+            if stat.S_ISLNK(mode):
+                return True
+        return False
 
     def _p(self, *parts: str) -> Path:
         return self.inside(self.root.joinpath(*parts))
@@ -192,6 +218,13 @@ class SquadLayout:
     def tool_output(self, session_id: str, call_id: str) -> Path:
         return self._p(
             "tool-output", safe_id(session_id), safe_id(call_id, kind="tool call id") + ".txt"
+        )
+
+    def tool_output_part(self, session_id: str, call_id: str, part: str) -> Path:
+        """A piece of a call's output being streamed (one command's), before it is assembled."""
+        return self._p(
+            "tool-output", safe_id(session_id),
+            f"{safe_id(call_id, kind='tool call id')}.{safe_id(part, kind='output part')}.part",
         )
 
     @property

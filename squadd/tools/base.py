@@ -7,6 +7,7 @@ call of one goes through `squadd.tools.invoke.ToolInvoker`.
 from __future__ import annotations
 
 import fnmatch
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -60,6 +61,7 @@ class CancelSignal:
 
     def __init__(self) -> None:
         self._event = anyio.Event()
+        self._children: weakref.WeakSet[CancelSignal] = weakref.WeakSet()
 
     @property
     def cancelled(self) -> bool:
@@ -67,6 +69,17 @@ class CancelSignal:
 
     def set(self) -> None:
         self._event.set()
+        for child in list(self._children):
+            child.set()
+
+    def child(self) -> CancelSignal:
+        """A signal set whenever this one is, that can also be set on its own (one call's)."""
+        signal = CancelSignal()
+        if self.cancelled:
+            signal.set()
+        else:
+            self._children.add(signal)
+        return signal
 
     async def wait(self) -> None:
         await self._event.wait()
@@ -143,8 +156,13 @@ class Tool(ABC, Generic[ArgsT]):
         return schema
 
     def spec(self) -> ToolSpec:
-        return ToolSpec(name=self.name, description=self.description,
-                        parameters=self.parameters_schema())
+        """The tool as the model sees it, built once per tool object (schemas are costly)."""
+        cached: ToolSpec | None = self.__dict__.get("_spec")
+        if cached is None:
+            cached = ToolSpec(name=self.name, description=self.description,
+                              parameters=self.parameters_schema())
+            self.__dict__["_spec"] = cached
+        return cached
 
     @abstractmethod
     async def run(self, args: ArgsT, ctx: ToolContext) -> ToolOutput:

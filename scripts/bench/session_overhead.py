@@ -1,0 +1,91 @@
+"""Benchmark: the cost of one in-process, one-turn agent session, everything real but the model.
+
+Each session reads the agent's charter, history and decisions.md (real files of realistic size),
+builds its prompt and tool set, asks an instant scripted provider (`replay`) for one turn, and
+writes and fsyncs its transcript. Prints `session_overhead p50_ms=… p99_ms=…` as its last line.
+Target (issue 3): p50 <= 1.0 ms on a 2-core machine.
+
+    .venv/bin/python scripts/bench/session_overhead.py [--sessions 2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import anyio
+
+from squadd.config import Settings
+from squadd.providers.replay import ReplayProvider, ReplayScript, ScriptedTurn
+from squadd.runtime.events import EventBus
+from squadd.runtime.session import AgentSession, SessionInfo, choose_model, session_toolset
+from squadd.state.layout import SquadLayout
+from squadd.tools.base import ToolSet
+from squadd.tools.invoke import ToolInvoker
+from squadd.tools.squad import file_tools
+
+
+def make_squad(repo: Path) -> SquadLayout:
+    root = repo / ".squad"
+    (root / "decisions" / "inbox").mkdir(parents=True)
+    agent = root / "agents" / "fenster"
+    agent.mkdir(parents=True)
+    (agent / "charter.md").write_text(
+        "# Fenster\n\n## Identity\n- **Role:** Core developer\n\n## What I Own\n"
+        + "- the runtime and its tests\n" * 40 + "\n## Model\nPreferred: auto\n",
+        encoding="utf-8")
+    (agent / "history.md").write_text(
+        "# Project Context\n\n## Learnings\n\n"
+        + "".join(f"- **[technical]** learning number {i} about the parser\n"
+                  for i in range(150)), encoding="utf-8")
+    (root / "decisions.md").write_text(
+        "# Decisions\n\n" + "".join(
+            f"### 2026-11-{1 + i % 28:02d}: Decision {i}\n\n**By:** fenster\n"
+            f"**Category:** architecture\n\nWe decided thing {i} because of reasons.\n\n"
+            for i in range(120)), encoding="utf-8")
+    return SquadLayout.at(root)
+
+
+async def run(sessions: int) -> list[float]:
+    with tempfile.TemporaryDirectory() as tmp:
+        layout = make_squad(Path(tmp) / "repo")
+        settings = Settings()
+        provider = ReplayProvider(ReplayScript(default=[ScriptedTurn(text="done")]))
+        bus = EventBus()
+        invoker = ToolInvoker(layout, settings, bus)
+        all_tools = ToolSet(file_tools(layout, settings))
+        timings: list[float] = []
+        for n in range(sessions + 50):
+            started = time.perf_counter()
+            charter = AgentSession.load_charter(layout, "fenster")
+            tools = session_toolset(all_tools, None, charter)
+            info = SessionInfo(session_id=f"bench-{n}", agent="fenster", task="say done",
+                               model=choose_model(None, charter, settings, "fenster",
+                                                  provider.default_model))
+            session = AgentSession(info, layout=layout, settings=settings, provider=provider,
+                                   invoker=invoker, tools=tools, sink=bus)
+            outcome = await session.start("say done", None)
+            elapsed = time.perf_counter() - started
+            if outcome.status != "completed":
+                raise SystemExit(f"session failed: {outcome.error}")
+            if n >= 50:  # the first sessions warm caches and imports
+                timings.append(elapsed)
+        return timings
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--sessions", type=int, default=2000)
+    args = parser.parse_args()
+    timings = sorted(anyio.run(run, args.sessions))
+    p50 = statistics.median(timings) * 1000
+    p99 = timings[int(len(timings) * 0.99) - 1] * 1000
+    print(f"sessions={len(timings)} mean_ms={statistics.fmean(timings) * 1000:.3f}")
+    print(f"session_overhead p50_ms={p50:.3f} p99_ms={p99:.3f}")
+
+
+if __name__ == "__main__":
+    main()
