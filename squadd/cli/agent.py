@@ -1,0 +1,106 @@
+"""`squadd agent add` and `squadd agent list`: the team's roster."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from squadd.cli._output import print_json, print_table
+from squadd.cli._squad import dir_option, find_layout, show_path
+from squadd.state.charters import RosterEntry, roster
+from squadd.state.fsio import read_text
+from squadd.state.history import learnings
+from squadd.state.layout import NAME_RULE
+from squadd.state.scaffold import templates_dir
+from squadd.state.team import add_agent
+
+
+@click.group()
+def agent() -> None:
+    """Add agents to the squad and list them."""
+
+
+ADD_HELP = f"""Add agent NAME: its charter, its history, and a row in team.md.
+
+NAME must match {NAME_RULE} (lower-case letters, digits, '.', '_' and '-'). Edit the new
+charter afterwards to say what the agent owns and how it works.
+
+\b
+Examples:
+  squadd agent add lead --role "Lead"
+  squadd agent add backend --role "Backend Developer"
+"""
+
+
+@agent.command("add", help=ADD_HELP)
+@click.argument("name")
+@click.option("--role", required=True, help="What the agent does, e.g. \"Backend Developer\".")
+@dir_option
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def add(name: str, role: str, directory: Path | None, as_json: bool) -> None:
+    layout = find_layout(directory)
+    added = add_agent(layout, name, role, templates=templates_dir())
+    if as_json:
+        print_json({
+            "name": added.name, "role": added.role, "charter": added.charter,
+            "history": added.history, "created": added.created,
+            "team_updated": added.team_updated,
+        })
+        return
+    click.echo(f"Added {added.name} ({added.role}):")
+    for path in added.created:
+        click.echo(f"  {show_path(path)}")
+    if added.team_updated:
+        click.echo(f"  {show_path(layout.team_md)} (new row in Members)")
+    click.echo(f"Next: edit {show_path(added.charter)} to describe what {added.name} owns.")
+
+
+def _learning_count(entry: RosterEntry) -> int | None:
+    if not entry.has_history:
+        return None
+    return len(learnings(read_text(entry.charter.parent / "history.md")))
+
+
+def _as_dict(entry: RosterEntry) -> dict[str, Any]:
+    return {
+        "name": entry.name,
+        "role": entry.role,
+        "model": entry.model,
+        "tools": list(entry.tools) if entry.tools is not None else None,
+        "charter": entry.charter,
+        "history": entry.has_history,
+        "learnings": _learning_count(entry),
+    }
+
+
+@agent.command("list")
+@dir_option
+@click.option("--json", "as_json", is_flag=True, help="Print the roster as JSON.")
+def list_agents(directory: Path | None, as_json: bool) -> None:
+    """List the squad's agents: name, role, model, tools and history.
+
+    MODEL "auto" means squadd chooses (see the charter's ## Model); TOOLS "all" means the
+    charter has no ## Tools section.
+
+    \b
+    Examples:
+      squadd agent list
+      squadd agent list --json
+    """
+    layout = find_layout(directory)
+    entries = roster(layout)
+    if as_json:
+        print_json({"squad_dir": layout.root, "agents": [_as_dict(e) for e in entries]})
+        return
+    if not entries:
+        click.echo("No agents yet: add one with 'squadd agent add NAME --role ROLE'.")
+        return
+    rows = []
+    for entry in entries:
+        count = _learning_count(entry)
+        history = "missing" if count is None else f"{count} learning{'' if count == 1 else 's'}"
+        tools = "all" if entry.tools is None else (", ".join(entry.tools) or "none")
+        rows.append([entry.name, entry.role or "-", entry.model or "auto", tools, history])
+    print_table(["name", "role", "model", "tools", "history"], rows)

@@ -1,0 +1,159 @@
+"""`squadd doctor`: a list of checks of the squad's setup, each reporting ok, warn, fail or skip.
+
+A check is a function from `DoctorContext` to `CheckResult`; later checks (providers, daemon)
+append themselves to `CHECKS`. Earlier checks fill the context (layout, settings) for later ones.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import click
+
+from squadd.cli._output import print_json
+from squadd.cli._squad import dir_option
+from squadd.config import ENV_PREFIX, Settings, default_config_file, load_settings, user_config_file
+from squadd.errors import SquaddError
+from squadd.state.charters import roster
+from squadd.state.fsio import read_text
+from squadd.state.layout import SquadLayout, is_safe_name
+from squadd.state.team import member_names
+
+Status = Literal["ok", "warn", "fail", "skip"]
+_MARKS: dict[Status, tuple[str, str]] = {
+    "ok": ("ok", "green"), "warn": ("warn", "yellow"), "fail": ("FAIL", "red"),
+    "skip": ("skip", "bright_black"),
+}
+
+
+@dataclass
+class DoctorContext:
+    """What the checks know: where to look, and what earlier checks found."""
+
+    start: Path
+    layout: SquadLayout | None = None
+    settings: Settings | None = None
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    status: Status
+    summary: str
+    details: list[str] = field(default_factory=list)
+
+
+Check = Callable[[DoctorContext], CheckResult]
+
+
+def check_squad_dir(ctx: DoctorContext) -> CheckResult:
+    try:
+        ctx.layout = SquadLayout.find(ctx.start)
+    except SquaddError as exc:
+        return CheckResult("squad dir", "fail", str(exc))
+    layout = ctx.layout
+    expected = {"team.md": layout.team_md, "routing.md": layout.routing_md,
+                "decisions.md": layout.decisions_md, "decisions/inbox/": layout.inbox_dir}
+    missing = [name for name, path in expected.items() if not path.exists()]
+    if missing:
+        return CheckResult("squad dir", "warn", f"{layout.root} is missing some files",
+                           [f"missing: {name}" for name in missing]
+                           + ["run 'squadd init' to add them (it never overwrites a file)"])
+    return CheckResult("squad dir", "ok", str(layout.root))
+
+
+def _env_settings() -> list[str]:
+    sections = {name.upper() for name in Settings.model_fields}
+    return sorted(name for name in os.environ
+                  if name.startswith(ENV_PREFIX)
+                  and name[len(ENV_PREFIX):].split("_", 1)[0] in sections)
+
+
+def check_settings(ctx: DoctorContext) -> CheckResult:
+    files = [("defaults", default_config_file()), ("user", user_config_file())]
+    if ctx.layout is not None:
+        files.append(("project", ctx.layout.config_toml))
+    details = [f"{label}: {path}{'' if path.is_file() else ' (absent)'}" for label, path in files]
+    env = _env_settings()
+    details.append(f"environment: {', '.join(env) if env else 'no SQUADD_* settings'}")
+    try:
+        ctx.settings = load_settings(ctx.layout.root if ctx.layout else None)
+    except SquaddError as exc:
+        return CheckResult("settings", "fail", str(exc), details)
+    return CheckResult("settings", "ok", "settings load", details)
+
+
+def check_roster(ctx: DoctorContext) -> CheckResult:
+    if ctx.layout is None:
+        return CheckResult("roster", "skip", "no squad dir")
+    layout = ctx.layout
+    entries = roster(layout)
+    names = {entry.name for entry in entries}
+    details = []
+    agents_dir = layout.root / "agents"
+    if agents_dir.is_dir():
+        for child in sorted(agents_dir.iterdir()):
+            if not child.is_dir() or child.name in names:
+                continue
+            why = ("its name breaks the naming rule" if not is_safe_name(child.name)
+                   or child.name != child.name.lower() else "it has no charter.md")
+            details.append(f"agents/{child.name}/ is ignored: {why}")
+    listed = set(member_names(read_text(layout.team_md)))
+    details += [f"{entry.name} is not in team.md's Members table"
+                for entry in entries if entry.name not in listed]
+    details += [f"{entry.name} has no history.md" for entry in entries if not entry.has_history]
+    summary = f"{len(entries)} agent{'' if len(entries) == 1 else 's'}"
+    if not entries:
+        details.append("add one with 'squadd agent add NAME --role ROLE'")
+    return CheckResult("roster", "warn" if details else "ok", summary, details)
+
+
+CHECKS: list[Check] = [check_squad_dir, check_settings, check_roster]
+"""The checks `squadd doctor` runs, in order. Append to add one."""
+
+
+def run_checks(start: Path, checks: list[Check] | None = None) -> list[CheckResult]:
+    """Run `checks` (default: `CHECKS`) in order; one that raises is reported as failed."""
+    ctx = DoctorContext(start=start)
+    results = []
+    for check in CHECKS if checks is None else checks:
+        try:
+            results.append(check(ctx))
+        except (SquaddError, OSError) as exc:
+            name = check.__name__.removeprefix("check_").replace("_", " ")
+            results.append(CheckResult(name, "fail", f"{type(exc).__name__}: {exc}"))
+    return results
+
+
+@click.command()
+@dir_option
+@click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON.")
+def doctor(directory: Path | None, as_json: bool) -> None:
+    """Check the squad's setup: its folder, its settings and its roster.
+
+    Exits with status 1 when a check fails; warnings do not change the exit status.
+
+    \b
+    Examples:
+      squadd doctor
+      squadd doctor --json
+    """
+    results = run_checks((directory or Path.cwd()).resolve())
+    failed = any(result.status == "fail" for result in results)
+    if as_json:
+        print_json({"ok": not failed, "checks": [
+            {"name": r.name, "status": r.status, "summary": r.summary, "details": r.details}
+            for r in results
+        ]})
+    else:
+        for result in results:
+            label, color = _MARKS[result.status]
+            click.echo(f"[{click.style(label.ljust(4), fg=color)}] {result.name}: {result.summary}")
+            for line in result.details:
+                click.echo(f"         {line}")
+    if failed:
+        raise click.exceptions.Exit(1)

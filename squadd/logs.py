@@ -1,0 +1,74 @@
+"""Logging setup: structlog over the standard library, readable lines for people on stderr and
+JSON lines to a rotating file (the daemon's `.squad/log/squadd.log`).
+
+Call `configure_logging` once at process start; library code only calls `structlog.get_logger`.
+"""
+
+from __future__ import annotations
+
+import logging
+import logging.handlers
+import sys
+from pathlib import Path
+
+import structlog
+
+_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
+           "error": logging.ERROR, "critical": logging.CRITICAL}
+
+_SHARED: list[structlog.types.Processor] = [
+    structlog.contextvars.merge_contextvars,
+    structlog.stdlib.add_log_level,
+    structlog.stdlib.add_logger_name,
+    structlog.processors.TimeStamper(fmt="iso", utc=True),
+]
+
+
+def configure_logging(
+    *,
+    console_level: str = "warning",
+    json_file: Path | None = None,
+    file_level: str = "info",
+    max_bytes: int = 10_485_760,
+    backups: int = 3,
+    console: bool = True,
+) -> None:
+    """Route every structlog and stdlib log line to stderr and, optionally, a JSON-lines file."""
+    structlog.configure(
+        processors=[*_SHARED, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=True,
+    )
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+        handler.close()
+    levels = []
+    if console:
+        stream = logging.StreamHandler(sys.stderr)
+        stream.setLevel(_LEVELS[console_level])
+        stream.setFormatter(structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=_SHARED,
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                        structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())],
+        ))
+        root.addHandler(stream)
+        levels.append(_LEVELS[console_level])
+    if json_file is not None:
+        json_file.parent.mkdir(parents=True, exist_ok=True)
+        rotating = logging.handlers.RotatingFileHandler(
+            json_file, maxBytes=max_bytes, backupCount=backups, encoding="utf-8")
+        rotating.setLevel(_LEVELS[file_level])
+        rotating.setFormatter(structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=_SHARED,
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                        structlog.processors.format_exc_info,
+                        structlog.processors.JSONRenderer()],
+        ))
+        root.addHandler(rotating)
+        levels.append(_LEVELS[file_level])
+    root.setLevel(min(levels) if levels else logging.CRITICAL)
+    # Libraries we use are chatty at INFO; their warnings still come through.
+    for noisy in ("httpx", "httpcore", "uvicorn.access", "watchfiles"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -1,0 +1,39 @@
+"""Fixtures every test shares: an environment free of the user's settings, and a fresh squad."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from squadd.state.layout import SquadLayout
+from squadd.state.scaffold import init_squad
+
+
+@pytest.fixture(autouse=True)
+def _isolated_settings(tmp_path_factory: pytest.TempPathFactory,
+                       monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No test reads the real ~/.config/squadd or a SQUADD_* variable of the person running it."""
+    config_home = tmp_path_factory.mktemp("xdg-config")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(config_home))
+    for name in list(os.environ):
+        if name.startswith("SQUADD_"):
+            monkeypatch.delenv(name)
+    yield
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """An empty folder standing for a repository."""
+    path = tmp_path / "repo"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def squad(repo: Path) -> SquadLayout:
+    """A repository with a freshly initialized `.squad/`."""
+    result = init_squad(repo)
+    return SquadLayout.at(result.squad_dir)

@@ -1,0 +1,152 @@
+"""The squad dir: detection by walking up, the legacy .ai-team/, the naming rule, path escapes."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from squadd.errors import InvalidNameError, PathEscapeError, SquadNotFoundError
+from squadd.state.decisions import write_inbox_entry
+from squadd.state.history import append_learning
+from squadd.state.layout import NAME_RULE, SquadLayout, find_squad_dir, safe_id, safe_name
+from squadd.state.skills import write_skill
+from tests._helpers import snapshot
+
+BAD_NAMES = ["../x", "a/b", "", "a\x00b", "n" * 200, "..", ".hidden", "-dash", "a..b", "a b"]
+
+
+@pytest.mark.parametrize("name", BAD_NAMES)
+def test_bad_names_are_refused_with_the_rule_shown(name: str) -> None:
+    with pytest.raises(InvalidNameError) as caught:
+        safe_name(name)
+    assert NAME_RULE in str(caught.value)
+
+
+def test_a_200_character_name_is_shown_shortened_in_the_error() -> None:
+    with pytest.raises(InvalidNameError) as caught:
+        safe_name("n" * 200)
+    assert "n" * 200 not in str(caught.value) and "..." in str(caught.value)
+
+
+def test_good_names_pass_and_are_lower_cased() -> None:
+    assert safe_name("Lead") == "lead"
+    assert safe_name("a" * 64) == "a" * 64
+    assert safe_name("web-dev_2.0") == "web-dev_2.0"
+    with pytest.raises(InvalidNameError):
+        safe_name("a" * 65)
+
+
+def test_skill_names_say_skill_in_the_error() -> None:
+    with pytest.raises(InvalidNameError, match="invalid skill name"):
+        safe_name("../etc", kind="skill")
+
+
+def test_ids_used_as_file_names_are_checked() -> None:
+    assert safe_id("sess-01H.abc") == "sess-01H.abc"
+    for bad in ("../x", "a/b", "", "x" * 129):
+        with pytest.raises(InvalidNameError):
+            safe_id(bad)
+
+
+@pytest.mark.parametrize("name", ["../x", "a/b", "", "a\x00b", "n" * 200])
+def test_bad_names_write_nothing_anywhere(squad: SquadLayout, name: str) -> None:
+    before = snapshot(squad.repo)
+    with pytest.raises(InvalidNameError, match=re.escape(NAME_RULE)):
+        append_learning(squad, name, "x")
+    with pytest.raises(InvalidNameError, match=re.escape(NAME_RULE)):
+        write_inbox_entry(squad, agent=name, title="t", body="b")
+    with pytest.raises(InvalidNameError, match=re.escape(NAME_RULE)):
+        write_skill(squad, name, "# Skill\n")
+    assert snapshot(squad.repo) == before
+
+
+def test_squad_dir_is_found_by_walking_up(squad: SquadLayout) -> None:
+    nested = squad.repo / "src" / "pkg" / "deep"
+    nested.mkdir(parents=True)
+    assert find_squad_dir(nested) == squad.root
+    assert SquadLayout.find(nested).root == squad.root
+    assert SquadLayout.find(nested).repo == squad.repo
+
+
+def test_missing_squad_dir_error_names_squadd_init(tmp_path: Path) -> None:
+    with pytest.raises(SquadNotFoundError, match="squadd init"):
+        find_squad_dir(tmp_path)
+
+
+def test_legacy_ai_team_is_used_in_place(tmp_path: Path) -> None:
+    legacy = tmp_path / ".ai-team"
+    legacy.mkdir()
+    (tmp_path / "sub").mkdir()
+    assert find_squad_dir(tmp_path / "sub") == legacy
+    assert SquadLayout.for_repo(tmp_path).root == legacy
+    layout = SquadLayout.find(tmp_path / "sub")
+    append_learning(layout, "lead", "works in the legacy folder")
+    assert (legacy / "agents" / "lead" / "history.md").is_file()
+    assert not (tmp_path / ".squad").exists()
+
+
+def test_squad_is_preferred_over_legacy_in_the_same_folder(tmp_path: Path) -> None:
+    (tmp_path / ".ai-team").mkdir()
+    (tmp_path / ".squad").mkdir()
+    assert find_squad_dir(tmp_path) == tmp_path / ".squad"
+
+
+def test_for_repo_without_a_squad_dir_points_at_a_new_squad_folder(tmp_path: Path) -> None:
+    assert SquadLayout.for_repo(tmp_path).root == tmp_path.resolve() / ".squad"
+
+
+def test_symlinked_agent_folder_escaping_the_squad_dir_is_refused(
+    squad: SquadLayout, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (squad.agents_dir / "evil").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(PathEscapeError, match="outside"):
+        squad.charter("evil")
+    with pytest.raises(PathEscapeError):
+        append_learning(squad, "evil", "planted")
+    assert list(outside.iterdir()) == []
+
+
+def test_symlinked_inbox_escaping_the_squad_dir_is_refused(
+    squad: SquadLayout, tmp_path: Path
+) -> None:
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    inbox = squad.root / "decisions" / "inbox"
+    for child in inbox.iterdir():
+        child.unlink()
+    inbox.rmdir()
+    inbox.symlink_to(outside, target_is_directory=True)
+    with pytest.raises(PathEscapeError):
+        write_inbox_entry(squad, agent="lead", title="t", body="b")
+    assert list(outside.iterdir()) == []
+
+
+def test_symlink_that_stays_inside_is_allowed(squad: SquadLayout) -> None:
+    (squad.root / "shared").mkdir()
+    (squad.agents_dir / "alias").symlink_to(squad.root / "shared", target_is_directory=True)
+    assert squad.history("alias") == squad.root / "shared" / "history.md"
+
+
+def test_inside_refuses_dot_dot_paths(squad: SquadLayout) -> None:
+    with pytest.raises(PathEscapeError):
+        squad.inside(squad.root / ".." / "secrets.txt")
+    assert squad.inside(squad.root / "agents" / ".." / "team.md") == squad.team_md
+
+
+def test_lock_files_live_under_run(squad: SquadLayout) -> None:
+    lock = squad.lock_for(squad.history("lead"))
+    assert lock.parent == squad.run_dir / "locks"
+    assert lock.name == "agents__lead__history.md.lock"
+    assert os.path.commonpath([lock, squad.root]) == str(squad.root)
+
+
+def test_runtime_paths_check_their_ids(squad: SquadLayout) -> None:
+    assert squad.transcript("s-1") == squad.sessions_dir / "s-1.jsonl"
+    assert squad.tool_output("s-1", "call_7") == squad.root / "tool-output" / "s-1" / "call_7.txt"
+    with pytest.raises(InvalidNameError):
+        squad.transcript("../../etc/passwd")
