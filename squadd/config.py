@@ -35,6 +35,8 @@ class PoolSettings(_Section):
     max_concurrent: int = Field(8, ge=1, le=4096)
     max_queued: int = Field(256, ge=0, le=1_000_000)
     idle_timeout_s: float = Field(300.0, gt=0)
+    max_idle: int = Field(1024, ge=0, le=1_000_000)
+    ended_keep: int = Field(1024, ge=0, le=1_000_000)
 
 
 class RouteSettings(_Section):
@@ -63,10 +65,14 @@ class ProviderSettings(_Section):
     read_timeout_s: float = Field(120.0, gt=0)
     max_attempts: int = Field(5, ge=1, le=20)
     max_retry_wait_s: float = Field(120.0, ge=0)
+    retry_backoff_s: float = Field(1.0, ge=0)
+    retry_backoff_max_s: float = Field(30.0, ge=0)
     max_tokens: int = Field(4096, ge=1)
     command: list[str] = Field(default_factory=list)
     command_timeout_s: float = Field(600.0, gt=0)
+    command_max_output_bytes: int = Field(1_048_576, ge=1024)
     replay_file: str = ""
+    record_file: str = ""
 
 
 class ToolsSettings(_Section):

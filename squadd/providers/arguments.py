@@ -1,0 +1,38 @@
+"""Tool-call arguments as a model wrote them, turned into a dict or a readable parse error.
+
+A model that writes broken JSON gets the error back as a failure tool result and can correct
+itself, so a bad argument string is data here, never an exception.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from squadd.providers.base import ToolCall
+
+
+def tool_call(call_id: str, name: str, raw: object) -> ToolCall:
+    """A `ToolCall` from arguments given as a JSON string (OpenAI) or an object (Anthropic)."""
+    if isinstance(raw, dict):
+        return ToolCall(id=call_id, name=name, arguments=raw)
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return ToolCall(id=call_id, name=name, arguments={})
+    if not isinstance(raw, str):
+        return ToolCall(id=call_id, name=name, raw_arguments=json.dumps(raw),
+                        arguments_error=f"expected a JSON object, got {type(raw).__name__}")
+    try:
+        parsed: Any = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        return ToolCall(id=call_id, name=name, raw_arguments=raw, arguments_error=str(exc))
+    if not isinstance(parsed, dict):
+        return ToolCall(id=call_id, name=name, raw_arguments=raw,
+                        arguments_error=f"expected a JSON object, got {type(parsed).__name__}")
+    return ToolCall(id=call_id, name=name, arguments=parsed)
+
+
+def arguments_json(call: ToolCall) -> str:
+    """The arguments as the model sent them: its raw text when it was not valid JSON."""
+    if call.arguments_error is not None and call.raw_arguments is not None:
+        return call.raw_arguments
+    return json.dumps(call.arguments)

@@ -1,0 +1,172 @@
+"""JSON over HTTP for the HTTP providers: one httpx client with explicit timeouts per provider.
+
+`JsonEndpoint.post` sends one request through the shared retry policy and turns every way it can
+fail (refused, dropped, timed out, 4xx/5xx, a body that is not JSON) into a `ProviderError` that
+names the provider, the HTTP status and the provider's own error text.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import httpx
+
+from squadd.config import ProviderSettings
+from squadd.errors import ProviderError, ProviderTimeoutError
+from squadd.providers.base import RetryCallback, Usage
+from squadd.providers.retry import (
+    RetryableStatusError,
+    RetryPolicy,
+    call_with_retries,
+    parse_retry_after,
+)
+
+_ERROR_TEXT_CHARS = 1000
+
+# Failures of the connection itself: the request may not have reached the model, or its answer
+# was lost on the way back, so another attempt is worth it.
+_CONNECTION_ERRORS = (httpx.NetworkError, httpx.RemoteProtocolError, httpx.ConnectTimeout)
+
+
+def timeouts(settings: ProviderSettings) -> httpx.Timeout:
+    """Connect and read timeouts from the settings; writes get the read budget, the pool the
+    connect one."""
+    return httpx.Timeout(connect=settings.connect_timeout_s, read=settings.read_timeout_s,
+                         write=settings.read_timeout_s, pool=settings.connect_timeout_s)
+
+
+class JsonEndpoint:
+    """POSTs JSON to one URL with retries; owns the provider's one `httpx.AsyncClient`."""
+
+    def __init__(
+        self,
+        *,
+        provider: str,
+        url: str,
+        headers: dict[str, str],
+        timeout: httpx.Timeout,
+        policy: RetryPolicy,
+        on_retry: RetryCallback | None = None,
+        key_hint: str = "",
+        transport: httpx.AsyncBaseTransport | None = None,
+    ):
+        self.provider = provider
+        self.url = url
+        self.policy = policy
+        self.on_retry = on_retry
+        self._key_hint = key_hint
+        self._client = httpx.AsyncClient(headers=headers, timeout=timeout, transport=transport,
+                                         follow_redirects=False)
+
+    async def post(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Send `body`; return the answer's JSON object, or raise `ProviderError`."""
+        payload = json.dumps(body).encode("utf-8")
+        return await call_with_retries(lambda: self._attempt(payload), provider=self.provider,
+                                       policy=self.policy, on_retry=self.on_retry)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def _attempt(self, payload: bytes) -> dict[str, Any]:
+        name, url = self.provider, self.url
+        try:
+            response = await self._client.post(
+                url, content=payload, headers={"content-type": "application/json"})
+        except httpx.ReadTimeout as exc:
+            raise ProviderTimeoutError(
+                f"{name}: no answer from {url} within {self._client.timeout.read:g}s "
+                "(provider.read_timeout_s)", provider=name, retryable=True) from exc
+        except httpx.TimeoutException as exc:
+            retryable = isinstance(exc, httpx.ConnectTimeout)
+            raise ProviderTimeoutError(f"{name}: {type(exc).__name__} talking to {url}: {exc}",
+                                       provider=name, retryable=retryable) from exc
+        except _CONNECTION_ERRORS as exc:
+            raise ProviderError(
+                f"{name}: connection to {url} failed ({type(exc).__name__}): "
+                f"{_root_cause(exc)}", provider=name, retryable=True) from exc
+        except httpx.HTTPError as exc:
+            raise ProviderError(f"{name}: request to {url} failed ({type(exc).__name__}): {exc}",
+                                provider=name) from exc
+        status = response.status_code
+        if status >= 400:
+            raise self._status_error(response)
+        try:
+            data = json.loads(response.content)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ProviderError(
+                f"{name}: malformed response from {url} (HTTP {status}): the body is not JSON "
+                f"({exc}): {_snippet(response.content)!r}", provider=name, status=status,
+            ) from exc
+        if not isinstance(data, dict):
+            raise ProviderError(
+                f"{name}: malformed response from {url} (HTTP {status}): expected a JSON "
+                f"object, got {type(data).__name__}", provider=name, status=status)
+        return data
+
+    def _status_error(self, response: httpx.Response) -> ProviderError:
+        name, status = self.provider, response.status_code
+        text = error_text(response.content)
+        message = f"{name}: HTTP {status} from {self.url}: {text}"
+        if status in (401, 403) and self._key_hint:
+            message += f" ({self._key_hint})"
+        if status == 429 or status >= 500:
+            return RetryableStatusError(message, provider=name, status=status,
+                                        retry_after_s=parse_retry_after(response.headers))
+        return ProviderError(message, provider=name, status=status, retryable=False)
+
+
+def error_text(body: bytes) -> str:
+    """The provider's own words from an error body: `error.message` when it is there."""
+    try:
+        data = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return _snippet(body) or "(empty body)"
+    if isinstance(data, dict):
+        error = data.get("error")
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            kind = error.get("type")
+            prefix = f"{kind}: " if isinstance(kind, str) and kind else ""
+            return (prefix + str(error["message"]))[:_ERROR_TEXT_CHARS]
+        if isinstance(error, str):
+            return error[:_ERROR_TEXT_CHARS]
+        if isinstance(data.get("message"), str):
+            return str(data["message"])[:_ERROR_TEXT_CHARS]
+    return _snippet(body)
+
+
+def _root_cause(exc: BaseException) -> str:
+    """The most specific words in an exception chain ("Connection refused", not "All connection
+    attempts failed")."""
+    detail = str(exc) or type(exc).__name__
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno is not None:
+            return f"{detail} ({os.strerror(current.errno)})"
+        current = current.__cause__ or current.__context__
+    return detail
+
+
+def _snippet(body: bytes) -> str:
+    return body[:_ERROR_TEXT_CHARS].decode("utf-8", errors="replace").strip()
+
+
+def malformed(provider: str, url: str, what: str) -> ProviderError:
+    """A clear error for a JSON answer that lacks what the provider's API promises."""
+    return ProviderError(f"{provider}: malformed response from {url}: {what}", provider=provider)
+
+
+def usage_from(data: dict[str, Any], input_key: str, output_key: str) -> Usage:
+    """Token counts from an answer's `usage` object; what is missing counts as 0."""
+    usage = data.get("usage")
+    if not isinstance(usage, dict):
+        return Usage()
+
+    def count(key: str) -> int:
+        value = usage.get(key)
+        return value if isinstance(value, int) and value >= 0 else 0
+
+    return Usage(input_tokens=count(input_key), output_tokens=count(output_key))

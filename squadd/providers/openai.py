@@ -1,0 +1,168 @@
+"""The `openai` provider: any OpenAI-compatible `/chat/completions` endpoint, tools included.
+
+OpenAI itself, Ollama, vLLM, llama.cpp server and LM Studio all speak it; `base_url` is the API
+root that holds `/chat/completions` (e.g. `http://127.0.0.1:11434/v1` for Ollama).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+from squadd.config import ProviderSettings
+from squadd.errors import ProviderError
+from squadd.providers.arguments import arguments_json, tool_call
+from squadd.providers.base import (
+    Completion,
+    CompletionRequest,
+    Message,
+    RetryCallback,
+    StopReason,
+    ToolCall,
+    tool_specs,
+)
+from squadd.providers.http import (
+    JsonEndpoint,
+    error_text,
+    malformed,
+    timeouts,
+    usage_from,
+)
+from squadd.providers.retry import RetryPolicy
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+DEFAULT_MODEL = "gpt-4.1-mini"
+DEFAULT_KEY_ENV = "OPENAI_API_KEY"
+
+_FINISH_REASONS: dict[str, StopReason] = {
+    "stop": "end",
+    "tool_calls": "tool_calls",
+    "function_call": "tool_calls",
+    "length": "max_tokens",
+}
+
+
+class OpenAIProvider:
+    """Completes turns through an OpenAI-compatible chat completions API."""
+
+    def __init__(
+        self,
+        *,
+        model: str = DEFAULT_MODEL,
+        base_url: str = DEFAULT_BASE_URL,
+        api_key: str | None = None,
+        api_key_env: str = DEFAULT_KEY_ENV,
+        timeout: httpx.Timeout | None = None,
+        policy: RetryPolicy | None = None,
+        on_retry: RetryCallback | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        name: str = "openai",
+    ):
+        self.name = name
+        self.default_model = model
+        headers = {"accept": "application/json"}
+        if api_key:  # local servers (Ollama, vLLM) need none
+            headers["authorization"] = f"Bearer {api_key}"
+        hint = (f"check the API key in ${api_key_env}" if api_key
+                else f"${api_key_env} is not set")
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self._endpoint = JsonEndpoint(
+            provider=name, url=self.url, headers=headers,
+            timeout=timeout or httpx.Timeout(120.0, connect=10.0),
+            policy=policy or RetryPolicy(), on_retry=on_retry, key_hint=hint,
+            transport=transport)
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: ProviderSettings,
+        *,
+        on_retry: RetryCallback | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> OpenAIProvider:
+        key_env = settings.api_key_env or DEFAULT_KEY_ENV
+        env = os.environ if environ is None else environ
+        return cls(model=settings.model or DEFAULT_MODEL,
+                   base_url=settings.base_url or DEFAULT_BASE_URL,
+                   api_key=env.get(key_env) or None, api_key_env=key_env,
+                   timeout=timeouts(settings), policy=RetryPolicy.from_settings(settings),
+                   on_retry=on_retry, transport=transport)
+
+    async def complete(self, request: CompletionRequest) -> Completion:
+        model = request.model or self.default_model
+        body: dict[str, Any] = {
+            "model": model,
+            "messages": [_message(m) for m in request.messages],
+            "max_tokens": request.max_tokens,
+        }
+        if request.tools:
+            body["tools"] = tool_specs(request.tools)
+        data = await self._endpoint.post(body)
+        return self._completion(data, model)
+
+    async def aclose(self) -> None:
+        await self._endpoint.aclose()
+
+    def _completion(self, data: dict[str, Any], model: str) -> Completion:
+        if "error" in data and "choices" not in data:
+            raise malformed(self.name, self.url, f"an error in a 2xx answer: "
+                            f"{error_text(json.dumps(data).encode())}")
+        choices = data.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            raise malformed(self.name, self.url, f"no 'choices' in {_keys(data)}")
+        choice = choices[0]
+        message = choice.get("message")
+        if not isinstance(message, dict):
+            raise malformed(self.name, self.url, "'choices[0]' has no 'message' object")
+        text = message.get("content") or ""
+        if not isinstance(text, str):
+            raise malformed(self.name, self.url, "'choices[0].message.content' is not text")
+        calls = [self._tool_call(i, raw) for i, raw in enumerate(message.get("tool_calls") or [])]
+        reason = _FINISH_REASONS.get(str(choice.get("finish_reason")), "other")
+        if calls and reason in ("end", "other"):
+            reason = "tool_calls"  # some local servers say "stop" after a tool call
+        return Completion(
+            text=text, tool_calls=calls, stop_reason=reason,
+            usage=usage_from(data, "prompt_tokens", "completion_tokens"),
+            model=str(data.get("model") or model),
+        )
+
+    def _tool_call(self, index: int, raw: object) -> ToolCall:
+        function = raw.get("function") if isinstance(raw, dict) else None
+        if not isinstance(raw, dict) or not isinstance(function, dict):
+            raise malformed(self.name, self.url, f"tool call {index} has no 'function' object")
+        name = function.get("name")
+        if not isinstance(name, str) or not name:
+            raise malformed(self.name, self.url, f"tool call {index} has no function name")
+        call_id = raw.get("id") if isinstance(raw.get("id"), str) and raw.get("id") else None
+        return tool_call(call_id or f"call_{index}", name, function.get("arguments"))
+
+
+def _message(message: Message) -> dict[str, Any]:
+    if message.role == "tool":
+        if not message.tool_call_id:
+            raise ProviderError("openai: a tool result message has no tool_call_id",
+                                provider="openai")
+        return {"role": "tool", "tool_call_id": message.tool_call_id,
+                "content": message.content}
+    if message.role == "assistant" and message.tool_calls:
+        return {
+            "role": "assistant",
+            "content": message.content or None,
+            "tool_calls": [
+                {"id": call.id, "type": "function",
+                 "function": {"name": call.name, "arguments": arguments_json(call)}}
+                for call in message.tool_calls
+            ],
+        }
+    return {"role": message.role, "content": message.content}
+
+
+
+def _keys(data: dict[str, Any]) -> str:
+    return "an object with keys " + (", ".join(sorted(data)[:10]) or "(none)")
