@@ -1,0 +1,391 @@
+"""The Scribe: merges the decisions inbox into decisions.md, archives old decisions, compacts
+histories, and tells agents about decisions that name them. Deterministic code, no model.
+
+`merge_inbox` runs one pass under the Scribe lock; `squadd.scribe_worker.run_scribe_worker` runs
+passes whenever the inbox changes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import re
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, Field
+
+from squadd.config import Settings
+from squadd.runtime.events import (
+    EventSink,
+    NullSink,
+    ScribeArchived,
+    ScribeMerged,
+    ScribeRejected,
+)
+from squadd.state.archive import archive_decisions, recover_archive
+from squadd.state.charters import roster
+from squadd.state.decision_index import DecisionIndex, entry_digest
+from squadd.state.decisions import parse_entries
+from squadd.state.fsio import file_lock, fsync_dir
+from squadd.state.history import append_history_lines, compact_history
+from squadd.state.inbox import (
+    Accepted,
+    Deferred,
+    InboxFile,
+    Refused,
+    read_inbox_file,
+    reject_file,
+    scan_inbox,
+    unchanged,
+)
+from squadd.state.intent import (
+    AppendIntent,
+    append_with_intent,
+    clear_intent,
+    finish_append,
+    intent_file,
+    pending_intent,
+    sweep_temp_files,
+)
+from squadd.state.layout import SquadLayout
+
+log = logging.getLogger(__name__)
+
+BATCH_FILES = 1000
+"""Inbox files merged per append: bounds memory, and a crash redoes at most one batch."""
+BATCH_BYTES = 32 * 1024 * 1024
+EVENT_FILES = 100
+"""Most file names one `scribe.merged` event lists (the count is always exact)."""
+
+
+class RejectedFile(BaseModel):
+    file: str
+    moved_to: str
+    reason: str
+
+
+class HistoryCompaction(BaseModel):
+    agent: str
+    moved: int
+
+
+class ScribeReport(BaseModel):
+    """What one Scribe pass did (or, in a dry run, would do)."""
+
+    dry_run: bool = False
+    merged: int = 0
+    """Entries appended to decisions.md."""
+    skipped: int = 0
+    """Entries already in decisions.md (or earlier in this pass), so not appended again."""
+    merged_files: list[str] = Field(default_factory=list)
+    """Inbox files consumed (deleted once their entries were safely in decisions.md)."""
+    rejected: list[RejectedFile] = Field(default_factory=list)
+    deferred: list[str] = Field(default_factory=list)
+    """Inbox files left for a later pass (still being written, or changed while merging)."""
+    archived: int = 0
+    archived_titles: list[str] = Field(default_factory=list)
+    archive_note: str = ""
+    compacted: list[HistoryCompaction] = Field(default_factory=list)
+    team_updates: int = 0
+    recovered: list[str] = Field(default_factory=list)
+    """Interrupted steps of an earlier run that this pass completed."""
+    duration_s: float = 0.0
+
+
+def merge_inbox(
+    layout: SquadLayout,
+    settings: Settings,
+    sink: EventSink | None = None,
+    *,
+    dry_run: bool = False,
+    today: dt.date | None = None,
+    batch_files: int = BATCH_FILES,
+) -> ScribeReport:
+    """One Scribe pass: merge the inbox, then run the archive gate and history compaction.
+
+    Takes the Scribe lock for the whole pass. Safe to kill at any instant: the next pass
+    finishes what the killed one left half done, and every decision ends up exactly once in
+    decisions.md or (once archived) decisions-archive.md.
+    """
+    sink = sink or NullSink()
+    started = time.perf_counter()
+    report = ScribeReport(dry_run=dry_run)
+    with file_lock(layout.scribe_lock):
+        if not dry_run:
+            _recover(layout, report)
+        merge_decisions(layout, settings, sink, report, dry_run=dry_run,
+                        batch_files=batch_files)
+        _archive(layout, settings, sink, report, dry_run=dry_run, today=today)
+        _compact(layout, settings, sink, report, dry_run=dry_run, today=today)
+    report.duration_s = round(time.perf_counter() - started, 6)
+    return report
+
+
+def _recover(layout: SquadLayout, report: ScribeReport) -> None:
+    """Finish what a killed pass left half done: a torn merge append, an archive step."""
+    for path in (layout.decisions_md, layout.decisions_index,
+                 intent_file(layout, layout.decisions_md),
+                 intent_file(layout, layout.decisions_archive)):
+        sweep_temp_files(path)
+    intent = pending_intent(layout, layout.decisions_md)
+    if intent is not None:
+        state = finish_append(intent)
+        clear_intent(intent)
+        if state == "finished":
+            report.recovered.append("completed a torn append to decisions.md")
+        elif state == "stale":
+            log.warning("decisions.md changed since an interrupted merge; "
+                        "its append was not redone")
+    archived = recover_archive(layout)
+    if archived:
+        report.recovered.append(archived)
+
+
+@dataclass
+class _Batch:
+    files: list[InboxFile]
+    accepted: list[Accepted] = field(default_factory=list)
+    refused: list[Refused] = field(default_factory=list)
+    new: list[tuple[str, bytes, Accepted]] = field(default_factory=list)
+
+
+def merge_decisions(
+    layout: SquadLayout,
+    settings: Settings,
+    sink: EventSink,
+    report: ScribeReport,
+    *,
+    dry_run: bool = False,
+    batch_files: int = BATCH_FILES,
+) -> None:
+    """Merge the inbox into decisions.md (the caller holds the Scribe lock).
+
+    Batch by batch: read and check the files, append the new entries and fsync, then delete the
+    merged files. The deletes of one batch overlap the reading of the next (a helper thread), but
+    always finish before the next append.
+    """
+    files = scan_inbox(layout)
+    if not files:
+        return
+    agents = [entry.name for entry in roster(layout)]
+    matcher = AgentMatcher(agents)
+    seen: set[bytes] = set()
+    now = time.time()
+    before = report.merged, report.skipped, len(report.merged_files)
+    pending: Future[_Deleted] | None = None
+    with DecisionIndex.open(layout, writable=not dry_run) as index, \
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="scribe-delete") as deleter:
+        for batch in _batches(files, batch_files, BATCH_BYTES):
+            for file in batch.files:
+                outcome = read_inbox_file(file, max_bytes=settings.scribe.max_inbox_file_bytes,
+                                          agents=agents, now=now)
+                if isinstance(outcome, Deferred):
+                    report.deferred.append(file.name)
+                elif isinstance(outcome, Refused):
+                    batch.refused.append(outcome)
+                else:
+                    batch.accepted.append(outcome)
+                    for text in outcome.entries:
+                        digest = entry_digest(text)
+                        if digest in seen or digest in index:
+                            report.skipped += 1
+                        else:
+                            seen.add(digest)
+                            batch.new.append((text, digest, outcome))
+            _collect(pending, report)
+            pending = _write_batch(layout, index, matcher, batch, report, sink, deleter,
+                                   dry_run=dry_run)
+        _collect(pending, report)
+    merged, skipped, count = (report.merged - before[0], report.skipped - before[1],
+                              len(report.merged_files) - before[2])
+    if count and not dry_run:
+        sink.publish(ScribeMerged(merged=merged, skipped=skipped,
+                                  files=report.merged_files[before[2]:][:EVENT_FILES]))
+        log.info("merged %d decisions (%d duplicates skipped) from %d inbox files",
+                 merged, skipped, count)
+
+
+def _batches(files: list[InboxFile], max_files: int, max_bytes: int) -> Iterator[_Batch]:
+    batch: list[InboxFile] = []
+    size = 0
+    for file in files:
+        if batch and (len(batch) >= max_files or size + file.size > max_bytes):
+            yield _Batch(batch)
+            batch, size = [], 0
+        batch.append(file)
+        size += min(file.size, max_bytes)
+    if batch:
+        yield _Batch(batch)
+
+
+def _write_batch(
+    layout: SquadLayout, index: DecisionIndex, matcher: AgentMatcher, batch: _Batch,
+    report: ScribeReport, sink: EventSink, deleter: ThreadPoolExecutor, *, dry_run: bool,
+) -> Future[_Deleted] | None:
+    """Team updates, then append + fsync, then (in `deleter`) delete the merged files; and move
+    the rejects. Returns the deletion under way."""
+    report.merged += len(batch.new)
+    if dry_run:
+        report.merged_files.extend(a.file.name for a in batch.accepted)
+        report.rejected.extend(RejectedFile(file=r.file.name, moved_to="", reason=r.reason)
+                               for r in batch.refused)
+        return None
+    # Team updates go first and are idempotent: a crash after the append below makes these
+    # entries duplicates on the next run, which would otherwise never send their updates.
+    report.team_updates += _send_team_updates(layout, matcher, batch.new)
+    intent = None
+    if batch.new:
+        chunk = _separator(layout) + "\n".join(text for text, _, _ in batch.new)
+        intent = append_with_intent(layout, layout.decisions_md, chunk.encode("utf-8"))
+        index.record_append([digest for _, digest, _ in batch.new], chunk)
+    pending = deleter.submit(_delete_merged, layout, batch.accepted, intent)
+    for refused in batch.refused:
+        moved = reject_file(layout, refused.file, refused.reason)
+        report.rejected.append(RejectedFile(file=refused.file.name,
+                                            moved_to=str(moved.relative_to(layout.root)),
+                                            reason=refused.reason))
+        log.warning("rejected inbox file %s: %s", refused.file.name, refused.reason)
+        sink.publish(ScribeRejected(file=refused.file.name, reason=refused.reason))
+    return pending
+
+
+@dataclass(frozen=True)
+class _Deleted:
+    merged: list[str]
+    changed: list[str]
+
+
+def _delete_merged(
+    layout: SquadLayout, accepted: list[Accepted], intent: AppendIntent | None
+) -> _Deleted:
+    """Delete inbox files whose entries are safely in decisions.md, then clear the intent.
+
+    A file that changed since it was read stays for the next pass (its entries merged so far
+    are duplicates then; anything added is new).
+    """
+    merged: list[str] = []
+    changed: list[str] = []
+    for item in accepted:
+        if unchanged(item.file, item.identity):
+            item.file.path.unlink(missing_ok=True)
+            merged.append(item.file.name)
+        else:
+            changed.append(item.file.name)
+    if accepted:
+        fsync_dir(layout.inbox_dir)
+    if intent is not None:
+        clear_intent(intent)
+    return _Deleted(merged, changed)
+
+
+def _collect(pending: Future[_Deleted] | None, report: ScribeReport) -> None:
+    """Wait for a batch's deletes (re-raising their error) and count them in the report."""
+    if pending is None:
+        return
+    done = pending.result()
+    report.merged_files.extend(done.merged)
+    report.deferred.extend(done.changed)
+
+
+def _separator(layout: SquadLayout) -> str:
+    """What goes before appended entries so that one blank line parts them from the last one."""
+    try:
+        with layout.decisions_md.open("rb") as handle:
+            size = handle.seek(0, 2)
+            handle.seek(max(0, size - 2))
+            last = handle.read()
+    except FileNotFoundError:
+        size, last = 0, b""
+    if size == 0:
+        return "# Decisions\n\n"
+    if last.endswith(b"\n\n"):
+        return ""
+    return "\n" if last.endswith(b"\n") else "\n\n"
+
+
+class AgentMatcher:
+    """Finds the roster agents a decision names, as `@name` or as a whole word."""
+
+    def __init__(self, agents: Sequence[str]):
+        names = sorted(set(agents), key=len, reverse=True)
+        self._pattern = (
+            re.compile(r"(?<![\w-])@?(" + "|".join(re.escape(n) for n in names) + r")(?![\w-])",
+                       re.IGNORECASE)
+            if names else None
+        )
+
+    def __bool__(self) -> bool:
+        return self._pattern is not None
+
+    def find(self, text: str) -> set[str]:
+        if self._pattern is None:
+            return set()
+        return {match.lower() for match in self._pattern.findall(text)}
+
+
+def team_update_line(title: str, author: str, day: dt.date) -> str:
+    return f"📌 Team update ({day.isoformat()}): {title} — decided by {author}"
+
+
+def _send_team_updates(
+    layout: SquadLayout, matcher: AgentMatcher, new: list[tuple[str, bytes, Accepted]]
+) -> int:
+    if not matcher or not new:
+        return 0
+    lines: dict[str, list[str]] = {}
+    for text, _, accepted in new:
+        parsed = parse_entries(text).entries
+        if not parsed:
+            continue
+        entry = parsed[0]
+        author = entry.by or "unknown"
+        body = "\n".join(line for line in text.split("\n")
+                         if not line.startswith("**By:**"))
+        named = matcher.find(body) - matcher.find(author)
+        day = entry.date or dt.date.fromtimestamp(accepted.file.mtime_ns / 1e9)
+        for agent in sorted(named):
+            lines.setdefault(agent, []).append(team_update_line(entry.title, author, day))
+    return sum(append_history_lines(layout, agent, agent_lines)
+               for agent, agent_lines in lines.items())
+
+
+def _archive(
+    layout: SquadLayout, settings: Settings, sink: EventSink, report: ScribeReport, *,
+    dry_run: bool, today: dt.date | None,
+) -> None:
+    outcome = archive_decisions(layout, settings.scribe, today=today, dry_run=dry_run)
+    if outcome.recovered:
+        report.recovered.append(outcome.recovered)
+    report.archived = outcome.moved
+    report.archived_titles = outcome.titles
+    report.archive_note = outcome.note
+    if outcome.moved and not dry_run:
+        sink.publish(ScribeArchived(
+            moved=outcome.moved, target="decisions-archive.md",
+            reason=f"decisions.md was {outcome.size_before} bytes; now {outcome.size_after}",
+        ))
+        log.info("archived %d decisions (decisions.md %d -> %d bytes)", outcome.moved,
+                 outcome.size_before, outcome.size_after)
+
+
+def _compact(
+    layout: SquadLayout, settings: Settings, sink: EventSink, report: ScribeReport, *,
+    dry_run: bool, today: dt.date | None,
+) -> None:
+    for member in roster(layout):
+        moved = compact_history(layout, member.name,
+                                max_bytes=settings.scribe.history_compact_bytes,
+                                today=today, dry_run=dry_run)
+        if not moved:
+            continue
+        report.compacted.append(HistoryCompaction(agent=member.name, moved=moved))
+        if not dry_run:
+            target = layout.history_archive(member.name).relative_to(layout.root)
+            sink.publish(ScribeArchived(
+                agent=member.name, moved=moved, target=str(target),
+                reason=f"history.md reached scribe.history_compact_bytes "
+                       f"({settings.scribe.history_compact_bytes})",
+            ))

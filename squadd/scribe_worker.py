@@ -1,0 +1,139 @@
+"""The Scribe worker: runs a Scribe pass whenever the decisions inbox changes.
+
+It watches the inbox with watchfiles (falling back to polling when watching fails), waits for
+`scribe.debounce_ms` of quiet, and runs each pass in a worker thread so the event loop never
+blocks. A failing pass is logged and retried; the worker itself only stops when told to.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+
+import anyio
+import watchfiles
+
+from squadd.config import Settings
+from squadd.runtime.events import BaseEvent, EventSink
+from squadd.scribe import ScribeReport, merge_inbox
+from squadd.state.inbox import scan_inbox
+from squadd.state.layout import SquadLayout
+
+log = logging.getLogger(__name__)
+
+MAX_DEBOUNCE_WAITS = 10
+"""A steady stream of changes delays a pass by at most this many debounce periods."""
+WATCH_TIMEOUT_MS = 1000
+"""How long the watcher thread blocks at a time: bounds how long a cancelled worker lingers."""
+
+
+class _ListSink:
+    """Collects the events of a pass run in a thread, to publish them on the event loop."""
+
+    def __init__(self) -> None:
+        self.events: list[BaseEvent] = []
+
+    def publish(self, event: BaseEvent) -> None:
+        self.events.append(event)
+
+
+class _Wake:
+    """Set when the inbox changed; remembers when it last did (for the debounce)."""
+
+    def __init__(self) -> None:
+        self.event = anyio.Event()
+        self.last = 0.0
+
+    def poke(self) -> None:
+        self.last = time.monotonic()
+        self.event.set()
+
+    def reset(self) -> None:
+        self.event = anyio.Event()
+
+
+async def run_scribe_worker(
+    layout: SquadLayout,
+    settings: Settings,
+    sink: EventSink,
+    *,
+    stop: anyio.Event | None = None,
+) -> None:
+    """Run Scribe passes on inbox changes until `stop` is set (or the task is cancelled)."""
+    stop = stop or anyio.Event()
+    layout.inbox_dir.mkdir(parents=True, exist_ok=True)
+    wake = _Wake()
+    wake.poke()  # one pass at start: files may have arrived while nothing watched
+    async with anyio.create_task_group() as group:
+        group.start_soon(_watch, layout, settings, wake, stop)
+        group.start_soon(_merge_loop, layout, settings, sink, wake, stop)
+        await stop.wait()
+        group.cancel_scope.cancel()
+
+
+async def _watch(layout: SquadLayout, settings: Settings, wake: _Wake, stop: anyio.Event) -> None:
+    inbox = layout.inbox_dir
+
+    def relevant(change: watchfiles.Change, path: str) -> bool:
+        name = path.rsplit("/", 1)[-1]
+        return change != watchfiles.Change.deleted and not name.startswith(".")
+
+    try:
+        async for _changes in watchfiles.awatch(
+            inbox, watch_filter=relevant, stop_event=stop, recursive=False,
+            debounce=max(settings.scribe.debounce_ms, 50), step=50,
+            rust_timeout=WATCH_TIMEOUT_MS,
+        ):
+            wake.poke()
+    except Exception as exc:  # watching is a convenience: polling does the same job
+        log.warning("cannot watch %s (%s); polling every %gs instead", inbox, exc,
+                    settings.scribe.poll_interval_s)
+    if not stop.is_set():
+        await _poll(layout, settings, wake, stop)
+
+
+async def _poll(layout: SquadLayout, settings: Settings, wake: _Wake, stop: anyio.Event) -> None:
+    while not stop.is_set():
+        await anyio.sleep(settings.scribe.poll_interval_s)
+        try:
+            waiting = await anyio.to_thread.run_sync(scan_inbox, layout)
+        except OSError as exc:
+            log.warning("cannot list %s: %s", layout.inbox_dir, exc)
+            continue
+        if waiting:
+            wake.poke()
+
+
+async def _merge_loop(
+    layout: SquadLayout, settings: Settings, sink: EventSink, wake: _Wake, stop: anyio.Event
+) -> None:
+    debounce = settings.scribe.debounce_ms / 1000
+    retry_after: float | None = None
+    while not stop.is_set():
+        with anyio.move_on_after(retry_after):
+            await wake.event.wait()
+        deadline = time.monotonic() + debounce * MAX_DEBOUNCE_WAITS
+        while (quiet := wake.last + debounce - time.monotonic()) > 0:
+            if time.monotonic() >= deadline:
+                break
+            await anyio.sleep(min(quiet, deadline - time.monotonic()))
+        wake.reset()
+        report = await _run_pass(layout, settings, sink)
+        # Files still being written, or a failed pass, get another look without a new change.
+        retry_after = (settings.scribe.poll_interval_s
+                       if report is None or report.deferred else None)
+
+
+async def _run_pass(layout: SquadLayout, settings: Settings,
+                    sink: EventSink) -> ScribeReport | None:
+    collected = _ListSink()
+    try:
+        report = await anyio.to_thread.run_sync(
+            functools.partial(merge_inbox, layout, settings, collected))
+    except Exception:
+        log.exception("Scribe pass failed; retrying in %gs", settings.scribe.poll_interval_s)
+        report = None
+    for event in collected.events:
+        sink.publish(event)
+    return report

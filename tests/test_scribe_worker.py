@@ -1,0 +1,156 @@
+"""The Scribe worker: merges on inbox changes, debounces, polls when watching fails, never dies."""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from squadd import scribe_worker
+from squadd.config import ScribeSettings, Settings
+from squadd.runtime.events import BaseEvent, ScribeMerged, ScribeRejected
+from squadd.scribe_worker import run_scribe_worker
+from squadd.state.decisions import parse_decisions, write_inbox_entry
+from squadd.state.layout import SquadLayout
+from tests._helpers import run_together
+
+FAST = Settings(scribe=ScribeSettings(debounce_ms=100, poll_interval_s=0.2))
+
+
+class ListSink:
+    def __init__(self) -> None:
+        self.events: list[BaseEvent] = []
+
+    def publish(self, event: BaseEvent) -> None:
+        self.events.append(event)
+
+    def merged(self) -> int:
+        return sum(e.merged for e in self.events if isinstance(e, ScribeMerged))
+
+
+@asynccontextmanager
+async def worker(layout: SquadLayout, settings: Settings = FAST) -> AsyncIterator[ListSink]:
+    sink = ListSink()
+    stop = anyio.Event()
+    async with anyio.create_task_group() as group:
+        group.start_soon(functools.partial(run_scribe_worker, layout, settings, sink, stop=stop))
+        try:
+            yield sink
+        finally:
+            stop.set()
+            stopped_at = time.monotonic()
+    # Leaving the task group waited for the worker: it must stop promptly once told to.
+    assert time.monotonic() - stopped_at < 5
+
+
+async def until(condition: Callable[[], bool], *, within: float = 20.0) -> None:
+    """Poll the files until `condition` holds (other processes write them: there is no event)."""
+    with anyio.fail_after(within):
+        while True:
+            if condition():
+                return
+            await anyio.sleep(0.02)
+
+
+def titles(layout: SquadLayout) -> Counter[str]:
+    """Titles in decisions.md and decisions-archive.md together (the archive gate may run)."""
+    return Counter(e.title for path in (layout.decisions_md, layout.decisions_archive)
+                   for e in parse_decisions(path).entries)
+
+
+def inbox_left(layout: SquadLayout) -> list[str]:
+    return [p.name for p in layout.inbox_dir.iterdir() if not p.name.startswith(".")]
+
+
+async def test_a_decision_written_while_the_worker_runs_is_merged(squad: SquadLayout) -> None:
+    async with worker(squad) as sink:
+        await anyio.sleep(0.2)
+        write_inbox_entry(squad, agent="lead", title="Watched", body="Seen by the watcher.")
+        await until(lambda: titles(squad)["Watched"] == 1)
+        await until(lambda: sink.merged() == 1)
+    assert inbox_left(squad) == []
+
+
+async def test_files_left_before_the_start_are_merged_at_once(squad: SquadLayout) -> None:
+    write_inbox_entry(squad, agent="lead", title="Waiting", body="Written before the worker.")
+    async with worker(squad):
+        await until(lambda: titles(squad)["Waiting"] == 1)
+
+
+async def test_a_burst_of_files_is_merged_in_one_pass(squad: SquadLayout) -> None:
+    settings = Settings(scribe=ScribeSettings(debounce_ms=500, poll_interval_s=5))
+    async with worker(squad, settings) as sink:
+        await anyio.sleep(1.0)  # past the pass every start makes
+        for i in range(5):
+            text = f"### 2025-01-01: Burst {i}\n\n**By:** lead\n\nb\n"
+            (squad.inbox_dir / f"lead-burst-{i}.md").write_text(text)
+            await anyio.sleep(0.02)
+        await until(lambda: sink.merged() == 5)
+        merges = [e for e in sink.events if isinstance(e, ScribeMerged)]
+    assert len(merges) == 1 and merges[0].merged == 5
+
+
+async def test_when_watching_fails_the_worker_polls(
+    squad: SquadLayout, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def broken_awatch(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(28, "inotify watch limit reached")
+
+    monkeypatch.setattr(scribe_worker.watchfiles, "awatch", broken_awatch)
+    async with worker(squad):
+        await anyio.sleep(0.1)
+        write_inbox_entry(squad, agent="lead", title="Polled", body="Found by a scan.")
+        await until(lambda: titles(squad)["Polled"] == 1, within=5)
+
+
+async def test_a_bad_file_or_a_failing_pass_does_not_stop_the_worker(
+    squad: SquadLayout, caplog: pytest.LogCaptureFixture,
+) -> None:
+    squad.decisions_md.unlink()
+    squad.decisions_md.mkdir()  # every pass fails until this is fixed
+    async with worker(squad) as sink:
+        (squad.inbox_dir / "lead-binary.md").write_bytes(b"\x00\x01")
+        write_inbox_entry(squad, agent="lead", title="Survivor", body="Still merged.")
+        await until(lambda: "Scribe pass failed" in caplog.text)
+        squad.decisions_md.rmdir()
+        await until(lambda: squad.decisions_md.is_file() and titles(squad)["Survivor"] == 1)
+        await until(lambda: any(isinstance(e, ScribeRejected) for e in sink.events))
+    assert (squad.rejected_dir / "lead-binary.md").exists()
+
+
+@pytest.mark.slow
+async def test_twenty_writer_processes_and_the_worker_merge_each_decision_exactly_once(
+    squad: SquadLayout, tmp_path: Path,
+) -> None:
+    writers, each = 20, 50
+    code = f"""
+import random
+from pathlib import Path
+from squadd.state.decisions import write_inbox_entry
+from squadd.state.layout import SquadLayout
+layout = SquadLayout.at(Path({str(squad.root)!r}))
+rng = random.Random(INDEX)
+for i in range({each}):
+    write_inbox_entry(layout, agent=f"w{{INDEX}}", title=f"W{{INDEX}} decision {{i}}",
+                      body=f"Writer {{INDEX}} says {{i}}.")
+    time.sleep(rng.random() * 0.004)
+"""
+    started = time.monotonic()
+    async with worker(squad) as sink:
+        results = await anyio.to_thread.run_sync(
+            lambda: run_together(code, writers, tmp_path / "barrier"))
+        assert [r.stderr for r in results if r.returncode != 0] == []
+        expected = {f"W{w} decision {i}" for w in range(writers) for i in range(each)}
+        await until(lambda: not inbox_left(squad) and len(
+            expected & set(titles(squad))) == len(expected), within=60)
+    counts = titles(squad)
+    assert [t for t in expected if counts[t] != 1] == []
+    assert sink.merged() == writers * each
+    assert time.monotonic() - started < 60
