@@ -34,6 +34,8 @@ def configure_logging(
     console: bool = True,
 ) -> None:
     """Route every structlog and stdlib log line to stderr and, optionally, a JSON-lines file."""
+    from squadd.tools.custom.variables import redact_log_event  # secrets never reach a log
+
     structlog.configure(
         processors=[*_SHARED, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
         logger_factory=structlog.stdlib.LoggerFactory(),
@@ -51,6 +53,7 @@ def configure_logging(
         stream.setFormatter(structlog.stdlib.ProcessorFormatter(
             foreign_pre_chain=_SHARED,
             processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                        structlog.processors.format_exc_info, redact_log_event,
                         structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())],
         ))
         root.addHandler(stream)
@@ -63,7 +66,7 @@ def configure_logging(
         rotating.setFormatter(structlog.stdlib.ProcessorFormatter(
             foreign_pre_chain=_SHARED,
             processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-                        structlog.processors.format_exc_info,
+                        structlog.processors.format_exc_info, redact_log_event,
                         structlog.processors.JSONRenderer()],
         ))
         root.addHandler(rotating)

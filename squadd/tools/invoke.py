@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -32,9 +32,13 @@ from squadd.tools.base import (
     ToolSet,
     VariableSpec,
 )
-from squadd.tools.truncate import limit_output
+from squadd.tools.truncate import cut, limit_output
 
 log = structlog.get_logger("squadd.tools")
+
+NOTE_ALLOWANCE_BYTES = 1024
+NOTE_ALLOWANCE_LINES = 8
+"""Room left for the truncation note in a result whose tool already spilled its output."""
 
 
 class VariablesMissing(Exception):
@@ -163,10 +167,19 @@ class ToolInvoker:
         started = time.monotonic()
         tool = tools.get(call.name)
         secrets: dict[str, str] = {}
-        self.sink.publish(ToolStarted(
-            session_id=origin.session_id, agent=origin.agent, tool=call.name,
-            call_id=call.id, arguments=_preview_arguments(call.arguments),
-        ))
+        announced: list[bool] = []
+
+        def announce(known_secrets: Mapping[str, str]) -> None:
+            # tool.started goes out once the secrets are known, so its arguments can be redacted.
+            if announced:
+                return
+            announced.append(True)
+            self.sink.publish(ToolStarted(
+                session_id=origin.session_id, agent=origin.agent, tool=call.name,
+                call_id=call.id,
+                arguments=redact_any(_preview_arguments(call.arguments), known_secrets),
+            ))
+
         try:
             if call.arguments_error is not None:
                 result = ToolResult.failure(
@@ -179,10 +192,12 @@ class ToolInvoker:
                     f"unknown tool {call.name!r}: the tools available are {available}"
                 )
             else:
-                result, secrets = await self._run(tool, call, origin)
+                result, secrets = await self._run(tool, call, origin, announce)
         except Exception as exc:  # the pipeline's promise: a tool never raises into the loop
             log.exception("tool pipeline failed", tool=call.name, call_id=call.id)
             result = ToolResult.failure(f"{call.name} failed: {type(exc).__name__}: {exc}")
+        finally:
+            announce(secrets)
         result = self._finish(tool, call, origin, result, secrets)
         self.sink.publish(ToolCompleted(
             session_id=origin.session_id, agent=origin.agent, tool=call.name, call_id=call.id,
@@ -191,8 +206,9 @@ class ToolInvoker:
         ))
         return result
 
-    async def _run(self, tool: Tool[Any], call: ToolCall,
-                   origin: CallOrigin) -> tuple[ToolResult, dict[str, str]]:
+    async def _run(self, tool: Tool[Any], call: ToolCall, origin: CallOrigin,
+                   announce: Callable[[Mapping[str, str]], None],
+                   ) -> tuple[ToolResult, dict[str, str]]:
         try:
             args: BaseModel = tool.args_model.model_validate(call.arguments)
         except ValidationError as exc:
@@ -201,9 +217,12 @@ class ToolInvoker:
             resolved = self.variables.resolve(tool.variables)
         except VariablesMissing as exc:
             return ToolResult.failure(f"{tool.name} cannot run: {exc}"), {}
+        announce(resolved.secrets)
+        # The call's own signal: a timeout stops this call without cancelling the session.
+        cancel = origin.cancel.child()
         ctx = ToolContext(
             session_id=origin.session_id, call_id=call.id, agent=origin.agent,
-            repo_dir=self.layout.repo, squad_dir=self.layout.root, cancel=origin.cancel,
+            repo_dir=self.layout.repo, squad_dir=self.layout.root, cancel=cancel,
             variables=resolved.values, depth=origin.depth, lineage=origin.lineage,
             _progress=self._progress_fn(tool, call, origin, resolved.secrets),
         )
@@ -219,11 +238,12 @@ class ToolInvoker:
             with anyio.fail_after(timeout):
                 output = await tool.run(args, ctx)
         except TimeoutError:
-            origin.cancel.set()
+            cancel.set()
             return ToolResult.failure(
                 f"{tool.name} timed out after {timeout:g}s and was stopped"
             ), resolved.secrets
         except anyio.get_cancelled_exc_class():
+            cancel.set()
             origin.cancel.set()
             raise
         except Exception as exc:
@@ -250,6 +270,12 @@ class ToolInvoker:
         max_bytes = limits.max_output_bytes
         if tool is not None and tool.squad_tool:
             max_bytes = min(max_bytes, limits.squad_result_bytes)
+        if tool is not None and isinstance(details.get("full_output"), str):
+            # The tool streamed its full output to the spill file itself (a shell tool that
+            # printed 100 MB): its text is already the cut view plus the note; only cap it.
+            piece = cut(text, max_lines=limits.max_output_lines + NOTE_ALLOWANCE_LINES,
+                        max_bytes=max_bytes + NOTE_ALLOWANCE_BYTES)
+            return ToolResult(result_type=result.result_type, text=piece.text, details=details)
         try:
             view, path = limit_output(
                 self.layout, origin.session_id, call.id, text,

@@ -213,3 +213,50 @@ def test_spill_refuses_traversal_in_ids(layout: SquadLayout) -> None:
 
 def test_tool_result_helpers() -> None:
     assert ToolResult.failure("no", why=1).details == {"why": 1}
+
+
+async def test_a_timeout_stops_the_call_but_not_the_session(layout: SquadLayout) -> None:
+    seen: list[bool] = []
+
+    class Watcher(Echo):
+        name = "watcher"
+
+        async def run(self, args: EchoArgs, ctx: ToolContext) -> ToolOutput:
+            seen.append(ctx.cancel.cancelled)
+            return "ok"
+
+    invoker, _ = _invoker(layout)
+    origin = CallOrigin(session_id="s-3", agent="fenster")
+    tools = ToolSet([Sleepy(), Watcher()])
+    assert not (await invoker.invoke(tools, _call("sleepy", text="x"), origin)).ok
+    assert not origin.cancel.cancelled
+    assert (await invoker.invoke(tools, _call("watcher", text="x"), origin)).ok
+    assert seen == [False]
+
+
+async def test_tool_started_is_published_with_secrets_redacted(
+    layout: SquadLayout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SQUADD_TEST_TOKEN", "tok-abc-123")
+    invoker, sink = _invoker(layout)
+    await invoker.invoke(ToolSet([Leaky()]), _call("leaky", text="tok-abc-123"), ORIGIN)
+    started = sink.events[0]
+    assert isinstance(started, ToolStarted)
+    assert started.arguments == {"text": "[secret:SQUADD_TEST_TOKEN]"}
+
+
+async def test_a_result_the_tool_spilled_itself_is_only_capped(layout: SquadLayout) -> None:
+    class Spiller(Echo):
+        name = "spiller"
+
+        async def run(self, args: EchoArgs, ctx: ToolContext) -> ToolOutput:
+            path = layout.tool_output(ctx.session_id, ctx.call_id)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("the whole output", encoding="utf-8")
+            return ToolResult.success("head\n[output truncated: see the file]",
+                                      full_output=str(path))
+
+    invoker, _ = _invoker(layout, Settings(tools=ToolsSettings(max_output_lines=1)))
+    result = await invoker.invoke(ToolSet([Spiller()]), _call("spiller", text="x"), ORIGIN)
+    assert result.text == "head\n[output truncated: see the file]"
+    assert Path(result.details["full_output"]).read_text() == "the whole output"

@@ -1,0 +1,223 @@
+"""Approvals: which tools may run (`allow`, `ask`, `deny`) and the broker that asks the user.
+
+The policy comes from `tools.approvals` (tool-name globs) over each tool's default. An `ask`
+publishes `approval.requested` and waits for `resolve(id, ...)` (`squadd approve|deny ID`) or
+the approval timeout, which counts as a denial. `ctx.confirm(question)` goes the same way.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import secrets as token
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from squadd.config import Settings
+from squadd.runtime.events import ApprovalRequested, ApprovalResolved, EventSink
+from squadd.tools.base import Approval, ConfirmFn, Tool, ToolContext, ToolResult
+from squadd.tools.invoke import redact, redact_any
+
+MAX_PENDING_APPROVALS = 64
+"""Approvals that may wait at once; past this an `ask` is denied at once, saying why."""
+
+_STRICTNESS: dict[Approval, int] = {"allow": 0, "ask": 1, "deny": 2}
+
+
+@dataclass(frozen=True)
+class PolicyDecision:
+    approval: Approval
+    rule: str | None
+    """The `tools.approvals` pattern that decided, or None for the tool's own default."""
+
+
+def _specificity(pattern: str) -> tuple[int, int]:
+    wildcards = sum(pattern.count(c) for c in "*?[")
+    return (0 if wildcards else 1, len(pattern) - wildcards)
+
+
+def approval_policy(tool: Tool[Any], rules: Mapping[str, Approval]) -> PolicyDecision:
+    """The rule for `tool`: the most specific matching pattern (an exact name beats any glob,
+    then the longest literal part; on a tie the stricter answer), else the tool's default."""
+    matching = [(pattern, answer) for pattern, answer in rules.items()
+                if fnmatch.fnmatchcase(tool.name, pattern)]
+    if not matching:
+        return PolicyDecision(tool.default_approval, None)
+    pattern, answer = max(matching,
+                          key=lambda item: (_specificity(item[0]), _STRICTNESS[item[1]]))
+    return PolicyDecision(answer, pattern)
+
+
+@dataclass(frozen=True)
+class Decision:
+    approved: bool
+    reason: str = ""
+    timed_out: bool = False
+    cancelled: bool = False
+
+
+@dataclass
+class PendingApproval:
+    """One question waiting for an answer."""
+
+    approval_id: str
+    tool: str
+    arguments: dict[str, Any]
+    question: str
+    session_id: str
+    agent: str
+    timeout_s: float
+    created: float = field(default_factory=time.time)
+    _answered: anyio.Event = field(default_factory=anyio.Event)
+    _decision: Decision | None = None
+
+
+CANCELLED = Decision(False, "the tool call was cancelled", cancelled=True)
+
+
+def denial_text(tool_name: str, decision: Decision, timeout_s: float) -> str:
+    """What the model is told when a call was not approved."""
+    if decision.timed_out:
+        return f"{tool_name} was not run: denied: no answer within {timeout_s:g} s"
+    if decision.cancelled:
+        return f"{tool_name} was not run: the call was cancelled while waiting for approval"
+    text = f"{tool_name} was not run: denied by the user"
+    return f"{text} ({decision.reason})" if decision.reason else text
+
+
+def secrets_of(tool: Tool[Any], ctx: ToolContext) -> dict[str, str]:
+    """The values of `tool`'s secret variables in this call (for redaction)."""
+    return {spec.name: ctx.variables[spec.name] for spec in tool.variables
+            if spec.type == "secret" and spec.name in ctx.variables}
+
+
+class ApprovalBroker:
+    """The `ApprovalGate` of the daemon: asks through events, answered by `resolve`.
+
+    `resolve` must be called from the event loop thread (the daemon's HTTP handler is).
+    """
+
+    def __init__(self, settings: Settings, sink: EventSink, *,
+                 max_pending: int = MAX_PENDING_APPROVALS):
+        self.rules: Mapping[str, Approval] = settings.tools.approvals
+        self.timeout_s = settings.tools.approval_timeout_s
+        self.sink = sink
+        self.max_pending = max_pending
+        self._pending: dict[str, PendingApproval] = {}
+
+    def policy(self, tool: Tool[Any]) -> PolicyDecision:
+        return approval_policy(tool, self.rules)
+
+    async def check(self, tool: Tool[Any], arguments: Mapping[str, Any], ctx: ToolContext,
+                    secrets: Mapping[str, str]) -> ToolResult | None:
+        decision = self.policy(tool)
+        if decision.approval == "allow":
+            return None
+        if decision.approval == "deny":
+            where = (f"tools.approvals rule '{decision.rule}'" if decision.rule
+                     else "its default policy")
+            return ToolResult.failure(
+                f"{tool.name} was not run: denied by {where}; it cannot be used here",
+                approval="deny")
+        answer = await self.ask(tool, arguments, ctx, secrets, question=f"Run {tool.name}?")
+        if answer.approved:
+            return None
+        return ToolResult.failure(denial_text(tool.name, answer, self.timeout_s),
+                                  approval="denied", timed_out=answer.timed_out)
+
+    def confirm_fn(self, tool: Tool[Any], ctx: ToolContext) -> ConfirmFn:
+        async def confirm(question: str) -> bool:
+            answer = await self.ask(tool, {}, ctx, secrets_of(tool, ctx), question=question)
+            return answer.approved
+
+        return confirm
+
+    async def ask(self, tool: Tool[Any], arguments: Mapping[str, Any], ctx: ToolContext,
+                  secrets: Mapping[str, str], *, question: str) -> Decision:
+        """Publish `approval.requested` and wait for the answer or the timeout."""
+        if len(self._pending) >= self.max_pending:
+            return Decision(False, f"{self.max_pending} approvals are already waiting; answer "
+                                   "them with 'squadd approve ID' or 'squadd deny ID' first")
+        approval_id = self._new_id()
+        pending = PendingApproval(
+            approval_id=approval_id, tool=tool.name,
+            arguments=redact_any(_shown(arguments), secrets),
+            question=redact(question, secrets)[:1000], session_id=ctx.session_id,
+            agent=ctx.agent, timeout_s=self.timeout_s,
+        )
+        self._pending[approval_id] = pending
+        try:
+            self.sink.publish(ApprovalRequested(
+                session_id=ctx.session_id, agent=ctx.agent, approval_id=approval_id,
+                tool=tool.name, arguments=pending.arguments, question=pending.question,
+                timeout_s=self.timeout_s,
+            ))
+            decision = await self._wait(pending, ctx)
+        except BaseException:
+            if not pending._answered.is_set():
+                self._publish_resolved(pending, CANCELLED)
+            raise
+        finally:
+            self._pending.pop(approval_id, None)
+        if not pending._answered.is_set():  # timed out or cancelled: nobody published it yet
+            self._publish_resolved(pending, decision)
+        return decision
+
+    async def _wait(self, pending: PendingApproval, ctx: ToolContext) -> Decision:
+        outcome: list[Decision] = []
+        async with anyio.create_task_group() as group:
+            async def on_cancel() -> None:
+                await ctx.cancel.wait()
+                outcome.append(CANCELLED)
+                group.cancel_scope.cancel()
+
+            group.start_soon(on_cancel)
+            with anyio.move_on_after(self.timeout_s):
+                await pending._answered.wait()
+            group.cancel_scope.cancel()
+        if pending._decision is not None:
+            return pending._decision
+        if outcome:
+            return outcome[0]
+        return Decision(False, "no answer", timed_out=True)
+
+    def resolve(self, approval_id: str, approved: bool, reason: str = "") -> bool:
+        """Answer a waiting approval; False when no approval with that id is waiting."""
+        pending = self._pending.get(approval_id)
+        if pending is None or pending._answered.is_set():
+            return False
+        pending._decision = Decision(approved, reason.strip()[:500])
+        pending._answered.set()
+        self._publish_resolved(pending, pending._decision)
+        return True
+
+    def pending(self) -> list[PendingApproval]:
+        """The approvals waiting now, oldest first."""
+        return sorted(self._pending.values(), key=lambda p: p.created)
+
+    def _publish_resolved(self, pending: PendingApproval, decision: Decision) -> None:
+        reason = decision.reason
+        if decision.timed_out:
+            reason = f"no answer within {self.timeout_s:g} s"
+        self.sink.publish(ApprovalResolved(
+            session_id=pending.session_id, agent=pending.agent,
+            approval_id=pending.approval_id, approved=decision.approved, reason=reason,
+        ))
+
+    def _new_id(self) -> str:
+        while True:
+            candidate = token.token_hex(4)
+            if candidate not in self._pending:
+                return candidate
+
+
+def _shown(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    shown: dict[str, Any] = {}
+    for key, value in list(arguments.items())[:50]:
+        if isinstance(value, str) and len(value) > 2000:
+            value = value[:2000] + "…"
+        shown[str(key)[:64]] = value
+    return shown

@@ -1,0 +1,296 @@
+"""Finding custom tools: `.squad/tools/` over `~/.config/squadd/tools/` over `tools.extra_dirs`.
+
+Each `.py`, `.yaml` and `.yml` file is loaded on its own: one that fails is reported (file and
+reason, and a `tools.load_failed` event) and skipped. On the same name the earlier folder wins
+and the other is listed as shadowed. Run at each session start; files that did not change
+since the last run are not loaded again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import sys
+import threading
+import traceback
+import types
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from squadd.config import Settings
+from squadd.runtime.events import EventSink, NullSink, ToolsLoadFailed
+from squadd.state.layout import SquadLayout
+from squadd.tools.base import Tool, ToolSet, ToolSource
+from squadd.tools.custom.python_tools import PythonTool, ToolDefinitionError, check_tool_name
+from squadd.tools.custom.shell_schema import ShellToolError
+from squadd.tools.custom.shell_tools import link_shell_tools, load_shell_tool
+
+log = structlog.get_logger("squadd.tools")
+
+SUFFIXES = (".py", ".yaml", ".yml")
+MAX_PYTHON_FILE_BYTES = 1_048_576
+MODULE_PREFIX = "squadd_custom_tools."
+
+
+@dataclass(frozen=True)
+class ToolDir:
+    path: Path
+    source: ToolSource
+
+
+@dataclass(frozen=True)
+class LoadFailure:
+    file: Path
+    source: ToolSource
+    reason: str
+
+
+@dataclass(frozen=True)
+class Shadowed:
+    tool: Tool[Any]
+    by: Tool[Any] | None
+    """The tool that won, or None when a builtin tool has the name."""
+
+    @property
+    def reason(self) -> str:
+        if self.by is None:
+            return "a builtin tool has this name"
+        return f"shadowed by the {self.by.source} tool in {self.by.file}"
+
+
+@dataclass(frozen=True)
+class Skipped:
+    name: str
+    file: Path
+    source: ToolSource
+    reason: str
+
+
+@dataclass(frozen=True)
+class Discovery:
+    """What one discovery found: the tools that count, and everything else, with reasons."""
+
+    tools: tuple[Tool[Any], ...] = ()
+    shadowed: tuple[Shadowed, ...] = ()
+    failures: tuple[LoadFailure, ...] = ()
+    skipped: tuple[Skipped, ...] = ()
+    dirs: tuple[ToolDir, ...] = ()
+
+    def toolset(self) -> ToolSet:
+        return ToolSet(self.tools)
+
+    def get(self, name: str) -> Tool[Any] | None:
+        return next((t for t in self.tools if t.name == name), None)
+
+
+def user_tools_dir(environ: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if environ is None else environ
+    base = env.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "squadd" / "tools"
+
+
+def tool_dirs(layout: SquadLayout, settings: Settings,
+              environ: Mapping[str, str] | None = None) -> list[ToolDir]:
+    """The folders searched, first wins; an extra folder may be relative to the repo."""
+    dirs = [ToolDir(layout.tools_dir, "project"), ToolDir(user_tools_dir(environ), "user")]
+    for extra in settings.tools.extra_dirs:
+        path = Path(extra).expanduser()
+        dirs.append(ToolDir(path if path.is_absolute() else layout.repo / path, "extra"))
+    unique: list[ToolDir] = []
+    seen: set[str] = set()
+    for folder in dirs:
+        key = os.path.realpath(folder.path)
+        if key not in seen:
+            seen.add(key)
+            unique.append(folder)
+    return unique
+
+
+def _tool_files(folder: Path) -> list[Path]:
+    try:
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return [Path(e.path) for e in entries
+            if e.name.endswith(SUFFIXES) and not e.name.startswith(("_", "."))
+            and e.is_file()]
+
+
+@dataclass
+class _Loaded:
+    key: tuple[Any, ...]
+    tools: list[Tool[Any]] = field(default_factory=list)
+    error: str | None = None
+    skipped: list[Skipped] = field(default_factory=list)
+
+
+def _module_name(path: Path) -> str:
+    digest = hashlib.sha256(str(path).encode()).hexdigest()[:16]
+    return f"{MODULE_PREFIX}m{digest}_{re.sub(r'[^0-9A-Za-z_]', '_', path.stem)}"
+
+
+def _failure_reason(exc: BaseException, path: Path) -> str:
+    if isinstance(exc, SyntaxError):
+        return f"syntax error at line {exc.lineno}: {exc.msg}"
+    reason = f"{type(exc).__name__}: {exc}"
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == str(path)]
+    if frames:
+        reason += f" (line {frames[-1].lineno})"
+    return reason
+
+
+def load_python_file(path: Path, source: ToolSource) -> list[PythonTool]:
+    """Run a tool file under a private module name and collect its tools, named."""
+    if path.stat().st_size > MAX_PYTHON_FILE_BYTES:
+        raise ToolDefinitionError(f"larger than {MAX_PYTHON_FILE_BYTES} bytes")
+    text = path.read_bytes()
+    name = _module_name(path)
+    module = types.ModuleType(name)
+    module.__file__ = str(path)
+    sys.modules[name] = module
+    try:
+        # compile + exec rather than an import: no __pycache__ is written into .squad/tools/.
+        exec(compile(text, str(path), "exec", dont_inherit=True), module.__dict__)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    found: list[PythonTool] = []
+    for value in list(vars(module).values()):
+        if isinstance(value, PythonTool) and value.module == name and \
+                all(value is not f for f in found):
+            found.append(value)
+    if not found:
+        raise ToolDefinitionError(
+            "no tools in this file: decorate a function with @tool (from squadd import tool)")
+    stem = path.stem
+    named: list[PythonTool] = []
+    taken: set[str] = set()
+    for item in found:
+        if item.explicit_name:
+            tool_name = item.name
+        elif len(found) == 1:
+            tool_name = stem
+        else:
+            tool_name = f"{stem}_{item.function_name}"
+        check_tool_name(tool_name, where=str(path))
+        if tool_name in taken:
+            raise ToolDefinitionError(f"two tools in this file are named {tool_name!r}")
+        taken.add(tool_name)
+        named.append(item.bound(tool_name, source=source, file=path))
+    return named
+
+
+def _stat_key(path: Path) -> tuple[int, int, int, int]:
+    st = path.stat()
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+class ToolDiscoverer:
+    """Discovery with a cache of loaded files, keyed by (inode, size, mtime, ctime)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._files: dict[Path, _Loaded] = {}
+        self._reported: dict[Path, str] = {}
+
+    def discover(self, layout: SquadLayout, settings: Settings, sink: EventSink | None = None,
+                 *, builtin_names: Iterable[str] = (),
+                 environ: Mapping[str, str] | None = None) -> Discovery:
+        sink = sink or NullSink()
+        with self._lock:
+            return self._discover(layout, settings, sink, set(builtin_names), environ)
+
+    def _discover(self, layout: SquadLayout, settings: Settings, sink: EventSink,
+                  builtins: set[str], environ: Mapping[str, str] | None) -> Discovery:
+        dirs = tool_dirs(layout, settings, environ)
+        fingerprint = settings.tools.model_dump_json()
+        winners: dict[str, Tool[Any]] = {}
+        shadowed: list[Shadowed] = []
+        failures: list[LoadFailure] = []
+        skipped: list[Skipped] = []
+        seen_files: set[Path] = set()
+        for folder in dirs:
+            for path in _tool_files(folder.path):
+                seen_files.add(path)
+                loaded = self._load(path, folder.source, settings, fingerprint)
+                if loaded.error is not None:
+                    failures.append(LoadFailure(path, folder.source, loaded.error))
+                    continue
+                skipped.extend(loaded.skipped)
+                for tool in loaded.tools:
+                    if tool.name in builtins:
+                        shadowed.append(Shadowed(tool, None))
+                    elif tool.name in winners:
+                        shadowed.append(Shadowed(tool, winners[tool.name]))
+                    else:
+                        winners[tool.name] = tool
+        linked, link_failures = link_shell_tools(winners)
+        tools: list[Tool[Any]] = []
+        for name, tool in winners.items():
+            if name in link_failures:
+                assert tool.file is not None
+                failures.append(LoadFailure(tool.file, tool.source,
+                                            f"tool {name} {link_failures[name]}"))
+            else:
+                tools.append(linked.get(name, tool))
+        for gone in set(self._files) - seen_files:
+            del self._files[gone]
+        self._report(failures, sink)
+        return Discovery(tuple(tools), tuple(shadowed), tuple(failures), tuple(skipped),
+                         tuple(dirs))
+
+    def _load(self, path: Path, source: ToolSource, settings: Settings,
+              fingerprint: str) -> _Loaded:
+        try:
+            key: tuple[Any, ...] = (*_stat_key(path), source,
+                                    fingerprint if path.suffix != ".py" else "")
+        except OSError as exc:
+            return _Loaded((), error=f"cannot be read: {exc.strerror}")
+        cached = self._files.get(path)
+        if cached is not None and cached.key == key:
+            return cached
+        loaded = _Loaded(key)
+        try:
+            if path.suffix == ".py":
+                loaded.tools = list(load_python_file(path, source))
+            else:
+                shell = load_shell_tool(path, source=source, settings=settings)
+                if shell.definition.available_here():
+                    loaded.tools = [shell]
+                else:
+                    platforms = ", ".join(shell.definition.platforms or ())
+                    loaded.skipped = [Skipped(shell.name, path, source,
+                                              f"only for {platforms}, not {sys.platform}")]
+        except ShellToolError as exc:
+            loaded.error = str(exc).removeprefix(f"{path}: ")
+        except ToolDefinitionError as exc:
+            loaded.error = str(exc).removeprefix(f"{path}: ")
+        except (KeyboardInterrupt, GeneratorExit):
+            raise
+        except BaseException as exc:  # a tool file may raise anything, SystemExit included
+            loaded.error = _failure_reason(exc, path)
+        self._files[path] = loaded
+        return loaded
+
+    def _report(self, failures: list[LoadFailure], sink: EventSink) -> None:
+        current = {f.file: f.reason for f in failures}
+        for failure in failures:
+            if self._reported.get(failure.file) == failure.reason:
+                continue
+            log.warning("tools.load_failed", file=str(failure.file), reason=failure.reason)
+            sink.publish(ToolsLoadFailed(file=str(failure.file), reason=failure.reason))
+        self._reported = current
+
+
+_DISCOVERER = ToolDiscoverer()
+
+
+def discover_tools(layout: SquadLayout, settings: Settings, sink: EventSink | None = None, *,
+                   builtin_names: Iterable[str] = ()) -> Discovery:
+    """Find the custom tools for `layout` (blocking: call it through `anyio.to_thread`)."""
+    return _DISCOVERER.discover(layout, settings, sink, builtin_names=builtin_names)

@@ -1,0 +1,368 @@
+"""YAML shell tools (seed 003): `ShellTool`, linking aliases and `use-tool` steps, and the
+runner of a tool file's own `tests:`.
+
+A `ShellTool` runs its plan (`shell_run`), streams output to part files and returns the cut
+view; when the model cannot see everything it assembles the spill file itself and says so in
+``details["full_output"]``, which the invoker then leaves alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import structlog
+from pydantic import BaseModel
+
+from squadd.config import Settings
+from squadd.errors import InvalidNameError
+from squadd.providers.base import ToolCall
+from squadd.state.layout import SquadLayout, safe_id
+from squadd.tools.base import Tool, ToolContext, ToolResult, ToolSet, ToolSource
+from squadd.tools.custom.python_tools import (
+    ToolDefinitionError,
+    check_tool_name,
+    default_label,
+)
+from squadd.tools.custom.shell_output import assemble, render, view_of
+from squadd.tools.custom.shell_process import DRAIN_S, KILL_GRACE_S
+from squadd.tools.custom.shell_run import CallPlace, PlanReport, PlanRunner
+from squadd.tools.custom.shell_schema import (
+    SECURITY_TAGS,
+    ParameterSpec,
+    ShellToolError,
+    ShellToolFile,
+    load_shell_file,
+    parameters_model,
+)
+from squadd.tools.custom.shell_template import TemplateError, substitute_text
+from squadd.tools.invoke import CallOrigin, ToolInvoker
+from squadd.tools.truncate import truncation_note
+
+log = structlog.get_logger("squadd.tools")
+
+STATUS_ROOM_LINES = 4
+_STRICTNESS = {"allow": 0, "ask": 1, "deny": 2}
+STATUS_ROOM_BYTES = 512
+
+
+def _safe(value: str, kind: str) -> str:
+    try:
+        return safe_id(value, kind=kind)
+    except InvalidNameError:
+        return "id-" + hashlib.sha256(value.encode("utf-8", "replace")).hexdigest()[:24]
+
+
+class ShellTool(Tool[BaseModel]):
+    """A tool described by a YAML file: one command or steps, with quoted `{PARAM}`s."""
+
+    kind = "yaml"
+
+    def __init__(self, definition: ShellToolFile, *, name: str, file: Path | None,
+                 source: ToolSource, settings: Settings):
+        check_tool_name(name, where=str(file or name))
+        self.definition = definition
+        """The file as written."""
+        self.plan = definition
+        """What runs: the file itself, or for an alias the base tool's definition."""
+        self.name = name
+        self.file = file
+        self.source = source
+        self.settings = settings
+        self.label = definition.label or default_label(name)
+        self.description = definition.description or ""
+        self.tags = tuple(definition.tags)
+        self.default_approval = "allow" if set(self.tags) & set(SECURITY_TAGS) else "ask"
+        self.variables = tuple(definition.variables)
+        self.parameters: dict[str, ParameterSpec] = dict(definition.parameters)
+        self._links: dict[str, ShellTool] = {}
+        self._set_timeout(definition.timeout_s or settings.tools.timeout_s)
+        self.args_model = parameters_model(f"{name}_args", self.parameters)
+
+    def _set_timeout(self, seconds: float) -> None:
+        self.run_timeout_s = seconds
+        # The invoker's limit is a backstop: the tool stops its processes itself, in time.
+        self.timeout_s = seconds + KILL_GRACE_S + 2 * DRAIN_S + 1.0
+
+    @property
+    def is_alias(self) -> bool:
+        return self.definition.type == "alias"
+
+    def uses(self) -> list[str]:
+        """Names of the tools this one needs: its base tool and its `use-tool` steps."""
+        names = [self.definition.base_tool] if self.definition.base_tool else []
+        names += [s.use_tool for s in self.definition.steps or () if s.use_tool is not None]
+        return names
+
+    def linked_copy(self, found: Mapping[str, ShellTool]) -> ShellTool:
+        """This tool bound to the (already linked) tools it uses."""
+        clone = ShellTool.__new__(ShellTool)
+        clone.__dict__.update(self.__dict__)
+        clone.__dict__.pop("_spec", None)
+        clone._links = {name: found[name] for name in self.uses()
+                        if name != self.definition.base_tool}
+        variables = {v.name: v for v in self.variables}
+        if self.is_alias:
+            base = found[self.definition.base_tool or ""]
+            clone.plan = base.plan
+            clone._links = dict(base._links)
+            clone.description = self.definition.description or base.description
+            if not self.definition.tags:
+                clone.tags = base.tags
+                clone.default_approval = base.default_approval
+            clone.parameters = _with_defaults(base.parameters, self.definition.default_parameters,
+                                              self.name)
+            clone.args_model = parameters_model(f"{self.name}_args", clone.parameters)
+            if self.definition.timeout_s is None:
+                clone._set_timeout(base.run_timeout_s)
+        for other in (*clone._links.values(), *([found[self.definition.base_tool]]
+                                                if self.is_alias and self.definition.base_tool
+                                                else [])):
+            for spec in other.variables:
+                known = variables.get(spec.name)
+                if known is None or (spec.type == "secret" and known.type != "secret"):
+                    variables[spec.name] = spec
+        clone.variables = tuple(variables.values())
+        # Running this tool runs the tools it uses: it asks whenever one of them would.
+        for other in clone._links.values():
+            if _STRICTNESS[other.default_approval] > _STRICTNESS[clone.default_approval]:
+                clone.default_approval = other.default_approval
+        return clone
+
+    def linked(self, name: str) -> ShellTool:
+        return self._links[name]
+
+    def plan_values(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        """Validated parameter values by name (raises pydantic's `ValidationError`)."""
+        return self.args_model.model_validate(dict(arguments)).model_dump(by_alias=True)
+
+    async def run(self, args: BaseModel, ctx: ToolContext) -> ToolResult:
+        values = args.model_dump(by_alias=True)
+        layout = SquadLayout.at(ctx.squad_dir)
+        session = _safe(ctx.session_id, "session id")
+        call = _safe(ctx.call_id, "tool call id")
+        secrets = {s.name: ctx.variables[s.name] for s in self.variables
+                   if s.type == "secret" and s.name in ctx.variables}
+        place = CallPlace(
+            layout=layout, session_id=session, call_id=call, secrets=secrets,
+            head_bytes=self.settings.tools.max_output_bytes,
+            deadline=anyio.current_time() + self.run_timeout_s, cancel=ctx.cancel,
+            variables=ctx.variables, repo=ctx.repo_dir, progress=ctx.progress)
+        try:
+            try:
+                report = await PlanRunner(self, values, place).run()
+            except (FileNotFoundError, TemplateError, ValueError) as exc:
+                return ToolResult.failure(f"{self.name} cannot run: {exc}")
+            return await self._result(report, place)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(_discard, place)
+
+    async def _result(self, report: PlanReport, place: CallPlace) -> ToolResult:
+        limits = self.settings.tools
+        text, complete, total_bytes, total_lines = render(report.blocks)
+        view, piece = view_of(
+            text, complete, total_bytes, total_lines,
+            max_lines=max(1, limits.max_output_lines - STATUS_ROOM_LINES),
+            max_bytes=max(256, limits.max_output_bytes - STATUS_ROOM_BYTES))
+        details: dict[str, Any] = {
+            "exit_code": report.exit_code,
+            "steps": [{"name": s.name, "status": s.status, "exit_code": s.exit_code}
+                      for s in report.steps],
+        }
+        if piece.truncated:
+            layout = place.layout
+            final = layout.tool_output(place.session_id, place.call_id)
+            scratch = layout.tool_output_part(place.session_id, place.call_id, "all")
+            await anyio.to_thread.run_sync(assemble, report.blocks, final, scratch)
+            view = view + truncation_note(piece, final, layout)
+            details["full_output"] = str(final)
+        body = view.rstrip("\n") if view.strip() else "(no output)"
+        status = self._status(report)
+        text = f"{body}\n{status}" if status else body
+        log.debug("shell tool finished", tool=self.name, call_id=place.call_id,
+                  exit_code=report.exit_code, output_bytes=sum(s.total_bytes for s in place.parts),
+                  spilled="full_output" in details)
+        if report.ok:
+            return ToolResult.success(text, **details)
+        return ToolResult.failure(text, **details)
+
+    def _status(self, report: PlanReport) -> str:
+        if report.timed_out:
+            return (f"[{self.name} timed out after {self.run_timeout_s:g}s: its processes "
+                    "were stopped]")
+        if report.cancelled:
+            return f"[{self.name} was cancelled: its processes were stopped]"
+        if report.steps:
+            counts = {status: sum(1 for s in report.steps if s.status == status)
+                      for status in ("ok", "failed", "skipped", "not-run")}
+            summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+            count = len(report.steps)
+            return f"[{count} step{'' if count == 1 else 's'}: {summary}]"
+        if not report.ok:
+            return f"[exit code {report.exit_code}]"
+        return ""
+
+
+def _discard(place: CallPlace) -> None:
+    for sink in place.parts:
+        sink.discard()
+
+
+def _with_defaults(parameters: Mapping[str, ParameterSpec], defaults: Mapping[str, Any],
+                   name: str) -> dict[str, ParameterSpec]:
+    unknown = sorted(set(defaults) - set(parameters))
+    if unknown:
+        raise ShellToolError(f"alias {name}: default-parameters names {', '.join(unknown)}, "
+                             f"which the base tool does not have (it has: "
+                             f"{', '.join(parameters) or 'none'})")
+    merged = dict(parameters)
+    for key, value in defaults.items():
+        merged[key] = parameters[key].model_copy(update={"default": value, "required": False})
+    return merged
+
+
+def load_shell_tool(path: Path, *, source: ToolSource, settings: Settings) -> ShellTool:
+    """Load a YAML tool file (`ShellToolError` when it cannot be)."""
+    definition = load_shell_file(path)
+    name = definition.name or path.stem
+    try:
+        return ShellTool(definition, name=name, file=path, source=source, settings=settings)
+    except ShellToolError:
+        raise
+    except ToolDefinitionError as exc:
+        raise ShellToolError(str(exc)) from None
+    except Exception as exc:
+        raise ShellToolError(f"{path}: {exc}") from None
+
+
+def link_shell_tools(tools: Mapping[str, Tool[Any]]) -> tuple[dict[str, ShellTool],
+                                                               dict[str, str]]:
+    """Bind every shell tool among `tools` to the tools it uses.
+
+    Returns the linked tools by name and, for those that cannot be linked (a missing or
+    non-YAML base tool, a cycle), the reason.
+    """
+    linked: dict[str, ShellTool] = {}
+    failed: dict[str, str] = {}
+
+    def visit(name: str, chain: tuple[str, ...]) -> ShellTool | None:
+        if name in linked:
+            return linked[name]
+        if name in failed:
+            return None
+        tool = tools.get(name)
+        assert isinstance(tool, ShellTool)
+        found: dict[str, ShellTool] = {}
+        for used in tool.uses():
+            if used in chain or used == name:
+                failed[name] = f"uses {used}, which uses {name} again (a cycle: " \
+                               f"{' -> '.join((*chain, name, used))})"
+                return None
+            other = tools.get(used)
+            if not isinstance(other, ShellTool):
+                what = "no tool" if other is None else f"a {other.kind} tool, not a YAML tool"
+                failed[name] = f"uses {used!r}, which is {what}"
+                return None
+            done = visit(used, (*chain, name))
+            if done is None:
+                failed[name] = f"uses {used}, which failed to load: {failed.get(used, '?')}"
+                return None
+            found[used] = done
+        try:
+            linked[name] = tool.linked_copy(found)
+        except ShellToolError as exc:
+            failed[name] = str(exc)
+            return None
+        return linked[name]
+
+    for name, tool in tools.items():
+        if isinstance(tool, ShellTool):
+            visit(name, ())
+    return linked, failed
+
+
+@dataclass
+class ToolTestOutcome:
+    tool: str
+    test: str
+    passed: bool
+    problems: list[str] = field(default_factory=list)
+    output: str = ""
+
+
+async def run_tool_tests(tool: ShellTool, invoker: ToolInvoker, *,
+                         session_id: str = "tools-test",
+                         on_result: Callable[[ToolTestOutcome], None] | None = None,
+                         ) -> list[ToolTestOutcome]:
+    """Run the `tests:` of `tool` through the pipeline; one outcome per test."""
+    outcomes: list[ToolTestOutcome] = []
+    tools = ToolSet([tool])
+    for index, test in enumerate(tool.definition.tests, start=1):
+        call = ToolCall(id=f"{_slug(tool.name)}-test-{index}", name=tool.name,
+                        arguments=dict(test.parameters))
+        result = await invoker.invoke(tools, call, CallOrigin(session_id=session_id,
+                                                              agent="squadd"))
+        problems: list[str] = []
+        expected = test.expected
+        exit_code = result.details.get("exit_code")
+        if exit_code != expected.exit_code:
+            problems.append(f"exit code {exit_code}, expected {expected.exit_code}")
+        full = result.details.get("full_output")
+        for needle in _many(expected.output_contains):
+            found = needle in result.text or (
+                isinstance(full, str) and await anyio.to_thread.run_sync(
+                    _file_contains, Path(full), needle))
+            if not found:
+                problems.append(f"the output does not contain {needle!r}")
+        values = {k: v for k, v in test.parameters.items()}
+        folder = _test_dir(tool, values, invoker.layout.repo)
+        for wanted in _many(expected.file_exists):
+            path = folder / substitute_text(wanted, values)
+            if not await anyio.to_thread.run_sync(path.exists):
+                problems.append(f"file {wanted} does not exist")
+        for command in test.cleanup:
+            with anyio.move_on_after(tool.run_timeout_s):
+                done = await anyio.run_process(["bash", "-c", command], cwd=folder, check=False)
+                if done.returncode != 0:
+                    problems.append(f"cleanup {command!r} exited with {done.returncode}")
+        outcome = ToolTestOutcome(tool.name, test.name, not problems, problems, result.text)
+        outcomes.append(outcome)
+        if on_result is not None:
+            on_result(outcome)
+    return outcomes
+
+
+def _many(value: str | list[str] | None) -> list[str]:
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else list(value)
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_-]", "-", name)[:40] or "tool"
+
+
+def _test_dir(tool: ShellTool, values: Mapping[str, Any], repo: Path) -> Path:
+    if not tool.plan.working_directory:
+        return repo
+    folder = Path(substitute_text(tool.plan.working_directory, values)).expanduser()
+    return folder if folder.is_absolute() else repo / folder
+
+
+def _file_contains(path: Path, needle: str) -> bool:
+    wanted = needle.encode("utf-8")
+    overlap = max(0, len(wanted) - 1)
+    tail = b""
+    with path.open("rb") as handle:
+        while chunk := handle.read(1 << 20):
+            if wanted in tail + chunk:
+                return True
+            tail = (tail + chunk)[-overlap:] if overlap else b""
+    return False
+
