@@ -14,8 +14,10 @@ from tests._helpers import REPO_ROOT, snapshot
 pytestmark = pytest.mark.slow
 
 
-def _run(args: list[str | Path], *, cwd: Path, timeout: float = 300) -> str:
+def _run(args: list[str | Path], *, cwd: Path, timeout: float = 300,
+         extra_env: dict[str, str] | None = None) -> str:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env.update(extra_env or {})
     result = subprocess.run([str(a) for a in args], cwd=cwd, capture_output=True, text=True,
                             timeout=timeout, env=env, stdin=subprocess.DEVNULL)
     assert result.returncode == 0, f"{args} failed:\n{result.stdout}\n{result.stderr}"
@@ -59,4 +61,9 @@ def test_wheel_installs_in_a_fresh_venv_and_init_is_idempotent(tmp_path: Path) -
     _run([squadd, "agent", "add", "lead", "--role", "Lead"], cwd=repo)
     listing = _run([squadd, "agent", "list"], cwd=repo)
     assert "lead" in listing and "Lead" in listing
-    assert "Error" not in _run([squadd, "doctor"], cwd=repo)
+    # A model provider that needs no network or key, so doctor can pass every check.
+    recording = tmp_path / "recording.yaml"
+    recording.write_text("default:\n  - text: done\n", encoding="utf-8")
+    report = _run([squadd, "doctor"], cwd=repo, extra_env={
+        "SQUADD_PROVIDER_KIND": "replay", "SQUADD_PROVIDER_REPLAY_FILE": str(recording)})
+    assert "Error" not in report and "FAIL" not in report

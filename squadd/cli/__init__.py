@@ -20,6 +20,18 @@ COMMANDS: dict[str, str] = {
     "doctor": "squadd.cli.doctor:doctor",
     "scribe": "squadd.cli.scribe:scribe",
     "run": "squadd.cli.run:run",
+    "tools": "squadd.cli.tools:tools",
+    "serve": "squadd.cli.serve:serve",
+    "route": "squadd.cli.route:route",
+    "status": "squadd.cli.status:status",
+    "events": "squadd.cli.events:events",
+    "sessions": "squadd.cli.sessions:sessions",
+    "stop": "squadd.cli.control:stop",
+    "approve": "squadd.cli.control:approve",
+    "deny": "squadd.cli.control:deny",
+    "mcp": "squadd.cli.mcp:mcp",
+    "mcp-config": "squadd.cli.mcp:mcp_config",
+    "demo": "squadd.cli.demo:demo",
 }
 """Every `squadd` command: name -> "module:attribute". Add new commands here."""
 

@@ -112,7 +112,35 @@ def check_roster(ctx: DoctorContext) -> CheckResult:
     return CheckResult("roster", "warn" if details else "ok", summary, details)
 
 
-CHECKS: list[Check] = [check_squad_dir, check_settings, check_roster]
+def check_provider(ctx: DoctorContext) -> CheckResult:
+    """Configured, reachable, key accepted (no prompt is sent)."""
+    if ctx.settings is None:
+        return CheckResult("provider", "skip", "the settings did not load")
+    from squadd.cli._doctor_provider import provider_finding
+
+    finding = provider_finding(ctx.settings.provider)
+    return CheckResult("provider", finding.status, finding.summary, finding.details)
+
+
+def check_daemon(ctx: DoctorContext) -> CheckResult:
+    """Whether a daemon serves this repo (either answer is fine)."""
+    if ctx.layout is None:
+        return CheckResult("daemon", "skip", "no squad dir")
+    from squadd.daemon.client import DaemonClient
+    from squadd.errors import DaemonNotRunningError
+
+    with DaemonClient(ctx.layout, timeout=5.0) as client:
+        try:
+            health = client.health()
+        except DaemonNotRunningError:
+            return CheckResult("daemon", "ok", "not running (start it with 'squadd serve')")
+    return CheckResult("daemon", "ok", f"running, PID {health.get('pid')}, up "
+                                       f"{health.get('uptime_s', 0):.0f}s, provider "
+                                       f"{health.get('provider')}")
+
+
+CHECKS: list[Check] = [check_squad_dir, check_settings, check_roster, check_provider,
+                       check_daemon]
 """The checks `squadd doctor` runs, in order. Append to add one."""
 
 
@@ -133,7 +161,7 @@ def run_checks(start: Path, checks: list[Check] | None = None) -> list[CheckResu
 @dir_option
 @click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON.")
 def doctor(directory: Path | None, as_json: bool) -> None:
-    """Check the squad's setup: its folder, its settings and its roster.
+    """Check the squad's setup: its folder, settings, roster, provider and daemon.
 
     Exits with status 1 when a check fails; warnings do not change the exit status.
 

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+import threading
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Annotated, Any, Literal, Protocol
 
 import anyio
+import anyio.from_thread
+import anyio.lowlevel
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 
@@ -260,6 +263,10 @@ class Subscription:
 
     async def get(self, within: float | None = None) -> BaseEvent | None:
         """Wait for the next event; None after `within` seconds or once closed."""
+        event = self.get_nowait()
+        if event is not None:  # the common case of a busy bus: no timeout scope needed
+            await anyio.lowlevel.checkpoint_if_cancelled()
+            return event
         with anyio.move_on_after(within):
             while True:
                 event = self.get_nowait()
@@ -291,7 +298,11 @@ class Subscription:
 
 
 class EventBus:
-    """Fans events out to subscribers without ever blocking the publisher."""
+    """Fans events out to subscribers without ever blocking the publisher.
+
+    Publish from the event loop's thread; a publish from another thread is handed to the loop
+    (subscribers are woken there), so it is safe, if slower.
+    """
 
     def __init__(self, *, buffer: int = 1024):
         self._buffer = buffer
@@ -299,8 +310,19 @@ class EventBus:
         self._seq = itertools.count(1)
         self.last_seq = 0
         self._listeners: list[Callable[[BaseEvent], None]] = []
+        self._loop_thread: int | None = None
+        self._loop_token: anyio.lowlevel.EventLoopToken | None = None
 
     def publish(self, event: BaseEvent) -> None:
+        if self._loop_thread is not None and threading.get_ident() != self._loop_thread:
+            try:
+                anyio.from_thread.run_sync(self._publish, event, token=self._loop_token)
+                return
+            except RuntimeError:  # the loop is gone: nobody is waiting to be woken
+                pass
+        self._publish(event)
+
+    def _publish(self, event: BaseEvent) -> None:
         seq = next(self._seq)
         self.last_seq = seq
         stamped = event.model_copy(update={"seq": seq})
@@ -312,6 +334,13 @@ class EventBus:
     def subscribe(self, *, types: Iterable[str] | None = None, session_id: str | None = None,
                   buffer: int | None = None) -> Subscription:
         """A bounded subscription, filtered by event type (``tool.*`` allowed) and session."""
+        if self._loop_thread is None:
+            try:
+                self._loop_token = anyio.lowlevel.current_token()
+            except RuntimeError:  # no event loop here: publishers are all in this thread
+                pass
+            else:
+                self._loop_thread = threading.get_ident()
         subscription = Subscription(self, buffer or self._buffer,
                                     frozenset(types) if types else None, session_id)
         self._subscribers.append(subscription)

@@ -120,8 +120,16 @@ class AgentSession:
         self.sink = sink
         self.usage = Usage()
         self.turns = 0
-        self._writer = TranscriptWriter(layout.transcript(info.session_id))
+        self._transcript: TranscriptWriter | None = None
         self._specs = tools.specs()
+
+    @property
+    def _writer(self) -> TranscriptWriter:
+        # Made on first use: its path check touches the disk, so `start` and `continue_with`
+        # first use it in their worker thread, not on the event loop.
+        if self._transcript is None:
+            self._transcript = TranscriptWriter(self.layout.transcript(self.info.session_id))
+        return self._transcript
 
     @property
     def session_id(self) -> str:
@@ -139,20 +147,34 @@ class AgentSession:
     async def start(self, task: str, context: str | None, *,
                     cancel: CancelSignal | None = None,
                     timeout_s: float | None = None) -> SessionOutcome:
-        """A new session: write its meta and system prompt, then run `task`."""
+        """A new session: write its meta, system prompt and task, then run it."""
         info = self.info
-        parts = await anyio.to_thread.run_sync(gather, self.layout, info.agent, context)
-        system = build_system_prompt(info.agent, parts, self.settings.prompt)
-        self._writer.add(
-            "meta", session_id=info.session_id, agent=info.agent, model=info.model,
-            task=task, parent_session_id=info.parent_session_id,
-            requested_by=info.requested_by, depth=info.depth, lineage=list(info.lineage),
-            priority=info.priority, tools=self.tools.names,
-            created=dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"),
-        )
-        messages = [Message(role="system", content=system)]
-        self._record(messages[0])
-        return await self._run(messages, task, cancel, timeout_s)
+        created = dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
+
+        def prepare() -> list[Message]:
+            # One trip to a worker thread: read the prompt's files, then write and fsync all
+            # the provider is about to see.
+            parts = gather(self.layout, info.agent, context)
+            system = Message(role="system",
+                             content=build_system_prompt(info.agent, parts, self.settings.prompt))
+            user = Message(role="user", content=task)
+            writer = self._writer
+            writer.add(
+                "meta", session_id=info.session_id, agent=info.agent, model=info.model,
+                task=task, parent_session_id=info.parent_session_id,
+                requested_by=info.requested_by, depth=info.depth, lineage=list(info.lineage),
+                priority=info.priority, tools=self.tools.names, created=created,
+            )
+            writer.add("message", message=system.model_dump(exclude_defaults=True))
+            writer.add("message", message=user.model_dump(exclude_defaults=True))
+            writer.add("state", state="active")
+            writer.flush()
+            return [system, user]
+
+        messages = await anyio.to_thread.run_sync(prepare)
+        for message in messages:
+            self._publish(message)
+        return await self._run(messages, None, cancel, timeout_s, prepared=True)
 
     async def continue_with(self, task: str | None, *,
                             cancel: CancelSignal | None = None,
@@ -178,6 +200,9 @@ class AgentSession:
 
     def _record(self, message: Message, **extra: Any) -> None:
         self._writer.add("message", message=message.model_dump(exclude_defaults=True), **extra)
+        self._publish(message)
+
+    def _publish(self, message: Message) -> None:
         self.sink.publish(SessionMessage(
             session_id=self.session_id, agent=self.agent, role=message.role,
             content=message.content[:500], tool_calls=[c.name for c in message.tool_calls],
@@ -197,14 +222,16 @@ class AgentSession:
         await self._flush()
 
     async def _run(self, messages: list[Message], task: str | None,
-                   cancel: CancelSignal | None, timeout_s: float | None) -> SessionOutcome:
+                   cancel: CancelSignal | None, timeout_s: float | None, *,
+                   prepared: bool = False) -> SessionOutcome:
         started = time.monotonic()
         cancel = cancel or CancelSignal()
         if task is not None:
             user = Message(role="user", content=task)
             messages.append(user)
             self._record(user)
-        self.mark("active")
+        if not prepared:  # `start` has written the task and this state already
+            self.mark("active")
         try:
             with anyio.move_on_after(timeout_s) as scope:
                 outcome = await self._loop(messages, cancel)

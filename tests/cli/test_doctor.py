@@ -13,12 +13,22 @@ from squadd.cli.doctor import CHECKS, CheckResult, DoctorContext, run_checks
 from squadd.state.layout import SquadLayout
 
 
+@pytest.fixture
+def replay_provider(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A provider that is configured and works without a network: a replay file."""
+    recording = tmp_path / "recording.json"
+    recording.write_text('[{"text": "hello"}]', encoding="utf-8")
+    monkeypatch.setenv("SQUADD_PROVIDER_KIND", "replay")
+    monkeypatch.setenv("SQUADD_PROVIDER_REPLAY_FILE", str(recording))
+    return recording
+
+
 def _doctor(directory: Path, *extra: str) -> tuple[int, str, str]:
     result = CliRunner().invoke(main, ["doctor", "--dir", str(directory), *extra])
     return result.exit_code, result.stdout, result.stderr
 
 
-def test_a_healthy_squad_passes(squad: SquadLayout) -> None:
+def test_a_healthy_squad_passes(squad: SquadLayout, replay_provider: Path) -> None:
     code, out, _ = _doctor(squad.repo)
     assert code == 0, out
     assert f"[ok  ] squad dir: {squad.root}" in out
@@ -26,6 +36,8 @@ def test_a_healthy_squad_passes(squad: SquadLayout) -> None:
     assert "[ok  ] roster: 1 agent" in out
     assert "config/squadd.toml" in out or "squadd.toml" in out
     assert f"project: {squad.config_toml} (absent)" in out
+    assert "[ok  ] provider: replay file parses: 1 scripted turns" in out
+    assert "[ok  ] daemon: not running" in out
 
 
 def test_outside_a_squad_dir_fails_and_names_squadd_init(tmp_path: Path) -> None:
@@ -51,7 +63,8 @@ def test_environment_settings_are_listed(squad: SquadLayout,
     assert "environment: SQUADD_POOL_MAX_CONCURRENT\n" in out
 
 
-def test_roster_problems_are_warnings_not_failures(squad: SquadLayout) -> None:
+def test_roster_problems_are_warnings_not_failures(squad: SquadLayout,
+                                                   replay_provider: Path) -> None:
     (squad.agents_dir / "half").mkdir()
     (squad.agents_dir / "Caps").mkdir()
     (squad.agents_dir / "loner").mkdir()
@@ -66,11 +79,12 @@ def test_roster_problems_are_warnings_not_failures(squad: SquadLayout) -> None:
     assert "loner has no history.md" in out
 
 
-def test_doctor_json(squad: SquadLayout) -> None:
+def test_doctor_json(squad: SquadLayout, replay_provider: Path) -> None:
     code, out, _ = _doctor(squad.repo, "--json")
     data = json.loads(out)
     assert code == 0 and data["ok"] is True
-    assert [c["name"] for c in data["checks"]] == ["squad dir", "settings", "roster"]
+    assert [c["name"] for c in data["checks"]] == ["squad dir", "settings", "roster",
+                                                   "provider", "daemon"]
     assert all(c["status"] == "ok" for c in data["checks"])
 
 
@@ -87,7 +101,7 @@ def test_checks_can_be_appended_and_share_what_earlier_checks_found(
 
 
 def test_a_check_that_raises_is_reported_as_failed_and_the_rest_still_run(
-    squad: SquadLayout,
+    squad: SquadLayout, replay_provider: Path,
 ) -> None:
     def broken_check(ctx: DoctorContext) -> CheckResult:
         raise OSError("disk on fire")
@@ -95,7 +109,7 @@ def test_a_check_that_raises_is_reported_as_failed_and_the_rest_still_run(
     results = run_checks(squad.repo, [broken_check, *CHECKS])
     assert (results[0].name, results[0].status) == ("broken check", "fail")
     assert "disk on fire" in results[0].summary
-    assert [r.status for r in results[1:]] == ["ok", "ok", "ok"]
+    assert [r.status for r in results[1:]] == ["ok"] * len(CHECKS)
 
 
 def test_an_unreadable_team_md_fails_the_roster_check_without_a_traceback(

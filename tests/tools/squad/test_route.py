@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 from squadd.providers.base import Provider, ToolCall
 from squadd.runtime.runtime import SquadRuntime
 from squadd.state.layout import SquadLayout
@@ -42,11 +44,13 @@ async def test_wait_for_result_returns_the_agents_answer(tmp_path: Path) -> None
 
 
 async def test_no_wait_returns_the_session_id_at_once(tmp_path: Path) -> None:
-    gauge = Gauge(script([text("later")]), delay_s=0.2)
+    release = anyio.Event()
+    gauge = Gauge(script([text("later")]), hold={"slow work": release})
     async with _runtime(tmp_path, gauge) as runtime:
         result = await _route(runtime, targetAgent="fenster", task="slow work",
                               waitForResult=False)
-        assert gauge.turns <= 1 and gauge.active <= 1
+        assert not runtime.snapshot().sessions[0].answer
+        release.set()
         session_id = result.details["session_id"]
         assert result.ok and session_id in result.text
         assert f'squad_status(sessionId="{session_id}")' in result.text
@@ -56,11 +60,13 @@ async def test_no_wait_returns_the_session_id_at_once(tmp_path: Path) -> None:
 
 
 async def test_unknown_agent_and_full_pool_are_failures_with_reasons(tmp_path: Path) -> None:
-    gauge = Gauge(script([text("x")]), delay_s=0.3)
+    release = anyio.Event()
+    gauge = Gauge(script([text("x")]), hold={"hold the slot": release})
     async with _runtime(tmp_path, gauge, max_concurrent=1, max_queued=0) as runtime:
         unknown = await _route(runtime, targetAgent="nobody", task="t")
         await _route(runtime, targetAgent="fenster", task="hold the slot", waitForResult=False)
         full = await _route(runtime, targetAgent="hockney", task="t")
+        release.set()
     assert not unknown.ok and 'unknown agent "nobody"' in unknown.text
     assert unknown.details["reason"] == "unknown_agent"
     assert not full.ok and full.details["reason"] == "pool_full"

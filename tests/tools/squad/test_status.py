@@ -13,7 +13,7 @@ from squadd.runtime.api import RouteRequest
 from squadd.runtime.runtime import SquadRuntime
 from squadd.tools.base import ToolResult
 from squadd.tools.invoke import CallOrigin
-from tests.runtime.scripted import Gauge, make_squad, script, settings, text
+from tests.runtime.scripted import Gauge, eventually, make_squad, script, settings, text
 
 LINE = re.compile(r"^- \*\*(\w+)\*\* \[(\w+)\] session=(\S+) age=\d+s idle=\d+s tokens=\d+ "
                   r'(parent=\S+ )?task="[^"]*"$')
@@ -26,7 +26,8 @@ async def _status(runtime: SquadRuntime, **arguments: Any) -> ToolResult:
 
 
 async def test_lists_sessions_in_the_seed_format_with_the_pool_line(tmp_path: Path) -> None:
-    gauge = Gauge(script([text("done", tokens=(10, 5))]), delay_s=0.3)
+    release = anyio.Event()
+    gauge = Gauge(script([text("done", tokens=(10, 5))]), hold={"running job": release})
     layout = make_squad(tmp_path / "repo")
     async with SquadRuntime(layout, settings(max_concurrent=1), gauge) as runtime:
         await runtime.route(RouteRequest(target_agent="fenster", task="first job"))
@@ -34,10 +35,10 @@ async def test_lists_sessions_in_the_seed_format_with_the_pool_line(tmp_path: Pa
                                          wait_for_result=False))
         await runtime.route(RouteRequest(target_agent="lead", task="queued job",
                                          wait_for_result=False))
-        await anyio.sleep(0.05)
+        await eventually(lambda: gauge.active)
         listing = await _status(runtime)
         only_lead = await _status(runtime, agentName="lead")
-        await runtime.cancel(runtime.pool.live()[0].session_id)
+        release.set()
     lines = listing.text.splitlines()
     assert lines[0] == "**Active Sessions (3):**"
     parsed = [LINE.match(line) for line in lines[1:4]]
@@ -60,12 +61,14 @@ async def test_no_sessions_says_so_and_still_shows_the_pool(tmp_path: Path) -> N
 
 async def test_session_id_gives_the_answer_once_ended(tmp_path: Path) -> None:
     layout = make_squad(tmp_path / "repo")
-    gauge = Gauge(script([text("the answer")]), delay_s=0.2)
+    release = anyio.Event()
+    gauge = Gauge(script([text("the answer")]), hold={"job": release})
     async with SquadRuntime(layout, settings(), gauge) as runtime:
         started = await runtime.route(RouteRequest(target_agent="fenster", task="job",
                                                    wait_for_result=False))
         session_id = started.session_id
         while_running = await _status(runtime, sessionId=session_id)
+        release.set()
         assert await runtime.settle(timeout_s=5)
         ended = await _status(runtime, sessionId=session_id)
         unknown = await _status(runtime, sessionId="20260101-000000-00000000")

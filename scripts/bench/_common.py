@@ -1,0 +1,84 @@
+"""What the pool benchmarks share: a realistic squad, percentiles, the peer frameworks' venv.
+
+The peers (openai-agents, pydantic-ai) are not squadd dependencies: `scripts/bench/setup` puts
+them in `.bench-venv/`. A benchmark imports them when it runs there, or else runs its peer part
+in that venv as a subprocess; when neither works it says so and prints its own numbers only.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from squadd.state.layout import SquadLayout
+
+REPO = Path(__file__).resolve().parent.parent.parent
+BENCH_PYTHON = REPO / ".bench-venv" / "bin" / "python"
+AGENTS = ("fenster", "hockney", "keaton", "mcmanus")
+
+
+def make_squad(repo: Path, agents: tuple[str, ...] = AGENTS) -> SquadLayout:
+    """A squad with charters, histories and a decisions.md of realistic size."""
+    root = repo / ".squad"
+    (root / "decisions" / "inbox").mkdir(parents=True)
+    for agent in agents:
+        folder = root / "agents" / agent
+        folder.mkdir(parents=True)
+        (folder / "charter.md").write_text(
+            f"# {agent}\n\n## Identity\n- **Role:** Core developer\n\n## What I Own\n"
+            + "- the runtime and its tests\n" * 40 + "\n## Model\nPreferred: auto\n",
+            encoding="utf-8")
+        (folder / "history.md").write_text(
+            "# Project Context\n\n## Learnings\n\n"
+            + "".join(f"- **[technical]** learning number {i} about the parser\n"
+                      for i in range(150)), encoding="utf-8")
+    (root / "decisions.md").write_text(
+        "# Decisions\n\n" + "".join(
+            f"### 2026-11-{1 + i % 28:02d}: Decision {i}\n\n**By:** fenster\n"
+            f"**Category:** architecture\n\nWe decided thing {i} because of reasons.\n\n"
+            for i in range(120)), encoding="utf-8")
+    (root / "routing.md").write_text(
+        "# Routing\n\n| Work Type | Route To | Examples |\n|---|---|---|\n"
+        "| Backend | fenster | add an endpoint |\n", encoding="utf-8")
+    return SquadLayout.at(root)
+
+
+def percentile(sorted_values: list[float], fraction: float) -> float:
+    if not sorted_values:
+        return math.nan
+    index = min(len(sorted_values) - 1, max(0, math.ceil(fraction * len(sorted_values)) - 1))
+    return sorted_values[index]
+
+
+def have(*modules: str) -> bool:
+    import importlib.util
+
+    return all(importlib.util.find_spec(name) is not None for name in modules)
+
+
+def run_in_bench_venv(script: Path, args: list[str], *, timeout: float = 900) -> dict[str, Any]:
+    """Run `script --peers-only ...` in .bench-venv and return the JSON of its last line."""
+    if not BENCH_PYTHON.exists():
+        return {"missing": "no .bench-venv: run scripts/bench/setup to install the peers"}
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([str(BENCH_PYTHON), str(script), "--peers-only", *args],
+                          capture_output=True, text=True, timeout=timeout, env=env, check=False)
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        return {"missing": f"the peer run failed (exit {done.returncode}): "
+                           f"{done.stderr.strip()[-500:]}"}
+    result: dict[str, Any] = json.loads(lines[-1])
+    return result
+
+
+def fmt(value: float) -> str:
+    return "nan" if math.isnan(value) else f"{value:.3f}"
+
+
+def say(message: str) -> None:
+    print(message, file=sys.stderr if message.startswith("!") else sys.stdout, flush=True)

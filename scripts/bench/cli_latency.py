@@ -1,0 +1,97 @@
+"""Benchmark: the wall time of `squadd status` against a running daemon, as a person types it.
+
+It makes a squad in a temp repo, starts `squadd serve` (the `replay` provider, so no network),
+routes a few tasks so the table has rows, then times `--runs` runs of the installed `squadd`
+console script (the one in this venv) from fork to exit. Prints
+`cli_latency p50_ms=… p90_ms=… max_ms=…` as its last line. Target (issue 6): p50 <= 250 ms.
+
+    .venv/bin/python scripts/bench/cli_latency.py [--runs 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from squadd.daemon.client import DaemonClient
+from squadd.errors import DaemonError
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import make_squad, percentile
+
+ROUTES = 5
+
+
+def squadd_script() -> Path:
+    script = Path(sys.executable).parent / "squadd"
+    if not script.exists():
+        sys.exit(f"no squadd console script beside {sys.executable}: pip install -e . first")
+    return script
+
+
+def start_daemon(repo: Path, replay: Path) -> subprocess.Popen[bytes]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SQUADD_")}
+    daemon = subprocess.Popen(
+        [str(squadd_script()), "serve", "--provider", "replay", "--replay-file", str(replay),
+         "--log-level", "warning"],
+        cwd=repo, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    with DaemonClient.find(repo) as client:
+        while True:
+            try:
+                if client.health()["pid"] == daemon.pid:
+                    return daemon
+            except DaemonError:
+                pass
+            if daemon.poll() is not None or time.monotonic() > deadline:
+                daemon.kill()
+                sys.exit("the daemon did not start")
+            time.sleep(0.05)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=30)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="squadd-cli-bench-") as tmp:
+        repo = Path(tmp) / "repo"
+        layout = make_squad(repo)
+        replay = Path(tmp) / "replay.json"
+        replay.write_text(json.dumps({"default": [{"text": "done"}]}), encoding="utf-8")
+        daemon = start_daemon(repo, replay)
+        try:
+            with DaemonClient(layout) as client:
+                for index in range(ROUTES):
+                    client.route(f"warm-up task {index}", "fenster")
+            command = [str(squadd_script()), "status"]
+            timings = []
+            for _ in range(args.runs):
+                started = time.perf_counter()
+                done = subprocess.run(command, cwd=repo, capture_output=True, check=False)
+                timings.append((time.perf_counter() - started) * 1000)
+                if done.returncode != 0:
+                    sys.exit(f"squadd status failed: {done.stderr.decode()}")
+        finally:
+            daemon.send_signal(signal.SIGTERM)
+            try:
+                daemon.wait(30)
+            except subprocess.TimeoutExpired:
+                daemon.kill()
+                daemon.wait(10)
+    ordered = sorted(timings)
+    print(f"runs={len(ordered)} rows={ROUTES} command='squadd status'")
+    print(f"cli_latency p50_ms={statistics.median(ordered):.1f} "
+          f"p90_ms={percentile(ordered, 0.9):.1f} max_ms={ordered[-1]:.1f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,144 @@
+"""Benchmark: how close the pool runs to its bound with many routes and a slow model.
+
+5,000 routes at once through `SquadRuntime.route`, `pool.max_concurrent=32`, and a provider that
+sleeps 50 ms per turn: the bound is 32 / 0.05 = 640 routes/s. Everything else is real (files,
+fsync, events, orchestration log). The same load also runs on pydantic-ai (`Agent.run` with a
+`FunctionModel` that sleeps as long) under an equal semaphore, for comparison.
+
+Prints, as its last line:
+    pool_throughput routes_per_s=… fraction_of_bound=… pydantic_ai_routes_per_s=…
+        pydantic_ai_fraction_of_bound=…
+Target: fraction_of_bound >= 0.92.
+
+    .venv/bin/python scripts/bench/pool_throughput.py [--routes 5000] [--concurrency 32]
+        [--delay-ms 50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import anyio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import fmt, have, make_squad, run_in_bench_venv, say
+
+
+async def squadd_throughput(root: Path, routes: int, concurrency: int, delay_s: float) -> float:
+    from squadd.config import Settings
+    from squadd.providers.base import Completion, CompletionRequest
+    from squadd.providers.replay import ReplayProvider, ReplayScript, ScriptedTurn
+    from squadd.runtime.api import RouteRequest
+    from squadd.runtime.runtime import SquadRuntime
+    from squadd.state.layout import SquadLayout
+
+    class SlowModel:
+        """An instant replay provider that takes `delay_s` per turn, like a remote model."""
+
+        name = "slow-replay"
+        default_model = "replay"
+
+        def __init__(self) -> None:
+            self.inner = ReplayProvider(ReplayScript(default=[ScriptedTurn(text="done")]))
+
+        async def complete(self, request: CompletionRequest) -> Completion:
+            await anyio.sleep(delay_s)
+            return await self.inner.complete(request)
+
+        async def aclose(self) -> None:
+            return None
+
+    settings = Settings.model_validate(
+        {"pool": {"max_concurrent": concurrency, "max_queued": routes}})
+    layout = SquadLayout.at(root)
+    failures: list[str] = []
+    async with SquadRuntime(layout, settings, SlowModel()) as runtime:
+        async def one(n: int) -> None:
+            result = await runtime.route(RouteRequest(target_agent=f"{AGENTS[n % 4]}",
+                                                      task=f"job {n}"))
+            if not result.ok:
+                failures.append(result.message)
+
+        started = time.perf_counter()
+        async with anyio.create_task_group() as tg:
+            for n in range(routes):
+                tg.start_soon(one, n)
+        elapsed = time.perf_counter() - started
+    if failures:
+        raise SystemExit(f"{len(failures)} routes failed, e.g. {failures[0]}")
+    return routes / elapsed
+
+
+AGENTS = ("fenster", "hockney", "keaton", "mcmanus")
+
+
+async def pydantic_ai_throughput(routes: int, concurrency: int, delay_s: float) -> float:
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    async def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        await anyio.sleep(delay_s)
+        return ModelResponse(parts=[TextPart("done")])
+
+    agent = Agent(FunctionModel(answer), instructions="You are fenster, a Squad agent.")
+    semaphore = anyio.Semaphore(concurrency)
+
+    async def one(n: int) -> None:
+        async with semaphore:
+            result = await agent.run(f"job {n}")
+            if result.output != "done":
+                raise SystemExit(f"pydantic-ai answered {result.output!r}")
+
+    started = time.perf_counter()
+    async with anyio.create_task_group() as tg:
+        for n in range(routes):
+            tg.start_soon(one, n)
+    return routes / (time.perf_counter() - started)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--routes", type=int, default=5000)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--delay-ms", type=float, default=50.0)
+    parser.add_argument("--peers-only", action="store_true",
+                        help="run only pydantic-ai and print its routes/s as JSON")
+    args = parser.parse_args()
+    delay_s = args.delay_ms / 1000
+    bound = args.concurrency / delay_s
+    if args.peers_only:
+        rate = anyio.run(pydantic_ai_throughput, args.routes, args.concurrency, delay_s)
+        print(json.dumps({"pydantic_ai_routes_per_s": rate}))
+        return
+
+    with tempfile.TemporaryDirectory(dir=os.environ.get("SQUADD_BENCH_DIR")) as tmp:
+        layout = make_squad(Path(tmp) / "repo")
+        rate = anyio.run(squadd_throughput, layout.root, args.routes, args.concurrency,
+                         delay_s)
+    if have("pydantic_ai"):
+        peer: dict[str, float | str] = {"pydantic_ai_routes_per_s": anyio.run(
+            pydantic_ai_throughput, args.routes, args.concurrency, delay_s)}
+    else:
+        peer = run_in_bench_venv(Path(__file__), [
+            "--routes", str(args.routes), "--concurrency", str(args.concurrency),
+            "--delay-ms", str(args.delay_ms)])
+    if "missing" in peer:
+        say(f"pydantic-ai not measured: {peer['missing']}")
+    peer_rate = float(peer.get("pydantic_ai_routes_per_s", math.nan))
+    say(f"routes={args.routes} max_concurrent={args.concurrency} delay_ms={args.delay_ms:g} "
+        f"bound_routes_per_s={bound:.1f}")
+    print(f"pool_throughput routes_per_s={fmt(rate)} fraction_of_bound={fmt(rate / bound)} "
+          f"pydantic_ai_routes_per_s={fmt(peer_rate)} "
+          f"pydantic_ai_fraction_of_bound={fmt(peer_rate / bound)}")
+
+
+if __name__ == "__main__":
+    main()

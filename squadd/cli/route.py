@@ -1,0 +1,226 @@
+"""`squadd route [AGENT] "TASK"`: hand a task to the daemon and follow it to its answer.
+
+Progress goes to stderr (one line per tool start and end, routes to other agents, retries, and
+a spinner on a terminal while the model thinks); the final answer goes to stdout, so
+`squadd route lead "..." > answer.txt` keeps just the answer. Exit 0 only when it completed.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import click
+
+from squadd.cli._daemon import one_line
+from squadd.cli._output import print_json
+from squadd.cli._squad import dir_option, find_layout
+from squadd.daemon.client import AsyncDaemonClient, DaemonClient
+from squadd.errors import DaemonError
+
+RESTING = frozenset({"idle", "error", "interrupted", "destroyed"})
+PROGRESS_TYPES = ("agent.spawned", "agent.state", "tool.started", "tool.completed",
+                  "provider.retry", "approval.requested", "bus.overflow")
+POLL_S = 2.0
+"""How often the session's state is also asked for (in case its last event was lost)."""
+_SPIN = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+
+
+class Progress:
+    """Prints progress lines to stderr, with a spinner on a terminal between them."""
+
+    def __init__(self, quiet: bool):
+        self.quiet = quiet
+        self.tty = sys.stderr.isatty() and not quiet
+        self.status = "waiting for a slot"
+        self.started = time.monotonic()
+        self._spinning = False
+
+    def line(self, text: str) -> None:
+        if self.quiet:
+            return
+        self._clear()
+        click.echo(text, err=True)
+
+    def _clear(self) -> None:
+        if self._spinning:
+            click.echo("\r\033[K", nl=False, err=True)
+            self._spinning = False
+
+    async def spin(self) -> None:
+        if not self.tty:
+            return
+        frame = 0
+        try:
+            while True:
+                elapsed = int(time.monotonic() - self.started)
+                click.echo(f"\r\033[K{_SPIN[frame % len(_SPIN)]} {self.status} ({elapsed}s)",
+                           nl=False, err=True)
+                self._spinning = True
+                frame += 1
+                await anyio.sleep(0.1)
+        finally:
+            self._clear()
+
+    def show(self, event: dict[str, Any], root: str) -> None:
+        kind, agent = event.get("type"), event.get("agent") or "?"
+        if kind == "tool.started":
+            args = ", ".join(f"{k}={one_line(str(v), 40)}"
+                             for k, v in (event.get("arguments") or {}).items())
+            self.line(click.style(f"→ {agent}: {event.get('tool')}({args})", fg="cyan"))
+            self.status = f"{agent} is running {event.get('tool')}"
+        elif kind == "tool.completed":
+            ok = event.get("result_type") == "success"
+            mark = click.style("✓", fg="green") if ok else click.style("✗", fg="red")
+            self.line(f"  {mark} {event.get('tool')}: {one_line(event.get('summary'), 100)}")
+            self.status = f"{agent} is thinking"
+        elif kind == "agent.spawned" and event.get("session_id") != root:
+            self.line(click.style(f"↳ {agent} is on it ({event.get('session_id')}): "
+                                  f"{one_line(event.get('task'), 80)}", fg="blue"))
+        elif kind == "agent.state" and event.get("state") == "active":
+            self.status = f"{agent} is thinking"
+        elif kind == "provider.retry":
+            self.line(click.style(f"  … {event.get('provider')} retry {event.get('attempt')} in "
+                                  f"{event.get('wait_s')}s: {one_line(event.get('reason'), 100)}",
+                                  fg="yellow"))
+        elif kind == "approval.requested":
+            approval = event.get("approval_id")
+            self.line(click.style(f"? {agent} asks to run {event.get('tool')}: "
+                                  f"'squadd approve {approval}' or 'squadd deny {approval}'",
+                                  fg="magenta", bold=True))
+
+
+async def follow(client: AsyncDaemonClient, start: Callable[[], Awaitable[dict[str, Any]]],
+                 progress: Progress, holder: dict[str, str]) -> dict[str, Any]:
+    """Subscribe, `start` the session (without waiting), show its progress (and that of the
+    routes it makes) until it rests; return its final view, or the failed start's result."""
+    async with client.subscribe_raw(types=PROGRESS_TYPES) as stream:
+        result = await start()
+        if not result.get("ok") or not result.get("session_id"):
+            return result
+        root = holder["session"] = str(result["session_id"])
+        watched = {root}
+        final: dict[str, Any] = {}
+
+        async def watch_events() -> None:
+            async for event in stream:
+                session = event.get("session_id")
+                if event.get("type") == "agent.spawned" and \
+                        event.get("parent_session_id") in watched:
+                    watched.add(str(session))
+                if session in watched:
+                    progress.show(event, root)
+                if session == root and event.get("type") == "agent.state" and \
+                        event.get("state") in RESTING:
+                    return
+
+        async def poll() -> None:
+            while True:
+                await anyio.sleep(POLL_S)
+                view = (await client.session(root, transcript=False))["session"]
+                if view.get("state") in RESTING:
+                    return
+
+        async with anyio.create_task_group() as group:
+            async def until(job: Callable[[], Awaitable[None]]) -> None:
+                await job()
+                group.cancel_scope.cancel()
+
+            group.start_soon(until, watch_events)
+            group.start_soon(until, poll)
+            group.start_soon(progress.spin)
+        final = (await client.session(root, transcript=False))["session"]
+        return {"ok": final.get("state") == "idle" and final.get("error") is None, **final}
+
+
+def finish(outcome: dict[str, Any], as_json: bool) -> None:
+    """Print the answer (or the failure) and exit 1 unless the task completed."""
+    if as_json:
+        print_json(outcome)
+    elif outcome.get("ok"):
+        click.echo(outcome.get("answer") or "")
+    else:
+        agent = outcome.get("agent") or "the route"
+        reason = outcome.get("error") or outcome.get("message") or outcome.get("state")
+        click.echo(f"Error: {agent} did not complete: {reason}", err=True)
+    if not outcome.get("ok"):
+        sys.exit(1)
+
+
+def run_following(directory: Path | None, start: Callable[[AsyncDaemonClient],
+                  Awaitable[dict[str, Any]]], quiet: bool) -> dict[str, Any]:
+    """Follow a session in an event loop; on Ctrl-C cancel it and exit 130."""
+    layout = find_layout(directory)
+    holder: dict[str, str] = {}
+
+    async def main() -> dict[str, Any]:
+        async with AsyncDaemonClient(layout) as client:
+            return await follow(client, lambda: start(client), Progress(quiet), holder)
+
+    try:
+        return anyio.run(main)
+    except KeyboardInterrupt:
+        session = holder.get("session")
+        if session:
+            with DaemonClient(layout) as client:
+                try:
+                    client.cancel(session)
+                    click.echo(f"\ncancelled session {session}", err=True)
+                except DaemonError as exc:
+                    click.echo(f"\ncould not cancel session {session}: {exc}", err=True)
+        sys.exit(130)
+
+
+@click.command("route")
+@click.argument("words", nargs=-1, required=True)
+@click.option("--context", default=None, help="Additional context for the agent's prompt.")
+@click.option("--priority", type=click.Choice(["normal", "urgent"]), default="normal",
+              show_default=True, help="Urgent routes are admitted before normal ones.")
+@click.option("--model", default=None, help="Model for this session (overrides the charter).")
+@click.option("--session", "session_id", default=None,
+              help="Continue this session (from an earlier route) instead of a new one.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=None,
+              help="Seconds the task may run (default: route.timeout_s).")
+@click.option("--no-wait", is_flag=True, help="Print the session id and return at once.")
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress lines, just the answer.")
+@dir_option
+def route(words: tuple[str, ...], context: str | None, priority: str, model: str | None,
+          session_id: str | None, timeout_s: float | None, no_wait: bool, as_json: bool,
+          quiet: bool, directory: Path | None) -> None:
+    """Route TASK to AGENT (or, with no agent, to whoever routing.md picks) and print the answer.
+
+    \b
+    Examples:
+      squadd route lead "Plan the parser rewrite"
+      squadd route "Fix the flaky test in @backend's suite"
+      squadd route backend "Add tests" --priority urgent --no-wait
+    """
+    if len(words) > 2:
+        raise click.UsageError("expected [AGENT] \"TASK\": quote the task")
+    agent, task = (words[0], words[1]) if len(words) == 2 else (None, words[0])
+    options: dict[str, Any] = dict(context=context, priority=priority, model=model,
+                                   session_id=session_id, timeout_s=timeout_s)
+    if no_wait:
+        with DaemonClient(find_layout(directory)) as client:
+            result = client.route(task, agent, wait=False, **options)
+        if as_json:
+            print_json(result)
+        elif result.get("ok"):
+            click.echo(result.get("session_id"))
+            click.echo(f"follow it with 'squadd events --follow --session "
+                       f"{result.get('session_id')}'", err=True)
+        else:
+            click.echo(f"Error: {result.get('message')}", err=True)
+        if not result.get("ok"):
+            sys.exit(1)
+        return
+
+    async def start(client: AsyncDaemonClient) -> dict[str, Any]:
+        return await client.route(task, agent, wait=False, **options)
+
+    finish(run_following(directory, start, quiet or as_json), as_json)

@@ -1,0 +1,67 @@
+"""`squadd serve`: run the repo's daemon, in the foreground or (`--detach`) in the background."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from squadd.cli._provider import provider_options, provider_overrides
+from squadd.cli._squad import dir_option, find_layout, show_path
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+@click.command("serve")
+@click.option("--tcp", metavar="HOST:PORT", default=None,
+              help="Also serve on TCP (loopback only, bearer token in .squad/run/token).")
+@click.option("--allow-remote", is_flag=True,
+              help="Allow --tcp on a non-loopback address (the token still guards it).")
+@click.option("--detach", is_flag=True,
+              help="Run in the background; return once the daemon answers.")
+@click.option("--log-level", type=click.Choice(LOG_LEVELS), default=None,
+              help="Console log level (default: info; warning when detached). The JSON log "
+                   "file uses daemon.log_level.")
+@provider_options
+@dir_option
+def serve(tcp: str | None, allow_remote: bool, detach: bool, log_level: str | None,
+          provider_kind: str | None, model: str | None, base_url: str | None,
+          replay_file: Path | None, directory: Path | None) -> None:
+    """Serve this repo's squad: the HTTP API on .squad/run/squadd.sock, the Scribe, the pool.
+
+    One daemon per repo. Stop it with Ctrl-C, SIGTERM or 'squadd stop': running sessions get
+    daemon.grace_s to finish, the rest are marked interrupted ('squadd sessions resume ID').
+
+    \b
+    Examples:
+      squadd serve
+      squadd serve --detach --provider openai --base-url http://127.0.0.1:11434/v1 \\
+          --model llama3.1
+      squadd serve --tcp 127.0.0.1:8765
+    """
+    from squadd.config import load_settings
+
+    layout = find_layout(directory)
+    overrides = provider_overrides(provider_kind, base_url, replay_file, model)
+    settings = load_settings(layout.root, overrides={"provider": overrides} if overrides else None)
+    if detach:
+        from squadd.daemon.server import parse_tcp, start_detached
+
+        if tcp:
+            parse_tcp(tcp, allow_remote=allow_remote)
+        args = ["--dir", str(layout.repo), "--log-level", log_level or "warning"]
+        for flag, value in (("--provider", provider_kind), ("--model", model),
+                            ("--base-url", base_url), ("--tcp", tcp),
+                            ("--replay-file", str(replay_file.resolve()) if replay_file else None)):
+            if value:
+                args += [flag, value]
+        if allow_remote:
+            args.append("--allow-remote")
+        pid = start_detached(layout, args)
+        click.echo(f"squadd is serving {layout.repo} (PID {pid}); "
+                   f"log: {show_path(layout.log_file)}")
+        return
+    from squadd.daemon.server import Daemon
+
+    Daemon(layout, settings, tcp=tcp, allow_remote=allow_remote,
+           console_level=log_level or "info").run()

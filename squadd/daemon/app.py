@@ -1,0 +1,290 @@
+"""The daemon's HTTP API: a Starlette app over one running `SquadRuntime`.
+
+Every answer is JSON (errors are `{"error": message, ...}` with the right status, never a
+traceback); `GET /v1/events` is a Server-Sent Events stream. Endpoint contracts are in the
+`squadd.daemon.client` methods that call them. Authentication is the server's business: the
+TCP listener wraps this app in `BearerAuth`, the Unix socket is guarded by its 0600 mode.
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+import time
+from typing import Any
+
+import anyio
+from pydantic import ValidationError
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from squadd._version import __version__
+from squadd.daemon.requests import (
+    ApiError,
+    DaemonContext,
+    Handler,
+    context_of,
+    error_answer,
+    flag,
+    guarded,
+    invalid,
+    json_answer,
+    object_body,
+)
+from squadd.daemon.streams import events
+from squadd.errors import InvalidNameError
+from squadd.providers.base import ToolCall
+from squadd.runtime.api import RouteRequest, RouteResult
+from squadd.runtime.runtime import SquadRuntime
+from squadd.state.layout import safe_id
+from squadd.state.transcripts import read_transcript
+from squadd.tools.base import Tool, ToolSet
+from squadd.tools.invoke import CallOrigin
+from squadd.tools.squad.route import RouteArgs
+
+__all__ = ["BearerAuth", "DaemonContext", "create_app"]
+
+POOL_FULL_RETRY_AFTER_S = 2
+EXTERNAL_SESSION = "external"
+"""The session id of tool calls made over the API (their spilled outputs go under it)."""
+
+_ROUTE_STATUS = {
+    "pool_full": 503, "queue_timeout": 503, "shutting_down": 503,
+    "unknown_agent": 404, "unknown_session": 404, "no_route": 404,
+    "invalid": 422, "too_deep": 422, "cycle": 422, "busy": 409,
+}
+"""HTTP status of a route that did not run; one that ran (even into an error) is a 200."""
+
+
+def _route_answer(result: RouteResult) -> JSONResponse:
+    status = 200 if result.ok or result.reason is None else _ROUTE_STATUS.get(result.reason, 200)
+    headers = ({"retry-after": str(POOL_FULL_RETRY_AFTER_S)}
+               if result.reason in ("pool_full", "queue_timeout") else None)
+    return json_answer(result, status, headers)
+
+
+# Endpoints.
+async def health(request: Request) -> Response:
+    ctx = context_of(request)
+    runtime = ctx.runtime
+    return json_answer({
+        "ok": True, "pid": ctx.pid, "version": __version__, "repo": str(runtime.layout.repo),
+        "squad_dir": str(runtime.layout.root), "stopping": ctx.stopping,
+        "uptime_s": round(time.monotonic() - ctx.started, 3),
+        "provider": runtime.settings.provider.kind, "event_streams": len(ctx.streams),
+        "pool": runtime.pool.totals().model_dump(),
+    })
+
+
+async def list_sessions(request: Request) -> Response:
+    runtime = context_of(request).runtime
+    include_ended = flag(request, "all", False)
+    report = await runtime.status(agent=request.query_params.get("agent") or None,
+                                  include_destroyed=True)
+    seen: set[str] = set()
+    sessions = []
+    for view in report.sessions:  # live records come first; an older memory of one is dropped
+        if view.session_id in seen or (view.state == "destroyed" and not include_ended):
+            continue
+        seen.add(view.session_id)
+        sessions.append(view.model_dump(mode="json"))
+    return json_answer({"sessions": sessions, "pool": report.pool.model_dump()})
+
+
+async def get_session(request: Request) -> Response:
+    runtime = context_of(request).runtime
+    session_id = request.path_params["session_id"]
+    view = await runtime.session(session_id)
+    if view is None:
+        raise ApiError(404, f"no session {session_id}: 'squadd sessions list' shows them")
+    data: dict[str, Any] = {"session": view.model_dump(mode="json")}
+    if flag(request, "transcript", True):
+        tail = request.query_params.get("tail")
+        if tail is not None and not tail.isdigit():
+            raise ApiError(422, f"query parameter tail={tail!r} must be a whole number")
+        try:
+            path = runtime.layout.transcript(safe_id(session_id))
+            transcript = await anyio.to_thread.run_sync(read_transcript, path)
+            records = transcript.records
+        except (FileNotFoundError, InvalidNameError):
+            records = []
+        data["transcript"] = records[-int(tail):] if tail is not None else records
+    return json_answer(data)
+
+
+async def route(request: Request) -> Response:
+    runtime = context_of(request).runtime
+    body = await object_body(request)
+    requested_by = body.pop("requestedBy", None)
+    if requested_by is not None and (not isinstance(requested_by, str) or len(requested_by) > 64):
+        raise ApiError(422, "invalid route request: requestedBy: must be a name of at most 64 "
+                            "characters", fields=[{"field": "requestedBy",
+                                                   "message": "at most 64 characters"}])
+    try:
+        args = RouteArgs.model_validate(body)
+    except ValidationError as exc:
+        raise invalid("route request", exc) from None
+    result = await runtime.route(RouteRequest(
+        task=args.task, target_agent=args.targetAgent, context=args.context,
+        priority=args.priority, wait_for_result=args.waitForResult, model=args.model,
+        session_id=args.sessionId, available_tools=args.availableTools,
+        timeout_s=args.timeoutSeconds, requested_by=requested_by or "user",
+    ))
+    return _route_answer(result)
+
+
+async def resume_session(request: Request) -> Response:
+    runtime = context_of(request).runtime
+    result = await runtime.resume(request.path_params["session_id"],
+                                  wait=flag(request, "wait", True))
+    return _route_answer(result)
+
+
+async def cancel_session(request: Request) -> Response:
+    runtime = context_of(request).runtime
+    session_id = request.path_params["session_id"]
+    if await runtime.cancel(session_id):
+        return json_answer({"session_id": session_id, "cancelled": True})
+    view = await runtime.session(session_id)
+    if view is None:
+        raise ApiError(404, f"no session {session_id}: 'squadd sessions list' shows them")
+    raise ApiError(409, f"session {session_id} is {view.state}: it has no task to cancel",
+                   state=view.state)
+
+
+async def _toolset(runtime: SquadRuntime) -> ToolSet:
+    tools = runtime.tools
+    extra = runtime.extra_tools
+    if extra is not None:
+        tools = tools.merged(await anyio.to_thread.run_sync(lambda: list(extra())))
+    return tools
+
+
+def describe_tool(tool: Tool[Any]) -> dict[str, Any]:
+    """A tool as `GET /v1/tools` lists it: what MCP clients need to offer it."""
+    spec = tool.spec()
+    return {
+        "name": tool.name, "label": tool.label or tool.name, "description": spec.description,
+        "parameters": spec.parameters, "source": tool.source, "kind": tool.kind,
+        "file": str(tool.file) if tool.file is not None else None,
+        "squad_tool": tool.squad_tool, "default_approval": tool.default_approval,
+    }
+
+
+async def list_tools(request: Request) -> Response:
+    tools = await _toolset(context_of(request).runtime)
+    return json_answer({"tools": [describe_tool(tool) for tool in tools]})
+
+
+async def call_tool(request: Request) -> Response:
+    runtime = context_of(request).runtime
+    name = request.path_params["name"]
+    body = await object_body(request)
+    unknown = sorted(set(body) - {"arguments", "agent", "sessionId"})
+    if unknown:
+        raise ApiError(422, f"unknown field(s) {', '.join(unknown)}: the body is "
+                            '{"arguments": {...}, "agent": ..., "sessionId": ...}')
+    arguments = body.get("arguments", {})
+    if not isinstance(arguments, dict):
+        raise ApiError(422, "arguments must be a JSON object of the tool's parameters",
+                       fields=[{"field": "arguments", "message": "must be an object"}])
+    agent = body.get("agent") or "user"
+    session_id = body.get("sessionId") or EXTERNAL_SESSION
+    if not isinstance(agent, str) or len(agent) > 64:
+        raise ApiError(422, "agent must be a name of at most 64 characters")
+    try:
+        safe_id(session_id if isinstance(session_id, str) else "")
+    except InvalidNameError as exc:
+        raise ApiError(422, f"sessionId: {exc}") from None
+    tools = await _toolset(runtime)
+    call = ToolCall(id=f"api-{secrets.token_hex(6)}", name=name, arguments=arguments)
+    result = await runtime.invoker.invoke(tools, call, CallOrigin(session_id=session_id,
+                                                                  agent=agent))
+    status = 404 if name not in tools else 200
+    data = result.model_dump(mode="json")
+    if status == 404:
+        data["error"] = result.text
+    return json_answer(data, status)
+
+
+async def resolve_approval(request: Request) -> Response:
+    runtime = context_of(request).runtime
+    approval_id = request.path_params["approval_id"]
+    body = await object_body(request)
+    approved, reason = body.get("approved"), body.get("reason", "")
+    if not isinstance(approved, bool):
+        raise ApiError(422, "approved: required, true or false",
+                       fields=[{"field": "approved", "message": "must be true or false"}])
+    if not isinstance(reason, str):
+        raise ApiError(422, "reason: must be a string",
+                       fields=[{"field": "reason", "message": "must be a string"}])
+    resolve = getattr(getattr(runtime.invoker, "approvals", None), "resolve", None)
+    if resolve is None or not resolve(approval_id, approved, reason):
+        raise ApiError(404, f"no pending approval {approval_id}: it was answered, timed out, "
+                            "or never existed ('squadd events --type approval.*' shows them)")
+    return json_answer({"approval_id": approval_id, "approved": approved})
+
+
+async def shutdown(request: Request) -> Response:
+    ctx = context_of(request)
+    ctx.request_stop("requested over the API")
+    return json_answer({"stopping": True, "pid": ctx.pid}, 202)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    status = exc.status_code if isinstance(exc, HTTPException) else 500
+    detail = exc.detail if isinstance(exc, HTTPException) else "internal error"
+    if status == 404:
+        detail = f"no such endpoint: {request.method} {request.url.path} (see /v1/...)"
+    elif status == 405:
+        detail = f"{request.method} is not allowed on {request.url.path}"
+    return error_answer(status, str(detail))
+
+
+ROUTES: list[tuple[str, str, Handler]] = [
+    ("GET", "/v1/health", health),
+    ("GET", "/v1/sessions", list_sessions),
+    ("GET", "/v1/sessions/{session_id}", get_session),
+    ("POST", "/v1/sessions/{session_id}/cancel", cancel_session),
+    ("POST", "/v1/sessions/{session_id}/resume", resume_session),
+    ("POST", "/v1/route", route),
+    ("GET", "/v1/tools", list_tools),
+    ("POST", "/v1/tools/{name}", call_tool),
+    ("GET", "/v1/events", events),
+    ("POST", "/v1/approvals/{approval_id}", resolve_approval),
+    ("POST", "/v1/shutdown", shutdown),
+]
+
+
+def create_app(context: DaemonContext) -> Starlette:
+    """The API over `context.runtime`."""
+    app = Starlette(
+        routes=[Route(path, guarded(handler), methods=[method])
+                for method, path, handler in ROUTES],
+        exception_handlers={HTTPException: _http_error},
+    )
+    app.state.daemon = context
+    return app
+
+
+class BearerAuth:
+    """ASGI middleware: a request without `Authorization: Bearer <token>` gets a 401."""
+
+    def __init__(self, app: ASGIApp, token: str):
+        self.app = app
+        self._expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            given = dict(scope.get("headers") or ()).get(b"authorization", b"")
+            if not hmac.compare_digest(given, self._expected):
+                response = error_answer(401, "missing or wrong bearer token: send 'Authorization: "
+                                       "Bearer <token>' with the token in .squad/run/token")
+                response.headers["www-authenticate"] = "Bearer"
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)

@@ -1,0 +1,401 @@
+"""Talk to a repo's daemon: `DaemonClient` (sync) and `AsyncDaemonClient` (async), one method per
+endpoint of its HTTP API, over the repo's Unix socket (or over TCP with the bearer token).
+
+Answers are the daemon's JSON as plain dicts, shaped like `squadd.runtime.api`'s models
+(`RouteResult`, `StatusReport`, `SessionView`). Failures raise `SquaddError` subclasses::
+
+    DaemonNotRunningError   nothing answers on the socket (the message names the repo and the fix)
+    DaemonRequestError      the daemon answered with an error status (`.status`, `.payload`)
+    DaemonError             the daemon did not answer in time, or dropped the connection
+
+A route that cannot run (pool full, unknown agent) is not an exception: `route` returns the
+`RouteResult` with `ok: false` and its `reason`, as the `squad_route` tool does. Only httpx is
+imported here, so that `squadd status` starts fast.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from squadd.daemon._unix import SocketAddress
+from squadd.daemon.wire import (
+    API,
+    DEFAULT_TIMEOUT_S,
+    ROUTE_WAIT_LIMIT_S,
+    SSE_HEARTBEAT_S,
+    TOKEN_HEADER,
+    Call,
+    Calls,
+    DaemonRequestError,
+    SSEParser,
+    read_answer,
+    route_body,
+)
+from squadd.errors import DaemonError, DaemonNotRunningError
+from squadd.state.layout import SquadLayout
+
+if TYPE_CHECKING:
+    from squadd.runtime.events import Event
+
+__all__ = [
+    "API", "ROUTE_WAIT_LIMIT_S", "SSE_HEARTBEAT_S", "AsyncDaemonClient", "DaemonClient",
+    "DaemonError", "DaemonNotRunningError", "DaemonRequestError", "not_running",
+]
+
+def not_running(layout: SquadLayout) -> DaemonNotRunningError:
+    return DaemonNotRunningError(
+        f"no squadd daemon is running for {layout.repo}: start one with 'squadd serve'")
+
+
+class _Base:
+    def __init__(self, layout: SquadLayout, *, tcp: str | None, token: str | None,
+                 timeout: float | None):
+        self.layout = layout
+        self.tcp = tcp
+        self.token = token
+        self.timeout = timeout
+        self._address: SocketAddress | None = None
+
+    def _transport_target(self) -> tuple[str, str | None]:
+        """The base URL and the socket path (None on TCP)."""
+        if self.tcp is not None:
+            return f"http://{self.tcp}", None
+        if self._address is None:
+            try:
+                self._address = SocketAddress(self.layout.socket)
+            except OSError:
+                raise not_running(self.layout) from None
+        return "http://squadd", self._address.usable
+
+    def _headers(self) -> dict[str, str]:
+        return {TOKEN_HEADER: f"Bearer {self.token}"} if self.token else {}
+
+    def _timeout(self, call: Call) -> httpx.Timeout:
+        limit = call.timeout if self.timeout is None else min(call.timeout, self.timeout)
+        return httpx.Timeout(limit, connect=min(limit, 5.0))
+
+    def _failed(self, call: Call, exc: httpx.HTTPError) -> DaemonError:
+        if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+            return not_running(self.layout)
+        if isinstance(exc, httpx.TimeoutException):
+            return DaemonError(f"the daemon did not answer {call.method} {call.path} in time "
+                               f"({self._timeout(call).read:g}s)")
+        return DaemonError(f"the connection to the daemon broke during {call.method} "
+                           f"{call.path}: {exc} (did the daemon stop? 'squadd status' tells)")
+
+    def _close_address(self) -> None:
+        if self._address is not None:
+            self._address.close()
+            self._address = None
+
+
+class DaemonClient(_Base):
+    """A blocking client for one repo's daemon. Use it as a context manager, or `close()` it.
+
+    `tcp="127.0.0.1:PORT"` with `token=` talks TCP instead of the socket. `timeout` caps every
+    call (None: each call's own default).
+    """
+
+    def __init__(self, layout: SquadLayout, *, tcp: str | None = None, token: str | None = None,
+                 timeout: float | None = None):
+        super().__init__(layout, tcp=tcp, token=token, timeout=timeout)
+        self._http: httpx.Client | None = None
+
+    @classmethod
+    def find(cls, start: Path | None = None, **options: Any) -> DaemonClient:
+        """A client for the squad dir at or above `start` (default: the working directory)."""
+        return cls(SquadLayout.find(start), **options)
+
+    def _client(self) -> httpx.Client:
+        if self._http is None:
+            base, uds = self._transport_target()
+            self._http = httpx.Client(base_url=base, transport=httpx.HTTPTransport(uds=uds),
+                                      headers=self._headers(), timeout=DEFAULT_TIMEOUT_S)
+        return self._http
+
+    def _send(self, call: Call) -> Any:
+        try:
+            response = self._client().request(call.method, call.path, params=call.params,
+                                              json=call.body, timeout=self._timeout(call))
+        except httpx.HTTPError as exc:
+            raise self._failed(call, exc) from None
+        return read_answer(call, response)
+
+    def close(self) -> None:
+        if self._http is not None:
+            self._http.close()
+            self._http = None
+        self._close_address()
+
+    def __enter__(self) -> DaemonClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # The endpoints.
+    def health(self) -> dict[str, Any]:
+        """`GET /v1/health`: pid, version, repo, uptime_s, stopping, pool totals."""
+        result: dict[str, Any] = self._send(Calls.health())
+        return result
+
+    def status(self, *, agent: str | None = None,
+               include_ended: bool = False) -> dict[str, Any]:
+        """`GET /v1/sessions`: a StatusReport, `{"sessions": [...], "pool": {...}}`."""
+        result: dict[str, Any] = self._send(Calls.status(agent, include_ended))
+        return result
+
+    def session(self, session_id: str, *, transcript: bool = True,
+                tail: int | None = None) -> dict[str, Any]:
+        """`GET /v1/sessions/{id}`: `{"session": SessionView, "transcript": [records]}`."""
+        result: dict[str, Any] = self._send(Calls.session(session_id, transcript, tail))
+        return result
+
+    def route(self, task: str, agent: str | None = None, *, context: str | None = None,
+              priority: str = "normal", wait: bool = True, model: str | None = None,
+              session_id: str | None = None, available_tools: Sequence[str] | None = None,
+              timeout_s: float | None = None) -> dict[str, Any]:
+        """`POST /v1/route`: the RouteResult (also when `ok` is false: read its `reason`)."""
+        return self.route_args(route_body(task, agent, context, priority, wait, model,
+                                           session_id, available_tools, timeout_s))
+
+    def route_args(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        """`POST /v1/route` with `squad_route`'s own (camelCase) arguments, as MCP sends them."""
+        result: dict[str, Any] = self._send(Calls.route(arguments))
+        return result
+
+    def resume(self, session_id: str, *, wait: bool = True) -> dict[str, Any]:
+        """`POST /v1/sessions/{id}/resume`: continue an interrupted session; a RouteResult."""
+        result: dict[str, Any] = self._send(Calls.resume(session_id, wait))
+        return result
+
+    def cancel(self, session_id: str) -> dict[str, Any]:
+        """`POST /v1/sessions/{id}/cancel`: `{"session_id", "cancelled": true}`."""
+        result: dict[str, Any] = self._send(Calls.cancel(session_id))
+        return result
+
+    def tools(self) -> list[dict[str, Any]]:
+        """`GET /v1/tools`: name, label, description, parameters (JSON schema), source, kind,
+        file and squad_tool of every tool a session can be given."""
+        result: list[dict[str, Any]] = self._send(Calls.tools())["tools"]
+        return result
+
+    def call_tool(self, name: str, arguments: Mapping[str, Any], *, agent: str | None = None,
+                  session_id: str | None = None,
+                  limit_s: float = ROUTE_WAIT_LIMIT_S) -> dict[str, Any]:
+        """`POST /v1/tools/{name}`: a ToolResult, `{"result_type", "text", "details"}`
+        (a failure is a result too, e.g. bad arguments or an unknown tool). `limit_s` bounds
+        the wait (a squad_route call waits for its agent)."""
+        result: dict[str, Any] = self._send(
+            Calls.call_tool(name, arguments, agent, session_id, limit_s))
+        return result
+
+    def resolve_approval(self, approval_id: str, approved: bool,
+                         reason: str = "") -> dict[str, Any]:
+        """`POST /v1/approvals/{id}`: `{"approval_id", "approved"}`; 404 when none waits."""
+        result: dict[str, Any] = self._send(Calls.approval(approval_id, approved, reason))
+        return result
+
+    def shutdown(self) -> dict[str, Any]:
+        """`POST /v1/shutdown`: the daemon starts its graceful stop and answers at once."""
+        result: dict[str, Any] = self._send(Calls.shutdown())
+        return result
+
+    @contextmanager
+    def subscribe(self, *, types: Sequence[str] | None = None,
+                  session_id: str | None = None, recent: int = 0,
+                  follow: bool = True) -> Iterator[Iterator[dict[str, Any]]]:
+        """`GET /v1/events`: on entry the subscription is in place; iterate for event dicts.
+
+        `types` are event types, `tool.*` style globs allowed. The stream starts with up to
+        `recent` past events (the daemon keeps the last 512); with `follow=False` it ends
+        there. Leaving the block ends it.
+        """
+        call = Calls.events(types, session_id, recent, follow)
+        try:
+            with self._client().stream(call.method, call.path, params=call.params,
+                                       timeout=self._timeout(call)) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    read_answer(call, response)
+                lines = response.iter_lines()
+                parser = SSEParser()
+                for line in lines:
+                    parser.feed(line)
+                    if parser.subscribed:
+                        break
+                yield _iter_events(lines, parser)
+        except httpx.HTTPError as exc:
+            raise self._failed(call, exc) from None
+
+    def events(self, *, types: Sequence[str] | None = None, session_id: str | None = None,
+               recent: int = 0, follow: bool = True) -> Iterator[dict[str, Any]]:
+        """Event dicts as they happen, until the daemon stops (or the caller stops iterating)."""
+        with self.subscribe(types=types, session_id=session_id, recent=recent,
+                            follow=follow) as stream:
+            yield from stream
+
+
+def _iter_events(lines: Iterator[str], parser: SSEParser) -> Iterator[dict[str, Any]]:
+    for line in lines:
+        event = parser.feed(line)
+        if event is not None:
+            yield event
+
+
+class AsyncDaemonClient(_Base):
+    """The same API as `DaemonClient`, awaitable; `subscribe` yields parsed `Event` models
+    (`subscribe_raw` yields dicts). Use it as an async context manager, or `aclose()` it."""
+
+    def __init__(self, layout: SquadLayout, *, tcp: str | None = None, token: str | None = None,
+                 timeout: float | None = None):
+        super().__init__(layout, tcp=tcp, token=token, timeout=timeout)
+        self._http: httpx.AsyncClient | None = None
+
+    @classmethod
+    def find(cls, start: Path | None = None, **options: Any) -> AsyncDaemonClient:
+        return cls(SquadLayout.find(start), **options)
+
+    def _client(self) -> httpx.AsyncClient:
+        if self._http is None:
+            base, uds = self._transport_target()
+            self._http = httpx.AsyncClient(
+                base_url=base, transport=httpx.AsyncHTTPTransport(uds=uds),
+                headers=self._headers(), timeout=DEFAULT_TIMEOUT_S)
+        return self._http
+
+    async def _send(self, call: Call) -> Any:
+        try:
+            response = await self._client().request(
+                call.method, call.path, params=call.params, json=call.body,
+                timeout=self._timeout(call))
+        except httpx.HTTPError as exc:
+            raise self._failed(call, exc) from None
+        return read_answer(call, response)
+
+    async def aclose(self) -> None:
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+        self._close_address()
+
+    async def __aenter__(self) -> AsyncDaemonClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # The endpoints (see `DaemonClient` for what each returns).
+    async def health(self) -> dict[str, Any]:
+        result: dict[str, Any] = await self._send(Calls.health())
+        return result
+
+    async def status(self, *, agent: str | None = None,
+                     include_ended: bool = False) -> dict[str, Any]:
+        result: dict[str, Any] = await self._send(Calls.status(agent, include_ended))
+        return result
+
+    async def session(self, session_id: str, *, transcript: bool = True,
+                      tail: int | None = None) -> dict[str, Any]:
+        result: dict[str, Any] = await self._send(Calls.session(session_id, transcript, tail))
+        return result
+
+    async def route(self, task: str, agent: str | None = None, *, context: str | None = None,
+                    priority: str = "normal", wait: bool = True, model: str | None = None,
+                    session_id: str | None = None,
+                    available_tools: Sequence[str] | None = None,
+                    timeout_s: float | None = None) -> dict[str, Any]:
+        return await self.route_args(route_body(task, agent, context, priority, wait, model,
+                                                 session_id, available_tools, timeout_s))
+
+    async def route_args(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        result: dict[str, Any] = await self._send(Calls.route(arguments))
+        return result
+
+    async def resume(self, session_id: str, *, wait: bool = True) -> dict[str, Any]:
+        result: dict[str, Any] = await self._send(Calls.resume(session_id, wait))
+        return result
+
+    async def cancel(self, session_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = await self._send(Calls.cancel(session_id))
+        return result
+
+    async def tools(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = (await self._send(Calls.tools()))["tools"]
+        return result
+
+    async def call_tool(self, name: str, arguments: Mapping[str, Any], *,
+                        agent: str | None = None, session_id: str | None = None,
+                        limit_s: float = ROUTE_WAIT_LIMIT_S) -> dict[str, Any]:
+        result: dict[str, Any] = await self._send(
+            Calls.call_tool(name, arguments, agent, session_id, limit_s))
+        return result
+
+    async def resolve_approval(self, approval_id: str, approved: bool,
+                               reason: str = "") -> dict[str, Any]:
+        result: dict[str, Any] = await self._send(
+            Calls.approval(approval_id, approved, reason))
+        return result
+
+    async def shutdown(self) -> dict[str, Any]:
+        result: dict[str, Any] = await self._send(Calls.shutdown())
+        return result
+
+    @asynccontextmanager
+    async def subscribe_raw(self, *, types: Sequence[str] | None = None,
+                            session_id: str | None = None, recent: int = 0,
+                            follow: bool = True
+                            ) -> AsyncIterator[AsyncIterator[dict[str, Any]]]:
+        """`GET /v1/events` as event dicts; the subscription is in place on entry (see
+        `DaemonClient.subscribe` for `recent` and `follow`)."""
+        call = Calls.events(types, session_id, recent, follow)
+        try:
+            async with self._client().stream(call.method, call.path, params=call.params,
+                                             timeout=self._timeout(call)) as response:
+                if response.status_code >= 400:
+                    await response.aread()
+                    read_answer(call, response)
+                lines = response.aiter_lines()
+                parser = SSEParser()
+                async for line in lines:
+                    parser.feed(line)
+                    if parser.subscribed:
+                        break
+                yield _aiter_events(lines, parser)
+        except httpx.HTTPError as exc:
+            raise self._failed(call, exc) from None
+
+    @asynccontextmanager
+    async def subscribe(self, *, types: Sequence[str] | None = None,
+                        session_id: str | None = None, recent: int = 0,
+                        follow: bool = True) -> AsyncIterator[AsyncIterator[Event]]:
+        """`GET /v1/events` as typed events (`squadd.runtime.events.parse_event`)."""
+        from squadd.runtime.events import parse_event
+
+        async def parsed(raw: AsyncIterator[dict[str, Any]]) -> AsyncIterator[Event]:
+            async for data in raw:
+                yield parse_event(data)
+
+        async with self.subscribe_raw(types=types, session_id=session_id, recent=recent,
+                                      follow=follow) as stream:
+            yield parsed(stream)
+
+    async def events(self, *, types: Sequence[str] | None = None,
+                     session_id: str | None = None) -> AsyncIterator[Event]:
+        """Typed events as they happen, until the daemon stops (or the caller stops)."""
+        async with self.subscribe(types=types, session_id=session_id) as stream:
+            async for event in stream:
+                yield event
+
+
+async def _aiter_events(lines: AsyncIterator[str],
+                        parser: SSEParser) -> AsyncIterator[dict[str, Any]]:
+    async for line in lines:
+        event = parser.feed(line)
+        if event is not None:
+            yield event

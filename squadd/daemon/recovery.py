@@ -1,0 +1,100 @@
+"""Sessions a stopped daemon left behind: found at startup, marked `interrupted`, shown as such.
+
+A transcript whose last record is not a terminal state was running when its daemon died (a
+crash, kill -9): it gets an `interrupted` state record (append + fsync; no line before it is
+touched). Those, and sessions a graceful stop interrupted, are shown as `interrupted` until
+`squadd sessions resume ID` continues them. Only each file's tail is read.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from squadd.runtime.api import SessionView
+from squadd.runtime.planning import view_from_transcript
+from squadd.state.layout import SquadLayout
+from squadd.state.transcripts import TranscriptWriter, list_transcripts, read_transcript
+
+TERMINAL_STATES = frozenset({"completed", "error", "interrupted", "cancelled"})
+CRASH_REASON = "squadd stopped before the session finished (found when the daemon started)"
+_TAIL_BYTES = 65536
+
+
+@dataclass(frozen=True)
+class Recovered:
+    views: list[SessionView]
+    marked: list[str]
+    """Sessions that had no terminal state and were marked interrupted now."""
+
+
+def last_record(path: Path) -> dict[str, Any] | None:
+    """The last whole JSON record of a transcript (a torn last line is skipped), or None."""
+    size = path.stat().st_size
+    chunk = _TAIL_BYTES
+    with path.open("rb") as handle:
+        while True:
+            start = max(0, size - chunk)
+            handle.seek(start)
+            lines = handle.read(size - start).split(b"\n")
+            if start > 0:
+                lines = lines[1:]  # the first piece may be the end of a longer line
+            for raw in reversed(lines):
+                if not raw.strip():
+                    continue
+                try:
+                    record = json.loads(raw)
+                except (ValueError, UnicodeDecodeError):
+                    continue
+                if isinstance(record, dict):
+                    return record
+            if start == 0:
+                return None
+            chunk *= 4
+
+
+def recover_sessions(layout: SquadLayout, *, keep: int) -> Recovered:
+    """Mark crashed sessions interrupted; views of the newest `keep` interrupted ones (blocking)."""
+    views: list[SessionView] = []
+    marked: list[str] = []
+    for path in reversed(list_transcripts(layout)):
+        if len(views) >= keep:
+            break
+        try:
+            last = last_record(path)
+        except OSError:
+            continue
+        if last is None:
+            continue
+        state = last.get("state") if last.get("kind") == "state" else None
+        if state in TERMINAL_STATES and state != "interrupted":
+            continue
+        if state != "interrupted":
+            writer = TranscriptWriter(path)
+            writer.add("state", state="interrupted", reason=CRASH_REASON)
+            writer.flush()
+            marked.append(path.name.removesuffix(".jsonl"))
+        transcript = read_transcript(path)
+        if not transcript.meta.get("agent"):
+            continue
+        last_state = transcript.states[-1] if transcript.states else {}
+        why = last_state.get("reason") or last_state.get("error") or "stopped"
+        created = _created(transcript.meta)
+        now = dt.datetime.now(dt.UTC)
+        views.append(view_from_transcript(transcript).model_copy(update={
+            "state": "interrupted", "error": f"interrupted: {why}", "created": created,
+            "age_s": round((now - created).total_seconds(), 3) if created else 0.0,
+        }))
+    views.reverse()
+    return Recovered(views=views, marked=marked)
+
+
+def _created(meta: dict[str, Any]) -> dt.datetime | None:
+    try:
+        created = dt.datetime.fromisoformat(str(meta.get("created")))
+    except ValueError:
+        return None
+    return created if created.tzinfo is not None else created.replace(tzinfo=dt.UTC)

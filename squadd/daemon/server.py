@@ -1,0 +1,324 @@
+"""`squadd serve`'s lifecycle: the repo's daemon lock, the pid, socket and token files, the
+listeners, the runtime and the Scribe worker in one task group, and the graceful stop.
+
+SIGTERM, SIGINT or `POST /v1/shutdown`: admission stops, running turns get `daemon.grace_s`,
+the rest are marked `interrupted` in their transcripts, then the listeners close and the socket,
+pid and token files are removed. A second signal stops at once. Files a killed daemon left
+behind are found (the lock is free) and cleaned at the next start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import gc
+import ipaddress
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+import structlog
+import uvicorn
+
+from squadd.config import Settings
+from squadd.daemon._unix import SocketAddress
+from squadd.daemon.app import BearerAuth, DaemonContext, create_app
+from squadd.daemon.client import DaemonClient
+from squadd.daemon.recovery import recover_sessions
+from squadd.daemon.wiring import build_runtime
+from squadd.errors import ConfigError, DaemonAlreadyRunningError, DaemonError, DaemonNotRunningError
+from squadd.logs import configure_logging
+from squadd.runtime.events import DaemonStarted, DaemonStopping
+from squadd.runtime.runtime import SquadRuntime
+from squadd.scribe_worker import run_scribe_worker
+from squadd.state.fsio import atomic_write, try_lock
+from squadd.state.layout import SquadLayout
+
+log = structlog.get_logger("squadd.daemon")
+
+HTTP_DRAIN_S = 5.0
+"""After the runtime stopped, how long open requests get to send their answers."""
+STARTUP_TIMEOUT_S = 15.0
+DETACH_WAIT_S = 30.0
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def parse_tcp(value: str, *, allow_remote: bool) -> tuple[str, int]:
+    """`HOST:PORT` (IPv6 as `[::1]:PORT`); a non-loopback host needs `allow_remote`."""
+    host, sep, port = value.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"--tcp {value!r}: expected HOST:PORT, e.g. 127.0.0.1:8765")
+    if not allow_remote and not is_loopback(host):
+        raise DaemonError(
+            f"refusing to serve on {host}: it is not a loopback address, so other machines "
+            "could reach the API; use 127.0.0.1:PORT, or pass --allow-remote if you mean it "
+            "(the bearer token still guards every request)")
+    return ("127.0.0.1" if host == "localhost" else host), int(port)
+
+
+def running_pid(layout: SquadLayout) -> int | None:
+    """The PID the running daemon wrote (pid file, else the lock file), if readable."""
+    for path in (layout.pid_file, layout.daemon_lock):
+        try:
+            text = path.read_text(encoding="utf-8").strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            return int(text)
+    return None
+
+
+def already_running(layout: SquadLayout) -> DaemonAlreadyRunningError:
+    pid = running_pid(layout)
+    shown = f"PID {pid}" if pid is not None else "PID unknown"
+    return DaemonAlreadyRunningError(
+        f"a squadd daemon ({shown}) is already running for {layout.repo}: use it, or stop it "
+        "with 'squadd stop'", pid=pid)
+
+
+def take_daemon_lock(layout: SquadLayout) -> int:
+    """Hold `run/squadd.lock` (it also records our PID); the fd must stay open."""
+    fd = try_lock(layout.daemon_lock)
+    if fd is None:
+        raise already_running(layout)
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
+def clear_stale(layout: SquadLayout) -> list[str]:
+    """Remove the socket, pid and token files of a daemon that died (we hold the lock now)."""
+    removed = []
+    for path in (layout.socket, layout.pid_file, layout.token_file):
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+            removed.append(path.name)
+    return removed
+
+
+def bind_unix(address: SocketAddress) -> socket.socket:
+    """A listening socket at `address`, mode 0600 from its first moment (umask around bind)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        sock.bind(address.usable)
+    except BaseException:
+        sock.close()
+        raise
+    finally:
+        os.umask(old)
+    Path(address.usable).chmod(0o600)
+    return sock
+
+
+def bind_tcp(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, port), family=family)
+    except OSError as exc:
+        raise DaemonError(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None
+
+
+class _Server(uvicorn.Server):
+    """uvicorn, minus its signal handlers (the daemon handles signals for all listeners), and
+    with an event set once it listens."""
+
+    def __init__(self, config: uvicorn.Config):
+        super().__init__(config)
+        self.ready = anyio.Event()
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        self.ready.set()
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+@dataclass
+class Listener:
+    kind: str
+    sock: socket.socket
+    where: str
+
+
+class Daemon:
+    """One repo's daemon. `run()` blocks until it has stopped and cleaned up."""
+
+    def __init__(self, layout: SquadLayout, settings: Settings, *, tcp: str | None = None,
+                 allow_remote: bool = False, console_level: str = "info"):
+        self.layout = layout
+        self.settings = settings
+        self.tcp = parse_tcp(tcp, allow_remote=allow_remote) if tcp else None
+        self.console_level = console_level
+
+    def run(self) -> None:
+        layout, settings = self.layout, self.settings
+        layout.run_dir.mkdir(parents=True, exist_ok=True)
+        lock_fd = take_daemon_lock(layout)
+        listeners: list[Listener] = []
+        address: SocketAddress | None = None
+        served = False
+        try:
+            configure_logging(console_level=self.console_level, json_file=layout.log_file,
+                              file_level=settings.daemon.log_level,
+                              max_bytes=settings.daemon.log_max_bytes,
+                              backups=settings.daemon.log_backups)
+            stale = clear_stale(layout)
+            if stale:
+                log.warning("removed files a daemon that did not stop cleanly left behind",
+                            files=stale)
+            runtime = build_runtime(layout, settings)
+            atomic_write(layout.pid_file, f"{os.getpid()}\n")
+            token = None
+            if self.tcp is not None:
+                token = secrets.token_urlsafe(32)
+                atomic_write(layout.token_file, token + "\n", mode=0o600)
+            address = SocketAddress(layout.socket)
+            listeners.append(Listener("unix", bind_unix(address), str(layout.socket)))
+            if self.tcp is not None:
+                host, port = self.tcp
+                sock = bind_tcp(host, port)
+                bound = sock.getsockname()
+                listeners.append(Listener("tcp", sock, f"{host}:{bound[1]}"))
+            served = True
+            anyio.run(self._main, runtime, listeners, token)
+        finally:
+            for listener in listeners:
+                listener.sock.close()
+            clear_stale(layout)
+            if address is not None:
+                address.close()
+            os.close(lock_fd)
+            if served:
+                log.info("squadd stopped", pid=os.getpid())
+
+    async def _main(self, runtime: SquadRuntime, listeners: list[Listener],
+                    token: str | None) -> None:
+        stop = anyio.Event()
+        reasons: list[str] = []
+
+        def request_stop(reason: str) -> None:
+            if not stop.is_set():
+                reasons.append(reason)
+                stop.set()
+
+        async with anyio.create_task_group() as outer:
+            outer.start_soon(self._watch_signals, request_stop, outer.cancel_scope)
+            recovered = await anyio.to_thread.run_sync(functools.partial(
+                recover_sessions, self.layout, keep=self.settings.pool.ended_keep))
+            for view in recovered.views:
+                runtime.pool.remember(view)
+            if recovered.marked:
+                log.warning("sessions were running when squadd last stopped; marked "
+                            "interrupted (resume one with 'squadd sessions resume ID')",
+                            sessions=recovered.marked)
+            async with runtime:
+                context = DaemonContext(runtime=runtime, request_stop=request_stop)
+                await self._serve(context, listeners, token, stop, reasons)
+            outer.cancel_scope.cancel()
+
+    async def _serve(self, context: DaemonContext, listeners: list[Listener],
+                     token: str | None, stop: anyio.Event, reasons: list[str]) -> None:
+        runtime = context.runtime
+        app = create_app(context)
+        servers: list[_Server] = []
+        async with anyio.create_task_group() as group:
+            for listener in listeners:
+                served = app if listener.kind == "unix" else BearerAuth(app, token or "")
+                server = _Server(uvicorn.Config(
+                    served, lifespan="off", log_config=None, access_log=False,
+                    timeout_graceful_shutdown=int(HTTP_DRAIN_S), server_header=False))
+                servers.append(server)
+                group.start_soon(server.serve, [listener.sock])
+            with anyio.fail_after(STARTUP_TIMEOUT_S):
+                for server in servers:
+                    await server.ready.wait()
+            scribe_stop = anyio.Event()
+            group.start_soon(functools.partial(run_scribe_worker, self.layout, self.settings,
+                                               runtime.bus, stop=scribe_stop))
+            gc.freeze()  # what startup built lives as long as the daemon: keep it out of GC passes
+            runtime.bus.publish(DaemonStarted(pid=context.pid, repo=str(self.layout.repo)))
+            log.info("squadd serving", pid=context.pid, repo=str(self.layout.repo),
+                     listen=[listener.where for listener in listeners],
+                     provider=self.settings.provider.kind)
+            await stop.wait()
+            reason = reasons[0] if reasons else "stop requested"
+            log.info("squadd stopping", reason=reason, grace_s=self.settings.daemon.grace_s)
+            context.stopping = True
+            runtime.bus.publish(DaemonStopping(reason=reason))
+            await runtime.shutdown(grace_s=self.settings.daemon.grace_s)
+            context.close_streams()
+            scribe_stop.set()
+            for server in servers:
+                server.should_exit = True
+
+    @staticmethod
+    async def _watch_signals(request_stop: Callable[[str], None], scope: anyio.CancelScope) -> None:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            first = True
+            async for signum in signals:
+                if first:
+                    first = False
+                    request_stop(f"signal {signal.Signals(signum).name}")
+                    continue
+                log.warning("second signal: stopping now, without waiting")
+                scope.cancel()
+                return
+
+
+def start_detached(layout: SquadLayout, serve_args: list[str]) -> int:
+    """Run `squadd serve SERVE_ARGS` in a new session, its console output in the log folder;
+    return its PID once its socket answers (a `DaemonError` with the output if it died)."""
+    fd = try_lock(layout.daemon_lock)
+    if fd is None:
+        raise already_running(layout)
+    os.close(fd)
+    out_path = console_log(layout)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    with out_path.open("ab") as out:
+        start = out.tell()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "squadd", "serve", *serve_args], stdin=subprocess.DEVNULL,
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=layout.repo,
+            close_fds=True)
+    deadline = time.monotonic() + DETACH_WAIT_S
+    with DaemonClient(layout, timeout=2.0) as client:
+        while True:
+            code = proc.poll()
+            if code is not None:
+                with out_path.open("rb") as handle:
+                    handle.seek(start)
+                    said = handle.read()[-2000:].decode("utf-8", "replace").strip()
+                raise DaemonError(f"the daemon exited (status {code}) before it answered"
+                                  + (f":\n{said}" if said else f"; see {out_path}"))
+            with contextlib.suppress(DaemonNotRunningError):
+                if client.health().get("pid") == proc.pid:
+                    return proc.pid
+            if time.monotonic() > deadline:
+                raise DaemonError(f"the daemon (PID {proc.pid}) did not answer within "
+                                  f"{DETACH_WAIT_S:g}s; see {out_path}")
+            time.sleep(0.05)
+
+
+def console_log(layout: SquadLayout) -> Path:
+    """Where a detached daemon's console output goes, beside its JSON log."""
+    return layout.log_file.with_suffix(".out")

@@ -1,0 +1,93 @@
+"""`GET /v1/events`: the event bus as Server-Sent Events, filtered by type and session, with
+heartbeats, up to `recent` past events first, and a bound on open streams and on each one's
+buffer (a slow reader loses events and is told so with `bus.overflow`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from squadd.daemon.requests import RECENT_EVENTS, ApiError, DaemonContext, context_of, flag
+from squadd.daemon.wire import SSE_HEARTBEAT_S, SUBSCRIBED
+from squadd.runtime.events import EVENT_TYPES, BaseEvent, Subscription
+
+MAX_EVENT_STREAMS = 64
+"""Event streams that may be open at once; one more gets a 503."""
+
+
+def _event_types(raw: str | None) -> list[str] | None:
+    if not raw:
+        return None
+    wanted = [part.strip() for part in raw.split(",") if part.strip()]
+    for kind in wanted:
+        prefix = kind[:-1] if kind.endswith(".*") else None
+        known = (any(t.startswith(prefix) for t in EVENT_TYPES) if prefix is not None
+                 else kind in EVENT_TYPES)
+        if not known:
+            raise ApiError(422, f"unknown event type {kind!r} (known: {', '.join(EVENT_TYPES)};"
+                                " 'tool.*' style globs work too)")
+    return wanted
+
+
+def _matches(event: BaseEvent, types: list[str] | None, session_id: str | None) -> bool:
+    kind = getattr(event, "type", "")
+    if types is not None and not any(
+            kind == t or (t.endswith(".*") and kind.startswith(t[:-1])) for t in types):
+        return False
+    return session_id is None or event.session_id == session_id
+
+
+def _count(request: Request, name: str, limit: int) -> int:
+    raw = request.query_params.get(name, "0")
+    if not raw.isdigit():
+        raise ApiError(422, f"query parameter {name}={raw!r} must be a whole number")
+    return min(int(raw), limit)
+
+
+async def events(request: Request) -> Response:
+    ctx = context_of(request)
+    types = _event_types(request.query_params.get("type"))
+    session_id = request.query_params.get("session") or None
+    recent_count = _count(request, "recent", RECENT_EVENTS)
+    follow = flag(request, "follow", True)
+    if ctx.stopping:
+        raise ApiError(503, "squadd is stopping")
+    if len(ctx.streams) >= MAX_EVENT_STREAMS:
+        raise ApiError(503, f"{MAX_EVENT_STREAMS} event streams are open already; close one "
+                            "first", limit=MAX_EVENT_STREAMS)
+    # Subscribe and copy the recent events in one step: no event is missed or sent twice.
+    subscription = ctx.runtime.bus.subscribe(types=types, session_id=session_id)
+    replay = [e for e in ctx.recent if _matches(e, types, session_id)][-recent_count:] \
+        if recent_count else []
+    if not follow:
+        subscription.close()
+    ctx.streams.add(subscription)
+    return StreamingResponse(_sse(ctx, subscription, replay), media_type="text/event-stream",
+                             headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
+
+
+def _frame(event: BaseEvent) -> str:
+    kind = getattr(event, "type", "event")
+    return f"id: {event.seq}\nevent: {kind}\ndata: {event.model_dump_json()}\n\n"
+
+
+async def _sse(ctx: DaemonContext, subscription: Subscription,
+               replay: list[BaseEvent]) -> AsyncIterator[str]:
+    try:
+        yield f": {SUBSCRIBED}\n\n"
+        for past in replay:
+            yield _frame(past)
+        while True:
+            event = await subscription.get(within=SSE_HEARTBEAT_S)
+            if event is None:
+                if subscription.closed:
+                    return
+                yield ": ping\n\n"
+                continue
+            yield _frame(event)
+    finally:
+        ctx.streams.discard(subscription)
+        subscription.close()

@@ -1,0 +1,191 @@
+"""The wire format between the daemon and its clients: endpoint paths, timeouts, how an answer
+is read (or turned into `DaemonRequestError`), and how a Server-Sent Events stream is parsed.
+
+Both `client.DaemonClient` and `client.AsyncDaemonClient` build their requests from `Calls`;
+the daemon's app shares the stream constants. Only the standard library and httpx are used.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from squadd.errors import DaemonError
+
+API = "/v1"
+DEFAULT_TIMEOUT_S = 10.0
+"""Seconds an ordinary call (health, status, cancel...) may take."""
+ROUTE_WAIT_LIMIT_S = 86_400.0
+"""The longest a waiting route or resume is waited on (the daemon's own timeouts come first)."""
+SSE_HEARTBEAT_S = 5.0
+"""The daemon sends a comment line this often on an idle event stream."""
+SSE_READ_TIMEOUT_S = 4 * SSE_HEARTBEAT_S
+"""An event stream silent for this long (no heartbeat either) means the daemon is gone."""
+SUBSCRIBED = "subscribed"
+"""The comment an event stream starts with once its subscription is in place."""
+TOKEN_HEADER = "authorization"
+RECENT_EVENTS_MAX = 512
+"""The daemon keeps this many past events for `recent=N` (`squadd events` without --follow)."""
+
+
+class DaemonRequestError(DaemonError):
+    """The daemon answered with an error status; the message is the daemon's own."""
+
+    def __init__(self, message: str, *, status: int, payload: Mapping[str, Any] | None = None):
+        super().__init__(message)
+        self.status = status
+        self.payload: dict[str, Any] = dict(payload or {})
+
+
+@dataclass(frozen=True)
+class Call:
+    """One request, built the same way by both clients."""
+
+    method: str
+    path: str
+    params: dict[str, str] = field(default_factory=dict)
+    body: Any = None
+    timeout: float = DEFAULT_TIMEOUT_S
+    result_key: str | None = None
+    """An error answer whose body has this key is a structured result, returned as it is."""
+
+
+def route_body(task: str, agent: str | None, context: str | None, priority: str, wait: bool,
+                model: str | None, session_id: str | None,
+                available_tools: Sequence[str] | None, timeout_s: float | None
+                ) -> dict[str, Any]:
+    body: dict[str, Any] = {"task": task, "priority": priority, "waitForResult": wait}
+    optional = {"targetAgent": agent, "context": context, "model": model,
+                "sessionId": session_id, "timeoutSeconds": timeout_s,
+                "availableTools": list(available_tools) if available_tools is not None else None}
+    body.update({key: value for key, value in optional.items() if value is not None})
+    return body
+
+
+def wait_timeout(body: Mapping[str, Any]) -> float:
+    if body.get("waitForResult", True) is False:
+        return DEFAULT_TIMEOUT_S * 3
+    return ROUTE_WAIT_LIMIT_S
+
+
+class Calls:
+    """The endpoints, as `Call` objects; the clients send them and read the answers."""
+
+    @staticmethod
+    def health() -> Call:
+        return Call("GET", f"{API}/health")
+
+    @staticmethod
+    def status(agent: str | None, include_ended: bool) -> Call:
+        params = {"all": "1" if include_ended else "0"}
+        if agent:
+            params["agent"] = agent
+        return Call("GET", f"{API}/sessions", params)
+
+    @staticmethod
+    def session(session_id: str, transcript: bool, tail: int | None) -> Call:
+        params = {"transcript": "1" if transcript else "0"}
+        if tail is not None:
+            params["tail"] = str(tail)
+        return Call("GET", f"{API}/sessions/{quote(session_id, safe='')}", params)
+
+    @staticmethod
+    def route(body: Mapping[str, Any]) -> Call:
+        return Call("POST", f"{API}/route", body=dict(body), timeout=wait_timeout(body),
+                     result_key="ok")
+
+    @staticmethod
+    def resume(session_id: str, wait: bool) -> Call:
+        return Call("POST", f"{API}/sessions/{quote(session_id, safe='')}/resume",
+                     {"wait": "1" if wait else "0"},
+                     timeout=ROUTE_WAIT_LIMIT_S if wait else DEFAULT_TIMEOUT_S * 3,
+                     result_key="ok")
+
+    @staticmethod
+    def cancel(session_id: str) -> Call:
+        return Call("POST", f"{API}/sessions/{quote(session_id, safe='')}/cancel")
+
+    @staticmethod
+    def tools() -> Call:
+        return Call("GET", f"{API}/tools")
+
+    @staticmethod
+    def call_tool(name: str, arguments: Mapping[str, Any], agent: str | None,
+                  session_id: str | None, timeout: float) -> Call:
+        body: dict[str, Any] = {"arguments": dict(arguments)}
+        if agent:
+            body["agent"] = agent
+        if session_id:
+            body["sessionId"] = session_id
+        return Call("POST", f"{API}/tools/{quote(name, safe='')}", body=body, timeout=timeout,
+                     result_key="result_type")
+
+    @staticmethod
+    def approval(approval_id: str, approved: bool, reason: str) -> Call:
+        return Call("POST", f"{API}/approvals/{quote(approval_id, safe='')}",
+                     body={"approved": approved, "reason": reason})
+
+    @staticmethod
+    def shutdown() -> Call:
+        return Call("POST", f"{API}/shutdown")
+
+    @staticmethod
+    def events(types: Sequence[str] | None, session_id: str | None, recent: int,
+               follow: bool) -> Call:
+        params = {"recent": str(recent), "follow": "1" if follow else "0"}
+        if types:
+            params["type"] = ",".join(types)
+        if session_id:
+            params["session"] = session_id
+        return Call("GET", f"{API}/events", params, timeout=SSE_READ_TIMEOUT_S)
+
+
+def read_answer(call: Call, response: httpx.Response) -> Any:
+    """The JSON of a good answer (or of a structured result); else `DaemonRequestError`."""
+    try:
+        payload = response.json()
+    except ValueError:
+        payload = None
+    if response.status_code < 400:
+        return payload
+    if call.result_key and isinstance(payload, dict) and call.result_key in payload:
+        return payload
+    if isinstance(payload, dict) and isinstance(payload.get("error"), str):
+        message = payload["error"]
+    else:
+        message = (f"the daemon answered {call.method} {call.path} with HTTP "
+                   f"{response.status_code}: {response.text[:300]}")
+    raise DaemonRequestError(message, status=response.status_code,
+                             payload=payload if isinstance(payload, dict) else None)
+
+
+class SSEParser:
+    """Turns the lines of a `text/event-stream` into event dicts (and notes comments)."""
+
+    def __init__(self) -> None:
+        self.data: list[str] = []
+        self.subscribed = False
+
+    def feed(self, line: str) -> dict[str, Any] | None:
+        if not line:
+            if not self.data:
+                return None
+            text, self.data = "\n".join(self.data), []
+            try:
+                event = json.loads(text)
+            except ValueError:
+                return None
+            return event if isinstance(event, dict) else None
+        if line.startswith(":"):
+            if line[1:].strip() == SUBSCRIBED:
+                self.subscribed = True
+            return None
+        name, _, value = line.partition(":")
+        if name == "data":
+            self.data.append(value[1:] if value.startswith(" ") else value)
+        return None

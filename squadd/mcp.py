@@ -1,0 +1,148 @@
+"""`squadd mcp`: a stdio MCP server (the official `mcp` SDK's low-level `Server`) that forwards to
+the repo's daemon. It lists every tool the daemon offers with the same JSON schema, and runs each
+call through the daemon's one tool pipeline (`POST /v1/tools/{name}`). stdout is the protocol:
+logs go to stderr only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+import anyio
+import mcp.types as types
+import structlog
+from mcp.server.lowlevel import NotificationOptions, Server
+from mcp.server.stdio import stdio_server
+from mcp.shared.exceptions import MCPError
+
+from squadd._version import __version__
+from squadd.daemon.client import AsyncDaemonClient
+from squadd.errors import DaemonError, DaemonNotRunningError
+from squadd.state.layout import SquadLayout
+
+if TYPE_CHECKING:
+    from mcp.server.context import ServerRequestContext
+
+    Context: TypeAlias = ServerRequestContext[Any]
+
+log = structlog.get_logger("squadd.mcp")
+
+SERVER_NAME = "squadd"
+LIST_TIMEOUT_S = 10.0
+"""How long `tools/list` waits for the daemon before it answers from the squad tools alone."""
+
+
+def squad_tool_descriptions() -> list[dict[str, Any]]:
+    """The five squad tools as `GET /v1/tools` describes them, without a daemon: what a client
+    is offered while none runs (each call then says to start one)."""
+    from squadd.tools.squad.decide import SquadDecide
+    from squadd.tools.squad.memory import SquadMemory
+    from squadd.tools.squad.route import SquadRoute
+    from squadd.tools.squad.skill import SquadSkill
+    from squadd.tools.squad.status import SquadStatus
+
+    described = []
+    for tool in (SquadRoute, SquadDecide, SquadMemory, SquadStatus, SquadSkill):
+        schema = tool.args_model.model_json_schema()
+        schema.pop("title", None)
+        described.append({"name": tool.name, "label": tool.label,
+                          "description": tool.description, "parameters": schema})
+    return described
+
+
+def mcp_tool(described: Mapping[str, Any]) -> types.Tool:
+    """A tool of `GET /v1/tools` as an MCP tool: same name, description and input schema."""
+    schema = dict(described.get("parameters") or {})
+    schema.setdefault("type", "object")  # MCP requires an object schema at the root
+    name = str(described["name"])
+    label = described.get("label")
+    return types.Tool(name=name, title=str(label) if label and label != name else None,
+                      description=described.get("description") or None, input_schema=schema)
+
+
+def text_result(text: str, *, is_error: bool) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(text=text)], is_error=is_error)
+
+
+def mcp_result(result: Mapping[str, Any]) -> types.CallToolResult:
+    """A daemon `ToolResult` as an MCP result: its text, and `isError` unless it succeeded."""
+    return text_result(str(result.get("text", "")),
+                       is_error=result.get("result_type") != "success")
+
+
+class DaemonBridge:
+    """The MCP handlers: each one asks the daemon through `client`.
+
+    `agent` is who the calls are made as (the daemon's default, "user", when None). While no
+    daemon answers, `tools/list` offers the squad tools and each call fails with the message
+    that says to start one; once the daemon answers again, clients that saw that fallback are
+    told the tool list changed, so they pick up the custom tools too.
+    """
+
+    def __init__(self, client: AsyncDaemonClient, *, agent: str | None = None):
+        self.client = client
+        self.agent = agent
+        self._listed_without_daemon = False
+
+    async def list_tools(self, ctx: Context,
+                         params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        try:
+            with anyio.fail_after(LIST_TIMEOUT_S):
+                described = await self.client.tools()
+        except (DaemonError, TimeoutError) as exc:
+            reason = str(exc) if isinstance(exc, DaemonError) else (
+                f"the daemon did not list its tools within {LIST_TIMEOUT_S:g}s")
+            log.warning("offering the squad tools only", reason=reason)
+            self._listed_without_daemon = True
+            described = squad_tool_descriptions()
+        else:
+            self._listed_without_daemon = False
+        return types.ListToolsResult(tools=[mcp_tool(tool) for tool in described])
+
+    async def call_tool(self, ctx: Context,
+                        params: types.CallToolRequestParams) -> types.CallToolResult:
+        arguments = dict(params.arguments or {})
+        try:
+            result = await self.client.call_tool(params.name, arguments, agent=self.agent)
+        except DaemonNotRunningError as exc:
+            log.warning("tool call without a daemon", tool=params.name)
+            return text_result(str(exc), is_error=True)
+        except DaemonError as exc:
+            log.warning("tool call failed", tool=params.name, error=str(exc))
+            return text_result(f"{params.name} did not run: {exc}", is_error=True)
+        if self._listed_without_daemon:
+            self._listed_without_daemon = False
+            await self._tell_tools_changed(ctx)
+        return mcp_result(result)
+
+    @staticmethod
+    async def _tell_tools_changed(ctx: Context) -> None:
+        try:
+            await ctx.session.send_tool_list_changed()
+        except MCPError as exc:  # a transport with no channel for it: the client re-lists later
+            log.debug("tool list change not sent", reason=exc.message)
+
+
+def instructions(layout: SquadLayout) -> str:
+    return (f"The Squad of {layout.repo}: a team of AI agents with charters in "
+            f"{layout.root.name}/. Hand work to an agent with squad_route, record team "
+            "decisions with squad_decide and learnings with squad_memory, and see who is "
+            "working on what with squad_status.")
+
+
+def build_server(bridge: DaemonBridge, layout: SquadLayout) -> Server[Any]:
+    return Server(SERVER_NAME, version=__version__, title="squadd",
+                  instructions=instructions(layout),
+                  on_list_tools=bridge.list_tools, on_call_tool=bridge.call_tool)
+
+
+async def serve_stdio(layout: SquadLayout, *, agent: str | None = None) -> None:
+    """Serve MCP on stdin/stdout until the client closes stdin."""
+    async with AsyncDaemonClient(layout) as client:
+        bridge = DaemonBridge(client, agent=agent)
+        server = build_server(bridge, layout)
+        options = server.create_initialization_options(NotificationOptions(tools_changed=True))
+        log.info("squadd mcp serving on stdio", repo=str(layout.repo), agent=agent or "user")
+        async with stdio_server() as (read_stream, write_stream):
+            await server.run(read_stream, write_stream, options)

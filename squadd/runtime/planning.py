@@ -1,0 +1,239 @@
+"""Route planning: from a `RouteRequest` to the session that will run it, or a refusal.
+
+Resolves the agent (named, `@name`, routing.md, or the session being continued), loads its
+charter, checks depth and cycles, and chooses model and tools. A refusal carries the failure
+`RouteResult` that says why; nothing here touches the pool.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from squadd.config import Settings
+from squadd.errors import InvalidNameError
+from squadd.runtime.api import (
+    LIVE_STATES,
+    FailureReason,
+    RoutedBy,
+    RouteOrigin,
+    RouteRequest,
+    RouteResult,
+    SessionView,
+)
+from squadd.runtime.router import Router
+from squadd.runtime.session import SessionInfo, choose_model, new_session_id
+from squadd.state.charters import Charter, parse_charter, roster
+from squadd.state.layout import SquadLayout, safe_id, safe_name
+from squadd.state.transcripts import Transcript, read_transcript
+
+
+class Refusal(Exception):
+    """A route that must not run; `result` is the failure to hand back."""
+
+    def __init__(self, reason: FailureReason, message: str, **fields: Any):
+        super().__init__(message)
+        self.result = RouteResult(ok=False, reason=reason, message=message, error=message,
+                                  **fields)
+
+
+@dataclass
+class RoutePlan:
+    """What a route will run: a new session, or the next task of an existing one."""
+
+    info: SessionInfo
+    charter: Charter
+    routed_by: RoutedBy
+    task: str | None
+    """The task to send; None resumes an interrupted task from the transcript."""
+    context: str | None
+    continuing: bool
+    timeout_s: float
+    available_tools: list[str] | None
+
+
+class CharterCache:
+    """Parsed charters. A hit costs one `stat`; a changed or new file is checked (naming rule,
+    no symlink out of the squad dir), read and parsed again."""
+
+    def __init__(self, layout: SquadLayout):
+        self.layout = layout
+        self._parsed: dict[str, tuple[Path, tuple[int, int, int], Charter]] = {}
+
+    def get(self, agent: str) -> Charter | None:
+        hit = self._parsed.get(agent)
+        if hit is not None:
+            try:
+                st = hit[0].stat()
+            except OSError:
+                st = None
+            if st is not None and (st.st_mtime_ns, st.st_size, st.st_ino) == hit[1]:
+                return hit[2]
+        path = self.layout.charter(agent)
+        try:
+            st = path.stat()
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except (FileNotFoundError, NotADirectoryError):
+            self._parsed.pop(agent, None)
+            return None
+        charter = parse_charter(agent, text)
+        if len(self._parsed) >= 1024:
+            self._parsed.pop(next(iter(self._parsed)))
+        self._parsed[agent] = (path, (st.st_mtime_ns, st.st_size, st.st_ino), charter)
+        return charter
+
+    def exists(self, agent: str) -> bool:
+        return self.get(agent) is not None
+
+
+def unknown_agent(layout: SquadLayout, agent: str) -> Refusal:
+    """The refusal for an agent without a charter; lists the agents there are (blocking)."""
+    known = ", ".join(entry.name for entry in roster(layout)) or "none yet"
+    return Refusal("unknown_agent",
+                   f'unknown agent "{agent}": there is no charter at '
+                   f"{layout.charter(agent)} (agents: {known})", agent=agent)
+
+
+def resolve_agent(request: RouteRequest, router: Router,
+                  charters: CharterCache) -> tuple[str, RoutedBy]:
+    """The agent a new session is for (blocking only on the auto path: call it in a thread)."""
+    target = (request.target_agent or "").strip()
+    if target and target.lower() != "auto":
+        try:
+            return safe_name(target.lstrip("@")), "explicit"
+        except InvalidNameError as exc:
+            raise Refusal("invalid", f"cannot route: {exc}") from None
+    choice = router.choose(request.task, charters.exists)
+    if choice is None:
+        raise Refusal(
+            "no_route",
+            "no agent was named and routing.md matched nothing in the task. Name one "
+            "(targetAgent, or @name in the task) or add a row to routing.md. "
+            f"The routing table:\n{router.describe()}",
+        )
+    return choice.agent, choice.routed_by
+
+
+def check_chain(agent: str, origin: RouteOrigin, settings: Settings) -> int:
+    """The new session's depth; `Refusal` when the route is too deep or closes a cycle."""
+    chain = list(origin.lineage)
+    if origin.session_id is not None and origin.agent and (not chain or chain[-1] != origin.agent):
+        chain.append(origin.agent)
+    if agent in chain:
+        path = " -> ".join([*chain, agent])
+        raise Refusal("cycle", f"routing to {agent} would make a cycle ({path}): {agent} is "
+                               "already working on this chain of tasks; answer it yourself or "
+                               "route to someone else", agent=agent)
+    depth = origin.depth + 1
+    limit = settings.route.max_depth
+    if depth > limit:
+        path = " -> ".join([*chain, agent])
+        raise Refusal("too_deep", f"routing to {agent} would be {depth} routes deep ({path}); "
+                                  f"route.max_depth is {limit}. Do this part yourself or hand "
+                                  "it back to your caller", agent=agent)
+    return depth
+
+
+def new_plan(request: RouteRequest, origin: RouteOrigin, agent: str, routed_by: RoutedBy,
+             charter: Charter, settings: Settings, provider_default: str) -> RoutePlan:
+    depth = check_chain(agent, origin, settings)
+    model = choose_model(request.model, charter, settings, agent, provider_default)
+    info = SessionInfo(
+        session_id=new_session_id(), agent=agent, model=model, task=request.task,
+        parent_session_id=origin.session_id,
+        requested_by=request.requested_by or origin.agent or "user",
+        depth=depth, lineage=_lineage(origin), priority=request.priority,
+    )
+    return RoutePlan(info=info, charter=charter, routed_by=routed_by, task=request.task,
+                     context=request.context, continuing=False,
+                     timeout_s=request.timeout_s or settings.route.timeout_s,
+                     available_tools=request.available_tools)
+
+
+def _lineage(origin: RouteOrigin) -> tuple[str, ...]:
+    lineage = origin.lineage
+    if origin.session_id is not None and origin.agent and (not lineage
+                                                          or lineage[-1] != origin.agent):
+        lineage = (*lineage, origin.agent)
+    return lineage
+
+
+def continue_plan(request: RouteRequest | None, origin: RouteOrigin, base: SessionInfo,
+                  state: str | None, charter: Charter, settings: Settings) -> RoutePlan:
+    """The plan for the next task of an existing session (None request: resume its last)."""
+    if state in LIVE_STATES:
+        raise Refusal("busy", f"session {base.session_id} ({base.agent}) is {state}: wait for "
+                              "its task to end (squad_status with sessionId) before sending "
+                              "another", session_id=base.session_id, agent=base.agent)
+    if request is not None and request.target_agent and request.target_agent.lower() not in (
+            "auto", base.agent):
+        raise Refusal("invalid", f"session {base.session_id} belongs to {base.agent}, not "
+                                 f"{request.target_agent}", session_id=base.session_id)
+    depth = check_chain(base.agent, origin, settings)
+    info = dataclasses.replace(
+        base, task=request.task if request is not None else base.task,
+        model=(request.model if request is not None and request.model else base.model),
+        depth=depth, lineage=_lineage(origin),
+        parent_session_id=origin.session_id or base.parent_session_id,
+        priority=request.priority if request is not None else base.priority,
+        requested_by=((request.requested_by if request is not None else None)
+                      or origin.agent or base.requested_by),
+    )
+    return RoutePlan(
+        info=info, charter=charter, routed_by="session",
+        task=request.task if request is not None else None,
+        context=None, continuing=True,
+        timeout_s=(request.timeout_s if request is not None and request.timeout_s
+                   else settings.route.timeout_s),
+        available_tools=request.available_tools if request is not None else None,
+    )
+
+
+def load_transcript(layout: SquadLayout, session_id: str) -> Transcript | None:
+    """The transcript of `session_id`, or None when there is none (blocking)."""
+    try:
+        path = layout.transcript(safe_id(session_id))
+    except InvalidNameError:
+        return None
+    try:
+        return read_transcript(path)
+    except FileNotFoundError:
+        return None
+
+
+def info_from_transcript(transcript: Transcript) -> SessionInfo:
+    meta = transcript.meta
+    return SessionInfo(
+        session_id=transcript.session_id, agent=str(meta.get("agent", "")),
+        model=str(meta.get("model") or ""), task=str(meta.get("task") or ""),
+        parent_session_id=meta.get("parent_session_id"),
+        requested_by=meta.get("requested_by"), depth=int(meta.get("depth") or 0),
+        lineage=tuple(meta.get("lineage") or ()),
+        priority=str(meta.get("priority") or "normal"),
+    )
+
+
+def view_from_transcript(transcript: Transcript) -> SessionView:
+    """An ended session's view, rebuilt from its transcript (it is no longer in the pool)."""
+    info = info_from_transcript(transcript)
+    last = transcript.states[-1] if transcript.states else {}
+    last_state = last.get("state")
+    error = None
+    if last_state in ("error", "interrupted", "cancelled"):
+        error = f"{last_state}: {last.get('error') or last.get('reason') or 'no reason recorded'}"
+    elif last_state not in ("completed", None):
+        error = f"interrupted: the session stopped while {last_state} (squadd stopped?)"
+    tokens_in = sum(int(r.get("input_tokens") or 0) for r in transcript.records
+                    if r.get("kind") == "message")
+    tokens_out = sum(int(r.get("output_tokens") or 0) for r in transcript.records
+                     if r.get("kind") == "message")
+    return SessionView(
+        session_id=info.session_id, agent=info.agent or "?", state="destroyed",
+        task=info.task[:500], model=info.model,
+        priority="urgent" if info.priority == "urgent" else "normal",
+        parent_session_id=info.parent_session_id, requested_by=info.requested_by,
+        depth=info.depth, input_tokens=tokens_in, output_tokens=tokens_out,
+        answer=transcript.final_answer if last_state == "completed" else None, error=error,
+    )

@@ -1,0 +1,300 @@
+"""SessionPool: which sessions exist, what state each is in, and who holds the slots.
+
+Admission is synchronous and exact: a route takes a free slot, or a place in the bounded
+admission queue, or fails at once with `PoolFullError`. A session waiting on a child route
+gives its slot back and takes one again ahead of new work. Sessions at rest are reaped after
+`pool.idle_timeout_s`; ended sessions are remembered (bounded) so their answers can be collected.
+Every state change is an `agent.state` event.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+import anyio
+
+from squadd.config import PoolSettings
+from squadd.errors import PoolFullError, RouteError
+from squadd.runtime.api import LIVE_STATES, PoolTotals, SessionState, SessionView
+from squadd.runtime.events import (
+    AgentIdle,
+    AgentStateChanged,
+    EventSink,
+    PoolAtCapacity,
+    PoolEmpty,
+    RouteQueued,
+)
+from squadd.runtime.session import SessionInfo
+from squadd.runtime.slots import PrioritySlots, SlotClass, SlotLimiter, SlotTicket
+
+RESTING_STATES: frozenset[str] = frozenset({"idle", "error", "interrupted"})
+_TASK_PREVIEW = 500
+
+
+@dataclass(slots=True, eq=False)
+class SessionRecord:
+    """The pool's record of one session. It holds no messages: those live in the transcript."""
+
+    info: SessionInfo
+    state: SessionState = "queued"
+    created_at: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
+    created: float = field(default_factory=time.monotonic)
+    last_activity: float = field(default_factory=time.monotonic)
+    input_tokens: int = 0
+    output_tokens: int = 0
+    answer: str | None = None
+    error: str | None = None
+    holds_slot: bool = False
+    scope: anyio.CancelScope | None = None
+    """The cancel scope of the task now running (set while live)."""
+    finished: anyio.Event | None = None
+    """Set when the current task ends."""
+    waiting_on: str | None = None
+    """The child session this one waits on (it gets the child's slot when the child ends)."""
+
+    @property
+    def session_id(self) -> str:
+        return self.info.session_id
+
+    @property
+    def agent(self) -> str:
+        return self.info.agent
+
+    def view(self, now: float) -> SessionView:
+        info = self.info
+        return SessionView(
+            session_id=info.session_id, agent=info.agent, state=self.state,
+            task=info.task[:_TASK_PREVIEW], model=info.model,
+            priority="urgent" if info.priority == "urgent" else "normal",
+            parent_session_id=info.parent_session_id, requested_by=info.requested_by,
+            depth=info.depth, created=self.created_at,
+            age_s=round(now - self.created, 3), idle_s=round(now - self.last_activity, 3),
+            input_tokens=self.input_tokens, output_tokens=self.output_tokens,
+            answer=self.answer, error=self.error,
+        )
+
+
+class SessionPool:
+    """Slots, the admission queue, session states, reaping and the memory of ended sessions."""
+
+    def __init__(self, settings: PoolSettings, sink: EventSink, *,
+                 limiter: SlotLimiter | None = None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.settings = settings
+        self.sink = sink
+        self.slots: SlotLimiter = limiter or PrioritySlots(settings.max_concurrent)
+        self._clock = clock
+        self._records: dict[str, SessionRecord] = {}
+        self._resting: OrderedDict[str, SessionRecord] = OrderedDict()
+        self._ended: OrderedDict[str, SessionView] = OrderedDict()
+        self._waiting = 0
+        self.closed = False
+
+    # Queries.
+    def totals(self) -> PoolTotals:
+        slots = self.slots
+        return PoolTotals(
+            running=slots.in_use, queued=self.queued, waiting=self._waiting,
+            idle=len(self._resting), max_concurrent=slots.total,
+            max_queued=self.settings.max_queued,
+        )
+
+    @property
+    def queued(self) -> int:
+        return self.slots.waiting(SlotClass.URGENT) + self.slots.waiting(SlotClass.NORMAL)
+
+    def get(self, session_id: str) -> SessionRecord | None:
+        return self._records.get(session_id)
+
+    def view(self, session_id: str) -> SessionView | None:
+        record = self._records.get(session_id)
+        if record is not None:
+            return record.view(self._clock())
+        return self._ended.get(session_id)
+
+    def views(self, *, include_destroyed: bool = False) -> list[SessionView]:
+        now = self._clock()
+        views = [record.view(now) for record in self._records.values()]
+        if include_destroyed:
+            views.extend(self._ended.values())
+        return views
+
+    def remember(self, view: SessionView) -> None:
+        """Keep an ended session's view (e.g. one rebuilt from its transcript), bounded."""
+        self._ended[view.session_id] = view
+        self._ended.move_to_end(view.session_id)
+        while len(self._ended) > self.settings.ended_keep:
+            self._ended.popitem(last=False)
+
+    # Admission and slots.
+    def admit(self, record: SessionRecord, priority: str) -> SlotTicket:
+        """Give `record` a slot now or a place in line; `PoolFullError` when the line is full."""
+        if self.closed:
+            raise RouteError("squadd is shutting down and admits no new routes")
+        slots = self.slots
+        if slots.in_use >= slots.total and self.queued >= self.settings.max_queued:
+            totals = self.totals()
+            raise PoolFullError(
+                f"pool full: {totals.running}/{totals.max_concurrent} sessions running and "
+                f"{totals.queued}/{totals.max_queued} routes queued (pool.max_concurrent, "
+                "pool.max_queued); try again when squad_status shows free room",
+                running=totals.running, queued=totals.queued,
+                max_concurrent=totals.max_concurrent, max_queued=totals.max_queued,
+            )
+        ticket = slots.enqueue(SlotClass.URGENT if priority == "urgent" else SlotClass.NORMAL)
+        self._records[record.session_id] = record
+        self._resting.pop(record.session_id, None)
+        self._ended.pop(record.session_id, None)  # live again: its old view would be listed twice
+        record.finished = anyio.Event()
+        record.answer = record.error = None
+        record.last_activity = self._clock()
+        if ticket.granted:
+            record.holds_slot = True
+            self._set(record, "creating")
+            self._check_capacity()
+        else:
+            self._set(record, "queued")
+            self.sink.publish(RouteQueued(
+                session_id=record.session_id, agent=record.agent,
+                task=record.info.task[:_TASK_PREVIEW], priority=priority,
+                position=self.queued,
+            ))
+        return ticket
+
+    async def take_slot(self, record: SessionRecord, ticket: SlotTicket,
+                        timeout_s: float | None) -> None:
+        """Wait (at most `timeout_s`) until `ticket` holds a slot; TimeoutError if none came."""
+        if not ticket.granted:
+            with anyio.fail_after(timeout_s):
+                await self.slots.wait(ticket)
+            record.holds_slot = True
+            self._set(record, "creating")
+
+    def _give_back(self, record: SessionRecord, *, ended: bool) -> None:
+        if not record.holds_slot:
+            return
+        record.holds_slot = False
+        parent_id = record.info.parent_session_id
+        parent = self._records.get(parent_id) if ended and parent_id else None
+        if parent is not None and parent.waiting_on == record.session_id \
+                and not parent.holds_slot:
+            parent.holds_slot = True  # straight back to the parent that waits on this task
+            return
+        self.slots.release()
+
+    @asynccontextmanager
+    async def waiting_on_child(self, session_id: str | None,
+                               child_id: str) -> AsyncIterator[None]:
+        """While the body runs, the session gives its slot back (state `waiting`).
+
+        When the child's task ends, its slot passes straight to this session; if the child
+        never held one, this session gets back in line ahead of every new route. Either way it
+        is `active` again on a normal exit.
+        """
+        record = self._records.get(session_id) if session_id else None
+        if record is None or not record.holds_slot or record.state != "active":
+            yield
+            return
+        self._give_back(record, ended=False)
+        record.waiting_on = child_id
+        self._waiting += 1
+        self._set(record, "waiting")
+        try:
+            yield
+        finally:
+            self._waiting -= 1
+            record.waiting_on = None
+        if not record.holds_slot:
+            ticket = self.slots.enqueue(SlotClass.RETURNING)
+            await self.slots.wait(ticket)
+            record.holds_slot = True
+        self._set(record, "active")
+
+    # States.
+    def _set(self, record: SessionRecord, state: SessionState) -> None:
+        previous = record.state
+        record.state = state
+        self.sink.publish(AgentStateChanged(session_id=record.session_id, agent=record.agent,
+                                            state=state, previous=previous))
+
+    def activate(self, record: SessionRecord) -> None:
+        record.last_activity = self._clock()
+        self._set(record, "active")
+
+    def touch(self, record: SessionRecord, *, input_tokens: int = 0,
+              output_tokens: int = 0) -> None:
+        record.last_activity = self._clock()
+        record.input_tokens += input_tokens
+        record.output_tokens += output_tokens
+
+    def finish(self, record: SessionRecord, state: SessionState, *, answer: str | None = None,
+               error: str | None = None) -> None:
+        """The task ended: give the slot back and rest in `state` (idle, error, interrupted)."""
+        if state not in RESTING_STATES:
+            raise ValueError(f"a task cannot end in state {state!r}")
+        self._give_back(record, ended=True)
+        record.answer, record.error = answer, error
+        record.last_activity = self._clock()
+        record.scope = None
+        self._set(record, state)
+        if state == "idle":
+            self.sink.publish(AgentIdle(session_id=record.session_id, agent=record.agent))
+        self._resting[record.session_id] = record
+        self._resting.move_to_end(record.session_id)
+        if record.finished is not None:
+            record.finished.set()
+        while len(self._resting) > self.settings.max_idle:
+            self.destroy(next(iter(self._resting.values())))
+        if self.slots.in_use == 0 and self.queued == 0 and self._waiting == 0:
+            self.sink.publish(PoolEmpty())
+
+    def abandon(self, record: SessionRecord) -> None:
+        """A route that never started (its queue wait timed out or was cancelled)."""
+        self._give_back(record, ended=True)
+        if record.finished is not None:
+            record.finished.set()
+        if record.state in LIVE_STATES:
+            record.error = record.error or "never started"
+            self._set(record, "destroyed")
+        self._records.pop(record.session_id, None)
+        self._resting.pop(record.session_id, None)
+
+    def destroy(self, record: SessionRecord) -> None:
+        """Forget a session at rest: it leaves the pool, its view is remembered (bounded)."""
+        if record.state in LIVE_STATES:
+            raise ValueError(f"session {record.session_id} is {record.state}, not at rest")
+        self._records.pop(record.session_id, None)
+        self._resting.pop(record.session_id, None)
+        last_state = record.state
+        self._set(record, "destroyed")
+        view = record.view(self._clock())
+        if last_state == "error" and view.error is None:
+            view.error = "ended in error"
+        self.remember(view)
+
+    def reap(self) -> int:
+        """Destroy sessions that have rested longer than `pool.idle_timeout_s`; return how many."""
+        limit = self._clock() - self.settings.idle_timeout_s
+        reaped = 0
+        while self._resting:
+            record = next(iter(self._resting.values()))
+            if record.last_activity > limit:
+                break
+            self.destroy(record)
+            reaped += 1
+        return reaped
+
+    def _check_capacity(self) -> None:
+        slots = self.slots
+        if slots.in_use == slots.total:
+            self.sink.publish(PoolAtCapacity(running=slots.in_use, queued=self.queued,
+                                             max_concurrent=slots.total))
+
+    def live(self) -> list[SessionRecord]:
+        """Sessions with a task in hand."""
+        return [r for r in self._records.values() if r.state in LIVE_STATES]

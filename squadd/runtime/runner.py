@@ -1,0 +1,162 @@
+"""RouteRunner: runs one admitted route to its end.
+
+It takes the route's slot (within the route's timeout), starts or continues the AgentSession
+with its tool set, puts the session to rest in the state its task ended in, and completes the
+orchestration log entry. Whatever happens (a provider crash, a broken transcript, cancellation)
+the pool's record ends at rest and the caller gets a `RouteResult`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import anyio
+import structlog
+
+from squadd.config import Settings
+from squadd.providers.base import Provider
+from squadd.runtime.api import RouteResult
+from squadd.runtime.events import AgentSpawned, EventSink
+from squadd.runtime.orchestration import OrchestrationEntry, OrchestrationLog
+from squadd.runtime.planning import RoutePlan
+from squadd.runtime.pool import SessionPool, SessionRecord
+from squadd.runtime.session import AgentSession, SessionOutcome, session_toolset
+from squadd.runtime.session_sink import SessionSink
+from squadd.runtime.slots import SlotTicket
+from squadd.state.layout import SquadLayout
+from squadd.tools.base import Tool, ToolSet
+from squadd.tools.invoke import ToolInvoker
+
+log = structlog.get_logger("squadd.runtime")
+
+ExtraTools = Callable[[], Iterable[Tool[Any]]]
+
+
+class RouteRunner:
+    """What running a route needs, and the run itself."""
+
+    def __init__(self, *, layout: SquadLayout, settings: Settings, provider: Provider,
+                 bus: EventSink, invoker: ToolInvoker, pool: SessionPool,
+                 orchestration: OrchestrationLog, tools: ToolSet,
+                 extra_tools: ExtraTools | None):
+        self.layout = layout
+        self.settings = settings
+        self.provider = provider
+        self.bus = bus
+        self.invoker = invoker
+        self.pool = pool
+        self.orchestration = orchestration
+        self.tools = tools
+        self.extra_tools = extra_tools
+
+    async def run(self, plan: RoutePlan, record: SessionRecord, ticket: SlotTicket,
+                  entry: OrchestrationEntry) -> RouteResult:
+        """Take a slot, run the session's task, and put the session to rest."""
+        info = plan.info
+        started = time.monotonic()
+        base_in, base_out = record.input_tokens, record.output_tokens
+        scope = record.scope or anyio.CancelScope()
+        outcome: SessionOutcome | None = None
+        failure: str | None = None
+        with scope:
+            try:
+                await self.pool.take_slot(record, ticket, plan.timeout_s)
+            except TimeoutError:
+                message = (f"no slot came free within {plan.timeout_s:g}s (route timeout); "
+                           "the pool is busy: try again later")
+                self.pool.abandon(record)
+                await self._log_end(entry, "queue_timeout", message, started, record)
+                return RouteResult(ok=False, reason="queue_timeout", message=message,
+                                   error=message, agent=info.agent, pool=self.pool.totals())
+            except BaseException:
+                self.pool.abandon(record)
+                with anyio.CancelScope(shield=True):
+                    await self._log_end(entry, "cancelled", "cancelled before it started",
+                                        started, record)
+                raise
+            try:
+                outcome = await self._start_session(plan, record)
+            except Exception as exc:  # a broken session must not take the pool down
+                log.exception("session failed", session_id=info.session_id)
+                failure = f"{type(exc).__name__}: {exc}"
+            except BaseException:
+                self.pool.finish(record, "interrupted", error="cancelled")
+                with anyio.CancelScope(shield=True):
+                    await self._log_end(entry, "interrupted", "cancelled", started, record)
+                raise
+        duration = round(time.monotonic() - started, 6)
+        if outcome is None:
+            if failure is None:  # cancel() stopped it: the pool and the log already know
+                message = (f"{info.agent} did not finish: cancelled by request"
+                           if record.state == "interrupted"
+                           else f"{info.agent} was cancelled before it started")
+                return RouteResult(ok=False, reason="interrupted", message=message,
+                                   error="cancelled", session_id=info.session_id,
+                                   agent=info.agent, state=record.state, duration_s=duration)
+            self.pool.finish(record, "error", error=failure)
+            await self._log_end(entry, "error", failure, started, record)
+            return RouteResult(ok=False, reason="failed", error=failure,
+                               message=f'Agent "{info.agent}" failed: {failure}',
+                               session_id=info.session_id, agent=info.agent,
+                               state=record.state, duration_s=duration)
+        record.input_tokens = base_in + outcome.usage.input_tokens
+        record.output_tokens = base_out + outcome.usage.output_tokens
+        if outcome.status == "completed":
+            self.pool.finish(record, "idle", answer=outcome.answer)
+        else:
+            self.pool.finish(record, "interrupted" if outcome.status == "interrupted" else "error",
+                             error=outcome.error or outcome.status)
+        await self._log_end(entry, outcome.status, outcome.error, started, record)
+        return self._result(plan, record, outcome)
+
+    async def _start_session(self, plan: RoutePlan, record: SessionRecord) -> SessionOutcome:
+        info = plan.info
+        self.bus.publish(AgentSpawned(
+            session_id=info.session_id, agent=info.agent, task=info.task[:500],
+            requested_by=info.requested_by, model=info.model,
+            parent_session_id=info.parent_session_id,
+        ))
+        tools = self.tools
+        if self.extra_tools is not None:
+            extras = list(await anyio.to_thread.run_sync(self.extra_tools))
+            tools = tools.merged(extras)
+        sink = SessionSink(self.bus, self.pool, record)
+        session = AgentSession(
+            info, layout=self.layout, settings=self.settings, provider=self.provider,
+            invoker=self.invoker, tools=session_toolset(tools, plan.available_tools,
+                                                        plan.charter),
+            sink=sink,
+        )
+        sink.session = session
+        if plan.continuing:
+            if plan.task is None:  # a resume records no new message: active from here
+                self.pool.activate(record)
+            return await session.continue_with(plan.task, timeout_s=plan.timeout_s)
+        return await session.start(plan.task or info.task, plan.context,
+                                   timeout_s=plan.timeout_s)
+
+    async def _log_end(self, entry: OrchestrationEntry, outcome: str, error: str | None,
+                       started: float, record: SessionRecord) -> None:
+        await self.orchestration.submit(entry.ended(
+            outcome, error=error, duration_s=time.monotonic() - started,
+            input_tokens=record.input_tokens, output_tokens=record.output_tokens))
+
+    def _result(self, plan: RoutePlan, record: SessionRecord,
+                outcome: SessionOutcome) -> RouteResult:
+        info = plan.info
+        common: dict[str, Any] = dict(
+            session_id=info.session_id, agent=info.agent, state=record.state,
+            routed_by=plan.routed_by, turns=outcome.turns,
+            input_tokens=outcome.usage.input_tokens, output_tokens=outcome.usage.output_tokens,
+            duration_s=round(outcome.duration_s, 6),
+        )
+        if outcome.status == "completed":
+            answer = outcome.answer
+            message = answer or f'Agent "{info.agent}" completed but returned no response.'
+            return RouteResult(ok=True, answer=answer, message=message, **common)
+        error = outcome.error or outcome.status
+        return RouteResult(ok=False, reason="failed" if outcome.status == "error"
+                           else "interrupted", error=error,
+                           message=f'Agent "{info.agent}" failed: {error}', **common)

@@ -1,0 +1,343 @@
+"""SquadRuntime: the layout, settings, provider, bus, invoker and pool of one squad, wired together.
+
+It is what the daemon and `squadd run` build. `route()` plans a task, admits it to the pool and
+runs its session (in the caller's task when it waits for the result, in the runtime's task group
+when it does not); `status()`, `cancel()`, `resume()` and `snapshot()` complete the API. Use it
+as `async with SquadRuntime(...) as runtime:`.
+"""
+
+from __future__ import annotations
+
+from contextlib import AsyncExitStack
+
+import anyio
+from anyio.abc import TaskGroup
+
+from squadd.config import Settings
+from squadd.errors import InvalidNameError, NotFoundError, PoolFullError, RouteError
+from squadd.providers.base import Provider, RetryCallback, RetryInfo
+from squadd.runtime.api import (
+    LIVE_STATES,
+    RouteOrigin,
+    RouteRequest,
+    RouteResult,
+    SessionView,
+    StatusReport,
+)
+from squadd.runtime.events import EventBus, EventSink, ProviderRetry
+from squadd.runtime.orchestration import OrchestrationEntry, OrchestrationLog
+from squadd.runtime.planning import (
+    CharterCache,
+    Refusal,
+    RoutePlan,
+    continue_plan,
+    info_from_transcript,
+    load_transcript,
+    new_plan,
+    resolve_agent,
+    unknown_agent,
+    view_from_transcript,
+)
+from squadd.runtime.pool import SessionPool, SessionRecord
+from squadd.runtime.router import Router
+from squadd.runtime.runner import ExtraTools, RouteRunner
+from squadd.runtime.slots import SlotLimiter, SlotTicket
+from squadd.state.charters import Charter
+from squadd.state.layout import SquadLayout
+from squadd.tools.base import ToolSet
+from squadd.tools.invoke import ToolInvoker
+from squadd.tools.squad import file_tools
+from squadd.tools.squad.route import SquadRoute
+from squadd.tools.squad.status import SquadStatus
+
+
+def retry_publisher(sink: EventSink) -> RetryCallback:
+    """The `on_retry` callback for providers: each retry becomes a `provider.retry` event."""
+    def publish(info: RetryInfo) -> None:
+        sink.publish(ProviderRetry(provider=info.provider, attempt=info.attempt,
+                                   wait_s=round(info.wait_s, 3), reason=info.reason[:500],
+                                   status=info.status))
+    return publish
+
+
+class SquadRuntime:
+    """One squad's runtime. Build it, then `async with` it (that starts its background tasks)."""
+
+    def __init__(
+        self,
+        layout: SquadLayout,
+        settings: Settings,
+        provider: Provider,
+        *,
+        bus: EventBus | None = None,
+        invoker: ToolInvoker | None = None,
+        extra_tools: ExtraTools | None = None,
+        limiter: SlotLimiter | None = None,
+        owns_provider: bool = False,
+    ):
+        self.layout = layout
+        self.settings = settings
+        self.provider = provider
+        self.bus = bus if bus is not None else EventBus(buffer=settings.daemon.event_buffer)
+        self.invoker = invoker if invoker is not None else ToolInvoker(layout, settings, self.bus)
+        self.pool = SessionPool(settings.pool, self.bus, limiter=limiter)
+        self.router = Router(layout)
+        self.orchestration = OrchestrationLog(layout)
+        self.extra_tools = extra_tools
+        self.tools = ToolSet([*file_tools(layout, settings), SquadRoute(self), SquadStatus(self)])
+        """The built-in tools every session starts from (extra tools are added per session)."""
+        self.runner = RouteRunner(
+            layout=layout, settings=settings, provider=provider, bus=self.bus,
+            invoker=self.invoker, pool=self.pool, orchestration=self.orchestration,
+            tools=self.tools, extra_tools=extra_tools)
+        self._charters = CharterCache(layout)
+        self._owns_provider = owns_provider
+        self._stack: AsyncExitStack | None = None
+        self._tg: TaskGroup | None = None
+        self._background = 0
+        self._background_done: anyio.Event | None = None
+        self._reaper_scope: anyio.CancelScope | None = None
+
+    @classmethod
+    def from_settings(cls, layout: SquadLayout, settings: Settings, *,
+                      bus: EventBus | None = None,
+                      extra_tools: ExtraTools | None = None) -> SquadRuntime:
+        """A runtime with the provider `settings` name, whose retries become events."""
+        from squadd.providers.factory import make_provider
+
+        bus = bus if bus is not None else EventBus(buffer=settings.daemon.event_buffer)
+        provider = make_provider(settings.provider, on_retry=retry_publisher(bus),
+                                 cwd=layout.repo)
+        return cls(layout, settings, provider, bus=bus, extra_tools=extra_tools,
+                   owns_provider=True)
+
+    # Lifecycle.
+    async def __aenter__(self) -> SquadRuntime:
+        self._background_done = anyio.Event()
+        self._background_done.set()
+        self._reaper_scope = anyio.CancelScope()
+        stack = AsyncExitStack()
+        await stack.__aenter__()
+        try:
+            self._tg = await stack.enter_async_context(anyio.create_task_group())
+            await self._tg.start(self.orchestration.run)
+            self._tg.start_soon(self._reap_idle)
+        except BaseException:
+            await stack.__aexit__(None, None, None)
+            raise
+        self._stack = stack
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        stack, self._stack = self._stack, None
+        if stack is None:
+            return
+        try:
+            await self.shutdown(grace_s=0.0)
+        finally:
+            await stack.__aexit__(None, None, None)
+            self._tg = None
+            if self._owns_provider:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                    await self.provider.aclose()
+
+    async def shutdown(self, *, grace_s: float) -> None:
+        """Stop admitting; give running sessions `grace_s` to end, then interrupt the rest."""
+        self.pool.closed = True
+        await self.settle(timeout_s=grace_s)
+        for record in self.pool.live():
+            if record.scope is not None:
+                record.scope.cancel()
+        if self._background_done is not None:
+            with anyio.move_on_after(max(10.0, grace_s)):
+                await self._background_done.wait()
+        if self._reaper_scope is not None:
+            self._reaper_scope.cancel()
+        self.orchestration.close()
+
+    async def settle(self, *, timeout_s: float) -> bool:
+        """Wait until no session has a task in hand; False if some still do after `timeout_s`."""
+        with anyio.move_on_after(timeout_s):
+            while self.pool.live():
+                await self._any_finished()
+        return not self.pool.live()
+
+    async def _any_finished(self) -> None:
+        events = [r.finished for r in self.pool.live() if r.finished is not None]
+        if not events:
+            await anyio.sleep(0.01)
+            return
+        async with anyio.create_task_group() as tg:
+            async def wait_one(event: anyio.Event) -> None:
+                await event.wait()
+                tg.cancel_scope.cancel()
+            for event in events:
+                tg.start_soon(wait_one, event)
+
+    async def _reap_idle(self) -> None:
+        interval = min(5.0, max(0.05, self.settings.pool.idle_timeout_s / 4))
+        with self._reaper_scope or anyio.CancelScope():
+            while True:
+                await anyio.sleep(interval)
+                self.pool.reap()
+
+    # The API.
+    async def route(self, request: RouteRequest, *,
+                    origin: RouteOrigin | None = None) -> RouteResult:
+        """Route one task. Never raises for a route that cannot run: the result says why."""
+        origin = origin or RouteOrigin()
+        try:
+            plan = await self._plan(request, origin)
+        except Refusal as refusal:
+            return refusal.result
+        return await self._admit_and_run(plan, wait=request.wait_for_result, origin=origin)
+
+    async def resume(self, session_id: str, *, wait: bool = True) -> RouteResult:
+        """Resume an interrupted session from its transcript (its dangling tool calls answered)."""
+        try:
+            record = self.pool.get(session_id)
+            if record is not None:
+                if record.state != "interrupted":
+                    raise Refusal("invalid", f"session {session_id} is {record.state}: only an "
+                                             "interrupted session can be resumed")
+                info, state = record.info, record.state
+            else:
+                transcript = await anyio.to_thread.run_sync(load_transcript, self.layout,
+                                                            session_id)
+                if transcript is None:
+                    raise Refusal("unknown_session", f"no session {session_id}: there is no "
+                                                     "transcript for it")
+                last = transcript.last_state
+                if last in ("completed", "error"):
+                    raise Refusal("invalid", f"session {session_id} ended ({last}); nothing "
+                                             "to resume (route a new task to it instead)")
+                info, state = info_from_transcript(transcript), None
+            charter = await self._charter(info.agent)
+            plan = continue_plan(None, RouteOrigin(), info, state, charter, self.settings)
+        except Refusal as refusal:
+            return refusal.result
+        return await self._admit_and_run(plan, wait=wait, origin=RouteOrigin())
+
+    async def cancel(self, session_id: str) -> bool:
+        """Cancel a queued, running or waiting session; False when it has no task in hand."""
+        record = self.pool.get(session_id)
+        if record is None or record.state not in LIVE_STATES or record.scope is None:
+            return False
+        record.scope.cancel()
+        return True
+
+    async def status(self, *, agent: str | None = None, include_destroyed: bool = False,
+                     session_id: str | None = None) -> StatusReport:
+        """Sessions (filtered) and pool totals; with `session_id`, just that session."""
+        if session_id is not None:
+            view = await self.session(session_id)
+            return StatusReport(sessions=[view] if view else [], pool=self.pool.totals())
+        views = self.pool.views(include_destroyed=include_destroyed)
+        if agent is not None:
+            views = [v for v in views if v.agent == agent.lower()]
+        return StatusReport(sessions=views, pool=self.pool.totals())
+
+    async def session(self, session_id: str) -> SessionView | None:
+        """One session, from the pool, the memory of ended ones, or else its transcript."""
+        view = self.pool.view(session_id)
+        if view is not None:
+            return view
+        transcript = await anyio.to_thread.run_sync(load_transcript, self.layout, session_id)
+        if transcript is None:
+            return None
+        view = view_from_transcript(transcript)
+        self.pool.remember(view)
+        return view
+
+    def snapshot(self) -> StatusReport:
+        """Every session the pool knows (ended ones included) and the totals, synchronously."""
+        return StatusReport(sessions=self.pool.views(include_destroyed=True),
+                            pool=self.pool.totals())
+
+    # Planning and running.
+    async def _charter(self, agent: str) -> Charter:
+        """The agent's charter (stat-cached); the refusal for an unknown agent lists the roster."""
+        try:
+            charter = self._charters.get(agent)
+        except (InvalidNameError, NotFoundError) as exc:
+            raise Refusal("invalid", f"cannot route: {exc}") from None
+        if charter is None:
+            raise await anyio.to_thread.run_sync(unknown_agent, self.layout, agent)
+        return charter
+
+    async def _plan(self, request: RouteRequest, origin: RouteOrigin) -> RoutePlan:
+        if request.session_id is not None:
+            record = self.pool.get(request.session_id)
+            if record is not None:
+                info, state = record.info, record.state
+            else:
+                transcript = await anyio.to_thread.run_sync(load_transcript, self.layout,
+                                                            request.session_id)
+                if transcript is None or not transcript.meta.get("agent"):
+                    raise Refusal("unknown_session", f"no session {request.session_id}: "
+                                                     "check the id with squad_status")
+                info, state = info_from_transcript(transcript), None
+            charter = await self._charter(info.agent)
+            return continue_plan(request, origin, info, state, charter, self.settings)
+        target = request.target_agent
+        if target and target.strip().lower() != "auto":
+            agent, routed_by = resolve_agent(request, self.router, self._charters)
+        else:
+            agent, routed_by = await anyio.to_thread.run_sync(
+                resolve_agent, request, self.router, self._charters)
+        charter = await self._charter(agent)
+        return new_plan(request, origin, agent, routed_by, charter, self.settings,
+                        self.provider.default_model)
+
+    async def _admit_and_run(self, plan: RoutePlan, *, wait: bool,
+                             origin: RouteOrigin) -> RouteResult:
+        record = self.pool.get(plan.info.session_id) if plan.continuing else None
+        if record is None:
+            record = SessionRecord(info=plan.info)
+        elif record.state in LIVE_STATES:  # another route took it while this one was planned
+            message = (f"session {record.session_id} ({record.agent}) is {record.state}: wait "
+                       "for its task to end before sending another")
+            return RouteResult(ok=False, reason="busy", message=message, error=message,
+                               session_id=record.session_id, agent=record.agent)
+        else:
+            record.info = plan.info
+        try:
+            ticket = self.pool.admit(record, plan.info.priority)
+        except PoolFullError as exc:
+            return RouteResult(ok=False, reason="pool_full", message=str(exc), error=str(exc),
+                               agent=plan.info.agent, pool=self.pool.totals())
+        except RouteError as exc:
+            return RouteResult(ok=False, reason="shutting_down", message=str(exc),
+                               error=str(exc), agent=plan.info.agent)
+        record.scope = anyio.CancelScope()
+        entry = self.orchestration.new_entry(
+            agent=plan.info.agent, session_id=plan.info.session_id, task=plan.task or
+            f"(resume) {plan.info.task}", requested_by=plan.info.requested_by or "user",
+            priority=plan.info.priority, model=plan.info.model)
+        await self.orchestration.submit(entry)
+        if not wait:
+            if self._tg is None:
+                self.pool.abandon(record)
+                raise RuntimeError("SquadRuntime is not running: use `async with` first")
+            if self._background == 0:
+                self._background_done = anyio.Event()
+            self._background += 1
+            self._tg.start_soon(self._run_in_background, plan, record, ticket, entry)
+            return RouteResult(
+                ok=True, session_id=plan.info.session_id, agent=plan.info.agent,
+                state=record.state, routed_by=plan.routed_by,
+                message=(f'Agent "{plan.info.agent}" spawned with session '
+                         f"{plan.info.session_id}. Working on: {plan.info.task[:200]}. Collect "
+                         f'its answer with squad_status(sessionId="{plan.info.session_id}").'),
+            )
+        async with self.pool.waiting_on_child(origin.session_id, plan.info.session_id):
+            return await self.runner.run(plan, record, ticket, entry)
+
+    async def _run_in_background(self, plan: RoutePlan, record: SessionRecord,
+                                 ticket: SlotTicket, entry: OrchestrationEntry) -> None:
+        try:
+            await self.runner.run(plan, record, ticket, entry)
+        finally:
+            self._background -= 1
+            if self._background == 0 and self._background_done is not None:
+                self._background_done.set()

@@ -1,0 +1,103 @@
+"""Custom tools and approvals in the daemon: a project tool file is listed and callable, and a
+tool that must be approved waits for `squadd approve|deny ID`."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from squadd.daemon.client import DaemonClient
+from tests.support.daemon_process import DaemonProcess
+from tests.support.model_servers import OpenAIServer
+
+pytestmark = pytest.mark.slow
+
+CONFIG = """\
+[daemon]
+grace_s = 1.0
+
+[tools]
+approvals = { "squad_decide" = "ask" }
+approval_timeout_s = 20
+"""
+
+SHOUT = '''\
+from squadd import tool
+
+
+@tool
+def shout(text: str) -> str:
+    """Say TEXT louder."""
+    return text.upper() + "!"
+'''
+
+
+@pytest.fixture
+def daemon(tmp_path: Path, model_server: OpenAIServer) -> Iterator[DaemonProcess]:
+    process = DaemonProcess.in_new_repo(tmp_path, model_server.url, config=CONFIG)
+    (process.layout.root / "tools").mkdir(exist_ok=True)
+    (process.layout.root / "tools" / "shout.py").write_text(SHOUT, encoding="utf-8")
+    try:
+        yield process.start()
+    finally:
+        process.close()
+
+
+def test_a_project_tool_is_listed_with_its_file_and_runs(daemon: DaemonProcess) -> None:
+    tools = {tool["name"]: tool for tool in daemon.client.tools()}
+    shout = tools["shout"]
+    assert shout["source"] == "project" and shout["squad_tool"] is False
+    assert shout["file"] == str(daemon.layout.root / "tools" / "shout.py")
+    assert shout["parameters"]["properties"]["text"]["type"] == "string"
+    assert daemon.client.call_tool("shout", {"text": "hey"})["text"] == "HEY!"
+
+
+def test_a_broken_tool_file_is_reported_and_the_others_still_load(
+        daemon: DaemonProcess) -> None:
+    broken = daemon.layout.root / "tools" / "broken.py"
+    broken.write_text("def oops(:\n", encoding="utf-8")
+    names = [tool["name"] for tool in daemon.client.tools()]
+    assert "shout" in names and "squad_route" in names
+    failed = list(daemon.client.events(types=["tools.load_failed"], recent=5, follow=False))
+    assert [event["file"] for event in failed] == [str(broken)]
+
+
+def _call_in_background(daemon: DaemonProcess, title: str) -> tuple[threading.Thread,
+                                                                     dict[str, Any]]:
+    outcome: dict[str, Any] = {}
+
+    def call() -> None:
+        with DaemonClient(daemon.layout) as client:
+            outcome.update(client.call_tool("squad_decide", {
+                "agentName": "lead", "title": title, "body": "Because."}))
+
+    thread = threading.Thread(target=call, daemon=True)
+    return thread, outcome
+
+
+@pytest.mark.parametrize("verb", ["approve", "deny"])
+def test_a_tool_waiting_for_approval_runs_only_when_approved(daemon: DaemonProcess,
+                                                            verb: str) -> None:
+    with daemon.client.subscribe(types=["approval.*"]) as stream:
+        thread, outcome = _call_in_background(daemon, f"Ask first {verb}")
+        thread.start()
+        requested = next(stream)
+        assert requested["type"] == "approval.requested" and requested["tool"] == "squad_decide"
+        answered = daemon.squadd(verb, requested["approval_id"], "--reason", "checked it")
+        assert answered.returncode == 0, answered.stderr
+        resolved = next(stream)
+    thread.join(20)
+    assert resolved["type"] == "approval.resolved"
+    assert resolved["approved"] is (verb == "approve") and resolved["reason"] == "checked it"
+    inbox = daemon.layout.inbox_dir / f"lead-ask-first-{verb}.md"
+    if verb == "approve":
+        assert outcome["result_type"] == "success"
+    else:
+        assert outcome["result_type"] == "failure" and "checked it" in outcome["text"]
+        assert not inbox.exists()
+    again = daemon.squadd(verb, requested["approval_id"])
+    assert again.returncode == 1 and "no pending approval" in again.stderr

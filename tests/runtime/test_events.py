@@ -1,0 +1,164 @@
+"""The EventBus: typed events, bounded subscribers, overflow reports, filters, never blocking."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import anyio
+import pytest
+
+from squadd.runtime.events import (
+    EVENT_TYPES,
+    AgentIdle,
+    AgentSpawned,
+    BusOverflow,
+    EventBus,
+    PoolEmpty,
+    ToolStarted,
+    ToolUpdated,
+    parse_event,
+)
+
+
+def _tool_started(session: str, n: int = 0) -> ToolStarted:
+    return ToolStarted(session_id=session, agent="fenster", tool="squad_decide", call_id=f"c{n}")
+
+
+def test_every_design_event_name_has_a_model() -> None:
+    names = {
+        "daemon.started", "daemon.stopping", "route.queued", "agent.spawned", "agent.idle",
+        "agent.completed", "agent.error", "session.message", "tool.started", "tool.updated",
+        "tool.completed", "pool.at_capacity", "pool.empty", "provider.retry", "scribe.merged",
+        "scribe.rejected", "scribe.archived", "approval.requested", "approval.resolved",
+        "tools.load_failed", "bus.overflow",
+    }
+    assert names <= set(EVENT_TYPES)
+
+
+def test_events_round_trip_through_json_by_their_type() -> None:
+    event = AgentSpawned(session_id="s1", agent="fenster", task="write tests", model="m")
+    again = parse_event(event.model_dump_json())
+    assert isinstance(again, AgentSpawned) and again == event
+    with pytest.raises(ValueError, match="type"):
+        parse_event({"type": "no.such.event"})
+
+
+async def test_subscriber_receives_events_in_order_with_growing_seq() -> None:
+    bus = EventBus()
+    with bus.subscribe() as sub:
+        for n in range(5):
+            bus.publish(_tool_started("s1", n))
+        got = [await sub.get(within=1) for _ in range(5)]
+    assert [e.call_id for e in got if isinstance(e, ToolStarted)] == [f"c{n}" for n in range(5)]
+    seqs = [e.seq for e in got if e is not None]
+    assert seqs == sorted(seqs) and len(set(seqs)) == 5 and seqs[0] >= 1
+
+
+async def test_filters_by_type_glob_and_session() -> None:
+    bus = EventBus()
+    tools = bus.subscribe(types=["tool.*"])
+    idle = bus.subscribe(types=["agent.idle"])
+    one_session = bus.subscribe(session_id="s2")
+    bus.publish(_tool_started("s1"))
+    bus.publish(ToolUpdated(session_id="s2", tool="t", call_id="c", message="half"))
+    bus.publish(AgentIdle(session_id="s2", agent="fenster"))
+    bus.publish(PoolEmpty())
+    assert [e.type for e in _drain(tools)] == ["tool.started", "tool.updated"]
+    assert [e.type for e in _drain(idle)] == ["agent.idle"]
+    assert [e.type for e in _drain(one_session)] == ["tool.updated", "agent.idle"]
+
+
+def _drain(sub: object) -> list[object]:
+    out = []
+    while (event := sub.get_nowait()) is not None:  # type: ignore[attr-defined]
+        out.append(event)
+    return out
+
+
+async def test_slow_subscriber_never_slows_publishing_and_is_told_what_it_lost() -> None:
+    bus = EventBus()
+    stuck = bus.subscribe(buffer=16)          # never reads until the end
+    events = [_tool_started("s1", n) for n in range(20_000)]
+
+    quiet = EventBus()
+    started = time.perf_counter()
+    for event in events:
+        quiet.publish(event)
+    baseline = time.perf_counter() - started
+
+    started = time.perf_counter()
+    for event in events:
+        bus.publish(event)
+    with_stuck = time.perf_counter() - started
+
+    assert with_stuck < baseline * 3 + 0.05  # a full buffer costs a counter, never a wait
+    assert stuck.lost == 20_000 - 16
+    first = stuck.get_nowait()
+    assert isinstance(first, BusOverflow) and first.lost == 20_000 - 16
+    kept = _drain(stuck)
+    assert [e.call_id for e in kept] == [f"c{n}" for n in range(16)]  # type: ignore[attr-defined]
+
+
+async def test_overflow_is_reported_again_after_new_losses() -> None:
+    bus = EventBus()
+    sub = bus.subscribe(buffer=2)
+    for n in range(5):
+        bus.publish(_tool_started("s", n))
+    assert isinstance(overflow := sub.get_nowait(), BusOverflow) and overflow.lost == 3
+    _drain(sub)
+    for n in range(4):
+        bus.publish(_tool_started("s", n))
+    again = sub.get_nowait()
+    assert isinstance(again, BusOverflow) and again.lost == 2 and sub.lost == 5
+
+
+async def test_waiting_subscriber_wakes_on_publish_and_ends_on_close() -> None:
+    bus = EventBus()
+    sub = bus.subscribe()
+    received: list[str] = []
+
+    async def reader() -> None:
+        async for event in sub:
+            received.append(event.type)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(reader)
+        await anyio.sleep(0.01)
+        bus.publish(PoolEmpty())
+        await anyio.sleep(0.01)
+        sub.close()
+    assert received == ["pool.empty"]
+    assert bus.subscriber_count == 0
+    assert await sub.get(within=0.01) is None
+
+
+async def test_get_gives_up_after_within_seconds() -> None:
+    bus = EventBus()
+    with bus.subscribe() as sub:
+        started = time.monotonic()
+        assert await sub.get(within=0.05) is None
+        assert time.monotonic() - started < 1
+
+
+async def test_publishing_from_another_thread_wakes_the_subscriber_at_once() -> None:
+    bus = EventBus()
+    with bus.subscribe() as sub:
+        publisher = threading.Timer(0.05, bus.publish, args=(PoolEmpty(),))
+        started = time.monotonic()
+        publisher.start()
+        try:
+            event = await sub.get(within=3)
+        finally:
+            publisher.join()
+    assert isinstance(event, PoolEmpty)
+    assert time.monotonic() - started < 1.5  # woken by the publish, not by the timeout
+
+
+def test_listeners_see_every_event_synchronously() -> None:
+    bus = EventBus()
+    seen: list[int] = []
+    bus.add_listener(lambda event: seen.append(event.seq))
+    for _ in range(3):
+        bus.publish(PoolEmpty())
+    assert seen == [1, 2, 3]

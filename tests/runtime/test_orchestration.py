@@ -1,0 +1,142 @@
+"""The orchestration log writer: file names, content, group commits, the bounded backlog."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import anyio
+import pytest
+
+from squadd.runtime.api import RouteRequest
+from squadd.runtime.orchestration import OrchestrationEntry, OrchestrationLog, render
+from squadd.runtime.runtime import SquadRuntime
+from squadd.state.layout import SquadLayout
+from tests.runtime.scripted import script, settings, text
+
+NAME = re.compile(r"^\d{8}T\d{6}\.\d{6}Z-fenster\.md$")
+
+
+def _entry(log: OrchestrationLog, task: str = "fix the parser") -> OrchestrationEntry:
+    return log.new_entry(agent="fenster", session_id="20260101-000000-abcdef12", task=task,
+                         requested_by="lead", priority="normal", model="m1")
+
+
+def test_stamps_are_unique_and_grow_so_names_never_collide(layout: SquadLayout) -> None:
+    log = OrchestrationLog(layout)
+    paths = [log.path_of(log.new_entry(agent="fenster", session_id=f"s{i}", task="t",
+                                       requested_by="x", priority="normal", model=""))
+             for i in range(200)]
+    assert len(set(paths)) == 200 and paths == sorted(paths)
+    assert all(NAME.match(p.name) for p in paths)
+    assert all(p.parent == layout.orchestration_dir for p in paths)
+
+
+def test_render_has_every_field_and_the_whole_task() -> None:
+    log = OrchestrationLog(SquadLayout.at(Path("/tmp/squad-render-test/.squad")))
+    entry = log.new_entry(agent="fenster", session_id="s1", task="line one\nline two",
+                          requested_by="lead", priority="urgent", model="")
+    text = render(entry.ended("error", error="provider said no", duration_s=1.5,
+                              input_tokens=7, output_tokens=3))
+    for line in ("# Orchestration: fenster", "- **Agent:** fenster", "- **Requested by:** lead",
+                 "- **Task:** line one", "- **Priority:** urgent",
+                 "- **Model:** provider default", "- **Session:** s1",
+                 "- **Outcome:** error: provider said no", "- **Duration:** 1.500 s",
+                 "- **Tokens:** 7 in, 3 out"):
+        assert line in text, line
+    assert "## Task\n\nline one\nline two\n\n## Outcome\n" in text
+    assert "## Outcome" not in render(entry)  # still running: no outcome yet
+
+
+async def test_pending_spawn_and_end_are_written_once_in_final_form(
+        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = OrchestrationLog(layout, linger_s=0.2)
+    writes: list[int] = []
+    real_replace = os.replace
+
+    def counting_replace(src: str | Path, dst: str | Path) -> None:
+        writes.append(1)
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", counting_replace)
+    async with anyio.create_task_group() as tg:
+        await tg.start(log.run)
+        entry = _entry(log)
+        await log.submit(entry)
+        await log.submit(entry.ended("completed", error=None, duration_s=0.1, input_tokens=1,
+                                     output_tokens=2))
+        await log.flush()
+        log.close()
+    assert writes == [1]
+    text = log.path_of(entry).read_text(encoding="utf-8")
+    assert "- **Outcome:** completed" in text and "- **Tokens:** 1 in, 2 out" in text
+    assert not list(layout.orchestration_dir.glob(".*.tmp"))
+
+
+async def test_an_outcome_is_appended_to_the_file_written_at_spawn(
+        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = OrchestrationLog(layout, linger_s=0.0)
+    renames: list[int] = []
+    real_replace = os.replace
+
+    def counting_replace(src: str | Path, dst: str | Path) -> None:
+        renames.append(1)
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", counting_replace)
+    async with anyio.create_task_group() as tg:
+        await tg.start(log.run)
+        entry = _entry(log)
+        await log.submit(entry)
+        await log.flush()
+        at_spawn = log.path_of(entry).read_text(encoding="utf-8")
+        await log.submit(entry.ended("error", error="boom", duration_s=2.0, input_tokens=3,
+                                     output_tokens=4))
+        await log.flush()
+        log.close()
+    final = log.path_of(entry).read_text(encoding="utf-8")
+    assert renames == [1]  # one atomic write at spawn; the outcome was appended
+    assert final.startswith(at_spawn) and "## Outcome" not in at_spawn
+    assert final.endswith("- **Outcome:** error: boom\n- **Duration:** 2.000 s\n"
+                          "- **Tokens:** 3 in, 4 out\n")
+
+
+async def test_without_the_writer_or_past_the_backlog_entries_are_written_inline(
+        layout: SquadLayout) -> None:
+    log = OrchestrationLog(layout, backlog=1, linger_s=10)
+    first = _entry(log, "not running yet")
+    await log.submit(first)
+    assert log.path_of(first).exists()
+    async with anyio.create_task_group() as tg:
+        await tg.start(log.run)
+        queued, overflow = _entry(log, "queued"), _entry(log, "over the backlog")
+        await log.submit(queued)
+        await log.submit(overflow)
+        assert log.path_of(overflow).exists() and not log.path_of(queued).exists()
+        log.close()  # close writes what is pending at once, without lingering
+    assert log.path_of(queued).exists()
+
+
+async def test_a_write_that_fails_is_logged_and_never_raised(
+        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_space(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    log = OrchestrationLog(layout)
+    entry = _entry(log)
+    monkeypatch.setattr(os, "fsync", no_space)
+    async with anyio.create_task_group() as tg:
+        await tg.start(log.run)
+        await log.submit(entry)
+        log.close()
+    assert not log.path_of(entry).exists()
+    assert not list(layout.orchestration_dir.glob(".*.tmp"))
+
+
+async def test_a_broken_log_folder_never_fails_a_route(layout: SquadLayout) -> None:
+    layout.orchestration_dir.write_text("a file where the folder should be", encoding="utf-8")
+    async with SquadRuntime(layout, settings(), script([text("still fine")])) as runtime:
+        result = await runtime.route(RouteRequest(target_agent="fenster", task="t"))
+    assert result.ok and result.answer == "still fine"
+    assert layout.orchestration_dir.is_file()

@@ -1,0 +1,252 @@
+"""The session pool under load: the concurrency bound, priority, nesting, admission, crashes."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import anyio
+import pytest
+
+from squadd.runtime.api import RouteRequest, RouteResult
+from squadd.runtime.events import AgentStateChanged
+from squadd.runtime.runtime import SquadRuntime
+from squadd.state.layout import SquadLayout
+from squadd.state.transcripts import read_transcript
+from tests.runtime.scripted import (
+    Gauge,
+    Recorder,
+    add_agent,
+    call,
+    eventually,
+    script,
+    settings,
+    text,
+)
+
+
+async def _route_all(runtime: SquadRuntime, requests: list[RouteRequest]) -> list[RouteResult]:
+    results: list[RouteResult | None] = [None] * len(requests)
+
+    async def one(index: int, request: RouteRequest) -> None:
+        results[index] = await runtime.route(request)
+
+    async with anyio.create_task_group() as tg:
+        for index, request in enumerate(requests):
+            tg.start_soon(one, index, request)
+    return [r for r in results if r is not None]
+
+
+async def test_concurrency_bound_never_exceeds_max_concurrent(layout: SquadLayout) -> None:
+    gauge = Gauge(script([text("done")]), delay_s=0.02)
+    async with SquadRuntime(layout, settings(max_concurrent=2), gauge) as runtime:
+        results = await _route_all(runtime, [
+            RouteRequest(target_agent="fenster", task=f"task {i}") for i in range(10)])
+    assert [r.ok for r in results] == [True] * 10
+    assert gauge.turns == 10
+    assert gauge.max_active == 2  # the bound was reached, and never passed
+
+
+async def test_urgent_route_starts_before_queued_normal_ones(layout: SquadLayout) -> None:
+    release = anyio.Event()
+    gauge = Gauge(script([text("done")]), hold={"blocker": release})
+    async with SquadRuntime(layout, settings(max_concurrent=1), gauge) as runtime:
+        first = await runtime.route(RouteRequest(target_agent="fenster", task="blocker",
+                                                 wait_for_result=False))
+        await eventually(lambda: gauge.active)  # the blocker holds the only slot
+        for i in range(5):
+            queued = await runtime.route(RouteRequest(target_agent="fenster", task=f"normal {i}",
+                                                      wait_for_result=False))
+            assert queued.ok and queued.state == "queued"
+        urgent = await runtime.route(RouteRequest(target_agent="fenster", task="urgent one",
+                                                  priority="urgent", wait_for_result=False))
+        assert first.ok and urgent.ok and urgent.state == "queued"
+        release.set()
+        assert await runtime.settle(timeout_s=10)
+    assert [s.task for s in gauge.starts] == [
+        "blocker", "urgent one", "normal 0", "normal 1", "normal 2", "normal 3", "normal 4"]
+
+
+async def test_nested_routes_under_full_pool_complete_without_deadlock(
+        layout: SquadLayout) -> None:
+    add_agent(layout, "child")
+    add_agent(layout, "grandchild")
+    provider = script(
+        lead=[call("squad_route", targetAgent="child", task="do the child part"),
+              text("parent done")],
+        child=[call("squad_route", targetAgent="grandchild", task="do the leaf part"),
+               text("child done")],
+        grandchild=[text("leaf done")],
+    )
+    gauge = Gauge(provider, delay_s=0.01)
+    async with SquadRuntime(layout, settings(max_concurrent=2), gauge) as runtime:
+        with anyio.fail_after(20):
+            results = await _route_all(runtime, [
+                RouteRequest(target_agent="lead", task=f"parent {i}") for i in range(4)])
+        states = Counter(v.state for v in runtime.snapshot().sessions)
+    assert [r.answer for r in results] == ["parent done"] * 4
+    assert states == Counter({"idle": 12})  # 4 parents, 4 children, 4 grandchildren
+    assert gauge.max_active <= 2
+
+
+async def test_waiting_parent_takes_its_slot_back_before_new_work(layout: SquadLayout) -> None:
+    provider = script(
+        lead=[call("squad_route", targetAgent="fenster", task="child work"), text("lead done")],
+        default=[text("done")],
+    )
+    release, release_early = anyio.Event(), anyio.Event()
+    gauge = Gauge(provider, hold={"parent": release, "early work": release_early})
+    async with SquadRuntime(layout, settings(max_concurrent=1), gauge) as runtime:
+        parent = await runtime.route(RouteRequest(target_agent="lead", task="parent",
+                                                  wait_for_result=False))
+        await eventually(lambda: gauge.active)
+        early = await runtime.route(RouteRequest(target_agent="hockney", task="early work",
+                                                 wait_for_result=False))
+        release.set()
+        assert parent.ok and early.ok and parent.session_id is not None
+        record = runtime.pool.get(parent.session_id)
+        await eventually(lambda: record is not None and record.state == "waiting", 10)
+        assert not record.holds_slot
+        late = await runtime.route(RouteRequest(target_agent="hockney", task="late work",
+                                                wait_for_result=False))
+        assert late.ok and late.state == "queued"
+        release_early.set()
+        assert await runtime.settle(timeout_s=10)
+        answer = (await runtime.status(session_id=parent.session_id)).sessions[0].answer
+    # lead gives its slot up to wait on fenster; early work was in line before the child;
+    # when the child ends, lead gets the slot back ahead of the late work queued meanwhile.
+    assert gauge.log == [("lead", "user"), ("hockney", "user"), ("fenster", "user"),
+                         ("lead", "tool"), ("hockney", "user")]
+    assert [s.task for s in gauge.starts][-1] == "late work"
+    assert answer == "lead done"
+    assert gauge.max_active == 1
+
+
+async def test_full_pool_rejects_with_structured_failure(layout: SquadLayout) -> None:
+    release = anyio.Event()
+    gauge = Gauge(script([text("done")]), hold={"*": release})
+    results: list[RouteResult] = []
+    async with SquadRuntime(layout, settings(max_concurrent=2, max_queued=3), gauge) as runtime:
+        async def route_twenty() -> None:
+            results.extend(await _route_all(runtime, [
+                RouteRequest(target_agent="fenster", task=f"task {i}") for i in range(20)]))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(route_twenty)
+            await eventually(lambda: gauge.active == 2)
+            totals = runtime.pool.totals()
+            release.set()
+    assert (totals.running, totals.queued) == (2, 3)
+    ran = [r for r in results if r.ok]
+    refused = [r for r in results if not r.ok]
+    assert len(ran) == 5 and len(refused) == 15
+    for failure in refused:
+        assert failure.reason == "pool_full"
+        assert failure.session_id is None
+        assert failure.pool is not None
+        assert (failure.pool.running, failure.pool.queued) == (2, 3)
+        assert (failure.pool.max_concurrent, failure.pool.max_queued) == (2, 3)
+        assert "2/2 sessions running" in failure.message and "3/3 routes queued" in failure.message
+    assert gauge.turns == 5
+
+
+async def test_provider_crash_ends_session_in_error_and_pool_keeps_serving(
+        layout: SquadLayout) -> None:
+    provider = script([text("fine")], hockney=[
+        call("squad_memory", agentName="hockney", learning="the parser is slow"), text("never")])
+    gauge = Gauge(provider, crash_agents=frozenset({"hockney"}), crash_from_turn=1)
+    async with SquadRuntime(layout, settings(max_concurrent=1), gauge) as runtime:
+        crashed = await runtime.route(RouteRequest(target_agent="hockney", task="explode"))
+        after = await runtime.route(RouteRequest(target_agent="fenster", task="still there?"))
+    assert not crashed.ok and crashed.reason == "failed" and crashed.state == "error"
+    assert crashed.error is not None and "model backend exploded for hockney" in crashed.error
+    assert crashed.session_id is not None
+    transcript = read_transcript(layout.transcript(crashed.session_id))
+    assert transcript.last_state == "error"
+    assert [m["role"] for m in transcript.messages] == ["system", "user", "assistant", "tool"]
+    assert "the parser is slow" in layout.history("hockney").read_text(encoding="utf-8")
+    assert after.ok and after.answer == "fine"
+    assert runtime.pool.totals().running == 0
+
+
+async def test_every_state_change_is_an_event(layout: SquadLayout) -> None:
+    bus = Recorder()
+    gauge = Gauge(script([text("done")]), delay_s=0.02)
+    runtime = SquadRuntime(layout, settings(max_concurrent=1), gauge, bus=None)
+    runtime.bus.add_listener(bus.publish)
+    async with runtime:
+        results = await _route_all(runtime, [
+            RouteRequest(target_agent="fenster", task=f"t{i}") for i in range(2)])
+    second = results[1].session_id
+    states = [e.state for e in bus.of("agent.state") if e.session_id == second]
+    assert states == ["queued", "creating", "active", "idle"]
+    kinds = [e.type for e in bus.events]
+    for kind in ("route.queued", "agent.spawned", "agent.idle", "pool.at_capacity",
+                 "pool.empty", "agent.completed", "session.message"):
+        assert kind in kinds, kind
+    previous = {e.session_id: e.previous for e in bus.of("agent.state")
+                if isinstance(e, AgentStateChanged) and e.state == "idle"}
+    assert previous[second] == "active"
+
+
+async def test_idle_session_is_reaped_and_its_answer_kept(layout: SquadLayout) -> None:
+    gauge = Gauge(script([text("remember me")]))
+    async with SquadRuntime(layout, settings(idle_timeout_s=0.2), gauge) as runtime:
+        result = await runtime.route(RouteRequest(target_agent="fenster", task="t"))
+        assert result.session_id is not None
+        assert runtime.pool.get(result.session_id) is not None
+        await eventually(lambda: runtime.pool.get(result.session_id) is None)
+        view = (await runtime.status(session_id=result.session_id)).sessions[0]
+    assert view.state == "destroyed" and view.answer == "remember me"
+
+
+async def test_resting_sessions_are_bounded_by_max_idle(layout: SquadLayout) -> None:
+    gauge = Gauge(script([text("x")]))
+    async with SquadRuntime(layout, settings(max_idle=3, ended_keep=2), gauge) as runtime:
+        ids = []
+        for i in range(6):
+            result = await runtime.route(RouteRequest(target_agent="fenster", task=f"t{i}"))
+            ids.append(result.session_id)
+        totals = runtime.pool.totals()
+        views = runtime.snapshot().sessions
+    assert totals.idle == 3
+    assert [v.session_id for v in views if v.state == "idle"] == ids[3:]
+    assert [v.session_id for v in views if v.state == "destroyed"] == ids[1:3]
+
+
+async def test_queued_route_times_out_with_a_reason(layout: SquadLayout) -> None:
+    gauge = Gauge(script([text("slow")]), delay_s=1.0)
+    async with SquadRuntime(layout, settings(max_concurrent=1), gauge) as runtime:
+        await runtime.route(RouteRequest(target_agent="fenster", task="hog",
+                                         wait_for_result=False))
+        await anyio.sleep(0.01)
+        late = await runtime.route(RouteRequest(target_agent="hockney", task="late",
+                                                timeout_s=0.1))
+        assert runtime.pool.totals().queued == 0
+    assert not late.ok and late.reason == "queue_timeout"
+    assert "0.1s" in late.message
+
+
+@pytest.mark.parametrize("wait", [True, False])
+async def test_cancel_interrupts_a_running_session(layout: SquadLayout, wait: bool) -> None:
+    gauge = Gauge(script([text("never")]), delay_s=5.0)
+    async with SquadRuntime(layout, settings(), gauge) as runtime:
+        results: list[RouteResult] = []
+
+        async def route() -> None:
+            results.append(await runtime.route(RouteRequest(
+                target_agent="fenster", task="long", wait_for_result=wait)))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(route)
+            await eventually(lambda: gauge.active)
+            live = runtime.pool.live()
+            assert len(live) == 1
+            assert await runtime.cancel(live[0].session_id)
+        assert await runtime.settle(timeout_s=5)
+        record = runtime.pool.get(live[0].session_id)
+    assert record is not None and record.state == "interrupted"
+    transcript = read_transcript(layout.transcript(live[0].session_id))
+    assert transcript.last_state == "interrupted"
+    if wait:
+        assert not results[0].ok and results[0].reason == "interrupted"
+    assert not await runtime.cancel("no-such-session")

@@ -1,0 +1,262 @@
+"""SquadRuntime's API: refusals that say why, routing rules, continuing, resuming, the logs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import anyio
+
+from squadd.runtime.api import RouteRequest
+from squadd.runtime.events import ProviderRetry
+from squadd.runtime.runtime import SquadRuntime
+from squadd.state.layout import SquadLayout
+from squadd.state.transcripts import read_transcript
+from tests.runtime.scripted import (
+    Gauge,
+    Recorder,
+    add_agent,
+    call,
+    eventually,
+    script,
+    settings,
+    text,
+)
+from tests.support.model_servers import OpenAIServer
+
+
+def _tool_results(layout: SquadLayout, session_id: str) -> list[str]:
+    transcript = read_transcript(layout.transcript(session_id))
+    return [m["content"] for m in transcript.messages if m["role"] == "tool"]
+
+
+async def test_unknown_agent_is_a_failure_that_lists_the_agents(layout: SquadLayout) -> None:
+    gauge = Gauge(script([text("x")]))
+    async with SquadRuntime(layout, settings(), gauge) as runtime:
+        result = await runtime.route(RouteRequest(target_agent="mcmanus", task="t"))
+    assert not result.ok and result.reason == "unknown_agent" and result.session_id is None
+    assert "mcmanus" in result.message and "fenster, hockney, lead" in result.message
+    assert gauge.turns == 0
+    assert not layout.orchestration_dir.exists() or not any(layout.orchestration_dir.iterdir())
+
+
+async def test_bad_agent_name_is_refused_with_the_rule(layout: SquadLayout) -> None:
+    async with SquadRuntime(layout, settings(), script([text("x")])) as runtime:
+        result = await runtime.route(RouteRequest(target_agent="../etc", task="t"))
+    assert not result.ok and result.reason == "invalid" and "must match" in result.message
+
+
+async def test_auto_route_follows_routing_md_and_mentions(layout: SquadLayout) -> None:
+    gauge = Gauge(script([text("ok")]))
+    async with SquadRuntime(layout, settings(), gauge) as runtime:
+        by_rule = await runtime.route(RouteRequest(task="write tests for the parser"))
+        by_auto = await runtime.route(RouteRequest(target_agent="auto",
+                                                   task="add an endpoint for users"))
+        by_mention = await runtime.route(RouteRequest(task="@lead write tests for the parser"))
+        nothing = await runtime.route(RouteRequest(task="bake a cake"))
+    assert (by_rule.agent, by_rule.routed_by) == ("hockney", "rules")
+    assert (by_auto.agent, by_auto.routed_by) == ("fenster", "rules")
+    assert (by_mention.agent, by_mention.routed_by) == ("lead", "mention")
+    assert not nothing.ok and nothing.reason == "no_route"
+    assert "| Tests and quality | hockney |" in nothing.message
+
+
+async def test_cycle_is_a_failure_result_the_agent_can_read(layout: SquadLayout) -> None:
+    provider = script(
+        lead=[call("squad_route", targetAgent="fenster", task="help"), text("lead done")],
+        fenster=[call("squad_route", targetAgent="lead", task="back to you"),
+                 text("fenster gave up")],
+    )
+    async with SquadRuntime(layout, settings(), provider) as runtime:
+        result = await runtime.route(RouteRequest(target_agent="lead", task="start"))
+        fenster = next(v for v in runtime.snapshot().sessions if v.agent == "fenster")
+    assert result.ok and result.answer == "lead done"
+    [refusal] = _tool_results(layout, fenster.session_id)
+    assert "cycle" in refusal and "lead -> fenster -> lead" in refusal
+    assert [v.agent for v in runtime.snapshot().sessions].count("lead") == 1
+
+
+async def test_route_to_itself_is_a_cycle(layout: SquadLayout) -> None:
+    provider = script(lead=[call("squad_route", targetAgent="lead", task="me again"),
+                            text("fine")])
+    async with SquadRuntime(layout, settings(), provider) as runtime:
+        result = await runtime.route(RouteRequest(target_agent="lead", task="start"))
+    assert result.session_id is not None
+    assert "cycle" in _tool_results(layout, result.session_id)[0]
+
+
+async def test_too_deep_route_is_a_failure_that_names_the_limit(layout: SquadLayout) -> None:
+    provider = script(
+        lead=[call("squad_route", targetAgent="fenster", task="a"), text("lead done")],
+        fenster=[call("squad_route", targetAgent="hockney", task="b"), text("fenster done")],
+        hockney=[text("never asked")],
+    )
+    gauge = Gauge(provider)
+    async with SquadRuntime(layout, settings(route_max_depth=2), gauge) as runtime:
+        result = await runtime.route(RouteRequest(target_agent="lead", task="start"))
+        fenster = next(v for v in runtime.snapshot().sessions if v.agent == "fenster")
+    assert result.ok
+    refusal = _tool_results(layout, fenster.session_id)[0]
+    assert "3 routes deep" in refusal and "route.max_depth is 2" in refusal
+    assert "hockney" not in {r.agent for r in gauge.requests}
+    assert fenster.depth == 2
+
+
+async def test_route_with_session_id_continues_from_the_transcript(layout: SquadLayout) -> None:
+    gauge = Gauge(script([text("first answer"), text("second answer")]))
+    async with SquadRuntime(layout, settings(idle_timeout_s=0.1), gauge) as runtime:
+        first = await runtime.route(RouteRequest(target_agent="fenster", task="one"))
+        assert first.session_id is not None
+        # reaped: nothing of it is left in memory
+        await eventually(lambda: runtime.pool.get(first.session_id) is None)
+        second = await runtime.route(RouteRequest(session_id=first.session_id, task="two"))
+    assert second.ok and second.answer == "second answer"
+    assert second.session_id == first.session_id and second.routed_by == "session"
+    sent = [m.content for m in gauge.requests[-1].messages if m.role != "system"]
+    assert sent == ["one", "first answer", "two"]
+
+
+async def test_busy_and_unknown_sessions_are_refused(layout: SquadLayout) -> None:
+    gauge = Gauge(script([text("x")]), delay_s=0.5)
+    async with SquadRuntime(layout, settings(), gauge) as runtime:
+        running = await runtime.route(RouteRequest(target_agent="fenster", task="long",
+                                                   wait_for_result=False))
+        busy = await runtime.route(RouteRequest(session_id=running.session_id, task="more"))
+        unknown = await runtime.route(RouteRequest(session_id="20260101-000000-deadbeef",
+                                                   task="more"))
+        await runtime.cancel(running.session_id or "")
+    assert not busy.ok and busy.reason == "busy"
+    assert not unknown.ok and unknown.reason == "unknown_session"
+
+
+async def test_resume_finishes_an_interrupted_session_after_a_restart(
+        layout: SquadLayout) -> None:
+    slow = Gauge(script([text("never")]), delay_s=5)
+    async with SquadRuntime(layout, settings(), slow) as runtime:
+        started = await runtime.route(RouteRequest(target_agent="fenster", task="big job",
+                                                   wait_for_result=False))
+        await eventually(lambda: slow.active)
+    # leaving the runtime interrupted the session; a new runtime picks it up
+    session_id = started.session_id or ""
+    assert read_transcript(layout.transcript(session_id)).last_state == "interrupted"
+    fresh = Gauge(script([text("resumed answer")]))
+    async with SquadRuntime(layout, settings(), fresh) as runtime:
+        resumed = await runtime.resume(session_id)
+        again = await runtime.resume(session_id)
+    assert resumed.ok and resumed.answer == "resumed answer"
+    assert [m.content for m in fresh.requests[0].messages if m.role == "user"] == ["big job"]
+    assert not again.ok and again.reason == "invalid"
+
+
+async def test_orchestration_log_is_written_at_spawn_and_completed(layout: SquadLayout) -> None:
+    release = anyio.Event()
+    gauge = Gauge(script([text("done", tokens=(120, 30))]), hold={"fix the query": release})
+    async with SquadRuntime(layout, settings(), gauge) as runtime:
+        result = await runtime.route(RouteRequest(target_agent="fenster", task="fix the query",
+                                                  priority="urgent", wait_for_result=False,
+                                                  requested_by="cli"))
+        await eventually(lambda: list(layout.orchestration_dir.glob("*-fenster.md")))
+        [path] = list(layout.orchestration_dir.glob("*-fenster.md"))
+        at_spawn = path.read_text(encoding="utf-8")
+        release.set()
+        assert await runtime.settle(timeout_s=5)
+    final = path.read_text(encoding="utf-8")
+    assert "## Outcome" not in at_spawn and final.startswith(at_spawn)  # completed by append
+    for line in ("- **Agent:** fenster", "- **Requested by:** cli", "- **Task:** fix the query",
+                 "- **Priority:** urgent", f"- **Session:** {result.session_id}",
+                 "- **Outcome:** completed", "- **Tokens:** 120 in, 30 out"):
+        assert line in final, line
+    assert "- **Duration:** -" not in final
+
+
+async def test_leaving_the_runtime_interrupts_background_sessions(layout: SquadLayout) -> None:
+    gauge = Gauge(script([text("never")]), delay_s=5)
+    async with SquadRuntime(layout, settings(), gauge) as runtime:
+        started = await runtime.route(RouteRequest(target_agent="fenster", task="long",
+                                                   wait_for_result=False))
+        await anyio.sleep(0.05)
+    refused = await runtime.route(RouteRequest(target_agent="fenster", task="after"))
+    assert not refused.ok and refused.reason == "shutting_down"
+    record = runtime.pool.get(started.session_id or "")
+    assert record is not None and record.state == "interrupted"
+    [log] = list(layout.orchestration_dir.glob("*-fenster.md"))
+    assert "- **Outcome:** interrupted" in log.read_text(encoding="utf-8")
+
+
+async def test_available_tools_and_model_reach_the_provider(layout: SquadLayout) -> None:
+    add_agent(layout, "keaton", tools=("squad_decide", "squad_status"), model="charter-model")
+    gauge = Gauge(script([text("x")]))
+    async with SquadRuntime(layout, settings(), gauge) as runtime:
+        await runtime.route(RouteRequest(target_agent="keaton", task="t"))
+        await runtime.route(RouteRequest(target_agent="keaton", task="t", model="route-model",
+                                         available_tools=["squad_status", "squad_route"]))
+        await runtime.route(RouteRequest(target_agent="fenster", task="t"))
+    first, second, third = gauge.requests
+    assert [t.name for t in first.tools] == ["squad_decide", "squad_status"]
+    assert first.model == "charter-model" and second.model == "route-model"
+    assert [t.name for t in second.tools] == ["squad_status"]
+    assert {t.name for t in third.tools} == {"squad_decide", "squad_memory", "squad_skill",
+                                             "squad_route", "squad_status"}
+
+
+async def test_provider_retries_become_events(layout: SquadLayout, tmp_path: Path) -> None:
+    recorder = Recorder()
+    with OpenAIServer() as server:
+        server.script(OpenAIServer.error(503, "overloaded", retry_after=0),
+                      OpenAIServer.text_turn("after a retry"))
+        config = settings().model_copy(update={"provider": settings().provider.model_copy(
+            update={"kind": "openai", "base_url": server.url, "retry_backoff_s": 0.0})})
+        runtime = SquadRuntime.from_settings(layout, config)
+        runtime.bus.add_listener(recorder.publish)
+        async with runtime:
+            result = await runtime.route(RouteRequest(target_agent="fenster", task="t"))
+    assert result.ok and result.answer == "after a retry"
+    [retry] = recorder.of("provider.retry")
+    assert isinstance(retry, ProviderRetry) and retry.status == 503 and retry.attempt == 1
+    assert json.loads(retry.model_dump_json())["type"] == "provider.retry"
+
+
+async def test_resume_answers_a_tool_call_cut_off_by_the_interruption(
+        layout: SquadLayout) -> None:
+    provider = script(lead=[call("squad_route", targetAgent="fenster", task="slow part"),
+                            text("lead finished anyway")],
+                      fenster=[text("too late")])
+    slow = Gauge(provider, delay_s=0.3)
+    async with SquadRuntime(layout, settings(), slow) as runtime:
+        lead = await runtime.route(RouteRequest(target_agent="lead", task="start",
+                                                wait_for_result=False))
+        await eventually(lambda: any(s.agent == "fenster" for s in slow.starts))
+        assert await runtime.cancel(lead.session_id or "")
+        assert await runtime.settle(timeout_s=5)
+    recorder = Recorder()
+    async with SquadRuntime(layout, settings(), Gauge(provider)) as runtime:
+        runtime.bus.add_listener(recorder.publish)
+        resumed = await runtime.resume(lead.session_id or "")
+    assert resumed.ok and resumed.answer == "lead finished anyway"
+    tools = [m for m in read_transcript(layout.transcript(lead.session_id or "")).messages
+             if m["role"] == "tool"]
+    assert len(tools) == 1 and tools[0]["content"].startswith("interrupted:")
+    roles = [e.role for e in recorder.of("session.message")]
+    assert roles == ["tool", "assistant"]  # the stand-in was published, from the loop
+
+
+async def test_two_routes_racing_to_continue_one_session_run_it_once(
+        layout: SquadLayout) -> None:
+    gauge = Gauge(script([text("first"), text("second"), text("third")]), delay_s=0.05)
+    async with SquadRuntime(layout, settings(idle_timeout_s=0.05), gauge) as runtime:
+        first = await runtime.route(RouteRequest(target_agent="fenster", task="one"))
+        session_id = first.session_id or ""
+        await eventually(lambda: runtime.pool.get(session_id) is None)  # only on disk now
+        results = []
+
+        async def again(task: str) -> None:
+            results.append(await runtime.route(RouteRequest(session_id=session_id, task=task)))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(again, "two")
+            tg.start_soon(again, "also two")
+    assert sorted(r.ok for r in results) == [False, True]
+    assert next(r for r in results if not r.ok).reason == "busy"
+    users = [m["content"] for m in read_transcript(layout.transcript(session_id)).messages
+             if m["role"] == "user"]
+    assert len(users) == 2

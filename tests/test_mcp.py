@@ -1,0 +1,187 @@
+"""`squadd mcp` as an MCP client sees it: the SDK's own stdio client starts `python -m squadd mcp`
+in a repo whose daemon (a real `squadd serve` process) talks to the test model server."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp.types as types
+import pytest
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+from squadd.state.layout import SquadLayout
+from tests.support.daemon_process import DaemonProcess, clean_env, make_repo
+from tests.support.model_servers import OpenAIServer
+
+pytestmark = pytest.mark.slow
+
+CALL_TIMEOUT_S = 30.0
+FAST_CONFIG = """\
+[daemon]
+grace_s = 1.0
+
+[provider]
+max_attempts = 1
+"""
+
+
+@pytest.fixture(scope="module")
+def model_server() -> Iterator[OpenAIServer]:
+    with OpenAIServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory,
+           model_server: OpenAIServer) -> Iterator[DaemonProcess]:
+    """One daemon for the module's tests: a repo with the agents lead and backend."""
+    process = DaemonProcess.in_new_repo(tmp_path_factory.mktemp("mcp"), model_server.url,
+                                        config=FAST_CONFIG, agents=("lead", "backend"))
+    try:
+        yield process.start()
+    finally:
+        process.close()
+
+
+class Notifications:
+    """The notifications a client session received, and an event set at the first one."""
+
+    def __init__(self) -> None:
+        self.received: list[types.ServerNotification] = []
+        self.arrived = anyio.Event()
+
+    def add(self, notification: types.ServerNotification) -> None:
+        self.received.append(notification)
+        self.arrived.set()
+
+
+@asynccontextmanager
+async def mcp_session(layout: SquadLayout, *args: str,
+                      notifications: Notifications | None = None
+                      ) -> AsyncIterator[ClientSession]:
+    """An initialized MCP client session with `python -m squadd mcp ARGS` run in the repo."""
+    async def on_message(message: types.ServerNotification | Exception) -> None:
+        if notifications is not None and not isinstance(message, Exception):
+            notifications.add(message)
+
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "squadd", "mcp", *args], cwd=layout.repo,
+        env=clean_env(XDG_CONFIG_HOME=str(layout.repo.parent / "xdg-config")))
+    with (layout.repo.parent / "mcp-stderr.log").open("a") as errlog:
+        async with stdio_client(params, errlog=errlog) as (read, write), \
+                ClientSession(read, write, read_timeout_seconds=CALL_TIMEOUT_S,
+                              message_handler=on_message) as session:
+            with anyio.fail_after(CALL_TIMEOUT_S):
+                await session.initialize()
+            yield session
+
+
+def text_of(result: types.CallToolResult) -> str:
+    return "\n".join(block.text for block in result.content
+                     if isinstance(block, types.TextContent))
+
+
+async def call(session: ClientSession, name: str, arguments: dict[str, Any]
+               ) -> types.CallToolResult:
+    with anyio.fail_after(CALL_TIMEOUT_S):
+        return await session.call_tool(name, arguments)
+
+
+async def test_lists_every_daemon_tool_with_the_same_schema(daemon: DaemonProcess) -> None:
+    expected = {tool["name"]: tool for tool in daemon.client.tools()}
+    async with mcp_session(daemon.layout) as session:
+        listed = (await session.list_tools()).tools
+    assert {tool.name for tool in listed} == set(expected)
+    assert {"squad_route", "squad_decide", "squad_memory", "squad_status",
+            "squad_skill"} <= set(expected)
+    for tool in listed:
+        assert tool.input_schema == expected[tool.name]["parameters"]
+        assert tool.description == expected[tool.name]["description"]
+
+
+async def test_squad_decide_writes_the_inbox_file(daemon: DaemonProcess) -> None:
+    async with mcp_session(daemon.layout) as session:
+        result = await call(session, "squad_decide", {
+            "title": "Use MCP for the editor integration", "agentName": "backend",
+            "body": "Every client gets the same tools.", "category": "architecture"})
+    assert not result.is_error, text_of(result)
+    inbox = daemon.layout.inbox_dir / "backend-use-mcp-for-the-editor-integration.md"
+    # The daemon's Scribe may already have merged it: then it is in decisions.md.
+    merged = "Use MCP for the editor integration" in daemon.layout.decisions_md.read_text()
+    assert inbox.is_file() or merged
+    assert inbox.name in text_of(result)
+
+
+async def test_squad_route_runs_an_agent_on_the_model_server(
+        daemon: DaemonProcess, model_server: OpenAIServer) -> None:
+    model_server.script(OpenAIServer.text_turn("lead here: the plan is ready"))
+    asked_before = len(model_server.requests)
+    async with mcp_session(daemon.layout) as session:
+        result = await call(session, "squad_route", {
+            "targetAgent": "lead", "task": "Plan the MCP work", "waitForResult": True})
+        status = await call(session, "squad_status", {"agentName": "lead"})
+    assert not result.is_error, text_of(result)
+    assert "lead here: the plan is ready" in text_of(result)
+    assert len(model_server.requests) == asked_before + 1
+    sent = model_server.requests[-1].body["messages"]
+    assert sent[-1]["role"] == "user" and "Plan the MCP work" in sent[-1]["content"]
+    assert not status.is_error, text_of(status)
+    assert "**lead**" in text_of(status) and "Plan the MCP work" in text_of(status)
+
+
+async def test_a_failure_comes_back_as_an_error_result(daemon: DaemonProcess) -> None:
+    async with mcp_session(daemon.layout) as session:
+        empty_title = await call(session, "squad_decide", {
+            "title": "", "agentName": "backend", "body": "no title"})
+        unknown = await call(session, "squad_nonsense", {})
+    assert empty_title.is_error
+    assert "title" in text_of(empty_title)
+    assert unknown.is_error
+    assert "squad_nonsense" in text_of(unknown) and "squad_decide" in text_of(unknown)
+
+
+async def test_agent_option_makes_the_calls_as_that_agent(daemon: DaemonProcess) -> None:
+    async with mcp_session(daemon.layout, "--agent", "backend") as session:
+        result = await call(session, "squad_status", {})
+    assert not result.is_error, text_of(result)
+    recent = list(daemon.client.events(types=["tool.completed"], recent=20, follow=False))
+    status_calls = [event for event in recent if event.get("tool") == "squad_status"]
+    assert status_calls and status_calls[-1]["agent"] == "backend"
+
+
+async def test_without_a_daemon_calls_fail_naming_squadd_serve(tmp_path: Path) -> None:
+    layout = make_repo(tmp_path / "repo", ("lead",), FAST_CONFIG)
+    async with mcp_session(layout) as session:
+        listed = {tool.name for tool in (await session.list_tools()).tools}
+        result = await call(session, "squad_decide", {
+            "title": "t", "agentName": "lead", "body": "b"})
+    assert listed == {"squad_route", "squad_decide", "squad_memory", "squad_status",
+                      "squad_skill"}
+    assert result.is_error
+    assert "no squadd daemon is running" in text_of(result)
+    assert "squadd serve" in text_of(result)
+    assert not any(layout.inbox_dir.glob("*.md"))
+
+
+async def test_tool_list_changes_once_the_daemon_answers(tmp_path: Path) -> None:
+    with OpenAIServer() as server:
+        process = DaemonProcess.in_new_repo(tmp_path, server.url, config=FAST_CONFIG)
+        notifications = Notifications()
+        try:
+            async with mcp_session(process.layout, notifications=notifications) as session:
+                await session.list_tools()  # no daemon yet: the squad tools alone
+                await anyio.to_thread.run_sync(process.start)
+                result = await call(session, "squad_status", {})
+                with anyio.fail_after(5):
+                    await notifications.arrived.wait()
+        finally:
+            process.close()
+    assert not result.is_error, text_of(result)
+    assert any(isinstance(n, types.ToolListChangedNotification)
+               for n in notifications.received)
