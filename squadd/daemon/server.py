@@ -200,7 +200,8 @@ class Daemon:
                 bound = sock.getsockname()
                 listeners.append(Listener("tcp", sock, f"{host}:{bound[1]}"))
             served = True
-            anyio.run(self._main, runtime, listeners, token)
+            anyio.run(self._main, runtime, listeners, token,
+                      backend_options={"use_uvloop": True})
         finally:
             for listener in listeners:
                 listener.sock.close()
