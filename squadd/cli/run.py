@@ -52,6 +52,8 @@ def run(agent: str, task: str, context: str | None, as_json: bool, verbose: bool
         print_json(outcome)
     elif outcome["status"] == "completed":
         click.echo(outcome["answer"])
+    elif outcome["session_id"] is None:  # refused before any session ran
+        click.echo(f"Error: {outcome['error']}", err=True)
     else:
         click.echo(f"Error: {agent} {outcome['status']}: {outcome['error']}", err=True)
     if outcome["status"] != "completed":
@@ -60,61 +62,55 @@ def run(agent: str, task: str, context: str | None, as_json: bool, verbose: bool
 
 async def _run_session(layout: Any, settings: Any, agent: str, task: str, context: str | None,
                        model: str | None, quiet: bool) -> dict[str, Any]:
-    from squadd.providers.factory import make_provider
-    from squadd.runtime.events import BaseEvent, EventBus, ProviderRetry, ToolCompleted, ToolStarted
-    from squadd.runtime.session import (
-        AgentSession,
-        SessionInfo,
-        choose_model,
-        new_session_id,
-        session_toolset,
+    from squadd.daemon.wiring import build_runtime
+    from squadd.runtime.api import RouteRequest
+    from squadd.runtime.events import (
+        ApprovalRequested,
+        BaseEvent,
+        ProviderRetry,
+        ToolCompleted,
+        ToolStarted,
     )
-    from squadd.tools.base import ToolSet
-    from squadd.tools.invoke import ToolInvoker
-    from squadd.tools.squad import file_tools
 
-    bus = EventBus()
+    runtime = build_runtime(layout, settings)
 
     def show(event: BaseEvent) -> None:
         if quiet:
             return
+        who = f"[{event.agent}] " if event.agent and event.agent != agent else ""
         if isinstance(event, ToolStarted):
             args = ", ".join(f"{k}={_short(v)}" for k, v in event.arguments.items())
-            click.echo(click.style(f"→ {event.tool}({args})", fg="cyan"), err=True)
+            click.echo(click.style(f"→ {who}{event.tool}({args})", fg="cyan"), err=True)
         elif isinstance(event, ToolCompleted):
             mark = click.style("✓", fg="green") if event.result_type == "success" else \
                 click.style("✗", fg="red")
-            click.echo(f"  {mark} {event.tool}: {_short(event.summary, 100)}", err=True)
+            click.echo(f"  {mark} {who}{event.tool}: {_short(event.summary, 100)}", err=True)
         elif isinstance(event, ProviderRetry):
             click.echo(click.style(
                 f"  … {event.provider} retry {event.attempt} in {event.wait_s:.1f}s: "
                 f"{event.reason}", fg="yellow"), err=True)
+        elif isinstance(event, ApprovalRequested):
+            click.echo(click.style(
+                f"  ? {event.tool} needs approval, which 'squadd run' cannot give: it will be "
+                f"denied after {event.timeout_s:g}s (run it under 'squadd serve' and use "
+                "'squadd approve')", fg="yellow"), err=True)
 
-    bus.add_listener(show)
-
-    def on_retry(info: Any) -> None:
-        bus.publish(ProviderRetry(provider=info.provider, attempt=info.attempt,
-                                  wait_s=info.wait_s, reason=info.reason, status=info.status))
-
-    charter = AgentSession.load_charter(layout, agent)
-    provider = make_provider(settings.provider, on_retry=on_retry, cwd=layout.repo)
-    try:
-        tools = session_toolset(ToolSet(file_tools(layout, settings)), None, charter)
-        info = SessionInfo(session_id=new_session_id(), agent=charter.agent, task=task,
-                           model=choose_model(model, charter, settings, charter.agent,
-                                              provider.default_model))
-        session = AgentSession(info, layout=layout, settings=settings, provider=provider,
-                               invoker=ToolInvoker(layout, settings, bus), tools=tools, sink=bus)
-        outcome = await session.start(task, context, timeout_s=settings.route.timeout_s)
-    finally:
-        await provider.aclose()
+    runtime.bus.add_listener(show)
+    async with runtime:
+        result = await runtime.route(RouteRequest(
+            task=task, target_agent=agent, context=context, model=model,
+            wait_for_result=True, requested_by="cli"))
+    transcript = None
+    if result.session_id:
+        transcript = str(layout.transcript(result.session_id).relative_to(layout.repo))
     return {
-        "session_id": outcome.session_id, "agent": outcome.agent, "status": outcome.status,
-        "answer": outcome.answer, "error": outcome.error, "turns": outcome.turns,
-        "model": outcome.model, "input_tokens": outcome.usage.input_tokens,
-        "output_tokens": outcome.usage.output_tokens,
-        "duration_s": round(outcome.duration_s, 3),
-        "transcript": str(layout.transcript(outcome.session_id).relative_to(layout.repo)),
+        "session_id": result.session_id, "agent": result.agent,
+        "status": "completed" if result.ok else (result.state or "error"),
+        "answer": result.answer or "", "error": result.error or (None if result.ok
+                                                                 else result.message),
+        "reason": result.reason, "turns": result.turns, "input_tokens": result.input_tokens,
+        "output_tokens": result.output_tokens, "duration_s": round(result.duration_s, 3),
+        "transcript": transcript,
     }
 
 

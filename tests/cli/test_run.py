@@ -76,7 +76,7 @@ def test_run_unknown_agent_fails_cleanly(tmp_path: Path) -> None:
     result = squadd(repo, "run", "ghost", "x", "--provider", "openai",
                     "--base-url", "http://127.0.0.1:9/v1")
     assert result.returncode == 1
-    assert "no agent named 'ghost'" in result.stderr and "fenster" in result.stderr
+    assert 'unknown agent "ghost"' in result.stderr and "fenster" in result.stderr
     assert "Traceback" not in result.stderr
 
 

@@ -1,0 +1,199 @@
+"""Run every benchmark under scripts/bench/ and rewrite docs/benchmarks.md from that one run.
+
+Each benchmark prints its result as a last line of `name key=value ...`; this script reads those
+lines, compares each figure with its target and with the peers measured in the same run, and
+writes a table. A missed target is said plainly. Run it through `scripts/bench/all`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import platform
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH = ROOT / "scripts" / "bench"
+
+
+@dataclass(frozen=True)
+class Figure:
+    key: str
+    label: str
+    target: float
+    better: str
+    """"lower" or "higher": which way the figure improves."""
+    unit: str = ""
+    peers: tuple[tuple[str, str], ...] = ()
+    """(key in the same line, label) of peers measured in the same run."""
+
+
+@dataclass(frozen=True)
+class Bench:
+    script: str
+    args: tuple[str, ...]
+    figures: tuple[Figure, ...]
+
+
+BENCHES = (
+    Bench("session_overhead.py", (), (
+        Figure("p50_ms", "one-turn session, in-process (p50)", 1.0, "lower", "ms"),
+    )),
+    Bench("route_overhead.py", (), (
+        Figure("p50_ms", "one route through the pool (p50)", 0.9, "lower", "ms",
+               (("openai_agents_p50_ms", "openai-agents"), ("pydantic_ai_p50_ms", "pydantic-ai"))),
+        Figure("ratio_vs_best_peer", "route p50 / best peer p50", 0.5, "lower"),
+        Figure("floor_ratio", "route p50 / plain-Python floor p50", 1.6, "lower"),
+    )),
+    Bench("pool_throughput.py", (), (
+        Figure("fraction_of_bound", "pool throughput / bound (5,000 routes, 32 slots, 50 ms)",
+               0.92, "higher", "", (("pydantic_ai_fraction_of_bound", "pydantic-ai"),)),
+    )),
+    Bench("pool_memory.py", (), (
+        Figure("rss_mb", "RSS with 10,000 queued + 1,000 idle", 300.0, "lower", "MB"),
+    )),
+    Bench("scribe_merge.py", (), (
+        Figure("bulk_s", "merge 10,000 inbox files into a 1 MB decisions.md", 2.0, "lower", "s"),
+        Figure("big_vs_small_ratio", "100 files into 20 MB vs 100 KB decisions.md", 1.5,
+               "lower"),
+    )),
+    Bench("cli_latency.py", (), (
+        Figure("p50_ms", "`squadd status` wall time against a daemon (p50)", 250.0, "lower",
+               "ms"),
+    )),
+)
+
+
+def parse_line(line: str) -> dict[str, float]:
+    values: dict[str, float] = {}
+    for part in line.split()[1:]:
+        key, _, raw = part.partition("=")
+        try:
+            values[key] = float(raw)
+        except ValueError:
+            continue
+    return values
+
+
+def run(bench: Bench, python: str) -> tuple[dict[str, float], str, float]:
+    started = time.monotonic()
+    result = subprocess.run([python, str(BENCH / bench.script), *bench.args], cwd=ROOT,
+                            capture_output=True, text=True, timeout=1800,
+                            stdin=subprocess.DEVNULL)
+    elapsed = time.monotonic() - started
+    lines = [line for line in result.stdout.splitlines() if line.strip()]
+    name = bench.script.removesuffix(".py")
+    wanted = [line for line in lines if line.startswith(name + " ")]
+    if result.returncode != 0 or not wanted:
+        tail = (result.stderr or result.stdout).strip().splitlines()[-5:]
+        return {}, f"failed (exit {result.returncode}): " + " | ".join(tail), elapsed
+    values = parse_line(wanted[-1])
+    # Some benchmarks print supporting figures on earlier lines (e.g. `bulk_s=`).
+    for line in lines:
+        for key, value in parse_line("x " + line).items():
+            values.setdefault(key, value)
+    return values, wanted[-1], elapsed
+
+
+def verdict(figure: Figure, value: float) -> str:
+    met = value <= figure.target if figure.better == "lower" else value >= figure.target
+    return "met" if met else "**MISSED**"
+
+
+def fmt(value: float) -> str:
+    return f"{value:.3g}" if abs(value) < 100 else f"{value:.0f}"
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        mem_kb = int(next(line.split()[1] for line in Path("/proc/meminfo").read_text()
+                          .splitlines() if line.startswith("MemTotal")))
+        memory = f"{mem_kb / 1024 / 1024:.0f} GiB"
+    except (OSError, StopIteration, ValueError):
+        memory = "unknown memory"
+    return (f"{os.cpu_count()} cores ({cpu}), {memory}, {platform.system()} "
+            f"{platform.release()}, Python {platform.python_version()}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--output", type=Path, default=ROOT / "docs" / "benchmarks.md")
+    parser.add_argument("--only", nargs="*", help="run only these benchmark scripts")
+    args = parser.parse_args()
+    bench_python = ROOT / ".bench-venv" / "bin" / "python"
+    python = str(bench_python) if bench_python.exists() else sys.executable
+    rows: list[str] = []
+    raw: list[str] = []
+    missed: list[str] = []
+    for bench in BENCHES:
+        if args.only and bench.script.removesuffix(".py") not in args.only \
+                and bench.script not in args.only:
+            continue
+        print(f"running {bench.script} ...", flush=True)
+        values, line, elapsed = run(bench, python)
+        raw.append(f"- `{bench.script}` ({elapsed:.0f} s): `{line}`")
+        print(f"  {line}", flush=True)
+        for figure in bench.figures:
+            if figure.key not in values:
+                rows.append(f"| {figure.label} | not measured | {figure.target:g} {figure.unit} "
+                            "| | | **MISSED** (no figure) |")
+                missed.append(figure.label)
+                continue
+            value = values[figure.key]
+            peers = []
+            ratios = []
+            for key, label in figure.peers:
+                if key in values and values[key] > 0:
+                    peers.append(f"{label} {fmt(values[key])} {figure.unit}".strip())
+                    ratios.append(f"{fmt(value / values[key])}× {label}")
+                else:
+                    peers.append(f"{label}: not installed (run scripts/bench/setup)")
+            mark = verdict(figure, value)
+            if mark != "met":
+                missed.append(figure.label)
+            op = "≤" if figure.better == "lower" else "≥"
+            rows.append(f"| {figure.label} | {fmt(value)} {figure.unit} | {op} {figure.target:g} "
+                        f"{figure.unit} | {'; '.join(peers)} | {'; '.join(ratios)} | {mark} |")
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [
+        "# Benchmarks",
+        "",
+        f"Measured {stamp} on {machine()}, by one run of:",
+        "",
+        "```",
+        "scripts/bench/setup   # once: the peers' bench venv (.bench-venv/)",
+        "scripts/bench/all     # runs every benchmark and rewrites this file",
+        "```",
+        "",
+        "| figure | measured | target | peers, same run | ratio | verdict |",
+        "|---|---|---|---|---|---|",
+        *rows,
+        "",
+        ("Every target was met." if not missed else
+         "Targets missed in this run: " + "; ".join(missed) + "."),
+        "",
+        "## Raw last lines",
+        "",
+        *raw,
+        "",
+    ]
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text("\n".join(lines), encoding="utf-8")
+    print(f"wrote {args.output.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
