@@ -5,7 +5,8 @@ charter, history and decisions reads, the prompt, one turn, the transcript writt
 every event published to the bus (one subscriber drains it), the orchestration log written. The
 same one-turn job (the same three files read into the instructions) also runs on openai-agents'
 `Runner.run` with its `ScriptedModel` and pydantic-ai's `Agent.run` with `FunctionModel`, which
-persist nothing. The floor is those three reads plus one fsynced transcript write in plain Python.
+persist nothing. The floor is those three reads plus one fsynced transcript write in plain
+Python; one floor iteration follows each route, so that both see the same disk and load.
 
 Prints, as its last line:
     route_overhead p50_ms=… p99_ms=… openai_agents_p50_ms=… pydantic_ai_p50_ms=…
@@ -41,7 +42,8 @@ from _common import (
 WARMUP = 50
 
 
-async def squadd_routes(layout_root: Path, routes: int) -> list[float]:
+async def squadd_routes(layout_root: Path, routes: int) -> tuple[list[float], list[float]]:
+    """Our routes, each followed by one floor iteration, so both see the same disk and load."""
     from squadd.config import Settings
     from squadd.providers.replay import ReplayProvider, ReplayScript, ScriptedTurn
     from squadd.runtime.api import RouteRequest
@@ -50,7 +52,10 @@ async def squadd_routes(layout_root: Path, routes: int) -> list[float]:
 
     layout = SquadLayout.at(layout_root)
     provider = ReplayProvider(ReplayScript(default=[ScriptedTurn(text="done")]))
+    floor_dir = layout_root / "floor-sessions"
+    floor_dir.mkdir()
     timings: list[float] = []
+    floors: list[float] = []
     async with SquadRuntime(layout, Settings(), provider) as runtime:
         subscription = runtime.bus.subscribe(buffer=4096)
 
@@ -67,34 +72,30 @@ async def squadd_routes(layout_root: Path, routes: int) -> list[float]:
                 elapsed = time.perf_counter() - started
                 if not result.ok:
                     raise SystemExit(f"route failed: {result.message}")
+                floor_s = floor_once(layout_root, floor_dir, n)
                 if n >= WARMUP:
                     timings.append(elapsed)
+                    floors.append(floor_s)
             subscription.close()
-    return timings
+    return timings, floors
 
 
-def floor(layout_root: Path, routes: int) -> list[float]:
+def floor_once(layout_root: Path, sessions: Path, n: int) -> float:
     """Three reads and one fsynced transcript write, with no framework at all."""
     agent = layout_root / "agents" / "fenster"
-    sessions = layout_root / "floor-sessions"
-    sessions.mkdir()
-    timings = []
-    for n in range(routes + WARMUP):
-        started = time.perf_counter()
-        charter = (agent / "charter.md").read_text(encoding="utf-8")
-        history = (agent / "history.md").read_text(encoding="utf-8")
-        decisions = (layout_root / "decisions.md").read_text(encoding="utf-8")
-        record = json.dumps({"system": charter + history + decisions, "user": f"say done {n}",
-                             "assistant": "done"})
-        fd = os.open(sessions / f"{n}.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        try:
-            os.write(fd, record.encode() + b"\n")
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        if n >= WARMUP:
-            timings.append(time.perf_counter() - started)
-    return timings
+    started = time.perf_counter()
+    charter = (agent / "charter.md").read_text(encoding="utf-8")
+    history = (agent / "history.md").read_text(encoding="utf-8")
+    decisions = (layout_root / "decisions.md").read_text(encoding="utf-8")
+    record = json.dumps({"system": charter + history + decisions, "user": f"say done {n}",
+                         "assistant": "done"})
+    fd = os.open(sessions / f"{n}.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, record.encode() + b"\n")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return time.perf_counter() - started
 
 
 def _instructions(layout_root: Path) -> str:
@@ -178,8 +179,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(dir=os.environ.get("SQUADD_BENCH_DIR")) as tmp:
         layout = make_squad(Path(tmp) / "repo")
-        ours = sorted(anyio.run(squadd_routes, layout.root, args.routes))
-        base = sorted(floor(layout.root, args.routes))
+        ours, base = (sorted(t) for t in anyio.run(squadd_routes, layout.root, args.routes))
         peer = peers(layout.root, args.routes)
     p50, p99 = percentile(ours, 0.5) * 1000, percentile(ours, 0.99) * 1000
     floor_p50 = percentile(base, 0.5) * 1000

@@ -122,7 +122,7 @@ class SquadLayout:
             current = current / part
             try:
                 mode = os.lstat(current).st_mode
-            except FileNotFoundError:
+            except (FileNotFoundError, NotADirectoryError):
                 return False
             if stat.S_ISLNK(mode):
                 return True
