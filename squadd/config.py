@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from importlib import resources
@@ -21,10 +22,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from squadd.errors import ConfigError
 
 ENV_PREFIX = "SQUADD_"
+MAX_CONFIG_FILE_BYTES = 1_048_576
+_VARIABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+_AGENT_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+_BAD_TEXT = re.compile("[\x00\ud800-\udfff]")
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # No NaN or infinity: every timeout is a real bound, every limit a real number.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class LimitsSettings(_Section):
@@ -156,13 +162,23 @@ def user_config_file() -> Path:
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
         with path.open("rb") as handle:
-            return tomllib.load(handle)
+            data = handle.read(MAX_CONFIG_FILE_BYTES + 1)
     except FileNotFoundError:
         return {}
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read: {exc.strerror}", source=str(path)) from exc
+    if len(data) > MAX_CONFIG_FILE_BYTES:
+        raise ConfigError(f"{path}: larger than {MAX_CONFIG_FILE_BYTES} bytes: a config file "
+                          "is a few settings", source=str(path))
+    try:
+        return tomllib.loads(data.decode("utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}", source=str(path)) from exc
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not valid UTF-8: {exc}", source=str(path)) from exc
+    except RecursionError:
+        raise ConfigError(f"{path}: not valid TOML: arrays or tables nested too deeply",
+                          source=str(path)) from None
 
 
 def _check_keys(data: Mapping[str, Any], source: str) -> None:
@@ -179,8 +195,19 @@ def _check_keys(data: Mapping[str, Any], source: str) -> None:
                 key=section, source=source,
             )
         if section in _FREE_SECTIONS:
+            if section == "variables":
+                for name in body:
+                    if not _VARIABLE_NAME.fullmatch(name):
+                        raise ConfigError(
+                            f"{source}: 'variables.{name}': {name!r} is not a variable name "
+                            f"(names match {_VARIABLE_NAME.pattern})", key=f"variables.{name}",
+                            source=source)
             if section == "agents":
                 for agent, agent_body in body.items():
+                    if not _AGENT_NAME.fullmatch(agent.lower()) or ".." in agent:
+                        raise ConfigError(
+                            f"{source}: [agents.{agent}]: {agent!r} is not an agent name (names "
+                            f"match {_AGENT_NAME.pattern})", key=f"agents.{agent}", source=source)
                     if not isinstance(agent_body, Mapping):
                         raise ConfigError(
                             f"{source}: [agents.{agent}] must be a table",
@@ -203,6 +230,24 @@ def _check_keys(data: Mapping[str, Any], source: str) -> None:
                     f"{known})",
                     key=f"{section}.{key}", source=source,
                 )
+    _check_text(data, source)
+
+
+def _check_text(data: Mapping[str, Any], source: str) -> None:
+    """No setting holds a NUL byte or text that is not valid UTF-8 (from the environment)."""
+    stack: list[tuple[str, Any]] = [(str(k), v) for k, v in data.items()]
+    while stack:
+        dotted, value = stack.pop()
+        if isinstance(value, Mapping):
+            stack.extend((f"{dotted}.{k}", v) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((f"{dotted}.{i}", v) for i, v in enumerate(value))
+        for text in (value, dotted):
+            bad = _BAD_TEXT.search(text) if isinstance(text, str) else None
+            if bad is not None:
+                what = "a NUL byte" if bad.group() == "\x00" else "text that is not UTF-8"
+                raise ConfigError(f"{source}: '{_BAD_TEXT.sub('?', dotted)}' holds {what}",
+                                  key=_BAD_TEXT.sub("?", dotted), source=source)
 
 
 def _merge(base: dict[str, Any], layer: Mapping[str, Any], origin: dict[str, str],
@@ -235,17 +280,20 @@ def _env_layer(environ: Mapping[str, str]) -> dict[str, dict[str, Any]]:
                 f"(known keys in [{section}]: {', '.join(_SECTIONS[section].model_fields)})",
                 key=f"{section}.{key}", source=name,
             )
-        layer.setdefault(section, {})[key] = _parse_env_value(raw)
+        layer.setdefault(section, {})[key] = _parse_env_value(name, raw)
     return layer
 
 
-def _parse_env_value(raw: str) -> Any:
+def _parse_env_value(name: str, raw: str) -> Any:
     stripped = raw.strip()
     if stripped[:1] in "[{":
         try:
             return json.loads(stripped)
         except json.JSONDecodeError:
             return raw
+        except RecursionError:
+            raise ConfigError(f"environment variable {name}: nested too deeply",
+                              source=name) from None
     return raw
 
 
@@ -290,9 +338,23 @@ def _explain(exc: ValidationError, merged: Mapping[str, Any],
         dotted = ".".join(str(part) for part in error["loc"])
         value: Any = merged
         for part in error["loc"]:
-            value = value.get(part) if isinstance(value, Mapping) else None
-        source = origin.get(dotted, "defaults")
+            if isinstance(value, Mapping):
+                value = value.get(part)
+            elif isinstance(value, list) and isinstance(part, int) and 0 <= part < len(value):
+                value = value[part]
+            else:
+                value = None
+        source = _origin_of(error["loc"], origin)
         first_key = first_key or dotted
         first_source = first_source or source
         lines.append(f"{source}: '{dotted}' = {value!r} is invalid: {error['msg']}")
     return ConfigError("; ".join(lines), key=first_key, source=first_source)
+
+
+def _origin_of(loc: tuple[int | str, ...], origin: Mapping[str, str]) -> str:
+    """Where the setting at `loc` (or the setting it is part of: `tools.approvals.x`) came from."""
+    for end in range(len(loc), 0, -1):
+        source = origin.get(".".join(str(part) for part in loc[:end]))
+        if source is not None:
+            return source
+    return "defaults"

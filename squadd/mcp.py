@@ -1,25 +1,35 @@
 """`squadd mcp`: a stdio MCP server (the official `mcp` SDK's low-level `Server`) that forwards to
 the repo's daemon. It lists every tool the daemon offers with the same JSON schema, and runs each
 call through the daemon's one tool pipeline (`POST /v1/tools/{name}`). stdout is the protocol:
-logs go to stderr only.
+logs go to stderr only. A request the SDK cannot read (bad JSON, nested too deeply, a lone
+surrogate) is answered with a JSON-RPC error instead of being dropped, so no client waits forever.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, TypeAlias
+import io
+import json
+import os
+import re
+import sys
+from collections.abc import AsyncIterator, Mapping
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 import anyio
 import mcp.types as types
 import structlog
+from anyio.abc import ObjectSendStream
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
+from mcp.shared.message import SessionMessage
+from pydantic import ValidationError
 
 from squadd._version import __version__
 from squadd.daemon.client import AsyncDaemonClient
 from squadd.errors import DaemonError, DaemonNotRunningError
 from squadd.state.layout import SquadLayout
+from squadd.untrusted import UntrustedInputError, check_document, has_surrogate
 
 if TYPE_CHECKING:
     from mcp.server.context import ServerRequestContext
@@ -31,6 +41,8 @@ log = structlog.get_logger("squadd.mcp")
 SERVER_NAME = "squadd"
 LIST_TIMEOUT_S = 10.0
 """How long `tools/list` waits for the daemon before it answers from the squad tools alone."""
+MAX_ARGUMENT_VALUES = 1_000_000
+"""Most values a call's arguments may hold (the daemon's 4 MiB body limit comes first)."""
 
 
 def squad_tool_descriptions() -> list[dict[str, Any]]:
@@ -103,6 +115,12 @@ class DaemonBridge:
     async def call_tool(self, ctx: Context,
                         params: types.CallToolRequestParams) -> types.CallToolResult:
         arguments = dict(params.arguments or {})
+        try:  # the SDK reads NaN and huge integers, which the daemon's JSON cannot carry
+            check_document(arguments, max_values=MAX_ARGUMENT_VALUES)
+            json.dumps(arguments)
+        except (UntrustedInputError, ValueError, RecursionError) as exc:
+            return text_result(f"{params.name} did not run: its arguments cannot be sent as "
+                               f"JSON: {exc}", is_error=True)
         try:
             result = await self.client.call_tool(params.name, arguments, agent=self.agent)
         except DaemonNotRunningError as exc:
@@ -137,6 +155,72 @@ def build_server(bridge: DaemonBridge, layout: SquadLayout) -> Server[Any]:
                   on_list_tools=bridge.list_tools, on_call_tool=bridge.call_tool)
 
 
+_LEADING_ID = re.compile(
+    r'\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"id"\s*:\s*(-?\d{1,18}|"[^"\\]{0,200}")')
+"""The id of a request whose envelope starts the usual way, found without parsing the rest."""
+
+
+def refusal(line: str, exc: ValidationError) -> types.JSONRPCError | None:
+    """The JSON-RPC error that answers a line the SDK could not read: with the request's id
+    when plain JSON parsing (or the line's start) gives one, else with none (a parse error);
+    None for a notification, which gets no answer."""
+    errors = exc.errors()
+    reason = str(errors[0]["msg"]) if errors else str(exc)
+    try:
+        data = json.loads(line)
+    except (ValueError, RecursionError):
+        leading = _LEADING_ID.match(line)
+        found = json.loads(leading.group(1)) if leading else None
+        return types.JSONRPCError(jsonrpc="2.0", id=found, error=types.ErrorData(
+            code=types.PARSE_ERROR, message=f"Parse error: {reason}"))
+    request_id = data.get("id") if isinstance(data, dict) and "method" in data else None
+    if isinstance(request_id, bool) or not isinstance(request_id, int | str):
+        return None
+    if isinstance(request_id, str) and has_surrogate(request_id):
+        request_id = None  # it could not be written back: the answer names no request
+    return types.JSONRPCError(jsonrpc="2.0", id=request_id, error=types.ErrorData(
+        code=types.INVALID_REQUEST, message=f"Invalid request: {reason}"))
+
+
+class CheckedLines:
+    """stdin's lines for the SDK's transport, less those it would drop unanswered: each of
+    those gets its `refusal` on the write stream (given once serving starts) instead."""
+
+    def __init__(self, lines: AsyncIterator[str]):
+        self._lines = lines
+        self._replies: ObjectSendStream[SessionMessage] | None = None
+        self._serving = anyio.Event()
+
+    def answer_on(self, replies: ObjectSendStream[SessionMessage]) -> None:
+        self._replies = replies
+        self._serving.set()
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        return self._checked()
+
+    async def _checked(self) -> AsyncIterator[str]:
+        async for line in self._lines:
+            try:
+                types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+            except ValidationError as exc:
+                reply = refusal(line, exc)
+                log.warning("unreadable MCP message", reason=str(exc.errors()[:1])[:300])
+                if reply is not None:
+                    await self._serving.wait()
+                    assert self._replies is not None
+                    await self._replies.send(SessionMessage(reply))
+                continue
+            yield line
+
+
+async def _stdin_lines() -> AsyncIterator[str]:
+    # A duplicate of fd 0: closing it leaves the process's own stdin alone.
+    raw = os.fdopen(os.dup(sys.stdin.fileno()), "rb", buffering=0)
+    with io.TextIOWrapper(io.BufferedReader(raw), encoding="utf-8", errors="replace") as text:
+        async for line in anyio.wrap_file(text):
+            yield line
+
+
 async def serve_stdio(layout: SquadLayout, *, agent: str | None = None) -> None:
     """Serve MCP on stdin/stdout until the client closes stdin."""
     async with AsyncDaemonClient(layout) as client:
@@ -144,5 +228,7 @@ async def serve_stdio(layout: SquadLayout, *, agent: str | None = None) -> None:
         server = build_server(bridge, layout)
         options = server.create_initialization_options(NotificationOptions(tools_changed=True))
         log.info("squadd mcp serving on stdio", repo=str(layout.repo), agent=agent or "user")
-        async with stdio_server() as (read_stream, write_stream):
+        lines = CheckedLines(_stdin_lines())
+        async with stdio_server(stdin=cast(Any, lines)) as (read_stream, write_stream):
+            lines.answer_on(write_stream)
             await server.run(read_stream, write_stream, options)

@@ -51,6 +51,7 @@ from squadd.state.intent import (
     sweep_temp_files,
 )
 from squadd.state.layout import SquadLayout
+from squadd.untrusted import shown_name
 
 log = logging.getLogger(__name__)
 
@@ -230,7 +231,7 @@ def _write_batch(
     report.merged += len(batch.new)
     if dry_run:
         report.merged_files.extend(a.file.name for a in batch.accepted)
-        report.rejected.extend(RejectedFile(file=r.file.name, moved_to="", reason=r.reason)
+        report.rejected.extend(RejectedFile(file=r.file.shown, moved_to="", reason=r.reason)
                                for r in batch.refused)
         return None
     # Team updates go first and are idempotent: a crash after the append below makes these
@@ -244,11 +245,12 @@ def _write_batch(
     pending = deleter.submit(_delete_merged, layout, batch.accepted, intent)
     for refused in batch.refused:
         moved = reject_file(layout, refused.file, refused.reason)
-        report.rejected.append(RejectedFile(file=refused.file.name,
-                                            moved_to=str(moved.relative_to(layout.root)),
-                                            reason=refused.reason))
-        log.warning("rejected inbox file %s: %s", refused.file.name, refused.reason)
-        sink.publish(ScribeRejected(file=refused.file.name, reason=refused.reason))
+        shown = refused.file.shown
+        report.rejected.append(RejectedFile(
+            file=shown, moved_to=shown_name(str(moved.relative_to(layout.root))),
+            reason=refused.reason))
+        log.warning("rejected inbox file %s: %s", shown, refused.reason)
+        sink.publish(ScribeRejected(file=shown, reason=refused.reason))
     return pending
 
 

@@ -138,3 +138,59 @@ def test_settings_are_frozen() -> None:
     settings = Settings()
     with pytest.raises(ValueError, match="frozen"):
         settings.pool.max_concurrent = 2  # type: ignore[misc]
+
+
+def _refused(tmp_path: Path, data: bytes) -> ConfigError:
+    squad = tmp_path / "repo" / ".squad"
+    squad.mkdir(parents=True, exist_ok=True)
+    (squad / "config.toml").write_bytes(data)
+    with pytest.raises(ConfigError) as caught:
+        load_settings(squad, environ={}, user_file=tmp_path / "none.toml")
+    assert caught.value.source == str(squad / "config.toml")
+    assert str(squad / "config.toml") in str(caught.value)
+    return caught.value
+
+
+def test_nesting_deep_enough_to_exhaust_the_parser_is_a_config_error(tmp_path: Path) -> None:
+    error = _refused(tmp_path, b"[variables]\nx = " + b"[" * 100_000 + b"]" * 100_000 + b"\n")
+    assert "nested too deeply" in str(error)
+
+
+def test_a_config_file_over_a_megabyte_is_refused_unread(tmp_path: Path) -> None:
+    error = _refused(tmp_path, b'[provider]\nmodel = "' + b"x" * 2_000_000 + b'"\n')
+    assert "larger than 1048576 bytes" in str(error)
+
+
+@pytest.mark.parametrize("value", ["inf", "-inf", "nan"])
+def test_no_timeout_or_limit_may_be_infinite_or_nan(tmp_path: Path, value: str) -> None:
+    error = _refused(tmp_path, f"[route]\ntimeout_s = {value}\n".encode())
+    assert error.key == "route.timeout_s" and "finite number" in str(error)
+
+
+def test_a_nul_byte_in_a_setting_names_the_key(tmp_path: Path) -> None:
+    error = _refused(tmp_path, b'[tools]\nextra_dirs = ["ok", "a\\u0000b"]\n')
+    assert error.key == "tools.extra_dirs.1" and "NUL byte" in str(error)
+
+
+def test_agent_and_variable_names_must_be_names(tmp_path: Path) -> None:
+    agent = _refused(tmp_path, b'[agents."../../etc"]\nmodel = "m"\n')
+    assert agent.key == "agents.../../etc" and "not an agent name" in str(agent)
+    variable = _refused(tmp_path, b'[variables]\n"A B" = "v"\n')
+    assert variable.key == "variables.A B" and "not a variable name" in str(variable)
+
+
+def test_an_error_inside_a_list_or_table_names_the_file_and_the_value(tmp_path: Path) -> None:
+    error = _refused(tmp_path, b'[provider]\ncommand = ["ok", 7]\n')
+    assert error.key == "provider.command.1" and "= 7 is invalid" in str(error)
+    approvals = _refused(tmp_path, b'[tools]\napprovals = { "deploy*" = "maybe" }\n')
+    assert approvals.key == "tools.approvals.deploy*" and "'maybe'" in str(approvals)
+
+
+def test_environment_values_must_be_utf8_and_shallow() -> None:
+    with pytest.raises(ConfigError, match="not UTF-8") as caught:
+        load_settings(environ={"SQUADD_PROVIDER_MODEL": "caf\udce9"},
+                      user_file=Path("/nonexistent/none.toml"))
+    assert caught.value.source == "environment"
+    with pytest.raises(ConfigError, match="SQUADD_TOOLS_EXTRA_DIRS: nested too deeply"):
+        load_settings(environ={"SQUADD_TOOLS_EXTRA_DIRS": "[" * 100_000},
+                      user_file=Path("/nonexistent/none.toml"))

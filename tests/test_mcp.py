@@ -185,3 +185,50 @@ async def test_tool_list_changes_once_the_daemon_answers(tmp_path: Path) -> None
     assert not result.is_error, text_of(result)
     assert any(isinstance(n, types.ToolListChangedNotification)
                for n in notifications.received)
+
+
+def _unreadable(line: str) -> types.JSONRPCError | None:
+    from pydantic import ValidationError
+
+    from squadd.mcp import refusal
+
+    try:
+        types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+    except ValidationError as exc:
+        return refusal(line, exc)
+    raise AssertionError(f"the SDK read {line[:60]!r}")
+
+
+def test_a_request_the_sdk_cannot_read_gets_an_error_with_its_id() -> None:
+    nested = ('{"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "x", '
+              '"arguments": ' + "[" * 300 + "]" * 300 + "}}")
+    surrogate = '{"jsonrpc": "2.0", "id": "a", "method": "tools/call", "params": {"x": "\\ud800"}}'
+    for line, request_id in ((nested, 7), (surrogate, "a")):
+        reply = _unreadable(line)
+        assert reply is not None and reply.id == request_id
+        assert reply.error.code == types.INVALID_REQUEST and "Invalid JSON" in reply.error.message
+
+
+def test_a_line_that_is_not_json_gets_a_parse_error_with_the_id_it_starts_with() -> None:
+    deep = '{"jsonrpc": "2.0", "id": 12, "method": "tools/call", "params": ' + "[" * 100_000
+    reply = _unreadable(deep)
+    assert reply is not None and reply.id == 12 and reply.error.code == types.PARSE_ERROR
+    garbage = _unreadable("\ufffd\ufffd{")
+    assert garbage is not None and garbage.id is None
+    assert _unreadable('{"jsonrpc": "2.0", "method": "x", "params": "\\ud800"}') is None
+    unwritable = _unreadable('{"jsonrpc": "2.0", "id": "\\ud800", "method": "x"}')
+    assert unwritable is not None and unwritable.id is None
+    assert unwritable.model_dump_json()  # the answer itself can be sent
+
+
+async def test_nan_or_a_huge_integer_in_arguments_is_an_error_result(tmp_path: Path) -> None:
+    from squadd.daemon.client import AsyncDaemonClient
+    from squadd.mcp import DaemonBridge
+
+    layout = make_repo(tmp_path / "repo", ("lead",), FAST_CONFIG)
+    async with AsyncDaemonClient(layout) as client:
+        bridge = DaemonBridge(client)
+        for arguments in ({"t": float("nan")}, {"t": [float("inf")]}, {"t": 7 * 10**5000}):
+            params = types.CallToolRequestParams(name="squad_status", arguments=arguments)
+            result = await bridge.call_tool(None, params)  # type: ignore[arg-type]
+            assert result.is_error and "cannot be sent as JSON" in text_of(result)

@@ -190,6 +190,12 @@ def main() -> None:
         *raw,
         "",
     ]
+    notes = ROOT / "docs" / "benchmark-notes.md"
+    if notes.exists():  # the hand-written analysis of the figures follows the generated table
+        body = notes.read_text(encoding="utf-8").split("\n", 1)[1].lstrip("\n")
+        body = "\n".join(line for line in body.splitlines()
+                         if "copies this file below" not in line)
+        lines += ["## Analysis", "", body.replace("\n## ", "\n### ").lstrip(), ""]
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text("\n".join(lines), encoding="utf-8")
     print(f"wrote {args.output.relative_to(ROOT)}")

@@ -8,6 +8,8 @@ from typing import Any, TypeVar
 
 import click
 
+from squadd.cli._squad import TEXT
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 PROVIDER_KINDS = ("openai", "anthropic", "command", "replay")
@@ -18,9 +20,9 @@ def provider_options(function: F) -> F:
     options = [
         click.option("--provider", "provider_kind", type=click.Choice(PROVIDER_KINDS),
                      default=None, help="Which provider runs the model (default: provider.kind)."),
-        click.option("--model", default=None,
+        click.option("--model", type=TEXT, default=None,
                      help="Model name (default: route > charter > [agents.NAME] > provider)."),
-        click.option("--base-url", default=None,
+        click.option("--base-url", type=TEXT, default=None,
                      help="API root, e.g. http://127.0.0.1:11434/v1 for Ollama."),
         click.option("--replay-file", type=click.Path(dir_okay=False, path_type=Path),
                      default=None, help="For --provider replay: the recording to play."),

@@ -1,7 +1,9 @@
-"""Options and helpers the `squadd` commands share: finding the squad dir from `--dir`."""
+"""Options and helpers the `squadd` commands share: finding the squad dir from `--dir`, and
+the parameter types that refuse text that is not UTF-8 and numbers that are not finite."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -9,10 +11,40 @@ from typing import Any, TypeVar
 import click
 
 from squadd.state.layout import SquadLayout
+from squadd.untrusted import has_surrogate, shown_name
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 DIR_HELP = "Look for the squad dir from this folder up (default: the working directory)."
+
+
+class Utf8Text(click.types.StringParamType):
+    """Text from the command line, which must be UTF-8: the shell can pass any bytes."""
+
+    name = "text"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> str:
+        text = super().convert(value, param, ctx)
+        if has_surrogate(text):
+            shown = shown_name(text)
+            shown = shown if len(shown) <= 40 else shown[:37] + "..."
+            self.fail(f"{shown!r} is not valid UTF-8 text", param, ctx)
+        return text
+
+
+TEXT = Utf8Text()
+
+
+class FiniteFloatRange(click.FloatRange):
+    """A `click.FloatRange` that also refuses nan and inf (which compare false to any bound)."""
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{number} is not a finite number", param, ctx)
+        return number
 
 
 def dir_option(function: F) -> F:

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from squadd.cli._output import print_json, print_table
-from squadd.cli._squad import dir_option, find_layout, show_path
+from squadd.cli._squad import TEXT, dir_option, find_layout, show_path
 from squadd.state.charters import RosterEntry, roster
 from squadd.state.fsio import read_text
 from squadd.state.history import learnings
@@ -35,8 +35,9 @@ Examples:
 
 
 @agent.command("add", help=ADD_HELP)
-@click.argument("name")
-@click.option("--role", required=True, help="What the agent does, e.g. \"Backend Developer\".")
+@click.argument("name", type=TEXT)
+@click.option("--role", type=TEXT, required=True,
+              help="What the agent does, e.g. \"Backend Developer\".")
 @dir_option
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def add(name: str, role: str, directory: Path | None, as_json: bool) -> None:

@@ -8,14 +8,14 @@ from pathlib import Path
 import click
 
 from squadd.cli._daemon import client_for
-from squadd.cli._squad import dir_option
+from squadd.cli._squad import TEXT, FiniteFloatRange, dir_option
 from squadd.errors import DaemonError, DaemonNotRunningError
 
 STOP_POLL_S = 0.1
 
 
 @click.command("stop")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0), default=60.0,
+@click.option("--timeout", "timeout_s", type=FiniteFloatRange(min=0), default=60.0,
               show_default=True, help="Seconds to wait for the daemon to be gone.")
 @click.option("--no-wait", is_flag=True, help="Ask it to stop and return at once.")
 @dir_option
@@ -49,8 +49,8 @@ def _resolve(approval_id: str, approved: bool, reason: str, directory: Path | No
 
 
 @click.command("approve")
-@click.argument("approval_id")
-@click.option("--reason", default="", help="Why (the agent sees it).")
+@click.argument("approval_id", type=TEXT)
+@click.option("--reason", type=TEXT, default="", help="Why (the agent sees it).")
 @dir_option
 def approve(approval_id: str, reason: str, directory: Path | None) -> None:
     """Let a tool call that waits for approval run (its ID is in the approval.requested event)."""
@@ -58,8 +58,8 @@ def approve(approval_id: str, reason: str, directory: Path | None) -> None:
 
 
 @click.command("deny")
-@click.argument("approval_id")
-@click.option("--reason", default="", help="Why (the agent sees it).")
+@click.argument("approval_id", type=TEXT)
+@click.option("--reason", type=TEXT, default="", help="Why (the agent sees it).")
 @dir_option
 def deny(approval_id: str, reason: str, directory: Path | None) -> None:
     """Refuse a tool call that waits for approval; the agent is told, with your reason."""

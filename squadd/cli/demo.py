@@ -24,6 +24,7 @@ import click
 
 from squadd.cli import load_command
 from squadd.cli._daemon import print_sessions
+from squadd.cli._squad import FiniteFloatRange
 from squadd.state.fsio import atomic_write, read_text
 from squadd.state.layout import SquadLayout
 
@@ -144,7 +145,7 @@ def working_dir(path: Path) -> Iterator[None]:
               help="Use the repository in the working directory instead of a temporary one "
                    "(the recorded decisions are written into its .squad/).")
 @click.option("--keep", is_flag=True, help="Keep the temporary repository, and say where.")
-@click.option("--pace", type=click.FloatRange(0, 5), default=0.06, show_default=True,
+@click.option("--pace", type=FiniteFloatRange(0, 5), default=0.06, show_default=True,
               help="Seconds between narrated events, so the run can be followed.")
 def demo(here: bool, keep: bool, pace: float) -> None:
     """Watch a squad of three agents plan a feature, on a recorded model (no API key needed).

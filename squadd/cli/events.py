@@ -8,15 +8,16 @@ from pathlib import Path
 import click
 
 from squadd.cli._daemon import client_for, event_line
-from squadd.cli._squad import dir_option
+from squadd.cli._squad import TEXT, dir_option
 from squadd.daemon.wire import RECENT_EVENTS_MAX
 
 
 @click.command("events")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new events until Ctrl-C.")
-@click.option("--type", "types", multiple=True, metavar="TYPE",
+@click.option("--type", "types", type=TEXT, multiple=True, metavar="TYPE",
               help="Only these event types ('tool.*' globs work; repeat or comma-separate).")
-@click.option("--session", "session_id", default=None, help="Only this session's events.")
+@click.option("--session", "session_id", type=TEXT, default=None,
+              help="Only this session's events.")
 @click.option("-n", "--recent", type=click.IntRange(0, RECENT_EVENTS_MAX), default=None,
               help="How many past events to show first (default: 50, or 0 with --follow).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")

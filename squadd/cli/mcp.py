@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from squadd.cli._squad import dir_option, find_layout
+from squadd.cli._squad import TEXT, dir_option, find_layout
 from squadd.state.layout import safe_name
 
 SERVER_KEY = "squadd"
@@ -25,7 +25,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 @click.command("mcp")
-@click.option("--agent", default=None, metavar="NAME",
+@click.option("--agent", type=TEXT, default=None, metavar="NAME",
               help="Make the tool calls as this agent (default: user), e.g. in decisions.")
 @click.option("--log-level", type=click.Choice(LOG_LEVELS), default="warning",
               show_default=True, help="What to log on stderr (stdout carries the protocol).")

@@ -18,9 +18,10 @@ import click
 
 from squadd.cli._daemon import one_line
 from squadd.cli._output import print_json
-from squadd.cli._squad import dir_option, find_layout
+from squadd.cli._squad import TEXT, FiniteFloatRange, dir_option, find_layout
 from squadd.daemon.client import AsyncDaemonClient, DaemonClient
 from squadd.errors import DaemonError
+from squadd.runtime.api import MAX_ROUTE_TIMEOUT_S
 
 RESTING = frozenset({"idle", "error", "interrupted", "destroyed"})
 PROGRESS_TYPES = ("agent.spawned", "agent.state", "tool.started", "tool.completed",
@@ -176,15 +177,17 @@ def run_following(directory: Path | None, start: Callable[[AsyncDaemonClient],
 
 
 @click.command("route")
-@click.argument("words", nargs=-1, required=True)
-@click.option("--context", default=None, help="Additional context for the agent's prompt.")
+@click.argument("words", type=TEXT, nargs=-1, required=True)
+@click.option("--context", type=TEXT, default=None,
+              help="Additional context for the agent's prompt.")
 @click.option("--priority", type=click.Choice(["normal", "urgent"]), default="normal",
               show_default=True, help="Urgent routes are admitted before normal ones.")
-@click.option("--model", default=None, help="Model for this session (overrides the charter).")
-@click.option("--session", "session_id", default=None,
+@click.option("--model", type=TEXT, default=None,
+              help="Model for this session (overrides the charter).")
+@click.option("--session", "session_id", type=TEXT, default=None,
               help="Continue this session (from an earlier route) instead of a new one.")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=None,
-              help="Seconds the task may run (default: route.timeout_s).")
+@click.option("--timeout", "timeout_s", type=FiniteFloatRange(min=1, max=MAX_ROUTE_TIMEOUT_S),
+              default=None, help="Seconds the task may run (default: route.timeout_s).")
 @click.option("--no-wait", is_flag=True, help="Print the session id and return at once.")
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines, just the answer.")

@@ -15,13 +15,14 @@ import click
 
 from squadd.cli._output import print_json
 from squadd.cli._provider import provider_options, provider_overrides
-from squadd.cli._squad import dir_option, find_layout
+from squadd.cli._squad import TEXT, dir_option, find_layout
 
 
 @click.command("run")
-@click.argument("agent")
-@click.argument("task")
-@click.option("--context", default=None, help="Additional context for the agent's prompt.")
+@click.argument("agent", type=TEXT)
+@click.argument("task", type=TEXT)
+@click.option("--context", type=TEXT, default=None,
+              help="Additional context for the agent's prompt.")
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 @click.option("-v", "--verbose", is_flag=True, help="Also show squadd's own log lines.")
 @provider_options

@@ -7,13 +7,13 @@ from pathlib import Path
 import click
 
 from squadd.cli._provider import provider_options, provider_overrides
-from squadd.cli._squad import dir_option, find_layout, show_path
+from squadd.cli._squad import TEXT, dir_option, find_layout, show_path
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 @click.command("serve")
-@click.option("--tcp", metavar="HOST:PORT", default=None,
+@click.option("--tcp", type=TEXT, metavar="HOST:PORT", default=None,
               help="Also serve on TCP (loopback only, bearer token in .squad/run/token).")
 @click.option("--allow-remote", is_flag=True,
               help="Allow --tcp on a non-loopback address (the token still guards it).")

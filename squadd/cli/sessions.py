@@ -11,7 +11,7 @@ import click
 
 from squadd.cli._daemon import client_for, duration, one_line, print_sessions, state_style, tokens
 from squadd.cli._output import print_json
-from squadd.cli._squad import dir_option
+from squadd.cli._squad import TEXT, dir_option
 
 _ROLE_COLORS = {"system": "bright_black", "user": "blue", "assistant": "green", "tool": "cyan"}
 SYSTEM_PREVIEW = 200
@@ -26,7 +26,7 @@ def sessions() -> None:
 @sessions.command("list")
 @click.option("--all", "include_ended", is_flag=True,
               help="Also sessions that ended and were put away.")
-@click.option("--agent", default=None, help="Only this agent's sessions.")
+@click.option("--agent", type=TEXT, default=None, help="Only this agent's sessions.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @dir_option
 def list_sessions(include_ended: bool, agent: str | None, as_json: bool,
@@ -41,7 +41,7 @@ def list_sessions(include_ended: bool, agent: str | None, as_json: bool,
 
 
 @sessions.command("show")
-@click.argument("session_id")
+@click.argument("session_id", type=TEXT)
 @click.option("--tail", type=click.IntRange(min=1), default=None,
               help="Only the last N transcript records.")
 @click.option("--json", "as_json", is_flag=True, help="The session and its records as JSON.")
@@ -102,7 +102,7 @@ def _indent(text: str) -> list[str]:
 
 
 @sessions.command("resume")
-@click.argument("session_id")
+@click.argument("session_id", type=TEXT)
 @click.option("--no-wait", is_flag=True, help="Start it and return at once.")
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines, just the answer.")
@@ -133,7 +133,7 @@ def resume(session_id: str, no_wait: bool, as_json: bool, quiet: bool,
 
 
 @sessions.command("cancel")
-@click.argument("session_id")
+@click.argument("session_id", type=TEXT)
 @dir_option
 def cancel(session_id: str, directory: Path | None) -> None:
     """Cancel a queued or running session (it is marked interrupted and can be resumed)."""

@@ -9,17 +9,17 @@ import click
 
 from squadd.cli._daemon import client_for, print_sessions
 from squadd.cli._output import print_json
-from squadd.cli._squad import dir_option
+from squadd.cli._squad import TEXT, FiniteFloatRange, dir_option
 
 
 @click.command("status")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--watch", is_flag=True, help="Redraw the table until Ctrl-C.")
-@click.option("--interval", type=click.FloatRange(0.2, 3600), default=1.0, show_default=True,
+@click.option("--interval", type=FiniteFloatRange(0.2, 3600), default=1.0, show_default=True,
               help="Seconds between redraws with --watch.")
 @click.option("--all", "include_ended", is_flag=True,
               help="Also show sessions that ended and were put away.")
-@click.option("--agent", default=None, help="Only this agent's sessions.")
+@click.option("--agent", type=TEXT, default=None, help="Only this agent's sessions.")
 @dir_option
 def status(as_json: bool, watch: bool, interval: float, include_ended: bool, agent: str | None,
            directory: Path | None) -> None:

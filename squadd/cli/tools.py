@@ -18,7 +18,7 @@ import anyio
 import click
 
 from squadd.cli._output import print_json, print_table
-from squadd.cli._squad import dir_option, find_layout, show_path
+from squadd.cli._squad import TEXT, dir_option, find_layout, show_path
 from squadd.config import Settings, load_settings
 from squadd.runtime.events import BaseEvent, ToolUpdated
 from squadd.state.fsio import create_exclusive
@@ -30,6 +30,7 @@ from squadd.tools.custom.python_tools import ToolDefinitionError, check_tool_nam
 from squadd.tools.custom.shell_tools import ShellTool, ToolTestOutcome, run_tool_tests
 from squadd.tools.custom.variables import SquadVariables
 from squadd.tools.invoke import CallOrigin, ToolInvoker, redact, redact_any
+from squadd.untrusted import UntrustedInputError, parse_json, shown_name
 
 
 @click.group()
@@ -70,7 +71,7 @@ def _rows(builtins: list[Tool[Any]], found: Discovery) -> list[dict[str, Any]]:
                      "shadowed": False, "shadowed_by": None, "error": skip.reason})
     for failure in found.failures:
         rows.append({"name": None, "label": None, "source": failure.source, "kind": None,
-                     "file": str(failure.file), "status": "error", "shadowed": False,
+                     "file": shown_name(str(failure.file)), "status": "error", "shadowed": False,
                      "shadowed_by": None, "error": failure.reason})
     return rows
 
@@ -104,7 +105,7 @@ def list_tools(as_json: bool, directory: Path | None) -> None:
 
 
 @tools.command("show")
-@click.argument("name")
+@click.argument("name", type=TEXT)
 @dir_option
 def show(name: str, directory: Path | None) -> None:
     """Print tool NAME as the model sees it: its description and the JSON schema of its
@@ -135,8 +136,8 @@ def parse_arguments(tool: Tool[Any], pairs: tuple[str, ...], raw_json: str | Non
     arguments: dict[str, Any] = {}
     if raw_json:
         try:
-            given = json.loads(raw_json)
-        except json.JSONDecodeError as exc:
+            given = parse_json(raw_json)
+        except UntrustedInputError as exc:
             raise click.BadParameter(f"not valid JSON: {exc}", param_hint="--args") from None
         if not isinstance(given, dict):
             raise click.BadParameter("must be a JSON object", param_hint="--args")
@@ -150,8 +151,8 @@ def parse_arguments(tool: Tool[Any], pairs: tuple[str, ...], raw_json: str | Non
             arguments[key] = value
         else:
             try:
-                arguments[key] = json.loads(value)
-            except json.JSONDecodeError:
+                arguments[key] = parse_json(value)
+            except UntrustedInputError:
                 arguments[key] = value
     return arguments
 
@@ -226,10 +227,10 @@ Examples:
 
 
 @tools.command("call", help=CALL_HELP)
-@click.argument("name")
-@click.option("--arg", "pairs", multiple=True, metavar="KEY=VALUE",
+@click.argument("name", type=TEXT)
+@click.option("--arg", "pairs", type=TEXT, multiple=True, metavar="KEY=VALUE",
               help="An argument (repeatable); non-string values are read as JSON.")
-@click.option("--args", "raw_json", default=None, metavar="JSON",
+@click.option("--args", "raw_json", type=TEXT, default=None, metavar="JSON",
               help="All arguments as one JSON object.")
 @click.option("--json", "as_json", is_flag=True, help="Print the whole result as JSON.")
 @dir_option
@@ -255,7 +256,7 @@ def call(name: str, pairs: tuple[str, ...], raw_json: str | None, as_json: bool,
 
 
 @tools.command("test")
-@click.argument("name", required=False)
+@click.argument("name", type=TEXT, required=False)
 @dir_option
 def test(name: str | None, directory: Path | None) -> None:
     """Run the `tests:` of YAML tool NAME (default: of every YAML tool that has tests)."""
@@ -344,7 +345,7 @@ tests:
 
 
 @tools.command("new")
-@click.argument("name")
+@click.argument("name", type=TEXT)
 @click.option("--python", "kind", flag_value="python", default=True,
               help="A Python tool (.py, the default).")
 @click.option("--yaml", "kind", flag_value="yaml", help="A YAML shell tool (.yaml).")

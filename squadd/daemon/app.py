@@ -34,13 +34,14 @@ from squadd.daemon.requests import (
     invalid,
     json_answer,
     object_body,
+    query_count,
 )
 from squadd.daemon.streams import events
 from squadd.errors import InvalidNameError
 from squadd.providers.base import ToolCall
 from squadd.runtime.api import RouteRequest, RouteResult
 from squadd.runtime.runtime import SquadRuntime
-from squadd.state.layout import safe_id
+from squadd.state.layout import safe_id, safe_name
 from squadd.state.transcripts import read_transcript
 from squadd.tools.base import Tool, ToolSet
 from squadd.tools.invoke import CallOrigin
@@ -49,6 +50,7 @@ from squadd.tools.squad.route import RouteArgs
 __all__ = ["BearerAuth", "DaemonContext", "create_app"]
 
 POOL_FULL_RETRY_AFTER_S = 2
+MAX_TAIL = 1_000_000
 EXTERNAL_SESSION = "external"
 """The session id of tool calls made over the API (their spilled outputs go under it)."""
 
@@ -80,10 +82,21 @@ async def health(request: Request) -> Response:
     })
 
 
+def _name(value: object, field: str) -> str:
+    """`value` if it is an agent name (the naming rule), else a 422 naming `field`."""
+    try:
+        safe_name(value)  # type: ignore[arg-type]
+    except InvalidNameError as exc:
+        raise ApiError(422, f"{field}: {exc}",
+                       fields=[{"field": field, "message": "must be an agent name"}]) from None
+    return str(value)
+
+
 async def list_sessions(request: Request) -> Response:
     runtime = context_of(request).runtime
     include_ended = flag(request, "all", False)
-    report = await runtime.status(agent=request.query_params.get("agent") or None,
+    agent = request.query_params.get("agent") or None
+    report = await runtime.status(agent=_name(agent, "agent") if agent else None,
                                   include_destroyed=True)
     seen: set[str] = set()
     sessions = []
@@ -98,21 +111,20 @@ async def list_sessions(request: Request) -> Response:
 async def get_session(request: Request) -> Response:
     runtime = context_of(request).runtime
     session_id = request.path_params["session_id"]
+    with_transcript = flag(request, "transcript", True)
+    tail = query_count(request, "tail", limit=MAX_TAIL)
     view = await runtime.session(session_id)
     if view is None:
         raise ApiError(404, f"no session {session_id}: 'squadd sessions list' shows them")
     data: dict[str, Any] = {"session": view.model_dump(mode="json")}
-    if flag(request, "transcript", True):
-        tail = request.query_params.get("tail")
-        if tail is not None and not tail.isdigit():
-            raise ApiError(422, f"query parameter tail={tail!r} must be a whole number")
+    if with_transcript:
         try:
             path = runtime.layout.transcript(safe_id(session_id))
             transcript = await anyio.to_thread.run_sync(read_transcript, path)
             records = transcript.records
         except (FileNotFoundError, InvalidNameError):
             records = []
-        data["transcript"] = records[-int(tail):] if tail is not None else records
+        data["transcript"] = records[-tail:] if tail is not None else records
     return json_answer(data)
 
 
@@ -120,10 +132,8 @@ async def route(request: Request) -> Response:
     runtime = context_of(request).runtime
     body = await object_body(request)
     requested_by = body.pop("requestedBy", None)
-    if requested_by is not None and (not isinstance(requested_by, str) or len(requested_by) > 64):
-        raise ApiError(422, "invalid route request: requestedBy: must be a name of at most 64 "
-                            "characters", fields=[{"field": "requestedBy",
-                                                   "message": "at most 64 characters"}])
+    if requested_by is not None:
+        requested_by = _name(requested_by, "requestedBy")
     try:
         args = RouteArgs.model_validate(body)
     except ValidationError as exc:
@@ -192,10 +202,8 @@ async def call_tool(request: Request) -> Response:
     if not isinstance(arguments, dict):
         raise ApiError(422, "arguments must be a JSON object of the tool's parameters",
                        fields=[{"field": "arguments", "message": "must be an object"}])
-    agent = body.get("agent") or "user"
+    agent = _name(body.get("agent") or "user", "agent")
     session_id = body.get("sessionId") or EXTERNAL_SESSION
-    if not isinstance(agent, str) or len(agent) > 64:
-        raise ApiError(422, "agent must be a name of at most 64 characters")
     try:
         safe_id(session_id if isinstance(session_id, str) else "")
     except InvalidNameError as exc:
@@ -215,6 +223,10 @@ async def resolve_approval(request: Request) -> Response:
     runtime = context_of(request).runtime
     approval_id = request.path_params["approval_id"]
     body = await object_body(request)
+    unknown = sorted(set(body) - {"approved", "reason"})
+    if unknown:
+        raise ApiError(422, f"unknown field(s) {', '.join(unknown)}: the body is "
+                            '{"approved": true or false, "reason": "..."}')
     approved, reason = body.get("approved"), body.get("reason", "")
     if not isinstance(approved, bool):
         raise ApiError(422, "approved: required, true or false",

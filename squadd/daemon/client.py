@@ -52,6 +52,10 @@ def not_running(layout: SquadLayout) -> DaemonNotRunningError:
         f"no squadd daemon is running for {layout.repo}: start one with 'squadd serve'")
 
 
+_REQUEST_ERRORS = (httpx.HTTPError, httpx.InvalidURL)
+"""What sending a request can raise: a failed exchange, or a URL httpx refuses (too long)."""
+
+
 class _Base:
     def __init__(self, layout: SquadLayout, *, tcp: str | None, token: str | None,
                  timeout: float | None):
@@ -79,14 +83,18 @@ class _Base:
         limit = call.timeout if self.timeout is None else min(call.timeout, self.timeout)
         return httpx.Timeout(limit, connect=min(limit, 5.0))
 
-    def _failed(self, call: Call, exc: httpx.HTTPError) -> DaemonError:
+    def _failed(self, call: Call, exc: httpx.HTTPError | httpx.InvalidURL) -> DaemonError:
+        path = call.path if len(call.path) <= 120 else call.path[:117] + "..."
+        if isinstance(exc, httpx.InvalidURL):
+            return DaemonError(f"{call.method} {path} cannot be sent: {exc} (a name or id that "
+                               "long is not one squadd made)")
         if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
             return not_running(self.layout)
         if isinstance(exc, httpx.TimeoutException):
-            return DaemonError(f"the daemon did not answer {call.method} {call.path} in time "
+            return DaemonError(f"the daemon did not answer {call.method} {path} in time "
                                f"({self._timeout(call).read:g}s)")
         return DaemonError(f"the connection to the daemon broke during {call.method} "
-                           f"{call.path}: {exc} (did the daemon stop? 'squadd status' tells)")
+                           f"{path}: {exc} (did the daemon stop? 'squadd status' tells)")
 
     def _close_address(self) -> None:
         if self._address is not None:
@@ -122,7 +130,7 @@ class DaemonClient(_Base):
         try:
             response = self._client().request(call.method, call.path, params=call.params,
                                               json=call.body, timeout=self._timeout(call))
-        except httpx.HTTPError as exc:
+        except _REQUEST_ERRORS as exc:
             raise self._failed(call, exc) from None
         return read_answer(call, response)
 
@@ -230,7 +238,7 @@ class DaemonClient(_Base):
                     if parser.subscribed:
                         break
                 yield _iter_events(lines, parser)
-        except httpx.HTTPError as exc:
+        except _REQUEST_ERRORS as exc:
             raise self._failed(call, exc) from None
 
     def events(self, *, types: Sequence[str] | None = None, session_id: str | None = None,
@@ -274,7 +282,7 @@ class AsyncDaemonClient(_Base):
             response = await self._client().request(
                 call.method, call.path, params=call.params, json=call.body,
                 timeout=self._timeout(call))
-        except httpx.HTTPError as exc:
+        except _REQUEST_ERRORS as exc:
             raise self._failed(call, exc) from None
         return read_answer(call, response)
 
@@ -367,7 +375,7 @@ class AsyncDaemonClient(_Base):
                     if parser.subscribed:
                         break
                 yield _aiter_events(lines, parser)
-        except httpx.HTTPError as exc:
+        except _REQUEST_ERRORS as exc:
             raise self._failed(call, exc) from None
 
     @asynccontextmanager

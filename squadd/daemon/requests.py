@@ -4,7 +4,7 @@ answers, and reading a request's body and query (bounded, with errors that name 
 
 from __future__ import annotations
 
-import json
+import math
 import os
 import time
 from collections import deque
@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
 import structlog
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
@@ -20,10 +21,13 @@ from starlette.responses import JSONResponse, Response
 from squadd.daemon.wire import RECENT_EVENTS_MAX
 from squadd.runtime.events import BaseEvent, Subscription
 from squadd.runtime.runtime import SquadRuntime
+from squadd.untrusted import UntrustedInputError, parse_json
 
 log = structlog.get_logger("squadd.daemon")
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
+PARSE_IN_THREAD_BYTES = 64 * 1024
+"""A body larger than this is parsed and checked in a worker thread, off the event loop."""
 RECENT_EVENTS = RECENT_EVENTS_MAX
 
 
@@ -62,7 +66,21 @@ def json_answer(data: Any, status: int = 200,
                 headers: dict[str, str] | None = None) -> JSONResponse:
     if isinstance(data, BaseModel):
         data = data.model_dump(mode="json")
-    return JSONResponse(data, status_code=status, headers=headers)
+    try:
+        return JSONResponse(data, status_code=status, headers=headers)
+    except ValueError:  # a NaN or infinity (a tool's details, an old transcript): JSON has none
+        return JSONResponse(_finite(data), status_code=status, headers=headers)
+
+
+def _finite(data: Any) -> Any:
+    """`data` with every NaN or infinite float as null, as pydantic writes them."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {key: _finite(value) for key, value in data.items()}
+    if isinstance(data, list | tuple):
+        return [_finite(value) for value in data]
+    return data
 
 
 def error_answer(status: int, message: str, **fields: Any) -> JSONResponse:
@@ -96,10 +114,10 @@ async def read_json(request: Request, limit: int = MAX_BODY_BYTES) -> Any:
     """The request's JSON body ({} when empty); 413 past `limit` bytes, 400 when not JSON."""
     declared = request.headers.get("content-length")
     if declared is not None:
-        if not declared.isdigit():
+        if not (declared.isascii() and declared.isdigit()):
             raise ApiError(400, f"bad Content-Length header {declared[:40]!r}")
-        if int(declared) > limit:
-            raise ApiError(413, f"request body of {declared} bytes is over the {limit}-byte "
+        if len(declared.lstrip("0")) > len(str(limit)) or int(declared) > limit:
+            raise ApiError(413, f"request body of {declared[:40]} bytes is over the {limit}-byte "
                                 "limit", limit=limit)
     body = bytearray()
     async for chunk in request.stream():
@@ -108,9 +126,12 @@ async def read_json(request: Request, limit: int = MAX_BODY_BYTES) -> Any:
             raise ApiError(413, f"request body is over the {limit}-byte limit", limit=limit)
     if not body.strip():
         return {}
+    data = bytes(body)
     try:
-        return json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
+        if len(data) > PARSE_IN_THREAD_BYTES:
+            return await anyio.to_thread.run_sync(parse_json, data)
+        return parse_json(data)
+    except UntrustedInputError as exc:
         raise ApiError(400, f"request body is not valid JSON: {exc}") from None
 
 
@@ -139,4 +160,15 @@ def flag(request: Request, name: str, default: bool) -> bool:
         return True
     if value.lower() in ("0", "false", "no"):
         return False
-    raise ApiError(422, f"query parameter {name}={value!r} must be 1 or 0")
+    raise ApiError(422, f"query parameter {name}={value[:40]!r} must be 1 or 0")
+
+
+def query_count(request: Request, name: str, *, limit: int) -> int | None:
+    """A whole-number query parameter (None when absent), at most `limit`."""
+    raw = request.query_params.get(name)
+    if raw is None:
+        return None
+    if not (raw.isascii() and raw.isdigit()):
+        raise ApiError(422, f"query parameter {name}={raw[:40]!r} must be a whole number")
+    digits = raw.lstrip("0") or "0"  # no int() of a 5000-digit string: past the limit anyway
+    return limit if len(digits) > len(str(limit)) else min(int(digits), limit)

@@ -10,9 +10,18 @@ from collections.abc import AsyncIterator
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from squadd.daemon.requests import RECENT_EVENTS, ApiError, DaemonContext, context_of, flag
+from squadd.daemon.requests import (
+    RECENT_EVENTS,
+    ApiError,
+    DaemonContext,
+    context_of,
+    flag,
+    query_count,
+)
 from squadd.daemon.wire import SSE_HEARTBEAT_S, SUBSCRIBED
+from squadd.errors import InvalidNameError
 from squadd.runtime.events import EVENT_TYPES, BaseEvent, Subscription
+from squadd.state.layout import safe_id
 
 MAX_EVENT_STREAMS = 64
 """Event streams that may be open at once; one more gets a 503."""
@@ -27,7 +36,8 @@ def _event_types(raw: str | None) -> list[str] | None:
         known = (any(t.startswith(prefix) for t in EVENT_TYPES) if prefix is not None
                  else kind in EVENT_TYPES)
         if not known:
-            raise ApiError(422, f"unknown event type {kind!r} (known: {', '.join(EVENT_TYPES)};"
+            shown = kind if len(kind) <= 60 else kind[:57] + "..."
+            raise ApiError(422, f"unknown event type {shown!r} (known: {', '.join(EVENT_TYPES)};"
                                 " 'tool.*' style globs work too)")
     return wanted
 
@@ -40,18 +50,16 @@ def _matches(event: BaseEvent, types: list[str] | None, session_id: str | None) 
     return session_id is None or event.session_id == session_id
 
 
-def _count(request: Request, name: str, limit: int) -> int:
-    raw = request.query_params.get(name, "0")
-    if not raw.isdigit():
-        raise ApiError(422, f"query parameter {name}={raw!r} must be a whole number")
-    return min(int(raw), limit)
-
-
 async def events(request: Request) -> Response:
     ctx = context_of(request)
     types = _event_types(request.query_params.get("type"))
     session_id = request.query_params.get("session") or None
-    recent_count = _count(request, "recent", RECENT_EVENTS)
+    if session_id is not None:
+        try:
+            safe_id(session_id)
+        except InvalidNameError as exc:
+            raise ApiError(422, f"query parameter session: {exc}") from None
+    recent_count = query_count(request, "recent", limit=RECENT_EVENTS) or 0
     follow = flag(request, "follow", True)
     if ctx.stopping:
         raise ApiError(503, "squadd is stopping")

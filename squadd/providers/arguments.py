@@ -10,20 +10,26 @@ import json
 from typing import Any
 
 from squadd.providers.base import ToolCall
+from squadd.untrusted import UntrustedInputError, check_json_value, mend, parse_json
 
 
 def tool_call(call_id: str, name: str, raw: object) -> ToolCall:
     """A `ToolCall` from arguments given as a JSON string (OpenAI) or an object (Anthropic)."""
     if isinstance(raw, dict):
-        return ToolCall(id=call_id, name=name, arguments=raw)
+        try:
+            check_json_value(raw, surrogates=False)
+        except UntrustedInputError as exc:
+            return ToolCall(id=call_id, name=name, raw_arguments="{...}",
+                            arguments_error=str(exc))
+        return ToolCall(id=call_id, name=name, arguments=mend(raw))
     if raw is None or (isinstance(raw, str) and not raw.strip()):
         return ToolCall(id=call_id, name=name, arguments={})
     if not isinstance(raw, str):
         return ToolCall(id=call_id, name=name, raw_arguments=json.dumps(raw),
                         arguments_error=f"expected a JSON object, got {type(raw).__name__}")
     try:
-        parsed: Any = json.loads(raw)
-    except json.JSONDecodeError as exc:
+        parsed: Any = parse_json(raw, mend_surrogates=True)
+    except UntrustedInputError as exc:
         return ToolCall(id=call_id, name=name, raw_arguments=raw, arguments_error=str(exc))
     if not isinstance(parsed, dict):
         return ToolCall(id=call_id, name=name, raw_arguments=raw,

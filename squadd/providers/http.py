@@ -22,8 +22,12 @@ from squadd.providers.retry import (
     call_with_retries,
     parse_retry_after,
 )
+from squadd.untrusted import MAX_JSON_DEPTH, UntrustedInputError, parse_json
 
 _ERROR_TEXT_CHARS = 1000
+RESPONSE_MAX_DEPTH = MAX_JSON_DEPTH + 20
+"""Deepest nesting accepted in an answer: room for its own structure around a tool call's
+arguments, which are held to `MAX_JSON_DEPTH` themselves (a deeper call gets a failure result)."""
 
 # Failures of the connection itself: the request may not have reached the model, or its answer
 # was lost on the way back, so another attempt is worth it.
@@ -93,8 +97,10 @@ class JsonEndpoint:
         if status >= 400:
             raise self._status_error(response)
         try:
-            data = json.loads(response.content)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            # Unpaired surrogates become U+FFFD: the model's text must be writable as UTF-8.
+            data = parse_json(response.content, max_depth=RESPONSE_MAX_DEPTH,
+                              mend_surrogates=True)
+        except UntrustedInputError as exc:
             raise ProviderError(
                 f"{name}: malformed response from {url} (HTTP {status}): the body is not JSON "
                 f"({exc}): {_snippet(response.content)!r}", provider=name, status=status,
@@ -120,8 +126,8 @@ class JsonEndpoint:
 def error_text(body: bytes) -> str:
     """The provider's own words from an error body: `error.message` when it is there."""
     try:
-        data = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+        data = parse_json(body, mend_surrogates=True)
+    except UntrustedInputError:
         return _snippet(body) or "(empty body)"
     if isinstance(data, dict):
         error = data.get("error")

@@ -35,6 +35,10 @@ FailureReason = Literal[
     "interrupted",      # the session was cancelled or stopped before it finished
 ]
 RoutedBy = Literal["explicit", "mention", "rules", "session"]
+MAX_TASK_CHARS = 200_000
+"""The longest task a route takes (a longer one belongs in a file the agent reads)."""
+MAX_ROUTE_TIMEOUT_S = 86_400.0
+"""The longest `timeoutSeconds` a route may ask for."""
 
 
 class RouteRequest(BaseModel):
@@ -42,7 +46,7 @@ class RouteRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    task: str = Field(min_length=1, max_length=200_000)
+    task: str = Field(min_length=1, max_length=MAX_TASK_CHARS)
     target_agent: str | None = None
     """An agent name; None or "auto" lets an `@name` in the task, then routing.md, decide."""
     context: str | None = None

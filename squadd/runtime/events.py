@@ -17,7 +17,9 @@ from typing import Annotated, Any, Literal, Protocol
 import anyio
 import anyio.from_thread
 import anyio.lowlevel
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
+
+from squadd.untrusted import mend
 
 
 def _now() -> dt.datetime:
@@ -32,6 +34,14 @@ class BaseEvent(BaseModel):
     agent: str | None = None
     seq: int = 0
     """Set by the bus: a number that grows with each published event."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _valid_text(cls, data: Any) -> Any:
+        # Names and text from outside (a file name that is not UTF-8) must not make an event
+        # unserializable: every stream that replays it would break.
+        return {key: mend(value) for key, value in data.items()} if isinstance(data, dict) \
+            else data
 
 
 class DaemonStarted(BaseEvent):

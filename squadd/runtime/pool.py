@@ -172,6 +172,7 @@ class SessionPool:
         if not ticket.granted:
             with anyio.fail_after(timeout_s):
                 await self.slots.wait(ticket)
+        if not record.holds_slot:  # granted now, or while the route was on its way here
             record.holds_slot = True
             self._set(record, "creating")
 
@@ -263,6 +264,13 @@ class SessionPool:
             self._set(record, "destroyed")
         self._records.pop(record.session_id, None)
         self._resting.pop(record.session_id, None)
+
+    def withdraw(self, record: SessionRecord, ticket: SlotTicket) -> None:
+        """A route admitted that will not run after all: its ticket leaves the line (or gives
+        back the slot it got) and the record is dropped."""
+        if not record.holds_slot:
+            self.slots.cancel(ticket)
+        self.abandon(record)
 
     def destroy(self, record: SessionRecord) -> None:
         """Forget a session at rest: it leaves the pool, its view is remembered (bounded)."""

@@ -8,6 +8,7 @@ the pool's record ends at rest and the caller gets a `RouteResult`.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -22,7 +23,12 @@ from squadd.runtime.events import AgentSpawned, EventSink
 from squadd.runtime.orchestration import OrchestrationEntry, OrchestrationLog
 from squadd.runtime.planning import RoutePlan
 from squadd.runtime.pool import SessionPool, SessionRecord
-from squadd.runtime.session import AgentSession, SessionOutcome, session_toolset
+from squadd.runtime.session import (
+    AgentSession,
+    SessionOutcome,
+    record_unstarted_end,
+    session_toolset,
+)
 from squadd.runtime.session_sink import SessionSink
 from squadd.runtime.slots import SlotTicket
 from squadd.state.layout import SquadLayout
@@ -67,12 +73,15 @@ class RouteRunner:
                 message = (f"no slot came free within {plan.timeout_s:g}s (route timeout); "
                            "the pool is busy: try again later")
                 self.pool.abandon(record)
+                await self._end_unstarted(plan, "error", error=message)
                 await self._log_end(entry, "queue_timeout", message, started, record)
                 return RouteResult(ok=False, reason="queue_timeout", message=message,
                                    error=message, agent=info.agent, pool=self.pool.totals())
             except BaseException:
                 self.pool.abandon(record)
                 with anyio.CancelScope(shield=True):
+                    await self._end_unstarted(plan, "interrupted",
+                                              reason="cancelled before it started")
                     await self._log_end(entry, "cancelled", "cancelled before it started",
                                         started, record)
                 raise
@@ -135,7 +144,19 @@ class RouteRunner:
                 self.pool.activate(record)
             return await session.continue_with(plan.task, timeout_s=plan.timeout_s)
         return await session.start(plan.task or info.task, plan.context,
-                                   timeout_s=plan.timeout_s)
+                                   timeout_s=plan.timeout_s, accepted=True)
+
+    async def _end_unstarted(self, plan: RoutePlan, state: str, **fields: str) -> None:
+        """Close the transcript the route's acceptance opened (a continued session keeps its
+        own last state: its new task was never written)."""
+        if plan.continuing:
+            return
+        try:
+            await anyio.to_thread.run_sync(functools.partial(
+                record_unstarted_end, self.layout, plan.info.session_id, state, **fields))
+        except OSError as exc:
+            log.warning("transcript not closed", session_id=plan.info.session_id,
+                        error=str(exc))
 
     async def _log_end(self, entry: OrchestrationEntry, outcome: str, error: str | None,
                        started: float, record: SessionRecord) -> None:

@@ -41,6 +41,7 @@ from squadd.runtime.planning import (
 from squadd.runtime.pool import SessionPool, SessionRecord
 from squadd.runtime.router import Router
 from squadd.runtime.runner import ExtraTools, RouteRunner
+from squadd.runtime.session import record_acceptance
 from squadd.runtime.slots import SlotLimiter, SlotTicket
 from squadd.state.charters import Charter
 from squadd.state.layout import SquadLayout
@@ -309,6 +310,16 @@ class SquadRuntime:
         except RouteError as exc:
             return RouteResult(ok=False, reason="shutting_down", message=str(exc),
                                error=str(exc), agent=plan.info.agent)
+        if not plan.continuing:
+            try:  # accepted means durable: a crash from here on cannot make the route vanish
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(record_acceptance, self.layout, plan.info,
+                                                   plan.context)
+            except OSError as exc:
+                self.pool.withdraw(record, ticket)
+                message = f"the route could not be recorded, so it was not started: {exc}"
+                return RouteResult(ok=False, reason="failed", message=message, error=message,
+                                   agent=plan.info.agent)
         record.scope = anyio.CancelScope()
         entry = self.orchestration.new_entry(
             agent=plan.info.agent, session_id=plan.info.session_id, task=plan.task or

@@ -30,7 +30,7 @@ from squadd.runtime.events import (
 from squadd.runtime.prompt import build_system_prompt, gather
 from squadd.state.charters import Charter, read_charter
 from squadd.state.layout import SquadLayout
-from squadd.state.transcripts import TranscriptWriter, read_transcript
+from squadd.state.transcripts import Transcript, TranscriptWriter, read_transcript
 from squadd.tools.base import CancelSignal, ToolSet
 from squadd.tools.invoke import CallOrigin, ToolInvoker
 
@@ -97,6 +97,38 @@ class SessionInfo:
     priority: str = "normal"
 
 
+def _now_iso() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
+
+
+def session_meta(info: SessionInfo) -> dict[str, Any]:
+    """What a transcript's meta record says about its session."""
+    return {"session_id": info.session_id, "agent": info.agent, "model": info.model,
+            "task": info.task, "parent_session_id": info.parent_session_id,
+            "requested_by": info.requested_by, "depth": info.depth,
+            "lineage": list(info.lineage), "priority": info.priority}
+
+
+def record_acceptance(layout: SquadLayout, info: SessionInfo, context: str | None) -> None:
+    """Make an accepted route durable before its caller hears it was accepted (blocking):
+    its meta (with the context) and a `queued` state, fsynced. A daemon that dies before the
+    session starts leaves this transcript; recovery marks it interrupted, and resuming it
+    starts the task from the beginning."""
+    writer = TranscriptWriter(layout.transcript(info.session_id))
+    writer.add("meta", **session_meta(info), context=context, created=_now_iso())
+    writer.add("state", state="queued")
+    writer.flush()
+
+
+def record_unstarted_end(layout: SquadLayout, session_id: str, state: str,
+                         **fields: Any) -> None:
+    """The end of an accepted route whose session never started (its wait for a slot timed
+    out or was cancelled), appended to its transcript (blocking)."""
+    writer = TranscriptWriter(layout.transcript(session_id))
+    writer.add("state", state=state, **fields)
+    writer.flush()
+
+
 class AgentSession:
     """A conversation with one agent, persisted in its transcript."""
 
@@ -146,45 +178,57 @@ class AgentSession:
 
     async def start(self, task: str, context: str | None, *,
                     cancel: CancelSignal | None = None,
-                    timeout_s: float | None = None) -> SessionOutcome:
-        """A new session: write its meta, system prompt and task, then run it."""
-        info = self.info
-        created = dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
-
-        def prepare() -> list[Message]:
-            # One trip to a worker thread: read the prompt's files, then write and fsync all
-            # the provider is about to see.
-            parts = gather(self.layout, info.agent, context)
-            system = Message(role="system",
-                             content=build_system_prompt(info.agent, parts, self.settings.prompt))
-            user = Message(role="user", content=task)
-            writer = self._writer
-            writer.add(
-                "meta", session_id=info.session_id, agent=info.agent, model=info.model,
-                task=task, parent_session_id=info.parent_session_id,
-                requested_by=info.requested_by, depth=info.depth, lineage=list(info.lineage),
-                priority=info.priority, tools=self.tools.names, created=created,
-            )
-            writer.add("message", message=system.model_dump(exclude_defaults=True))
-            writer.add("message", message=user.model_dump(exclude_defaults=True))
-            writer.add("state", state="active")
-            writer.flush()
-            return [system, user]
-
-        messages = await anyio.to_thread.run_sync(prepare)
+                    timeout_s: float | None = None,
+                    accepted: bool = False) -> SessionOutcome:
+        """A new session: write its meta (unless `record_acceptance` did), system prompt and
+        task, then run it."""
+        messages = await anyio.to_thread.run_sync(self._prepare, task, context, accepted)
         for message in messages:
             self._publish(message)
         return await self._run(messages, None, cancel, timeout_s, prepared=True)
 
+    def _prepare(self, task: str, context: str | None, accepted: bool) -> list[Message]:
+        """Read the prompt's files, then write and fsync all the provider is about to see
+        (blocking: one trip to a worker thread)."""
+        info = self.info
+        parts = gather(self.layout, info.agent, context)
+        system = Message(role="system",
+                         content=build_system_prompt(info.agent, parts, self.settings.prompt))
+        user = Message(role="user", content=task)
+        writer = self._writer
+        if accepted:  # the meta is on disk since the route was accepted; add what is new
+            writer.add("meta", tools=self.tools.names)
+        else:
+            writer.add("meta", **{**session_meta(info), "task": task},
+                       tools=self.tools.names, created=_now_iso())
+        writer.add("message", message=system.model_dump(exclude_defaults=True))
+        writer.add("message", message=user.model_dump(exclude_defaults=True))
+        writer.add("state", state="active")
+        writer.flush()
+        return [system, user]
+
     async def continue_with(self, task: str | None, *,
                             cancel: CancelSignal | None = None,
                             timeout_s: float | None = None) -> SessionOutcome:
-        """Continue from the transcript: with a new task, or (None) resuming an interrupted one."""
-        messages = await anyio.to_thread.run_sync(self._load_messages)
-        return await self._run(messages, task, cancel, timeout_s)
+        """Continue from the transcript: with a new task, or (None) resuming an interrupted one.
+        A session accepted but never started (its daemon stopped while it was queued) starts
+        from its recorded task and context."""
+        messages, prepared = await anyio.to_thread.run_sync(self._load_or_prepare)
+        if prepared:
+            for message in messages:
+                self._publish(message)
+        return await self._run(messages, task, cancel, timeout_s, prepared=prepared)
 
-    def _load_messages(self) -> list[Message]:
+    def _load_or_prepare(self) -> tuple[list[Message], bool]:
         transcript = read_transcript(self.layout.transcript(self.session_id))
+        if transcript.messages:
+            return self._load_messages(transcript), False
+        meta = transcript.meta
+        context = meta.get("context")
+        return self._prepare(str(meta.get("task") or self.info.task),
+                             context if isinstance(context, str) else None, True), True
+
+    def _load_messages(self, transcript: Transcript) -> list[Message]:
         messages = [Message.model_validate(m) for m in transcript.messages]
         answered = {m.tool_call_id for m in messages if m.role == "tool"}
         fixed: list[Message] = []

@@ -56,6 +56,9 @@ class SlotLimiter(Protocol):
     async def wait(self, ticket: SlotTicket) -> None:
         """Wait until `ticket` holds a slot. Cancelled: leaves the line (or gives the slot back)."""
 
+    def cancel(self, ticket: SlotTicket) -> None:
+        """Give `ticket` up: it leaves the line, or gives back the slot it was granted."""
+
     def release(self) -> None:
         """Give a slot back: to the first in line, else to the free pool."""
 
@@ -105,11 +108,14 @@ class PrioritySlots:
         try:
             await ticket._event.wait()
         except BaseException:
-            if ticket.granted:  # the slot arrived as we were cancelled: pass it on
-                self.release()
-            else:
-                self._lines[ticket.klass].remove(ticket)
+            self.cancel(ticket)  # the slot may have arrived as we were cancelled: pass it on
             raise
+
+    def cancel(self, ticket: SlotTicket) -> None:
+        if ticket.granted:
+            self.release()
+        else:
+            self._lines[ticket.klass].remove(ticket)
 
     def release(self) -> None:
         for line in self._lines:

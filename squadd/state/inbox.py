@@ -1,13 +1,15 @@
 """The decisions inbox as the Scribe sees it: files in merge order, read safely, split into entries,
 and the bad ones moved to ``inbox/.rejected/`` with a ``.reason`` file (never deleted).
 
-A file is rejected when it is empty, binary (holds NUL bytes), not UTF-8, too large, or not a
-plain file. A file with text but no ``### `` heading becomes one entry named after the file.
+A file is rejected when it is empty, binary (holds NUL bytes), not UTF-8 (its text or its name),
+too large, or not a plain file. A file with text but no ``### `` heading becomes one entry named
+after the file.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import os
 import stat as stat_mode
 import time
@@ -19,9 +21,12 @@ from squadd.state.decision_index import fence_parity
 from squadd.state.decisions import format_entry, parse_entries
 from squadd.state.fsio import atomic_write, fsync_dir
 from squadd.state.layout import SquadLayout
+from squadd.untrusted import has_surrogate, shown_name
 
 EMPTY_GRACE_S = 10.0
 """An empty file younger than this is left alone: its writer may not have written it yet."""
+MAX_REJECTED_NAME_BYTES = 200
+"""Longest name a rejected file keeps: room for its `-N` and `.reason` (a name has 255 bytes)."""
 
 
 @dataclass(frozen=True)
@@ -34,6 +39,11 @@ class InboxFile:
     size: int
     inode: int
     regular: bool
+
+    @property
+    def shown(self) -> str:
+        """The name as text (bytes that are not UTF-8 shown as U+FFFD)."""
+        return shown_name(self.name)
 
 
 @dataclass(frozen=True)
@@ -87,6 +97,9 @@ def read_inbox_file(
     if not file.regular:
         return Refused(file, "not a plain file (a symlink, FIFO or device): only plain files "
                              "are merged")
+    if has_surrogate(file.name):
+        return Refused(file, "the file name is not valid UTF-8: name inbox files "
+                             "{agent}-{title}.md in UTF-8")
     if file.size > max_bytes:
         return Refused(file, _oversized(file.size, max_bytes))
     try:
@@ -179,16 +192,29 @@ def reject_file(layout: SquadLayout, file: InboxFile, reason: str) -> Path:
     """
     rejected = layout.rejected_dir
     rejected.mkdir(parents=True, exist_ok=True)
-    target = rejected / file.name
-    stem, dot, suffix = file.name.partition(".")
+    name = _rejected_name(file.name)
+    target = rejected / name
+    stem, dot, suffix = name.partition(".")
     n = 2
     while os.path.lexists(target):
         target = rejected / f"{stem}-{n}{dot}{suffix}"
         n += 1
     stamp = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     atomic_write(target.with_name(target.name + ".reason"),
-                 f"{file.name}: {reason}\nrejected by the Scribe at {stamp}\n")
+                 f"{file.shown}: {reason}\nrejected by the Scribe at {stamp}\n")
     file.path.rename(target)
     fsync_dir(rejected)
     fsync_dir(file.path.parent)
     return target
+
+
+def _rejected_name(name: str) -> str:
+    """`name`, or for a name too long to take a `.reason` beside it, its cut stem, a hash of
+    the whole and its extension."""
+    raw = os.fsencode(name)
+    if len(raw) <= MAX_REJECTED_NAME_BYTES:
+        return name
+    digest = hashlib.sha256(raw).hexdigest()[:12]
+    extension = os.fsencode(Path(name).suffix)[:16]
+    keep = MAX_REJECTED_NAME_BYTES - len(digest) - len(extension) - 1
+    return os.fsdecode(raw[:keep] + b"-" + digest.encode() + extension)

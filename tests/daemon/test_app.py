@@ -205,3 +205,25 @@ def test_transcript_records_are_json_lines_on_disk(daemon: DaemonProcess,
     assert [json.loads(line)["kind"] for line in lines][-1] == "state"
     assert daemon.client.session(result["session_id"])["transcript"] == [
         json.loads(line) for line in lines]
+
+
+def test_names_in_bodies_and_filters_must_be_agent_names(http: httpx.Client) -> None:
+    for path, body in (("/v1/tools/squad_status", {"agent": "../../etc"}),
+                       ("/v1/route", {"task": "t", "targetAgent": "lead",
+                                      "requestedBy": "a/b"})):
+        response = http.post(path, json=body)
+        assert response.status_code == 422 and "invalid agent name" in response.json()["error"]
+    listed = http.get("/v1/sessions", params={"agent": ".."})
+    assert listed.status_code == 422 and "agent" in listed.json()["error"]
+    streamed = http.get("/v1/events", params={"session": "../x", "follow": "0"})
+    assert streamed.status_code == 422 and "session id" in streamed.json()["error"]
+
+
+def test_bad_query_values_and_unknown_approval_fields_are_422s(http: httpx.Client) -> None:
+    # The query is checked before the session is looked up: a 422, not a 404.
+    tail = http.get("/v1/sessions/20990101-000000-deadbeef", params={"tail": "²"})
+    assert tail.status_code == 422 and "tail" in tail.json()["error"]
+    recent = http.get("/v1/events", params={"recent": "9" * 5000, "follow": "0"})
+    assert recent.status_code == 200  # all digits: clamped to what is kept, not a 500
+    extra = http.post("/v1/approvals/abc123", json={"approved": True, "colour": "red"})
+    assert extra.status_code == 422 and "colour" in extra.json()["error"]

@@ -11,7 +11,7 @@ import pytest
 
 from squadd.daemon.client import AsyncDaemonClient, DaemonClient
 from squadd.daemon.wire import Call, Calls, DaemonRequestError, SSEParser, read_answer
-from squadd.errors import DaemonNotRunningError
+from squadd.errors import DaemonError, DaemonNotRunningError
 from squadd.state.layout import SquadLayout
 
 
@@ -78,3 +78,16 @@ def test_sse_parser_joins_data_lines_and_notes_the_subscription() -> None:
     events = [event for line in lines if (event := parser.feed(line)) is not None]
     assert parser.subscribed
     assert events == [{"type": "tool.started", "seq": 3}]
+
+
+def test_an_id_too_long_for_a_url_is_a_daemon_error_not_a_crash(squad: SquadLayout) -> None:
+    with DaemonClient(squad) as client, pytest.raises(DaemonError) as caught:
+        client.session("x" * 70_000)
+    assert "cannot be sent" in str(caught.value) and len(str(caught.value)) < 400
+
+
+async def test_the_async_client_refuses_a_too_long_tool_name_the_same_way(
+        squad: SquadLayout) -> None:
+    async with AsyncDaemonClient(squad) as client:
+        with pytest.raises(DaemonError, match="cannot be sent"):
+            await client.call_tool("t" * 70_000, {})

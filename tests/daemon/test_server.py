@@ -119,6 +119,33 @@ def test_a_session_killed_mid_way_shows_interrupted_and_resume_finishes_it(
         "Cache the index" in layout.decisions_md.read_text(encoding="utf-8")
 
 
+def test_a_route_still_queued_when_the_daemon_is_killed_is_resumed_after_a_restart(
+        tmp_path: Path, model_server: OpenAIServer) -> None:
+    daemon = DaemonProcess.in_new_repo(tmp_path, model_server.url,
+                                       config=FAST_CONFIG + "\n[pool]\nmax_concurrent = 1\n")
+    release = _hold(model_server)
+    with daemon:
+        try:
+            daemon.client.route("Hold the only slot", "lead", wait=False)
+            model_server.wait_for_requests(1, timeout=15)
+            queued = daemon.client.route("Wait in line", "lead", wait=False)
+            assert queued["ok"] and queued["state"] == "queued"
+            daemon.kill()
+        finally:
+            release.set()
+    model_server.respond_with(None)
+    model_server.script(OpenAIServer.text_turn("Done in line."))
+    with DaemonProcess(daemon.layout, daemon.model_url) as restarted:
+        session = queued["session_id"]
+        assert restarted.client.session(session, transcript=False)["session"]["state"] == \
+            "interrupted"
+        resumed = restarted.client.resume(session)
+    assert resumed["ok"] and resumed["answer"] == "Done in line."
+    sent = model_server.requests[-1].body["messages"]
+    assert [m["role"] for m in sent] == ["system", "user"]
+    assert sent[1]["content"] == "Wait in line"
+
+
 def test_a_repo_too_deep_for_a_unix_socket_path_is_served_through_its_folder(
         tmp_path: Path, model_server: OpenAIServer) -> None:
     deep = tmp_path

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 import time
 
@@ -15,6 +17,7 @@ from squadd.runtime.events import (
     BusOverflow,
     EventBus,
     PoolEmpty,
+    ToolsLoadFailed,
     ToolStarted,
     ToolUpdated,
     parse_event,
@@ -162,3 +165,11 @@ def test_listeners_see_every_event_synchronously() -> None:
     for _ in range(3):
         bus.publish(PoolEmpty())
     assert seen == [1, 2, 3]
+
+
+def test_text_that_is_not_utf8_is_mended_so_the_event_still_serializes() -> None:
+    failed = ToolsLoadFailed(file=os.fsdecode(b"/squad/tools/\xff.py"), reason="r \ud800")
+    started = ToolStarted(tool="t", call_id="c", arguments={"k": ["\udcfe"]})
+    assert failed.file == "/squad/tools/\ufffd.py" and failed.reason == "r \ufffd"
+    assert json.loads(failed.model_dump_json())["file"] == "/squad/tools/\ufffd.py"
+    assert json.loads(started.model_dump_json())["arguments"] == {"k": ["\ufffd"]}

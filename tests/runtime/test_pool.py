@@ -9,7 +9,9 @@ import pytest
 
 from squadd.runtime.api import RouteRequest, RouteResult
 from squadd.runtime.events import AgentStateChanged
+from squadd.runtime.pool import SessionPool, SessionRecord
 from squadd.runtime.runtime import SquadRuntime
+from squadd.runtime.session import SessionInfo
 from squadd.state.layout import SquadLayout
 from squadd.state.transcripts import read_transcript
 from tests.runtime.scripted import (
@@ -250,3 +252,19 @@ async def test_cancel_interrupts_a_running_session(layout: SquadLayout, wait: bo
     if wait:
         assert not results[0].ok and results[0].reason == "interrupted"
     assert not await runtime.cancel("no-such-session")
+
+
+async def test_a_slot_granted_before_the_route_takes_it_is_given_back_at_the_end() -> None:
+    pool = SessionPool(settings(max_concurrent=1).pool, Recorder())
+    first = SessionRecord(info=SessionInfo(session_id="s-1", agent="lead", model="m", task="a"))
+    second = SessionRecord(info=SessionInfo(session_id="s-2", agent="lead", model="m", task="b"))
+    first_ticket = pool.admit(first, "normal")
+    second_ticket = pool.admit(second, "normal")
+    assert second.state == "queued"
+    await pool.take_slot(first, first_ticket, 1)
+    pool.finish(first, "idle")  # the slot passes to the second ticket before it is taken
+    assert second_ticket.granted
+    await pool.take_slot(second, second_ticket, 1)
+    assert second.state == "creating" and pool.totals().running == 1
+    pool.finish(second, "idle")
+    assert pool.totals().running == 0

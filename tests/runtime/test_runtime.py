@@ -260,3 +260,44 @@ async def test_two_routes_racing_to_continue_one_session_run_it_once(
     users = [m["content"] for m in read_transcript(layout.transcript(session_id)).messages
              if m["role"] == "user"]
     assert len(users) == 2
+
+
+async def test_an_accepted_route_is_on_disk_before_its_session_starts(
+        layout: SquadLayout) -> None:
+    release = anyio.Event()
+    gauge = Gauge(script([text("done")]), hold={"*": release})
+    async with SquadRuntime(layout, settings(max_concurrent=1), gauge) as runtime:
+        await runtime.route(RouteRequest(target_agent="lead", task="hold the slot",
+                                         wait_for_result=False))
+        queued = await runtime.route(RouteRequest(target_agent="fenster", task="wait in line",
+                                                  context="ctx-1", wait_for_result=False))
+        assert queued.ok and queued.state == "queued"
+        waiting = read_transcript(layout.transcript(queued.session_id or ""))
+        assert waiting.meta["task"] == "wait in line" and waiting.meta["context"] == "ctx-1"
+        assert waiting.last_state == "queued" and waiting.messages == []
+        release.set()
+        assert await runtime.settle(timeout_s=5)
+    ran = read_transcript(layout.transcript(queued.session_id or ""))
+    assert [r["kind"] for r in ran.records][:2] == ["meta", "state"]
+    assert ran.last_state == "completed" and "squad_decide" in ran.meta["tools"]
+    assert [m["role"] for m in ran.messages] == ["system", "user", "assistant"]
+
+
+async def test_a_route_stopped_before_it_started_resumes_from_its_task_and_context(
+        layout: SquadLayout) -> None:
+    gauge = Gauge(script([text("never")]), hold={"*": anyio.Event()})
+    async with SquadRuntime(layout, settings(max_concurrent=1), gauge) as runtime:
+        await runtime.route(RouteRequest(target_agent="lead", task="hold the slot",
+                                         wait_for_result=False))
+        queued = await runtime.route(RouteRequest(target_agent="fenster", task="wait in line",
+                                                  context="ctx-2", wait_for_result=False))
+    session_id = queued.session_id or ""
+    stopped = read_transcript(layout.transcript(session_id))
+    assert stopped.last_state == "interrupted" and stopped.messages == []
+    fresh = Gauge(script([text("done at last")]))
+    async with SquadRuntime(layout, settings(), fresh) as runtime:
+        resumed = await runtime.resume(session_id)
+    assert resumed.ok and resumed.answer == "done at last"
+    [request] = fresh.requests
+    assert [m.role for m in request.messages] == ["system", "user"]
+    assert request.messages[1].content == "wait in line" and "ctx-2" in request.messages[0].content

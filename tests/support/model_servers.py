@@ -15,6 +15,7 @@ logged with its arrival time and parsed JSON body.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import json
 import socket
@@ -82,8 +83,10 @@ class ModelServer(ABC):
     endpoint: ClassVar[str] = "/"
     api_root: ClassVar[str] = ""
 
-    def __init__(self, responder: Responder | None = None) -> None:
+    def __init__(self, responder: Responder | None = None, *, keep_bodies: bool = True) -> None:
         self._lock = threading.Lock()
+        self.keep_bodies = keep_bodies
+        """False: the request log keeps no bodies (a long run would hold every prompt)."""
         self._queue: deque[Reply] = deque()
         self._requests: list[ReceivedRequest] = []
         self._arrived = threading.Condition(self._lock)
@@ -226,7 +229,8 @@ class ModelServer(ABC):
             headers={k.lower(): v for k, v in handler.headers.items()}, body=body, raw=raw,
             arrived=arrived)
         with self._arrived:
-            self._requests.append(request)
+            self._requests.append(request if self.keep_bodies
+                                  else dataclasses.replace(request, body=None, raw=b""))
             self._arrived.notify_all()
         reply = self._next_reply(request)
         if reply.delay_s and self._stopping.wait(reply.delay_s):

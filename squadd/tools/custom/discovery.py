@@ -9,6 +9,7 @@ since the last run are not loaded again.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import sys
@@ -29,6 +30,7 @@ from squadd.tools.base import Tool, ToolSet, ToolSource
 from squadd.tools.custom.python_tools import PythonTool, ToolDefinitionError, check_tool_name
 from squadd.tools.custom.shell_schema import ShellToolError
 from squadd.tools.custom.shell_tools import link_shell_tools, load_shell_tool
+from squadd.untrusted import has_surrogate
 
 log = structlog.get_logger("squadd.tools")
 
@@ -181,8 +183,20 @@ def load_python_file(path: Path, source: ToolSource) -> list[PythonTool]:
         if tool_name in taken:
             raise ToolDefinitionError(f"two tools in this file are named {tool_name!r}")
         taken.add(tool_name)
-        named.append(item.bound(tool_name, source=source, file=path))
+        bound = item.bound(tool_name, source=source, file=path)
+        _check_schema(bound)
+        named.append(bound)
     return named
+
+
+def _check_schema(tool: PythonTool) -> None:
+    """The tool's argument schema must be plain JSON: it goes to the model in every request."""
+    try:
+        json.dumps(tool.spec().parameters, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ToolDefinitionError(
+            f"tool {tool.name}: its argument schema is not plain JSON ({exc}): a default "
+            "of NaN or infinity, or a type with no JSON form?") from None
 
 
 def _stat_key(path: Path) -> tuple[int, int, int, int]:
@@ -255,6 +269,10 @@ class ToolDiscoverer:
         if cached is not None and cached.key == key:
             return cached
         loaded = _Loaded(key)
+        if has_surrogate(path.name):
+            loaded.error = "the file name is not valid UTF-8: rename it (tool names come from it)"
+            self._files[path] = loaded
+            return loaded
         try:
             if path.suffix == ".py":
                 loaded.tools = list(load_python_file(path, source))

@@ -32,6 +32,7 @@ from squadd.tools.custom.shell_template import (
     refuse_nul,
     split_run,
 )
+from squadd.untrusted import UntrustedInputError, check_document
 
 PARAM_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 STEP_NAME_RULE = r"^[A-Za-z0-9_-]{1,64}$"
@@ -42,6 +43,8 @@ SECURITY_TAGS = ("read", "write", "run")
 MAX_STEPS = 64
 MAX_TIMEOUT_S = 3600.0
 MAX_FILE_BYTES = 1_048_576
+MAX_DOCUMENT_VALUES = 200_000
+"""Most values (keys, items, scalars) a tool file may expand to once its aliases are resolved."""
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
@@ -201,9 +204,15 @@ def load_shell_file(path: Path) -> ShellToolFile:
         raise ShellToolError(f"{path}: cannot be read: {exc}") from None
     except yaml.YAMLError as exc:
         raise ShellToolError(f"{path}: not valid YAML: {exc}") from None
+    except RecursionError:
+        raise ShellToolError(f"{path}: not valid YAML: nested too deeply") from None
     if not isinstance(data, dict):
         raise ShellToolError(f"{path}: expected a mapping of keys (name, description, bash, "
                              f"...), got {type(data).__name__}")
+    try:  # the schema goes to the model as JSON: no NaN; aliases must not make it huge
+        check_document(data, max_values=MAX_DOCUMENT_VALUES)
+    except UntrustedInputError as exc:
+        raise ShellToolError(f"{path}: {exc}") from None
     try:
         spec = ShellToolFile.model_validate(data)
     except ValidationError as exc:

@@ -7,11 +7,17 @@ An unknown agent, a full pool, a too-deep route or a cycle is a failure that say
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from squadd.runtime.api import RouteOrigin, RouteRequest, SquadService
+from squadd.runtime.api import (
+    MAX_ROUTE_TIMEOUT_S,
+    MAX_TASK_CHARS,
+    RouteOrigin,
+    RouteRequest,
+    SquadService,
+)
 from squadd.tools.base import Tool, ToolContext, ToolResult
 
 
@@ -22,7 +28,8 @@ class RouteArgs(BaseModel):
         "auto", min_length=1, max_length=65,
         description="Name of the agent to route work to (e.g. 'fenster'); 'auto' lets an "
                     "@name in the task, then routing.md's rules, choose")
-    task: str = Field(min_length=1, description="Description of the work to be done")
+    task: str = Field(min_length=1, max_length=MAX_TASK_CHARS,
+                      description="Description of the work to be done")
     context: str | None = Field(None, description="Additional context from the requesting agent")
     priority: Literal["normal", "urgent"] = Field("normal", description="Task priority")
     waitForResult: bool = Field(
@@ -36,7 +43,15 @@ class RouteArgs(BaseModel):
     availableTools: list[str] | None = Field(
         None, description="Tool names (or globs) the agent may use; default: all")
     timeoutSeconds: float | None = Field(
-        None, gt=0, le=86400, description="Seconds the task may run (default: route.timeout_s)")
+        None, gt=0, le=MAX_ROUTE_TIMEOUT_S,
+        description="Seconds the task may run (default: route.timeout_s)")
+
+    @field_validator("timeoutSeconds", mode="before")
+    @classmethod
+    def _not_a_boolean(cls, value: Any) -> Any:
+        if isinstance(value, bool):  # lax parsing would read true as 1 second
+            raise ValueError("must be a number of seconds, not true or false")
+        return value
 
 
 class SquadRoute(Tool[RouteArgs]):

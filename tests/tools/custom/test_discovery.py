@@ -251,3 +251,30 @@ def test_a_yaml_tool_with_a_bad_name_says_so_once(layout: SquadLayout) -> None:
     [failure] = discover(layout).failures
     assert failure.file == path
     assert failure.reason.startswith("tool name 'two words' is not allowed")
+
+
+def test_a_file_name_that_is_not_utf8_is_a_failure_that_says_so(layout: SquadLayout) -> None:
+    write(layout.tools_dir, "fine.py", GREET.format(where="project"))
+    (layout.tools_dir / os.fsdecode(b"caf\xe9.py")).write_text(
+        GREET.format(where="project"), encoding="utf-8")
+    found = discover(layout)
+    assert [t.name for t in found.tools] == ["fine"]
+    (failure,) = found.failures
+    assert "file name is not valid UTF-8" in failure.reason
+
+
+def test_a_python_tool_whose_schema_is_not_plain_json_is_a_load_failure(
+        layout: SquadLayout) -> None:
+    write(layout.tools_dir, "fine.py", GREET.format(where="project"))
+    write(layout.tools_dir, "nan_default.py", '''
+        from squadd import tool
+
+        @tool
+        def nan_default(ratio: float = float("nan")) -> str:
+            """Take a ratio."""
+            return str(ratio)
+    ''')
+    found = discover(layout)
+    assert [t.name for t in found.tools] == ["fine"]
+    (failure,) = found.failures
+    assert failure.file.name == "nan_default.py" and "not plain JSON" in failure.reason

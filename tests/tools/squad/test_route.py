@@ -6,12 +6,16 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import pytest
+from pydantic import ValidationError
 
 from squadd.providers.base import Provider, ToolCall
+from squadd.runtime.api import MAX_TASK_CHARS
 from squadd.runtime.runtime import SquadRuntime
 from squadd.state.layout import SquadLayout
 from squadd.tools.base import ToolResult
 from squadd.tools.invoke import CallOrigin
+from squadd.tools.squad.route import RouteArgs
 from tests.runtime.scripted import Gauge, make_squad, script, settings, text
 
 
@@ -98,3 +102,12 @@ def test_route_arguments_follow_the_seed(tmp_path: Path) -> None:
     assert schema["required"] == ["task"]
     assert schema["properties"]["waitForResult"]["default"] is True
     assert schema["properties"]["priority"]["enum"] == ["normal", "urgent"]
+
+
+def test_a_boolean_timeout_and_an_over_long_task_are_refused_before_routing() -> None:
+    for timeout in (True, False):
+        with pytest.raises(ValidationError, match="not true or false"):
+            RouteArgs.model_validate({"task": "t", "timeoutSeconds": timeout})
+    assert RouteArgs.model_validate({"task": "t", "timeoutSeconds": 5}).timeoutSeconds == 5
+    with pytest.raises(ValidationError, match=f"at most {MAX_TASK_CHARS} characters"):
+        RouteArgs.model_validate({"task": "x" * (MAX_TASK_CHARS + 1)})

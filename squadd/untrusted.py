@@ -1,0 +1,141 @@
+"""Input squadd does not control, made safe to hold: JSON parsed with a nesting limit and without
+NaN, text checked (or mended) for unpaired surrogates, and file names shown readably.
+
+The HTTP API, MCP, the command line, model answers and the files squadd reads all use these, so
+a hostile value gets the same clear error wherever it enters.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+MAX_JSON_DEPTH = 100
+"""Deepest nesting of arrays and objects accepted in JSON from outside (no real call nests so)."""
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_PATH_SHOWN = 80
+
+
+class UntrustedInputError(ValueError):
+    """Input squadd cannot accept; the message says what was wrong and where."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise UntrustedInputError(f"{name} is not a JSON number (JSON has no NaN or Infinity)")
+
+
+def _finite_float(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        shown = text if len(text) <= 40 else text[:37] + "..."
+        raise UntrustedInputError(f"{shown} is too large for a number (it would be infinite)")
+    return number
+
+
+def parse_json(data: str | bytes, *, max_depth: int = MAX_JSON_DEPTH,
+               mend_surrogates: bool = False) -> Any:
+    """Parse JSON text from outside; `UntrustedInputError` when it is not valid JSON, nests
+    deeper than `max_depth`, holds NaN, Infinity or a number too large for a float (1e400), or
+    (unless `mend_surrogates`, which turns them into U+FFFD) holds a string with an unpaired
+    surrogate escape such as ``"\\ud800"``."""
+    try:
+        value = json.loads(data, parse_constant=_refuse_constant, parse_float=_finite_float)
+    except UntrustedInputError:
+        raise
+    except RecursionError:
+        raise UntrustedInputError(f"nested deeper than {max_depth} levels") from None
+    except UnicodeDecodeError as exc:
+        raise UntrustedInputError(f"not UTF-8: {exc}") from None
+    except ValueError as exc:  # JSONDecodeError, or an integer too long to convert
+        raise UntrustedInputError(str(exc)) from None
+    check_json_value(value, max_depth=max_depth, surrogates=not mend_surrogates)
+    return mend(value) if mend_surrogates else value
+
+
+def check_json_value(value: Any, *, max_depth: int = MAX_JSON_DEPTH,
+                     surrogates: bool = True) -> None:
+    """Refuse a parsed value nested deeper than `max_depth` or (with `surrogates`) holding an
+    unpaired surrogate in a string or key; the error names where, as `a.b[2]`."""
+    stack: list[tuple[Any, int, str]] = [(value, 0, "")]
+    while stack:
+        item, depth, path = stack.pop()
+        if isinstance(item, dict | list):
+            if depth >= max_depth:
+                raise UntrustedInputError(f"nested deeper than {max_depth} levels (at "
+                                          f"{_shown_path(path)})")
+            pairs = item.items() if isinstance(item, dict) else enumerate(item)
+            for key, child in pairs:
+                if isinstance(key, str):
+                    if surrogates and _SURROGATE.search(key):
+                        raise _surrogate_error(f"the key {_shown_key(key)}", path)
+                    where = f"{path}.{key}" if path else key
+                else:
+                    where = f"{path}[{key}]"
+                stack.append((child, depth + 1, where))
+        elif surrogates and isinstance(item, str) and _SURROGATE.search(item):
+            raise _surrogate_error("the string", path)
+
+
+def check_document(data: Any, *, max_values: int) -> None:
+    """Refuse a parsed YAML or TOML document that expands past `max_values` values (YAML
+    aliases can make a small file a huge one) or holds a NaN or an infinity; names where."""
+    stack: list[tuple[Any, str]] = [(data, "")]
+    count = 0
+    while stack:
+        item, path = stack.pop()
+        count += 1
+        if count > max_values:
+            raise UntrustedInputError(f"the file expands to more than {max_values} values "
+                                      "(through YAML aliases?)")
+        if isinstance(item, float) and not math.isfinite(item):
+            raise UntrustedInputError(f"'{_shown_path(path)}' = {item} is not a finite number")
+        if isinstance(item, dict | list):
+            pairs = item.items() if isinstance(item, dict) else enumerate(item)
+            stack.extend((child, f"{path}.{key}" if path else str(key)) for key, child in pairs)
+
+
+def _shown_path(path: str) -> str:
+    if not path:
+        return "the top level"
+    return path if len(path) <= _PATH_SHOWN else path[:_PATH_SHOWN - 3] + "..."
+
+
+def _shown_key(key: str) -> str:
+    return ascii(key if len(key) <= 40 else key[:37] + "...")
+
+
+def _surrogate_error(what: str, path: str) -> UntrustedInputError:
+    where = f" at {_shown_path(path)}" if path else ""
+    return UntrustedInputError(f"{what}{where} holds an unpaired surrogate (such as \\ud800): "
+                               "text must be valid Unicode")
+
+
+def has_surrogate(text: str) -> bool:
+    """True when `text` holds a lone surrogate (it cannot be written as UTF-8)."""
+    return _SURROGATE.search(text) is not None
+
+
+def mend_text(text: str) -> str:
+    """`text` with every unpaired surrogate replaced by U+FFFD, as a UTF-8 decoder would."""
+    return _SURROGATE.sub("\ufffd", text) if _SURROGATE.search(text) else text
+
+
+def mend(value: Any) -> Any:
+    """`mend_text` applied to every string and key in a parsed JSON value (nesting bounded)."""
+    if isinstance(value, str):
+        return mend_text(value)
+    if isinstance(value, dict):
+        return {mend(k): mend(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [mend(v) for v in value]
+    return value
+
+
+def shown_name(name: str) -> str:
+    """A file name as read from disk, as text: bytes that are not UTF-8 become U+FFFD."""
+    try:
+        return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    except UnicodeEncodeError:
+        return mend_text(name)
