@@ -52,6 +52,8 @@ class RoutePlan:
     continuing: bool
     timeout_s: float
     available_tools: list[str] | None
+    recorded: bool = False
+    """The new session's transcript was opened when the route was accepted."""
 
 
 class CharterCache:

@@ -144,12 +144,12 @@ class RouteRunner:
                 self.pool.activate(record)
             return await session.continue_with(plan.task, timeout_s=plan.timeout_s)
         return await session.start(plan.task or info.task, plan.context,
-                                   timeout_s=plan.timeout_s, accepted=True)
+                                   timeout_s=plan.timeout_s, accepted=plan.recorded)
 
     async def _end_unstarted(self, plan: RoutePlan, state: str, **fields: str) -> None:
-        """Close the transcript the route's acceptance opened (a continued session keeps its
-        own last state: its new task was never written)."""
-        if plan.continuing:
+        """Close the transcript the route's acceptance opened, if it did (a continued session
+        keeps its own last state: its new task was never written)."""
+        if not plan.recorded:
             return
         try:
             await anyio.to_thread.run_sync(functools.partial(

@@ -310,8 +310,10 @@ class SquadRuntime:
         except RouteError as exc:
             return RouteResult(ok=False, reason="shutting_down", message=str(exc),
                                error=str(exc), agent=plan.info.agent)
-        if not plan.continuing:
-            try:  # accepted means durable: a crash from here on cannot make the route vanish
+        if not wait and not plan.continuing:
+            # The caller gets the session id before the session starts: from here on a crash
+            # must not make it vanish. (A waiting caller gets the id only with the result.)
+            try:
                 with anyio.CancelScope(shield=True):
                     await anyio.to_thread.run_sync(record_acceptance, self.layout, plan.info,
                                                    plan.context)
@@ -320,6 +322,7 @@ class SquadRuntime:
                 message = f"the route could not be recorded, so it was not started: {exc}"
                 return RouteResult(ok=False, reason="failed", message=message, error=message,
                                    agent=plan.info.agent)
+            plan.recorded = True
         record.scope = anyio.CancelScope()
         entry = self.orchestration.new_entry(
             agent=plan.info.agent, session_id=plan.info.session_id, task=plan.task or
