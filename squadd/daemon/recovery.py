@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,30 @@ class Recovered:
     views: list[SessionView]
     marked: list[str]
     """Sessions that had no terminal state and were marked interrupted now."""
+
+
+STALE_TEMP_AGE_S = 60.0
+
+
+def sweep_stale_temp_files(layout: SquadLayout, *, now: float | None = None) -> list[Path]:
+    """Remove the temp files a kill left in `orchestration-log/` mid atomic write.
+
+    Only files older than a minute go: a `squadd run` elsewhere may be writing a fresh one.
+    """
+    folder = layout.root / "orchestration-log"
+    if not folder.is_dir():
+        return []
+    now = time.time() if now is None else now
+    removed = []
+    for path in folder.glob(".*.tmp"):
+        try:
+            if path.is_file() and not path.is_symlink() \
+                    and now - path.stat().st_mtime > STALE_TEMP_AGE_S:
+                path.unlink()
+                removed.append(path)
+        except OSError:
+            continue
+    return removed
 
 
 def last_record(path: Path) -> dict[str, Any] | None:

@@ -32,7 +32,7 @@ from squadd.config import Settings
 from squadd.daemon._unix import SocketAddress
 from squadd.daemon.app import BearerAuth, DaemonContext, create_app
 from squadd.daemon.client import DaemonClient
-from squadd.daemon.recovery import recover_sessions
+from squadd.daemon.recovery import recover_sessions, sweep_stale_temp_files
 from squadd.daemon.wiring import build_runtime
 from squadd.errors import ConfigError, DaemonAlreadyRunningError, DaemonError, DaemonNotRunningError
 from squadd.logs import configure_logging
@@ -228,6 +228,9 @@ class Daemon:
                 recover_sessions, self.layout, keep=self.settings.pool.ended_keep))
             for view in recovered.views:
                 runtime.pool.remember(view)
+            swept = await anyio.to_thread.run_sync(sweep_stale_temp_files, self.layout)
+            if swept:
+                log.info("removed temp files a crash left mid-write", files=len(swept))
             if recovered.marked:
                 log.warning("sessions were running when squadd last stopped; marked "
                             "interrupted (resume one with 'squadd sessions resume ID')",

@@ -66,3 +66,22 @@ def test_only_the_newest_interrupted_sessions_are_kept(squad: SquadLayout) -> No
     recovered = recover_sessions(squad, keep=2)
     assert len(recovered.views) == 2
     assert len(recovered.marked) == 2
+
+
+def test_stale_orchestration_temp_files_are_swept_and_fresh_ones_kept(tmp_path: Path) -> None:
+    import os
+
+    from squadd.daemon.recovery import sweep_stale_temp_files
+
+    layout = SquadLayout.at(tmp_path / ".squad")
+    folder = tmp_path / ".squad" / "orchestration-log"
+    folder.mkdir(parents=True)
+    stale = folder / ".20261126T000000.000000Z-lead.md.abc.tmp"
+    fresh = folder / ".20261126T000001.000000Z-lead.md.def.tmp"
+    entry = folder / "20261126T000000.000000Z-lead.md"
+    for path in (stale, fresh, entry):
+        path.write_text("x", encoding="utf-8")
+    old = stale.stat().st_mtime - 3600
+    os.utime(stale, (old, old))
+    assert sweep_stale_temp_files(layout) == [stale]
+    assert not stale.exists() and fresh.exists() and entry.exists()
