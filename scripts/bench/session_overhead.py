@@ -12,41 +12,23 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import anyio
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import make_squad  # the same realistic squad the other benchmarks use
+
 from squadd.config import Settings
 from squadd.providers.replay import ReplayProvider, ReplayScript, ScriptedTurn
 from squadd.runtime.events import EventBus
 from squadd.runtime.session import AgentSession, SessionInfo, choose_model, session_toolset
-from squadd.state.layout import SquadLayout
 from squadd.tools.base import ToolSet
 from squadd.tools.invoke import ToolInvoker
 from squadd.tools.squad import file_tools
-
-
-def make_squad(repo: Path) -> SquadLayout:
-    root = repo / ".squad"
-    (root / "decisions" / "inbox").mkdir(parents=True)
-    agent = root / "agents" / "fenster"
-    agent.mkdir(parents=True)
-    (agent / "charter.md").write_text(
-        "# Fenster\n\n## Identity\n- **Role:** Core developer\n\n## What I Own\n"
-        + "- the runtime and its tests\n" * 40 + "\n## Model\nPreferred: auto\n",
-        encoding="utf-8")
-    (agent / "history.md").write_text(
-        "# Project Context\n\n## Learnings\n\n"
-        + "".join(f"- **[technical]** learning number {i} about the parser\n"
-                  for i in range(150)), encoding="utf-8")
-    (root / "decisions.md").write_text(
-        "# Decisions\n\n" + "".join(
-            f"### 2026-11-{1 + i % 28:02d}: Decision {i}\n\n**By:** fenster\n"
-            f"**Category:** architecture\n\nWe decided thing {i} because of reasons.\n\n"
-            for i in range(120)), encoding="utf-8")
-    return SquadLayout.at(root)
 
 
 async def run(sessions: int) -> list[float]:
