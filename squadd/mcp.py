@@ -92,9 +92,11 @@ class DaemonBridge:
     told the tool list changed, so they pick up the custom tools too.
     """
 
-    def __init__(self, client: AsyncDaemonClient, *, agent: str | None = None):
+    def __init__(self, client: AsyncDaemonClient, *, agent: str | None = None,
+                 session_id: str | None = None):
         self.client = client
         self.agent = agent
+        self.session_id = session_id
         self._listed_without_daemon = False
 
     async def list_tools(self, ctx: Context,
@@ -122,7 +124,8 @@ class DaemonBridge:
             return text_result(f"{params.name} did not run: its arguments cannot be sent as "
                                f"JSON: {exc}", is_error=True)
         try:
-            result = await self.client.call_tool(params.name, arguments, agent=self.agent)
+            result = await self.client.call_tool(params.name, arguments, agent=self.agent,
+                                                 session_id=self.session_id)
         except DaemonNotRunningError as exc:
             log.warning("tool call without a daemon", tool=params.name)
             return text_result(str(exc), is_error=True)
@@ -221,10 +224,11 @@ async def _stdin_lines() -> AsyncIterator[str]:
             yield line
 
 
-async def serve_stdio(layout: SquadLayout, *, agent: str | None = None) -> None:
+async def serve_stdio(layout: SquadLayout, *, agent: str | None = None,
+                      session_id: str | None = None) -> None:
     """Serve MCP on stdin/stdout until the client closes stdin."""
     async with AsyncDaemonClient(layout) as client:
-        bridge = DaemonBridge(client, agent=agent)
+        bridge = DaemonBridge(client, agent=agent, session_id=session_id)
         server = build_server(bridge, layout)
         options = server.create_initialization_options(NotificationOptions(tools_changed=True))
         log.info("squadd mcp serving on stdio", repo=str(layout.repo), agent=agent or "user")

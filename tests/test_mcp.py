@@ -63,7 +63,8 @@ class Notifications:
 
 @asynccontextmanager
 async def mcp_session(layout: SquadLayout, *args: str,
-                      notifications: Notifications | None = None
+                      notifications: Notifications | None = None,
+                      env: dict[str, str] | None = None,
                       ) -> AsyncIterator[ClientSession]:
     """An initialized MCP client session with `python -m squadd mcp ARGS` run in the repo."""
     async def on_message(message: types.ServerNotification | Exception) -> None:
@@ -72,7 +73,7 @@ async def mcp_session(layout: SquadLayout, *args: str,
 
     params = StdioServerParameters(
         command=sys.executable, args=["-m", "squadd", "mcp", *args], cwd=layout.repo,
-        env=clean_env(XDG_CONFIG_HOME=str(layout.repo.parent / "xdg-config")))
+        env=clean_env(XDG_CONFIG_HOME=str(layout.repo.parent / "xdg-config"), **(env or {})))
     with (layout.repo.parent / "mcp-stderr.log").open("a") as errlog:
         async with stdio_client(params, errlog=errlog) as (read, write), \
                 ClientSession(read, write, read_timeout_seconds=CALL_TIMEOUT_S,
@@ -153,6 +154,16 @@ async def test_agent_option_makes_the_calls_as_that_agent(daemon: DaemonProcess)
     recent = list(daemon.client.events(types=["tool.completed"], recent=20, follow=False))
     status_calls = [event for event in recent if event.get("tool") == "squad_status"]
     assert status_calls and status_calls[-1]["agent"] == "backend"
+
+
+async def test_a_command_provider_session_passes_its_agent_through_the_environment(
+        daemon: DaemonProcess) -> None:
+    async with mcp_session(daemon.layout, env={"SQUADD_AGENT": "lead"}) as session:
+        result = await call(session, "squad_status", {})
+    assert not result.is_error, text_of(result)
+    recent = list(daemon.client.events(types=["tool.completed"], recent=20, follow=False))
+    status_calls = [event for event in recent if event.get("tool") == "squad_status"]
+    assert status_calls and status_calls[-1]["agent"] == "lead"
 
 
 async def test_without_a_daemon_calls_fail_naming_squadd_serve(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from squadd.cli._squad import TEXT, dir_option, find_layout
-from squadd.state.layout import safe_name
+from squadd.state.layout import safe_id, safe_name
 
 SERVER_KEY = "squadd"
 """The name the squadd server gets in each client's configuration."""
@@ -25,12 +25,18 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 @click.command("mcp")
-@click.option("--agent", type=TEXT, default=None, metavar="NAME",
-              help="Make the tool calls as this agent (default: user), e.g. in decisions.")
+@click.option("--agent", type=TEXT, default=None, metavar="NAME", envvar="SQUADD_AGENT",
+              help="Make the tool calls as this agent (default: $SQUADD_AGENT, which a "
+                   "command-provider session sets, else user).")
+@click.option("--session", "session_id", type=TEXT, default=None, metavar="ID",
+              envvar="SQUADD_SESSION_ID",
+              help="Make the tool calls from this session, so routes nest under it "
+                   "(default: $SQUADD_SESSION_ID, which a command-provider session sets).")
 @click.option("--log-level", type=click.Choice(LOG_LEVELS), default="warning",
               show_default=True, help="What to log on stderr (stdout carries the protocol).")
 @dir_option
-def mcp(agent: str | None, log_level: str, directory: Path | None) -> None:
+def mcp(agent: str | None, session_id: str | None, log_level: str,
+        directory: Path | None) -> None:
     """Serve the squad's tools to an MCP client on stdin/stdout.
 
     Every tool of this repo's daemon (the squad tools and the custom tools) is offered with
@@ -52,8 +58,10 @@ def mcp(agent: str | None, log_level: str, directory: Path | None) -> None:
     layout = find_layout(directory)
     if agent is not None:
         agent = safe_name(agent)
+    if session_id is not None:
+        session_id = safe_id(session_id)
     configure_logging(console_level=log_level)
-    anyio.run(functools.partial(serve_stdio, layout, agent=agent))
+    anyio.run(functools.partial(serve_stdio, layout, agent=agent, session_id=session_id))
 
 
 def squadd_command() -> list[str]:

@@ -51,6 +51,21 @@ def render_prompt(messages: Sequence[Message]) -> str:
     return "\n\n".join(parts) + "\n"
 
 
+AGENT_ENV = "SQUADD_AGENT"
+SESSION_ENV = "SQUADD_SESSION_ID"
+
+
+def session_env(request: CompletionRequest) -> dict[str, str]:
+    """The command's environment: ours, plus who is asking, so that a `squadd mcp` the agent
+    CLI starts makes its tool calls as this agent, from this session."""
+    env = dict(os.environ)
+    if request.agent:
+        env[AGENT_ENV] = request.agent
+    if request.session_id:
+        env[SESSION_ENV] = request.session_id
+    return env
+
+
 class CommandProvider:
     """Runs `command` for each turn; its stripped stdout is the answer (no tool calls)."""
 
@@ -85,10 +100,12 @@ class CommandProvider:
                    model=settings.model)
 
     async def complete(self, request: CompletionRequest) -> Completion:
+        """Run the command once for this turn; its stdout is the answer."""
         prompt = render_prompt(request.messages)
         placed = any(PROMPT_PLACEHOLDER in arg for arg in self.command)
         argv = [arg.replace(PROMPT_PLACEHOLDER, prompt) for arg in self.command]
-        stdout, stderr, code, truncated = await self._run(argv, None if placed else prompt)
+        stdout, stderr, code, truncated = await self._run(
+            argv, None if placed else prompt, session_env(request))
         program = self.command[0]
         if code != 0:
             how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
@@ -106,7 +123,7 @@ class CommandProvider:
         return None
 
     async def _run(self, argv: list[str], stdin_text: str | None,
-                   ) -> tuple[bytes, bytes, int, bool]:
+                   env: dict[str, str] | None = None) -> tuple[bytes, bytes, int, bool]:
         out = bytearray()
         err = bytearray()
         truncated = False
@@ -136,7 +153,7 @@ class CommandProvider:
             process = await anyio.open_process(
                 argv, stdin=subprocess.PIPE if stdin_text is not None else subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=self.cwd,
-                start_new_session=True)
+                start_new_session=True, env=env)
         except OSError as exc:
             raise ProviderError(f"{self.name}: cannot start `{argv[0]}`: {exc}",
                                 provider=self.name) from exc

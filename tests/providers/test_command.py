@@ -153,3 +153,12 @@ def _exists(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+async def test_the_command_learns_its_agent_and_session_for_squadd_mcp() -> None:
+    script = "import os; print(os.environ['SQUADD_AGENT'], os.environ['SQUADD_SESSION_ID'])"
+    provider = CommandProvider([PY, "-c", script], timeout_s=30)
+    request = CompletionRequest(messages=[Message(role="user", content="hi")], agent="lead",
+                                session_id="20261126-000000-abcd1234")
+    completion = await provider.complete(request)
+    assert completion.text == "lead 20261126-000000-abcd1234"
