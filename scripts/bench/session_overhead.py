@@ -26,6 +26,8 @@ from squadd.config import Settings
 from squadd.providers.replay import ReplayProvider, ReplayScript, ScriptedTurn
 from squadd.runtime.events import EventBus
 from squadd.runtime.session import AgentSession, SessionInfo, choose_model, session_toolset
+from squadd.state.layout import SquadLayout
+from squadd.state.transcripts import SpareFiles, spares_for
 from squadd.tools.base import ToolSet
 from squadd.tools.invoke import ToolInvoker
 from squadd.tools.squad import file_tools
@@ -40,22 +42,41 @@ async def run(sessions: int) -> list[float]:
         invoker = ToolInvoker(layout, settings, bus)
         all_tools = ToolSet(file_tools(layout, settings))
         timings: list[float] = []
-        for n in range(sessions + 50):
-            started = time.perf_counter()
-            charter = AgentSession.load_charter(layout, "fenster")
-            tools = session_toolset(all_tools, None, charter)
-            info = SessionInfo(session_id=f"bench-{n}", agent="fenster", task="say done",
-                               model=choose_model(None, charter, settings, "fenster",
-                                                  provider.default_model))
-            session = AgentSession(info, layout=layout, settings=settings, provider=provider,
-                                   invoker=invoker, tools=tools, sink=bus)
-            outcome = await session.start("say done", None)
-            elapsed = time.perf_counter() - started
-            if outcome.status != "completed":
-                raise SystemExit(f"session failed: {outcome.error}")
-            if n >= 50:  # the first sessions warm caches and imports
-                timings.append(elapsed)
+        # As in the runtime: new transcripts' files are made ahead, off the sessions' path.
+        spares = spares_for(layout.sessions_dir)
+        async with anyio.create_task_group() as background:
+            background.start_soon(_keep_spares, spares)
+            await _measure(sessions, layout, settings, provider, bus, invoker, all_tools,
+                           timings)
+            background.cancel_scope.cancel()
         return timings
+
+
+async def _keep_spares(spares: SpareFiles) -> None:
+    while True:
+        if len(spares) < 40:
+            await anyio.to_thread.run_sync(spares.refill, 80)
+        await anyio.sleep(0.1)
+
+
+async def _measure(sessions: int, layout: SquadLayout, settings: Settings,
+                   provider: ReplayProvider, bus: EventBus, invoker: ToolInvoker,
+                   all_tools: ToolSet, timings: list[float]) -> None:
+    for n in range(sessions + 50):
+        started = time.perf_counter()
+        charter = AgentSession.load_charter(layout, "fenster")
+        tools = session_toolset(all_tools, None, charter)
+        info = SessionInfo(session_id=f"bench-{n}", agent="fenster", task="say done",
+                           model=choose_model(None, charter, settings, "fenster",
+                                              provider.default_model))
+        session = AgentSession(info, layout=layout, settings=settings, provider=provider,
+                               invoker=invoker, tools=tools, sink=bus)
+        outcome = await session.start("say done", None)
+        elapsed = time.perf_counter() - started
+        if outcome.status != "completed":
+            raise SystemExit(f"session failed: {outcome.error}")
+        if n >= 50:  # the first sessions warm caches and imports
+            timings.append(elapsed)
 
 
 def main() -> None:

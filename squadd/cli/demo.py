@@ -27,6 +27,7 @@ from squadd.cli._daemon import print_sessions
 from squadd.cli._squad import FiniteFloatRange
 from squadd.state.fsio import atomic_write, read_text
 from squadd.state.layout import SquadLayout
+from squadd.state.transcripts import SPARES_DIRNAME
 
 LEAD = "lead"
 TEAM: tuple[tuple[str, str], ...] = (
@@ -71,15 +72,22 @@ def written_lines(layout: SquadLayout, before: dict[str, FileState],
                   merged: list[str]) -> list[str]:
     """The files the run wrote, for people: the run/ folder's locks on one line, and the
     inbox files the Scribe merged and removed."""
-    lines, run_files = [], 0
+    lines, run_files, spares = [], 0, 0
     inbox = layout.inbox_dir.relative_to(layout.root)
     for mark, path in changes(before, snapshot(layout.root)):
-        if Path(path).parts[0] == layout.run_dir.name:
+        parts = Path(path).parts
+        if parts[0] == layout.run_dir.name:
             run_files += 1
+            continue
+        if len(parts) > 1 and parts[1] == SPARES_DIRNAME:
+            spares += 1
             continue
         lines.append(f"  {mark} {path}")
     lines += [f"  ± {inbox / name}   (written, then merged and removed by the Scribe)"
               for name in merged]
+    if spares:
+        lines.append(f"  + sessions/{SPARES_DIRNAME}/: empty transcript files made ahead "
+                     "(ignored by git)")
     if run_files:
         lines.append(f"  + {layout.run_dir.name}/: {run_files} lock and index files "
                      "(ignored by git)")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from contextlib import AsyncExitStack
 
 import anyio
+import structlog
 from anyio.abc import TaskGroup
 
 from squadd.config import Settings
@@ -45,12 +46,16 @@ from squadd.runtime.session import record_acceptance
 from squadd.runtime.slots import SlotLimiter, SlotTicket
 from squadd.state.charters import Charter
 from squadd.state.layout import SquadLayout
+from squadd.state.transcripts import spares_for
 from squadd.tools.base import ToolSet
 from squadd.tools.invoke import ToolInvoker
 from squadd.tools.squad import file_tools
 from squadd.tools.squad.route import SquadRoute
 from squadd.tools.squad.status import SquadStatus
 
+log = structlog.get_logger("squadd.runtime")
+SPARE_CHECK_S = 0.1
+"""How often the spare transcript files are counted (in memory; no I/O when enough)."""
 
 def retry_publisher(sink: EventSink) -> RetryCallback:
     """The `on_retry` callback for providers: each retry becomes a `provider.retry` event."""
@@ -98,6 +103,7 @@ class SquadRuntime:
         self._background = 0
         self._background_done: anyio.Event | None = None
         self._reaper_scope: anyio.CancelScope | None = None
+        self._spares_scope: anyio.CancelScope | None = None
 
     @classmethod
     def from_settings(cls, layout: SquadLayout, settings: Settings, *,
@@ -117,12 +123,14 @@ class SquadRuntime:
         self._background_done = anyio.Event()
         self._background_done.set()
         self._reaper_scope = anyio.CancelScope()
+        self._spares_scope = anyio.CancelScope()
         stack = AsyncExitStack()
         await stack.__aenter__()
         try:
             self._tg = await stack.enter_async_context(anyio.create_task_group())
             await self._tg.start(self.orchestration.run)
             self._tg.start_soon(self._reap_idle)
+            self._tg.start_soon(self._keep_spare_transcripts)
         except BaseException:
             await stack.__aexit__(None, None, None)
             raise
@@ -154,6 +162,8 @@ class SquadRuntime:
                 await self._background_done.wait()
         if self._reaper_scope is not None:
             self._reaper_scope.cancel()
+        if self._spares_scope is not None:
+            self._spares_scope.cancel()
         self.orchestration.close()
 
     async def settle(self, *, timeout_s: float) -> bool:
@@ -181,6 +191,20 @@ class SquadRuntime:
             while True:
                 await anyio.sleep(interval)
                 self.pool.reap()
+
+    async def _keep_spare_transcripts(self) -> None:
+        """Keep new transcripts' files made ahead, off the routes' path (see `SpareFiles`)."""
+        spares = spares_for(self.layout.sessions_dir)
+        wanted = min(1024, 2 * (self.settings.pool.max_concurrent + 32))
+        with self._spares_scope or anyio.CancelScope():
+            while True:
+                if len(spares) < wanted // 2:
+                    try:
+                        await anyio.to_thread.run_sync(spares.refill, wanted)
+                    except OSError as exc:  # a full disk: sessions create their own files
+                        log.warning("spare transcript files not made", error=str(exc))
+                        await anyio.sleep(5)
+                await anyio.sleep(SPARE_CHECK_S)
 
     # The API.
     async def route(self, request: RouteRequest, *,

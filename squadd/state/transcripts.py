@@ -8,8 +8,12 @@ ignored on read and fenced off by a newline on the next append, so no earlier li
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import json
 import os
+import secrets
+import threading
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +24,77 @@ from squadd.state.layout import SquadLayout
 
 def _now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
+
+
+SPARES_DIRNAME = ".spares"
+
+
+class SpareFiles:
+    """Empty transcript files made ahead of time, so a new session's first write is an append.
+
+    Creating and syncing a new file is the costliest step of a session's first write. A
+    background task (`refill`) creates spares in `sessions/.spares/` and makes them durable with
+    one folder sync; a writer that needs a new transcript renames one into place instead (the
+    rename is made durable by the same folder sync the write needs anyway). Several processes
+    may share the folder: a spare another process took first is simply skipped.
+    """
+
+    def __init__(self, sessions_dir: Path):
+        self.folder = sessions_dir / SPARES_DIRNAME
+        self._names: deque[str] = deque()
+        self._lock = threading.Lock()
+        self._counter = itertools.count()
+        self._adopted = False
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def refill(self, target: int) -> int:
+        """Create spares until `target` are known (blocking); return how many were made."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        if not self._adopted:  # spares an earlier process made and never used
+            self._adopted = True
+            with self._lock:
+                self._names.extend(entry.name for entry in os.scandir(self.folder)
+                                   if entry.is_file(follow_symlinks=False))
+        made: list[str] = []
+        stem = f"{os.getpid()}-{secrets.token_hex(4)}"
+        while len(self._names) + len(made) < target:
+            name = f"{stem}-{next(self._counter)}"
+            fd = os.open(self.folder / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            os.close(fd)
+            made.append(name)
+        if made:
+            fsync_dir(self.folder)  # the new (empty) files are durable before anyone takes one
+            with self._lock:
+                self._names.extend(made)
+        return len(made)
+
+    def take_into(self, target: Path) -> bool:
+        """Move a spare to `target` (which must not exist yet); False when none is left."""
+        while True:
+            with self._lock:
+                if not self._names:
+                    return False
+                name = self._names.popleft()
+            try:
+                (self.folder / name).rename(target)
+            except FileNotFoundError:
+                continue  # another process took it
+            return True
+
+
+_SPARES: dict[Path, SpareFiles] = {}
+_SPARES_LOCK = threading.Lock()
+
+
+def spares_for(sessions_dir: Path) -> SpareFiles:
+    """The process-wide spare files of one sessions folder (made on first use)."""
+    with _SPARES_LOCK:
+        spares = _SPARES.get(sessions_dir)
+        if spares is None:
+            spares = _SPARES[sessions_dir] = SpareFiles(sessions_dir)
+        return spares
 
 
 class TranscriptWriter:
@@ -49,7 +124,11 @@ class TranscriptWriter:
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
         except FileNotFoundError:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            spares = _SPARES.get(self.path.parent)
+            if spares is not None and spares.take_into(self.path):
+                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+            else:
+                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             created = True
             self._needs_fence = False
         try:

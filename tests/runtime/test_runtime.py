@@ -301,3 +301,16 @@ async def test_a_route_stopped_before_it_started_resumes_from_its_task_and_conte
     [request] = fresh.requests
     assert [m.role for m in request.messages] == ["system", "user"]
     assert request.messages[1].content == "wait in line" and "ctx-2" in request.messages[0].content
+
+
+async def test_transcript_files_are_made_ahead_and_routes_use_them(layout: SquadLayout) -> None:
+    from squadd.state.transcripts import SPARES_DIRNAME, spares_for
+
+    spares_dir = layout.sessions_dir / SPARES_DIRNAME
+    async with SquadRuntime(layout, settings(), script([text("done")])) as runtime:
+        await eventually(lambda: len(spares_for(layout.sessions_dir)) > 0)  # a batch is ready
+        before = set(spares_dir.iterdir())
+        result = await runtime.route(RouteRequest(target_agent="fenster", task="t"))
+        assert result.ok and result.session_id is not None
+        assert len(before - set(spares_dir.iterdir())) == 1  # one spare became the transcript
+    assert read_transcript(layout.transcript(result.session_id)).final_answer == "done"
