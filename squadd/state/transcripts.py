@@ -7,6 +7,7 @@ ignored on read and fenced off by a newline on the next append, so no earlier li
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import itertools
 import json
@@ -34,9 +35,10 @@ class SpareFiles:
 
     Creating and syncing a new file is the costliest step of a session's first write. A
     background task (`refill`) creates spares in `sessions/.spares/` and makes them durable with
-    one folder sync; a writer that needs a new transcript renames one into place instead (the
-    rename is made durable by the same folder sync the write needs anyway). Several processes
-    may share the folder: a spare another process took first is simply skipped.
+    one folder sync; a writer that needs a new transcript moves one into place instead (made
+    durable by the same folder sync the write needs anyway). Several processes may share the
+    folder: a spare is claimed by renaming it within `.spares/` (one taker wins), then linked
+    to its target, which (unlike a rename) never replaces a transcript another writer made.
     """
 
     def __init__(self, sessions_dir: Path):
@@ -45,18 +47,22 @@ class SpareFiles:
         self._lock = threading.Lock()
         self._counter = itertools.count()
         self._adopted = False
+        self.usable = True
+        """False once the file system refused a hard link: `refill` then makes none."""
 
     def __len__(self) -> int:
         return len(self._names)
 
     def refill(self, target: int) -> int:
         """Create spares until `target` are known (blocking); return how many were made."""
+        if not self.usable:
+            return 0
         self.folder.mkdir(parents=True, exist_ok=True)
         if not self._adopted:  # spares an earlier process made and never used
             self._adopted = True
             with self._lock:
                 self._names.extend(entry.name for entry in os.scandir(self.folder)
-                                   if entry.is_file(follow_symlinks=False))
+                                   if _is_spare(entry))
         made: list[str] = []
         stem = f"{os.getpid()}-{secrets.token_hex(4)}"
         while len(self._names) + len(made) < target:
@@ -71,17 +77,42 @@ class SpareFiles:
         return len(made)
 
     def take_into(self, target: Path) -> bool:
-        """Move a spare to `target` (which must not exist yet); False when none is left."""
+        """Make a spare the new file `target`; False when none is left or `target` exists
+        (an existing file is never replaced)."""
         while True:
             with self._lock:
                 if not self._names:
                     return False
                 name = self._names.popleft()
+            claimed = self.folder / (name + _TAKEN)
             try:
-                (self.folder / name).rename(target)
+                (self.folder / name).rename(claimed)
             except FileNotFoundError:
                 continue  # another process took it
+            try:
+                os.link(claimed, target)
+            except FileExistsError:
+                return False
+            except OSError:  # a file system without hard links: spares cannot help here
+                self.usable = False
+                with self._lock:
+                    self._names.clear()
+                return False
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(claimed)
             return True
+
+
+_TAKEN = ".taken"
+"""Suffix of a spare claimed by a writer; one left by a crash mid-take is never adopted."""
+
+
+def _is_spare(entry: os.DirEntry[str]) -> bool:
+    if entry.name.endswith(_TAKEN) or not entry.is_file(follow_symlinks=False):
+        return False
+    st = entry.stat(follow_symlinks=False)
+    return st.st_size == 0 and st.st_nlink == 1
 
 
 _SPARES: dict[Path, SpareFiles] = {}
@@ -125,12 +156,16 @@ class TranscriptWriter:
         except FileNotFoundError:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             spares = _SPARES.get(self.path.parent)
-            if spares is not None and spares.take_into(self.path):
+            try:
+                if spares is not None and spares.take_into(self.path):
+                    fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+                else:
+                    fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL,
+                                 0o644)
+                self._needs_fence = False
+            except FileExistsError:  # another writer made it meanwhile: append to theirs
                 fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
-            else:
-                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             created = True
-            self._needs_fence = False
         try:
             if self._needs_fence is None:
                 self._needs_fence = _ends_torn(self.path)
@@ -214,7 +249,7 @@ def read_transcript(path: Path) -> Transcript:
 
 def list_transcripts(layout: SquadLayout) -> list[Path]:
     """Transcript files, oldest first."""
-    folder = layout.root / "sessions"
+    folder = layout.sessions_dir
     if not folder.is_dir():
         return []
     files = [p for p in folder.iterdir() if p.suffix == ".jsonl" and p.is_file()]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from squadd.state.transcripts import TranscriptWriter, read_transcript
 
 
@@ -83,3 +85,61 @@ def test_two_processes_never_take_the_same_spare(tmp_path: Path) -> None:
              for i, t in enumerate(targets)]
     assert sum(taken) == 4  # each spare went to exactly one transcript
     assert sum(t.exists() for t in targets) == 4
+
+
+def test_a_spare_never_replaces_an_existing_transcript(tmp_path: Path) -> None:
+    from squadd.state.transcripts import SpareFiles
+
+    sessions = tmp_path / "sessions"
+    spares = SpareFiles(sessions)
+    spares.refill(2)
+    existing = sessions / "s-1.jsonl"
+    existing.write_bytes(b'{"kind":"meta","agent":"fenster"}\n')
+    assert spares.take_into(existing) is False
+    assert existing.read_bytes() == b'{"kind":"meta","agent":"fenster"}\n'
+    assert spares.take_into(sessions / "s-2.jsonl") is True  # the other spare still works
+    assert (sessions / "s-2.jsonl").stat().st_size == 0
+
+
+def test_a_transcript_another_writer_made_meanwhile_is_appended_to(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from squadd.state.transcripts import SpareFiles, spares_for
+
+    sessions = tmp_path / "sessions"
+    spares_for(sessions).refill(2)
+    path = sessions / "s-3.jsonl"
+    take_into = SpareFiles.take_into
+
+    def racing(self: SpareFiles, target: Path) -> bool:  # the other writer gets there first
+        target.write_bytes(b'{"kind":"meta","session_id":"s-3","agent":"first"}\n')
+        return take_into(self, target)
+
+    monkeypatch.setattr(SpareFiles, "take_into", racing)
+    writer = TranscriptWriter(path)
+    writer.add("state", state="queued")
+    writer.flush()
+    transcript = read_transcript(path)
+    assert transcript.meta["agent"] == "first" and transcript.last_state == "queued"
+
+
+def test_only_empty_unclaimed_files_are_adopted_as_spares(tmp_path: Path) -> None:
+    import os
+
+    from squadd.state.transcripts import SPARES_DIRNAME, SpareFiles
+
+    sessions = tmp_path / "sessions"
+    folder = sessions / SPARES_DIRNAME
+    folder.mkdir(parents=True)
+    (folder / "1-aa-0").touch()  # a spare an earlier process never used
+    (folder / "1-aa-1").write_text("not empty")
+    transcript = sessions / "old.jsonl"
+    transcript.write_text('{"kind":"meta"}\n')
+    os.link(transcript, folder / "1-aa-2.taken")  # a crash mid-take left this behind
+    (folder / "1-aa-3").touch()
+    os.link(folder / "1-aa-3", sessions / "other.jsonl")
+    spares = SpareFiles(sessions)
+    spares.refill(1)
+    assert len(spares) == 1
+    assert spares.take_into(sessions / "new.jsonl")
+    assert (sessions / "new.jsonl").stat().st_size == 0
+    assert transcript.read_text() == '{"kind":"meta"}\n'
