@@ -34,8 +34,6 @@ def configure_logging(
     console: bool = True,
 ) -> None:
     """Route every structlog and stdlib log line to stderr and, optionally, a JSON-lines file."""
-    from squadd.tools.custom.variables import redact_log_event  # secrets never reach a log
-
     structlog.configure(
         processors=[*_SHARED, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
         logger_factory=structlog.stdlib.LoggerFactory(),
@@ -50,12 +48,7 @@ def configure_logging(
     if console:
         stream = logging.StreamHandler(sys.stderr)
         stream.setLevel(_LEVELS[console_level])
-        stream.setFormatter(structlog.stdlib.ProcessorFormatter(
-            foreign_pre_chain=_SHARED,
-            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-                        structlog.processors.format_exc_info, redact_log_event,
-                        structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())],
-        ))
+        stream.setFormatter(_formatter(structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())))
         root.addHandler(stream)
         levels.append(_LEVELS[console_level])
     if json_file is not None:
@@ -63,15 +56,21 @@ def configure_logging(
         rotating = logging.handlers.RotatingFileHandler(
             json_file, maxBytes=max_bytes, backupCount=backups, encoding="utf-8")
         rotating.setLevel(_LEVELS[file_level])
-        rotating.setFormatter(structlog.stdlib.ProcessorFormatter(
-            foreign_pre_chain=_SHARED,
-            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-                        structlog.processors.format_exc_info, redact_log_event,
-                        structlog.processors.JSONRenderer()],
-        ))
+        rotating.setFormatter(_formatter(structlog.processors.JSONRenderer()))
         root.addHandler(rotating)
         levels.append(_LEVELS[file_level])
     root.setLevel(min(levels) if levels else logging.CRITICAL)
     # Libraries we use are chatty at INFO; their warnings still come through.
     for noisy in ("httpx", "httpcore", "uvicorn.access", "watchfiles"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def _formatter(renderer: structlog.types.Processor) -> structlog.stdlib.ProcessorFormatter:
+    """Render one handler's lines with `renderer`, secrets redacted first."""
+    from squadd.tools.custom.variables import redact_log_event  # secrets never reach a log
+
+    return structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=_SHARED,
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                    structlog.processors.format_exc_info, redact_log_event, renderer],
+    )

@@ -7,7 +7,6 @@ and consecutive messages of one role are merged, as the API wants roles to alter
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,7 +24,9 @@ from squadd.providers.base import (
 )
 from squadd.providers.http import (
     JsonEndpoint,
+    api_key_from,
     error_text,
+    key_hint,
     malformed,
     timeouts,
     usage_from,
@@ -66,14 +67,11 @@ class AnthropicProvider:
         headers = {"accept": "application/json", "anthropic-version": API_VERSION}
         if api_key:
             headers["x-api-key"] = api_key
-        hint = (f"check the API key in ${api_key_env}" if api_key
-                else f"${api_key_env} is not set")
         self.url = base_url.rstrip("/") + "/v1/messages"
         self._endpoint = JsonEndpoint(
             provider=name, url=self.url, headers=headers,
-            timeout=timeout or httpx.Timeout(120.0, connect=10.0),
-            policy=policy or RetryPolicy(), on_retry=on_retry, key_hint=hint,
-            transport=transport)
+            timeout=timeout, policy=policy, on_retry=on_retry,
+            key_hint=key_hint(api_key, api_key_env), transport=transport)
 
     @classmethod
     def from_settings(
@@ -84,11 +82,10 @@ class AnthropicProvider:
         transport: httpx.AsyncBaseTransport | None = None,
         environ: Mapping[str, str] | None = None,
     ) -> AnthropicProvider:
-        key_env = settings.api_key_env or DEFAULT_KEY_ENV
-        env = os.environ if environ is None else environ
+        api_key, key_env = api_key_from(settings, DEFAULT_KEY_ENV, environ)
         return cls(model=settings.model or DEFAULT_MODEL,
                    base_url=settings.base_url or DEFAULT_BASE_URL,
-                   api_key=env.get(key_env) or None, api_key_env=key_env,
+                   api_key=api_key, api_key_env=key_env,
                    timeout=timeouts(settings), policy=RetryPolicy.from_settings(settings),
                    on_retry=on_retry, transport=transport)
 

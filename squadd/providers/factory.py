@@ -18,6 +18,7 @@ from squadd.providers.anthropic import AnthropicProvider
 from squadd.providers.base import Provider, RetryCallback
 from squadd.providers.command import CommandProvider
 from squadd.providers.openai import OpenAIProvider
+from squadd.providers.replay import DEFAULT_MODEL as REPLAY_MODEL
 from squadd.providers.replay import RecordingProvider, ReplayProvider
 
 
@@ -53,7 +54,7 @@ def make_provider(
             raise ConfigError("provider.kind = 'replay' needs provider.replay_file: the YAML or "
                               "JSON file of scripted turns", key="provider.replay_file")
         provider = ReplayProvider.from_file(Path(settings.replay_file),
-                                            model=settings.model or "replay")
+                                            model=settings.model or REPLAY_MODEL)
     if settings.record_file:
         provider = RecordingProvider(provider, Path(settings.record_file))
     return provider

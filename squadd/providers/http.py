@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
@@ -34,6 +35,23 @@ arguments, which are held to `MAX_JSON_DEPTH` themselves (a deeper call gets a f
 _CONNECTION_ERRORS = (httpx.NetworkError, httpx.RemoteProtocolError, httpx.ConnectTimeout)
 
 
+DEFAULT_TIMEOUT = httpx.Timeout(120.0, connect=10.0)
+"""What a provider built without settings waits: 10 s to connect, 120 s for an answer."""
+
+
+def api_key_from(settings: ProviderSettings, default_env: str,
+                 environ: Mapping[str, str] | None = None) -> tuple[str | None, str]:
+    """The API key (None when unset or empty) and the name of the variable it is read from."""
+    key_env = settings.api_key_env or default_env
+    env = os.environ if environ is None else environ
+    return env.get(key_env) or None, key_env
+
+
+def key_hint(api_key: str | None, api_key_env: str) -> str:
+    """What to check when the provider answers 401/403."""
+    return f"check the API key in ${api_key_env}" if api_key else f"${api_key_env} is not set"
+
+
 def timeouts(settings: ProviderSettings) -> httpx.Timeout:
     """Connect and read timeouts from the settings; writes get the read budget, the pool the
     connect one."""
@@ -50,18 +68,19 @@ class JsonEndpoint:
         provider: str,
         url: str,
         headers: dict[str, str],
-        timeout: httpx.Timeout,
-        policy: RetryPolicy,
+        timeout: httpx.Timeout | None = None,
+        policy: RetryPolicy | None = None,
         on_retry: RetryCallback | None = None,
         key_hint: str = "",
         transport: httpx.AsyncBaseTransport | None = None,
     ):
         self.provider = provider
         self.url = url
-        self.policy = policy
+        self.policy = policy or RetryPolicy()
         self.on_retry = on_retry
         self._key_hint = key_hint
-        self._client = httpx.AsyncClient(headers=headers, timeout=timeout, transport=transport,
+        self._client = httpx.AsyncClient(headers=headers, timeout=timeout or DEFAULT_TIMEOUT,
+                                         transport=transport,
                                          follow_redirects=False)
 
     async def post(self, body: dict[str, Any]) -> dict[str, Any]:

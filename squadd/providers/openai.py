@@ -7,7 +7,6 @@ root that holds `/chat/completions` (e.g. `http://127.0.0.1:11434/v1` for Ollama
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,7 +26,9 @@ from squadd.providers.base import (
 )
 from squadd.providers.http import (
     JsonEndpoint,
+    api_key_from,
     error_text,
+    key_hint,
     malformed,
     timeouts,
     usage_from,
@@ -67,14 +68,11 @@ class OpenAIProvider:
         headers = {"accept": "application/json"}
         if api_key:  # local servers (Ollama, vLLM) need none
             headers["authorization"] = f"Bearer {api_key}"
-        hint = (f"check the API key in ${api_key_env}" if api_key
-                else f"${api_key_env} is not set")
         self.url = base_url.rstrip("/") + "/chat/completions"
         self._endpoint = JsonEndpoint(
             provider=name, url=self.url, headers=headers,
-            timeout=timeout or httpx.Timeout(120.0, connect=10.0),
-            policy=policy or RetryPolicy(), on_retry=on_retry, key_hint=hint,
-            transport=transport)
+            timeout=timeout, policy=policy, on_retry=on_retry,
+            key_hint=key_hint(api_key, api_key_env), transport=transport)
 
     @classmethod
     def from_settings(
@@ -85,11 +83,10 @@ class OpenAIProvider:
         transport: httpx.AsyncBaseTransport | None = None,
         environ: Mapping[str, str] | None = None,
     ) -> OpenAIProvider:
-        key_env = settings.api_key_env or DEFAULT_KEY_ENV
-        env = os.environ if environ is None else environ
+        api_key, key_env = api_key_from(settings, DEFAULT_KEY_ENV, environ)
         return cls(model=settings.model or DEFAULT_MODEL,
                    base_url=settings.base_url or DEFAULT_BASE_URL,
-                   api_key=env.get(key_env) or None, api_key_env=key_env,
+                   api_key=api_key, api_key_env=key_env,
                    timeout=timeouts(settings), policy=RetryPolicy.from_settings(settings),
                    on_retry=on_retry, transport=transport)
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from squadd.config import ProviderSettings
 from squadd.errors import ProviderError
-from squadd.providers.http import JsonEndpoint, error_text
+from squadd.providers.http import JsonEndpoint, api_key_from, error_text, key_hint
 from tests.providers._shared import FAST_RETRIES, TIMEOUT
 
 
@@ -48,3 +49,12 @@ async def test_unpaired_surrogates_in_an_answer_are_mended() -> None:
 def test_an_error_body_nested_too_deeply_is_shown_as_a_snippet() -> None:
     body = b"[" * 100_000
     assert error_text(body) == "[" * 1000
+
+
+def test_the_api_key_comes_from_the_named_variable_and_an_empty_one_counts_as_unset() -> None:
+    named = ProviderSettings(api_key_env="MY_KEY")
+    assert api_key_from(named, "OPENAI_API_KEY", {"MY_KEY": "sk-1"}) == ("sk-1", "MY_KEY")
+    assert api_key_from(ProviderSettings(), "OPENAI_API_KEY",
+                        {"OPENAI_API_KEY": ""}) == (None, "OPENAI_API_KEY")
+    assert key_hint(None, "OPENAI_API_KEY") == "$OPENAI_API_KEY is not set"
+    assert key_hint("sk-1", "MY_KEY") == "check the API key in $MY_KEY"
