@@ -283,7 +283,11 @@ class ToolInvoker:
             )
         except Exception as exc:  # a bad id or a full disk must still give the model a result
             log.warning("could not spill tool output", error=str(exc))
-            view, path = text[:max_bytes], None
+            piece = cut(text, max_lines=limits.max_output_lines, max_bytes=max_bytes)
+            view, path = piece.text, None
+            if piece.truncated:
+                view += (f"\n[output truncated: showing {piece.kept_lines} of "
+                         f"{piece.total_lines} lines; the full output could not be saved]")
         if path is not None:
             details = {**details, "full_output": str(path)}
         return ToolResult(result_type=result.result_type, text=view, details=details)

@@ -260,3 +260,19 @@ async def test_a_result_the_tool_spilled_itself_is_only_capped(layout: SquadLayo
     result = await invoker.invoke(ToolSet([Spiller()]), _call("spiller", text="x"), ORIGIN)
     assert result.text == "head\n[output truncated: see the file]"
     assert Path(result.details["full_output"]).read_text() == "the whole output"
+
+
+async def test_output_that_cannot_be_spilled_is_still_cut_to_the_byte_and_line_limits(
+    layout: SquadLayout,
+) -> None:
+    # A file where the tool-output folder should be: the spill fails, the limits still hold.
+    layout.root.mkdir(parents=True, exist_ok=True)
+    (layout.root / "tool-output").write_text("not a folder", encoding="utf-8")
+    settings = Settings(tools=ToolsSettings(max_output_lines=5, max_output_bytes=4096))
+    invoker, _ = _invoker(layout, settings)
+    text = "".join(f"é{i}\n" for i in range(2000))  # two bytes per "é"
+    result = await invoker.invoke(ToolSet([Echo()]), _call("echo", text=text), ORIGIN)
+    assert result.ok and "full_output" not in result.details
+    head, note = result.text.split("\n[output truncated", 1)
+    assert head == "".join(f"é{i}\n" for i in range(5))
+    assert "5 of 2000 lines" in note and "could not be saved" in note
