@@ -26,6 +26,7 @@ from squadd.config import Settings
 from squadd.providers.replay import ReplayProvider, ReplayScript, ScriptedTurn
 from squadd.runtime.events import EventBus
 from squadd.runtime.session import AgentSession, SessionInfo, choose_model, session_toolset
+from squadd.state.charters import read_charter
 from squadd.state.layout import SquadLayout
 from squadd.state.transcripts import SpareFiles, spares_for
 from squadd.tools.base import ToolSet
@@ -64,7 +65,7 @@ async def _measure(sessions: int, layout: SquadLayout, settings: Settings,
                    all_tools: ToolSet, timings: list[float]) -> None:
     for n in range(sessions + 50):
         started = time.perf_counter()
-        charter = AgentSession.load_charter(layout, "fenster")
+        charter = read_charter(layout, "fenster")
         tools = session_toolset(all_tools, None, charter)
         info = SessionInfo(session_id=f"bench-{n}", agent="fenster", task="say done",
                            model=choose_model(None, charter, settings, "fenster",

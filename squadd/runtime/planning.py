@@ -120,9 +120,7 @@ def resolve_agent(request: RouteRequest, router: Router,
 
 def check_chain(agent: str, origin: RouteOrigin, settings: Settings) -> int:
     """The new session's depth; `Refusal` when the route is too deep or closes a cycle."""
-    chain = list(origin.lineage)
-    if origin.session_id is not None and origin.agent and (not chain or chain[-1] != origin.agent):
-        chain.append(origin.agent)
+    chain = _lineage(origin)
     if agent in chain:
         path = " -> ".join([*chain, agent])
         raise Refusal("cycle", f"routing to {agent} would make a cycle ({path}): {agent} is "
@@ -155,6 +153,7 @@ def new_plan(request: RouteRequest, origin: RouteOrigin, agent: str, routed_by: 
 
 
 def _lineage(origin: RouteOrigin) -> tuple[str, ...]:
+    """The agents working on this chain of tasks, the caller last."""
     lineage = origin.lineage
     if origin.session_id is not None and origin.agent and (not lineage
                                                           or lineage[-1] != origin.agent):

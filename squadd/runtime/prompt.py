@@ -90,38 +90,28 @@ def skills_index(layout: SquadLayout) -> str:
 
 def gather(layout: SquadLayout, agent: str, context: str | None) -> PromptParts:
     """Read everything the prompt needs (blocking: call from a worker thread)."""
-    skills_dir = layout.root / "skills"
-    skills = skills_index(layout) if skills_dir.is_dir() or layout.github_skills_dir.is_dir() \
-        else ""
     return PromptParts(
         charter=FILES.read(layout.charter(agent)),
         history=FILES.read(layout.history(agent)),
         decisions=FILES.read(layout.decisions_md),
         context=context or "",
-        skills=skills,
+        skills=skills_index(layout),
     )
 
 
 def build_system_prompt(agent: str, parts: PromptParts, budgets: PromptSettings) -> str:
     """`You are {agent}, a Squad agent.` and each non-empty part under its heading."""
     sections = [f"You are {agent}, a Squad agent."]
-    if parts.charter.strip():
-        sections.append("## Charter\n" + keep_head(parts.charter.strip(),
-                                                   budgets.charter_bytes, "the charter"))
-    if parts.history.strip():
-        sections.append("## Project Knowledge\n" + keep_tail(parts.history.strip(),
-                                                             budgets.history_bytes, "history"))
-    if parts.decisions.strip():
-        sections.append("## Team Decisions\n" + keep_tail(parts.decisions.strip(),
-                                                          budgets.decisions_bytes, "decisions"))
-    if parts.context.strip():
-        sections.append("## Additional Context\n" + keep_tail(parts.context.strip(),
-                                                              budgets.context_bytes, "context"))
-    if parts.skills.strip():
-        sections.append(
-            "## Skills\nRead one with the squad_skill tool (action 'read').\n"
-            + keep_head(parts.skills.strip(), budgets.skills_index_bytes, "the skills index")
-        )
+    for heading, text, budget, keep, what in (
+        ("## Charter", parts.charter, budgets.charter_bytes, keep_head, "the charter"),
+        ("## Project Knowledge", parts.history, budgets.history_bytes, keep_tail, "history"),
+        ("## Team Decisions", parts.decisions, budgets.decisions_bytes, keep_tail, "decisions"),
+        ("## Additional Context", parts.context, budgets.context_bytes, keep_tail, "context"),
+        ("## Skills\nRead one with the squad_skill tool (action 'read').", parts.skills,
+         budgets.skills_index_bytes, keep_head, "the skills index"),
+    ):
+        if text.strip():
+            sections.append(f"{heading}\n{keep(text.strip(), budget, what)}")
     return "\n\n".join(sections)
 
 

@@ -28,7 +28,7 @@ from squadd.runtime.events import (
     SessionMessage,
 )
 from squadd.runtime.prompt import build_system_prompt, gather
-from squadd.state.charters import Charter, read_charter
+from squadd.state.charters import Charter
 from squadd.state.layout import SquadLayout
 from squadd.state.transcripts import Transcript, TranscriptWriter, read_transcript
 from squadd.tools.base import CancelSignal, ToolSet
@@ -170,11 +170,6 @@ class AgentSession:
     @property
     def agent(self) -> str:
         return self.info.agent
-
-    @staticmethod
-    def load_charter(layout: SquadLayout, agent: str) -> Charter:
-        """The agent's charter; `NotFoundError` lists the agents that exist."""
-        return read_charter(layout, agent)
 
     async def start(self, task: str, context: str | None, *,
                     cancel: CancelSignal | None = None,

@@ -20,7 +20,7 @@ from squadd.runtime.session import (
     choose_model,
     session_toolset,
 )
-from squadd.state.charters import parse_charter
+from squadd.state.charters import parse_charter, read_charter
 from squadd.state.layout import SquadLayout
 from squadd.state.transcripts import TranscriptWriter, read_transcript
 from squadd.tools.base import ToolSet
@@ -203,7 +203,7 @@ async def test_timeout_ends_in_error_and_says_so(squad: SquadLayout) -> None:
 
 def test_unknown_agent_lists_the_agents_that_exist(squad: SquadLayout) -> None:
     with pytest.raises(NotFoundError, match=r"ghost.*fenster"):
-        AgentSession.load_charter(squad, "ghost")
+        read_charter(squad, "ghost")
 
 
 def test_model_choice_order() -> None:
