@@ -25,7 +25,7 @@ from squadd.runtime.events import (
     ScribeMerged,
     ScribeRejected,
 )
-from squadd.state.archive import archive_decisions, recover_archive
+from squadd.state.archive import archive_decisions, recover_archive, separator_before_append
 from squadd.state.charters import roster
 from squadd.state.decision_index import DecisionIndex, entry_digest
 from squadd.state.decisions import parse_entries
@@ -60,6 +60,8 @@ BATCH_FILES = 1000
 BATCH_BYTES = 32 * 1024 * 1024
 EVENT_FILES = 100
 """Most file names one `scribe.merged` event lists (the count is always exact)."""
+DECISIONS_HEADING = "# Decisions\n\n"
+"""What a new decisions.md starts with."""
 
 
 class RejectedFile(BaseModel):
@@ -239,7 +241,8 @@ def _write_batch(
     report.team_updates += _send_team_updates(layout, matcher, batch.new)
     intent = None
     if batch.new:
-        chunk = _separator(layout) + "\n".join(text for text, _, _ in batch.new)
+        chunk = (separator_before_append(layout.decisions_md, DECISIONS_HEADING)
+                 + "\n".join(text for text, _, _ in batch.new))
         intent = append_with_intent(layout, layout.decisions_md, chunk.encode("utf-8"))
         index.record_append([digest for _, digest, _ in batch.new], chunk)
     pending = deleter.submit(_delete_merged, layout, batch.accepted, intent)
@@ -290,22 +293,6 @@ def _collect(pending: Future[_Deleted] | None, report: ScribeReport) -> None:
     done = pending.result()
     report.merged_files.extend(done.merged)
     report.deferred.extend(done.changed)
-
-
-def _separator(layout: SquadLayout) -> str:
-    """What goes before appended entries so that one blank line parts them from the last one."""
-    try:
-        with layout.decisions_md.open("rb") as handle:
-            size = handle.seek(0, 2)
-            handle.seek(max(0, size - 2))
-            last = handle.read()
-    except FileNotFoundError:
-        size, last = 0, b""
-    if size == 0:
-        return "# Decisions\n\n"
-    if last.endswith(b"\n\n"):
-        return ""
-    return "\n" if last.endswith(b"\n") else "\n\n"
 
 
 class AgentMatcher:

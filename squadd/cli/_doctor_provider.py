@@ -18,6 +18,7 @@ import httpx
 
 from squadd.config import ProviderSettings
 from squadd.errors import ConfigError
+from squadd.providers.http import api_key_from
 
 Status = Literal["ok", "warn", "fail", "skip"]
 PROBE_TIMEOUT_S = 10.0
@@ -47,12 +48,8 @@ def _openai(settings: ProviderSettings, env: Mapping[str, str],
             transport: httpx.BaseTransport | None) -> Finding:
     from squadd.providers.openai import DEFAULT_BASE_URL, DEFAULT_KEY_ENV, DEFAULT_MODEL
 
-    base = (settings.base_url or DEFAULT_BASE_URL).rstrip("/")
-    key_env = settings.api_key_env or DEFAULT_KEY_ENV
-    key = env.get(key_env)
-    model = settings.model or DEFAULT_MODEL
-    where = [f"kind: openai, base_url: {base}, model: {model}",
-             f"key: ${key_env} {'is set' if key else 'is not set'}"]
+    base, model, key, key_env, where = _endpoint(settings, env, DEFAULT_BASE_URL,
+                                                 DEFAULT_MODEL, DEFAULT_KEY_ENV)
     if not key and base == DEFAULT_BASE_URL:
         return Finding("fail", f"${key_env} is not set: the OpenAI API needs a key "
                                f"(export {key_env}=..., or set provider.base_url to a local "
@@ -71,18 +68,26 @@ def _anthropic(settings: ProviderSettings, env: Mapping[str, str],
         DEFAULT_MODEL,
     )
 
-    base = (settings.base_url or DEFAULT_BASE_URL).rstrip("/")
-    key_env = settings.api_key_env or DEFAULT_KEY_ENV
-    key = env.get(key_env)
-    model = settings.model or DEFAULT_MODEL
-    where = [f"kind: anthropic, base_url: {base}, model: {model}",
-             f"key: ${key_env} {'is set' if key else 'is not set'}"]
+    base, model, key, key_env, where = _endpoint(settings, env, DEFAULT_BASE_URL,
+                                                 DEFAULT_MODEL, DEFAULT_KEY_ENV)
     if not key:
         return Finding("fail", f"${key_env} is not set: the Anthropic API needs a key "
                                f"(export {key_env}=...)", where)
     headers = {"x-api-key": key, "anthropic-version": API_VERSION}
     return _probe(f"{base}/v1/models", headers, settings, transport, where, model, key_env,
                   key_needed=True)
+
+
+def _endpoint(settings: ProviderSettings, env: Mapping[str, str], default_base: str,
+              default_model: str, default_key_env: str
+              ) -> tuple[str, str, str | None, str, list[str]]:
+    """The base URL, model, key and key variable the provider would use, and how to show them."""
+    base = (settings.base_url or default_base).rstrip("/")
+    model = settings.model or default_model
+    key, key_env = api_key_from(settings, default_key_env, env)
+    where = [f"kind: {settings.kind}, base_url: {base}, model: {model}",
+             f"key: ${key_env} {'is set' if key else 'is not set'}"]
+    return base, model, key, key_env, where
 
 
 def _probe(url: str, headers: dict[str, str], settings: ProviderSettings,

@@ -42,25 +42,22 @@ def stop(timeout_s: float, no_wait: bool, directory: Path | None) -> None:
     click.echo(f"squadd (PID {pid}) stopped")
 
 
-def _resolve(approval_id: str, approved: bool, reason: str, directory: Path | None) -> None:
-    with client_for(directory) as client:
-        client.resolve_approval(approval_id, approved, reason)
-    click.echo(f"{'approved' if approved else 'denied'} {approval_id}")
+def _resolver(name: str, approved: bool, doc: str) -> click.Command:
+    """`squadd approve` or `squadd deny`: the same command but for the answer it gives."""
+
+    @click.command(name, help=doc)
+    @click.argument("approval_id", type=TEXT)
+    @click.option("--reason", type=TEXT, default="", help="Why (the agent sees it).")
+    @dir_option
+    def resolve(approval_id: str, reason: str, directory: Path | None) -> None:
+        with client_for(directory) as client:
+            client.resolve_approval(approval_id, approved, reason)
+        click.echo(f"{'approved' if approved else 'denied'} {approval_id}")
+
+    return resolve
 
 
-@click.command("approve")
-@click.argument("approval_id", type=TEXT)
-@click.option("--reason", type=TEXT, default="", help="Why (the agent sees it).")
-@dir_option
-def approve(approval_id: str, reason: str, directory: Path | None) -> None:
-    """Let a tool call that waits for approval run (its ID is in the approval.requested event)."""
-    _resolve(approval_id, True, reason, directory)
-
-
-@click.command("deny")
-@click.argument("approval_id", type=TEXT)
-@click.option("--reason", type=TEXT, default="", help="Why (the agent sees it).")
-@dir_option
-def deny(approval_id: str, reason: str, directory: Path | None) -> None:
-    """Refuse a tool call that waits for approval; the agent is told, with your reason."""
-    _resolve(approval_id, False, reason, directory)
+approve = _resolver("approve", True, "Let a tool call that waits for approval run (its ID is in "
+                                     "the approval.requested event).")
+deny = _resolver("deny", False, "Refuse a tool call that waits for approval; the agent is told, "
+                                "with your reason.")

@@ -13,6 +13,7 @@ import datetime as dt
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from squadd.config import ScribeSettings
 from squadd.state.decision_index import DecisionIndex, entry_digest
@@ -134,7 +135,8 @@ def archive_decisions(
     ).encode("utf-8"))
     if dry_run:
         return outcome
-    chunk = _archive_prefix(layout) + "\n".join(e.text for e in moved)
+    chunk = (separator_before_append(layout.decisions_archive, ARCHIVE_HEADING)
+             + "\n".join(e.text for e in moved))
     intent = append_with_intent(
         layout, layout.decisions_archive, chunk.encode("utf-8"),
         {"remove": [entry_digest(e.text).hex() for e in moved]},
@@ -183,17 +185,18 @@ def _finish(layout: SquadLayout, intent: AppendIntent) -> int:
     return removed
 
 
-def _archive_prefix(layout: SquadLayout) -> str:
-    """What goes before the moved entries: a heading for a new archive, else a blank line."""
+def separator_before_append(path: Path, heading: str) -> str:
+    """What goes before entries appended to the markdown file at `path`: `heading` when it is
+    missing or empty, else what makes exactly one blank line after its last entry."""
     try:
-        with layout.decisions_archive.open("rb") as handle:
+        with path.open("rb") as handle:
             size = handle.seek(0, 2)
             handle.seek(max(0, size - 2))
             last = handle.read()
     except FileNotFoundError:
-        return ARCHIVE_HEADING
+        return heading
     if size == 0:
-        return ARCHIVE_HEADING
+        return heading
     if last.endswith(b"\n\n"):
         return ""
     return "\n" if last.endswith(b"\n") else "\n\n"

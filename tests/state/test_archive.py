@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from pathlib import Path
 
 import pytest
 
 from squadd.config import ScribeSettings, Settings
 from squadd.scribe import merge_inbox
-from squadd.state.archive import archive_decisions, render_decisions
+from squadd.state.archive import archive_decisions, render_decisions, separator_before_append
 from squadd.state.decision_index import DecisionIndex, entry_digest
 from squadd.state.decisions import format_entry, parse_decisions
 from squadd.state.intent import append_with_intent, intent_file
@@ -144,3 +145,14 @@ def test_a_kill_between_archive_append_and_rewrite_never_duplicates(
     assert titles(squad) == ["New"]
     assert titles(squad, "decisions-archive.md") == moved
     assert not intent_file(squad, squad.decisions_archive).exists()
+
+
+@pytest.mark.parametrize(("content", "expected"), [
+    (None, "# H\n\n"), (b"", "# H\n\n"), (b"x\n\n", ""), (b"x\n", "\n"), (b"x", "\n\n"),
+])
+def test_appends_start_with_the_heading_or_exactly_one_blank_line(
+        tmp_path: Path, content: bytes | None, expected: str) -> None:
+    target = tmp_path / "decisions.md"
+    if content is not None:
+        target.write_bytes(content)
+    assert separator_before_append(target, "# H\n\n") == expected
