@@ -16,19 +16,12 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from squadd.state.layout import SquadLayout
-from tests.support.daemon_process import DaemonProcess, clean_env, make_repo
+from tests.support.daemon_process import FAST_CONFIG, DaemonProcess, clean_env, make_repo
 from tests.support.model_servers import OpenAIServer
 
 pytestmark = pytest.mark.slow
 
 CALL_TIMEOUT_S = 30.0
-FAST_CONFIG = """\
-[daemon]
-grace_s = 1.0
-
-[provider]
-max_attempts = 1
-"""
 
 
 @pytest.fixture(scope="module")
@@ -41,12 +34,9 @@ def model_server() -> Iterator[OpenAIServer]:
 def daemon(tmp_path_factory: pytest.TempPathFactory,
            model_server: OpenAIServer) -> Iterator[DaemonProcess]:
     """One daemon for the module's tests: a repo with the agents lead and backend."""
-    process = DaemonProcess.in_new_repo(tmp_path_factory.mktemp("mcp"), model_server.url,
-                                        config=FAST_CONFIG, agents=("lead", "backend"))
-    try:
-        yield process.start()
-    finally:
-        process.close()
+    with DaemonProcess.in_new_repo(tmp_path_factory.mktemp("mcp"), model_server.url,
+                                   config=FAST_CONFIG, agents=("lead", "backend")) as process:
+        yield process
 
 
 class Notifications:

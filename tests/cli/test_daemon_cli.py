@@ -12,13 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.daemon_process import DaemonProcess, make_repo
+from tests.support.daemon_process import FAST_CONFIG, DaemonProcess, make_repo
 from tests.support.model_servers import OpenAIServer
 
 pytestmark = pytest.mark.slow
-
-CONFIG = "[daemon]\ngrace_s = 1.0\n\n[provider]\nmax_attempts = 1\n"
-
 
 @pytest.fixture
 def model_server() -> Iterator[OpenAIServer]:
@@ -28,12 +25,9 @@ def model_server() -> Iterator[OpenAIServer]:
 
 @pytest.fixture
 def daemon(tmp_path: Path, model_server: OpenAIServer) -> Iterator[DaemonProcess]:
-    process = DaemonProcess.in_new_repo(tmp_path, model_server.url, config=CONFIG,
-                                        agents=("lead", "backend"))
-    try:
-        yield process.start()
-    finally:
-        process.close()
+    with DaemonProcess.in_new_repo(tmp_path, model_server.url, config=FAST_CONFIG,
+                                   agents=("lead", "backend")) as process:
+        yield process
 
 
 def test_route_round_trip_shows_progress_status_events_transcript_and_log(

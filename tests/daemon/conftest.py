@@ -7,16 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.daemon_process import DaemonProcess
+from tests.support.daemon_process import FAST_CONFIG, DaemonProcess
 from tests.support.model_servers import OpenAIServer
-
-FAST_CONFIG = """\
-[daemon]
-grace_s = 1.0
-
-[provider]
-max_attempts = 1
-"""
 
 
 @pytest.fixture
@@ -28,8 +20,5 @@ def model_server() -> Iterator[OpenAIServer]:
 @pytest.fixture
 def daemon(tmp_path: Path, model_server: OpenAIServer) -> Iterator[DaemonProcess]:
     """A daemon in a fresh repo with one agent, `lead`; killed at the end whatever happened."""
-    process = DaemonProcess.in_new_repo(tmp_path, model_server.url, config=FAST_CONFIG)
-    try:
-        yield process.start()
-    finally:
-        process.close()
+    with DaemonProcess.in_new_repo(tmp_path, model_server.url, config=FAST_CONFIG) as process:
+        yield process

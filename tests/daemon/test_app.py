@@ -15,8 +15,7 @@ import pytest
 
 from squadd.daemon.client import DaemonRequestError
 from squadd.runtime.events import ToolCompleted, ToolStarted
-from tests.daemon.conftest import FAST_CONFIG
-from tests.support.daemon_process import DaemonProcess
+from tests.support.daemon_process import FAST_CONFIG, DaemonProcess
 from tests.support.model_servers import OpenAIServer, Reply
 
 
@@ -29,12 +28,9 @@ def server() -> Iterator[OpenAIServer]:
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory,
            server: OpenAIServer) -> Iterator[DaemonProcess]:
-    process = DaemonProcess.in_new_repo(tmp_path_factory.mktemp("api"), server.url,
-                                        config=FAST_CONFIG, agents=("lead", "backend"))
-    try:
-        yield process.start()
-    finally:
-        process.close()
+    with DaemonProcess.in_new_repo(tmp_path_factory.mktemp("api"), server.url,
+                                   config=FAST_CONFIG, agents=("lead", "backend")) as process:
+        yield process
 
 
 @pytest.fixture

@@ -12,8 +12,7 @@ import pytest
 from squadd.daemon.client import DaemonClient, DaemonRequestError
 from squadd.daemon.server import parse_tcp
 from squadd.errors import ConfigError, DaemonError
-from tests.daemon.conftest import FAST_CONFIG
-from tests.support.daemon_process import DaemonProcess, make_repo
+from tests.support.daemon_process import FAST_CONFIG, DaemonProcess, make_repo
 from tests.support.model_servers import OpenAIServer, unused_port
 
 pytestmark = pytest.mark.slow

@@ -18,8 +18,7 @@ import pytest
 from squadd.daemon._unix import MAX_UNIX_PATH_BYTES
 from squadd.daemon.client import DaemonClient
 from squadd.errors import DaemonNotRunningError
-from tests.daemon.conftest import FAST_CONFIG
-from tests.support.daemon_process import DaemonProcess, make_repo
+from tests.support.daemon_process import FAST_CONFIG, DaemonProcess, make_repo
 from tests.support.model_servers import OpenAIServer, Reply
 
 pytestmark = pytest.mark.slow

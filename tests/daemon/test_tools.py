@@ -41,10 +41,8 @@ def daemon(tmp_path: Path, model_server: OpenAIServer) -> Iterator[DaemonProcess
     process = DaemonProcess.in_new_repo(tmp_path, model_server.url, config=CONFIG)
     (process.layout.root / "tools").mkdir(exist_ok=True)
     (process.layout.root / "tools" / "shout.py").write_text(SHOUT, encoding="utf-8")
-    try:
-        yield process.start()
-    finally:
-        process.close()
+    with process:
+        yield process
 
 
 def test_a_project_tool_is_listed_with_its_file_and_runs(daemon: DaemonProcess) -> None:

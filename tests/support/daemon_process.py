@@ -26,6 +26,14 @@ from squadd.state.team import add_agent
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 START_TIMEOUT_S = 20.0
+FAST_CONFIG = """\
+[daemon]
+grace_s = 1.0
+
+[provider]
+max_attempts = 1
+"""
+"""A config for daemons under test: a short stop grace and no provider retries."""
 
 
 def make_repo(path: Path, agents: tuple[str, ...] = ("lead",), config: str = "") -> SquadLayout:
@@ -141,7 +149,11 @@ class DaemonProcess:
             time.sleep(0.02)
 
     def __enter__(self) -> Self:
-        return self.start()
+        try:
+            return self.start()
+        except BaseException:
+            self.close()  # a start that timed out leaves a live process behind
+            raise
 
     def __exit__(self, *exc: object) -> None:
         self.close()
