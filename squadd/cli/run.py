@@ -63,7 +63,6 @@ def run(agent: str, task: str, context: str | None, as_json: bool, verbose: bool
 
 async def _run_session(layout: Any, settings: Any, agent: str, task: str, context: str | None,
                        model: str | None, quiet: bool) -> dict[str, Any]:
-    from squadd.daemon.wiring import build_runtime
     from squadd.runtime.api import RouteRequest
     from squadd.runtime.events import (
         ApprovalRequested,
@@ -72,8 +71,9 @@ async def _run_session(layout: Any, settings: Any, agent: str, task: str, contex
         ToolCompleted,
         ToolStarted,
     )
+    from squadd.runtime.runtime import SquadRuntime
 
-    runtime = build_runtime(layout, settings)
+    runtime = SquadRuntime.from_settings(layout, settings)
 
     def show(event: BaseEvent) -> None:
         if quiet:

@@ -33,7 +33,6 @@ from squadd.daemon._unix import SocketAddress
 from squadd.daemon.app import BearerAuth, DaemonContext, create_app
 from squadd.daemon.client import DaemonClient
 from squadd.daemon.recovery import recover_sessions, sweep_stale_temp_files
-from squadd.daemon.wiring import build_runtime
 from squadd.errors import ConfigError, DaemonAlreadyRunningError, DaemonError, DaemonNotRunningError
 from squadd.logs import configure_logging
 from squadd.runtime.events import DaemonStarted, DaemonStopping
@@ -186,7 +185,7 @@ class Daemon:
             if stale:
                 log.warning("removed files a daemon that did not stop cleanly left behind",
                             files=stale)
-            runtime = build_runtime(layout, settings)
+            runtime = SquadRuntime.from_settings(layout, settings)
             atomic_write(layout.pid_file, f"{os.getpid()}\n")
             token = None
             if self.tcp is not None:

@@ -367,3 +367,17 @@ class EventBus:
     @property
     def subscriber_count(self) -> int:
         return len(self._subscribers)
+
+
+class LoopSink:
+    """Publishes to the bus from a worker thread by handing the event to the event loop
+    (the bus is not thread-safe); on the loop's own thread it publishes directly."""
+
+    def __init__(self, bus: EventBus):
+        self.bus = bus
+
+    def publish(self, event: BaseEvent) -> None:
+        try:
+            anyio.from_thread.run_sync(self.bus.publish, event)
+        except RuntimeError:  # not in a worker thread: we are on the loop already
+            self.bus.publish(event)

@@ -9,6 +9,7 @@ as `async with SquadRuntime(...) as runtime:`.
 from __future__ import annotations
 
 from contextlib import AsyncExitStack
+from typing import Any
 
 import anyio
 import structlog
@@ -25,7 +26,7 @@ from squadd.runtime.api import (
     SessionView,
     StatusReport,
 )
-from squadd.runtime.events import EventBus, EventSink, ProviderRetry
+from squadd.runtime.events import EventBus, EventSink, LoopSink, ProviderRetry
 from squadd.runtime.orchestration import OrchestrationEntry, OrchestrationLog
 from squadd.runtime.planning import (
     CharterCache,
@@ -47,7 +48,7 @@ from squadd.runtime.slots import SlotLimiter, SlotTicket
 from squadd.state.charters import Charter
 from squadd.state.layout import SquadLayout
 from squadd.state.transcripts import spares_for
-from squadd.tools.base import ToolSet
+from squadd.tools.base import Tool, ToolSet
 from squadd.tools.invoke import ToolInvoker
 from squadd.tools.squad import file_tools
 from squadd.tools.squad.route import SquadRoute
@@ -107,16 +108,31 @@ class SquadRuntime:
 
     @classmethod
     def from_settings(cls, layout: SquadLayout, settings: Settings, *,
-                      bus: EventBus | None = None,
-                      extra_tools: ExtraTools | None = None) -> SquadRuntime:
-        """A runtime with the provider `settings` name, whose retries become events."""
+                      bus: EventBus | None = None) -> SquadRuntime:
+        """The runtime as `squadd serve` and `squadd run` use it (not started: `async with`
+        it): the provider the settings name, with its retries as events; the invoker with the
+        project's variables and secrets and the approval broker; and the custom tools
+        discovered at each session start (`.squad/tools/`, the user's, `tools.extra_dirs`)."""
         from squadd.providers.factory import make_provider
+        from squadd.tools.custom.approvals import ApprovalBroker
+        from squadd.tools.custom.discovery import discover_tools
+        from squadd.tools.custom.variables import SquadVariables
 
         bus = bus if bus is not None else EventBus(buffer=settings.daemon.event_buffer)
         provider = make_provider(settings.provider, on_retry=retry_publisher(bus),
                                  cwd=layout.repo)
-        return cls(layout, settings, provider, bus=bus, extra_tools=extra_tools,
-                   owns_provider=True)
+        invoker = ToolInvoker(layout, settings, bus, variables=SquadVariables(layout, settings),
+                              approvals=ApprovalBroker(settings, bus))
+        sink = LoopSink(bus)
+        runtime: SquadRuntime | None = None
+
+        def custom_tools() -> list[Tool[Any]]:
+            builtins = runtime.tools.names if runtime is not None else ()
+            return list(discover_tools(layout, settings, sink, builtin_names=builtins).tools)
+
+        runtime = cls(layout, settings, provider, bus=bus, invoker=invoker,
+                      extra_tools=custom_tools, owns_provider=True)
+        return runtime
 
     # Lifecycle.
     async def __aenter__(self) -> SquadRuntime:
@@ -197,7 +213,7 @@ class SquadRuntime:
         spares = spares_for(self.layout.sessions_dir)
         wanted = min(1024, 2 * (self.settings.pool.max_concurrent + 32))
         with self._spares_scope or anyio.CancelScope():
-            while True:
+            while spares.usable:
                 if len(spares) < wanted // 2:
                     try:
                         await anyio.to_thread.run_sync(spares.refill, wanted)
