@@ -40,14 +40,16 @@ def tools() -> None:
 
 def _load(directory: Path | None) -> tuple[SquadLayout, Settings, list[Tool[Any]], Discovery]:
     from squadd.logs import configure_logging
-    from squadd.tools.squad import file_tools
+    from squadd.tools.squad import SQUAD_TOOL_NAMES, file_tools
 
     # Load failures are listed by the commands themselves; log lines would only repeat them.
     configure_logging(console_level="error")
     layout = find_layout(directory)
     settings = load_settings(layout.root)
     builtins = file_tools(layout, settings)
-    found = discover_tools(layout, settings, builtin_names=[t.name for t in builtins])
+    # All five squad tools shadow a custom tool of their name, as in the daemon, though only
+    # the three that need no pool can run here.
+    found = discover_tools(layout, settings, builtin_names=SQUAD_TOOL_NAMES)
     return layout, settings, builtins, found
 
 

@@ -112,3 +112,11 @@ def test_test_fails_when_an_expectation_fails(squad: SquadLayout) -> None:
     assert result.exit_code == 1
     assert "FAIL say: wrong" in result.output and "does not contain 'goodbye'" in result.output
     assert "0 passed, 1 failed" in result.output
+
+
+def test_a_custom_tool_named_like_a_pool_squad_tool_is_shown_shadowed(squad: SquadLayout) -> None:
+    # The daemon gives squad_route to every session, so a project tool of that name never runs.
+    _write(squad, "squad_route.yaml", "description: Mine\ntags: [read]\nbash: echo mine\n")
+    rows = json.loads(_cli("list", "--json", squad=squad).stdout)["tools"]
+    mine = [r for r in rows if r["file"] == str(squad.tools_dir / "squad_route.yaml")]
+    assert [(r["status"], r["shadowed_by"]) for r in mine] == [("shadowed", "builtin")]

@@ -12,6 +12,9 @@ from squadd.config import Settings
 from squadd.state.layout import SquadLayout
 from squadd.tools.base import Tool
 
+SQUAD_TOOL_NAMES = ("squad_route", "squad_decide", "squad_memory", "squad_status", "squad_skill")
+"""The five squad tools: a custom tool of the same name is shadowed wherever tools are listed."""
+
 
 def file_tools(layout: SquadLayout, settings: Settings) -> list[Tool[Any]]:
     """`squad_decide`, `squad_memory` and `squad_skill` for this squad dir."""
