@@ -86,6 +86,7 @@ def pending_intent(layout: SquadLayout, target: Path) -> AppendIntent | None:
             header.get("magic") == _MAGIC
             and header.get("length") == len(data)
             and header.get("sha256") == hashlib.sha256(data).hexdigest()
+            and isinstance(header.get("start"), int) and isinstance(header.get("inode"), int)
         )
     except (ValueError, AttributeError):
         valid = False

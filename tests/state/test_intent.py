@@ -73,3 +73,19 @@ def test_a_damaged_intent_file_is_discarded(squad: SquadLayout) -> None:
 
     assert pending_intent(squad, target) is None
     assert not path.exists()
+
+
+def test_an_intent_without_its_offset_is_discarded_not_raised(squad: SquadLayout) -> None:
+    import hashlib
+    import json
+
+    target = squad.root / "log.md"
+    path = intent_file(squad, target)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = b"entry\n"
+    header = {"magic": "squadd-append-intent-1", "length": len(data),
+              "sha256": hashlib.sha256(data).hexdigest()}  # hand-edited: no start, no inode
+    path.write_bytes(json.dumps(header).encode() + b"\n" + data)
+
+    assert pending_intent(squad, target) is None
+    assert not path.exists()
