@@ -8,7 +8,9 @@ ignored on read and fenced off by a newline on the next append, so no earlier li
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import datetime as dt
+import errno
 import itertools
 import json
 import os
@@ -37,8 +39,9 @@ class SpareFiles:
     background task (`refill`) creates spares in `sessions/.spares/` and makes them durable with
     one folder sync; a writer that needs a new transcript moves one into place instead (made
     durable by the same folder sync the write needs anyway). Several processes may share the
-    folder: a spare is claimed by renaming it within `.spares/` (one taker wins), then linked
-    to its target, which (unlike a rename) never replaces a transcript another writer made.
+    folder. A spare moves to its target with one `renameat2(RENAME_NOREPLACE)`, which never
+    replaces a transcript another writer made; where that call is missing, a spare is claimed
+    by a rename within `.spares/` (one taker wins), then hard-linked to its target.
     """
 
     def __init__(self, sessions_dir: Path):
@@ -84,6 +87,15 @@ class SpareFiles:
                 if not self._names:
                     return False
                 name = self._names.popleft()
+            moved = _rename_noreplace(self.folder / name, target)
+            if moved is True:
+                return True
+            if moved == "taken":
+                continue  # another process took it
+            if moved == "exists":
+                with self._lock:
+                    self._names.appendleft(name)
+                return False
             claimed = self.folder / (name + _TAKEN)
             try:
                 (self.folder / name).rename(claimed)
@@ -102,6 +114,42 @@ class SpareFiles:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(claimed)
             return True
+
+
+def _load_renameat2() -> Any:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        function = libc.renameat2
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
+                         ctypes.c_uint]
+    function.restype = ctypes.c_int
+    return function
+
+
+_RENAMEAT2 = _load_renameat2()
+_AT_FDCWD = -100
+_RENAME_NOREPLACE = 1
+
+
+def _rename_noreplace(source: Path, target: Path) -> bool | str:
+    """Move `source` to `target` in one step unless `target` exists (Linux renameat2).
+
+    True when moved; "taken" when `source` is gone; "exists" when `target` exists; False when
+    the system cannot do it (no renameat2, or a file system without RENAME_NOREPLACE).
+    """
+    if _RENAMEAT2 is None:
+        return False
+    if _RENAMEAT2(_AT_FDCWD, os.fsencode(source), _AT_FDCWD, os.fsencode(target),
+                  _RENAME_NOREPLACE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code == errno.ENOENT:
+        return "taken"
+    if code == errno.EEXIST:
+        return "exists"
+    return False
 
 
 _TAKEN = ".taken"

@@ -143,3 +143,17 @@ def test_only_empty_unclaimed_files_are_adopted_as_spares(tmp_path: Path) -> Non
     assert spares.take_into(sessions / "new.jsonl")
     assert (sessions / "new.jsonl").stat().st_size == 0
     assert transcript.read_text() == '{"kind":"meta"}\n'
+
+
+def test_a_spare_moves_in_one_step_and_never_over_an_existing_file(tmp_path: Path) -> None:
+    from squadd.state.transcripts import _rename_noreplace
+
+    source, target = tmp_path / "spare", tmp_path / "s.jsonl"
+    source.write_bytes(b"")
+    target.write_bytes(b"kept\n")
+    assert _rename_noreplace(source, target) == "exists"
+    assert target.read_bytes() == b"kept\n" and source.exists()
+    target.unlink()
+    assert _rename_noreplace(source, target) is True
+    assert target.exists() and not source.exists()
+    assert _rename_noreplace(source, tmp_path / "other.jsonl") == "taken"
