@@ -18,18 +18,18 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel, Field
 
 from squadd.config import Settings
-from squadd.runtime.events import (
+from squadd.contracts.events import (
     EventSink,
     NullSink,
     ScribeArchived,
     ScribeMerged,
     ScribeRejected,
 )
+from squadd.fsio import file_lock, fsync_dir
 from squadd.state.archive import archive_decisions, recover_archive, separator_before_append
 from squadd.state.charters import roster
 from squadd.state.decision_index import DecisionIndex, entry_digest
 from squadd.state.decisions import parse_entries
-from squadd.state.fsio import file_lock, fsync_dir
 from squadd.state.history import append_history_lines, compact_history
 from squadd.state.inbox import (
     Accepted,

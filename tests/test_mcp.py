@@ -191,7 +191,7 @@ async def test_tool_list_changes_once_the_daemon_answers(tmp_path: Path) -> None
 def _unreadable(line: str) -> types.JSONRPCError | None:
     from pydantic import ValidationError
 
-    from squadd.mcp import refusal
+    from squadd.mcp_server import refusal
 
     try:
         types.jsonrpc_message_adapter.validate_json(line, by_name=False)
@@ -224,7 +224,7 @@ def test_a_line_that_is_not_json_gets_a_parse_error_with_the_id_it_starts_with()
 
 async def test_nan_or_a_huge_integer_in_arguments_is_an_error_result(tmp_path: Path) -> None:
     from squadd.daemon.client import AsyncDaemonClient
-    from squadd.mcp import DaemonBridge
+    from squadd.mcp_server import DaemonBridge
 
     layout = make_repo(tmp_path / "repo", ("lead",), FAST_CONFIG)
     async with AsyncDaemonClient(layout) as client:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from squadd.config import Settings
-from squadd.runtime.events import BaseEvent, ScribeMerged, ScribeRejected
+from squadd.contracts.events import BaseEvent, ScribeMerged, ScribeRejected
 from squadd.scribe import merge_inbox
 from squadd.state.decisions import format_entry, parse_decisions, write_inbox_entry
 from squadd.state.history import append_history_lines

@@ -15,7 +15,7 @@ import pytest
 
 from squadd import scribe_worker
 from squadd.config import ScribeSettings, Settings
-from squadd.runtime.events import BaseEvent, ScribeMerged, ScribeRejected
+from squadd.contracts.events import BaseEvent, ScribeMerged, ScribeRejected
 from squadd.scribe_worker import run_scribe_worker
 from squadd.state.decisions import parse_decisions, write_inbox_entry
 from squadd.state.layout import SquadLayout

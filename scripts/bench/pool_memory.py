@@ -39,8 +39,9 @@ def rss_mb() -> float:
 
 async def measure(root: Path, queued: int, idle: int, concurrency: int) -> tuple[float, int, int]:
     from squadd.config import Settings
-    from squadd.providers.base import Completion, CompletionRequest
-    from squadd.runtime.api import RouteRequest
+    from squadd.contracts.messages import Completion
+    from squadd.contracts.routes import RouteRequest
+    from squadd.providers.base import CompletionRequest
     from squadd.runtime.runtime import SquadRuntime
     from squadd.state.layout import SquadLayout
 

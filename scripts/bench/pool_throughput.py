@@ -33,9 +33,10 @@ from _common import fmt, have, make_squad, run_in_bench_venv, say
 
 async def squadd_throughput(root: Path, routes: int, concurrency: int, delay_s: float) -> float:
     from squadd.config import Settings
-    from squadd.providers.base import Completion, CompletionRequest
+    from squadd.contracts.messages import Completion
+    from squadd.contracts.routes import RouteRequest
+    from squadd.providers.base import CompletionRequest
     from squadd.providers.replay import ReplayProvider, ReplayScript, ScriptedTurn
-    from squadd.runtime.api import RouteRequest
     from squadd.runtime.runtime import SquadRuntime
     from squadd.state.layout import SquadLayout
 

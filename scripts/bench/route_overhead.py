@@ -45,8 +45,8 @@ WARMUP = 50
 async def squadd_routes(layout_root: Path, routes: int) -> tuple[list[float], list[float]]:
     """Our routes, each followed by one floor iteration, so both see the same disk and load."""
     from squadd.config import Settings
+    from squadd.contracts.routes import RouteRequest
     from squadd.providers.replay import ReplayProvider, ReplayScript, ScriptedTurn
-    from squadd.runtime.api import RouteRequest
     from squadd.runtime.runtime import SquadRuntime
     from squadd.state.layout import SquadLayout
 

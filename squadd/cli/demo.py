@@ -25,7 +25,7 @@ import click
 from squadd.cli import load_command
 from squadd.cli._daemon import print_sessions
 from squadd.cli._squad import FiniteFloatRange
-from squadd.state.fsio import atomic_write, read_text
+from squadd.fsio import atomic_write, read_text
 from squadd.state.layout import SquadLayout
 from squadd.state.transcripts import SPARES_DIRNAME
 

@@ -53,7 +53,7 @@ def mcp(agent: str | None, session_id: str | None, log_level: str,
     import anyio
 
     from squadd.logs import configure_logging
-    from squadd.mcp import serve_stdio
+    from squadd.mcp_server import serve_stdio
 
     layout = find_layout(directory)
     if agent is not None:

@@ -19,9 +19,9 @@ import click
 from squadd.cli._daemon import one_line
 from squadd.cli._output import print_json
 from squadd.cli._squad import TEXT, FiniteFloatRange, dir_option, find_layout
+from squadd.contracts.routes import MAX_ROUTE_TIMEOUT_S
 from squadd.daemon.client import AsyncDaemonClient, DaemonClient
 from squadd.errors import DaemonError
-from squadd.runtime.api import MAX_ROUTE_TIMEOUT_S
 
 RESTING = frozenset({"idle", "error", "interrupted", "destroyed"})
 PROGRESS_TYPES = ("agent.spawned", "agent.state", "tool.started", "tool.completed",

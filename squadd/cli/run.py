@@ -63,14 +63,14 @@ def run(agent: str, task: str, context: str | None, as_json: bool, verbose: bool
 
 async def _run_session(layout: Any, settings: Any, agent: str, task: str, context: str | None,
                        model: str | None, quiet: bool) -> dict[str, Any]:
-    from squadd.runtime.api import RouteRequest
-    from squadd.runtime.events import (
+    from squadd.contracts.events import (
         ApprovalRequested,
         BaseEvent,
         ProviderRetry,
         ToolCompleted,
         ToolStarted,
     )
+    from squadd.contracts.routes import RouteRequest
     from squadd.runtime.runtime import SquadRuntime
 
     runtime = SquadRuntime.from_settings(layout, settings)

@@ -13,8 +13,8 @@ import click
 from squadd.cli._output import print_json
 from squadd.cli._squad import dir_option, find_layout
 from squadd.config import Settings, load_settings
+from squadd.contracts.events import BaseEvent, ScribeArchived, ScribeMerged, ScribeRejected
 from squadd.errors import SquaddError
-from squadd.runtime.events import BaseEvent, ScribeArchived, ScribeMerged, ScribeRejected
 from squadd.scribe import ScribeReport, merge_inbox
 from squadd.state.layout import SquadLayout
 

@@ -20,8 +20,8 @@ import click
 from squadd.cli._output import print_json, print_table
 from squadd.cli._squad import TEXT, dir_option, find_layout, show_path
 from squadd.config import Settings, load_settings
-from squadd.runtime.events import BaseEvent, ToolUpdated
-from squadd.state.fsio import create_exclusive
+from squadd.contracts.events import BaseEvent, ToolUpdated
+from squadd.fsio import create_exclusive
 from squadd.state.layout import SquadLayout
 from squadd.tools.base import ConfirmFn, Tool, ToolContext, ToolResult, ToolSet
 from squadd.tools.custom.approvals import Decision, approval_policy, denial_text, secrets_of
@@ -238,7 +238,7 @@ Examples:
 @dir_option
 def call(name: str, pairs: tuple[str, ...], raw_json: str | None, as_json: bool,
          directory: Path | None) -> None:
-    from squadd.providers.base import ToolCall
+    from squadd.contracts.messages import ToolCall
 
     layout, settings, builtins, found = _load(directory)
     tool = _find(name, builtins, found)

@@ -23,6 +23,8 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from squadd._version import __version__
+from squadd.contracts.messages import ToolCall
+from squadd.contracts.routes import RouteRequest, RouteResult
 from squadd.daemon.requests import (
     ApiError,
     DaemonContext,
@@ -38,8 +40,6 @@ from squadd.daemon.requests import (
 )
 from squadd.daemon.streams import events
 from squadd.errors import InvalidNameError
-from squadd.providers.base import ToolCall
-from squadd.runtime.api import RouteRequest, RouteResult
 from squadd.runtime.runtime import SquadRuntime
 from squadd.state.layout import safe_id, safe_name
 from squadd.state.transcripts import read_transcript

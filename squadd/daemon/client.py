@@ -40,7 +40,7 @@ from squadd.errors import DaemonError, DaemonNotRunningError
 from squadd.state.layout import SquadLayout
 
 if TYPE_CHECKING:
-    from squadd.runtime.events import Event
+    from squadd.contracts.events import Event
 
 __all__ = [
     "API", "ROUTE_WAIT_LIMIT_S", "SSE_HEARTBEAT_S", "AsyncDaemonClient", "DaemonClient",
@@ -383,7 +383,7 @@ class AsyncDaemonClient(_Base):
                         session_id: str | None = None, recent: int = 0,
                         follow: bool = True) -> AsyncIterator[AsyncIterator[Event]]:
         """`GET /v1/events` as typed events (`squadd.runtime.events.parse_event`)."""
-        from squadd.runtime.events import parse_event
+        from squadd.contracts.events import parse_event
 
         async def parsed(raw: AsyncIterator[dict[str, Any]]) -> AsyncIterator[Event]:
             async for data in raw:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from squadd.runtime.api import SessionView
+from squadd.contracts.sessions import SessionView
 from squadd.runtime.planning import view_from_transcript
 from squadd.state.layout import SquadLayout
 from squadd.state.transcripts import TranscriptWriter, list_transcripts, read_transcript

@@ -18,8 +18,9 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from squadd.contracts.events import BaseEvent
 from squadd.daemon.wire import RECENT_EVENTS_MAX
-from squadd.runtime.events import BaseEvent, Subscription
+from squadd.runtime.events import Subscription
 from squadd.runtime.runtime import SquadRuntime
 from squadd.untrusted import UntrustedInputError, parse_json
 

@@ -29,16 +29,16 @@ import structlog
 import uvicorn
 
 from squadd.config import Settings
+from squadd.contracts.events import DaemonStarted, DaemonStopping
 from squadd.daemon._unix import SocketAddress
 from squadd.daemon.app import BearerAuth, DaemonContext, create_app
 from squadd.daemon.client import DaemonClient
 from squadd.daemon.recovery import recover_sessions, sweep_stale_temp_files
 from squadd.errors import ConfigError, DaemonAlreadyRunningError, DaemonError, DaemonNotRunningError
+from squadd.fsio import atomic_write, try_lock
 from squadd.logs import configure_logging
-from squadd.runtime.events import DaemonStarted, DaemonStopping
 from squadd.runtime.runtime import SquadRuntime
 from squadd.scribe_worker import run_scribe_worker
-from squadd.state.fsio import atomic_write, try_lock
 from squadd.state.layout import SquadLayout
 
 log = structlog.get_logger("squadd.daemon")

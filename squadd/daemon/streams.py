@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from squadd.contracts.events import EVENT_TYPES, BaseEvent
 from squadd.daemon.requests import (
     RECENT_EVENTS,
     ApiError,
@@ -20,7 +21,7 @@ from squadd.daemon.requests import (
 )
 from squadd.daemon.wire import SSE_HEARTBEAT_S, SUBSCRIBED
 from squadd.errors import InvalidNameError
-from squadd.runtime.events import EVENT_TYPES, BaseEvent, Subscription
+from squadd.runtime.events import Subscription
 from squadd.state.layout import safe_id
 
 MAX_EVENT_STREAMS = 64

@@ -13,15 +13,9 @@ from typing import Any
 import httpx
 
 from squadd.config import ProviderSettings
+from squadd.contracts.messages import Completion, Message, StopReason, ToolCall
 from squadd.providers.arguments import tool_call
-from squadd.providers.base import (
-    Completion,
-    CompletionRequest,
-    Message,
-    RetryCallback,
-    StopReason,
-    ToolCall,
-)
+from squadd.providers.base import CompletionRequest, RetryCallback
 from squadd.providers.http import (
     JsonEndpoint,
     api_key_from,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from squadd.providers.base import ToolCall
+from squadd.contracts.messages import ToolCall
 from squadd.untrusted import UntrustedInputError, check_json_value, mend, parse_json
 
 

@@ -19,9 +19,10 @@ import anyio.abc
 import structlog
 
 from squadd.config import ProviderSettings
+from squadd.contracts.messages import Completion, Message
 from squadd.errors import ProviderError, ProviderTimeoutError
 from squadd.providers.arguments import arguments_json
-from squadd.providers.base import Completion, CompletionRequest, Message
+from squadd.providers.base import CompletionRequest
 
 log = structlog.get_logger("squadd.providers")
 

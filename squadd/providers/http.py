@@ -15,8 +15,9 @@ from typing import Any
 import httpx
 
 from squadd.config import ProviderSettings
+from squadd.contracts.messages import Usage
 from squadd.errors import ProviderError, ProviderTimeoutError
-from squadd.providers.base import RetryCallback, Usage
+from squadd.providers.base import RetryCallback
 from squadd.providers.retry import (
     RetryableStatusError,
     RetryPolicy,

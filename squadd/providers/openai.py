@@ -13,17 +13,10 @@ from typing import Any
 import httpx
 
 from squadd.config import ProviderSettings
+from squadd.contracts.messages import Completion, Message, StopReason, ToolCall
 from squadd.errors import ProviderError
 from squadd.providers.arguments import arguments_json, tool_call
-from squadd.providers.base import (
-    Completion,
-    CompletionRequest,
-    Message,
-    RetryCallback,
-    StopReason,
-    ToolCall,
-    tool_specs,
-)
+from squadd.providers.base import CompletionRequest, RetryCallback, tool_specs
 from squadd.providers.http import (
     JsonEndpoint,
     api_key_from,

@@ -18,10 +18,11 @@ import structlog
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from squadd.contracts.messages import Completion, Usage
 from squadd.errors import ConfigError, ProviderError
+from squadd.fsio import atomic_write
 from squadd.providers.arguments import arguments_json, tool_call
-from squadd.providers.base import Completion, CompletionRequest, Provider, Usage
-from squadd.state.fsio import atomic_write
+from squadd.providers.base import CompletionRequest, Provider
 
 log = structlog.get_logger("squadd.providers")
 

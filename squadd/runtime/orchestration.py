@@ -23,7 +23,7 @@ import structlog
 from anyio.abc import TaskStatus
 
 from squadd.errors import StateError
-from squadd.state.fsio import fsync_dir
+from squadd.fsio import fsync_dir
 from squadd.state.layout import SquadLayout
 
 log = structlog.get_logger("squadd.orchestration")

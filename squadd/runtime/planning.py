@@ -13,16 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from squadd.config import Settings
+from squadd.contracts.routes import FailureReason, RoutedBy, RouteOrigin, RouteRequest, RouteResult
+from squadd.contracts.sessions import LIVE_STATES, SessionView
 from squadd.errors import InvalidNameError
-from squadd.runtime.api import (
-    LIVE_STATES,
-    FailureReason,
-    RoutedBy,
-    RouteOrigin,
-    RouteRequest,
-    RouteResult,
-    SessionView,
-)
 from squadd.runtime.router import Router
 from squadd.runtime.session import SessionInfo, choose_model, new_session_id
 from squadd.state.charters import Charter, parse_charter, roster

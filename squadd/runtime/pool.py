@@ -19,9 +19,7 @@ from dataclasses import dataclass, field
 import anyio
 
 from squadd.config import PoolSettings
-from squadd.errors import PoolFullError, RouteError
-from squadd.runtime.api import LIVE_STATES, PoolTotals, SessionState, SessionView
-from squadd.runtime.events import (
+from squadd.contracts.events import (
     AgentIdle,
     AgentStateChanged,
     EventSink,
@@ -29,6 +27,8 @@ from squadd.runtime.events import (
     PoolEmpty,
     RouteQueued,
 )
+from squadd.contracts.sessions import LIVE_STATES, PoolTotals, SessionState, SessionView
+from squadd.errors import PoolFullError, RouteError
 from squadd.runtime.session import SessionInfo
 from squadd.runtime.slots import PrioritySlots, SlotClass, SlotLimiter, SlotTicket
 

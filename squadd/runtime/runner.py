@@ -17,9 +17,9 @@ import anyio
 import structlog
 
 from squadd.config import Settings
+from squadd.contracts.events import AgentSpawned, EventSink
+from squadd.contracts.routes import RouteResult
 from squadd.providers.base import Provider
-from squadd.runtime.api import RouteResult
-from squadd.runtime.events import AgentSpawned, EventSink
 from squadd.runtime.orchestration import OrchestrationEntry, OrchestrationLog
 from squadd.runtime.planning import RoutePlan
 from squadd.runtime.pool import SessionPool, SessionRecord

@@ -16,17 +16,12 @@ import structlog
 from anyio.abc import TaskGroup
 
 from squadd.config import Settings
+from squadd.contracts.events import EventSink, ProviderRetry
+from squadd.contracts.routes import RouteOrigin, RouteRequest, RouteResult
+from squadd.contracts.sessions import LIVE_STATES, SessionView, StatusReport
 from squadd.errors import InvalidNameError, NotFoundError, PoolFullError, RouteError
 from squadd.providers.base import Provider, RetryCallback, RetryInfo
-from squadd.runtime.api import (
-    LIVE_STATES,
-    RouteOrigin,
-    RouteRequest,
-    RouteResult,
-    SessionView,
-    StatusReport,
-)
-from squadd.runtime.events import EventBus, EventSink, LoopSink, ProviderRetry
+from squadd.runtime.events import EventBus, LoopSink
 from squadd.runtime.orchestration import OrchestrationEntry, OrchestrationLog
 from squadd.runtime.planning import (
     CharterCache,

@@ -19,14 +19,10 @@ import anyio
 import structlog
 
 from squadd.config import Settings
+from squadd.contracts.events import AgentCompleted, AgentError, EventSink, SessionMessage
+from squadd.contracts.messages import Message, ToolCall, Usage
 from squadd.errors import ProviderError, SquaddError
-from squadd.providers.base import CompletionRequest, Message, Provider, ToolCall, Usage
-from squadd.runtime.events import (
-    AgentCompleted,
-    AgentError,
-    EventSink,
-    SessionMessage,
-)
+from squadd.providers.base import CompletionRequest, Provider
 from squadd.runtime.prompt import build_system_prompt, gather
 from squadd.state.charters import Charter
 from squadd.state.layout import SquadLayout

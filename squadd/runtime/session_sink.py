@@ -11,7 +11,7 @@ import threading
 
 import anyio.from_thread
 
-from squadd.runtime.events import BaseEvent, EventSink, SessionMessage
+from squadd.contracts.events import BaseEvent, EventSink, SessionMessage
 from squadd.runtime.pool import SessionPool, SessionRecord
 from squadd.runtime.session import AgentSession
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from squadd.config import ScribeSettings
+from squadd.fsio import atomic_write
 from squadd.state.decision_index import DecisionIndex, entry_digest
 from squadd.state.decisions import DecisionEntry, parse_entries
-from squadd.state.fsio import atomic_write
 from squadd.state.intent import (
     AppendIntent,
     append_with_intent,

@@ -18,8 +18,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from squadd.fsio import atomic_write
 from squadd.state.decisions import parse_entries
-from squadd.state.fsio import atomic_write
 from squadd.state.layout import SquadLayout
 
 _MAGIC = b"SQDIDX01"

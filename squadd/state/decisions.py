@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from squadd.errors import LimitExceededError, StateError
-from squadd.state.fsio import create_exclusive
+from squadd.fsio import create_exclusive
 from squadd.state.layout import SquadLayout, safe_name
 
 CATEGORIES = ("architecture", "process", "security", "feature", "team", "general")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from squadd.errors import LimitExceededError, StateError
-from squadd.state.fsio import atomic_write, file_lock, read_text
+from squadd.fsio import atomic_write, file_lock, read_text
 from squadd.state.intent import (
     append_with_intent,
     clear_intent,

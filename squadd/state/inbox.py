@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from squadd.fsio import atomic_write, fsync_dir
 from squadd.state.decision_index import fence_parity
 from squadd.state.decisions import format_entry, parse_entries
-from squadd.state.fsio import atomic_write, fsync_dir
 from squadd.state.layout import SquadLayout
 from squadd.untrusted import has_surrogate, shown_name
 

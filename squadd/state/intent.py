@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from squadd.state.fsio import append_fsync, atomic_write, fsync_dir
+from squadd.fsio import append_fsync, atomic_write, fsync_dir
 from squadd.state.layout import SquadLayout
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from squadd.config import data_path
 from squadd.errors import StateError
-from squadd.state.fsio import create_exclusive
+from squadd.fsio import create_exclusive
 from squadd.state.layout import SQUAD_DIRNAMES, SquadLayout
 
 TEMPLATES_DIRNAME = "templates"

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from squadd.errors import LimitExceededError, NotFoundError, StateError
-from squadd.state.fsio import atomic_write, file_lock
+from squadd.fsio import atomic_write, file_lock
 from squadd.state.layout import SquadLayout, is_safe_name, safe_name
 
 SKILL_FILE = "SKILL.md"

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from squadd.errors import ConfigError, StateError
-from squadd.state.fsio import atomic_write, create_exclusive, file_lock, read_text
+from squadd.fsio import atomic_write, create_exclusive, file_lock, read_text
 from squadd.state.layout import SquadLayout, safe_name
 
 MEMBERS_HEADING = "## Members"

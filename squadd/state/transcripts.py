@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from squadd.state.fsio import fsync_dir
+from squadd.fsio import fsync_dir
 from squadd.state.layout import SquadLayout
 
 

@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Generic, Literal, TypeVar
 import anyio
 from pydantic import BaseModel, ConfigDict, Field
 
-from squadd.providers.base import ToolSpec
+from squadd.contracts.messages import ToolSpec
 
 ToolSource = Literal["builtin", "project", "user", "extra"]
 Approval = Literal["allow", "ask", "deny"]

@@ -19,8 +19,8 @@ import structlog
 from pydantic import BaseModel, ValidationError
 
 from squadd.config import Settings
-from squadd.providers.base import ToolCall
-from squadd.runtime.events import EventSink, NullSink, ToolCompleted, ToolStarted, ToolUpdated
+from squadd.contracts.events import EventSink, NullSink, ToolCompleted, ToolStarted, ToolUpdated
+from squadd.contracts.messages import ToolCall
 from squadd.state.layout import SquadLayout
 from squadd.tools.base import (
     CancelSignal,

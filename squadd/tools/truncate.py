@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from squadd.state.fsio import atomic_write
+from squadd.fsio import atomic_write
 from squadd.state.layout import SquadLayout
 
 

@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
+from squadd.contracts.events import ToolCompleted, ToolStarted
 from squadd.daemon.client import DaemonRequestError
-from squadd.runtime.events import ToolCompleted, ToolStarted
 from tests.support.daemon_process import FAST_CONFIG, DaemonProcess
 from tests.support.model_servers import OpenAIServer, Reply
 

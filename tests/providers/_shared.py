@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import httpx
 
-from squadd.providers.base import CompletionRequest, Message, ToolSpec
+from squadd.contracts.messages import Message, ToolSpec
+from squadd.providers.base import CompletionRequest
 from squadd.providers.retry import RetryPolicy
 
 # Retries wait milliseconds here, so a file of retry tests runs in seconds.

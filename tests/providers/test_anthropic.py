@@ -7,9 +7,10 @@ from collections.abc import AsyncIterator
 import pytest
 
 from squadd.config import ProviderSettings
+from squadd.contracts.messages import Message, ToolCall
 from squadd.errors import ProviderError
 from squadd.providers.anthropic import AnthropicProvider, to_anthropic_messages
-from squadd.providers.base import Message, RetryInfo, ToolCall
+from squadd.providers.base import RetryInfo
 from squadd.providers.factory import make_provider
 from tests.providers._shared import DECIDE, FAST_RETRIES, MEMORY, TIMEOUT, ask
 from tests.support.model_servers import AnthropicServer, Reply

@@ -11,8 +11,9 @@ import anyio
 import pytest
 
 from squadd.config import ProviderSettings
+from squadd.contracts.messages import Message, ToolCall
 from squadd.errors import ConfigError, ProviderError, ProviderTimeoutError
-from squadd.providers.base import CompletionRequest, Message, ToolCall
+from squadd.providers.base import CompletionRequest
 from squadd.providers.command import CommandProvider, render_prompt
 from squadd.providers.factory import make_provider
 from tests.providers._shared import ask

@@ -8,8 +8,9 @@ from collections.abc import AsyncIterator
 import pytest
 
 from squadd.config import ProviderSettings
+from squadd.contracts.messages import Message
 from squadd.errors import ProviderError
-from squadd.providers.base import Message, RetryInfo, tool_specs
+from squadd.providers.base import RetryInfo, tool_specs
 from squadd.providers.factory import make_provider
 from squadd.providers.openai import OpenAIProvider
 from squadd.providers.retry import RetryPolicy

@@ -10,8 +10,9 @@ import pytest
 import yaml
 
 from squadd.config import ProviderSettings
+from squadd.contracts.messages import Completion, Message
 from squadd.errors import ConfigError, ProviderError
-from squadd.providers.base import Completion, CompletionRequest, Message
+from squadd.providers.base import CompletionRequest
 from squadd.providers.factory import make_provider
 from squadd.providers.replay import RecordingProvider, ReplayProvider, load_script
 from tests.providers._shared import ask

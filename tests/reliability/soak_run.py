@@ -18,9 +18,9 @@ from typing import Any
 import anyio
 import psutil
 
+from squadd.contracts.sessions import LIVE_STATES
 from squadd.daemon.client import AsyncDaemonClient
 from squadd.daemon.wire import DaemonRequestError
-from squadd.runtime.api import LIVE_STATES
 from squadd.state.layout import SquadLayout
 from tests.reliability import invariants
 from tests.reliability.invariants import Check, RssSample

@@ -16,9 +16,10 @@ from typing import Any
 import anyio
 
 from squadd.config import Settings
-from squadd.providers.base import Completion, CompletionRequest, Provider
+from squadd.contracts.events import BaseEvent
+from squadd.contracts.messages import Completion
+from squadd.providers.base import CompletionRequest, Provider
 from squadd.providers.replay import ReplayProvider, ReplayScript, ScriptedCall, ScriptedTurn
-from squadd.runtime.events import BaseEvent
 from squadd.state.layout import SquadLayout
 
 ROUTING_MD = """# Routing

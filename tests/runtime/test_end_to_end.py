@@ -13,7 +13,7 @@ from typing import Any
 
 import anyio
 
-from squadd.runtime.api import RouteRequest
+from squadd.contracts.routes import RouteRequest
 from squadd.runtime.runtime import SquadRuntime
 from squadd.state.decisions import parse_decisions
 from squadd.state.layout import SquadLayout

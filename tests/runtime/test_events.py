@@ -10,18 +10,18 @@ import time
 import anyio
 import pytest
 
-from squadd.runtime.events import (
+from squadd.contracts.events import (
     EVENT_TYPES,
     AgentIdle,
     AgentSpawned,
     BusOverflow,
-    EventBus,
     PoolEmpty,
     ToolsLoadFailed,
     ToolStarted,
     ToolUpdated,
     parse_event,
 )
+from squadd.runtime.events import EventBus
 
 
 def _tool_started(session: str, n: int = 0) -> ToolStarted:

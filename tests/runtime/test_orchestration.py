@@ -9,7 +9,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from squadd.runtime.api import RouteRequest
+from squadd.contracts.routes import RouteRequest
 from squadd.runtime.orchestration import OrchestrationEntry, OrchestrationLog, render
 from squadd.runtime.runtime import SquadRuntime
 from squadd.state.layout import SquadLayout

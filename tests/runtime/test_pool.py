@@ -7,8 +7,8 @@ from collections import Counter
 import anyio
 import pytest
 
-from squadd.runtime.api import RouteRequest, RouteResult
-from squadd.runtime.events import AgentStateChanged
+from squadd.contracts.events import AgentStateChanged
+from squadd.contracts.routes import RouteRequest, RouteResult
 from squadd.runtime.pool import SessionPool, SessionRecord
 from squadd.runtime.runtime import SquadRuntime
 from squadd.runtime.session import SessionInfo

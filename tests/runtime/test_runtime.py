@@ -7,8 +7,8 @@ from pathlib import Path
 
 import anyio
 
-from squadd.runtime.api import RouteRequest
-from squadd.runtime.events import ProviderRetry
+from squadd.contracts.events import ProviderRetry
+from squadd.contracts.routes import RouteRequest
 from squadd.runtime.runtime import SquadRuntime
 from squadd.state.layout import SquadLayout
 from squadd.state.transcripts import read_transcript

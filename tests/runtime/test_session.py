@@ -9,10 +9,11 @@ import anyio
 import pytest
 
 from squadd.config import SessionSettings, Settings
+from squadd.contracts.events import AgentCompleted, AgentError, BaseEvent
+from squadd.contracts.messages import Completion
 from squadd.errors import NotFoundError, ProviderError
-from squadd.providers.base import Completion, CompletionRequest
+from squadd.providers.base import CompletionRequest
 from squadd.providers.replay import ReplayProvider, parse_script
-from squadd.runtime.events import AgentCompleted, AgentError, BaseEvent
 from squadd.runtime.session import (
     INTERRUPTED_TOOL_TEXT,
     AgentSession,

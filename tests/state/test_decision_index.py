@@ -6,10 +6,10 @@ import os
 
 import pytest
 
+from squadd.fsio import append_fsync, atomic_write
 from squadd.state import decision_index
 from squadd.state.decision_index import DecisionIndex, entry_digest, normalize_entry
 from squadd.state.decisions import format_entry, parse_decisions
-from squadd.state.fsio import append_fsync, atomic_write
 from squadd.state.layout import SquadLayout
 
 

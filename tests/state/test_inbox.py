@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from squadd.config import Settings
-from squadd.runtime.events import BaseEvent, ScribeRejected
+from squadd.contracts.events import BaseEvent, ScribeRejected
 from squadd.scribe import merge_inbox
 from squadd.state.inbox import MAX_REJECTED_NAME_BYTES, read_inbox_file, scan_inbox
 from squadd.state.layout import SquadLayout

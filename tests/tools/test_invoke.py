@@ -11,8 +11,8 @@ import pytest
 from pydantic import BaseModel, Field
 
 from squadd.config import Settings, ToolsSettings
-from squadd.providers.base import ToolCall
-from squadd.runtime.events import BaseEvent, ToolCompleted, ToolStarted, ToolUpdated
+from squadd.contracts.events import BaseEvent, ToolCompleted, ToolStarted, ToolUpdated
+from squadd.contracts.messages import ToolCall
 from squadd.state.layout import SquadLayout
 from squadd.tools.base import Tool, ToolContext, ToolOutput, ToolResult, ToolSet, VariableSpec
 from squadd.tools.invoke import CallOrigin, ToolInvoker, redact

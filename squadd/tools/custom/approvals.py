@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 
 from squadd.config import Settings
-from squadd.runtime.events import ApprovalRequested, ApprovalResolved, EventSink
+from squadd.contracts.events import ApprovalRequested, ApprovalResolved, EventSink
 from squadd.tools.base import Approval, ConfirmFn, Tool, ToolContext, ToolResult
 from squadd.tools.invoke import redact, redact_any
 

@@ -24,7 +24,7 @@ from typing import Any
 import structlog
 
 from squadd.config import Settings
-from squadd.runtime.events import EventSink, NullSink, ToolsLoadFailed
+from squadd.contracts.events import EventSink, NullSink, ToolsLoadFailed
 from squadd.state.layout import SquadLayout
 from squadd.tools.base import Tool, ToolSet, ToolSource
 from squadd.tools.custom.python_tools import PythonTool, ToolDefinitionError, check_tool_name

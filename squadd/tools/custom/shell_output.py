@@ -18,7 +18,7 @@ from typing import BinaryIO
 
 import anyio
 
-from squadd.state.fsio import fsync_dir
+from squadd.fsio import fsync_dir
 from squadd.tools.truncate import Cut, cut
 
 COPY_CHUNK = 1 << 20

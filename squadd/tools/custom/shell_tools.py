@@ -20,8 +20,8 @@ import structlog
 from pydantic import BaseModel
 
 from squadd.config import Settings
+from squadd.contracts.messages import ToolCall
 from squadd.errors import InvalidNameError
-from squadd.providers.base import ToolCall
 from squadd.state.layout import SquadLayout, safe_id
 from squadd.tools.base import Tool, ToolContext, ToolResult, ToolSet, ToolSource
 from squadd.tools.custom.python_tools import (

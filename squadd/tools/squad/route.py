@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from squadd.runtime.api import (
+from squadd.contracts.routes import (
     MAX_ROUTE_TIMEOUT_S,
     MAX_TASK_CHARS,
     RouteOrigin,

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from squadd.runtime.api import LIVE_STATES, PoolTotals, SessionView, SquadService
+from squadd.contracts.routes import SquadService
+from squadd.contracts.sessions import LIVE_STATES, PoolTotals, SessionView
 from squadd.tools.base import Tool, ToolContext, ToolResult
 
 _TASK_SHOWN = 80

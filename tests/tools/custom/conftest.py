@@ -11,8 +11,8 @@ import anyio
 import pytest
 
 from squadd.config import Settings
-from squadd.providers.base import ToolCall
-from squadd.runtime.events import BaseEvent
+from squadd.contracts.events import BaseEvent
+from squadd.contracts.messages import ToolCall
 from squadd.state.layout import SquadLayout
 from squadd.tools.base import Tool, ToolResult, ToolSet
 from squadd.tools.custom.discovery import Discovery, ToolDiscoverer

@@ -9,7 +9,7 @@ import anyio
 import pytest
 
 from squadd.config import Settings, ToolsSettings
-from squadd.runtime.events import ApprovalRequested, ApprovalResolved, ToolCompleted
+from squadd.contracts.events import ApprovalRequested, ApprovalResolved, ToolCompleted
 from squadd.state.layout import SquadLayout
 from squadd.tools.base import ToolContext, VariableSpec
 from squadd.tools.custom.approvals import ApprovalBroker, approval_policy

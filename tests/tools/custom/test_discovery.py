@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from squadd.config import Settings, ToolsSettings
-from squadd.runtime.events import ToolsLoadFailed
+from squadd.contracts.events import ToolsLoadFailed
 from squadd.state.layout import SquadLayout
 from squadd.tools.custom.discovery import ToolDiscoverer, tool_dirs, user_tools_dir
 

@@ -14,8 +14,9 @@ import pytest
 import structlog
 
 from squadd.config import Settings, ToolsSettings
+from squadd.contracts.events import ToolCompleted, ToolStarted, ToolUpdated
 from squadd.providers.replay import ReplayProvider, ReplayScript
-from squadd.runtime.events import EventBus, ToolCompleted, ToolStarted, ToolUpdated
+from squadd.runtime.events import EventBus
 from squadd.runtime.session import AgentSession, SessionInfo
 from squadd.state.layout import SquadLayout
 from squadd.state.transcripts import read_transcript

@@ -11,7 +11,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 from squadd import ToolContext, ToolResult, tool
-from squadd.runtime.events import ToolUpdated
+from squadd.contracts.events import ToolUpdated
 from squadd.state.layout import SquadLayout
 from squadd.tools.base import VariableSpec
 from squadd.tools.custom.python_tools import ToolDefinitionError, parse_docstring

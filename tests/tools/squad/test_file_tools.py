@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from squadd.config import LimitsSettings, Settings
-from squadd.providers.base import ToolCall
+from squadd.contracts.messages import ToolCall
 from squadd.state.history import learnings
 from squadd.state.layout import SquadLayout
 from squadd.tools.base import ToolResult, ToolSet

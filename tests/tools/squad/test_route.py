@@ -9,8 +9,9 @@ import anyio
 import pytest
 from pydantic import ValidationError
 
-from squadd.providers.base import Provider, ToolCall
-from squadd.runtime.api import MAX_TASK_CHARS
+from squadd.contracts.messages import ToolCall
+from squadd.contracts.routes import MAX_TASK_CHARS
+from squadd.providers.base import Provider
 from squadd.runtime.runtime import SquadRuntime
 from squadd.state.layout import SquadLayout
 from squadd.tools.base import ToolResult

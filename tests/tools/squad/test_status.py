@@ -8,8 +8,8 @@ from typing import Any
 
 import anyio
 
-from squadd.providers.base import ToolCall
-from squadd.runtime.api import RouteRequest
+from squadd.contracts.messages import ToolCall
+from squadd.contracts.routes import RouteRequest
 from squadd.runtime.runtime import SquadRuntime
 from squadd.tools.base import ToolResult
 from squadd.tools.invoke import CallOrigin

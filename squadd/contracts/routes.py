@@ -1,24 +1,18 @@
-"""The runtime's public types: what the CLI, the daemon and the squad tools exchange with it.
+"""Routes: what the CLI, the daemon, MCP and the squad tools exchange with the runtime.
 
-`RouteRequest` goes in, `RouteResult` comes out, `StatusReport` lists sessions; all are
-JSON-able pydantic models. `SquadService` is the Protocol the squad tools depend on, so that
-tools never import the runtime that implements it.
+`RouteRequest` goes in, `RouteResult` comes out; both are JSON-able pydantic models.
+`SquadService` is the Protocol the squad tools depend on, so that tools never import the
+runtime that implements it.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Priority = Literal["normal", "urgent"]
-SessionState = Literal[
-    "queued", "creating", "active", "waiting", "idle", "error", "interrupted", "destroyed"
-]
-LIVE_STATES: frozenset[str] = frozenset({"queued", "creating", "active", "waiting"})
-"""States of a session that has a task in hand (it cannot take another one yet)."""
+from squadd.contracts.sessions import PoolTotals, Priority, SessionState, StatusReport
 
 FailureReason = Literal[
     "invalid",          # the request itself is wrong (bad name, empty task)
@@ -63,18 +57,6 @@ class RouteRequest(BaseModel):
     """Who asked, for the orchestration log (a session's agent fills this in itself)."""
 
 
-class PoolTotals(BaseModel):
-    running: int
-    """Sessions holding a slot (creating or active)."""
-    queued: int
-    """Routes waiting in the admission queue."""
-    waiting: int
-    """Sessions waiting on a child route (they hold no slot)."""
-    idle: int
-    max_concurrent: int
-    max_queued: int
-
-
 class RouteResult(BaseModel):
     """What became of a route. `ok` is True only if a session really ran (or was started)."""
 
@@ -93,37 +75,6 @@ class RouteResult(BaseModel):
     output_tokens: int = 0
     duration_s: float = 0.0
     pool: PoolTotals | None = None
-
-
-class SessionView(BaseModel):
-    """One session as `squad_status` and `squadd status` show it."""
-
-    session_id: str
-    agent: str
-    state: SessionState
-    task: str
-    model: str = ""
-    priority: Priority = "normal"
-    parent_session_id: str | None = None
-    requested_by: str | None = None
-    depth: int = 0
-    created: dt.datetime | None = None
-    age_s: float = 0.0
-    idle_s: float = 0.0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    answer: str | None = None
-    """The final answer of its last task, once that task has ended."""
-    error: str | None = None
-
-    @property
-    def tokens(self) -> int:
-        return self.input_tokens + self.output_tokens
-
-
-class StatusReport(BaseModel):
-    sessions: list[SessionView]
-    pool: PoolTotals
 
 
 @dataclass(frozen=True)

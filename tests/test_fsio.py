@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from squadd.errors import LockTimeoutError
-from squadd.state.fsio import append_fsync, atomic_write, create_exclusive, file_lock, read_text
+from squadd.fsio import append_fsync, atomic_write, create_exclusive, file_lock, read_text
 from tests._helpers import REPO_ROOT
 
 REWRITES = 1000
@@ -20,7 +20,7 @@ PAYLOAD_BYTES = 48 * 1024
 _WRITER = """
 import sys
 from pathlib import Path
-from squadd.state.fsio import atomic_write
+from squadd.fsio import atomic_write
 path = Path(sys.argv[1])
 for version in range(1, int(sys.argv[2]) + 1):
     tag = f"{version:06d}".encode()
@@ -104,7 +104,7 @@ def test_read_text_returns_default_for_a_missing_file(tmp_path: Path) -> None:
 _HOLDER = """
 import sys, time
 from pathlib import Path
-from squadd.state.fsio import file_lock
+from squadd.fsio import file_lock
 with file_lock(Path(sys.argv[1])):
     Path(sys.argv[2]).touch()
     deadline = time.monotonic() + 30

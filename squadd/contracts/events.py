@@ -1,0 +1,220 @@
+"""The events squadd publishes: pydantic models discriminated by ``type``, their union's
+`TypeAdapter` (`parse_event`), the event-type matcher, and the `EventSink` Protocol.
+
+These are the wire shapes of `GET /v1/events` and `squadd events`; the bus that carries them is
+`squadd.runtime.events.EventBus`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Annotated, Any, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
+
+from squadd.untrusted import mend
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+class BaseEvent(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    ts: dt.datetime = Field(default_factory=_now)
+    session_id: str | None = None
+    agent: str | None = None
+    seq: int = 0
+    """Set by the bus: a number that grows with each published event."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _valid_text(cls, data: Any) -> Any:
+        # Names and text from outside (a file name that is not UTF-8) must not make an event
+        # unserializable: every stream that replays it would break.
+        return {key: mend(value) for key, value in data.items()} if isinstance(data, dict) \
+            else data
+
+
+class DaemonStarted(BaseEvent):
+    type: Literal["daemon.started"] = "daemon.started"
+    pid: int
+    repo: str
+
+
+class DaemonStopping(BaseEvent):
+    type: Literal["daemon.stopping"] = "daemon.stopping"
+    reason: str = ""
+
+
+class RouteQueued(BaseEvent):
+    type: Literal["route.queued"] = "route.queued"
+    task: str
+    priority: str = "normal"
+    position: int = 0
+
+
+class AgentSpawned(BaseEvent):
+    type: Literal["agent.spawned"] = "agent.spawned"
+    task: str
+    requested_by: str | None = None
+    model: str = ""
+    parent_session_id: str | None = None
+
+
+class AgentStateChanged(BaseEvent):
+    type: Literal["agent.state"] = "agent.state"
+    state: str
+    previous: str | None = None
+
+
+class AgentIdle(BaseEvent):
+    type: Literal["agent.idle"] = "agent.idle"
+
+
+class AgentCompleted(BaseEvent):
+    type: Literal["agent.completed"] = "agent.completed"
+    answer: str = ""
+    turns: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    duration_s: float = 0.0
+
+
+class AgentError(BaseEvent):
+    type: Literal["agent.error"] = "agent.error"
+    error: str
+    state: str = "error"
+
+
+class SessionMessage(BaseEvent):
+    type: Literal["session.message"] = "session.message"
+    role: str
+    content: str = ""
+    tool_calls: list[str] = Field(default_factory=list)
+
+
+class ToolStarted(BaseEvent):
+    type: Literal["tool.started"] = "tool.started"
+    tool: str
+    call_id: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class ToolUpdated(BaseEvent):
+    type: Literal["tool.updated"] = "tool.updated"
+    tool: str
+    call_id: str
+    message: str = ""
+    fraction: float | None = None
+
+
+class ToolCompleted(BaseEvent):
+    type: Literal["tool.completed"] = "tool.completed"
+    tool: str
+    call_id: str
+    result_type: Literal["success", "failure"]
+    summary: str = ""
+    duration_s: float = 0.0
+
+
+class PoolAtCapacity(BaseEvent):
+    type: Literal["pool.at_capacity"] = "pool.at_capacity"
+    running: int
+    queued: int
+    max_concurrent: int
+
+
+class PoolEmpty(BaseEvent):
+    type: Literal["pool.empty"] = "pool.empty"
+
+
+class ProviderRetry(BaseEvent):
+    type: Literal["provider.retry"] = "provider.retry"
+    provider: str
+    attempt: int
+    wait_s: float
+    reason: str
+    status: int | None = None
+
+
+class ScribeMerged(BaseEvent):
+    type: Literal["scribe.merged"] = "scribe.merged"
+    merged: int
+    skipped: int = 0
+    files: list[str] = Field(default_factory=list)
+
+
+class ScribeRejected(BaseEvent):
+    type: Literal["scribe.rejected"] = "scribe.rejected"
+    file: str
+    reason: str
+
+
+class ScribeArchived(BaseEvent):
+    type: Literal["scribe.archived"] = "scribe.archived"
+    moved: int
+    target: str
+    reason: str = ""
+
+
+class ApprovalRequested(BaseEvent):
+    type: Literal["approval.requested"] = "approval.requested"
+    approval_id: str
+    tool: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    question: str = ""
+    timeout_s: float = 0.0
+
+
+class ApprovalResolved(BaseEvent):
+    type: Literal["approval.resolved"] = "approval.resolved"
+    approval_id: str
+    approved: bool
+    reason: str = ""
+
+
+class ToolsLoadFailed(BaseEvent):
+    type: Literal["tools.load_failed"] = "tools.load_failed"
+    file: str
+    reason: str
+
+
+class BusOverflow(BaseEvent):
+    type: Literal["bus.overflow"] = "bus.overflow"
+    lost: int
+
+
+Event = Annotated[
+    DaemonStarted | DaemonStopping | RouteQueued | AgentSpawned | AgentStateChanged | AgentIdle
+    | AgentCompleted | AgentError | SessionMessage | ToolStarted | ToolUpdated | ToolCompleted
+    | PoolAtCapacity | PoolEmpty | ProviderRetry | ScribeMerged | ScribeRejected
+    | ScribeArchived | ApprovalRequested | ApprovalResolved | ToolsLoadFailed | BusOverflow,
+    Field(discriminator="type"),
+]
+EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+EVENT_TYPES: tuple[str, ...] = tuple(
+    cls.model_fields["type"].default
+    for cls in BaseEvent.__subclasses__()
+)
+
+
+def parse_event(data: str | bytes | dict[str, Any]) -> Event:
+    """Rebuild an event from its JSON form (as sent over the daemon's event stream)."""
+    if isinstance(data, dict):
+        return EVENT_ADAPTER.validate_python(data)
+    return EVENT_ADAPTER.validate_json(data)
+
+
+class EventSink(Protocol):
+    """Anything events can be published to (the bus, or a list in a test)."""
+
+    def publish(self, event: BaseEvent) -> None: ...
+
+
+class NullSink:
+    """Publishes nowhere: for code run without a bus (a one-off CLI command)."""
+
+    def publish(self, event: BaseEvent) -> None:
+        return None
