@@ -19,12 +19,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from squadd.contracts.names import NAME_RULE, is_safe_name
 from squadd.errors import ConfigError
 
 ENV_PREFIX = "SQUADD_"
 MAX_CONFIG_FILE_BYTES = 1_048_576
 _VARIABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
-_AGENT_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 _BAD_TEXT = re.compile("[\x00\ud800-\udfff]")
 
 
@@ -204,10 +204,10 @@ def _check_keys(data: Mapping[str, Any], source: str) -> None:
                             source=source)
             if section == "agents":
                 for agent, agent_body in body.items():
-                    if not _AGENT_NAME.fullmatch(agent.lower()) or ".." in agent:
+                    if not is_safe_name(agent):
                         raise ConfigError(
                             f"{source}: [agents.{agent}]: {agent!r} is not an agent name (names "
-                            f"match {_AGENT_NAME.pattern})", key=f"agents.{agent}", source=source)
+                            f"match {NAME_RULE})", key=f"agents.{agent}", source=source)
                     if not isinstance(agent_body, Mapping):
                         raise ConfigError(
                             f"{source}: [agents.{agent}] must be a table",

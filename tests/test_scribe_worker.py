@@ -13,10 +13,10 @@ from typing import Any
 import anyio
 import pytest
 
-from squadd import scribe_worker
 from squadd.config import ScribeSettings, Settings
 from squadd.contracts.events import BaseEvent, ScribeMerged, ScribeRejected
-from squadd.scribe_worker import run_scribe_worker
+from squadd.scribe import worker as scribe_worker
+from squadd.scribe.worker import run_scribe_worker
 from squadd.state.decisions import parse_decisions, write_inbox_entry
 from squadd.state.layout import SquadLayout
 from tests._helpers import run_together

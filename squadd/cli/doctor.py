@@ -17,10 +17,11 @@ import click
 from squadd.cli._output import print_json
 from squadd.cli._squad import dir_option
 from squadd.config import ENV_PREFIX, Settings, default_config_file, load_settings, user_config_file
+from squadd.contracts.names import is_safe_name
 from squadd.errors import SquaddError
 from squadd.fsio import read_text
 from squadd.state.charters import roster
-from squadd.state.layout import SquadLayout, is_safe_name
+from squadd.state.layout import SquadLayout
 from squadd.state.team import member_names
 
 Status = Literal["ok", "warn", "fail", "skip"]

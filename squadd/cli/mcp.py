@@ -16,7 +16,8 @@ from typing import Any
 import click
 
 from squadd.cli._squad import TEXT, dir_option, find_layout
-from squadd.state.layout import safe_id, safe_name
+from squadd.contracts.names import safe_name
+from squadd.state.layout import safe_id
 
 SERVER_KEY = "squadd"
 """The name the squadd server gets in each client's configuration."""

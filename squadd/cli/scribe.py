@@ -108,7 +108,7 @@ class _EchoSink:
 
 
 def _watch(layout: SquadLayout, settings: Settings, as_json: bool) -> None:
-    from squadd.scribe_worker import run_scribe_worker
+    from squadd.scribe.worker import run_scribe_worker
 
     async def main() -> None:
         stop = anyio.Event()

@@ -24,6 +24,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from squadd._version import __version__
 from squadd.contracts.messages import ToolCall
+from squadd.contracts.names import safe_name
 from squadd.contracts.routes import RouteRequest, RouteResult
 from squadd.daemon.requests import (
     ApiError,
@@ -41,7 +42,7 @@ from squadd.daemon.requests import (
 from squadd.daemon.streams import events
 from squadd.errors import InvalidNameError
 from squadd.runtime.runtime import SquadRuntime
-from squadd.state.layout import safe_id, safe_name
+from squadd.state.layout import safe_id
 from squadd.state.transcripts import read_transcript
 from squadd.tools.base import Tool, ToolSet
 from squadd.tools.invoke import CallOrigin

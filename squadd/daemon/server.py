@@ -38,7 +38,7 @@ from squadd.errors import ConfigError, DaemonAlreadyRunningError, DaemonError, D
 from squadd.fsio import atomic_write, try_lock
 from squadd.logs import configure_logging
 from squadd.runtime.runtime import SquadRuntime
-from squadd.scribe_worker import run_scribe_worker
+from squadd.scribe.worker import run_scribe_worker
 from squadd.state.layout import SquadLayout
 
 log = structlog.get_logger("squadd.daemon")

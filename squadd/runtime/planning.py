@@ -13,13 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from squadd.config import Settings
+from squadd.contracts.names import safe_name
 from squadd.contracts.routes import FailureReason, RoutedBy, RouteOrigin, RouteRequest, RouteResult
 from squadd.contracts.sessions import LIVE_STATES, SessionView
 from squadd.errors import InvalidNameError
 from squadd.runtime.router import Router
 from squadd.runtime.session import SessionInfo, choose_model, new_session_id
 from squadd.state.charters import Charter, parse_charter, roster
-from squadd.state.layout import SquadLayout, safe_id, safe_name
+from squadd.state.layout import SquadLayout, safe_id
 from squadd.state.transcripts import Transcript, read_transcript
 
 

@@ -13,8 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from squadd.contracts.names import is_safe_name
 from squadd.runtime.prompt import read_text_cached
-from squadd.state.layout import SquadLayout, is_safe_name
+from squadd.state.layout import SquadLayout
 
 _COMMENT_RE = re.compile(r"<!--.*?-->", re.DOTALL)
 _WORD_RE = re.compile(r"[a-z0-9]+")

@@ -11,8 +11,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from squadd.contracts.names import is_safe_name, safe_name
 from squadd.errors import NotFoundError
-from squadd.state.layout import SquadLayout, is_safe_name, safe_name
+from squadd.state.layout import SquadLayout
 
 _PREFERRED_RE = re.compile(r"^\s*[-*]?\s*\**Preferred:?\**:?\s*`?([^`\n]+?)`?\s*$",
                            re.IGNORECASE | re.MULTILINE)

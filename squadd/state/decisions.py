@@ -12,9 +12,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from squadd.contracts.names import safe_name
 from squadd.errors import LimitExceededError, StateError
 from squadd.fsio import create_exclusive
-from squadd.state.layout import SquadLayout, safe_name
+from squadd.state.layout import SquadLayout
 
 CATEGORIES = ("architecture", "process", "security", "feature", "team", "general")
 _HEADING_RE = re.compile(r"^### +(?:(\d{4}-\d{2}-\d{2})\s*:\s*)?(.*?)\s*$")

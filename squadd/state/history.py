@@ -12,6 +12,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from squadd.contracts.names import safe_name
 from squadd.errors import LimitExceededError, StateError
 from squadd.fsio import atomic_write, file_lock, read_text
 from squadd.state.intent import (
@@ -22,7 +23,7 @@ from squadd.state.intent import (
     pending_intent,
     sweep_temp_files,
 )
-from squadd.state.layout import SquadLayout, safe_name
+from squadd.state.layout import SquadLayout
 
 LEARNING_CATEGORIES = ("technical", "process", "architecture", "team", "general")
 LEARNINGS_HEADING = "## Learnings"

@@ -12,38 +12,13 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from squadd.contracts.names import safe_name
 from squadd.errors import InvalidNameError, PathEscapeError, SquadNotFoundError
 
 SQUAD_DIRNAMES = (".squad", ".ai-team")
 """Squad dir names in order of preference; `.ai-team` is the legacy name, used in place."""
 
-NAME_RULE = "^[a-z0-9][a-z0-9._-]{0,63}$"
-_NAME_RE = re.compile(NAME_RULE)
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-
-
-def safe_name(name: str, *, kind: str = "agent") -> str:
-    """Return `name` lower-cased if it obeys the naming rule, else raise `InvalidNameError`."""
-    if not isinstance(name, str):
-        raise InvalidNameError(f"{kind} name must be a string, got {type(name).__name__}")
-    lowered = name.lower()
-    if not _NAME_RE.fullmatch(lowered) or ".." in lowered:
-        shown = name if len(name) <= 40 else name[:37] + "..."
-        raise InvalidNameError(
-            f"invalid {kind} name {shown!r}: names must match {NAME_RULE} "
-            "(lower-case letters, digits, '.', '_' and '-', starting with a letter or digit, "
-            "at most 64 characters)"
-        )
-    return lowered
-
-
-def is_safe_name(name: str) -> bool:
-    """True when `name` would pass `safe_name`."""
-    try:
-        safe_name(name)
-    except InvalidNameError:
-        return False
-    return True
 
 
 def safe_id(value: str, *, kind: str = "session id") -> str:

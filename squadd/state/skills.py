@@ -8,9 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from squadd.contracts.names import is_safe_name, safe_name
 from squadd.errors import LimitExceededError, NotFoundError, StateError
 from squadd.fsio import atomic_write, file_lock
-from squadd.state.layout import SquadLayout, is_safe_name, safe_name
+from squadd.state.layout import SquadLayout
 
 SKILL_FILE = "SKILL.md"
 

@@ -12,9 +12,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from squadd.contracts.names import safe_name
 from squadd.errors import ConfigError, StateError
 from squadd.fsio import atomic_write, create_exclusive, file_lock, read_text
-from squadd.state.layout import SquadLayout, safe_name
+from squadd.state.layout import SquadLayout
 
 MEMBERS_HEADING = "## Members"
 MEMBERS_TABLE_HEAD = "| Name | Role | Charter | Status |\n|------|------|---------|--------|"

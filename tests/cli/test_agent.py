@@ -9,8 +9,9 @@ import pytest
 from click.testing import CliRunner, Result
 
 from squadd.cli import main
+from squadd.contracts.names import NAME_RULE
 from squadd.state.history import append_learning
-from squadd.state.layout import NAME_RULE, SquadLayout
+from squadd.state.layout import SquadLayout
 from tests._helpers import snapshot
 
 

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from squadd.contracts.names import NAME_RULE, safe_name
 from squadd.errors import InvalidNameError, PathEscapeError, SquadNotFoundError
 from squadd.state.decisions import write_inbox_entry
 from squadd.state.history import append_learning
-from squadd.state.layout import NAME_RULE, SquadLayout, find_squad_dir, safe_id, safe_name
+from squadd.state.layout import SquadLayout, find_squad_dir, safe_id
 from squadd.state.skills import write_skill
 from tests._helpers import snapshot
 

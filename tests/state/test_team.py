@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from squadd.contracts.names import NAME_RULE
 from squadd.errors import ConfigError, InvalidNameError, StateError
 from squadd.state.charters import read_charter
 from squadd.state.history import append_learning, learnings
-from squadd.state.layout import NAME_RULE, SquadLayout
+from squadd.state.layout import SquadLayout
 from squadd.state.scaffold import templates_dir
 from squadd.state.team import add_agent, add_member_row, check_role, member_names
 from tests._helpers import snapshot

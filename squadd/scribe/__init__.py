@@ -1,7 +1,7 @@
 """The Scribe: merges the decisions inbox into decisions.md, archives old decisions, compacts
 histories, and tells agents about decisions that name them. Deterministic code, no model.
 
-`merge_inbox` runs one pass under the Scribe lock; `squadd.scribe_worker.run_scribe_worker` runs
+`merge_inbox` runs one pass under the Scribe lock; `squadd.scribe.worker.run_scribe_worker` runs
 passes whenever the inbox changes.
 """
 
