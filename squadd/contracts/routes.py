@@ -8,11 +8,14 @@ runtime that implements it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic.json_schema import SkipJsonSchema
 
+from squadd.contracts.names import safe_name
 from squadd.contracts.sessions import PoolTotals, Priority, SessionState, StatusReport
+from squadd.errors import InvalidNameError
 
 FailureReason = Literal[
     "invalid",          # the request itself is wrong (bad name, empty task)
@@ -35,26 +38,71 @@ MAX_ROUTE_TIMEOUT_S = 86_400.0
 """The longest `timeoutSeconds` a route may ask for."""
 
 
+def _without_description(schema: dict[str, Any]) -> None:
+    # The tool's own description tells the model what a route is; this docstring is for people.
+    schema.pop("description", None)
+
+
 class RouteRequest(BaseModel):
-    """One task to route: to a named agent, to whoever routing.md picks, or to a session."""
+    """One task to route: to a named agent, to whoever routing.md picks, or to a session.
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    Defined once for every way in: it is the `squad_route` tool's arguments, the body of
+    `POST /v1/route` and what `SquadRuntime.route` takes. On the wire (and to a model) its fields
+    have camelCase names (`targetAgent`, `waitForResult`, `timeoutSeconds`...); in Python either
+    name works: ``RouteRequest(task="t", target_agent="lead")``.
+    """
 
-    task: str = Field(min_length=1, max_length=MAX_TASK_CHARS)
-    target_agent: str | None = None
-    """An agent name; None or "auto" lets an `@name` in the task, then routing.md, decide."""
-    context: str | None = None
-    priority: Priority = "normal"
-    wait_for_result: bool = True
-    model: str | None = None
-    session_id: str | None = None
-    """Continue this (idle, errored or interrupted) session instead of spawning a new one."""
-    available_tools: list[str] | None = None
-    """Tool names or globs the session may use (its charter's `## Tools` narrows further)."""
-    timeout_s: float | None = Field(None, gt=0)
-    """Seconds the task may run (and, separately, wait for a slot); None = route.timeout_s."""
-    requested_by: str | None = None
-    """Who asked, for the orchestration log (a session's agent fills this in itself)."""
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True,
+                              json_schema_extra=_without_description)
+
+    target_agent: str = Field(
+        "auto", alias="targetAgent", min_length=1, max_length=65,
+        description="Name of the agent to route work to (e.g. 'fenster'); 'auto' lets an "
+                    "@name in the task, then routing.md's rules, choose")
+    task: str = Field(min_length=1, max_length=MAX_TASK_CHARS,
+                      description="Description of the work to be done")
+    context: str | None = Field(None, description="Additional context from the requesting agent")
+    priority: Priority = Field("normal", description="Task priority")
+    wait_for_result: bool = Field(
+        True, alias="waitForResult",
+        description="If true, block until the agent completes and return its answer. If "
+                    "false, return at once with the session ID (collect the answer with "
+                    "squad_status).")
+    model: str | None = Field(None, description="Model override for the target agent's session")
+    session_id: str | None = Field(
+        None, alias="sessionId",
+        description="Continue this idle session (from an earlier route) instead of "
+                    "spawning a new one")
+    available_tools: list[str] | None = Field(
+        None, alias="availableTools",
+        description="Tool names (or globs) the agent may use; default: all")
+    timeout_s: float | None = Field(
+        None, alias="timeoutSeconds", gt=0, le=MAX_ROUTE_TIMEOUT_S,
+        description="Seconds the task may run (default: route.timeout_s)")
+    requested_by: SkipJsonSchema[str | None] = Field(None, alias="requestedBy")
+    """Who asked, for the orchestration log. Not offered to models: `squad_route` sets it to
+    the calling session's agent; over the API it defaults to "user"."""
+
+    @field_validator("timeout_s", mode="before")
+    @classmethod
+    def _not_a_boolean(cls, value: Any) -> Any:
+        if isinstance(value, bool):  # lax parsing would read true as 1 second
+            raise ValueError("must be a number of seconds, not true or false")
+        return value
+
+    @field_validator("requested_by")
+    @classmethod
+    def _an_agent_name(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                safe_name(value)
+            except InvalidNameError as exc:
+                raise ValueError(str(exc)) from None
+        return value
+
+    def wire(self) -> dict[str, Any]:
+        """The JSON body of `POST /v1/route` (camelCase, fields left unset are left out)."""
+        return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
 
 
 class RouteResult(BaseModel):

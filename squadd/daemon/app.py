@@ -46,7 +46,6 @@ from squadd.state.layout import safe_id
 from squadd.state.transcripts import read_transcript
 from squadd.tools.base import Tool, ToolSet
 from squadd.tools.invoke import CallOrigin
-from squadd.tools.squad.route import RouteArgs
 
 __all__ = ["BearerAuth", "DaemonContext", "create_app"]
 
@@ -132,19 +131,11 @@ async def get_session(request: Request) -> Response:
 async def route(request: Request) -> Response:
     runtime = context_of(request).runtime
     body = await object_body(request)
-    requested_by = body.pop("requestedBy", None)
-    if requested_by is not None:
-        requested_by = _name(requested_by, "requestedBy")
     try:
-        args = RouteArgs.model_validate(body)
+        route_request = RouteRequest.model_validate(body)
     except ValidationError as exc:
         raise invalid("route request", exc) from None
-    result = await runtime.route(RouteRequest(
-        task=args.task, target_agent=args.targetAgent, context=args.context,
-        priority=args.priority, wait_for_result=args.waitForResult, model=args.model,
-        session_id=args.sessionId, available_tools=args.availableTools,
-        timeout_s=args.timeoutSeconds, requested_by=requested_by or "user",
-    ))
+    result = await runtime.route(route_request)
     return _route_answer(result)
 
 

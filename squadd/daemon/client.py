@@ -1,7 +1,7 @@
 """Talk to a repo's daemon: `DaemonClient` (sync) and `AsyncDaemonClient` (async), one method per
 endpoint of its HTTP API, over the repo's Unix socket (or over TCP with the bearer token).
 
-Answers are the daemon's JSON as plain dicts, shaped like `squadd.runtime.api`'s models
+Answers are the daemon's JSON as plain dicts, shaped like `squadd.contracts`' models
 (`RouteResult`, `StatusReport`, `SessionView`). Failures raise `SquaddError` subclasses::
 
     DaemonNotRunningError   nothing answers on the socket (the message names the repo and the fix)
@@ -10,7 +10,7 @@ Answers are the daemon's JSON as plain dicts, shaped like `squadd.runtime.api`'s
 
 A route that cannot run (pool full, unknown agent) is not an exception: `route` returns the
 `RouteResult` with `ok: false` and its `reason`, as the `squad_route` tool does. Only httpx is
-imported here, so that `squadd status` starts fast.
+imported up front, so that `squadd status` starts fast (pydantic only when a route is sent).
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ from squadd.daemon.wire import (
     DaemonRequestError,
     SSEParser,
     read_answer,
-    route_body,
 )
 from squadd.errors import DaemonError, DaemonNotRunningError
 from squadd.state.layout import SquadLayout
@@ -100,6 +99,23 @@ class _Base:
         if self._address is not None:
             self._address.close()
             self._address = None
+
+
+def route_wire(task: str, agent: str | None, context: str | None, priority: str, wait: bool,
+               model: str | None, session_id: str | None,
+               available_tools: Sequence[str] | None, timeout_s: float | None
+               ) -> dict[str, Any]:
+    """The body of `POST /v1/route`: `RouteRequest.wire()` with the fields given. The daemon
+    validates it (its 422 names each bad field), so nothing is checked twice."""
+    from squadd.contracts.routes import RouteRequest
+
+    given: dict[str, Any] = {
+        "task": task, "priority": priority, "wait_for_result": wait, "target_agent": agent,
+        "context": context, "model": model, "session_id": session_id, "timeout_s": timeout_s,
+        "available_tools": list(available_tools) if available_tools is not None else None,
+    }
+    return RouteRequest.model_construct(
+        **{name: value for name, value in given.items() if value is not None}).wire()
 
 
 class DaemonClient(_Base):
@@ -169,8 +185,8 @@ class DaemonClient(_Base):
               session_id: str | None = None, available_tools: Sequence[str] | None = None,
               timeout_s: float | None = None) -> dict[str, Any]:
         """`POST /v1/route`: the RouteResult (also when `ok` is false: read its `reason`)."""
-        return self.route_args(route_body(task, agent, context, priority, wait, model,
-                                           session_id, available_tools, timeout_s))
+        return self.route_args(route_wire(task, agent, context, priority, wait, model,
+                                 session_id, available_tools, timeout_s))
 
     def route_args(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         """`POST /v1/route` with `squad_route`'s own (camelCase) arguments, as MCP sends them."""
@@ -318,8 +334,8 @@ class AsyncDaemonClient(_Base):
                     session_id: str | None = None,
                     available_tools: Sequence[str] | None = None,
                     timeout_s: float | None = None) -> dict[str, Any]:
-        return await self.route_args(route_body(task, agent, context, priority, wait, model,
-                                                 session_id, available_tools, timeout_s))
+        return await self.route_args(route_wire(task, agent, context, priority, wait, model,
+                                       session_id, available_tools, timeout_s))
 
     async def route_args(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         result: dict[str, Any] = await self._send(Calls.route(arguments))

@@ -55,18 +55,6 @@ class Call:
     """An error answer whose body has this key is a structured result, returned as it is."""
 
 
-def route_body(task: str, agent: str | None, context: str | None, priority: str, wait: bool,
-                model: str | None, session_id: str | None,
-                available_tools: Sequence[str] | None, timeout_s: float | None
-                ) -> dict[str, Any]:
-    body: dict[str, Any] = {"task": task, "priority": priority, "waitForResult": wait}
-    optional = {"targetAgent": agent, "context": context, "model": model,
-                "sessionId": session_id, "timeoutSeconds": timeout_s,
-                "availableTools": list(available_tools) if available_tools is not None else None}
-    body.update({key: value for key, value in optional.items() if value is not None})
-    return body
-
-
 def wait_timeout(body: Mapping[str, Any]) -> float:
     if body.get("waitForResult", True) is False:
         return DEFAULT_TIMEOUT_S * 3

@@ -10,13 +10,12 @@ import pytest
 from pydantic import ValidationError
 
 from squadd.contracts.messages import ToolCall
-from squadd.contracts.routes import MAX_TASK_CHARS
+from squadd.contracts.routes import MAX_TASK_CHARS, RouteRequest
 from squadd.providers.base import Provider
 from squadd.runtime.runtime import SquadRuntime
 from squadd.state.layout import SquadLayout
 from squadd.tools.base import ToolResult
 from squadd.tools.invoke import CallOrigin
-from squadd.tools.squad.route import RouteArgs
 from tests.runtime.scripted import Gauge, make_squad, script, settings, text
 
 
@@ -108,7 +107,7 @@ def test_route_arguments_follow_the_seed(tmp_path: Path) -> None:
 def test_a_boolean_timeout_and_an_over_long_task_are_refused_before_routing() -> None:
     for timeout in (True, False):
         with pytest.raises(ValidationError, match="not true or false"):
-            RouteArgs.model_validate({"task": "t", "timeoutSeconds": timeout})
-    assert RouteArgs.model_validate({"task": "t", "timeoutSeconds": 5}).timeoutSeconds == 5
+            RouteRequest.model_validate({"task": "t", "timeoutSeconds": timeout})
+    assert RouteRequest.model_validate({"task": "t", "timeoutSeconds": 5}).timeout_s == 5
     with pytest.raises(ValidationError, match=f"at most {MAX_TASK_CHARS} characters"):
-        RouteArgs.model_validate({"task": "x" * (MAX_TASK_CHARS + 1)})
+        RouteRequest.model_validate({"task": "x" * (MAX_TASK_CHARS + 1)})
