@@ -2,6 +2,8 @@
 JSON lines to a rotating file (the daemon's `.squad/log/squadd.log`).
 
 Call `configure_logging` once at process start; library code only calls `structlog.get_logger`.
+The caller passes the processor that redacts secrets (`squadd.tools.custom.variables.
+redact_log_event`): it is required, so no process can log without it.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ _SHARED: list[structlog.types.Processor] = [
 
 def configure_logging(
     *,
+    redact: structlog.types.Processor,
     console_level: str = "warning",
     json_file: Path | None = None,
     file_level: str = "info",
@@ -33,7 +36,8 @@ def configure_logging(
     backups: int = 3,
     console: bool = True,
 ) -> None:
-    """Route every structlog and stdlib log line to stderr and, optionally, a JSON-lines file."""
+    """Route every structlog and stdlib log line to stderr and, optionally, a JSON-lines file,
+    each line passed through `redact` before it is rendered."""
     structlog.configure(
         processors=[*_SHARED, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
         logger_factory=structlog.stdlib.LoggerFactory(),
@@ -48,7 +52,8 @@ def configure_logging(
     if console:
         stream = logging.StreamHandler(sys.stderr)
         stream.setLevel(_LEVELS[console_level])
-        stream.setFormatter(_formatter(structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())))
+        stream.setFormatter(_formatter(
+            structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty()), redact))
         root.addHandler(stream)
         levels.append(_LEVELS[console_level])
     if json_file is not None:
@@ -56,7 +61,7 @@ def configure_logging(
         rotating = logging.handlers.RotatingFileHandler(
             json_file, maxBytes=max_bytes, backupCount=backups, encoding="utf-8")
         rotating.setLevel(_LEVELS[file_level])
-        rotating.setFormatter(_formatter(structlog.processors.JSONRenderer()))
+        rotating.setFormatter(_formatter(structlog.processors.JSONRenderer(), redact))
         root.addHandler(rotating)
         levels.append(_LEVELS[file_level])
     root.setLevel(min(levels) if levels else logging.CRITICAL)
@@ -65,12 +70,11 @@ def configure_logging(
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-def _formatter(renderer: structlog.types.Processor) -> structlog.stdlib.ProcessorFormatter:
+def _formatter(renderer: structlog.types.Processor,
+               redact: structlog.types.Processor) -> structlog.stdlib.ProcessorFormatter:
     """Render one handler's lines with `renderer`, secrets redacted first."""
-    from squadd.tools.custom.variables import redact_log_event  # secrets never reach a log
-
     return structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=_SHARED,
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-                    structlog.processors.format_exc_info, redact_log_event, renderer],
+                    structlog.processors.format_exc_info, redact, renderer],
     )

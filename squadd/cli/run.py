@@ -42,9 +42,10 @@ def run(agent: str, task: str, context: str | None, as_json: bool, verbose: bool
     """
     from squadd.config import load_settings
     from squadd.logs import configure_logging
+    from squadd.tools.custom.variables import redact_log_event
 
     # Progress is shown from events; log lines would repeat it (and must never reach stdout).
-    configure_logging(console_level="info" if verbose else "error")
+    configure_logging(redact=redact_log_event, console_level="info" if verbose else "error")
     layout = find_layout(directory)
     overrides = provider_overrides(provider_kind, base_url, replay_file)
     settings = load_settings(layout.root, overrides={"provider": overrides} if overrides else None)

@@ -40,10 +40,11 @@ def tools() -> None:
 
 def _load(directory: Path | None) -> tuple[SquadLayout, Settings, list[Tool[Any]], Discovery]:
     from squadd.logs import configure_logging
+    from squadd.tools.custom.variables import redact_log_event
     from squadd.tools.squad import SQUAD_TOOL_NAMES, file_tools
 
     # Load failures are listed by the commands themselves; log lines would only repeat them.
-    configure_logging(console_level="error")
+    configure_logging(redact=redact_log_event, console_level="error")
     layout = find_layout(directory)
     settings = load_settings(layout.root)
     builtins = file_tools(layout, settings)

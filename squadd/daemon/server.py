@@ -40,6 +40,7 @@ from squadd.logs import configure_logging
 from squadd.runtime.runtime import SquadRuntime
 from squadd.scribe.worker import run_scribe_worker
 from squadd.state.layout import SquadLayout
+from squadd.tools.custom.variables import redact_log_event
 
 log = structlog.get_logger("squadd.daemon")
 
@@ -177,8 +178,8 @@ class Daemon:
         address: SocketAddress | None = None
         served = False
         try:
-            configure_logging(console_level=self.console_level, json_file=layout.log_file,
-                              file_level=settings.daemon.log_level,
+            configure_logging(redact=redact_log_event, console_level=self.console_level,
+                              json_file=layout.log_file, file_level=settings.daemon.log_level,
                               max_bytes=settings.daemon.log_max_bytes,
                               backups=settings.daemon.log_backups)
             stale = clear_stale(layout)

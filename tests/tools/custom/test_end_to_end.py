@@ -138,11 +138,13 @@ def leaky(ctx: ToolContext) -> dict:
 def json_log(layout: SquadLayout) -> Iterator[Path]:
     """squadd's real logging setup, writing JSON lines to .squad/log/squadd.log."""
     from squadd.logs import configure_logging
+    from squadd.tools.custom.variables import redact_log_event
 
     saved = structlog.get_config()
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
-    configure_logging(console=False, json_file=layout.log_file, file_level="debug")
+    configure_logging(redact=redact_log_event, console=False, json_file=layout.log_file,
+                      file_level="debug")
     yield layout.log_file
     for handler in list(root.handlers):
         root.removeHandler(handler)
