@@ -3,9 +3,10 @@ calls a model asks for, the tools it is offered, and what one turn returns (`Com
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 
 class ToolCall(BaseModel):
@@ -21,17 +22,55 @@ class ToolCall(BaseModel):
     raw_arguments: str | None = None
 
 
-class Message(BaseModel):
-    """One message of a conversation, in squadd's provider-neutral form."""
+class SystemMessage(BaseModel):
+    """Instructions: the agent's system prompt."""
 
-    role: Literal["system", "user", "assistant", "tool"]
+    role: Literal["system"] = "system"
+    content: str = ""
+
+
+class UserMessage(BaseModel):
+    """A task (or more context) given to the agent."""
+
+    role: Literal["user"] = "user"
+    content: str = ""
+
+
+class AssistantMessage(BaseModel):
+    """What the model said in one turn: text and/or the tool calls it asked for."""
+
+    role: Literal["assistant"] = "assistant"
     content: str = ""
     tool_calls: list[ToolCall] = Field(default_factory=list)
+
+
+class ToolMessage(BaseModel):
+    """A tool call's result, sent back to the model."""
+
+    role: Literal["tool"] = "tool"
+    content: str = ""
     tool_call_id: str | None = None
+    """The id of the `ToolCall` this answers."""
     name: str | None = None
-    """For role="tool": the tool's name."""
+    """The tool's name."""
     is_error: bool = False
-    """For role="tool": the tool failed."""
+    """The tool failed."""
+
+
+Message = Annotated[SystemMessage | UserMessage | AssistantMessage | ToolMessage,
+                    Field(discriminator="role")]
+"""One message of a conversation, in squadd's provider-neutral form, discriminated by `role`."""
+MESSAGE_ADAPTER: TypeAdapter[Message] = TypeAdapter(Message)
+
+
+def parse_message(data: Mapping[str, Any]) -> Message:
+    """A message from its recorded form (a transcript's `message` record)."""
+    return MESSAGE_ADAPTER.validate_python(data)
+
+
+def message_record(message: Message) -> dict[str, Any]:
+    """A message's recorded form: its role, then every field that differs from its default."""
+    return {"role": message.role, **message.model_dump(exclude_defaults=True)}
 
 
 class ToolSpec(BaseModel):

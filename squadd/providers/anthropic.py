@@ -13,7 +13,13 @@ from typing import Any
 import httpx
 
 from squadd.config import ProviderSettings
-from squadd.contracts.messages import Completion, Message, StopReason, ToolCall
+from squadd.contracts.messages import (
+    AssistantMessage,
+    Completion,
+    Message,
+    StopReason,
+    ToolCall,
+)
 from squadd.providers.arguments import tool_call
 from squadd.providers.base import CompletionRequest, RetryCallback
 from squadd.providers.http import (
@@ -160,7 +166,7 @@ def _blocks(message: Message) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
     if message.content:
         blocks.append({"type": "text", "text": message.content})
-    for call in message.tool_calls:
+    for call in message.tool_calls if isinstance(message, AssistantMessage) else []:
         # Broken arguments cannot be sent back as `input` (it must be an object); the tool
         # result that follows tells the model what was wrong with them.
         blocks.append({"type": "tool_use", "id": call.id, "name": call.name,

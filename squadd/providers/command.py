@@ -19,7 +19,7 @@ import anyio.abc
 import structlog
 
 from squadd.config import ProviderSettings
-from squadd.contracts.messages import Completion, Message
+from squadd.contracts.messages import AssistantMessage, Completion, Message
 from squadd.errors import ProviderError, ProviderTimeoutError
 from squadd.providers.arguments import arguments_json
 from squadd.providers.base import CompletionRequest
@@ -47,7 +47,8 @@ def render_prompt(messages: Sequence[Message]) -> str:
             parts.append(f"## {tool} {status} ({message.tool_call_id})\n\n{message.content}")
             continue
         lines = [message.content] if message.content else []
-        lines += [f"[called tool {c.name} with {arguments_json(c)}]" for c in message.tool_calls]
+        calls = message.tool_calls if isinstance(message, AssistantMessage) else []
+        lines += [f"[called tool {c.name} with {arguments_json(c)}]" for c in calls]
         parts.append(f"## {message.role.capitalize()}\n\n" + "\n".join(lines))
     return "\n\n".join(parts) + "\n"
 

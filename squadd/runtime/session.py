@@ -20,7 +20,17 @@ import structlog
 
 from squadd.config import Settings
 from squadd.contracts.events import AgentCompleted, AgentError, EventSink, SessionMessage
-from squadd.contracts.messages import Message, ToolCall, Usage
+from squadd.contracts.messages import (
+    AssistantMessage,
+    Message,
+    SystemMessage,
+    ToolCall,
+    ToolMessage,
+    Usage,
+    UserMessage,
+    message_record,
+    parse_message,
+)
 from squadd.errors import ProviderError, SquaddError
 from squadd.providers.base import CompletionRequest, Provider
 from squadd.runtime.prompt import build_system_prompt, gather
@@ -183,17 +193,16 @@ class AgentSession:
         (blocking: one trip to a worker thread)."""
         info = self.info
         parts = gather(self.layout, info.agent, context)
-        system = Message(role="system",
-                         content=build_system_prompt(info.agent, parts, self.settings.prompt))
-        user = Message(role="user", content=task)
+        system = SystemMessage(content=build_system_prompt(info.agent, parts, self.settings.prompt))
+        user = UserMessage(content=task)
         writer = self._writer
         if accepted:  # the meta is on disk since the route was accepted; add what is new
             writer.add("meta", tools=self.tools.names)
         else:
             writer.add("meta", **{**session_meta(info), "task": task},
                        tools=self.tools.names, created=_now_iso())
-        writer.add("message", message=system.model_dump(exclude_defaults=True))
-        writer.add("message", message=user.model_dump(exclude_defaults=True))
+        writer.add("message", message=message_record(system))
+        writer.add("message", message=message_record(user))
         writer.add("state", state="active")
         writer.flush()
         return [system, user]
@@ -220,27 +229,30 @@ class AgentSession:
                              context if isinstance(context, str) else None, True), True
 
     def _load_messages(self, transcript: Transcript) -> list[Message]:
-        messages = [Message.model_validate(m) for m in transcript.messages]
-        answered = {m.tool_call_id for m in messages if m.role == "tool"}
+        messages = [parse_message(m) for m in transcript.messages]
+        answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
         fixed: list[Message] = []
         for message in messages:
             fixed.append(message)
-            for call in message.tool_calls:
+            calls = message.tool_calls if isinstance(message, AssistantMessage) else []
+            for call in calls:
                 if call.id not in answered:
-                    stand_in = Message(role="tool", tool_call_id=call.id, name=call.name,
+                    stand_in = ToolMessage(tool_call_id=call.id, name=call.name,
                                        content=INTERRUPTED_TOOL_TEXT, is_error=True)
                     fixed.append(stand_in)
                     self._record(stand_in)
         return fixed
 
     def _record(self, message: Message, **extra: Any) -> None:
-        self._writer.add("message", message=message.model_dump(exclude_defaults=True), **extra)
+        self._writer.add("message", message=message_record(message), **extra)
         self._publish(message)
 
     def _publish(self, message: Message) -> None:
         self.sink.publish(SessionMessage(
             session_id=self.session_id, agent=self.agent, role=message.role,
-            content=message.content[:500], tool_calls=[c.name for c in message.tool_calls],
+            content=message.content[:500],
+            tool_calls=([c.name for c in message.tool_calls]
+                        if isinstance(message, AssistantMessage) else []),
         ))
 
     async def _flush(self) -> None:
@@ -262,7 +274,7 @@ class AgentSession:
         started = time.monotonic()
         cancel = cancel or CancelSignal()
         if task is not None:
-            user = Message(role="user", content=task)
+            user = UserMessage(content=task)
             messages.append(user)
             self._record(user)
         if not prepared:  # `start` has written the task and this state already
@@ -328,7 +340,7 @@ class AgentSession:
                 input_tokens=self.usage.input_tokens + completion.usage.input_tokens,
                 output_tokens=self.usage.output_tokens + completion.usage.output_tokens,
             )
-            assistant = Message(role="assistant", content=completion.text,
+            assistant = AssistantMessage(content=completion.text,
                                 tool_calls=completion.tool_calls)
             messages.append(assistant)
             self._record(assistant, input_tokens=completion.usage.input_tokens,
@@ -346,7 +358,7 @@ class AgentSession:
 
     async def _call(self, call: ToolCall, origin: CallOrigin) -> Message:
         result = await self.invoker.invoke(self.tools, call, origin)
-        message = Message(role="tool", tool_call_id=call.id, name=call.name,
+        message = ToolMessage(tool_call_id=call.id, name=call.name,
                           content=result.text, is_error=not result.ok)
         self._record(message, result_type=result.result_type)
         return message

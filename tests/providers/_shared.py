@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-from squadd.contracts.messages import Message, ToolSpec
+from squadd.contracts.messages import SystemMessage, ToolSpec, UserMessage
 from squadd.providers.base import CompletionRequest
 from squadd.providers.retry import RetryPolicy
 
@@ -26,6 +26,6 @@ def ask(text: str = "Pick a database.", *, tools: list[ToolSpec] | None = None,
         ) -> CompletionRequest:
     """A first turn: system prompt, the task, and the two tools."""
     return CompletionRequest(
-        messages=[Message(role="system", content="You are lead, a Squad agent."),
-                  Message(role="user", content=text)],
+        messages=[SystemMessage(content="You are lead, a Squad agent."),
+                  UserMessage(content=text)],
         tools=[DECIDE, MEMORY] if tools is None else tools, agent="lead", session_id="s1")

@@ -7,7 +7,13 @@ from collections.abc import AsyncIterator
 import pytest
 
 from squadd.config import ProviderSettings
-from squadd.contracts.messages import Message, ToolCall
+from squadd.contracts.messages import (
+    AssistantMessage,
+    SystemMessage,
+    ToolCall,
+    ToolMessage,
+    UserMessage,
+)
 from squadd.errors import ProviderError
 from squadd.providers.anthropic import AnthropicProvider, to_anthropic_messages
 from squadd.providers.base import RetryInfo
@@ -52,9 +58,9 @@ async def test_tool_use_turn_is_parsed_and_tool_results_go_back_as_one_user_mess
         {"role": "user", "content": [{"type": "text", "text": "Pick a database."}]}]
 
     request.messages += [
-        Message(role="assistant", content=first.text, tool_calls=first.tool_calls),
-        Message(role="tool", tool_call_id="toolu_1", name="squad_decide", content="written"),
-        Message(role="tool", tool_call_id="toolu_2", name="squad_memory",
+        AssistantMessage(content=first.text, tool_calls=first.tool_calls),
+        ToolMessage(tool_call_id="toolu_1", name="squad_decide", content="written"),
+        ToolMessage(tool_call_id="toolu_2", name="squad_memory",
                 content="no such agent", is_error=True),
     ]
     second = await provider.complete(request)
@@ -79,16 +85,16 @@ async def test_tool_use_turn_is_parsed_and_tool_results_go_back_as_one_user_mess
 
 def test_system_messages_join_and_same_role_messages_merge() -> None:
     system, messages = to_anthropic_messages([
-        Message(role="system", content="Part one."),
-        Message(role="system", content="Part two."),
-        Message(role="user", content="Task."),
-        Message(role="assistant", content=""),  # empty: dropped, the API refuses it
-        Message(role="user", content="More context."),
-        Message(role="assistant", tool_calls=[ToolCall(
+        SystemMessage(content="Part one."),
+        SystemMessage(content="Part two."),
+        UserMessage(content="Task."),
+        AssistantMessage(content=""),  # empty: dropped, the API refuses it
+        UserMessage(content="More context."),
+        AssistantMessage(tool_calls=[ToolCall(
             id="t1", name="squad_decide", raw_arguments="{bad", arguments_error="bad JSON")]),
-        Message(role="tool", tool_call_id="t1", content="arguments were not valid JSON",
+        ToolMessage(tool_call_id="t1", content="arguments were not valid JSON",
                 is_error=True),
-        Message(role="user", content="Try again."),
+        UserMessage(content="Try again."),
     ])
     assert system == "Part one.\n\nPart two."
     assert [m["role"] for m in messages] == ["user", "assistant", "user"]

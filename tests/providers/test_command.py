@@ -11,7 +11,13 @@ import anyio
 import pytest
 
 from squadd.config import ProviderSettings
-from squadd.contracts.messages import Message, ToolCall
+from squadd.contracts.messages import (
+    AssistantMessage,
+    SystemMessage,
+    ToolCall,
+    ToolMessage,
+    UserMessage,
+)
 from squadd.errors import ConfigError, ProviderError, ProviderTimeoutError
 from squadd.providers.base import CompletionRequest
 from squadd.providers.command import CommandProvider, render_prompt
@@ -36,12 +42,12 @@ def wait_until_group_gone(pgid: int, within_s: float = 10.0) -> None:
 
 def test_the_prompt_renders_system_first_then_every_message() -> None:
     prompt = render_prompt([
-        Message(role="user", content="Pick a database."),
-        Message(role="system", content="You are lead."),
-        Message(role="assistant", content="Deciding.",
+        UserMessage(content="Pick a database."),
+        SystemMessage(content="You are lead."),
+        AssistantMessage(content="Deciding.",
                 tool_calls=[ToolCall(id="c1", name="squad_decide", arguments={"title": "PG"})]),
-        Message(role="tool", tool_call_id="c1", name="squad_decide", content="written"),
-        Message(role="tool", tool_call_id="c2", content="boom", is_error=True),
+        ToolMessage(tool_call_id="c1", name="squad_decide", content="written"),
+        ToolMessage(tool_call_id="c2", content="boom", is_error=True),
     ])
     assert prompt == (
         "You are lead.\n\n## User\n\nPick a database.\n\n## Assistant\n\nDeciding.\n"
@@ -64,7 +70,7 @@ async def test_the_placeholder_becomes_one_argument_and_stdin_is_dev_null() -> N
     script = ("import os, sys; print(repr(sys.argv[1:])); "
               "print(os.path.samestat(os.fstat(0), os.stat('/dev/null')))")
     provider = CommandProvider([PY, "-c", script, "--prompt={prompt}", "-q"], timeout_s=30)
-    request = CompletionRequest(messages=[Message(role="user", content="a; rm -rf / $(id) 'x'")])
+    request = CompletionRequest(messages=[UserMessage(content="a; rm -rf / $(id) 'x'")])
     completion = await provider.complete(request)
     argv_line, stdin_line = completion.text.splitlines()
     assert argv_line == repr([f"--prompt={render_prompt(request.messages)}", "-q"])
@@ -159,7 +165,7 @@ def _exists(pid: int) -> bool:
 async def test_the_command_learns_its_agent_and_session_for_squadd_mcp() -> None:
     script = "import os; print(os.environ['SQUADD_AGENT'], os.environ['SQUADD_SESSION_ID'])"
     provider = CommandProvider([PY, "-c", script], timeout_s=30)
-    request = CompletionRequest(messages=[Message(role="user", content="hi")], agent="lead",
+    request = CompletionRequest(messages=[UserMessage(content="hi")], agent="lead",
                                 session_id="20261126-000000-abcd1234")
     completion = await provider.complete(request)
     assert completion.text == "lead 20261126-000000-abcd1234"

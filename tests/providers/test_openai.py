@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from squadd.config import ProviderSettings
-from squadd.contracts.messages import Message
+from squadd.contracts.messages import AssistantMessage, ToolMessage
 from squadd.errors import ProviderError
 from squadd.providers.base import RetryInfo, tool_specs
 from squadd.providers.factory import make_provider
@@ -52,10 +52,10 @@ async def test_tool_call_turn_is_parsed_and_tool_results_go_back_in_order(
     assert [m["role"] for m in sent["messages"]] == ["system", "user"]
 
     request.messages += [
-        Message(role="assistant", content=first.text, tool_calls=first.tool_calls),
-        Message(role="tool", tool_call_id="call_a", name="squad_decide",
+        AssistantMessage(content=first.text, tool_calls=first.tool_calls),
+        ToolMessage(tool_call_id="call_a", name="squad_decide",
                 content="decision written"),
-        Message(role="tool", tool_call_id="call_b", name="squad_memory",
+        ToolMessage(tool_call_id="call_b", name="squad_memory",
                 content="agent not found", is_error=True),
     ]
     second = await provider.complete(request)
@@ -124,8 +124,8 @@ async def test_broken_arguments_are_sent_back_as_the_model_wrote_them(
     request = ask()
     first = await provider.complete(request)
     request.messages += [
-        Message(role="assistant", tool_calls=first.tool_calls),
-        Message(role="tool", tool_call_id="call_x", is_error=True,
+        AssistantMessage(tool_calls=first.tool_calls),
+        ToolMessage(tool_call_id="call_x", is_error=True,
                 content="arguments were not valid JSON: ..."),
     ]
     await provider.complete(request)

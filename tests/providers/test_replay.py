@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from squadd.config import ProviderSettings
-from squadd.contracts.messages import Completion, Message
+from squadd.contracts.messages import AssistantMessage, Completion, ToolMessage
 from squadd.errors import ConfigError, ProviderError
 from squadd.providers.base import CompletionRequest
 from squadd.providers.factory import make_provider
@@ -36,9 +36,9 @@ agents:
 def continued(request: CompletionRequest, completion: Completion) -> CompletionRequest:
     """The request after `completion`'s turn, with a result for each of its tool calls."""
     messages = [*request.messages,
-                Message(role="assistant", content=completion.text,
+                AssistantMessage(content=completion.text,
                         tool_calls=completion.tool_calls)]
-    messages += [Message(role="tool", tool_call_id=c.id, content="ok")
+    messages += [ToolMessage(tool_call_id=c.id, content="ok")
                  for c in completion.tool_calls]
     return request.model_copy(update={"messages": messages})
 
