@@ -8,6 +8,7 @@ These are the wire shapes of `GET /v1/events` and `squadd events`; the bus that 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Collection
 from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
@@ -218,3 +219,19 @@ class NullSink:
 
     def publish(self, event: BaseEvent) -> None:
         return None
+
+
+def type_matches(kind: str, pattern: str) -> bool:
+    """True when the event type `kind` is `pattern`, or falls under a glob like ``tool.*``."""
+    return kind == pattern or (pattern.endswith(".*") and kind.startswith(pattern[:-1]))
+
+
+def event_matches(event: BaseEvent, types: Collection[str] | None,
+                  session_id: str | None) -> bool:
+    """The filter of a bus subscription and of an event stream: the event's type matches one
+    of `types` (any type when None) and, when `session_id` is given, it is that session's."""
+    if types is not None:
+        kind = getattr(event, "type", "")
+        if kind not in types and not any(type_matches(kind, t) for t in types):
+            return False
+    return session_id is None or event.session_id == session_id

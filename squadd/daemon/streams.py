@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from squadd.contracts.events import EVENT_TYPES, BaseEvent
+from squadd.contracts.events import EVENT_TYPES, BaseEvent, event_matches, type_matches
 from squadd.daemon.requests import (
     RECENT_EVENTS,
     ApiError,
@@ -33,22 +33,11 @@ def _event_types(raw: str | None) -> list[str] | None:
         return None
     wanted = [part.strip() for part in raw.split(",") if part.strip()]
     for kind in wanted:
-        prefix = kind[:-1] if kind.endswith(".*") else None
-        known = (any(t.startswith(prefix) for t in EVENT_TYPES) if prefix is not None
-                 else kind in EVENT_TYPES)
-        if not known:
+        if not any(type_matches(known, kind) for known in EVENT_TYPES):
             shown = kind if len(kind) <= 60 else kind[:57] + "..."
             raise ApiError(422, f"unknown event type {shown!r} (known: {', '.join(EVENT_TYPES)};"
                                 " 'tool.*' style globs work too)")
     return wanted
-
-
-def _matches(event: BaseEvent, types: list[str] | None, session_id: str | None) -> bool:
-    kind = getattr(event, "type", "")
-    if types is not None and not any(
-            kind == t or (t.endswith(".*") and kind.startswith(t[:-1])) for t in types):
-        return False
-    return session_id is None or event.session_id == session_id
 
 
 async def events(request: Request) -> Response:
@@ -69,7 +58,7 @@ async def events(request: Request) -> Response:
                             "first", limit=MAX_EVENT_STREAMS)
     # Subscribe and copy the recent events in one step: no event is missed or sent twice.
     subscription = ctx.runtime.bus.subscribe(types=types, session_id=session_id)
-    replay = [e for e in ctx.recent if _matches(e, types, session_id)][-recent_count:] \
+    replay = [e for e in ctx.recent if event_matches(e, types, session_id)][-recent_count:] \
         if recent_count else []
     if not follow:
         subscription.close()

@@ -11,22 +11,15 @@ import itertools
 import threading
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable
+from typing import TypeVar
 
 import anyio
 import anyio.from_thread
 import anyio.lowlevel
 
-from squadd.contracts.events import BaseEvent, BusOverflow
+from squadd.contracts.events import BaseEvent, BusOverflow, event_matches
 
-
-def _matches(event: BaseEvent, types: frozenset[str] | None, session_id: str | None) -> bool:
-    if types is not None:
-        kind = getattr(event, "type", "")
-        if kind not in types and not any(
-            t.endswith(".*") and kind.startswith(t[:-1]) for t in types
-        ):
-            return False
-    return session_id is None or event.session_id == session_id
+T = TypeVar("T")
 
 
 class Subscription:
@@ -45,7 +38,7 @@ class Subscription:
         self.closed = False
 
     def _offer(self, event: BaseEvent) -> None:
-        if self.closed or not _matches(event, self._types, self._session_id):
+        if self.closed or not event_matches(event, self._types, self._session_id):
             return
         if len(self._buffer) >= self._maxlen:
             self.lost += 1
@@ -102,8 +95,10 @@ class Subscription:
 class EventBus:
     """Fans events out to subscribers without ever blocking the publisher.
 
-    Publish from the event loop's thread; a publish from another thread is handed to the loop
-    (subscribers are woken there), so it is safe, if slower.
+    `publish` is safe from any thread: this is the one way to publish events from a worker
+    thread. Once the bus is bound to its event loop (`bind`, done by `subscribe` and when the
+    runtime starts), a publish from another thread is handed to the loop, where subscribers are
+    woken. Other state owned by the loop is reached from a thread the same way, with `on_loop`.
     """
 
     def __init__(self, *, buffer: int = 1024):
@@ -115,14 +110,28 @@ class EventBus:
         self._loop_thread: int | None = None
         self._loop_token: anyio.lowlevel.EventLoopToken | None = None
 
-    def publish(self, event: BaseEvent) -> None:
+    def bind(self) -> None:
+        """Bind the bus to the running event loop (no-op without one, e.g. in a worker thread)."""
+        try:
+            self._loop_token = anyio.lowlevel.current_token()
+        except RuntimeError:  # no event loop here: publishers are all in this thread
+            return
+        self._loop_thread = threading.get_ident()
+
+    def on_loop(self, fn: Callable[[T], None], arg: T) -> None:
+        """Call `fn(arg)` on the event loop's thread: at once when called there (or when no loop
+        is bound), else handed to the loop and waited for."""
         if self._loop_thread is not None and threading.get_ident() != self._loop_thread:
             try:
-                anyio.from_thread.run_sync(self._publish, event, token=self._loop_token)
+                anyio.from_thread.run_sync(fn, arg, token=self._loop_token)
                 return
             except RuntimeError:  # the loop is gone: nobody is waiting to be woken
                 pass
-        self._publish(event)
+        fn(arg)
+
+    def publish(self, event: BaseEvent) -> None:
+        """Stamp `event` with the next `seq` and offer it to every listener and subscriber."""
+        self.on_loop(self._publish, event)
 
     def _publish(self, event: BaseEvent) -> None:
         seq = next(self._seq)
@@ -137,12 +146,7 @@ class EventBus:
                   buffer: int | None = None) -> Subscription:
         """A bounded subscription, filtered by event type (``tool.*`` allowed) and session."""
         if self._loop_thread is None:
-            try:
-                self._loop_token = anyio.lowlevel.current_token()
-            except RuntimeError:  # no event loop here: publishers are all in this thread
-                pass
-            else:
-                self._loop_thread = threading.get_ident()
+            self.bind()
         subscription = Subscription(self, buffer or self._buffer,
                                     frozenset(types) if types else None, session_id)
         self._subscribers.append(subscription)
@@ -159,17 +163,3 @@ class EventBus:
     @property
     def subscriber_count(self) -> int:
         return len(self._subscribers)
-
-
-class LoopSink:
-    """Publishes to the bus from a worker thread by handing the event to the event loop
-    (the bus is not thread-safe); on the loop's own thread it publishes directly."""
-
-    def __init__(self, bus: EventBus):
-        self.bus = bus
-
-    def publish(self, event: BaseEvent) -> None:
-        try:
-            anyio.from_thread.run_sync(self.bus.publish, event)
-        except RuntimeError:  # not in a worker thread: we are on the loop already
-            self.bus.publish(event)

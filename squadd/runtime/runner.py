@@ -17,9 +17,10 @@ import anyio
 import structlog
 
 from squadd.config import Settings
-from squadd.contracts.events import AgentSpawned, EventSink
+from squadd.contracts.events import AgentSpawned
 from squadd.contracts.routes import RouteResult
 from squadd.providers.base import Provider
+from squadd.runtime.events import EventBus
 from squadd.runtime.orchestration import OrchestrationEntry, OrchestrationLog
 from squadd.runtime.planning import RoutePlan
 from squadd.runtime.pool import SessionPool, SessionRecord
@@ -44,7 +45,7 @@ class RouteRunner:
     """What running a route needs, and the run itself."""
 
     def __init__(self, *, layout: SquadLayout, settings: Settings, provider: Provider,
-                 bus: EventSink, invoker: ToolInvoker, pool: SessionPool,
+                 bus: EventBus, invoker: ToolInvoker, pool: SessionPool,
                  orchestration: OrchestrationLog, tools: ToolSet,
                  extra_tools: ExtraTools | None):
         self.layout = layout

@@ -21,7 +21,7 @@ from squadd.contracts.routes import RouteOrigin, RouteRequest, RouteResult
 from squadd.contracts.sessions import LIVE_STATES, SessionView, StatusReport
 from squadd.errors import InvalidNameError, NotFoundError, PoolFullError, RouteError
 from squadd.providers.base import Provider, RetryCallback, RetryInfo
-from squadd.runtime.events import EventBus, LoopSink
+from squadd.runtime.events import EventBus
 from squadd.runtime.orchestration import OrchestrationEntry, OrchestrationLog
 from squadd.runtime.planning import (
     CharterCache,
@@ -118,12 +118,11 @@ class SquadRuntime:
                                  cwd=layout.repo)
         invoker = ToolInvoker(layout, settings, bus, variables=SquadVariables(layout, settings),
                               approvals=ApprovalBroker(settings, bus))
-        sink = LoopSink(bus)
         runtime: SquadRuntime | None = None
 
         def custom_tools() -> list[Tool[Any]]:
             builtins = runtime.tools.names if runtime is not None else ()
-            return list(discover_tools(layout, settings, sink, builtin_names=builtins).tools)
+            return list(discover_tools(layout, settings, bus, builtin_names=builtins).tools)
 
         runtime = cls(layout, settings, provider, bus=bus, invoker=invoker,
                       extra_tools=custom_tools, owns_provider=True)
@@ -131,6 +130,7 @@ class SquadRuntime:
 
     # Lifecycle.
     async def __aenter__(self) -> SquadRuntime:
+        self.bus.bind()  # events published from worker threads are handed to this loop
         self._background_done = anyio.Event()
         self._background_done.set()
         self._reaper_scope = anyio.CancelScope()

@@ -173,3 +173,31 @@ def test_text_that_is_not_utf8_is_mended_so_the_event_still_serializes() -> None
     assert failed.file == "/squad/tools/\ufffd.py" and failed.reason == "r \ufffd"
     assert json.loads(failed.model_dump_json())["file"] == "/squad/tools/\ufffd.py"
     assert json.loads(started.model_dump_json())["arguments"] == {"k": ["\ufffd"]}
+
+
+async def test_a_bound_bus_runs_publishes_from_worker_threads_on_the_loop() -> None:
+    bus = EventBus()
+    bus.bind()
+    loop_thread = threading.get_ident()
+    ran_on: list[int] = []
+    bus.add_listener(lambda event: ran_on.append(threading.get_ident()))
+    called_on: list[int] = []
+
+    def work() -> int:
+        bus.publish(PoolEmpty())
+        bus.on_loop(lambda _: called_on.append(threading.get_ident()), None)
+        return threading.get_ident()
+
+    worker = await anyio.to_thread.run_sync(work)
+    assert worker != loop_thread
+    assert ran_on == [loop_thread] and called_on == [loop_thread]
+
+
+def test_an_unbound_bus_publishes_in_the_callers_thread() -> None:
+    bus = EventBus()
+    ran_on: list[int] = []
+    bus.add_listener(lambda event: ran_on.append(threading.get_ident()))
+    thread = threading.Thread(target=bus.publish, args=(PoolEmpty(),))
+    thread.start()
+    thread.join(timeout=10)
+    assert ran_on == [thread.ident]
