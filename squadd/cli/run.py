@@ -64,6 +64,8 @@ def run(agent: str, task: str, context: str | None, as_json: bool, verbose: bool
 
 async def _run_session(layout: Any, settings: Any, agent: str, task: str, context: str | None,
                        model: str | None, quiet: bool) -> dict[str, Any]:
+    from pydantic import ValidationError
+
     from squadd.contracts.events import (
         ApprovalRequested,
         BaseEvent,
@@ -71,7 +73,7 @@ async def _run_session(layout: Any, settings: Any, agent: str, task: str, contex
         ToolCompleted,
         ToolStarted,
     )
-    from squadd.contracts.routes import RouteRequest
+    from squadd.contracts.routes import RouteRequest, RouteResult
     from squadd.runtime.runtime import SquadRuntime
 
     runtime = SquadRuntime.from_settings(layout, settings)
@@ -98,10 +100,17 @@ async def _run_session(layout: Any, settings: Any, agent: str, task: str, contex
                 "'squadd approve')", fg="yellow"), err=True)
 
     runtime.bus.add_listener(show)
-    async with runtime:
-        result = await runtime.route(RouteRequest(
-            task=task, target_agent=agent, context=context, model=model,
-            wait_for_result=True, requested_by="cli"))
+    try:
+        request = RouteRequest(task=task, target_agent=agent, context=context, model=model,
+                               wait_for_result=True, requested_by="cli")
+    except ValidationError as exc:  # refused as the runtime refuses a bad route: no session
+        message = "invalid route: " + "; ".join(
+            f"{_ARGUMENT.get(str(error['loc'][0]), error['loc'][0])}: {error['msg']}"
+            for error in exc.errors())
+        result = RouteResult(ok=False, reason="invalid", message=message, error=message)
+    else:
+        async with runtime:
+            result = await runtime.route(request)
     transcript = None
     if result.session_id:
         transcript = str(layout.transcript(result.session_id).relative_to(layout.repo))
@@ -114,6 +123,10 @@ async def _run_session(layout: Any, settings: Any, agent: str, task: str, contex
         "output_tokens": result.output_tokens, "duration_s": round(result.duration_s, 3),
         "transcript": transcript,
     }
+
+
+_ARGUMENT = {"target_agent": "AGENT", "task": "TASK", "context": "--context", "model": "--model"}
+"""The command's own name for each field of the route it builds."""
 
 
 def _short(value: Any, limit: int = 40) -> str:

@@ -80,6 +80,16 @@ def test_run_unknown_agent_fails_cleanly(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
+def test_run_refuses_a_route_its_model_refuses_with_an_error_line(tmp_path: Path) -> None:
+    repo = _repo(tmp_path)
+    result = squadd(repo, "run", "x" * 70, "t", "--json", "--provider", "openai",
+                    "--base-url", "http://127.0.0.1:9/v1")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    outcome = json.loads(result.stdout)
+    assert outcome["reason"] == "invalid" and outcome["session_id"] is None
+    assert outcome["error"].startswith("invalid route: AGENT: ")
+
+
 def test_run_with_rejected_key_fails_without_retry(tmp_path: Path) -> None:
     repo = _repo(tmp_path)
     with OpenAIServer() as server:
