@@ -1,8 +1,9 @@
 """`{PARAM}` substitution into YAML tool commands, so that a value is always one literal word.
 
-In a `bash`/`script` command every value is `shlex.quote`d. That is only sound where the shell
-parses quotes, so a template is checked when it is loaded: a placeholder inside quotes, inside
-`${...}`, `$((...))` or after a heredoc is refused, with the reason. A `run` command is split
+In a `bash`/`script` command every value is `shlex.quote`d; inside double quotes (`"{P}"`) it
+is escaped for double quotes instead. That is only sound where the shell parses quotes, so a
+template is checked when it is loaded: a placeholder inside single quotes, inside `${...}`,
+`$((...))`, backticks or after a heredoc is refused, with the reason. A `run` command is split
 into words first and never sees a shell. A value holding NUL is refused.
 """
 
@@ -15,6 +16,19 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 PLACEHOLDER_RE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+QUOTABLE = ("command", "dq")
+"""The contexts a placeholder may stand in: a bare word, or inside plain double quotes."""
+_DQ_SPECIAL = re.compile(r'([\\"$`])')
+
+
+class NoWord:
+    """The value of a parameter that puts no word into the command (an unset `format`)."""
+
+    def __repr__(self) -> str:
+        return "NO_WORD"
+
+
+NO_WORD = NoWord()
 
 
 class TemplateError(ValueError):
@@ -40,7 +54,7 @@ def _context_error(name: str, context: str) -> TemplateError:
 def check_shell_template(template: str, params: Collection[str]) -> None:
     """Refuse placeholders of `params` where quoting them would not make one literal word."""
     for name, _, _, context in _placeholders(template, params):
-        if context != "command":
+        if context not in QUOTABLE:
             raise _context_error(name, context)
 
 
@@ -61,6 +75,9 @@ def _placeholders(text: str, params: Collection[str]) -> list[tuple[str, int, in
                 context = kind
                 if kind in ("command", "cmdsub"):
                     context = "heredoc" if heredoc else "command"
+                elif kind == "dq" and (heredoc or any(f[0] == "backtick" for f in stack)):
+                    # Backticks undo one level of backslashes; a heredoc keeps them.
+                    context = "backtick" if not heredoc else "heredoc"
                 found.append((match.group(1), i, match.end(), context))
                 i = match.end()
                 continue
@@ -176,7 +193,7 @@ def refuse_nul(value: Any, where: str) -> None:
 
 def value_text(value: Any) -> str:
     """A parameter value as the text a command sees."""
-    if value is None:
+    if value is None or isinstance(value, NoWord):
         return ""
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -188,9 +205,20 @@ def value_text(value: Any) -> str:
 
 
 def _quoted(value: Any) -> str:
+    if isinstance(value, NoWord):
+        return ""
     if isinstance(value, list | tuple):
         return " ".join(shlex.quote(value_text(item)) for item in value) or "''"
     return shlex.quote(value_text(value))
+
+
+def _in_double_quotes(value: Any) -> str:
+    # Inside "...", a backslash quotes exactly these four: $ ` " \\ (POSIX shells, bash -c).
+    if isinstance(value, NoWord):
+        return ""
+    text = (" ".join(value_text(v) for v in value) if isinstance(value, list | tuple)
+            else value_text(value))
+    return _DQ_SPECIAL.sub(r"\\\1", text)
 
 
 def substitute_shell(template: str, values: Mapping[str, Any]) -> str:
@@ -200,10 +228,11 @@ def substitute_shell(template: str, values: Mapping[str, Any]) -> str:
     pieces: list[str] = []
     position = 0
     for name, start, end, context in _placeholders(template, values):
-        if context != "command":
+        if context not in QUOTABLE:
             raise _context_error(name, context)
         pieces.append(template[position:start])
-        pieces.append(_quoted(values[name]))
+        pieces.append(_quoted(values[name]) if context == "command"
+                      else _in_double_quotes(values[name]))
         position = end
     pieces.append(template[position:])
     return "".join(pieces)
@@ -233,6 +262,8 @@ def substitute_argv(words: list[str], values: Mapping[str, Any]) -> list[str]:
     argv: list[str] = []
     for word in words:
         whole = PLACEHOLDER_RE.fullmatch(word)
+        if whole and isinstance(values.get(whole.group(1)), NoWord):
+            continue
         if whole and whole.group(1) in values and isinstance(values[whole.group(1)], list):
             argv.extend(value_text(item) for item in values[whole.group(1)])
             continue

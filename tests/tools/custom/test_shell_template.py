@@ -11,6 +11,7 @@ import json
 import re
 import shlex
 import sys
+import subprocess
 from pathlib import Path
 
 import anyio
@@ -19,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from squadd.state.layout import SquadLayout
+from squadd.tools.custom.shell_template import check_shell_template, substitute_shell
 from squadd.tools.custom.shell_tools import ShellTool
 
 from .conftest import call, shell_tool
@@ -99,8 +101,9 @@ async def test_a_value_holding_nul_is_refused_before_anything_runs(layout: Squad
 
 
 @pytest.mark.parametrize("template, reason", [
-    ('echo "{X}"', "inside double quotes"),
     ("echo '{X}'", "inside single quotes"),
+    ('echo `echo "{X}"`', "inside `...`"),
+    ('cat <<EOF\n"{X}"\nEOF', "after a heredoc"),
     ("echo ${X}", "reads a shell variable"),
     ("echo `echo {X}`", "inside `...`"),
     ("cat <<EOF\n{X}\nEOF", "after a heredoc"),
@@ -115,3 +118,20 @@ def test_placeholders_where_quoting_would_not_hold_are_refused_at_load(
         "bash": template})
     with pytest.raises(ValueError, match=re.escape(reason)):
         check_spec(spec)
+
+
+@pytest.mark.parametrize("template, shown", [
+    ('printf %s "{X}"', "{v}"),
+    ('printf %s "a-{X}-b"', "a-{v}-b"),
+    ('printf %s "$(printf %s "{X}")"', "{v}"),
+    ('printf %s ${U:-"{X}"}', "{v}"),
+])
+@pytest.mark.parametrize("value", ['x"; echo HIJACKED; "', "$(echo HIJACKED)",
+                                   "`echo HIJACKED`", "ends\\", 'mid\\"q', "two\nlines",
+                                   "$HOME"])
+def test_a_placeholder_in_double_quotes_stays_one_literal_string(
+        template: str, shown: str, value: str) -> None:
+    check_shell_template(template, ["X"])
+    command = substitute_shell(template, {"X": value})
+    done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, check=True)
+    assert done.stdout == shown.replace("{v}", value)
