@@ -88,6 +88,8 @@ class ToolsSettings(_Section):
     timeout_s: float = Field(60.0, gt=0)
     approval_timeout_s: float = Field(300.0, gt=0)
     extra_dirs: list[str] = Field(default_factory=list)
+    cycod_dirs: bool = True
+    cycod_global_dir: str = ""
     approvals: dict[str, Literal["allow", "ask", "deny"]] = Field(default_factory=dict)
     secrets_file: str = ""
 

@@ -27,6 +27,7 @@ from squadd.tools.base import ConfirmFn, Tool, ToolContext, ToolResult, ToolSet
 from squadd.tools.custom.approvals import Decision, approval_policy, denial_text, secrets_of
 from squadd.tools.custom.discovery import Discovery, discover_tools
 from squadd.tools.custom.python_tools import ToolDefinitionError, check_tool_name
+from squadd.tools.custom.shell_show import yaml_details
 from squadd.tools.custom.shell_tools import ShellTool, ToolTestOutcome, run_tool_tests
 from squadd.tools.custom.variables import SquadVariables
 from squadd.tools.invoke import CallOrigin, ToolInvoker, redact, redact_any
@@ -61,7 +62,7 @@ def _rows(builtins: list[Tool[Any]], found: Discovery) -> list[dict[str, Any]]:
         return {"name": tool.name, "label": tool.label or tool.name, "source": tool.source,
                 "kind": tool.kind, "file": str(tool.file) if tool.file else None,
                 "status": status, "shadowed": False, "shadowed_by": None, "error": None,
-                **extra}
+                "warnings": list(getattr(tool, "warnings", ())), **extra}
 
     rows += [row(t, "ok") for t in builtins]
     rows += [row(t, "ok") for t in found.tools]
@@ -70,12 +71,13 @@ def _rows(builtins: list[Tool[Any]], found: Discovery) -> list[dict[str, Any]]:
             "builtin" if item.by is None else str(item.by.file)), error=None))
     for skip in found.skipped:
         rows.append({"name": skip.name, "label": skip.name, "source": skip.source,
-                     "kind": "yaml", "file": str(skip.file), "status": "skipped",
-                     "shadowed": False, "shadowed_by": None, "error": skip.reason})
+                     "kind": "yaml", "file": str(skip.file), "status": "unavailable",
+                     "shadowed": False, "shadowed_by": None, "error": skip.reason,
+                     "warnings": []})
     for failure in found.failures:
         rows.append({"name": None, "label": None, "source": failure.source, "kind": None,
                      "file": shown_name(str(failure.file)), "status": "error", "shadowed": False,
-                     "shadowed_by": None, "error": failure.reason})
+                     "shadowed_by": None, "error": failure.reason, "warnings": []})
     return rows
 
 
@@ -83,10 +85,12 @@ def _rows(builtins: list[Tool[Any]], found: Discovery) -> list[dict[str, Any]]:
 @click.option("--json", "as_json", is_flag=True, help="Print the tools as JSON.")
 @dir_option
 def list_tools(as_json: bool, directory: Path | None) -> None:
-    """List every tool: name, source (builtin, project, user, extra), file, and status.
+    """List every tool: name, source (builtin, project, user, extra, cycod-project,
+    cycod-user, cycod-global), file, and status.
 
     A shadowed tool lost its name to an earlier folder; a file that failed to load is listed
-    with the reason, and every other tool still loads.
+    with the reason, and every other tool still loads. A tool that cannot run on this machine
+    is unavailable; a key squadd cannot honour here is a warning on its tool.
     """
     _, _, builtins, found = _load(directory)
     rows = _rows(builtins, found)
@@ -102,6 +106,10 @@ def list_tools(as_json: bool, directory: Path | None) -> None:
             status = f"{item['status']}: {item['error']}"
         else:
             status = item["status"]
+        if item["warnings"]:
+            count = len(item["warnings"])
+            status += f" ({count} warning{'' if count == 1 else 's'}: " + \
+                "; ".join(item["warnings"]) + ")"
         shown = show_path(Path(item["file"])) if item["file"] else "-"
         table.append([item["name"] or "?", item["source"], item["kind"] or "-", shown, status])
     print_table(["name", "source", "kind", "file", "status"], table)
@@ -116,13 +124,16 @@ def show(name: str, directory: Path | None) -> None:
     _, settings, builtins, found = _load(directory)
     tool = _find(name, builtins, found)
     policy = approval_policy(tool, settings.tools.approvals)
-    print_json({
+    shown = {
         "name": tool.name, "label": tool.label or tool.name, "description": tool.description,
         "source": tool.source, "kind": tool.kind, "file": str(tool.file) if tool.file else None,
         "approval": policy.approval,
         "variables": [v.model_dump() for v in tool.variables],
         "parameters": tool.parameters_schema(),
-    })
+    }
+    if isinstance(tool, ShellTool):
+        shown.update(yaml_details(tool))
+    print_json(shown)
 
 
 def _find(name: str, builtins: list[Tool[Any]], found: Discovery) -> Tool[Any]:

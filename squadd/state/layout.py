@@ -182,6 +182,11 @@ class SquadLayout:
     def tools_dir(self) -> Path:
         return self._p("tools")
 
+    @property
+    def cycod_tools_dir(self) -> Path:
+        """`.cycod/tools/` in the repo: CYCOD's project tool folder, read-only to squadd."""
+        return self.repo / ".cycod" / "tools"
+
     # Sessions and their output.
     @property
     def sessions_dir(self) -> Path:

@@ -19,7 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from squadd.contracts.messages import ToolSpec
 
-ToolSource = Literal["builtin", "project", "user", "extra"]
+ToolSource = Literal["builtin", "project", "user", "extra", "cycod-project", "cycod-user",
+                     "cycod-global"]
 Approval = Literal["allow", "ask", "deny"]
 
 

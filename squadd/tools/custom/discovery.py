@@ -1,9 +1,12 @@
-"""Finding custom tools: `.squad/tools/` over `~/.config/squadd/tools/` over `tools.extra_dirs`.
+"""Finding custom tools: `.squad/tools/` over `~/.config/squadd/tools/` over `tools.extra_dirs`,
+then (with `tools.cycod_dirs`) the CYCOD folders: `.cycod/tools/` in the repo, `~/.cycod/tools/`
+and the system-wide one (`/etc/.cycod/tools/`, `%ProgramData%\\.cycod\\tools\\` on Windows).
 
-Each `.py`, `.yaml` and `.yml` file is loaded on its own: one that fails is reported (file and
-reason, and a `tools.load_failed` event) and skipped. On the same name the earlier folder wins
-and the other is listed as shadowed. Run at each session start; files that did not change
-since the last run are not loaded again.
+Each `.py`, `.yaml` and `.yml` file is loaded on its own (only YAML in the CYCOD folders): one
+that fails is reported (file and reason, and a `tools.load_failed` event) and skipped. On the
+same name the earlier folder wins and the other is listed as shadowed. A tool that cannot run on
+this machine (another platform, no interpreter) is listed as unavailable. Run at each session
+start; files that did not change since the last run are not loaded again.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from squadd.untrusted import has_surrogate
 log = structlog.get_logger("squadd.tools")
 
 SUFFIXES = (".py", ".yaml", ".yml")
+YAML_SUFFIXES = (".yaml", ".yml")
 MAX_PYTHON_FILE_BYTES = 1_048_576
 MODULE_PREFIX = "squadd_custom_tools."
 
@@ -96,6 +100,21 @@ def user_tools_dir(environ: Mapping[str, str] | None = None) -> Path:
     return Path(base) / "squadd" / "tools"
 
 
+def cycod_user_tools_dir(environ: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if environ is None else environ
+    return Path(env.get("HOME") or Path.home()) / ".cycod" / "tools"
+
+
+def cycod_global_tools_dir(settings: Settings,
+                           environ: Mapping[str, str] | None = None) -> Path:
+    if settings.tools.cycod_global_dir:
+        return Path(settings.tools.cycod_global_dir).expanduser()
+    if sys.platform == "win32":
+        env = os.environ if environ is None else environ
+        return Path(env.get("ProgramData") or "C:\\ProgramData") / ".cycod" / "tools"
+    return Path("/etc/.cycod/tools")
+
+
 def tool_dirs(layout: SquadLayout, settings: Settings,
               environ: Mapping[str, str] | None = None) -> list[ToolDir]:
     """The folders searched, first wins; an extra folder may be relative to the repo."""
@@ -103,6 +122,10 @@ def tool_dirs(layout: SquadLayout, settings: Settings,
     for extra in settings.tools.extra_dirs:
         path = Path(extra).expanduser()
         dirs.append(ToolDir(path if path.is_absolute() else layout.repo / path, "extra"))
+    if settings.tools.cycod_dirs:
+        dirs += [ToolDir(layout.cycod_tools_dir, "cycod-project"),
+                 ToolDir(cycod_user_tools_dir(environ), "cycod-user"),
+                 ToolDir(cycod_global_tools_dir(settings, environ), "cycod-global")]
     unique: list[ToolDir] = []
     seen: set[str] = set()
     for folder in dirs:
@@ -113,13 +136,14 @@ def tool_dirs(layout: SquadLayout, settings: Settings,
     return unique
 
 
-def _tool_files(folder: Path) -> list[Path]:
+def _tool_files(folder: ToolDir) -> list[Path]:
     try:
-        entries = sorted(os.scandir(folder), key=lambda e: e.name)
-    except (FileNotFoundError, NotADirectoryError):
+        entries = sorted(os.scandir(folder.path), key=lambda e: e.name)
+    except (FileNotFoundError, NotADirectoryError, PermissionError):
         return []
+    suffixes = SUFFIXES if not folder.source.startswith("cycod") else YAML_SUFFIXES
     return [Path(e.path) for e in entries
-            if e.name.endswith(SUFFIXES) and not e.name.startswith(("_", "."))
+            if e.name.endswith(suffixes) and not e.name.startswith(("_", "."))
             and e.is_file()]
 
 
@@ -229,7 +253,7 @@ class ToolDiscoverer:
         skipped: list[Skipped] = []
         seen_files: set[Path] = set()
         for folder in dirs:
-            for path in _tool_files(folder.path):
+            for path in _tool_files(folder):
                 seen_files.add(path)
                 loaded = self._load(path, folder.source, settings, fingerprint)
                 if loaded.error is not None:
@@ -278,12 +302,12 @@ class ToolDiscoverer:
                 loaded.tools = list(load_python_file(path, source))
             else:
                 shell = load_shell_tool(path, source=source, settings=settings)
-                if shell.definition.available_here():
+                unavailable = shell.definition.unavailable_reason()
+                if unavailable is None:
                     loaded.tools = [shell]
                 else:
-                    platforms = ", ".join(shell.definition.platforms or ())
                     loaded.skipped = [Skipped(shell.name, path, source,
-                                              f"only for {platforms}, not {sys.platform}")]
+                                              f"unavailable on this platform: {unavailable}")]
         except ShellToolError as exc:
             loaded.error = str(exc).removeprefix(f"{path}: ")
         except ToolDefinitionError as exc:

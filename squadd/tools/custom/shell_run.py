@@ -1,5 +1,6 @@
 """Run a YAML tool's plan: one command, or steps with conditions, parallelism, retries,
-fallbacks and other tools, all within one deadline and one cancellation signal.
+fallbacks, output variables and other tools, all within one deadline and one cancellation
+signal, each command under the tool's resource limits.
 
 Every command's output streams into its own part file (`CallPlace.new_sink`); the blocks of a
 `PlanReport` say in which order the parts make up the call's output.
@@ -18,15 +19,18 @@ from pydantic import ValidationError
 
 from squadd.state.layout import SquadLayout
 from squadd.tools.base import CancelSignal
+from squadd.tools.custom.shell_checks import step_condition
 from squadd.tools.custom.shell_conditions import Ref
+from squadd.tools.custom.shell_dialects import dialect_of, interpreter_argv, substitute
+from squadd.tools.custom.shell_durations import parse_size
 from squadd.tools.custom.shell_output import Block, OutputSink, render
+from squadd.tools.custom.shell_prepare import formatted, limited, transformed
 from squadd.tools.custom.shell_process import Command, CommandOutcome, run_command
-from squadd.tools.custom.shell_schema import SHELLS, ShellToolFile, StepSpec, step_condition
+from squadd.tools.custom.shell_schema import ShellToolFile, StepSpec
 from squadd.tools.custom.shell_template import (
     PLACEHOLDER_RE,
     split_run,
     substitute_argv,
-    substitute_shell,
     substitute_text,
     value_text,
 )
@@ -117,8 +121,8 @@ def _working_dir(spec: ShellToolFile, values: Mapping[str, Any], repo: Path) -> 
 
 
 def bash_argv(template: str, values: Mapping[str, Any], shell: str = "bash") -> list[str]:
-    assert shell in SHELLS
-    return [shell, "-c", substitute_shell(template, values)]
+    """argv running `template` with `shell`, each value quoted for that shell."""
+    return interpreter_argv(shell, substitute(template, values, dialect_of(shell)))
 
 
 class PlanRunner:
@@ -128,7 +132,12 @@ class PlanRunner:
                  prefix: str = ""):
         self.tool = tool
         self.spec = tool.plan
-        self.values = dict(values)
+        self.values = transformed(self.spec, values)
+        self.words = formatted(self.spec, self.values)
+        """The values as they stand in commands, with step output variables as they come."""
+        for step in self.spec.steps or ():
+            if step.output is not None and step.output.variable is not None:
+                self.words[step.output.variable] = ""
         self.place = place
         self.prefix = prefix
         self.env = _environment(self.spec, self.values, place.variables)
@@ -138,17 +147,17 @@ class PlanRunner:
         stdin = None
         if self.spec.input is not None:
             stdin = substitute_text(self.spec.input, self.values).encode("utf-8")
-        return Command(argv, self.cwd, self.env, stdin)
+        return Command(limited(argv, self.spec.resources), self.cwd, self.env, stdin)
 
     async def run(self) -> PlanReport:
         spec = self.spec
         if spec.steps is None:
             if spec.run is not None:
-                argv = substitute_argv(split_run(spec.run), self.values)
+                argv = substitute_argv(split_run(spec.run), self.words)
             else:
-                template = spec.bash if spec.bash is not None else spec.script
-                assert template is not None
-                argv = bash_argv(template, self.values, spec.shell or "bash")
+                command = spec.main_command()
+                assert command is not None
+                argv = bash_argv(command[1], self.words, command[0])
             sink = await self.place.new_sink()
             try:
                 outcome = await run_command(self._command(argv), sink,
@@ -156,7 +165,8 @@ class PlanRunner:
                                             cancel=self.place.cancel)
             finally:
                 await sink.close()
-            return PlanReport(outcome.ok, [Block(None, sink)], outcome.exit_code,
+            ignored = spec.ignore_errors and not (outcome.timed_out or outcome.cancelled)
+            return PlanReport(outcome.ok or ignored, [Block(None, sink)], outcome.exit_code,
                               timed_out=outcome.timed_out, cancelled=outcome.cancelled)
         return await self._steps(spec.steps)
 
@@ -172,7 +182,7 @@ class PlanRunner:
                     await done[name].wait()
                 results[step.name] = await self._step(index, len(steps), step, results, stop)
                 result = results[step.name]
-                if result.status == "failed" and not step.continue_on_error:
+                if result.status == "failed" and not self._goes_on(step):
                     stop.append(step.name)
             finally:
                 done[step.name].set()
@@ -183,7 +193,7 @@ class PlanRunner:
         ordered = [results[step.name] for step in steps]
         blocks = [block for result in ordered for block in result.blocks]
         failed = [r for r, s in zip(ordered, steps, strict=True)
-                  if r.status == "failed" and not s.continue_on_error]
+                  if r.status == "failed" and not self._goes_on(s)]
         exit_code = 0
         if failed:
             code = failed[0].exit_code
@@ -191,6 +201,10 @@ class PlanRunner:
         return PlanReport(not failed, blocks, exit_code, steps=ordered,
                           timed_out=any(r.timed_out for r in ordered),
                           cancelled=any(r.cancelled for r in ordered))
+
+    def _goes_on(self, step: StepSpec) -> bool:
+        """Whether the steps after a failed `step` still run (and the tool still succeeds)."""
+        return step.continue_on_error or self.spec.ignore_errors
 
     def _header(self, step: StepSpec, text: str) -> str:
         return f"[step {self.prefix}{step.name}] {text}"
@@ -221,7 +235,7 @@ class PlanRunner:
 
     def _lookup(self, ref: Ref, results: Mapping[str, StepResult]) -> str:
         if ref.field is None:
-            return value_text(self.values.get(ref.name))
+            return value_text(self.values.get(ref.name, self.words.get(ref.name)))
         result = results.get(ref.name)
         if result is None:
             return ""
@@ -232,10 +246,11 @@ class PlanRunner:
     async def _command_step(self, step: StepSpec) -> StepResult:
         place = self.place
         if step.run is not None:
-            argv = substitute_argv(split_run(step.run), self.values)
+            argv = substitute_argv(split_run(step.run), self.words)
         else:
-            assert step.bash is not None
-            argv = bash_argv(step.bash, self.values)
+            command = step.command()
+            assert command is not None
+            argv = bash_argv(command[1], self.words, command[0])
         handling = step.error_handling
         attempts = handling.retry.attempts if handling and handling.retry else 1
         delay = handling.retry.delay_s if handling and handling.retry else 0.0
@@ -258,7 +273,7 @@ class PlanRunner:
                 used_fallback = True
                 await sink.note(f"[exit {outcome.exit_code}: running the fallback]")
                 outcome = await run_command(
-                    self._command(bash_argv(handling.fallback, self.values)), sink,
+                    self._command(bash_argv(handling.fallback, self.words)), sink,
                     deadline=place.deadline, cancel=place.cancel)
         finally:
             await sink.close()
@@ -272,12 +287,17 @@ class PlanRunner:
                 text += f" after {tries} attempts"
             if used_fallback:
                 text += " (from the fallback)"
-        if not outcome.ok and step.continue_on_error and not (outcome.timed_out or
-                                                              outcome.cancelled):
-            text += " (continue-on-error)"
+        if not outcome.ok and self._goes_on(step) and not (outcome.timed_out or
+                                                           outcome.cancelled):
+            text += " (continue-on-error)" if step.continue_on_error else " (ignore-errors)"
+        output = sink.head_text()
+        if step.output is not None and step.output.variable is not None:
+            limit = step.output.buffer_limit
+            kept = output if limit is None else output[:parse_size(limit, key="buffer-limit")]
+            self.words[step.output.variable] = kept.rstrip("\n")
         return StepResult(
             step.name, "ok" if outcome.ok else "failed", exit_code=outcome.exit_code,
-            output=sink.head_text()[:CONDITION_OUTPUT_BYTES].strip(),
+            output=output[:CONDITION_OUTPUT_BYTES].strip(),
             blocks=[Block(self._header(step, text), sink)], timed_out=outcome.timed_out,
             cancelled=outcome.cancelled)
 
@@ -289,8 +309,10 @@ class PlanRunner:
             whole = PLACEHOLDER_RE.fullmatch(value) if isinstance(value, str) else None
             if whole and whole.group(1) in self.values:
                 given[key] = self.values[whole.group(1)]
+            elif whole and whole.group(1) in self.words:
+                given[key] = self.words[whole.group(1)]
             elif isinstance(value, str):
-                given[key] = substitute_text(value, self.values)
+                given[key] = substitute_text(value, {**self.words, **self.values})
             else:
                 given[key] = value
         try:
@@ -317,6 +339,7 @@ def step_dependencies(steps: list[StepSpec]) -> dict[str, set[str]]:
     before it; any other step waits for every earlier step. Condition references add to it."""
     deps: dict[str, set[str]] = {}
     earlier: list[str] = []
+    producers: dict[str, str] = {}
     for step in steps:
         if step.wait_for:
             needed = set(step.wait_for)
@@ -326,6 +349,21 @@ def step_dependencies(steps: list[StepSpec]) -> dict[str, set[str]]:
             needed = set(earlier)
         if step.run_condition is not None:
             needed |= {ref.name for ref in step_condition(step).refs() if ref.field is not None}
+            needed |= {producers[ref.name] for ref in step_condition(step).refs()
+                       if ref.field is None and ref.name in producers}
+        needed |= {producers[name] for name in _placeholders_of(step) if name in producers}
         deps[step.name] = needed
         earlier.append(step.name)
+        if step.output is not None and step.output.variable is not None:
+            producers[step.output.variable] = step.name
     return deps
+
+
+def _placeholders_of(step: StepSpec) -> set[str]:
+    """The `{NAME}`s a step's command, fallback and `with` values use."""
+    texts = [c[1] for c in (step.command(),) if c is not None]
+    texts += [step.run or ""]
+    if step.error_handling is not None and step.error_handling.fallback is not None:
+        texts.append(step.error_handling.fallback)
+    texts += [v for v in step.with_.values() if isinstance(v, str)]
+    return {m.group(1) for text in texts for m in PLACEHOLDER_RE.finditer(text)}

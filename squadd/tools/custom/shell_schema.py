@@ -1,13 +1,16 @@
 """The YAML shell tool file format (seed 003), read strictly, and the tool's arguments model.
 
-`load_shell_file` validates a file: an unknown key, a bad value, a placeholder in an unsafe
-place or a run-condition that cannot be parsed is a `ShellToolError` naming the file and key.
+`load_shell_file` validates a file: an unknown key (with the known key it is likely a typo of),
+a bad value, a placeholder in an unsafe place or a run-condition that cannot be parsed is a
+`ShellToolError` naming the file and key. The sections beyond the command are in `shell_keys`,
+durations in `shell_durations`, the rules across keys in `shell_checks`.
 """
 
 from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -25,45 +28,46 @@ from pydantic import (
 )
 
 from squadd.tools.base import VariableSpec
-from squadd.tools.custom.shell_conditions import Condition, ConditionError, parse_condition
+from squadd.tools.custom.shell_conditions import ConditionError
+from squadd.tools.custom.shell_durations import (
+    CONFIRM_TIMEOUT,
+    RETRY_DELAY,
+    RUN_TIMEOUT,
+    Bounds,
+    parse_duration,
+)
+from squadd.tools.custom.shell_keys import (
+    ChangelogEntry,
+    CommandsSpec,
+    FilePaths,
+    FunctionCalling,
+    InteractiveOptions,
+    Metadata,
+    ParameterSecurity,
+    ResourcesSpec,
+    StepOutput,
+    ToolSecurity,
+    suggest_key,
+)
 from squadd.tools.custom.shell_template import (
     TemplateError,
-    check_shell_template,
     refuse_nul,
-    split_run,
 )
 from squadd.untrusted import UntrustedInputError, check_document
 
 PARAM_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 STEP_NAME_RULE = r"^[A-Za-z0-9_-]{1,64}$"
-SHELLS = ("bash", "sh", "dash", "zsh", "ksh")
 PLATFORMS = {"linux": ("linux",), "macos": ("darwin",), "darwin": ("darwin",),
              "windows": ("win32",), "unix": ("linux", "darwin"), "posix": ("linux", "darwin")}
 SECURITY_TAGS = ("read", "write", "run")
 MAX_STEPS = 64
-MAX_TIMEOUT_S = 3600.0
 MAX_FILE_BYTES = 1_048_576
 MAX_DOCUMENT_VALUES = 200_000
 """Most values (keys, items, scalars) a tool file may expand to once its aliases are resolved."""
-_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 class ShellToolError(ValueError):
     """A YAML tool file that cannot be loaded; the message names the file and the key."""
-
-
-def parse_duration(value: Any, *, default_unit: str, key: str) -> float:
-    """Seconds from a number (in `default_unit`) or a string like "500ms", "30s", "2m"."""
-    if isinstance(value, bool):
-        raise ValueError(f"{key}: expected a duration, got {value!r}")
-    if isinstance(value, int | float):
-        return float(value) * _UNITS[default_unit]
-    match = _DURATION_RE.match(str(value))
-    if match is None:
-        raise ValueError(f"{key}: expected a duration like 30, '500ms', '30s' or '2m', got "
-                         f"{value!r}")
-    return float(match.group(1)) * _UNITS[match.group(2) or default_unit]
 
 
 class _Strict(BaseModel):
@@ -86,6 +90,17 @@ class ParameterSpec(_Strict):
     default: Any = None
     validation: ValidationRules | None = None
     examples: list[Any] = Field(default_factory=list)
+    transform: str | None = None
+    format: str | None = None
+    detailed_help: str | None = Field(None, alias="detailed-help")
+    security: ParameterSecurity = Field(default_factory=ParameterSecurity)
+
+    @property
+    def full_description(self) -> str:
+        """What the model reads: the description, then the detailed help."""
+        if not self.detailed_help or not self.detailed_help.strip():
+            return self.description
+        return f"{self.description}\n\n{self.detailed_help.strip()}"
 
     @property
     def is_required(self) -> bool:
@@ -99,7 +114,7 @@ class RetrySpec(_Strict):
 
     @property
     def delay_s(self) -> float:
-        return parse_duration(self.delay, default_unit="ms", key="retry.delay")
+        return parse_duration(self.delay, key="retry.delay", bounds=RETRY_DELAY)
 
 
 class ErrorHandlingSpec(_Strict):
@@ -110,6 +125,8 @@ class ErrorHandlingSpec(_Strict):
 class StepSpec(_Strict):
     name: str = Field(pattern=STEP_NAME_RULE)
     bash: str | None = None
+    cmd: str | None = None
+    pwsh: str | None = None
     run: str | None = None
     use_tool: str | None = Field(None, alias="use-tool")
     with_: dict[str, Any] = Field(default_factory=dict, alias="with")
@@ -118,6 +135,15 @@ class StepSpec(_Strict):
     parallel: bool = False
     wait_for: list[str] = Field(default_factory=list, alias="wait-for")
     error_handling: ErrorHandlingSpec | None = Field(None, alias="error-handling")
+    output: StepOutput | None = None
+
+    def command(self) -> tuple[str, str] | None:
+        """(shell, template) of a shell step; None for `run` and `use-tool` steps."""
+        for shell in ("bash", "cmd", "pwsh"):
+            template = getattr(self, shell)
+            if template is not None:
+                return shell, template
+        return None
 
     @field_validator("wait_for", mode="before")
     @classmethod
@@ -152,10 +178,14 @@ class ShellToolFile(_Strict):
     description: str | None = None
     version: str | int | float | None = None
     type: Literal["tool", "alias"] = "tool"
+    min_cycod_version: str | int | float | None = Field(None, alias="min-cycod-version")
     bash: str | None = None
+    cmd: str | None = None
+    pwsh: str | None = None
     run: str | None = None
     script: str | None = None
     shell: str | None = None
+    commands: CommandsSpec | None = None
     parameters: dict[str, ParameterSpec] = Field(default_factory=dict)
     environment: EnvironmentSpec = Field(default_factory=EnvironmentSpec)
     working_directory: str | None = Field(None, alias="working-directory")
@@ -168,17 +198,79 @@ class ShellToolFile(_Strict):
     default_parameters: dict[str, Any] = Field(default_factory=dict, alias="default-parameters")
     tests: list[ToolTestSpec] = Field(default_factory=list)
     variables: list[VariableSpec] = Field(default_factory=list)
+    ignore_errors: bool = Field(False, alias="ignore-errors")
+    resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
+    interactive: bool = False
+    interactive_options: InteractiveOptions | None = Field(None, alias="interactive-options")
+    security: ToolSecurity = Field(default_factory=ToolSecurity)
+    file_paths: FilePaths | None = Field(None, alias="file-paths")
+    metadata: Metadata | None = None
+    function_calling: FunctionCalling | None = Field(None, alias="function-calling")
+    changelog: list[ChangelogEntry] = Field(default_factory=list)
+
+    def duration_values(self) -> Iterator[tuple[str, Any, Bounds]]:
+        """(key, value as written, bounds) of every duration in the file."""
+        if self.timeout is not None:
+            yield "timeout", self.timeout, RUN_TIMEOUT
+        if self.resources.timeout is not None:
+            yield "resources.timeout", self.resources.timeout, RUN_TIMEOUT
+        if self.interactive_options is not None and self.interactive_options.timeout is not None:
+            yield "interactive-options.timeout", self.interactive_options.timeout, \
+                CONFIRM_TIMEOUT
+        for step in self.steps or ():
+            retry = step.error_handling.retry if step.error_handling else None
+            if retry is not None:
+                yield f"steps.{step.name}.error-handling.retry.delay", retry.delay, RETRY_DELAY
+
+    def durations(self) -> dict[str, float]:
+        """Every duration of the file, resolved to seconds (`ValueError` names a bad one)."""
+        return {key: parse_duration(value, key=key, bounds=bounds)
+                for key, value, bounds in self.duration_values()}
 
     @property
     def timeout_s(self) -> float | None:
-        if self.timeout is None:
-            return None
-        return parse_duration(self.timeout, default_unit="s", key="timeout")
+        """How long the tool may run: the shorter of `timeout` and `resources.timeout`."""
+        found = self.durations()
+        limits = [found[k] for k in ("timeout", "resources.timeout") if k in found]
+        return min(limits) if limits else None
 
-    def available_here(self) -> bool:
-        if not self.platforms:
-            return True
-        return any(sys.platform in PLATFORMS.get(p, ()) for p in self.platforms)
+    @property
+    def confirm_timeout_s(self) -> float | None:
+        return self.durations().get("interactive-options.timeout")
+
+    def main_command(self) -> tuple[str, str] | None:
+        """(shell, template) of a one-command tool; None for `run`, `steps` and aliases."""
+        if self.bash is not None:
+            return "bash", self.bash
+        if self.script is not None:
+            return self.shell or "bash", self.script
+        if self.cmd is not None:
+            return "cmd", self.cmd
+        if self.pwsh is not None:
+            return "pwsh", self.pwsh
+        if self.commands is not None:
+            chosen = self.commands.for_platform(sys.platform)
+            if chosen is not None:
+                return ("cmd" if sys.platform == "win32" else "bash"), chosen
+        return None
+
+    def unavailable_reason(self) -> str | None:
+        """Why this tool cannot run on this machine, or None when it can."""
+        from squadd.tools.custom.shell_dialects import missing_interpreter
+
+        if self.platforms and not any(sys.platform in PLATFORMS.get(p, ())
+                                      for p in self.platforms):
+            return f"only for {', '.join(self.platforms)}, not {sys.platform}"
+        if self.commands is not None and self.commands.for_platform(sys.platform) is None:
+            return (f"'commands' has no variant for {sys.platform} and no default (it has: "
+                    f"{', '.join(self.commands.platforms)})")
+        shells = [c[0] for c in (self.main_command(), *(s.command() for s in self.steps or ()))
+                  if c is not None]
+        for shell in dict.fromkeys(shells):
+            missing = missing_interpreter(shell)
+            if missing is not None:
+                return missing
+        return None
 
 
 def _describe(exc: ValidationError) -> str:
@@ -186,7 +278,9 @@ def _describe(exc: ValidationError) -> str:
     for error in exc.errors()[:8]:
         where = ".".join(str(p) for p in error["loc"]) or "(top level)"
         if error["type"] == "extra_forbidden":
-            problems.append(f"unknown key '{where}'")
+            hint = suggest_key(ShellToolFile, tuple(error["loc"]))
+            problems.append(f"unknown key '{where}'" +
+                            (f" (did you mean '{hint}'?)" if hint else ""))
         elif error["type"] == "missing":
             problems.append(f"'{where}' is required")
         else:
@@ -217,72 +311,13 @@ def load_shell_file(path: Path) -> ShellToolFile:
         spec = ShellToolFile.model_validate(data)
     except ValidationError as exc:
         raise ShellToolError(f"{path}: {_describe(exc)}") from None
+    from squadd.tools.custom.shell_checks import check_spec
+
     try:
         check_spec(spec)
     except (ValueError, TemplateError, ConditionError) as exc:
         raise ShellToolError(f"{path}: {exc}") from None
     return spec
-
-
-def check_spec(spec: ShellToolFile) -> None:
-    """The rules a schema cannot say: one way to run, safe templates, known references."""
-    if spec.type == "alias":
-        if not spec.base_tool:
-            raise ValueError("'base-tool' is required for type: alias")
-        for key in ("bash", "run", "script", "steps"):
-            if getattr(spec, key) is not None:
-                raise ValueError(f"an alias takes its command from its base-tool: remove '{key}'")
-        if spec.parameters:
-            raise ValueError("an alias takes its parameters from its base-tool: set values "
-                             "with 'default-parameters' instead of 'parameters'")
-        for key in ("working_directory", "input", "shell"):
-            if getattr(spec, key) is not None:
-                raise ValueError(f"an alias runs its base-tool as it is: remove "
-                                 f"'{key.replace('_', '-')}'")
-        if spec.environment != EnvironmentSpec():
-            raise ValueError("an alias runs its base-tool as it is: remove 'environment'")
-        refuse_nul(spec.default_parameters, "default-parameters")
-    else:
-        if not spec.description:
-            raise ValueError("'description' is required: the model reads it to decide when to "
-                             "use the tool")
-        ways = [k for k in ("bash", "run", "script", "steps") if getattr(spec, k) is not None]
-        if len(ways) != 1:
-            raise ValueError("give exactly one of 'bash', 'run', 'script' or 'steps' (found: "
-                             f"{', '.join(ways) or 'none'})")
-        for key in ("base_tool", "default_parameters"):
-            if getattr(spec, key):
-                raise ValueError(f"'{key.replace('_', '-')}' is only for type: alias")
-    if spec.shell is not None and spec.script is None:
-        raise ValueError("'shell' goes with 'script'")
-    if spec.shell is not None and spec.shell not in SHELLS:
-        raise ValueError(f"shell {spec.shell!r} is not supported: use one of "
-                         f"{', '.join(SHELLS)}")
-    for platform in spec.platforms or ():
-        if platform not in PLATFORMS:
-            raise ValueError(f"unknown platform {platform!r} (known: {', '.join(PLATFORMS)})")
-    timeout = spec.timeout_s
-    if timeout is not None and not 0 < timeout <= MAX_TIMEOUT_S:
-        raise ValueError(f"timeout: {timeout:g} s is outside 0-{MAX_TIMEOUT_S:g} s (a number is "
-                         "in seconds; write e.g. '500ms' or '2m' for other units)")
-    names = set(spec.parameters)
-    for name, param in spec.parameters.items():
-        _check_parameter(name, param)
-    if spec.bash is not None:
-        _template(spec.bash, names, "bash")
-    if spec.script is not None:
-        _template(spec.script, names, "script")
-    if spec.run is not None:
-        split_run(spec.run)
-    if spec.steps is not None:
-        _check_steps(spec.steps, names)
-
-
-def _template(text: str, params: set[str], key: str) -> None:
-    try:
-        check_shell_template(text, params)
-    except TemplateError as exc:
-        raise ValueError(f"{key}: {exc}") from None
 
 
 def _check_parameter(name: str, param: ParameterSpec) -> None:
@@ -309,55 +344,6 @@ def _check_parameter(name: str, param: ParameterSpec) -> None:
         except ValidationError as exc:
             raise ValueError(f"parameters.{name}.default {param.default!r} is not a valid "
                              f"{param.type}: {exc.errors()[0]['msg']}") from None
-
-
-def _check_steps(steps: list[StepSpec], params: set[str]) -> None:
-    if not steps:
-        raise ValueError("'steps' is empty")
-    if len(steps) > MAX_STEPS:
-        raise ValueError(f"at most {MAX_STEPS} steps")
-    seen: list[str] = []
-    for step in steps:
-        where = f"steps.{step.name}"
-        if step.name in seen:
-            raise ValueError(f"two steps are named {step.name!r}")
-        ways = [k for k in ("bash", "run", "use_tool") if getattr(step, k) is not None]
-        if len(ways) != 1:
-            raise ValueError(f"{where}: give exactly one of 'bash', 'run' or 'use-tool'")
-        if step.with_ and step.use_tool is None:
-            raise ValueError(f"{where}: 'with' goes with 'use-tool'")
-        if step.bash is not None:
-            _template(step.bash, params, f"{where}.bash")
-        if step.run is not None:
-            split_run(step.run)
-        if step.error_handling is not None:
-            handling = step.error_handling
-            if handling.fallback is not None:
-                _template(handling.fallback, params, f"{where}.error-handling.fallback")
-            if handling.retry is not None and not 0 <= handling.retry.delay_s <= 60:
-                raise ValueError(f"{where}.error-handling.retry.delay must be 0-60 s")
-        for other in step.wait_for:
-            if other not in seen:
-                raise ValueError(f"{where}.wait-for: {other!r} is not an earlier step")
-        if step.run_condition is not None:
-            condition = step_condition(step)
-            for ref in condition.refs():
-                if ref.field is None and ref.name not in params:
-                    raise ValueError(f"{where}.run-condition: {{{ref.name}}} is not a "
-                                     "parameter")
-                if ref.field is not None and ref.name not in seen:
-                    raise ValueError(f"{where}.run-condition: {{{ref.name}.{ref.field}}} "
-                                     "does not name an earlier step")
-        seen.append(step.name)
-
-
-def step_condition(step: StepSpec) -> Condition:
-    assert step.run_condition is not None
-    try:
-        return parse_condition(step.run_condition)
-    except ConditionError as exc:
-        raise ValueError(f"steps.{step.name}.run-condition {step.run_condition!r}: {exc}") \
-            from None
 
 
 def _not_bool(value: Any) -> Any:
@@ -394,7 +380,7 @@ def parameters_model(model_name: str, parameters: dict[str, ParameterSpec]) -> t
     fields: dict[str, Any] = {}
     for index, (name, param) in enumerate(parameters.items()):
         annotation = parameter_type(name, param)
-        info = Field(alias=name, title=name, description=param.description,
+        info = Field(alias=name, title=name, description=param.full_description,
                      examples=param.examples or None)
         if param.is_required:
             fields[f"p{index}"] = (Annotated[annotation, info], ...)

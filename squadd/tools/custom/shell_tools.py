@@ -17,7 +17,7 @@ from typing import Any
 
 import anyio
 import structlog
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from squadd.config import Settings
 from squadd.contracts.messages import ToolCall
@@ -29,6 +29,8 @@ from squadd.tools.custom.python_tools import (
     check_tool_name,
     default_label,
 )
+from squadd.tools.custom.shell_checks import tool_warnings
+from squadd.tools.custom.shell_keys import InteractiveOptions
 from squadd.tools.custom.shell_output import assemble, render, view_of
 from squadd.tools.custom.shell_process import DRAIN_S, KILL_GRACE_S
 from squadd.tools.custom.shell_run import CallPlace, PlanReport, PlanRunner
@@ -40,7 +42,7 @@ from squadd.tools.custom.shell_schema import (
     load_shell_file,
     parameters_model,
 )
-from squadd.tools.custom.shell_template import TemplateError, substitute_text
+from squadd.tools.custom.shell_template import PLACEHOLDER_RE, TemplateError, substitute_text
 from squadd.tools.invoke import CallOrigin, ToolInvoker
 from squadd.tools.truncate import truncation_note
 
@@ -78,6 +80,11 @@ class ShellTool(Tool[BaseModel]):
         self.description = definition.description or ""
         self.tags = tuple(definition.tags)
         self.default_approval = "allow" if set(self.tags) & set(SECURITY_TAGS) else "ask"
+        if definition.security.execution_privilege == "elevated":
+            self.default_approval = "ask"
+        self.warnings = tuple(tool_warnings(definition))
+        """Keys of the file that squadd knows but cannot honour here (shown by tools list)."""
+        self._base: ShellTool | None = None
         self.variables = tuple(definition.variables)
         self.parameters: dict[str, ParameterSpec] = dict(definition.parameters)
         self._links: dict[str, ShellTool] = {}
@@ -115,8 +122,10 @@ class ShellTool(Tool[BaseModel]):
             if not self.definition.tags:
                 clone.tags = base.tags
                 clone.default_approval = base.default_approval
-            clone.parameters = _with_defaults(base.parameters, self.definition.default_parameters,
-                                              self.name)
+            clone._base = base
+            clone.parameters = {**_own_parameters(self.definition, base, self.name),
+                                **_with_defaults(base.parameters,
+                                                 self.definition.default_parameters, self.name)}
             clone.args_model = parameters_model(f"{self.name}_args", clone.parameters)
             if self.definition.timeout_s is None:
                 clone._set_timeout(base.run_timeout_s)
@@ -138,11 +147,33 @@ class ShellTool(Tool[BaseModel]):
         return self._links[name]
 
     def plan_values(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
-        """Validated parameter values by name (raises pydantic's `ValidationError`)."""
-        return self.args_model.model_validate(dict(arguments)).model_dump(by_alias=True)
+        """Validated parameter values by name (raises pydantic's `ValidationError`).
+
+        For an alias, a `default-parameters` value not given in `arguments` has its `{NAME}`s
+        replaced by the call's values, and the result is checked by the base tool."""
+        values = self.args_model.model_validate(dict(arguments)).model_dump(by_alias=True)
+        if self._base is None:
+            return values
+        for key, default in self.definition.default_parameters.items():
+            if key not in arguments and isinstance(default, str) and \
+                    PLACEHOLDER_RE.search(default):
+                values[key] = substitute_text(default, values)
+        own = set(self.definition.parameters)
+        return self._base.plan_values({k: v for k, v in values.items() if k not in own})
 
     async def run(self, args: BaseModel, ctx: ToolContext) -> ToolResult:
-        values = args.model_dump(by_alias=True)
+        if self.definition.interactive or self.plan.interactive:
+            refused = await self._confirm(ctx)
+            if refused is not None:
+                return refused
+        try:
+            values = (self.plan_values(args.model_dump(by_alias=True, exclude_unset=True))
+                      if self._base is not None else args.model_dump(by_alias=True))
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+                                 for e in exc.errors())
+            return ToolResult.failure(f"{self.name} cannot run: its default-parameters give "
+                                      f"{self.definition.base_tool} bad values: {problems}")
         layout = SquadLayout.at(ctx.squad_dir)
         session = _safe(ctx.session_id, "session id")
         call = _safe(ctx.call_id, "tool call id")
@@ -192,6 +223,25 @@ class ShellTool(Tool[BaseModel]):
             return ToolResult.success(text, **details)
         return ToolResult.failure(text, **details)
 
+    async def _confirm(self, ctx: ToolContext) -> ToolResult | None:
+        """Ask before an `interactive` tool runs; None when it may run."""
+        options = (self.definition.interactive_options or self.plan.interactive_options
+                   or InteractiveOptions())
+        wait_s = (self.definition.confirm_timeout_s or self.plan.confirm_timeout_s
+                  or self.settings.tools.approval_timeout_s)
+        default = "yes" if options.default_yes else "no"
+        question = (f"{self.name} asks before it runs (interactive). Run it now? "
+                    f"(no answer within {wait_s:g} s counts as {default})")
+        with anyio.move_on_after(wait_s):
+            if await ctx.confirm(question):
+                return None
+            return ToolResult.failure(f"{self.name} was not run: the confirmation it asks for "
+                                      "was declined")
+        if options.default_yes:
+            return None
+        return ToolResult.failure(f"{self.name} was not run: no answer to its confirmation "
+                                  f"within {wait_s:g} s, and its default response is no")
+
     def _status(self, report: PlanReport) -> str:
         if report.timed_out:
             return (f"[{self.name} timed out after {self.run_timeout_s:g}s: its processes "
@@ -206,6 +256,8 @@ class ShellTool(Tool[BaseModel]):
             return f"[{count} step{'' if count == 1 else 's'}: {summary}]"
         if not report.ok:
             return f"[exit code {report.exit_code}]"
+        if report.exit_code not in (0, None):
+            return f"[exit code {report.exit_code}, ignored: ignore-errors]"
         return ""
 
 
@@ -225,6 +277,25 @@ def _with_defaults(parameters: Mapping[str, ParameterSpec], defaults: Mapping[st
     for key, value in defaults.items():
         merged[key] = parameters[key].model_copy(update={"default": value, "required": False})
     return merged
+
+
+def _own_parameters(definition: ShellToolFile, base: ShellTool, name: str
+                    ) -> dict[str, ParameterSpec]:
+    """An alias's own parameters: values its `default-parameters` may use as `{NAME}`."""
+    own = dict(definition.parameters)
+    clash = sorted(set(own) & set(base.parameters))
+    if clash:
+        raise ShellToolError(f"alias {name}: parameters {', '.join(clash)} are already "
+                             "parameters of the base tool: set them in default-parameters")
+    known = set(own) | set(base.parameters)
+    for key, value in definition.default_parameters.items():
+        for match in PLACEHOLDER_RE.finditer(value if isinstance(value, str) else ""):
+            if match.group(1) not in known:
+                raise ShellToolError(
+                    f"alias {name}: default-parameters.{key} uses {{{match.group(1)}}}, which "
+                    f"is not a parameter of the alias or of {definition.base_tool} (declare it "
+                    "under the alias's parameters)")
+    return own
 
 
 def load_shell_tool(path: Path, *, source: ToolSource, settings: Settings) -> ShellTool:

@@ -60,7 +60,7 @@ def discover(layout: SquadLayout, settings: Settings | None = None,
 def shell_tool(data: dict[str, Any], settings: Settings | None = None,
                name: str = "t") -> ShellTool:
     """A YAML tool from a dict, as if loaded from a file (no linking)."""
-    from squadd.tools.custom.shell_schema import check_spec
+    from squadd.tools.custom.shell_checks import check_spec
 
     spec = ShellToolFile.model_validate(data)
     check_spec(spec)

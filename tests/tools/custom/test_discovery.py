@@ -157,8 +157,8 @@ def test_extra_dirs_come_last_and_may_be_relative_to_the_repo(layout: SquadLayou
     write(layout.tools_dir, "greet.py", GREET.replace("{where}", "project"))
     settings = Settings(tools=ToolsSettings(extra_dirs=["more-tools", str(tmp_path / "abs")]))
     found = discover(layout, settings)
-    assert [d.source for d in tool_dirs(layout, settings)] == ["project", "user", "extra",
-                                                               "extra"]
+    assert [d.source for d in tool_dirs(layout, settings)] == [
+        "project", "user", "extra", "extra", "cycod-project", "cycod-user", "cycod-global"]
     assert {t.name: t.source for t in found.tools} == {"greet": "project", "extra": "extra"}
     assert [s.tool.source for s in found.shadowed] == ["extra"]
 

@@ -111,7 +111,8 @@ async def test_a_value_holding_nul_is_refused_before_anything_runs(layout: Squad
 ])
 def test_placeholders_where_quoting_would_not_hold_are_refused_at_load(
         template: str, reason: str) -> None:
-    from squadd.tools.custom.shell_schema import ShellToolFile, check_spec
+    from squadd.tools.custom.shell_checks import check_spec
+    from squadd.tools.custom.shell_schema import ShellToolFile
 
     spec = ShellToolFile.model_validate({
         "description": "d", "parameters": {"X": {"type": "string", "description": "x"}},

@@ -217,10 +217,12 @@ async def test_tool_tests_pass_and_fail_with_reasons(layout: SquadLayout) -> Non
 
 
 @pytest.mark.parametrize("data, message", [
-    ({"description": "d"}, "give exactly one of 'bash', 'run', 'script' or 'steps'"),
+    ({"description": "d"}, "give exactly one of 'bash', 'cmd', 'pwsh', 'run', 'script', "
+                           "'commands' or 'steps'"),
     ({"description": "d", "bash": "x", "run": "y"}, "found: bash, run"),
     ({"bash": "x"}, "'description' is required"),
-    ({"description": "d", "bash": "x", "timeout": 60000}, "timeouts|in seconds"),
+    ({"description": "d", "bash": "x", "timeout": 3_600_001}, "timeout: 3600001 is 3.6e.06 ms, "
+                                                              "outside the range"),
     ({"description": "d", "steps": [{"name": "a", "bash": "x", "wait-for": ["b"]},
                                     {"name": "b", "bash": "y"}]}, "not an earlier step"),
     ({"description": "d", "steps": [{"name": "a", "bash": "x",
@@ -236,7 +238,7 @@ async def test_tool_tests_pass_and_fail_with_reasons(layout: SquadLayout) -> Non
      "is not a valid number"),
 ])
 def test_bad_files_are_refused_with_the_reason(data: dict[str, object], message: str) -> None:
-    from squadd.tools.custom.shell_schema import check_spec
+    from squadd.tools.custom.shell_checks import check_spec
 
     spec = ShellToolFile.model_validate(data)
     with pytest.raises(ValueError, match=message):
@@ -251,13 +253,14 @@ def test_unknown_keys_are_named_with_their_place(layout: SquadLayout) -> None:
         steps:
           - name: a
             bash: x
-            output: {mode: stream}
+            output: {mode: stream, colour: red}
         """)
-    with pytest.raises(ShellToolError, match=r"x\.yaml: unknown key 'steps\.0\.output'"):
+    with pytest.raises(ShellToolError,
+                       match=r"x\.yaml: unknown key 'steps\.0\.output\.colour'$"):
         load_shell_file(path)
 
 
 def test_timeouts_accept_units() -> None:
     assert shell_tool({"description": "d", "bash": "x", "timeout": "500ms"}).run_timeout_s == 0.5
-    assert shell_tool({"description": "d", "bash": "x", "timeout": 90}).run_timeout_s == 90
+    assert shell_tool({"description": "d", "bash": "x", "timeout": 90000}).run_timeout_s == 90
     assert shell_tool({"description": "d", "bash": "x"}).run_timeout_s == 60

@@ -1,0 +1,236 @@
+"""The rules of a YAML tool file that no single key can say: one way to run, templates safe for
+their interpreter, steps that name earlier steps, and sections whose values depend on others.
+
+`check_spec` raises `ValueError` (or `TemplateError`) with the key at fault.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from squadd.tools.custom.shell_conditions import Condition, ConditionError, parse_condition
+from squadd.tools.custom.shell_dialects import SHELLS, check_template, dialect_of
+from squadd.tools.custom.shell_durations import parse_size
+from squadd.tools.custom.shell_keys import PLATFORM_KEYS
+from squadd.tools.custom.shell_schema import (
+    MAX_STEPS,
+    PLATFORMS,
+    EnvironmentSpec,
+    ParameterSpec,
+    ShellToolFile,
+    StepSpec,
+    _check_parameter,
+)
+from squadd.tools.custom.shell_template import TemplateError, refuse_nul, split_run
+
+ESCAPE_SHELL_REFUSED = (
+    "'escape-shell: false' is refused: squadd always quotes parameter values, so that a value "
+    "can never become shell syntax; pass shell code as a separate command or a step instead")
+
+
+def check_spec(spec: ShellToolFile) -> None:
+    """The rules a schema cannot say: one way to run, safe templates, known references."""
+    if spec.type == "alias":
+        check_alias(spec)
+    else:
+        if not spec.description:
+            raise ValueError("'description' is required: the model reads it to decide when to "
+                             "use the tool")
+        ways = [k for k in WAYS if getattr(spec, k) is not None]
+        if len(ways) != 1:
+            listed = ", ".join(repr(w) for w in WAYS[:-1]) + f" or {WAYS[-1]!r}"
+            raise ValueError(f"give exactly one of {listed} (found: {', '.join(ways) or 'none'})")
+        for key in ("base_tool", "default_parameters"):
+            if getattr(spec, key):
+                raise ValueError(f"'{key.replace('_', '-')}' is only for type: alias")
+    if spec.shell is not None and spec.script is None:
+        raise ValueError("'shell' goes with 'script'")
+    if spec.shell is not None and spec.shell not in SHELLS:
+        raise ValueError(f"shell {spec.shell!r} is not supported: use one of "
+                         f"{', '.join(SHELLS)}")
+    for platform in spec.platforms or ():
+        if platform not in PLATFORMS:
+            raise ValueError(f"unknown platform {platform!r} (known: {', '.join(PLATFORMS)})")
+    spec.durations()
+    names = set(spec.parameters)
+    for name, param in spec.parameters.items():
+        _check_parameter(name, param)
+    check_sections(spec)
+    command = spec.main_command()
+    if command is not None:
+        key = next(k for k in ("bash", "script", "cmd", "pwsh", "commands")
+                   if getattr(spec, k) is not None)
+        template(command[1], names, key, command[0])
+    if spec.run is not None:
+        split_run(spec.run)
+    if spec.steps is not None:
+        _check_steps(spec.steps, names, spec.parameters)
+
+
+WAYS = ("bash", "cmd", "pwsh", "run", "script", "commands", "steps")
+"""The ways a tool runs; it gives exactly one."""
+
+
+def template(text: str, params: set[str], key: str, shell: str = "bash") -> None:
+    try:
+        check_template(text, params, dialect_of(shell))
+    except TemplateError as exc:
+        raise ValueError(f"{key}: {exc}") from None
+
+
+def _check_steps(steps: list[StepSpec], params: set[str],
+                 parameters: dict[str, ParameterSpec]) -> None:
+    if not steps:
+        raise ValueError("'steps' is empty")
+    if len(steps) > MAX_STEPS:
+        raise ValueError(f"at most {MAX_STEPS} steps")
+    seen: list[str] = []
+    names = set(params)
+    """Parameters, and the output variables of earlier steps."""
+    for step in steps:
+        where = f"steps.{step.name}"
+        if step.name in seen:
+            raise ValueError(f"two steps are named {step.name!r}")
+        ways = [k for k in ("bash", "cmd", "pwsh", "run", "use_tool")
+                if getattr(step, k) is not None]
+        if len(ways) != 1:
+            raise ValueError(f"{where}: give exactly one of 'bash', 'cmd', 'pwsh', 'run' or "
+                             "'use-tool'")
+        if step.with_ and step.use_tool is None:
+            raise ValueError(f"{where}: 'with' goes with 'use-tool'")
+        command = step.command()
+        if command is not None:
+            template(command[1], names, f"{where}.{command[0]}", command[0])
+        if step.run is not None:
+            split_run(step.run)
+        if step.error_handling is not None:
+            handling = step.error_handling
+            if handling.fallback is not None:
+                template(handling.fallback, names, f"{where}.error-handling.fallback")
+        for other in step.wait_for:
+            if other not in seen:
+                raise ValueError(f"{where}.wait-for: {other!r} is not an earlier step")
+        if step.run_condition is not None:
+            condition = step_condition(step)
+            for ref in condition.refs():
+                if ref.field is None and ref.name not in names:
+                    raise ValueError(f"{where}.run-condition: {{{ref.name}}} is not a "
+                                     "parameter or an earlier step's output variable")
+                if ref.field is not None and ref.name not in seen:
+                    raise ValueError(f"{where}.run-condition: {{{ref.name}.{ref.field}}} "
+                                     "does not name an earlier step")
+        variable = step.output.variable if step.output is not None else None
+        if variable is not None:
+            if variable in names:
+                raise ValueError(f"{where}.output: {variable!r} is already a parameter or "
+                                 "another step's output variable")
+            names.add(variable)
+        seen.append(step.name)
+
+
+def step_condition(step: StepSpec) -> Condition:
+    assert step.run_condition is not None
+    try:
+        return parse_condition(step.run_condition)
+    except ConditionError as exc:
+        raise ValueError(f"steps.{step.name}.run-condition {step.run_condition!r}: {exc}") \
+            from None
+
+
+
+
+def check_alias(spec: ShellToolFile) -> None:
+    if not spec.base_tool:
+        raise ValueError("'base-tool' is required for type: alias")
+    for key in ("bash", "cmd", "pwsh", "run", "script", "commands", "steps"):
+        if getattr(spec, key) is not None:
+            raise ValueError(f"an alias takes its command from its base-tool: remove '{key}'")
+    for key in ("working_directory", "input", "shell"):
+        if getattr(spec, key) is not None:
+            raise ValueError(f"an alias runs its base-tool as it is: remove "
+                             f"'{key.replace('_', '-')}'")
+    if spec.environment != EnvironmentSpec():
+        raise ValueError("an alias runs its base-tool as it is: remove 'environment'")
+    refuse_nul(spec.default_parameters, "default-parameters")
+
+
+def check_sections(spec: ShellToolFile) -> None:
+    """Values that the schema alone cannot judge: refused settings, sizes, formats."""
+    if not spec.security.escape_shell:
+        raise ValueError(f"security.escape-shell: {ESCAPE_SHELL_REFUSED}")
+    for name, param in spec.parameters.items():
+        if not param.security.escape_shell:
+            raise ValueError(f"parameters.{name}.security.escape-shell: {ESCAPE_SHELL_REFUSED}")
+        if param.format is not None and "{value}" not in param.format \
+                and param.type != "boolean":
+            raise ValueError(f"parameters.{name}.format: write {{value}} where the value goes, "
+                             "as in '--name={value}' (only a boolean's format may leave it out)")
+    if spec.resources.max_memory is not None:
+        parse_size(spec.resources.max_memory, key="resources.max-memory")
+    for index, cleanup in enumerate(spec.resources.cleanup):
+        if cleanup.final_command is not None:
+            template(cleanup.final_command, set(spec.parameters),
+                     f"resources.cleanup.{index}.final-command")
+    for step in spec.steps or ():
+        if step.output is not None and step.output.buffer_limit is not None:
+            parse_size(step.output.buffer_limit, key=f"steps.{step.name}.output.buffer-limit")
+    if spec.commands is not None:
+        if spec.commands.default is None and not spec.commands.platforms:
+            raise ValueError("commands: give a 'default' command, 'platforms' commands, or both")
+        names = set(spec.parameters)
+        if spec.commands.default is not None:
+            template(spec.commands.default, names, "commands.default")
+        for key, command in spec.commands.platforms.items():
+            assert key in PLATFORM_KEYS
+            template(command, names, f"commands.platforms.{key}",
+                     "cmd" if key == "windows" else "bash")
+
+
+def tool_warnings(spec: ShellToolFile) -> list[str]:
+    """The keys of `spec` that squadd knows but cannot honour here, each with what it does
+    instead. The tool still loads; `tools list` shows these."""
+    from squadd.tools.custom.shell_keys import transform_steps
+
+    found: list[str] = []
+    security = spec.security
+    if security.execution_privilege == "reduced":
+        found.append("security.execution-privilege: reduced is not applied: the tool runs as "
+                     "the same user as squadd")
+    if security.execution_privilege == "elevated":
+        found.append("security.execution-privilege: elevated is not applied: the tool runs as "
+                     "the same user as squadd, and asks for approval before each run")
+    if security.isolation == "container":
+        found.append("security.isolation: container is not available: the tool runs in its "
+                     "own process group")
+    paths = spec.file_paths
+    if paths is not None:
+        for key in ("working_directory", "temp_directory"):
+            if getattr(paths, key) is not None:
+                found.append(f"file-paths.{key.replace('_', '-')} is kept but not applied: use "
+                             "the top-level working-directory")
+    calling = spec.function_calling.schema_generation if spec.function_calling else None
+    if calling is not None:
+        mapping = {k: v for k, v in calling.parameter_mapping.items() if k != v}
+        if mapping or not (calling.include_descriptions and calling.include_defaults
+                           and calling.example_generation):
+            found.append("function-calling.schema-generation is kept but not applied: squadd "
+                         "always gives models each parameter's type, description, default and "
+                         "examples")
+    for name, param in spec.parameters.items():
+        if param.transform is not None and transform_steps(param.transform) is None:
+            found.append(f"parameters.{name}.transform {param.transform!r} cannot be evaluated "
+                         "(squadd knows value.toLowerCase(), .toUpperCase(), .trim(), "
+                         ".trimStart(), .trimEnd()): the value is passed as given")
+    if spec.interactive_options is not None and not spec.interactive:
+        found.append("interactive-options has no effect without 'interactive: true'")
+    limits = spec.resources.max_memory is not None or spec.resources.max_cpu_time is not None
+    if limits and sys.platform == "win32":
+        found.append("resources.max-memory and max-cpu-time cannot be applied on Windows")
+    if any(c.final_command is not None or c.delete_temp_files for c in spec.resources.cleanup):
+        found.append("resources.cleanup is kept but not run: squadd removes its own output "
+                     "files; run other cleanup as a last step")
+    for step in spec.steps or ():
+        if step.output is not None and step.output.stream_callback == "function":
+            found.append(f"steps.{step.name}.output.stream-callback: function is not "
+                         "available: the output streams to a file and its head to the model")
+    return found
