@@ -102,6 +102,8 @@ def list_tools(as_json: bool, directory: Path | None) -> None:
     for item in rows:
         if item["status"] == "shadowed":
             status = f"shadowed by {item['shadowed_by']}"
+        elif item["status"] == "unavailable":
+            status = f"unavailable on this platform: {item['error']}"
         elif item["error"]:
             status = f"{item['status']}: {item['error']}"
         else:

@@ -306,8 +306,7 @@ class ToolDiscoverer:
                 if unavailable is None:
                     loaded.tools = [shell]
                 else:
-                    loaded.skipped = [Skipped(shell.name, path, source,
-                                              f"unavailable on this platform: {unavailable}")]
+                    loaded.skipped = [Skipped(shell.name, path, source, unavailable)]
         except ShellToolError as exc:
             loaded.error = str(exc).removeprefix(f"{path}: ")
         except ToolDefinitionError as exc:

@@ -68,6 +68,6 @@ def limited(argv: list[str], resources: ResourcesSpec) -> list[str]:
     prlimit = shutil.which("prlimit")
     if prlimit is not None:
         return [prlimit, *(f"{flag}={value}" for flag, _, value in limits), "--", *argv]
-    script = "; ".join(f"ulimit {flag} {value // 1024 if flag == '-v' else value}"
+    script = " && ".join(f"ulimit {flag} {value // 1024 if flag == '-v' else value}"
                        for _, flag, value in limits)
     return ["sh", "-c", f'{script} && exec "$@"', "squadd-limits", *argv]

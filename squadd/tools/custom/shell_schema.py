@@ -31,6 +31,7 @@ from squadd.tools.base import VariableSpec
 from squadd.tools.custom.shell_conditions import ConditionError
 from squadd.tools.custom.shell_durations import (
     CONFIRM_TIMEOUT,
+    CPU_TIME,
     RETRY_DELAY,
     RUN_TIMEOUT,
     Bounds,
@@ -214,6 +215,8 @@ class ShellToolFile(_Strict):
             yield "timeout", self.timeout, RUN_TIMEOUT
         if self.resources.timeout is not None:
             yield "resources.timeout", self.resources.timeout, RUN_TIMEOUT
+        if self.resources.max_cpu_time is not None:
+            yield "resources.max-cpu-time", self.resources.max_cpu_time, CPU_TIME
         if self.interactive_options is not None and self.interactive_options.timeout is not None:
             yield "interactive-options.timeout", self.interactive_options.timeout, \
                 CONFIRM_TIMEOUT

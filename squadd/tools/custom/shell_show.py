@@ -19,7 +19,7 @@ def yaml_details(tool: ShellTool) -> dict[str, Any]:
     spec = tool.definition
     durations = {key: show_duration(seconds) for key, seconds in spec.durations().items()}
     durations["run timeout (used)"] = show_duration(tool.run_timeout_s)
-    kept = spec.model_dump(by_alias=True, exclude_defaults=True, include=set(_KEPT))
+    kept = spec.model_dump(by_alias=True, exclude_unset=True, include=set(_KEPT))
     details: dict[str, Any] = {
         "durations": durations,
         "kept": kept,
