@@ -634,8 +634,8 @@ BAD_TOOL_FILES: dict[bytes, tuple[bytes, str]] = {
     b"list.yaml": (b"- 1\n- 2\n", "expected a mapping"),
     b"unknown.yaml": (b"description: d\nbash: echo\ncolour: red\n", "unknown key 'colour'"),
     b"traversal.yaml": (b"name: ../../etc/passwd\ndescription: d\nbash: echo\n", "not allowed"),
-    b"negative.yaml": (b"description: d\nbash: echo\ntimeout: -1\n", "outside 0-3600"),
-    b"huge.yaml": (b"description: d\nbash: echo\ntimeout: 1.0e+308\n", "outside 0-3600"),
+    b"negative.yaml": (b"description: d\nbash: echo\ntimeout: -1\n", "outside the range"),
+    b"huge.yaml": (b"description: d\nbash: echo\ntimeout: 1.0e+308\n", "outside the range"),
     b"nan.yaml": (b"description: d\nbash: echo\ntimeout: .nan\n", "not a finite number"),
     b"inf.yaml": (b"description: d\nbash: echo {N}\nparameters:\n  N:\n    description: n\n"
                   b"    type: number\n    validation: {maximum: .inf}\n", "not a finite number"),

@@ -19,9 +19,10 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
-Duration = float | int | str
-"""A bare number of milliseconds, or a string with a unit ("500ms", "30s", "2m")."""
-Size = int | float | str
+Duration = bool | int | float | str
+"""A bare number of milliseconds, or a string with a unit ("500ms", "30s", "2m"); a boolean
+is kept as written, so that the duration parser refuses it naming the key."""
+Size = bool | int | float | str
 """Bytes, or a string with a unit ("512MB")."""
 
 

@@ -40,6 +40,7 @@ from squadd.tools.custom.shell_durations import (
 from squadd.tools.custom.shell_keys import (
     ChangelogEntry,
     CommandsSpec,
+    Duration,
     FilePaths,
     FunctionCalling,
     InteractiveOptions,
@@ -110,7 +111,7 @@ class ParameterSpec(_Strict):
 
 class RetrySpec(_Strict):
     attempts: int = Field(3, ge=1, le=10)
-    delay: float | int | str = 1000
+    delay: Duration = 1000
     """Milliseconds between attempts (or a string with a unit)."""
 
     @property
@@ -190,7 +191,7 @@ class ShellToolFile(_Strict):
     parameters: dict[str, ParameterSpec] = Field(default_factory=dict)
     environment: EnvironmentSpec = Field(default_factory=EnvironmentSpec)
     working_directory: str | None = Field(None, alias="working-directory")
-    timeout: float | int | str | None = None
+    timeout: Duration | None = None
     input: str | None = None
     platforms: list[str] | None = None
     tags: list[str] = Field(default_factory=list)
