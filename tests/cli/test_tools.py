@@ -120,3 +120,35 @@ def test_a_custom_tool_named_like_a_pool_squad_tool_is_shown_shadowed(squad: Squ
     rows = json.loads(_cli("list", "--json", squad=squad).stdout)["tools"]
     mine = [r for r in rows if r["file"] == str(squad.tools_dir / "squad_route.yaml")]
     assert [(r["status"], r["shadowed_by"]) for r in mine] == [("shadowed", "builtin")]
+
+
+def test_list_shows_warnings_and_unavailable_tools_and_show_resolves_durations(
+        squad: SquadLayout) -> None:
+    _write(squad, "careful.yaml", """
+        description: Careful
+        tags: [read]
+        timeout: 90000
+        bash: echo {P}
+        security: {isolation: container}
+        changelog: [{version: 1, changes: first}]
+        parameters:
+          P: {description: the p, detailed-help: "More about p."}
+        steps: null
+        """)
+    _write(squad, "winonly.yaml", "description: W\ncmd: ver\n")
+    listed = json.loads(_cli("list", "--json", squad=squad).stdout)["tools"]
+    by_name = {r["name"]: r for r in listed}
+    assert by_name["careful"]["status"] == "ok"
+    assert by_name["careful"]["warnings"] == [
+        "security.isolation: container is not available: the tool runs in its own process group"]
+    assert by_name["winonly"]["status"] == "unavailable"
+    assert by_name["winonly"]["error"] == "cmd runs only on Windows"
+    table = _cli("list", squad=squad).output
+    assert "ok (1 warning: security.isolation: container" in table
+    assert "unavailable on this platform: cmd runs only on Windows" in table
+    shown = json.loads(_cli("show", "careful", squad=squad).stdout)
+    assert shown["durations"] == {"timeout": "90000 ms (90s)",
+                                  "run timeout (used)": "90000 ms (90s)"}
+    assert shown["kept"]["changelog"] == [{"version": 1, "changes": "first"}]
+    assert shown["detailed-help"] == {"P": "More about p."}
+    assert shown["parameters"]["properties"]["P"]["description"] == "the p\n\nMore about p."
