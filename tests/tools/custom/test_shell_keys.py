@@ -126,7 +126,7 @@ def test_an_output_variable_must_not_take_a_parameter_name() -> None:
     spec = ShellToolFile.model_validate({
         "description": "d", "parameters": {"P": {"description": "p"}},
         "steps": [{"name": "a", "bash": "echo {P}", "output": "P"}]})
-    with pytest.raises(ValueError, match="steps.a.output: 'P' is already a parameter"):
+    with pytest.raises(ValueError, match=r"steps\.a\.output: 'P' is already a parameter"):
         check_spec(spec)
 
 

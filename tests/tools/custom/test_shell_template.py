@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import sys
 import subprocess
+import sys
 from pathlib import Path
 
 import anyio
