@@ -131,6 +131,8 @@ def test_list_shows_warnings_and_unavailable_tools_and_show_resolves_durations(
         bash: echo {P}
         security: {isolation: container}
         changelog: [{version: 1, changes: first}]
+        min-cycod-version: 1.0.0
+        metadata: {category: demo, owner: ops}
         parameters:
           P: {description: the p, detailed-help: "More about p."}
         steps: null
@@ -150,5 +152,7 @@ def test_list_shows_warnings_and_unavailable_tools_and_show_resolves_durations(
     assert shown["durations"] == {"timeout": "90000 ms (90s)",
                                   "run timeout (used)": "90000 ms (90s)"}
     assert shown["kept"]["changelog"] == [{"version": 1, "changes": "first"}]
+    assert shown["kept"]["min-cycod-version"] == "1.0.0"
+    assert shown["kept"]["metadata"] == {"category": "demo", "owner": "ops"}
     assert shown["detailed-help"] == {"P": "More about p."}
     assert shown["parameters"]["properties"]["P"]["description"] == "the p\n\nMore about p."
