@@ -285,8 +285,10 @@ class ToolDiscoverer:
     def _load(self, path: Path, source: ToolSource, settings: Settings,
               fingerprint: str) -> _Loaded:
         try:
+            # A YAML tool's availability depends on the interpreters found on PATH.
             key: tuple[Any, ...] = (*_stat_key(path), source,
-                                    fingerprint if path.suffix != ".py" else "")
+                                    fingerprint if path.suffix != ".py" else "",
+                                    os.environ.get("PATH", "") if path.suffix != ".py" else "")
         except OSError as exc:
             return _Loaded((), error=f"cannot be read: {exc.strerror}")
         cached = self._files.get(path)

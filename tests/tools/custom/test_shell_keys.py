@@ -146,9 +146,9 @@ async def test_resource_limits_apply_to_the_command_and_its_children(
                        "bash": "bash -c 'ulimit -v; ulimit -t'"})
     result = await call(layout, tool, "t")
     assert result.text.splitlines() == [str(256 * 1024), "3"]
-    hog = shell_tool({"description": "d", "tags": ["read"], "resources": {"max-memory": "64MB"},
+    hog = shell_tool({"description": "d", "tags": ["read"], "resources": {"max-memory": "256MB"},
                       "run": f"{shutil.which('python3') or sys.executable} -c "
-                             "'bytearray(512 << 20)'"})
+                             "'bytearray(4 << 30)'"})
     failed = await call(layout, hog, "t")
     assert not failed.ok and "MemoryError" in failed.text
 
