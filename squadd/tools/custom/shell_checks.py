@@ -54,7 +54,7 @@ def check_spec(spec: ShellToolFile) -> None:
     spec.durations()
     names = set(spec.parameters)
     for name, param in spec.parameters.items():
-        _check_parameter(name, param)
+        _check_parameter(name, _bounds_for_numbers_only(param))
     check_sections(spec)
     command = spec.main_command()
     if command is not None:
@@ -65,6 +65,16 @@ def check_spec(spec: ShellToolFile) -> None:
         split_run(spec.run)
     if spec.steps is not None:
         _check_steps(spec.steps, names, spec.parameters)
+
+
+def _bounds_for_numbers_only(param: ParameterSpec) -> ParameterSpec:
+    """`param` without `minimum`/`maximum` unless it is a number: on another type they are a
+    warning (`tool_warnings`), not a load failure."""
+    rules = param.validation
+    if rules is None or param.type == "number":
+        return param
+    return param.model_copy(update={"validation": rules.model_copy(
+        update={"minimum": None, "maximum": None})})
 
 
 WAYS = ("bash", "cmd", "pwsh", "run", "script", "commands", "steps")
@@ -217,6 +227,11 @@ def tool_warnings(spec: ShellToolFile) -> list[str]:
                          "always gives models each parameter's type, description, default and "
                          "examples")
     for name, param in spec.parameters.items():
+        rules = param.validation
+        if rules is not None and param.type != "number" and (
+                rules.minimum is not None or rules.maximum is not None):
+            found.append(f"parameters.{name}.validation: minimum and maximum apply to numbers: "
+                         f"not checked for this {param.type} parameter")
         if param.transform is not None and transform_steps(param.transform) is None:
             found.append(f"parameters.{name}.transform {param.transform!r} cannot be evaluated "
                          "(squadd knows value.toLowerCase(), .toUpperCase(), .trim(), "
@@ -226,9 +241,6 @@ def tool_warnings(spec: ShellToolFile) -> list[str]:
     limits = spec.resources.max_memory is not None or spec.resources.max_cpu_time is not None
     if limits and sys.platform == "win32":
         found.append("resources.max-memory and max-cpu-time cannot be applied on Windows")
-    if any(c.final_command is not None or c.delete_temp_files for c in spec.resources.cleanup):
-        found.append("resources.cleanup is kept but not run: squadd removes its own output "
-                     "files; run other cleanup as a last step")
     for step in spec.steps or ():
         if step.output is not None and step.output.stream_callback == "function":
             found.append(f"steps.{step.name}.output.stream-callback: function is not "

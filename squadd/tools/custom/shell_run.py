@@ -38,6 +38,8 @@ from squadd.tools.custom.shell_template import (
 MINIMAL_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "USER", "LOGNAME", "TZ")
 """What a tool with `environment: {inherit: false}` still gets from squadd's environment."""
 CONDITION_OUTPUT_BYTES = 65536
+CLEANUP_S = 10.0
+"""How long the `resources.cleanup` final commands may run, after the tool, whatever its end."""
 StepStatus = Literal["ok", "failed", "skipped", "not-run"]
 
 
@@ -169,6 +171,25 @@ class PlanRunner:
             return PlanReport(outcome.ok or ignored, [Block(None, sink)], outcome.exit_code,
                               timed_out=outcome.timed_out, cancelled=outcome.cancelled)
         return await self._steps(spec.steps)
+
+    async def cleanup(self) -> list[Block]:
+        """Run the `final-command`s of `resources.cleanup`, each within `CLEANUP_S` and even
+        when the tool failed, timed out or was cancelled; their exit does not change the
+        tool's result."""
+        blocks: list[Block] = []
+        for item in self.spec.resources.cleanup:
+            if item.final_command is None:
+                continue
+            sink = await self.place.new_sink()
+            try:
+                outcome = await run_command(
+                    self._command(bash_argv(item.final_command, self.words)), sink,
+                    deadline=anyio.current_time() + CLEANUP_S, cancel=CancelSignal())
+            finally:
+                await sink.close()
+            how = ("timed out" if outcome.timed_out else f"exit {outcome.exit_code}")
+            blocks.append(Block(f"[cleanup] {how}", sink))
+        return blocks
 
     async def _steps(self, steps: list[StepSpec]) -> PlanReport:
         deps = step_dependencies(steps)

@@ -33,7 +33,7 @@ from squadd.tools.custom.shell_checks import tool_warnings
 from squadd.tools.custom.shell_keys import InteractiveOptions
 from squadd.tools.custom.shell_output import assemble, render, view_of
 from squadd.tools.custom.shell_process import DRAIN_S, KILL_GRACE_S
-from squadd.tools.custom.shell_run import CallPlace, PlanReport, PlanRunner
+from squadd.tools.custom.shell_run import CLEANUP_S, CallPlace, PlanReport, PlanRunner
 from squadd.tools.custom.shell_schema import (
     SECURITY_TAGS,
     ParameterSpec,
@@ -94,7 +94,9 @@ class ShellTool(Tool[BaseModel]):
     def _set_timeout(self, seconds: float) -> None:
         self.run_timeout_s = seconds
         # The invoker's limit is a backstop: the tool stops its processes itself, in time.
-        self.timeout_s = seconds + KILL_GRACE_S + 2 * DRAIN_S + 1.0
+        cleanups = sum(1 for c in self.plan.resources.cleanup if c.final_command is not None)
+        self.timeout_s = seconds + (1 + cleanups) * (KILL_GRACE_S + 2 * DRAIN_S + 1.0) + \
+            cleanups * CLEANUP_S
 
     @property
     def is_alias(self) -> bool:
@@ -127,8 +129,7 @@ class ShellTool(Tool[BaseModel]):
                                 **_with_defaults(base.parameters,
                                                  self.definition.default_parameters, self.name)}
             clone.args_model = parameters_model(f"{self.name}_args", clone.parameters)
-            if self.definition.timeout_s is None:
-                clone._set_timeout(base.run_timeout_s)
+            clone._set_timeout(self.definition.timeout_s or base.run_timeout_s)
         for other in (*clone._links.values(), *([found[self.definition.base_tool]]
                                                 if self.is_alias and self.definition.base_tool
                                                 else [])):
@@ -186,7 +187,9 @@ class ShellTool(Tool[BaseModel]):
             variables=ctx.variables, repo=ctx.repo_dir, progress=ctx.progress)
         try:
             try:
-                report = await PlanRunner(self, values, place).run()
+                runner = PlanRunner(self, values, place)
+                report = await runner.run()
+                report.blocks += await runner.cleanup()
             except (FileNotFoundError, TemplateError, ValueError) as exc:
                 return ToolResult.failure(f"{self.name} cannot run: {exc}")
             return await self._result(report, place)

@@ -44,12 +44,13 @@ def test_every_fixture_loads_and_only_a_missing_interpreter_keeps_one_from_runni
         assert name in NEEDS, f"{name} is unavailable: {found.skipped}"
     assert ("ps-items" in loaded) == (shutil.which("pwsh") is not None)
     digest = found.get("notes-digest")
-    assert isinstance(digest, ShellTool) and len(digest.warnings) == 4
+    assert isinstance(digest, ShellTool) and len(digest.warnings) == 3
 
 
 RUNS: list[tuple[str, dict[str, Any], list[str]]] = [
     ("notes-digest", {"TOPIC": "  Parser "},
-     ["note parser", "NOTE PARSER", "aside about parser", "hello parser", "[4 steps: 4 ok]"]),
+     ["note parser", "NOTE PARSER", "aside about parser", "hello parser", "[cleanup] exit 0",
+      "[4 steps: 4 ok]"]),
     ("say-hello", {"PERSON": "Ada; rm -rf /"}, ["hello Ada; rm -rf /"]),
     ("count-then-report", {"FOLDER": "trees"}, ["[step count] exit 0", "1", "counted"]),
     ("find-named", {"DIRECTORY": "trees", "PATTERN": "*.txt"}, ["trees/main/a.txt"]),

@@ -59,7 +59,8 @@ def test_turning_escape_shell_off_is_refused_with_the_reason(data: dict[str, Any
 def test_keys_squadd_cannot_honour_are_warnings_not_failures() -> None:
     spec = ShellToolFile.model_validate({
         "description": "d", "bash": "echo {P}", "interactive-options": {"timeout": 1000},
-        "parameters": {"P": {"description": "p", "transform": "value.replace('a', 'b')"}},
+        "parameters": {"P": {"description": "p", "transform": "value.replace('a', 'b')",
+                             "validation": {"minimum": 1}}},
         "security": {"execution-privilege": "reduced", "isolation": "container"},
         "file-paths": {"temp-directory": "/tmp/x"},
         "function-calling": {"schema-generation": {"include-defaults": False}},
@@ -69,8 +70,8 @@ def test_keys_squadd_cannot_honour_are_warnings_not_failures() -> None:
     warnings = tool_warnings(spec)
     assert [w.split(" ")[0] for w in warnings] == [
         "security.execution-privilege:", "security.isolation:", "file-paths.temp-directory",
-        "function-calling.schema-generation", "parameters.P.transform", "interactive-options",
-        "resources.cleanup"]
+        "function-calling.schema-generation", "parameters.P.validation:",
+        "parameters.P.transform", "interactive-options"]
     assert shell_tool({"description": "d", "bash": "echo"}).warnings == ()
 
 
@@ -197,3 +198,17 @@ async def test_silence_past_the_interactive_timeout_takes_the_default_response(
 def test_a_tool_file_may_name_itself_apart_from_its_file(layout: SquadLayout) -> None:
     path = write(layout.tools_dir, "file.yaml", "name: other\ndescription: d\nbash: echo\n")
     assert load_shell_file(path).name == "other"
+
+
+async def test_cleanup_final_commands_run_after_the_tool_even_when_it_fails(
+        layout: SquadLayout) -> None:
+    tool = shell_tool({"description": "d", "tags": ["write"],
+                       "parameters": {"F": {"description": "f"}},
+                       "bash": "touch {F}.tmp; echo made; exit 2",
+                       "resources": {"cleanup": [{"delete-temp-files": True},
+                                                 {"final-command": "rm -v -- {F}.tmp"}]}})
+    result = await call(layout, tool, "t", {"F": "scratch"})
+    assert not result.ok and result.details["exit_code"] == 2
+    assert result.text.splitlines() == ["made", "[cleanup] exit 0", "removed 'scratch.tmp'",
+                                        "[exit code 2]"]
+    assert not (layout.repo / "scratch.tmp").exists()
