@@ -48,6 +48,8 @@ def _tools() -> dict[str, ShellTool]:
     return {
         "bash": shell_tool({"description": "d", "tags": ["read"], "parameters": param,
                             "bash": r"printf '%s\0' {X}"}, name="bash_form"),
+        "double-quoted": shell_tool({"description": "d", "tags": ["read"], "parameters": param,
+                                     "bash": r'printf "%s\0" "{X}"'}, name="dq_form"),
         "run": shell_tool({"description": "d", "tags": ["read"], "parameters": param,
                            "run": r"printf '%s\0' {X}"}, name="run_form"),
         "steps": shell_tool({"description": "d", "tags": ["read"], "parameters": param,
