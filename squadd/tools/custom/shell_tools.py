@@ -9,6 +9,7 @@ view; when the model cannot see everything it assembles the spill file itself an
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -164,7 +165,7 @@ class ShellTool(Tool[BaseModel]):
 
     async def run(self, args: BaseModel, ctx: ToolContext) -> ToolResult:
         if self.definition.interactive or self.plan.interactive:
-            refused = await self._confirm(ctx)
+            refused = await self._confirm(ctx, args.model_dump(by_alias=True))
             if refused is not None:
                 return refused
         try:
@@ -226,15 +227,18 @@ class ShellTool(Tool[BaseModel]):
             return ToolResult.success(text, **details)
         return ToolResult.failure(text, **details)
 
-    async def _confirm(self, ctx: ToolContext) -> ToolResult | None:
+    async def _confirm(self, ctx: ToolContext, arguments: Mapping[str, Any]
+                       ) -> ToolResult | None:
         """Ask before an `interactive` tool runs; None when it may run."""
         options = (self.definition.interactive_options or self.plan.interactive_options
                    or InteractiveOptions())
         wait_s = (self.definition.confirm_timeout_s or self.plan.confirm_timeout_s
                   or self.settings.tools.approval_timeout_s)
         default = "yes" if options.default_yes else "no"
-        question = (f"{self.name} asks before it runs (interactive). Run it now? "
-                    f"(no answer within {wait_s:g} s counts as {default})")
+        shown = json.dumps(dict(arguments), ensure_ascii=False, default=str)
+        shown = shown if len(shown) <= 300 else shown[:299] + "…"
+        question = (f"{self.name} asks before it runs (interactive). Run it now with "
+                    f"{shown}? (no answer within {wait_s:g} s counts as {default})")
         with anyio.move_on_after(wait_s):
             if await ctx.confirm(question):
                 return None

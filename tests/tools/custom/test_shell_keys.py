@@ -174,7 +174,8 @@ async def test_an_interactive_tool_asks_through_the_approval_flow(
                             approvals=broker)
     assert (result.text == "ran") is ran
     [request] = recorder.of(ApprovalRequested)
-    assert "asks before it runs" in request.question and "counts as yes" in request.question
+    assert request.question == ("t asks before it runs (interactive). Run it now with {}? (no "
+                                "answer within 60 s counts as yes)")
     if not ran:
         assert result.text == "t was not run: the confirmation it asks for was declined"
 
