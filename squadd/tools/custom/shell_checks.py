@@ -64,7 +64,7 @@ def check_spec(spec: ShellToolFile) -> None:
     if spec.run is not None:
         split_run(spec.run)
     if spec.steps is not None:
-        _check_steps(spec.steps, names, spec.parameters)
+        _check_steps(spec.steps, names)
 
 
 def _bounds_for_numbers_only(param: ParameterSpec) -> ParameterSpec:
@@ -88,15 +88,13 @@ def template(text: str, params: set[str], key: str, shell: str = "bash") -> None
         raise ValueError(f"{key}: {exc}") from None
 
 
-def _check_steps(steps: list[StepSpec], params: set[str],
-                 parameters: dict[str, ParameterSpec]) -> None:
+def _check_steps(steps: list[StepSpec], params: set[str]) -> None:
     if not steps:
         raise ValueError("'steps' is empty")
     if len(steps) > MAX_STEPS:
         raise ValueError(f"at most {MAX_STEPS} steps")
     seen: list[str] = []
-    names = set(params)
-    """Parameters, and the output variables of earlier steps."""
+    names = set(params)  # and the output variables of earlier steps, as they come
     for step in steps:
         where = f"steps.{step.name}"
         if step.name in seen:

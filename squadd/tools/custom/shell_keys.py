@@ -2,7 +2,7 @@
 paths, metadata, function calling, changelog and step output; and the typo hint for a key.
 
 Each section is read strictly. Which of their keys squadd cannot honour on this machine is
-said by `shell_warnings`, as warnings on the tool, never as a load failure.
+said by `shell_checks.tool_warnings`, as warnings on the tool, never as a load failure.
 """
 
 from __future__ import annotations
