@@ -12,7 +12,7 @@ import anyio
 import pytest
 
 from squadd.config import Settings, ToolsSettings
-from squadd.runtime.events import ApprovalRequested, ApprovalResolved
+from squadd.contracts.events import ApprovalRequested, ApprovalResolved
 from squadd.state.layout import SquadLayout
 from squadd.tools.custom.approvals import ApprovalBroker
 from squadd.tools.custom.shell_checks import check_spec, tool_warnings
