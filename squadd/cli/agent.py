@@ -67,6 +67,9 @@ def _learning_count(entry: RosterEntry) -> int | None:
 def _as_dict(entry: RosterEntry) -> dict[str, Any]:
     return {
         "name": entry.name,
+        "display_name": entry.display_name,
+        "status": entry.status,
+        "status_kind": entry.status_kind,
         "role": entry.role,
         "model": entry.model,
         "tools": list(entry.tools) if entry.tools is not None else None,
@@ -80,8 +83,10 @@ def _as_dict(entry: RosterEntry) -> dict[str, Any]:
 @dir_option
 @click.option("--json", "as_json", is_flag=True, help="Print the roster as JSON.")
 def list_agents(directory: Path | None, as_json: bool) -> None:
-    """List the squad's agents: name, role, model, tools and history.
+    """List the squad's agents: name, status, role, model, tools and history.
 
+    NAME is team.md's display name (routes take it in any case; --json also gives the folder).
+    STATUS is team.md's, as written: routing rules pick only active members.
     MODEL "auto" means squadd chooses (see the charter's ## Model); TOOLS "all" means the
     charter has no ## Tools section.
 
@@ -103,5 +108,7 @@ def list_agents(directory: Path | None, as_json: bool) -> None:
         count = _learning_count(entry)
         history = "missing" if count is None else f"{count} learning{'' if count == 1 else 's'}"
         tools = "all" if entry.tools is None else (", ".join(entry.tools) or "none")
-        rows.append([entry.name, entry.role or "-", entry.model or "auto", tools, history])
-    print_table(["name", "role", "model", "tools", "history"], rows)
+        name = entry.display_name or entry.name
+        status = entry.status or "not in team.md"
+        rows.append([name, status, entry.role or "-", entry.model or "auto", tools, history])
+    print_table(["name", "status", "role", "model", "tools", "history"], rows)

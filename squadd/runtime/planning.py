@@ -21,6 +21,7 @@ from squadd.runtime.router import Router
 from squadd.runtime.session import SessionInfo, choose_model, new_session_id
 from squadd.state.charters import Charter, parse_charter, roster
 from squadd.state.layout import SquadLayout, safe_id
+from squadd.state.members import folder_for
 from squadd.state.transcripts import Transcript, read_transcript
 
 
@@ -100,7 +101,10 @@ def resolve_agent(request: RouteRequest, router: Router,
         try:
             return safe_name(target.lstrip("@")), "explicit"
         except InvalidNameError as exc:
-            raise Refusal("invalid", f"cannot route: {exc}") from None
+            folder = folder_for(target)  # a display name as team.md writes it: `EECOM 🔧`
+            if folder is None:
+                raise Refusal("invalid", f"cannot route: {exc}") from None
+            return folder, "explicit"
     choice = router.choose(request.task, charters.exists)
     if choice is None:
         raise Refusal(

@@ -1,9 +1,15 @@
 """The Router: who takes a task that names no agent, from `@name` mentions and routing.md.
 
 An `@name` in the task that names an agent of the squad wins. Otherwise each row of routing.md's
-table (Work Type, Route To, Examples) is scored by the words it shares with the task, a Work Type
-word counting twice; the best score wins, and on a tie the row higher in the table. The same
+rule tables is scored by the words it shares with the task, a Work Type word counting twice and
+an Examples word once; the best score wins, and on a tie the row higher in the table. The same
 task and table always give the same agent.
+
+A rule table has a Work Type column and a `Route To` or `Agent` column (Examples is optional).
+Agent cells may be decorated as Squad writes them (`EECOM 🔧`, `**Fenster**`, `@keaton (UI)`):
+they resolve to an agent folder through team.md's display names, case and emoji ignored. Rows
+naming a member whose team.md status is not active (`📋 Silent`, `🔄 Monitor`) are skipped.
+Tables inside HTML comments or code fences are examples, not rules.
 """
 
 from __future__ import annotations
@@ -16,8 +22,10 @@ from typing import Literal
 from squadd.contracts.names import is_safe_name
 from squadd.runtime.prompt import read_text_cached
 from squadd.state.layout import SquadLayout
+from squadd.state.members import Member, cells, data_lines, parse_members, plain_words
 
-_COMMENT_RE = re.compile(r"<!--.*?-->", re.DOTALL)
+_WORK_COLUMNS = ("work type", "work", "area", "domain")
+_AGENT_COLUMNS = ("route to", "agent", "owner")
 _WORD_RE = re.compile(r"[a-z0-9]+")
 _MENTION_RE = re.compile(r"(?<![\w.@/])@([A-Za-z0-9][A-Za-z0-9._-]{0,63})")
 _STOPWORDS = frozenset({
@@ -47,13 +55,17 @@ def words(text: str) -> frozenset[str]:
 
 @dataclass(frozen=True)
 class RoutingRule:
-    """One row of routing.md's table."""
+    """One row of a routing.md rule table."""
 
     work_type: str
     agent: str
+    """The agent folder the row names ("" when its cell names none that can be resolved)."""
     examples: str
     type_words: frozenset[str]
     example_words: frozenset[str]
+    agent_cell: str = ""
+    """The agent cell as written (`EECOM 🔧`)."""
+    line: int = 0
 
     def score(self, task_words: frozenset[str]) -> int:
         return (2 * len(task_words & self.type_words)
@@ -68,49 +80,89 @@ class RouteChoice:
     score: int = 0
 
 
-def _cells(line: str) -> list[str]:
-    return [cell.strip() for cell in line.strip().strip("|").split("|")]
-
-
-def _cell_at(cells: list[str], columns: dict[str, int], key: str) -> str:
+def _cell_at(row: list[str], columns: dict[str, int], key: str) -> str:
     index = columns.get(key)
-    return cells[index] if index is not None and index < len(cells) else ""
+    return row[index] if index is not None and index < len(row) else ""
 
 
-def _agent_cell(cell: str) -> str | None:
-    cleaned = cell.replace("`", " ").replace("*", " ").replace("@", " ").strip()
-    if not cleaned:
-        return None
-    name = re.split(r"[\s(,/]", cleaned, maxsplit=1)[0].lower()
-    return name if is_safe_name(name) else None
+def name_index(members: list[Member]) -> dict[str, str]:
+    """Plain display names and folders -> agent folder, for resolving decorated cells."""
+    index: dict[str, str] = {}
+    for member in members:
+        index.setdefault(plain_words(member.display_name), member.folder)
+        index.setdefault(plain_words(member.folder), member.folder)
+    return index
 
 
-def parse_routing(text: str) -> list[RoutingRule]:
-    """The rows of every table in `text` that has Work Type and Route To columns."""
-    rules: list[RoutingRule] = []
+def resolve_agent_cell(cell: str, names: dict[str, str] | None = None) -> str:
+    """The agent folder an agent cell names: its first name that team.md knows, else its first
+    word (`EECOM 🔧` -> `eecom`, `**Fenster** (lead)` -> `fenster`); "" when it names none."""
+    names = names or {}
+    cleaned = cell.replace("`", " ").replace("*", " ").replace("@", " ")
+    first = ""
+    for part in re.split(r"[,/+&;]|\band\b|\bor\b", cleaned):
+        plain = plain_words(re.sub(r"\(.*?\)", " ", part))
+        if not plain:
+            continue
+        if plain in names:
+            return names[plain]
+        head = plain.split()[0]
+        if head in names:
+            return names[head]
+        if not first and is_safe_name(head):
+            first = head
+    return first
+
+
+def _columns(header: list[str]) -> dict[str, int] | None:
+    lowered = [plain_words(cell) for cell in header]
+    found: dict[str, int] = {}
+    for key, choices in (("work type", _WORK_COLUMNS), ("route to", _AGENT_COLUMNS),
+                         ("examples", ("example",))):
+        for choice in choices:
+            index = next((i for i, c in enumerate(lowered) if c.startswith(choice)), None)
+            if index is not None and index not in found.values():
+                found[key] = index
+                break
+    return found if "work type" in found and "route to" in found else None
+
+
+def rule_tables(text: str) -> list[tuple[int, list[str], dict[str, int] | None]]:
+    """Every table row of `text` outside comments and fences: (line, cells, its table's
+    columns, or None when the table is not a rule table). Header and separator rows left out."""
+    rows: list[tuple[int, list[str], dict[str, int] | None]] = []
     columns: dict[str, int] | None = None
-    for raw in _COMMENT_RE.sub("", text).splitlines():
+    in_table = False
+    for number, raw in enumerate(data_lines(text), start=1):
         line = raw.strip()
         if not line.startswith("|"):
-            columns = None
+            in_table = False
             continue
-        cells = _cells(line)
-        if columns is None:
-            lowered = [c.lower().strip("* ") for c in cells]
-            found = {key: i for i, c in enumerate(lowered)
-                     for key in ("work type", "route to", "examples") if key in c}
-            if "work type" in found and "route to" in found:
-                columns = found
+        row = cells(line)
+        if not in_table:
+            in_table, columns = True, _columns(row)
             continue
-        if all(set(c) <= set("-: ") for c in cells):
+        if all(set(c) <= set("-: ") for c in row):
             continue  # the header's separator row
-        agent = _agent_cell(_cell_at(cells, columns, "route to"))
-        if agent is None:
+        rows.append((number, row, columns))
+    return rows
+
+
+def parse_routing(text: str, names: dict[str, str] | None = None) -> list[RoutingRule]:
+    """The rows of every rule table in `text` (see the module docstring)."""
+    rules: list[RoutingRule] = []
+    for number, row, columns in rule_tables(text):
+        if columns is None:
             continue
-        work_type = _cell_at(cells, columns, "work type")
-        examples = _cell_at(cells, columns, "examples")
+        agent_cell = _cell_at(row, columns, "route to")
+        agent = resolve_agent_cell(agent_cell, names)
+        if not agent:
+            continue
+        work_type = _cell_at(row, columns, "work type")
+        examples = _cell_at(row, columns, "examples")
         rules.append(RoutingRule(work_type=work_type, agent=agent, examples=examples,
-                                 type_words=words(work_type), example_words=words(examples)))
+                                 type_words=words(work_type), example_words=words(examples),
+                                 agent_cell=agent_cell, line=number))
     return rules
 
 
@@ -124,27 +176,37 @@ def mentioned_agent(task: str, is_agent: Callable[[str], bool]) -> str | None:
 
 
 class Router:
-    """Picks an agent for a task from mentions and routing.md (re-read when the file changes)."""
+    """Picks an agent for a task from mentions and routing.md (re-read when a file changes)."""
 
     def __init__(self, layout: SquadLayout):
         self.layout = layout
-        self._parsed: tuple[str, list[RoutingRule]] | None = None
+        self._parsed: tuple[str, str, list[RoutingRule], dict[str, Member]] | None = None
+
+    def _load(self) -> tuple[list[RoutingRule], dict[str, Member]]:
+        routing = read_text_cached(self.layout.routing_md)
+        team = read_text_cached(self.layout.team_md)
+        if self._parsed is None or self._parsed[:2] != (routing, team):
+            members = parse_members(team).members
+            rules = parse_routing(routing, name_index(members))
+            self._parsed = (routing, team, rules, {m.folder: m for m in members})
+        return self._parsed[2], self._parsed[3]
 
     def rules(self) -> list[RoutingRule]:
         """routing.md's rules (blocking file read: call from a worker thread)."""
-        text = read_text_cached(self.layout.routing_md)
-        if self._parsed is None or self._parsed[0] != text:
-            self._parsed = (text, parse_routing(text))
-        return self._parsed[1]
+        return self._load()[0]
 
     def choose(self, task: str, is_agent: Callable[[str], bool]) -> RouteChoice | None:
         """The agent for `task`, or None when neither a mention nor a rule matches."""
         mention = mentioned_agent(task, is_agent)
         if mention is not None:
             return RouteChoice(agent=mention, routed_by="mention")
+        rules, members = self._load()
         task_words = words(task)
         best: RouteChoice | None = None
-        for rule in self.rules():
+        for rule in rules:
+            member = members.get(rule.agent)
+            if member is not None and not member.routable:
+                continue
             score = rule.score(task_words)
             if score > 0 and (best is None or score > best.score) and is_agent(rule.agent):
                 best = RouteChoice(agent=rule.agent, routed_by="rules", rule=rule, score=score)
@@ -154,8 +216,9 @@ class Router:
         """routing.md's table as text, for a failure that shows what could have matched."""
         rules = self.rules()
         if not rules:
-            return (f"{self.layout.routing_md} has no routing rules: add rows to its table "
-                    "(| Work Type | Route To | Examples |)")
+            return (f"{self.layout.routing_md} has no routing rules: add rows to a table with "
+                    "Work Type and Route To (or Agent) columns (| Work Type | Route To | "
+                    "Examples |)")
         lines = ["| Work Type | Route To | Examples |", "|---|---|---|"]
         lines.extend(f"| {r.work_type} | {r.agent} | {r.examples} |" for r in rules)
         return "\n".join(lines)

@@ -14,6 +14,7 @@ from pathlib import Path
 from squadd.contracts.names import is_safe_name, safe_name
 from squadd.errors import NotFoundError
 from squadd.state.layout import SquadLayout
+from squadd.state.members import Member, StatusKind, parse_members, status_kind
 
 _PREFERRED_RE = re.compile(r"^\s*[-*]?\s*\**Preferred:?\**:?\s*`?([^`\n]+?)`?\s*$",
                            re.IGNORECASE | re.MULTILINE)
@@ -97,18 +98,38 @@ def read_charter(layout: SquadLayout, agent: str) -> Charter:
 @dataclass(frozen=True)
 class RosterEntry:
     name: str
+    """The agent's folder under `agents/` (lower-case): what routes and tools name it by."""
     role: str
     model: str | None
     tools: tuple[str, ...] | None
     charter: Path
     has_history: bool
+    display_name: str = ""
+    """The name team.md shows (`EECOM`); the folder name when team.md does not list it."""
+    status: str = ""
+    """team.md's status cell as written (`✅ Active`, `📋 Silent`); "" when not listed."""
+
+    @property
+    def status_kind(self) -> StatusKind:
+        return status_kind(self.status)
+
+
+def team_members(layout: SquadLayout) -> dict[str, Member]:
+    """team.md's members by agent folder (an unreadable team.md lists nobody)."""
+    try:
+        text = layout.team_md.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return {}
+    return parse_members(text).by_folder()
 
 
 def roster(layout: SquadLayout) -> list[RosterEntry]:
-    """Every agent with a charter under `agents/`, sorted by name."""
+    """Every agent with a charter under `agents/`, sorted by name, with team.md's display name,
+    status and role (the charter's `Role:` when team.md gives none)."""
     agents_dir = layout.root / "agents"
     if not agents_dir.is_dir():
         return []
+    members = team_members(layout)
     out = []
     for child in sorted(agents_dir.iterdir()):
         charter_path = child / "charter.md"
@@ -120,8 +141,12 @@ def roster(layout: SquadLayout) -> list[RosterEntry]:
         except (OSError, UnicodeDecodeError):
             text = ""
         parsed = parse_charter(child.name, text)
+        member = members.get(child.name)
         out.append(RosterEntry(
-            name=child.name, role=parsed.role, model=parsed.model, tools=parsed.tools,
-            charter=charter_path, has_history=(child / "history.md").is_file(),
+            name=child.name, role=(member.role if member and member.role else parsed.role),
+            model=parsed.model, tools=parsed.tools, charter=charter_path,
+            has_history=(child / "history.md").is_file(),
+            display_name=member.display_name if member else child.name,
+            status=member.status if member else "",
         ))
     return out

@@ -16,12 +16,23 @@ from squadd.contracts.names import safe_name
 from squadd.errors import ConfigError, StateError
 from squadd.fsio import atomic_write, create_exclusive, file_lock, read_text
 from squadd.state.layout import SquadLayout
+from squadd.state.members import (
+    MEMBERS_HEADING,
+    Member,
+    MembersTable,
+    data_lines,
+    member_names,
+    members_span,
+    parse_members,
+)
 
-MEMBERS_HEADING = "## Members"
 MEMBERS_TABLE_HEAD = "| Name | Role | Charter | Status |\n|------|------|---------|--------|"
 TEAM_SKELETON = f"# Team\n\n{MEMBERS_HEADING}\n\n{MEMBERS_TABLE_HEAD}\n"
+ACTIVE_STATUS = "✅ Active"
+"""The status Squad counts as active; a new row copies the file's own form of it if it has one."""
 MAX_ROLE_CHARS = 120
-_SEPARATOR_ROW_RE = re.compile(r"^\|[\s:|-]+\|?$")
+__all__ = ["MEMBERS_HEADING", "AddedAgent", "add_agent", "add_member_row", "check_role",
+           "member_names", "render_template"]
 
 
 @dataclass(frozen=True)
@@ -56,57 +67,70 @@ def render_template(text: str, *, name: str, role: str) -> str:
     return text.replace("{name}", name).replace("{role}", role)
 
 
-def _members_span(lines: list[str]) -> tuple[int, int] | None:
-    """Index of the `## Members` heading and the end of its section, or None."""
-    start = next((i for i, line in enumerate(lines) if line.strip() == MEMBERS_HEADING), None)
-    if start is None:
-        return None
-    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("#")), len(lines))
-    return start, end
-
-
-def _cells(row: str) -> list[str]:
-    inner = row.strip().strip("|")
-    return [cell.strip() for cell in re.split(r"(?<!\\)\|", inner)]
-
-
-def member_names(team_md: str) -> list[str]:
-    """The names in the first column of team.md's Members table, lower-cased, in order."""
-    lines = team_md.replace("\r\n", "\n").split("\n")
-    span = _members_span(lines)
-    if span is None:
-        return []
-    rows = [line for line in lines[span[0] + 1:span[1]] if line.strip().startswith("|")]
-    names = []
-    for row in rows[1:]:  # the first row is the header
-        if _SEPARATOR_ROW_RE.match(row.strip()):
-            continue
-        first = _cells(row)[0].strip("`*_ ")
-        if first:
-            names.append(first.lower())
-    return names
-
-
 def _escape_cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def add_member_row(team_md: str, *, name: str, role: str, status: str = "active") -> str:
+def _display_case(members: list[Member], name: str) -> str:
+    """`name` in the case the table's names use: `EECOM`, `Apollo` (Squad's default) or `lead`."""
+    letters = [m.display_name for m in members if any(c.isalpha() for c in m.display_name)]
+    if letters and sum(n.isupper() for n in letters) * 2 > len(letters):
+        return name.upper()
+    if letters and sum(n == n.lower() for n in letters) * 2 > len(letters):
+        return name
+    return name[:1].upper() + name[1:]
+
+
+def _charter_cell(members: list[Member], name: str, squad_dirname: str) -> str:
+    """The charter cell in the style of the table's other rows (path form, link, backticks)."""
+    for member in members:
+        pattern = re.compile(rf"agents/{re.escape(member.folder)}/charter\.md", re.IGNORECASE)
+        if pattern.search(member.charter_cell):
+            return pattern.sub(f"agents/{name}/charter.md", member.charter_cell, count=1)
+    return f"`{squad_dirname}/agents/{name}/charter.md`"
+
+
+def _active_status(members: list[Member]) -> str:
+    return next((m.status for m in members if m.status and m.status_kind == "active"),
+                ACTIVE_STATUS)
+
+
+def member_row(table: MembersTable, *, name: str, role: str, squad_dirname: str = ".squad") -> str:
+    """A Members row for agent folder `name`, in the conventions the table already uses."""
+    values = {
+        "name": _display_case(table.members, name),
+        "role": _escape_cell(role),
+        "charter": _charter_cell(table.members, name, squad_dirname),
+        "status": _active_status(table.members),
+    }
+    header = table.header
+    if not any(key in column for column in header for key in values):
+        header = list(values)  # no table, or one without known columns: Squad's four columns
+    row = []
+    for column in header:
+        key = next((k for k in values if k in column), None)
+        row.append(values.pop(key) if key is not None else "")
+    return "| " + " | ".join(row) + " |"
+
+
+def add_member_row(team_md: str, *, name: str, role: str, squad_dirname: str = ".squad") -> str:
     """Return team.md with a row for `name` at the end of the Members table.
 
-    A missing `## Members` section (or table) is created.
+    The row copies the table's conventions (display-name case, charter path style, the form
+    of the active status); a missing `## Members` section (or table) is created in Squad's style.
     """
-    row = (f"| {name} | {_escape_cell(role)} | [charter](agents/{name}/charter.md) "
-           f"| {status} |")
     if not team_md.strip():
         team_md = TEAM_SKELETON
+    table = parse_members(team_md)
+    row = member_row(table, name=name, role=role, squad_dirname=squad_dirname)
     lines = team_md.replace("\r\n", "\n").split("\n")
-    span = _members_span(lines)
+    data = data_lines(team_md)
+    span = members_span(data)
     if span is None:
         body = team_md.rstrip("\n")
         return f"{body}\n\n{MEMBERS_HEADING}\n\n{MEMBERS_TABLE_HEAD}\n{row}\n"
     start, end = span
-    table_rows = [i for i in range(start + 1, end) if lines[i].strip().startswith("|")]
+    table_rows = [i for i in range(start + 1, end) if data[i].strip().startswith("|")]
     if table_rows:
         at = table_rows[-1] + 1
         new_lines = [*lines[:at], row, *lines[at:]]
@@ -155,7 +179,8 @@ def add_agent(layout: SquadLayout, name: str, role: str, *, templates: Path) -> 
             team = read_text(team_path)
             team_updated = name not in member_names(team)
             if team_updated:
-                atomic_write(team_path, add_member_row(team, name=name, role=role))
+                atomic_write(team_path, add_member_row(team, name=name, role=role,
+                                                        squad_dirname=layout.root.name))
     except BaseException:
         for path in created:
             with contextlib.suppress(FileNotFoundError):

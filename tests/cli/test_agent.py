@@ -24,7 +24,7 @@ def test_agent_add_creates_files_and_team_row(squad: SquadLayout) -> None:
     assert result.exit_code == 0, result.output
     assert "Added backend (Backend Developer)" in result.output
     assert squad.charter("backend").is_file() and squad.history("backend").is_file()
-    assert "| backend | Backend Developer |" in squad.team_md.read_text()
+    assert "| Backend | Backend Developer |" in squad.team_md.read_text()
 
 
 def test_agent_add_json(squad: SquadLayout) -> None:
@@ -78,10 +78,11 @@ def test_agent_list_shows_a_table(squad: SquadLayout) -> None:
     result = _cli("agent", "list", squad=squad)
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    assert lines[0].split() == ["NAME", "ROLE", "MODEL", "TOOLS", "HISTORY"]
-    assert lines[1].split() == ["lead", "Lead", "gpt-4.1", "squad_route,", "run_tests", "2",
+    assert lines[0].split() == ["NAME", "STATUS", "ROLE", "MODEL", "TOOLS", "HISTORY"]
+    assert lines[1].split() == ["Lead", "✅", "Active", "Lead", "gpt-4.1", "squad_route,",
+                                "run_tests", "2", "learnings"]
+    assert lines[2].split() == ["Scribe", "📋", "Silent", "Scribe", "auto", "all", "0",
                                 "learnings"]
-    assert lines[2].split() == ["scribe", "Scribe", "auto", "all", "0", "learnings"]
 
 
 def test_agent_list_json(squad: SquadLayout) -> None:
@@ -90,7 +91,8 @@ def test_agent_list_json(squad: SquadLayout) -> None:
     data = json.loads(_cli("agent", "list", "--json", squad=squad).stdout)
     assert data["squad_dir"] == str(squad.root)
     lead = data["agents"][0]
-    assert lead == {"name": "lead", "role": "Lead", "model": None, "tools": None,
+    assert lead == {"name": "lead", "display_name": "Lead", "status": "✅ Active",
+                    "status_kind": "active", "role": "Lead", "model": None, "tools": None,
                     "charter": str(squad.charter("lead")), "history": False,
                     "learnings": None}
 

@@ -27,7 +27,7 @@ def test_add_agent_writes_charter_history_and_team_row(squad: SquadLayout) -> No
     history = squad.history("backend").read_text()
     assert history.startswith("# Project Context") and learnings(history) == []
     assert member_names(squad.team_md.read_text()) == ["scribe", "backend"]
-    assert "| backend | Backend Developer | [charter](agents/backend/charter.md) | active |" in (
+    assert "| Backend | Backend Developer | `.squad/agents/backend/charter.md` | ✅ Active |" in (
         squad.team_md.read_text())
 
 
@@ -88,7 +88,7 @@ def test_member_row_goes_at_the_end_of_the_members_table() -> None:
     assert result == (
         "# Team\n\n## Members\n\n| Name | Role | Charter | Status |\n|---|---|---|---|\n"
         "| scribe | Scribe | x | active |\n"
-        "| lead | Lead \\| Architect | [charter](agents/lead/charter.md) | active |\n\n"
+        "| lead | Lead \\| Architect | `.squad/agents/lead/charter.md` | active |\n\n"
         "## Notes\n\nkeep\n"
     )
     assert member_names(result) == ["scribe", "lead"]
