@@ -43,6 +43,10 @@ def _without_description(schema: dict[str, Any]) -> None:
     schema.pop("description", None)
 
 
+SDK_PRIORITIES = {"low": "normal", "normal": "normal", "high": "urgent", "critical": "urgent"}
+"""The Squad SDK's four priorities mapped onto the pool's two (urgent is admitted first)."""
+
+
 class RouteRequest(BaseModel):
     """One task to route: to a named agent, to whoever routing.md picks, or to a session.
 
@@ -63,6 +67,12 @@ class RouteRequest(BaseModel):
                       description="Description of the work to be done")
     context: str | None = Field(None, description="Additional context from the requesting agent")
     priority: Priority = Field("normal", description="Task priority")
+
+    @field_validator("priority", mode="before")
+    @classmethod
+    def _squad_sdk_priority(cls, value: Any) -> Any:
+        # The Squad SDK's four priorities onto the pool's two (urgent is admitted first).
+        return SDK_PRIORITIES.get(value, value) if isinstance(value, str) else value
     wait_for_result: bool = Field(
         True, alias="waitForResult",
         description="If true, block until the agent completes and return its answer. If "

@@ -83,6 +83,7 @@ class PromptParts:
 
 
 def skills_index(layout: SquadLayout) -> str:
+    """One line per skill: `- {name}: {description from its front matter}`."""
     lines = [f"- {s.name}: {s.summary}" if s.summary else f"- {s.name}"
              for s in list_skills(layout)]
     return "\n".join(lines)

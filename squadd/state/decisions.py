@@ -80,14 +80,18 @@ def write_inbox_entry(
     category: str = "general",
     max_bytes: int = 65536,
     date: dt.date | None = None,
+    by: str | None = None,
 ) -> Path:
-    """Write a decision to the inbox as `{agent}-{slug}.md` (or `-2`, `-3`, ...); return it."""
+    """Write a decision to the inbox as `{agent}-{slug}.md` (or `-2`, `-3`, ...); return it.
+
+    `by` is the name its `**By:**` line shows (the team's display name); default: `agent`."""
     agent = safe_name(agent)
+    shown = " ".join((by or "").split()) or agent
     if category not in CATEGORIES:
         raise StateError(f"unknown category {category!r}: use one of {', '.join(CATEGORIES)}")
     if not title.strip():
         raise StateError("a decision needs a non-empty title")
-    if "\x00" in title or "\x00" in body:
+    if "\x00" in title or "\x00" in body or "\x00" in shown:
         raise StateError("a decision may not contain NUL bytes")
     size = len(body.encode("utf-8"))
     if size > max_bytes:
@@ -95,7 +99,7 @@ def write_inbox_entry(
             f"decision body is {size} bytes, over the limit of {max_bytes} bytes "
             "(limits.max_entry_bytes)"
         )
-    content = format_entry(title=title, body=body, agent=agent, category=category, date=date)
+    content = format_entry(title=title, body=body, agent=shown, category=category, date=date)
     inbox = layout.inbox_dir
     stem = f"{agent}-{slugify(title)}"
     for n in range(1, _MAX_SUFFIX):

@@ -11,9 +11,13 @@ import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from squadd.contracts.names import safe_name
 from squadd.errors import InvalidNameError, PathEscapeError, SquadNotFoundError
+
+SkillSource = Literal["github", "squad", "copilot"]
+"""Where a skill lives: `.github/skills/`, `.squad/skills/` or `.copilot/skills/`."""
 
 SQUAD_DIRNAMES = (".squad", ".ai-team")
 """Squad dir names in order of preference; `.ai-team` is the legacy name, used in place."""
@@ -165,18 +169,45 @@ class SquadLayout:
     def skill_file(self, skill: str) -> Path:
         return self._p("skills", safe_name(skill, kind="skill"), "SKILL.md")
 
-    def github_skill_file(self, skill: str) -> Path:
-        """`.github/skills/{name}/SKILL.md` in the repo: read-only, outside the squad dir."""
-        path = self.repo / ".github" / "skills" / safe_name(skill, kind="skill") / "SKILL.md"
-        resolved = Path(os.path.realpath(path))
-        base = Path(os.path.realpath(self.repo / ".github" / "skills"))
-        if base not in resolved.parents:
-            raise PathEscapeError(f"{path} resolves outside {base}")
-        return resolved
-
     @property
     def github_skills_dir(self) -> Path:
+        """`.github/skills/` in the repo: Squad's canonical skills folder."""
         return self.repo / ".github" / "skills"
+
+    @property
+    def copilot_skills_dir(self) -> Path:
+        """`.copilot/skills/` in the repo: read after the other two."""
+        return self.repo / ".copilot" / "skills"
+
+    def skill_roots(self) -> list[tuple[SkillSource, Path]]:
+        """The skill folders in Squad's precedence: `.github/skills/`, `.squad/skills/`,
+        `.copilot/skills/`. A skill found in an earlier folder hides one of the same name later."""
+        return [("github", self.github_skills_dir), ("squad", self.skills_dir),
+                ("copilot", self.copilot_skills_dir)]
+
+    def skill_file_in(self, source: SkillSource, skill: str) -> Path:
+        """`{root}/{skill}/SKILL.md` of one skill folder, refused unless it resolves inside it."""
+        name = safe_name(skill, kind="skill")
+        if source == "squad":
+            return self.skill_file(name)
+        base = dict(self.skill_roots())[source]
+        path = base / name / "SKILL.md"
+        resolved = Path(os.path.realpath(path))
+        real_base = Path(os.path.realpath(base))
+        if real_base not in resolved.parents:
+            raise PathEscapeError(f"{path} resolves to {resolved}, outside {real_base}")
+        return resolved
+
+    def github_skill_file(self, skill: str) -> Path:
+        """`.github/skills/{name}/SKILL.md` in the repo."""
+        return self.skill_file_in("github", skill)
+
+    def skill_write_file(self, skill: str) -> tuple[SkillSource, Path]:
+        """Where a skill is written: `.github/skills/` when that folder exists (as Squad
+        writes), else `.squad/skills/`."""
+        if self.github_skills_dir.is_dir():
+            return "github", self.skill_file_in("github", skill)
+        return "squad", self.skill_file(skill)
 
     @property
     def tools_dir(self) -> Path:
@@ -249,7 +280,14 @@ class SquadLayout:
         return self._p("run", "scribe.lock")
 
     def lock_for(self, path: Path) -> Path:
-        """The lock file that guards `path`: kept under run/locks/ so git never sees it."""
-        relative = self.inside(path).relative_to(self.root)
-        flat = "__".join(relative.parts)
+        """The lock file that guards `path`: kept under run/locks/ so git never sees it.
+
+        A file of the repo outside the squad dir (a `.github/skills/` skill) gets a lock too,
+        named with a `repo__` prefix."""
+        absolute = Path(os.path.realpath(path))
+        repo = Path(os.path.realpath(self.repo))
+        if self.root not in absolute.parents and repo in absolute.parents:
+            flat = "repo__" + "__".join(absolute.relative_to(repo).parts)
+        else:
+            flat = "__".join(self.inside(path).relative_to(self.root).parts)
         return self._p("run", "locks", flat + ".lock")

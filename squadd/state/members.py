@@ -98,7 +98,10 @@ def status_kind(status: str) -> StatusKind:
 
 def folder_for(name: str) -> str | None:
     """The folder a display name maps to: its plain words joined by '-', if that is a safe
-    name (`EECOM 🔧` -> `eecom`, `Mission Control` -> `mission-control`)."""
+    name (`EECOM 🔧` -> `eecom`, `Mission Control` -> `mission-control`); None for a name
+    with path characters or control characters."""
+    if ".." in name or any(c in "/\\" or unicodedata.category(c) == "Cc" for c in name):
+        return None  # path characters are never decoration
     folder = "-".join(plain_words(name).split())
     return folder if folder and is_safe_name(folder) else None
 

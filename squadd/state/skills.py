@@ -1,68 +1,121 @@
-"""Skills: `.squad/skills/{name}/SKILL.md` to read, write and list, plus `.github/skills/`.
+"""Skills: `{root}/{name}/SKILL.md` in Squad's three skill folders, to list, read and write.
 
-Skills under `.squad/` win over `.github/skills/` of the same name; the latter are read-only.
+The folders, in Squad's precedence: `.github/skills/` (canonical), `.squad/skills/`, then
+`.copilot/skills/`; a skill in an earlier folder hides one of the same name in a later one.
+A write goes to `.github/skills/` when that folder exists, else to `.squad/skills/`. A
+skill's index line is the `description` of its YAML front matter (else its first heading or
+line). Every path comes from `SquadLayout`, which keeps it inside its folder.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
 from squadd.contracts.names import is_safe_name, safe_name
-from squadd.errors import LimitExceededError, NotFoundError, StateError
+from squadd.errors import LimitExceededError, NotFoundError, PathEscapeError, StateError
 from squadd.fsio import atomic_write, file_lock
-from squadd.state.layout import SquadLayout
+from squadd.state.layout import SkillSource, SquadLayout
 
 SKILL_FILE = "SKILL.md"
+SUMMARY_CHARS = 200
+_HEAD_BYTES = 16384
+_FRONT_MATTER_RE = re.compile(r"\A\ufeff?---[ \t]*\r?\n(.*?)\r?\n(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)",
+                              re.DOTALL)
+CONFIDENCE_LEVELS = ("low", "medium", "high")
 
 
 @dataclass(frozen=True)
 class SkillInfo:
     name: str
     path: Path
-    source: str
-    """`squad` for `.squad/skills/`, `github` for `.github/skills/`."""
+    source: SkillSource
+    """`github`, `squad` or `copilot`: the folder the skill was found in."""
     summary: str
+    """The front matter's `description` (one line), else the first heading or line."""
+    hidden: tuple[SkillSource, ...] = ()
+    """Later folders that also hold a skill of this name (this one wins)."""
 
 
-def _summary(path: Path) -> str:
+def front_matter(text: str) -> tuple[dict[str, object], str]:
+    """The YAML front matter of `text` as a dict ({} when absent or unreadable), and the rest."""
+    match = _FRONT_MATTER_RE.match(text)
+    if match is None:
+        return {}, text
     try:
-        with path.open(encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                text = line.strip().lstrip("#").strip()
-                if text and not text.startswith("---"):
-                    return text[:120]
+        data = yaml.safe_load(match.group(1))
+    except yaml.YAMLError:
+        return {}, text[match.end():]
+    return (data if isinstance(data, dict) else {}), text[match.end():]
+
+
+def summary_of(text: str) -> str:
+    """The index line for a skill's text: `description`, else its first heading or line."""
+    data, body = front_matter(text)
+    description = data.get("description")
+    if isinstance(description, str) and description.strip():
+        line = " ".join(description.split())
+    else:
+        line = ""
+        for raw in body.splitlines():
+            candidate = raw.strip().lstrip("#").strip()
+            if candidate and not candidate.startswith(("---", "<!--")):
+                line = candidate
+                break
+    return line if len(line) <= SUMMARY_CHARS else line[:SUMMARY_CHARS - 1] + "…"
+
+
+def _head(path: Path) -> str:
+    try:
+        with path.open("rb") as handle:
+            return handle.read(_HEAD_BYTES).decode("utf-8", errors="replace")
     except OSError:
-        pass
-    return ""
+        return ""
 
 
-def _scan(folder: Path, source: str) -> list[SkillInfo]:
-    if not folder.is_dir():
+def _scan(layout: SquadLayout, source: SkillSource, folder: Path) -> list[SkillInfo]:
+    try:
+        children = sorted(folder.iterdir()) if folder.is_dir() else []
+    except OSError:
         return []
     found = []
-    for child in sorted(folder.iterdir()):
-        if child.is_dir() and is_safe_name(child.name) and (child / SKILL_FILE).is_file():
-            found.append(SkillInfo(child.name, child / SKILL_FILE, source,
-                                   _summary(child / SKILL_FILE)))
+    for child in children:
+        if not (is_safe_name(child.name) and child.name == child.name.lower()):
+            continue
+        try:
+            path = layout.skill_file_in(source, child.name)
+        except PathEscapeError:
+            continue  # a symlink that leads out of the skills folder is not a skill
+        if path.is_file():
+            found.append(SkillInfo(child.name, path, source, summary_of(_head(path))))
     return found
 
 
 def list_skills(layout: SquadLayout) -> list[SkillInfo]:
-    """Every skill, `.squad/skills/` first; a `.github` skill of the same name is hidden."""
-    squad = _scan(layout.skills_dir, "squad")
-    names = {skill.name for skill in squad}
-    github = [s for s in _scan(layout.github_skills_dir, "github") if s.name not in names]
-    return sorted([*squad, *github], key=lambda s: s.name)
+    """Every skill, sorted by name; of two with the same name, the earlier folder's wins."""
+    chosen: dict[str, SkillInfo] = {}
+    for source, folder in layout.skill_roots():
+        for info in _scan(layout, source, folder):
+            first = chosen.get(info.name)
+            if first is None:
+                chosen[info.name] = info
+            else:
+                chosen[info.name] = SkillInfo(first.name, first.path, first.source,
+                                              first.summary, (*first.hidden, source))
+    return [chosen[name] for name in sorted(chosen)]
 
 
 def read_skill(layout: SquadLayout, name: str) -> str:
-    """The text of skill `name`, from `.squad/skills/` or else `.github/skills/`."""
+    """The text of skill `name` from the first folder that has it."""
     name = safe_name(name, kind="skill")
-    for path in (layout.skill_file(name), layout.github_skill_file(name)):
+    for source, _folder in layout.skill_roots():
         try:
+            path = layout.skill_file_in(source, name)
             return path.read_text(encoding="utf-8")
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError, PathEscapeError):
             continue
         except UnicodeDecodeError as exc:
             raise StateError(f"skill {name!r} at {path} is not UTF-8 text") from exc
@@ -70,8 +123,25 @@ def read_skill(layout: SquadLayout, name: str) -> str:
     raise NotFoundError(f"no skill named {name!r} (skills: {known})")
 
 
+def with_confidence(content: str, confidence: str) -> str:
+    """`content` with `confidence: {level}` in its front matter (added, or replaced)."""
+    if confidence not in CONFIDENCE_LEVELS:
+        raise StateError(f"unknown confidence {confidence!r}: use one of "
+                         f"{', '.join(CONFIDENCE_LEVELS)}")
+    match = _FRONT_MATTER_RE.match(content)
+    if match is None:
+        return f'---\nconfidence: "{confidence}"\n---\n\n{content}'
+    block = match.group(1)
+    line = f'confidence: "{confidence}"'
+    if re.search(r"^confidence\s*:", block, re.MULTILINE):
+        block = re.sub(r"^confidence\s*:.*$", line, block, count=1, flags=re.MULTILINE)
+    else:
+        block = f"{block}\n{line}"
+    return f"---\n{block}\n---\n{content[match.end():]}"
+
+
 def write_skill(layout: SquadLayout, name: str, content: str, *, max_bytes: int = 65536) -> Path:
-    """Create or replace `.squad/skills/{name}/SKILL.md` atomically."""
+    """Create or replace skill `name` atomically where Squad writes skills (see the module)."""
     name = safe_name(name, kind="skill")
     if "\x00" in content:
         raise StateError("skill content may not contain NUL bytes")
@@ -83,7 +153,7 @@ def write_skill(layout: SquadLayout, name: str, content: str, *, max_bytes: int 
         )
     if not content.strip():
         raise StateError("skill content must not be empty")
-    path = layout.skill_file(name)
+    _source, path = layout.skill_write_file(name)
     with file_lock(layout.lock_for(path)):
         atomic_write(path, content if content.endswith("\n") else content + "\n")
     return path

@@ -1,12 +1,21 @@
-"""Skills: SKILL.md under .squad/skills/ (read, write, list) and read-only .github/skills/."""
+"""Skills: SKILL.md in .github/skills/, .squad/skills/ and .copilot/skills/, in that order."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
 from squadd.errors import InvalidNameError, LimitExceededError, NotFoundError, StateError
 from squadd.state.layout import SquadLayout
-from squadd.state.skills import list_skills, read_skill, write_skill
+from squadd.state.skills import (
+    front_matter,
+    list_skills,
+    read_skill,
+    summary_of,
+    with_confidence,
+    write_skill,
+)
 from tests._helpers import snapshot
 
 
@@ -31,17 +40,67 @@ def test_rewriting_a_skill_replaces_it(squad: SquadLayout) -> None:
 
 
 def test_github_skills_are_read_and_listed(squad: SquadLayout) -> None:
-    _github_skill(squad, "review", "---\nname: review\n---\n# Code review\n")
-    assert read_skill(squad, "review").endswith("# Code review\n")
+    _github_skill(squad, "review", "---\nname: review\ndescription: Reviews code.\n---\n# Code\n")
+    assert read_skill(squad, "review").endswith("# Code\n")
     [info] = list_skills(squad)
-    assert (info.name, info.source) == ("review", "github")
+    assert (info.name, info.source, info.summary) == ("review", "github", "Reviews code.")
 
 
-def test_squad_skill_hides_a_github_skill_of_the_same_name(squad: SquadLayout) -> None:
-    _github_skill(squad, "review", "# From GitHub\n")
-    write_skill(squad, "review", "# From the squad\n")
+def _skill(folder: Path, name: str, text: str) -> None:
+    (folder / name).mkdir(parents=True, exist_ok=True)
+    (folder / name / "SKILL.md").write_text(text, encoding="utf-8")
+
+
+def test_github_skills_win_over_squad_and_copilot_skills(squad: SquadLayout) -> None:
+    _skill(squad.copilot_skills_dir, "review", "# From Copilot\n")
+    _skill(squad.skills_dir, "review", "# From the squad\n")
+    _skill(squad.copilot_skills_dir, "lint", "# Lint\n")
     assert read_skill(squad, "review") == "# From the squad\n"
-    assert [(s.name, s.source) for s in list_skills(squad)] == [("review", "squad")]
+    _github_skill(squad, "review", "# From GitHub\n")
+    assert read_skill(squad, "review") == "# From GitHub\n"
+    listed = list_skills(squad)
+    assert [(s.name, s.source, s.hidden) for s in listed] == [
+        ("lint", "copilot", ()), ("review", "github", ("squad", "copilot"))]
+
+
+def test_writes_go_to_github_skills_when_that_folder_exists(squad: SquadLayout) -> None:
+    assert write_skill(squad, "first", "# One\n") == squad.skills_dir / "first" / "SKILL.md"
+    squad.github_skills_dir.mkdir(parents=True)
+    path = write_skill(squad, "second", "# Two\n")
+    assert path == squad.github_skills_dir.resolve() / "second" / "SKILL.md"
+    assert read_skill(squad, "second") == "# Two\n"
+
+
+def test_the_index_line_is_the_front_matter_description() -> None:
+    text = ('---\nname: "api-errors"\ndescription: >\n  How the API reports errors,\n'
+            '  and which codes clients retry.\nconfidence: "high"\n---\n\n# API errors\n')
+    assert summary_of(text) == "How the API reports errors, and which codes clients retry."
+    assert summary_of("---\nname: x\n---\n\n## Heading here\nbody\n") == "Heading here"
+    assert summary_of("---\nname: [unclosed\n---\n# Broken YAML\n") == "Broken YAML"
+    assert len(summary_of(f"---\ndescription: {'w' * 500}\n---\n")) == 200
+
+
+def test_confidence_is_set_in_the_front_matter() -> None:
+    assert with_confidence("# Plain\n", "low") == '---\nconfidence: "low"\n---\n\n# Plain\n'
+    fronted = '---\nname: "x"\ndescription: "d"\n---\n# X\n'
+    once = with_confidence(fronted, "high")
+    assert front_matter(once)[0] == {"name": "x", "description": "d", "confidence": "high"}
+    again = with_confidence(once, "medium")
+    assert front_matter(again)[0]["confidence"] == "medium" and again.count("confidence") == 1
+    with pytest.raises(StateError, match="unknown confidence"):
+        with_confidence(fronted, "total")
+
+
+def test_a_skill_symlinked_out_of_its_folder_is_not_read(squad: SquadLayout,
+                                                         tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "SKILL.md").write_text("secret\n")
+    squad.copilot_skills_dir.mkdir(parents=True)
+    (squad.copilot_skills_dir / "leak").symlink_to(outside)
+    assert list_skills(squad) == []
+    with pytest.raises(NotFoundError):
+        read_skill(squad, "leak")
 
 
 def test_missing_skill_error_lists_the_known_ones(squad: SquadLayout) -> None:

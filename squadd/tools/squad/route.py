@@ -4,13 +4,14 @@ Its arguments are `squadd.contracts.routes.RouteRequest`, the body of `POST /v1/
 spawns (or continues) a session through the runtime's `SquadService`. With `waitForResult` it
 returns the agent's final answer; without, the session id to collect it with `squad_status`.
 An unknown agent, a full pool, a too-deep route or a cycle is a failure that says why.
+The Squad SDK's priorities are accepted too: `low` and `normal` run as normal, `high` and
+`critical` as urgent (the pool has two levels: urgent tasks are admitted before normal ones).
 """
 
 from __future__ import annotations
 
 from squadd.contracts.routes import RouteOrigin, RouteRequest, SquadService
 from squadd.tools.base import Tool, ToolContext, ToolResult
-
 
 class SquadRoute(Tool[RouteRequest]):
     name = "squad_route"

@@ -1,34 +1,50 @@
-"""`squad_skill`: read, write or list the squad's skills (SKILL.md files)."""
+"""`squad_skill`: read, write or list the squad's skills (SKILL.md files).
+
+Takes PRD 2's arguments or the Squad SDK's (`operation`, `confidence`): see `aliases`. Skills
+are found in `.github/skills/`, `.squad/skills/` and `.copilot/skills/` (in that order) and
+written to `.github/skills/` when it exists; `state.skills` owns those rules.
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import anyio
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.json_schema import SkipJsonSchema
 
 from squadd.config import Settings
 from squadd.errors import StateError
 from squadd.state.layout import SquadLayout
-from squadd.state.skills import list_skills, read_skill, write_skill
+from squadd.state.skills import list_skills, read_skill, with_confidence, write_skill
 from squadd.tools.base import Tool, ToolContext, ToolResult
+from squadd.tools.squad.aliases import alias, refuse_both
 
 
 class SkillArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    action: Literal["read", "write", "list"] = Field(description="What to do")
+    action: Literal["read", "write", "list"] = Field(
+        validation_alias=alias("action", "operation"), description="What to do")
     skillName: str | None = Field(None, max_length=64,
                                   description="Skill name (required for read and write)")
     content: str | None = Field(None, description="Skill content in markdown (for write)")
+    confidence: SkipJsonSchema[Literal["low", "medium", "high"] | None] = None
+    """Squad SDK: how sure the writer is; written as `confidence:` in the front matter."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_name_each(cls, data: Any) -> Any:
+        return refuse_both(data, ("action", "operation"))
 
 
 class SquadSkill(Tool[SkillArgs]):
     name = "squad_skill"
     label = "Skill"
     description = (
-        "Read, write, or list Squad skills: reusable knowledge at .squad/skills/{name}/SKILL.md. "
-        "Use 'list' to discover skills, 'read' to load one, 'write' to create or update one."
+        "Read, write, or list Squad skills: reusable knowledge in {name}/SKILL.md under "
+        ".github/skills/, .squad/skills/ or .copilot/skills/. Use 'list' to discover skills, "
+        "'read' to load one, 'write' to create or update one."
     )
     args_model = SkillArgs
     squad_tool = True
@@ -57,6 +73,8 @@ class SquadSkill(Tool[SkillArgs]):
             if args.content is None or not args.content.strip():
                 return ToolResult.failure("content is required for action 'write'")
             content = args.content
+            if args.confidence is not None:
+                content = with_confidence(content, args.confidence)
             path = await anyio.to_thread.run_sync(lambda: write_skill(
                 self.layout, name, content, max_bytes=self.settings.limits.max_entry_bytes))
         except StateError as exc:

@@ -3,17 +3,24 @@
 Lists sessions as `- **{agent}** [{state}] session={id} age={s}s idle={s}s ...` followed by
 `Pool: {running}/{max} running, {queued} queued`. With `sessionId` it shows that session and,
 once its task has ended, the answer: how a `waitForResult=false` route is collected.
+The Squad SDK's `status` (a state to keep; `completed` means every ended state) and `verbose`
+(each session's detail: its answer or error) are accepted too.
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import get_args
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic.json_schema import SkipJsonSchema
 
 from squadd.contracts.routes import SquadService
-from squadd.contracts.sessions import LIVE_STATES, PoolTotals, SessionView
+from squadd.contracts.sessions import LIVE_STATES, PoolTotals, SessionState, SessionView
 from squadd.tools.base import Tool, ToolContext, ToolResult
 
 _TASK_SHOWN = 80
+ENDED_WORDS = frozenset({"completed", "complete", "done", "ended"})
+"""Squad SDK status filters that mean "every session whose task has ended"."""
 
 
 class StatusArgs(BaseModel):
@@ -25,6 +32,28 @@ class StatusArgs(BaseModel):
     sessionId: str | None = Field(
         None, max_length=128,
         description="One session: its state, and its final answer once it has ended")
+    status: SkipJsonSchema[str | None] = Field(None, max_length=32)
+    """Squad SDK: keep only sessions in this state (`completed`: every ended state)."""
+    verbose: SkipJsonSchema[bool] = False
+    """Squad SDK: show each session's detail (its answer or error once it has ended)."""
+
+    @field_validator("status")
+    @classmethod
+    def _known_status(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        lowered = value.strip().lower()
+        known = set(get_args(SessionState)) | ENDED_WORDS
+        if lowered not in known:
+            raise ValueError(f"unknown status {value!r}: use one of {', '.join(sorted(known))}")
+        return lowered
+
+    def keeps(self, view: SessionView) -> bool:
+        if self.status is None:
+            return True
+        if self.status in ENDED_WORDS:
+            return view.state not in LIVE_STATES
+        return view.state == self.status
 
 
 def pool_line(pool: PoolTotals) -> str:
@@ -82,14 +111,18 @@ class SquadStatus(Tool[StatusArgs]):
                 session_id=view.session_id, agent=view.agent, state=view.state, ended=ended,
                 answer=view.answer, error=view.error,
             )
-        report = await self.service.status(agent=args.agentName,
-                                           include_destroyed=args.includeDestroyed)
-        sessions = report.sessions
+        wants_ended = args.status is not None and (args.status in ENDED_WORDS
+                                                   or args.status == "destroyed")
+        report = await self.service.status(
+            agent=args.agentName.lower() if args.agentName else None,
+            include_destroyed=args.includeDestroyed or wants_ended)
+        sessions = [view for view in report.sessions if args.keeps(view)]
         if not sessions:
             head = (f'No active sessions for agent "{args.agentName}".' if args.agentName
                     else "No active agent sessions.")
             return ToolResult.success(f"{head}\n{pool_line(report.pool)}", sessions=0)
-        body = "\n".join(session_line(v) for v in sessions)
+        show = session_detail if args.verbose else session_line
+        body = "\n".join(show(v) for v in sessions)
         return ToolResult.success(
             f"**Active Sessions ({len(sessions)}):**\n{body}\n{pool_line(report.pool)}",
             sessions=len(sessions), running=report.pool.running, queued=report.pool.queued,
