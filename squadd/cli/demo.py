@@ -76,17 +76,19 @@ def written_lines(layout: SquadLayout, before: dict[str, FileState],
     inbox = layout.inbox_dir.relative_to(layout.root)
     for mark, path in changes(before, snapshot(layout.root)):
         parts = Path(path).parts
-        if parts[0] == layout.run_dir.name:
-            run_files += 1
-            continue
-        if len(parts) > 1 and parts[1] == SPARES_DIRNAME:
+        transcripts = layout.transcripts_dir.relative_to(layout.root).parts
+        if parts[:len(transcripts) + 1] == (*transcripts, SPARES_DIRNAME):
             spares += 1
+            continue
+        if parts[0] == layout.run_dir.name and parts[:len(transcripts)] != transcripts:
+            run_files += 1
             continue
         lines.append(f"  {mark} {path}")
     lines += [f"  ± {inbox / name}   (written, then merged and removed by the Scribe)"
               for name in merged]
     if spares:
-        lines.append(f"  + sessions/{SPARES_DIRNAME}/: empty transcript files made ahead "
+        folder = layout.transcripts_dir.relative_to(layout.root)
+        lines.append(f"  + {folder}/{SPARES_DIRNAME}/: empty transcript files made ahead "
                      "(ignored by git)")
     if run_files:
         lines.append(f"  + {layout.run_dir.name}/: {run_files} lock and index files "

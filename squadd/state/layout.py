@@ -218,13 +218,33 @@ class SquadLayout:
         """`.cycod/tools/` in the repo: CYCOD's project tool folder, read-only to squadd."""
         return self.repo / ".cycod" / "tools"
 
-    # Sessions and their output.
+    # Sessions and their output. squadd's transcripts live under run/ (git-ignored), apart
+    # from Squad's own committed `sessions/`; a transcript an older squadd left in `sessions/`
+    # is still found there and continued in place.
+    @property
+    def transcripts_dir(self) -> Path:
+        return self._p("run", "transcripts")
+
     @property
     def sessions_dir(self) -> Path:
+        """The folder of squadd's transcripts (the same as `transcripts_dir`)."""
+        return self.transcripts_dir
+
+    @property
+    def legacy_transcripts_dir(self) -> Path:
+        """`sessions/`, where squadd kept transcripts before; read, never written anew."""
         return self._p("sessions")
 
     def transcript(self, session_id: str) -> Path:
-        return self._p("sessions", safe_id(session_id) + ".jsonl")
+        """A session's transcript: `run/transcripts/{id}.jsonl`, or the older `sessions/{id}.jsonl`
+        when only that one exists."""
+        name = safe_id(session_id) + ".jsonl"
+        path = self._p("run", "transcripts", name)
+        if not os.path.lexists(path):
+            legacy = self._p("sessions", name)
+            if legacy.is_file():
+                return legacy
+        return path
 
     def tool_output(self, session_id: str, call_id: str) -> Path:
         return self._p(
@@ -246,14 +266,15 @@ class SquadLayout:
         return self._p("orchestration-log", f"{safe_id(stamp, kind='timestamp')}-"
                                             f"{safe_name(agent)}.md")
 
-    # Daemon runtime files (git-ignored).
+    # Daemon runtime files (git-ignored): run/ and tool-output/.
     @property
     def log_dir(self) -> Path:
-        return self._p("log")
+        """Where squadd's own log lives: run/ (Squad commits `log/`, so squadd keeps out)."""
+        return self._p("run")
 
     @property
     def log_file(self) -> Path:
-        return self._p("log", "squadd.log")
+        return self._p("run", "squadd.log")
 
     @property
     def run_dir(self) -> Path:

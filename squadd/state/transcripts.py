@@ -1,4 +1,7 @@
-"""Session transcripts: `.squad/sessions/{id}.jsonl`, one JSON record a line, append + fsync.
+"""Session transcripts: `.squad/run/transcripts/{id}.jsonl`, one JSON record a line, append + fsync.
+
+(`sessions/` belongs to Squad, which commits it; transcripts an older squadd wrote there are
+still listed, read and continued in place.)
 
 Records are ``meta`` (who, what task), ``message`` (every system, user, assistant and tool
 message), and ``state`` (completed, error, interrupted, ...). A torn last line from a crash is
@@ -36,12 +39,12 @@ class SpareFiles:
     """Empty transcript files made ahead of time, so a new session's first write is an append.
 
     Creating and syncing a new file is the costliest step of a session's first write. A
-    background task (`refill`) creates spares in `sessions/.spares/` and makes them durable with
-    one folder sync; a writer that needs a new transcript moves one into place instead (made
-    durable by the same folder sync the write needs anyway). Several processes may share the
-    folder. A spare moves to its target with one `renameat2(RENAME_NOREPLACE)`, which never
-    replaces a transcript another writer made; where that call is missing, a spare is claimed
-    by a rename within `.spares/` (one taker wins), then hard-linked to its target.
+    background task (`refill`) creates spares in `run/transcripts/.spares/` and makes them
+    durable with one folder sync; a writer that needs a new transcript moves one into place
+    instead (made durable by the same folder sync the write needs anyway). Several processes may
+    share the folder. A spare moves to its target with one `renameat2(RENAME_NOREPLACE)`, which
+    never replaces a transcript another writer made; where that call is missing, a spare is
+    claimed by a rename within `.spares/` (one taker wins), then hard-linked to its target.
     """
 
     def __init__(self, sessions_dir: Path):
@@ -296,9 +299,13 @@ def read_transcript(path: Path) -> Transcript:
 
 
 def list_transcripts(layout: SquadLayout) -> list[Path]:
-    """Transcript files, oldest first."""
-    folder = layout.sessions_dir
-    if not folder.is_dir():
-        return []
-    files = [p for p in folder.iterdir() if p.suffix == ".jsonl" and p.is_file()]
-    return sorted(files, key=lambda p: (p.stat().st_mtime_ns, p.name))
+    """Transcript files, oldest first: `run/transcripts/`, and the older `sessions/` ones that
+    have no newer copy (only `*.jsonl` files there: Squad's own session files are left alone)."""
+    files: dict[str, Path] = {}
+    for folder in (layout.transcripts_dir, layout.legacy_transcripts_dir):
+        if not folder.is_dir():
+            continue
+        for path in folder.iterdir():
+            if path.suffix == ".jsonl" and path.is_file():
+                files.setdefault(path.name, path)
+    return sorted(files.values(), key=lambda p: (p.stat().st_mtime_ns, p.name))

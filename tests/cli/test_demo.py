@@ -63,7 +63,7 @@ def test_demo_plays_the_recording_and_cleans_up(tmp_path: Path) -> None:
     for title in titles:
         assert f": {title}\n" in decisions_md
     assert "merged 3 decision(s) from the inbox" in out
-    assert "+ sessions/" in out and "~ agents/backend/history.md" in out
+    assert "+ run/transcripts/" in out and "~ agents/backend/history.md" in out
     assert not list(scratch.glob("squadd-demo-*")), "the temporary repository was not removed"
     started = re.search(r"\(PID (\d+), socket", out)
     assert started, out

@@ -14,6 +14,7 @@ from squadd.state.decisions import write_inbox_entry
 from squadd.state.history import append_learning
 from squadd.state.layout import SquadLayout, find_squad_dir, safe_id
 from squadd.state.skills import write_skill
+from squadd.state.transcripts import list_transcripts
 from tests._helpers import snapshot
 
 BAD_NAMES = ["../x", "a/b", "", "a\x00b", "n" * 200, "..", ".hidden", "-dash", "a..b", "a b"]
@@ -147,7 +148,33 @@ def test_lock_files_live_under_run(squad: SquadLayout) -> None:
 
 
 def test_runtime_paths_check_their_ids(squad: SquadLayout) -> None:
-    assert squad.transcript("s-1") == squad.sessions_dir / "s-1.jsonl"
+    assert squad.transcript("s-1") == squad.root / "run" / "transcripts" / "s-1.jsonl"
     assert squad.tool_output("s-1", "call_7") == squad.root / "tool-output" / "s-1" / "call_7.txt"
     with pytest.raises(InvalidNameError):
         squad.transcript("../../etc/passwd")
+
+
+def test_a_transcript_left_in_sessions_is_found_in_place(squad: SquadLayout) -> None:
+    legacy = squad.root / "sessions" / "s-old.jsonl"
+    legacy.parent.mkdir()
+    legacy.write_text('{"kind": "meta"}\n')
+    assert squad.transcript("s-old") == legacy
+    assert squad.transcript("s-new") == squad.transcripts_dir / "s-new.jsonl"
+    (squad.root / "sessions" / "notes.md").write_text("Squad's own session notes\n")
+    squad.transcripts_dir.mkdir(parents=True)
+    (squad.transcripts_dir / "s-new.jsonl").write_text("")
+    assert {p.name for p in list_transcripts(squad)} == {"s-old.jsonl", "s-new.jsonl"}
+
+
+def test_skill_folders_come_in_squads_order_and_stay_inside(squad: SquadLayout,
+                                                            tmp_path: Path) -> None:
+    assert [source for source, _ in squad.skill_roots()] == ["github", "squad", "copilot"]
+    assert squad.skill_write_file("x") == ("squad", squad.skills_dir / "x" / "SKILL.md")
+    squad.github_skills_dir.mkdir(parents=True)
+    assert squad.skill_write_file("x")[0] == "github"
+    (squad.github_skills_dir / "out").symlink_to(tmp_path)
+    with pytest.raises(PathEscapeError):
+        squad.skill_file_in("github", "out")
+    lock = squad.lock_for(squad.skill_file_in("github", "x"))
+    assert lock.name == "repo__.github__skills__x__SKILL.md.lock"
+    assert lock.parent.parent == squad.run_dir

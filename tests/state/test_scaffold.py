@@ -91,5 +91,5 @@ def test_scaffold_content_parses(repo: Path) -> None:
     assert learnings((squad / "agents" / "scribe" / "history.md").read_text()) == []
     routing = (squad / "routing.md").read_text()
     assert "| Work Type | Route To | Examples |" in routing
-    ignored = (squad / ".gitignore").read_text().split()
-    assert {"run/", "sessions/", "tool-output/", "log/"} <= set(ignored)
+    ignored = (squad / ".gitignore").read_text().splitlines()
+    assert [line for line in ignored if not line.startswith("#")] == ["run/", "tool-output/"]

@@ -136,7 +136,7 @@ def leaky(ctx: ToolContext) -> dict:
 
 @pytest.fixture
 def json_log(layout: SquadLayout) -> Iterator[Path]:
-    """squadd's real logging setup, writing JSON lines to .squad/log/squadd.log."""
+    """squadd's real logging setup, writing JSON lines to .squad/run/squadd.log."""
     from squadd.logs import configure_logging
     from squadd.tools.custom.variables import redact_log_event
 
