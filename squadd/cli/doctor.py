@@ -14,6 +14,7 @@ from typing import Literal
 
 import click
 
+from squadd.cli._compat import squad_compat
 from squadd.cli._output import print_json
 from squadd.cli._squad import dir_option
 from squadd.config import ENV_PREFIX, Settings, default_config_file, load_settings, user_config_file
@@ -25,6 +26,7 @@ from squadd.state.layout import SquadLayout
 from squadd.state.team import member_names
 
 Status = Literal["ok", "warn", "fail", "skip"]
+_COMPAT_SHOWN = 10
 _MARKS: dict[Status, tuple[str, str]] = {
     "ok": ("ok", "green"), "warn": ("warn", "yellow"), "fail": ("FAIL", "red"),
     "skip": ("skip", "bright_black"),
@@ -113,6 +115,21 @@ def check_roster(ctx: DoctorContext) -> CheckResult:
     return CheckResult("roster", "warn" if details else "ok", summary, details)
 
 
+def check_squad_compat(ctx: DoctorContext) -> CheckResult:
+    """Rows and files squadd reads differently from Squad (all of them: --squad-compat)."""
+    if ctx.layout is None:
+        return CheckResult("squad compat", "skip", "no squad dir")
+    findings = squad_compat(ctx.layout)
+    warnings = [f for f in findings if f.level == "warn"]
+    notes = len(findings) - len(warnings)
+    summary = (f"{len(warnings)} warning{'' if len(warnings) == 1 else 's'}, "
+               f"{notes} note{'' if notes == 1 else 's'}")
+    details = [f.render() for f in warnings[:_COMPAT_SHOWN]]
+    if len(warnings) > _COMPAT_SHOWN or notes:
+        details.append("run 'squadd doctor --squad-compat' to see every finding")
+    return CheckResult("squad compat", "warn" if warnings else "ok", summary, details)
+
+
 def check_provider(ctx: DoctorContext) -> CheckResult:
     """Configured, reachable, key accepted (no prompt is sent)."""
     if ctx.settings is None:
@@ -140,8 +157,8 @@ def check_daemon(ctx: DoctorContext) -> CheckResult:
                                        f"{health.get('provider')}")
 
 
-CHECKS: list[Check] = [check_squad_dir, check_settings, check_roster, check_provider,
-                       check_daemon]
+CHECKS: list[Check] = [check_squad_dir, check_settings, check_roster, check_squad_compat,
+                       check_provider, check_daemon]
 """The checks `squadd doctor` runs, in order. Append to add one."""
 
 
@@ -158,19 +175,48 @@ def run_checks(start: Path, checks: list[Check] | None = None) -> list[CheckResu
     return results
 
 
+def _squad_compat_report(directory: Path | None, as_json: bool) -> None:
+    layout = SquadLayout.find((directory or Path.cwd()).resolve())
+    findings = squad_compat(layout)
+    if as_json:
+        print_json({"squad_dir": layout.root, "findings": [
+            {"file": f.file, "line": f.line, "level": f.level, "message": f.message}
+            for f in findings]})
+        return
+    if not findings:
+        click.echo(f"{layout.root}: squadd reads every file as Squad does.")
+        return
+    for finding in findings:
+        click.echo(finding.render())
+    warnings = sum(f.level == "warn" for f in findings)
+    click.echo(f"{warnings} warning(s), {len(findings) - warnings} note(s)")
+
+
 @click.command()
 @dir_option
 @click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON.")
-def doctor(directory: Path | None, as_json: bool) -> None:
-    """Check the squad's setup: its folder, settings, roster, provider and daemon.
+@click.option("--squad-compat", "squad_compat_only", is_flag=True,
+              help="List everything squadd reads differently from Squad (file:line: level: "
+                   "message) instead of running the checks.")
+def doctor(directory: Path | None, as_json: bool, squad_compat_only: bool) -> None:
+    """Check the squad's setup: its folder, settings, roster, Squad compatibility, provider
+    and daemon.
 
-    Exits with status 1 when a check fails; warnings do not change the exit status.
+    Exits with status 1 when a check fails; warnings do not change the exit status. With
+    --squad-compat it lists each difference from how Squad reads the squad dir: a 'warn' is
+    something squadd cannot use (a row it cannot read, a member without a charter), a 'note'
+    something it reads its own way or leaves alone (a section it does not read).
 
     \b
     Examples:
       squadd doctor
       squadd doctor --json
+      squadd doctor --squad-compat
+      squadd doctor --squad-compat --json
     """
+    if squad_compat_only:
+        _squad_compat_report(directory, as_json)
+        return
     results = run_checks((directory or Path.cwd()).resolve())
     failed = any(result.status == "fail" for result in results)
     if as_json:

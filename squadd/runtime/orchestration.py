@@ -1,12 +1,14 @@
 """The orchestration log: `.squad/orchestration-log/{ts}-{agent}.md`, one file per routed task.
 
-When the task's session is spawned its file is written atomically (temp file, fsync, rename):
-agent, requested by, task, priority, model, session. When the task ends an `## Outcome` section
-(outcome, duration, tokens) is appended and fsynced; a file without one is a task still running
-(or cut off by a crash). A writer task does this disk work off the route's path, gathering
-entries for a moment and writing each batch as one group commit; a task whose spawn and end are
-both still pending is written once, whole. The backlog is bounded: past it, a route writes its
-own entry.
+Entries follow Squad's orchestration-log template: a `### {timestamp} — {task summary}` heading
+and a `| Field | Value |` table. When the task's session is spawned its file is written
+atomically (temp file, fsync, rename) with the rows known then (Agent routed, Why chosen, Mode,
+Why this mode, Requested by, Priority, Model, Session, Spawned at, Task). When the task ends the
+rows Completed at, Duration, Tokens and Outcome are appended to the same table and fsynced; a
+file without an Outcome row is a task still running (or cut off by a crash). A writer task does
+this disk work off the route's path, gathering entries for a moment and writing each batch as
+one group commit; a task whose spawn and end are both still pending is written once, whole. The
+backlog is bounded: past it, a route writes its own entry.
 """
 
 from __future__ import annotations
@@ -43,6 +45,11 @@ class OrchestrationEntry:
     priority: str
     model: str
     started_at: dt.datetime
+    role: str = ""
+    routed_by: str = ""
+    """How the agent was chosen: explicit, mention, rules or session."""
+    mode: str = "sync"
+    """`sync` when the caller waits for the answer, `background` when it collects it later."""
     outcome: str = "running"
     error: str | None = None
     duration_s: float | None = None
@@ -63,34 +70,72 @@ class OrchestrationEntry:
                        input_tokens=input_tokens, output_tokens=output_tokens)
 
 
+_WHY_CHOSEN = {
+    "explicit": "named by the caller",
+    "mention": "an @mention in the task",
+    "rules": "matched a row of routing.md",
+    "session": "continues its own session",
+}
+_WHY_MODE = {
+    "sync": "the caller waits for the answer",
+    "background": "the caller collects the answer later (squad_status)",
+}
+_OUTCOMES = {"completed": "Completed", "error": "Failed", "interrupted": "Interrupted",
+             "cancelled": "Cancelled"}
+
+
+def cell(text: str) -> str:
+    """`text` as one table cell: pipes escaped, line breaks as `<br>`."""
+    lines = text.strip().replace("\r\n", "\n").replace("|", "\\|").split("\n")
+    return "<br>".join(line.rstrip() for line in lines) or "-"
+
+
+def _row(field: str, value: str) -> str:
+    return f"| **{field}** | {value} |\n"
+
+
 def render_spawn(entry: OrchestrationEntry) -> str:
-    """What is known at spawn: a field list, then the task in full (bounded)."""
-    first_line = entry.task.strip().split("\n", 1)[0][:120]
+    """What is known at spawn: the heading and the table's first rows, the task in full
+    (bounded). The text ends with a table row, so the outcome rows continue the table."""
+    summary = " ".join(entry.task.split())[:120] or "(no task)"
     task = entry.task.strip()
     if len(task) > _TASK_LIMIT:
-        task = task[:_TASK_LIMIT] + f"\n\n[{len(task) - _TASK_LIMIT} more characters cut]"
+        task = task[:_TASK_LIMIT] + f"\n[{len(task) - _TASK_LIMIT} more characters cut]"
+    agent = f"{entry.agent} ({cell(entry.role)})" if entry.role else entry.agent
     return (
-        f"# Orchestration: {entry.agent}\n\n"
-        f"- **Agent:** {entry.agent}\n"
-        f"- **Requested by:** {entry.requested_by}\n"
-        f"- **Task:** {first_line}\n"
-        f"- **Priority:** {entry.priority}\n"
-        f"- **Model:** {entry.model or 'provider default'}\n"
-        f"- **Session:** {entry.session_id}\n"
-        f"- **Started:** {entry.started_at.isoformat(timespec='milliseconds')}\n"
-        f"\n## Task\n\n{task}\n"
+        f"### {entry.started_at.isoformat(timespec='milliseconds')} — {cell(summary)}\n\n"
+        "| Field | Value |\n|-------|-------|\n"
+        + _row("Agent routed", agent)
+        + _row("Why chosen", _WHY_CHOSEN.get(entry.routed_by, entry.routed_by or "-"))
+        + _row("Mode", f"`{entry.mode}`")
+        + _row("Why this mode", _WHY_MODE.get(entry.mode, "-"))
+        + _row("Requested by", cell(entry.requested_by))
+        + _row("Priority", entry.priority)
+        + _row("Model", cell(entry.model or "provider default"))
+        + _row("Session", entry.session_id)
+        + _row("Spawned at", entry.started_at.isoformat(timespec="milliseconds"))
+        + _row("Task", cell(task))
     )
 
 
 def render_outcome(entry: OrchestrationEntry) -> str:
-    """The section appended when the task ends."""
-    outcome = entry.outcome if entry.error is None else f"{entry.outcome}: {entry.error}"
-    duration = "-" if entry.duration_s is None else f"{entry.duration_s:.3f} s"
+    """The rows appended to the table when the task ends."""
+    outcome = _OUTCOMES.get(entry.outcome, entry.outcome)
+    if entry.error is not None:
+        outcome = f"{outcome}: {cell(entry.error)}"
+    if entry.duration_s is None:
+        completed = duration_min = duration_s = "-"
+    else:
+        done = entry.started_at + dt.timedelta(seconds=entry.duration_s)
+        completed = done.isoformat(timespec="milliseconds")
+        duration_min = f"{entry.duration_s / 60:.1f}"
+        duration_s = f"{entry.duration_s:.3f}"
     return (
-        f"\n## Outcome\n\n"
-        f"- **Outcome:** {outcome}\n"
-        f"- **Duration:** {duration}\n"
-        f"- **Tokens:** {entry.input_tokens} in, {entry.output_tokens} out\n"
+        _row("Completed at", completed)
+        + _row("Duration (min)", duration_min)
+        + _row("Duration (s)", duration_s)
+        + _row("Tokens", f"{entry.input_tokens} in, {entry.output_tokens} out")
+        + _row("Outcome", outcome)
     )
 
 
@@ -219,7 +264,8 @@ class OrchestrationLog:
         self._last_stamp_us = 0
 
     def new_entry(self, *, agent: str, session_id: str, task: str, requested_by: str,
-                  priority: str, model: str) -> OrchestrationEntry:
+                  priority: str, model: str, role: str = "", routed_by: str = "",
+                  mode: str = "sync") -> OrchestrationEntry:
         """An entry with a fresh file name: stamps are unique and grow within a process."""
         stamp_us = max(time.time_ns() // 1000, self._last_stamp_us + 1)
         self._last_stamp_us = stamp_us
@@ -227,7 +273,7 @@ class OrchestrationLog:
         return OrchestrationEntry(
             stamp=started.strftime("%Y%m%dT%H%M%S.%fZ"), agent=agent,
             session_id=session_id, task=task, requested_by=requested_by, priority=priority,
-            model=model, started_at=started,
+            model=model, started_at=started, role=role, routed_by=routed_by, mode=mode,
         )
 
     async def submit(self, entry: OrchestrationEntry) -> None:

@@ -127,42 +127,55 @@ def _columns(header: list[str]) -> dict[str, int] | None:
     return found if "work type" in found and "route to" in found else None
 
 
-def rule_tables(text: str) -> list[tuple[int, list[str], dict[str, int] | None]]:
-    """Every table row of `text` outside comments and fences: (line, cells, its table's
-    columns, or None when the table is not a rule table). Header and separator rows left out."""
-    rows: list[tuple[int, list[str], dict[str, int] | None]] = []
-    columns: dict[str, int] | None = None
-    in_table = False
+@dataclass(frozen=True)
+class Table:
+    """A markdown table of routing.md, outside comments and fences."""
+
+    line: int
+    """1-based line of its header row."""
+    header: list[str]
+    columns: dict[str, int] | None
+    """Where Work Type, Route To and Examples are; None when it is not a rule table."""
+    rows: list[tuple[int, list[str]]]
+    """(line, cells) of each row after the header and its separator."""
+
+
+def tables(text: str) -> list[Table]:
+    """Every table of `text` outside HTML comments and code fences."""
+    found: list[Table] = []
+    current: Table | None = None
     for number, raw in enumerate(data_lines(text), start=1):
         line = raw.strip()
         if not line.startswith("|"):
-            in_table = False
+            current = None
             continue
         row = cells(line)
-        if not in_table:
-            in_table, columns = True, _columns(row)
-            continue
-        if all(set(c) <= set("-: ") for c in row):
-            continue  # the header's separator row
-        rows.append((number, row, columns))
-    return rows
+        if current is None:
+            current = Table(number, row, _columns(row), [])
+            found.append(current)
+        elif not all(set(c) <= set("-: ") for c in row):  # not the header's separator row
+            current.rows.append((number, row))
+    return found
 
 
 def parse_routing(text: str, names: dict[str, str] | None = None) -> list[RoutingRule]:
     """The rows of every rule table in `text` (see the module docstring)."""
     rules: list[RoutingRule] = []
-    for number, row, columns in rule_tables(text):
+    for table in tables(text):
+        columns = table.columns
         if columns is None:
             continue
-        agent_cell = _cell_at(row, columns, "route to")
-        agent = resolve_agent_cell(agent_cell, names)
-        if not agent:
-            continue
-        work_type = _cell_at(row, columns, "work type")
-        examples = _cell_at(row, columns, "examples")
-        rules.append(RoutingRule(work_type=work_type, agent=agent, examples=examples,
-                                 type_words=words(work_type), example_words=words(examples),
-                                 agent_cell=agent_cell, line=number))
+        for number, row in table.rows:
+            agent_cell = _cell_at(row, columns, "route to")
+            agent = resolve_agent_cell(agent_cell, names)
+            if not agent:
+                continue
+            work_type = _cell_at(row, columns, "work type")
+            examples = _cell_at(row, columns, "examples")
+            rules.append(RoutingRule(work_type=work_type, agent=agent, examples=examples,
+                                     type_words=words(work_type),
+                                     example_words=words(examples),
+                                     agent_cell=agent_cell, line=number))
     return rules
 
 

@@ -362,7 +362,8 @@ class SquadRuntime:
         entry = self.orchestration.new_entry(
             agent=plan.info.agent, session_id=plan.info.session_id, task=plan.task or
             f"(resume) {plan.info.task}", requested_by=plan.info.requested_by or "user",
-            priority=plan.info.priority, model=plan.info.model)
+            priority=plan.info.priority, model=plan.info.model, role=plan.charter.role,
+            routed_by=plan.routed_by, mode="sync" if wait else "background")
         await self.orchestration.submit(entry)
         if not wait:
             if self._tg is None:

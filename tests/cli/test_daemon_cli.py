@@ -79,7 +79,7 @@ def test_route_round_trip_shows_progress_status_events_transcript_and_log(
     logs = list(daemon.layout.orchestration_dir.glob("*-backend.md"))
     assert len(logs) == 1
     entry = logs[0].read_text(encoding="utf-8")
-    assert f"**Session:** {session}" in entry and "**Outcome:** completed" in entry
+    assert f"| **Session** | {session} |" in entry and "| **Outcome** | Completed |" in entry
 
 
 def _wait_for_streams(daemon: DaemonProcess, count: int) -> None:

@@ -52,7 +52,7 @@ def test_run_decides_remembers_answers_and_memory_reaches_the_next_session(
         assert "**Category:** security" in inbox.read_text(encoding="utf-8")
         history = (squad / "agents" / "fenster" / "history.md").read_text(encoding="utf-8")
         assert "- **[technical]** Auth lives in src/auth" in history
-        transcripts = list((squad / "sessions").glob("*.jsonl"))
+        transcripts = list((squad / "run" / "transcripts").glob("*.jsonl"))
         assert len(transcripts) == 1
         transcript = read_transcript(transcripts[0])
         roles = [m["role"] for m in transcript.messages]

@@ -33,20 +33,27 @@ def test_stamps_are_unique_and_grow_so_names_never_collide(layout: SquadLayout) 
     assert all(p.parent == layout.orchestration_dir for p in paths)
 
 
-def test_render_has_every_field_and_the_whole_task() -> None:
+def test_render_follows_squads_table_template_with_the_whole_task() -> None:
     log = OrchestrationLog(SquadLayout.at(Path("/tmp/squad-render-test/.squad")))
-    entry = log.new_entry(agent="fenster", session_id="s1", task="line one\nline two",
-                          requested_by="lead", priority="urgent", model="")
-    text = render(entry.ended("error", error="provider said no", duration_s=1.5,
+    entry = log.new_entry(agent="fenster", session_id="s1", task="line one | two\nline three",
+                          requested_by="lead", priority="urgent", model="", role="Core Dev",
+                          routed_by="rules", mode="background")
+    text = render(entry.ended("error", error="provider said no", duration_s=90.0,
                               input_tokens=7, output_tokens=3))
-    for line in ("# Orchestration: fenster", "- **Agent:** fenster", "- **Requested by:** lead",
-                 "- **Task:** line one", "- **Priority:** urgent",
-                 "- **Model:** provider default", "- **Session:** s1",
-                 "- **Outcome:** error: provider said no", "- **Duration:** 1.500 s",
-                 "- **Tokens:** 7 in, 3 out"):
-        assert line in text, line
-    assert "## Task\n\nline one\nline two\n\n## Outcome\n" in text
-    assert "## Outcome" not in render(entry)  # still running: no outcome yet
+    stamp = entry.started_at.isoformat(timespec="milliseconds")
+    assert text.startswith(f"### {stamp} — line one \\| two line three\n\n"
+                           "| Field | Value |\n|-------|-------|\n")
+    for row in ("| **Agent routed** | fenster (Core Dev) |",
+                "| **Why chosen** | matched a row of routing.md |",
+                "| **Mode** | `background` |", "| **Requested by** | lead |",
+                "| **Priority** | urgent |", "| **Model** | provider default |",
+                "| **Session** | s1 |", "| **Task** | line one \\| two<br>line three |",
+                "| **Duration (min)** | 1.5 |", "| **Duration (s)** | 90.000 |",
+                "| **Tokens** | 7 in, 3 out |", "| **Outcome** | Failed: provider said no |"):
+        assert f"\n{row}\n" in text, row
+    rows = text.split("\n\n", 1)[1].splitlines()
+    assert all(line.startswith("|") and line.endswith("|") for line in rows)  # one table
+    assert "**Outcome**" not in render(entry)  # still running: no outcome yet
 
 
 async def test_pending_spawn_and_end_are_written_once_in_final_form(
@@ -70,7 +77,7 @@ async def test_pending_spawn_and_end_are_written_once_in_final_form(
         log.close()
     assert writes == [1]
     text = log.path_of(entry).read_text(encoding="utf-8")
-    assert "- **Outcome:** completed" in text and "- **Tokens:** 1 in, 2 out" in text
+    assert "| **Outcome** | Completed |" in text and "| **Tokens** | 1 in, 2 out |" in text
     assert not list(layout.orchestration_dir.glob(".*.tmp"))
 
 
@@ -97,9 +104,9 @@ async def test_an_outcome_is_appended_to_the_file_written_at_spawn(
         log.close()
     final = log.path_of(entry).read_text(encoding="utf-8")
     assert renames == [1]  # one atomic write at spawn; the outcome was appended
-    assert final.startswith(at_spawn) and "## Outcome" not in at_spawn
-    assert final.endswith("- **Outcome:** error: boom\n- **Duration:** 2.000 s\n"
-                          "- **Tokens:** 3 in, 4 out\n")
+    assert final.startswith(at_spawn) and "**Outcome**" not in at_spawn
+    assert final.endswith("| **Duration (s)** | 2.000 |\n| **Tokens** | 3 in, 4 out |\n"
+                          "| **Outcome** | Failed: boom |\n")
 
 
 async def test_without_the_writer_or_past_the_backlog_entries_are_written_inline(

@@ -161,12 +161,14 @@ async def test_orchestration_log_is_written_at_spawn_and_completed(layout: Squad
         release.set()
         assert await runtime.settle(timeout_s=5)
     final = path.read_text(encoding="utf-8")
-    assert "## Outcome" not in at_spawn and final.startswith(at_spawn)  # completed by append
-    for line in ("- **Agent:** fenster", "- **Requested by:** cli", "- **Task:** fix the query",
-                 "- **Priority:** urgent", f"- **Session:** {result.session_id}",
-                 "- **Outcome:** completed", "- **Tokens:** 120 in, 30 out"):
+    assert "**Outcome**" not in at_spawn and final.startswith(at_spawn)  # completed by append
+    for line in ("| **Agent routed** | fenster", "| **Why chosen** | named by the caller |",
+                 "| **Mode** | `background` |", "| **Requested by** | cli |",
+                 "| **Task** | fix the query |", "| **Priority** | urgent |",
+                 f"| **Session** | {result.session_id} |", "| **Outcome** | Completed |",
+                 "| **Tokens** | 120 in, 30 out |"):
         assert line in final, line
-    assert "- **Duration:** -" not in final
+    assert "| **Duration (s)** | - |" not in final
 
 
 async def test_leaving_the_runtime_interrupts_background_sessions(layout: SquadLayout) -> None:
@@ -180,7 +182,7 @@ async def test_leaving_the_runtime_interrupts_background_sessions(layout: SquadL
     record = runtime.pool.get(started.session_id or "")
     assert record is not None and record.state == "interrupted"
     [log] = list(layout.orchestration_dir.glob("*-fenster.md"))
-    assert "- **Outcome:** interrupted" in log.read_text(encoding="utf-8")
+    assert "| **Outcome** | Interrupted: cancelled |" in log.read_text(encoding="utf-8")
 
 
 async def test_available_tools_and_model_reach_the_provider(layout: SquadLayout) -> None:
