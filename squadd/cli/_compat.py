@@ -191,11 +191,12 @@ class _Checker:
 
 
 def squad_compat(layout: SquadLayout) -> list[Finding]:
-    """Every difference found, file by file (blocking: reads the squad dir)."""
+    """Every difference found, file by file and line by line (blocking: reads the squad dir)."""
     checker = _Checker(layout)
     members = checker.team()
     checker.agents(members)
     checker.routing(members)
     checker.skills()
     checker.gitignore()
-    return checker.findings
+    files = list(dict.fromkeys(f.file for f in checker.findings))
+    return sorted(checker.findings, key=lambda f: (files.index(f.file), f.line or 0))
