@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from squadd.runtime.router import Router, mentioned_agent, parse_routing, words
+from squadd.runtime.router import (
+    Router,
+    mentioned_agent,
+    parse_routing,
+    resolve_agent_cell,
+    words,
+)
 from squadd.state.layout import SquadLayout
 
 TABLE = """# Routing
@@ -80,3 +86,85 @@ def test_empty_table_is_described_as_having_no_rules(layout: SquadLayout) -> Non
     empty = "# Routing\n\n| Work Type | Route To | Examples |\n|---|---|---|\n"
     layout.routing_md.write_text(empty, encoding="utf-8")
     assert "has no routing rules" in Router(layout).describe()
+
+
+SQUAD_TEAM = """# Team
+
+## Members
+
+| Name | Role | Charter | Status |
+|------|------|---------|--------|
+| EECOM | Flight Engineer | `.squad/agents/eecom/charter.md` | ✅ Active |
+| Mission Control | Lead | `.squad/agents/capcom/charter.md` | ✅ Active |
+| Scribe | Session Logger | `.squad/agents/scribe/charter.md` | 📋 Silent |
+| Ralph | Work Monitor | `.squad/agents/ralph/charter.md` | 🔄 Monitor |
+"""
+
+AGENT_TABLE = """# Routing
+
+| Work Type | Agent | Examples |
+|-----------|-------|----------|
+| Power and thermal systems | EECOM 🔧 | battery drain, radiator valve |
+| Planning, priorities | Mission Control 🎯, EECOM | sprint plan |
+| Session notes | **Scribe** 📋 | minutes of the meeting |
+| Backlog watch | Ralph 🔄 | stale issues |
+
+<!--
+| Work Type | Agent | Examples |
+|---|---|---|
+| Commented planning | EECOM | never a rule |
+-->
+
+```
+| Work Type | Route To | Examples |
+|---|---|---|
+| Fenced planning | EECOM | never a rule |
+```
+"""
+
+TEAM_AGENTS = {"eecom", "capcom", "scribe", "ralph"}
+
+
+def test_agent_column_and_decorated_names_resolve_through_team_md(layout: SquadLayout) -> None:
+    layout.team_md.write_text(SQUAD_TEAM, encoding="utf-8")
+    layout.routing_md.write_text(AGENT_TABLE, encoding="utf-8")
+    router = Router(layout)
+    assert [(r.agent, r.agent_cell, r.line) for r in router.rules()] == [
+        ("eecom", "EECOM 🔧", 5), ("capcom", "Mission Control 🎯, EECOM", 6),
+        ("scribe", "**Scribe** 📋", 7), ("ralph", "Ralph 🔄", 8)]
+    choice = router.choose("the radiator valve sticks", TEAM_AGENTS.__contains__)
+    assert choice is not None and (choice.agent, choice.routed_by) == ("eecom", "rules")
+    assert router.choose("draft the sprint plan", TEAM_AGENTS.__contains__).agent == "capcom"
+    mention = router.choose("ask @EECOM about it", TEAM_AGENTS.__contains__)
+    assert mention is not None and (mention.agent, mention.routed_by) == ("eecom", "mention")
+    assert "no routing rules" not in router.describe()
+
+
+def test_rules_skip_silent_and_monitor_members(layout: SquadLayout) -> None:
+    layout.team_md.write_text(SQUAD_TEAM, encoding="utf-8")
+    layout.routing_md.write_text(AGENT_TABLE, encoding="utf-8")
+    router = Router(layout)
+    assert router.choose("minutes of the meeting", TEAM_AGENTS.__contains__) is None
+    assert router.choose("watch stale issues", TEAM_AGENTS.__contains__) is None
+    named = router.choose("@scribe take the minutes", TEAM_AGENTS.__contains__)
+    assert named is not None and named.agent == "scribe"  # a mention still reaches it
+
+
+def test_examples_in_comments_and_fences_are_not_rules() -> None:
+    rules = parse_routing(AGENT_TABLE)
+    assert all("never a rule" not in r.examples for r in rules)
+    assert len(rules) == 4
+
+
+def test_the_examples_column_counts_for_matching(layout: SquadLayout) -> None:
+    layout.routing_md.write_text(AGENT_TABLE, encoding="utf-8")
+    router = Router(layout)
+    choice = router.choose("battery drain overnight", {"eecom"}.__contains__)
+    assert choice is not None and choice.agent == "eecom" and choice.score == 2
+
+
+def test_a_decorated_agent_cell_resolves_without_team_md() -> None:
+    assert resolve_agent_cell("EECOM 🔧") == "eecom"
+    assert resolve_agent_cell("`@keaton` (UI)") == "keaton"
+    assert resolve_agent_cell("Mission Control 🎯", {"mission control": "capcom"}) == "capcom"
+    assert resolve_agent_cell("??? ") == ""

@@ -81,5 +81,5 @@ class SquadSkill(Tool[SkillArgs]):
             return ToolResult.failure(f"skill {args.action} failed: {exc}")
         return ToolResult.success(
             f'Skill "{name.lower()}" written to {path.relative_to(self.layout.repo)}.',
-            skill=name.lower(), file=str(path.relative_to(self.layout.root)),
+            skill=name.lower(), file=str(path.relative_to(self.layout.repo)),
         )
