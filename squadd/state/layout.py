@@ -186,7 +186,8 @@ class SquadLayout:
                 ("copilot", self.copilot_skills_dir)]
 
     def skill_file_in(self, source: SkillSource, skill: str) -> Path:
-        """`{root}/{skill}/SKILL.md` of one skill folder, refused unless it resolves inside it."""
+        """`{root}/{skill}/SKILL.md` of one skill folder, refused unless it resolves inside that
+        folder, and the folder inside the repository."""
         name = safe_name(skill, kind="skill")
         if source == "squad":
             return self.skill_file(name)
@@ -196,6 +197,8 @@ class SquadLayout:
         real_base = Path(os.path.realpath(base))
         if real_base not in resolved.parents:
             raise PathEscapeError(f"{path} resolves to {resolved}, outside {real_base}")
+        if Path(os.path.realpath(self.repo)) not in real_base.parents:
+            raise PathEscapeError(f"{base} resolves to {real_base}, outside the repository")
         return resolved
 
     def github_skill_file(self, skill: str) -> Path:

@@ -178,3 +178,12 @@ def test_skill_folders_come_in_squads_order_and_stay_inside(squad: SquadLayout,
     lock = squad.lock_for(squad.skill_file_in("github", "x"))
     assert lock.name == "repo__.github__skills__x__SKILL.md.lock"
     assert lock.parent.parent == squad.run_dir
+
+
+def test_a_skill_folder_linked_out_of_the_repo_is_refused(squad: SquadLayout,
+                                                          tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "skills" / "x").mkdir(parents=True)
+    (squad.repo / ".copilot").symlink_to(elsewhere)
+    with pytest.raises(PathEscapeError, match="outside the repository"):
+        squad.skill_file_in("copilot", "x")
