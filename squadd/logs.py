@@ -1,5 +1,5 @@
 """Logging setup: structlog over the standard library, readable lines for people on stderr and
-JSON lines to a rotating file (the daemon's `.squad/log/squadd.log`).
+JSON lines to a rotating file (the daemon's `.squad/run/squadd.log`).
 
 Call `configure_logging` once at process start; library code only calls `structlog.get_logger`.
 The caller passes the processor that redacts secrets (`squadd.tools.custom.variables.
