@@ -139,7 +139,7 @@ class _Checker:
                 cell = row[index] if index < len(row) else ""
                 rules += self.routing_row(path, number, cell, members, names)
         if rules == 0:
-            self.add(path, None, "warn", "no routing rules: a route that names no agent fails "
+            self.add(path, None, "note", "no routing rules yet: a route that names no agent fails "
                      "(add rows to a table with Work Type and Route To or Agent columns)")
 
     def routing_row(self, path: Path, number: int, cell: str, members: dict[str, Member],
