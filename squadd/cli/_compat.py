@@ -16,7 +16,7 @@ from typing import Literal
 
 from squadd.runtime.router import name_index, resolve_agent_cell, tables
 from squadd.state.layout import SquadLayout, is_safe_name
-from squadd.state.members import Member, data_lines, parse_members
+from squadd.state.members import Member, data_lines, is_members_heading, parse_members
 from squadd.state.skills import front_matter, list_skills
 
 Level = Literal["warn", "note"]
@@ -78,7 +78,7 @@ class _Checker:
             self.add(path, None, "warn", "no '## Members' section: Squad and squadd list "
                                          "members from its table")
         for number, title in self.headings(text):
-            if title.lower() not in TEAM_SECTIONS:
+            if title.lower() not in TEAM_SECTIONS and not is_members_heading(f"## {title}"):
                 self.add(path, number, "note", f"section '## {title}' is not read by squadd "
                                                "(it is left as it is)")
         for problem in table.problems:

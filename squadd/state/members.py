@@ -113,9 +113,14 @@ def cells(row: str) -> list[str]:
     return [cell.strip() for cell in re.split(r"(?<!\\)\|", inner)]
 
 
+def is_members_heading(line: str) -> bool:
+    """`## Members`, or a decorated form of it (`## 👥 Members`, `## Team Members`)."""
+    return line.startswith("## ") and plain_words(line[3:]).endswith("members")
+
+
 def members_span(lines: list[str]) -> tuple[int, int] | None:
     """Index of the `## Members` heading and the end of its section, or None."""
-    start = next((i for i, line in enumerate(lines) if line.strip() == MEMBERS_HEADING), None)
+    start = next((i for i, line in enumerate(lines) if is_members_heading(line.strip())), None)
     if start is None:
         return None
     end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("#")), len(lines))

@@ -76,3 +76,9 @@ def test_a_new_row_copies_a_link_style_lower_case_team() -> None:
 def test_a_new_row_in_a_legacy_squad_dir_names_it() -> None:
     result = add_member_row("", name="ann", role="Tester", squad_dirname=".ai-team")
     assert "| Ann | Tester | `.ai-team/agents/ann/charter.md` | ✅ Active |" in result
+
+
+def test_a_decorated_members_heading_is_read() -> None:
+    team = "## 👥 Team Members\n\n| Name | Role |\n|--|--|\n| Ann | Tester |\n\n## Notes\n"
+    assert member_names(team) == ["ann"]
+    assert "| Bob | Ops |" in add_member_row(team, name="bob", role="Ops").split("## Notes")[0]
