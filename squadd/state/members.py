@@ -1,7 +1,7 @@
 """team.md's Members table as Squad writes it: display names, roles, charter paths, statuses.
 
-A row reads `| Apollo | Docs Writer | `.squad/agents/apollo/charter.md` | ✅ Active |`. The
-display name keeps its case (`EECOM`); the agent's folder is lower-case and comes from the
+A row reads ``| EECOM | Flight Engineer | `.squad/agents/eecom/charter.md` | ✅ Active |``.
+The display name keeps its case (`EECOM`); the agent's folder is lower-case and comes from the
 charter path when the row has one, else from the name. Statuses mean, for squadd:
 
 - `✅ Active` (or plain `active`, or no status): a working member. Routing rules pick it.
@@ -147,8 +147,8 @@ def data_lines(text: str) -> list[str]:
     return out
 
 
-def _column(header: list[str], key: str, fallback: int) -> int:
-    return next((i for i, cell in enumerate(header) if key in cell), fallback)
+def _column(header: list[str], key: str) -> int:
+    return next((i for i, cell in enumerate(header) if key in cell), -1)
 
 
 def parse_members(team_md: str) -> MembersTable:
@@ -189,8 +189,11 @@ def parse_members(team_md: str) -> MembersTable:
 
 
 def _row_getter(header: list[str], row_cells: list[str]) -> Callable[[str, int], str]:
-    def get(key: str, fallback: int) -> str:
-        index = _column(header, key, fallback if key in _KNOWN_COLUMNS else -1)
+    """A cell by column name; by Squad's column order when the header names none of them."""
+    positional = not any(key in cell for cell in header for key in _KNOWN_COLUMNS)
+
+    def get(key: str, position: int) -> str:
+        index = position if positional else _column(header, key)
         return row_cells[index].strip() if 0 <= index < len(row_cells) else ""
     return get
 
