@@ -59,7 +59,7 @@ class RoutingRule:
 
     work_type: str
     agent: str
-    """The agent folder the row names ("" when its cell names none that can be resolved)."""
+    """The agent folder its agent cell names (rows naming nobody are not rules)."""
     examples: str
     type_words: frozenset[str]
     example_words: frozenset[str]
