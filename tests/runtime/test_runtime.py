@@ -116,6 +116,22 @@ async def test_route_with_session_id_continues_from_the_transcript(layout: Squad
     assert sent == ["one", "first answer", "two"]
 
 
+async def test_a_session_left_in_sessions_by_an_older_squadd_continues_in_place(
+        layout: SquadLayout) -> None:
+    gauge = Gauge(script([text("first answer"), text("second answer")]))
+    async with SquadRuntime(layout, settings(idle_timeout_s=0.1), gauge) as runtime:
+        first = await runtime.route(RouteRequest(target_agent="fenster", task="one"))
+        session_id = first.session_id or ""
+        await eventually(lambda: runtime.pool.get(session_id) is None)
+        old = layout.root / "sessions" / f"{session_id}.jsonl"
+        old.parent.mkdir()
+        (layout.transcripts_dir / f"{session_id}.jsonl").rename(old)
+        second = await runtime.route(RouteRequest(session_id=session_id, task="two"))
+    assert second.ok and second.answer == "second answer"
+    assert not (layout.transcripts_dir / f"{session_id}.jsonl").exists()
+    assert read_transcript(old).final_answer == "second answer"
+
+
 async def test_busy_and_unknown_sessions_are_refused(layout: SquadLayout) -> None:
     gauge = Gauge(script([text("x")]), delay_s=0.5)
     async with SquadRuntime(layout, settings(), gauge) as runtime:
