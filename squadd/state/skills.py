@@ -10,6 +10,7 @@ line). Every path comes from `SquadLayout`, which keeps it inside its folder.
 from __future__ import annotations
 
 import re
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,12 +69,43 @@ def summary_of(text: str) -> str:
     return line if len(line) <= SUMMARY_CHARS else line[:SUMMARY_CHARS - 1] + "…"
 
 
+class _Summaries:
+    """Index lines keyed by (path, mtime_ns, size, inode): every prompt lists the skills, and
+    parsing front matter again for unchanged files would cost each spawn. Bounded, thread-safe."""
+
+    LIMIT = 512
+
+    def __init__(self) -> None:
+        self._entries: dict[Path, tuple[tuple[int, int, int], str]] = {}
+        self._lock = threading.Lock()
+
+    def of(self, path: Path) -> str:
+        try:
+            st = path.stat()
+        except OSError:
+            return ""
+        key = (st.st_mtime_ns, st.st_size, st.st_ino)
+        with self._lock:
+            hit = self._entries.get(path)
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        summary = summary_of(_head(path))
+        with self._lock:
+            if len(self._entries) >= self.LIMIT:
+                self._entries.pop(next(iter(self._entries)))
+            self._entries[path] = (key, summary)
+        return summary
+
+
 def _head(path: Path) -> str:
     try:
         with path.open("rb") as handle:
             return handle.read(_HEAD_BYTES).decode("utf-8", errors="replace")
     except OSError:
         return ""
+
+
+_SUMMARIES = _Summaries()
 
 
 def _scan(layout: SquadLayout, source: SkillSource, folder: Path) -> list[SkillInfo]:
@@ -90,7 +122,7 @@ def _scan(layout: SquadLayout, source: SkillSource, folder: Path) -> list[SkillI
         except PathEscapeError:
             continue  # a symlink that leads out of the skills folder is not a skill
         if path.is_file():
-            found.append(SkillInfo(child.name, path, source, summary_of(_head(path))))
+            found.append(SkillInfo(child.name, path, source, _SUMMARIES.of(path)))
     return found
 
 

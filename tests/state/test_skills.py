@@ -127,3 +127,10 @@ def test_oversized_empty_or_badly_named_skills_are_refused_and_nothing_written(
     with pytest.raises(InvalidNameError):
         write_skill(squad, "../escape", "x")
     assert snapshot(squad.root) == before
+
+
+def test_a_rewritten_skill_shows_its_new_description(squad: SquadLayout) -> None:
+    write_skill(squad, "deploy", "---\ndescription: Old way.\n---\n")
+    assert [s.summary for s in list_skills(squad)] == ["Old way."]
+    write_skill(squad, "deploy", "---\ndescription: New way.\n---\n")  # same size
+    assert [s.summary for s in list_skills(squad)] == ["New way."]
