@@ -243,10 +243,9 @@ class SquadLayout:
         when only that one exists."""
         name = safe_id(session_id) + ".jsonl"
         path = self._p("run", "transcripts", name)
-        if not os.path.lexists(path):
-            legacy = self._p("sessions", name)
-            if legacy.is_file():
-                return legacy
+        # two plain stats on the common path; the legacy path is checked only when it is used
+        if not os.path.lexists(path) and (self.root / "sessions" / name).is_file():
+            return self._p("sessions", name)
         return path
 
     def tool_output(self, session_id: str, call_id: str) -> Path:
