@@ -201,6 +201,37 @@ class SquadLayout:
             raise PathEscapeError(f"{base} resolves to {real_base}, outside the repository")
         return resolved
 
+    def skill_files(self, source: SkillSource) -> list[tuple[str, Path]]:
+        """(name, SKILL.md path) of each skill in one skill folder, sorted by name: folders
+        with a lower-case safe name and a SKILL.md, each path kept inside its folder as
+        `skill_file_in` would. A scan costs a stat per skill; links get the full check."""
+        base = dict(self.skill_roots())[source]
+        try:
+            entries = sorted(os.scandir(base), key=lambda entry: entry.name)
+        except OSError:
+            return []
+        if source != "squad":
+            real_base = Path(os.path.realpath(base))
+            if Path(os.path.realpath(self.repo)) not in real_base.parents:
+                return []
+        else:
+            real_base = self.inside(base)
+        found: list[tuple[str, Path]] = []
+        for entry in entries:
+            name = entry.name
+            if name != name.lower() or not is_safe_name(name):
+                continue
+            path = real_base / name / "SKILL.md"
+            try:
+                linked = entry.is_symlink() or stat.S_ISLNK(os.lstat(path).st_mode)
+                if linked:
+                    path = self.skill_file_in(source, name)
+                if path.is_file():
+                    found.append((name, path))
+            except (OSError, PathEscapeError):
+                continue  # gone, not a folder, or a link that leads out
+        return found
+
     def github_skill_file(self, skill: str) -> Path:
         """`.github/skills/{name}/SKILL.md` in the repo."""
         return self.skill_file_in("github", skill)

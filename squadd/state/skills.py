@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from squadd.contracts.names import is_safe_name, safe_name
+from squadd.contracts.names import safe_name
 from squadd.errors import LimitExceededError, NotFoundError, PathEscapeError, StateError
 from squadd.fsio import atomic_write, file_lock
 from squadd.state.layout import SkillSource, SquadLayout
@@ -108,29 +108,16 @@ def _head(path: Path) -> str:
 _SUMMARIES = _Summaries()
 
 
-def _scan(layout: SquadLayout, source: SkillSource, folder: Path) -> list[SkillInfo]:
-    try:
-        children = sorted(folder.iterdir()) if folder.is_dir() else []
-    except OSError:
-        return []
-    found = []
-    for child in children:
-        if not (is_safe_name(child.name) and child.name == child.name.lower()):
-            continue
-        try:
-            path = layout.skill_file_in(source, child.name)
-        except PathEscapeError:
-            continue  # a symlink that leads out of the skills folder is not a skill
-        if path.is_file():
-            found.append(SkillInfo(child.name, path, source, _SUMMARIES.of(path)))
-    return found
+def _scan(layout: SquadLayout, source: SkillSource) -> list[SkillInfo]:
+    return [SkillInfo(name, path, source, _SUMMARIES.of(path))
+            for name, path in layout.skill_files(source)]
 
 
 def list_skills(layout: SquadLayout) -> list[SkillInfo]:
     """Every skill, sorted by name; of two with the same name, the earlier folder's wins."""
     chosen: dict[str, SkillInfo] = {}
-    for source, folder in layout.skill_roots():
-        for info in _scan(layout, source, folder):
+    for source, _folder in layout.skill_roots():
+        for info in _scan(layout, source):
             first = chosen.get(info.name)
             if first is None:
                 chosen[info.name] = info
