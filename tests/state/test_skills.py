@@ -134,3 +134,13 @@ def test_a_rewritten_skill_shows_its_new_description(squad: SquadLayout) -> None
     assert [s.summary for s in list_skills(squad)] == ["Old way."]
     write_skill(squad, "deploy", "---\ndescription: New way.\n---\n")  # same size
     assert [s.summary for s in list_skills(squad)] == ["New way."]
+
+
+def test_a_skill_file_symlinked_out_of_the_squad_is_not_listed(squad: SquadLayout,
+                                                               tmp_path: Path) -> None:
+    secret = tmp_path / "secret.md"
+    secret.write_text("---\ndescription: leaked\n---\n")
+    (squad.skills_dir / "leak").mkdir(parents=True)
+    (squad.skills_dir / "leak" / "SKILL.md").symlink_to(secret)
+    _skill(squad.skills_dir, "fine", "---\ndescription: kept\n---\n")
+    assert [(s.name, s.summary) for s in list_skills(squad)] == [("fine", "kept")]
