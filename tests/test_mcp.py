@@ -109,6 +109,16 @@ async def test_squad_decide_writes_the_inbox_file(daemon: DaemonProcess) -> None
     assert inbox.name in text_of(result)
 
 
+async def test_a_squad_sdk_shaped_call_is_accepted(daemon: DaemonProcess) -> None:
+    async with mcp_session(daemon.layout) as session:
+        result = await call(session, "squad_memory", {
+            "agent": "backend", "section": "learnings",
+            "content": "The editor talks to squadd over MCP."})
+    assert not result.is_error, text_of(result)
+    history = daemon.layout.history("backend").read_text(encoding="utf-8")
+    assert "The editor talks to squadd over MCP." in history
+
+
 async def test_squad_route_runs_an_agent_on_the_model_server(
         daemon: DaemonProcess, model_server: OpenAIServer) -> None:
     model_server.script(OpenAIServer.text_turn("lead here: the plan is ready"))
