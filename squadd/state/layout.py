@@ -182,7 +182,8 @@ class SquadLayout:
     def skill_roots(self) -> list[tuple[SkillSource, Path]]:
         """The skill folders in Squad's precedence: `.github/skills/`, `.squad/skills/`,
         `.copilot/skills/`. A skill found in an earlier folder hides one of the same name later."""
-        return [("github", self.github_skills_dir), ("squad", self.skills_dir),
+        # unchecked here: the readers check each path they use (skill_files, skill_file_in)
+        return [("github", self.github_skills_dir), ("squad", self.root / "skills"),
                 ("copilot", self.copilot_skills_dir)]
 
     def skill_file_in(self, source: SkillSource, skill: str) -> Path:
@@ -215,7 +216,10 @@ class SquadLayout:
             if Path(os.path.realpath(self.repo)) not in real_base.parents:
                 return []
         else:
-            real_base = self.inside(base)
+            try:
+                real_base = self.inside(base)
+            except PathEscapeError:
+                return []
         found: list[tuple[str, Path]] = []
         for entry in entries:
             name = entry.name
@@ -338,10 +342,12 @@ class SquadLayout:
 
         A file of the repo outside the squad dir (a `.github/skills/` skill) gets a lock too,
         named with a `repo__` prefix."""
-        absolute = Path(os.path.realpath(path))
-        repo = Path(os.path.realpath(self.repo))
-        if self.root not in absolute.parents and repo in absolute.parents:
-            flat = "repo__" + "__".join(absolute.relative_to(repo).parts)
-        else:
+        flat = None
+        if self.root not in Path(path).absolute().parents:
+            resolved = Path(os.path.realpath(path))
+            repo = Path(os.path.realpath(self.repo))
+            if self.root not in resolved.parents and repo in resolved.parents:
+                flat = "repo__" + "__".join(resolved.relative_to(repo).parts)
+        if flat is None:
             flat = "__".join(self.inside(path).relative_to(self.root).parts)
         return self._p("run", "locks", flat + ".lock")

@@ -144,3 +144,12 @@ def test_a_skill_file_symlinked_out_of_the_squad_is_not_listed(squad: SquadLayou
     (squad.skills_dir / "leak" / "SKILL.md").symlink_to(secret)
     _skill(squad.skills_dir, "fine", "---\ndescription: kept\n---\n")
     assert [(s.name, s.summary) for s in list_skills(squad)] == [("fine", "kept")]
+
+
+def test_a_squad_skills_folder_linked_out_of_the_squad_lists_nothing(
+        squad: SquadLayout, tmp_path: Path) -> None:
+    outside = tmp_path / "outside-skills"
+    _skill(outside, "leak", "---\ndescription: leaked\n---\n")
+    squad.skills_dir.symlink_to(outside)
+    _github_skill(squad, "kept", "---\ndescription: kept\n---\n")
+    assert [s.name for s in list_skills(squad)] == ["kept"]
