@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from squadd.errors import StateError
 from squadd.runtime.router import name_index, resolve_agent_cell, tables
 from squadd.state.layout import SquadLayout, is_safe_name
 from squadd.state.members import Member, data_lines, is_members_heading, parse_members
@@ -116,7 +117,11 @@ class _Checker:
             if child.name not in members:
                 self.add(charter, None, "note", f"{child.name} has a charter but no row in "
                                                 "team.md's Members: Squad does not count it")
-            text = _read(charter) or ""
+            try:
+                text = _read(self.layout.charter(child.name)) or ""
+            except StateError as exc:
+                self.add(charter, None, "warn", f"the charter is not read: {exc}")
+                continue
             for number, title in self.headings(text):
                 if title.lower() not in CHARTER_SECTIONS:
                     self.add(charter, number, "note", f"section '## {title}' is prompt text "
