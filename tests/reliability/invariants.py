@@ -288,12 +288,15 @@ def no_processes_left(root: Path, *, exclude: Iterable[int] = ()) -> Check:
 
 def run_dir_clean(layout: SquadLayout) -> Check:
     """After a clean stop .squad/run/ has no socket, pid or token file, no pending intent in
-    its journal and no temp file: only lock files and the Scribe's index stay."""
+    its journal and no temp file: only lock files and the Scribe's index stay, beside what is
+    kept on purpose (the transcripts folder and the daemon's log)."""
     check = Check("no stale file under .squad/run/ after a clean stop")
     daemon_files = {layout.socket, layout.pid_file, layout.token_file}
     run_dir = layout.run_dir
+    kept = layout.transcripts_dir
+    logs = (layout.log_file.name, layout.log_file.with_suffix(".out").name)
     for path in sorted(run_dir.rglob("*")) if run_dir.exists() else []:
-        if path.is_dir():
+        if path.is_dir() or kept in path.parents or path.name.startswith(logs):
             continue
         check.checked += 1
         name = path.relative_to(run_dir)
