@@ -60,7 +60,7 @@ def test_wheel_installs_in_a_fresh_venv_and_init_is_idempotent(tmp_path: Path) -
 
     _run([squadd, "agent", "add", "lead", "--role", "Lead"], cwd=repo)
     listing = _run([squadd, "agent", "list"], cwd=repo)
-    assert "lead" in listing and "Lead" in listing
+    assert "Lead    ✅ Active  Lead" in listing  # team.md's display name, status and role
     # A model provider that needs no network or key, so doctor can pass every check.
     recording = tmp_path / "recording.yaml"
     recording.write_text("default:\n  - text: done\n", encoding="utf-8")
