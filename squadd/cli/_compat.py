@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from squadd.contracts.names import is_safe_name
 from squadd.errors import StateError
 from squadd.runtime.router import name_index, resolve_agent_cell, tables
-from squadd.state.layout import SquadLayout, is_safe_name
+from squadd.state.layout import SquadLayout
 from squadd.state.members import Member, data_lines, is_members_heading, parse_members
 from squadd.state.skills import front_matter, list_skills
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from squadd.contracts.names import safe_name
+from squadd.contracts.names import is_safe_name, safe_name
 from squadd.errors import InvalidNameError, PathEscapeError, SquadNotFoundError
 
 SkillSource = Literal["github", "squad", "copilot"]

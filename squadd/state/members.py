@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from squadd.state.layout import is_safe_name
+from squadd.contracts.names import is_safe_name
 
 MEMBERS_HEADING = "## Members"
 StatusKind = Literal["active", "silent", "monitor", "other"]

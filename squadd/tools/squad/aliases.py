@@ -21,9 +21,10 @@ from typing import Any
 
 from pydantic import AliasChoices
 
+from squadd.contracts.names import is_safe_name, safe_name
 from squadd.errors import StateError
 from squadd.state.charters import team_members
-from squadd.state.layout import SquadLayout, is_safe_name, safe_name
+from squadd.state.layout import SquadLayout
 from squadd.state.members import folder_for, plain_words
 
 

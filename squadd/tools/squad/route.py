@@ -13,6 +13,7 @@ from __future__ import annotations
 from squadd.contracts.routes import RouteOrigin, RouteRequest, SquadService
 from squadd.tools.base import Tool, ToolContext, ToolResult
 
+
 class SquadRoute(Tool[RouteRequest]):
     name = "squad_route"
     label = "Route"

@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 from squadd.config import Settings
-from squadd.providers.base import ToolCall
+from squadd.contracts.messages import ToolCall
 from squadd.runtime.runtime import SquadRuntime
 from squadd.state.history import learnings
 from squadd.state.layout import SquadLayout
