@@ -4,6 +4,7 @@ to run the Scribe worker in the foreground until Ctrl-C.
 
 from __future__ import annotations
 
+import functools
 import signal
 from pathlib import Path
 
@@ -121,9 +122,9 @@ def _watch(layout: SquadLayout, settings: Settings, as_json: bool) -> None:
                         return
 
             group.start_soon(wait_for_signal)
+            await group.start(functools.partial(run_scribe_worker, layout, settings,
+                                                _EchoSink(as_json), stop=stop))
             if not as_json:
                 click.echo(f"Scribe watching {layout.inbox_dir} (Ctrl-C to stop)")
-            await run_scribe_worker(layout, settings, _EchoSink(as_json), stop=stop)
-            group.cancel_scope.cancel()
 
     anyio.run(main)

@@ -107,12 +107,12 @@ async def test_a_timeout_kills_the_whole_process_group_grandchildren_included(
         tmp_path: Path) -> None:
     pidfile = tmp_path / "pids"
     provider = CommandProvider(
-        ["sh", "-c", f"sleep 60 & echo $$ $! > {pidfile}; sleep 60"], timeout_s=0.5,
+        ["sh", "-c", f"sleep 60 & echo $$ $! > {pidfile}; sleep 60"], timeout_s=3.0,
         kill_grace_s=2.0)
     started = time.monotonic()
-    with pytest.raises(ProviderTimeoutError, match=r"did not finish within 0\.5s"):
+    with pytest.raises(ProviderTimeoutError, match=r"did not finish within 3s"):
         await provider.complete(ask())
-    assert time.monotonic() - started < 5.0
+    assert time.monotonic() - started < 50  # not waiting for the 60 s sleeps
     leader, grandchild = (int(p) for p in pidfile.read_text().split())
     wait_until_group_gone(leader)
     assert not _exists(grandchild)
@@ -138,7 +138,7 @@ async def test_a_child_left_holding_stdout_does_not_keep_the_turn_waiting(
     started = time.monotonic()
     completion = await provider.complete(ask())
     assert completion.text == "answer"
-    assert time.monotonic() - started < 10.0
+    assert time.monotonic() - started < 50  # not waiting for the 60 s sleep
     wait_until_group_gone(int(pidfile.read_text()))
 
 

@@ -216,11 +216,11 @@ async def test_resting_sessions_are_bounded_by_max_idle(layout: SquadLayout) -> 
 
 
 async def test_queued_route_times_out_with_a_reason(layout: SquadLayout) -> None:
-    gauge = Gauge(script([text("slow")]), delay_s=1.0)
+    gauge = Gauge(script([text("slow")]), delay_s=60.0)
     async with SquadRuntime(layout, settings(max_concurrent=1), gauge) as runtime:
         await runtime.route(RouteRequest(target_agent="fenster", task="hog",
                                          wait_for_result=False))
-        await anyio.sleep(0.01)
+        await eventually(lambda: gauge.active == 1)  # the hog holds the only slot
         late = await runtime.route(RouteRequest(target_agent="hockney", task="late",
                                                 timeout_s=0.1))
         assert runtime.pool.totals().queued == 0

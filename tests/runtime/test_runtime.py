@@ -170,11 +170,11 @@ async def test_orchestration_log_is_written_at_spawn_and_completed(layout: Squad
 
 
 async def test_leaving_the_runtime_interrupts_background_sessions(layout: SquadLayout) -> None:
-    gauge = Gauge(script([text("never")]), delay_s=5)
+    gauge = Gauge(script([text("never")]), delay_s=60)
     async with SquadRuntime(layout, settings(), gauge) as runtime:
         started = await runtime.route(RouteRequest(target_agent="fenster", task="long",
                                                    wait_for_result=False))
-        await anyio.sleep(0.05)
+        await eventually(lambda: gauge.active == 1)  # the turn is under way
     refused = await runtime.route(RouteRequest(target_agent="fenster", task="after"))
     assert not refused.ok and refused.reason == "shutting_down"
     record = runtime.pool.get(started.session_id or "")
