@@ -234,14 +234,12 @@ class ToolInvoker:
         timeout = tool.timeout_s
         if timeout is None and not tool.squad_tool:
             timeout = self.settings.tools.timeout_s
+        output: ToolOutput = ""
         try:
-            with anyio.fail_after(timeout):
+            # The cancel scope says whether the deadline struck: a TimeoutError the tool raises
+            # itself is the tool's own failure, not this timeout.
+            with anyio.move_on_after(timeout) as deadline:
                 output = await tool.run(args, ctx)
-        except TimeoutError:
-            cancel.set()
-            return ToolResult.failure(
-                f"{tool.name} timed out after {timeout:g}s and was stopped"
-            ), resolved.secrets
         except anyio.get_cancelled_exc_class():
             cancel.set()
             origin.cancel.set()
@@ -249,6 +247,11 @@ class ToolInvoker:
         except Exception as exc:
             return ToolResult.failure(
                 f"{tool.name} failed: {type(exc).__name__}: {exc}"
+            ), resolved.secrets
+        if deadline.cancelled_caught and timeout is not None:
+            cancel.set()
+            return ToolResult.failure(
+                f"{tool.name} timed out after {timeout:g}s and was stopped"
             ), resolved.secrets
         return _to_result(output), resolved.secrets
 
