@@ -294,7 +294,8 @@ class SquadRuntime:
     async def _charter(self, agent: str) -> Charter:
         """The agent's charter (stat-cached); the refusal for an unknown agent lists the roster."""
         try:
-            charter = self._charters.get(agent)
+            # A stat on a hit, a read and a parse on a miss: file work, kept off the loop.
+            charter = await anyio.to_thread.run_sync(self._charters.get, agent)
         except (InvalidNameError, NotFoundError) as exc:
             raise Refusal("invalid", f"cannot route: {exc}") from None
         if charter is None:

@@ -32,7 +32,7 @@ from squadd.tools.base import (
     ToolSet,
     VariableSpec,
 )
-from squadd.tools.truncate import cut, limit_output
+from squadd.tools.truncate import cut, spill, truncation_note
 
 log = structlog.get_logger("squadd.tools")
 
@@ -198,7 +198,7 @@ class ToolInvoker:
             result = ToolResult.failure(f"{call.name} failed: {type(exc).__name__}: {exc}")
         finally:
             announce(secrets)
-        result = self._finish(tool, call, origin, result, secrets)
+        result = await self._finish(tool, call, origin, result, secrets)
         self.sink.publish(ToolCompleted(
             session_id=origin.session_id, agent=origin.agent, tool=call.name, call_id=call.id,
             result_type=result.result_type, summary=result.text[:200],
@@ -214,7 +214,9 @@ class ToolInvoker:
         except ValidationError as exc:
             return ToolResult.failure(describe_validation_error(tool, exc)), {}
         try:
-            resolved = self.variables.resolve(tool.variables)
+            # Resolving may stat, read and parse the secrets file: off the loop when there is any.
+            resolved = (await anyio.to_thread.run_sync(self.variables.resolve, tool.variables)
+                        if tool.variables else ResolvedVariables())
         except VariablesMissing as exc:
             return ToolResult.failure(f"{tool.name} cannot run: {exc}"), {}
         announce(resolved.secrets)
@@ -265,8 +267,8 @@ class ToolInvoker:
             ))
         return progress
 
-    def _finish(self, tool: Tool[Any] | None, call: ToolCall, origin: CallOrigin,
-                result: ToolResult, secrets: Mapping[str, str]) -> ToolResult:
+    async def _finish(self, tool: Tool[Any] | None, call: ToolCall, origin: CallOrigin,
+                      result: ToolResult, secrets: Mapping[str, str]) -> ToolResult:
         text = redact(result.text, secrets)
         details = redact_any(result.details, secrets)
         limits = self.settings.tools
@@ -279,18 +281,18 @@ class ToolInvoker:
             piece = cut(text, max_lines=limits.max_output_lines + NOTE_ALLOWANCE_LINES,
                         max_bytes=max_bytes + NOTE_ALLOWANCE_BYTES)
             return ToolResult(result_type=result.result_type, text=piece.text, details=details)
-        try:
-            view, path = limit_output(
-                self.layout, origin.session_id, call.id, text,
-                max_lines=limits.max_output_lines, max_bytes=max_bytes,
-            )
-        except Exception as exc:  # a bad id or a full disk must still give the model a result
-            log.warning("could not spill tool output", error=str(exc))
-            piece = cut(text, max_lines=limits.max_output_lines, max_bytes=max_bytes)
-            view, path = piece.text, None
-            if piece.truncated:
-                view += (f"\n[output truncated: showing {piece.kept_lines} of "
-                         f"{piece.total_lines} lines; the full output could not be saved]")
+        piece = cut(text, max_lines=limits.max_output_lines, max_bytes=max_bytes)
+        view, path = text, None
+        if piece.truncated:
+            try:
+                # Spilling writes and fsyncs a file: in a worker thread, never on the loop.
+                path = await anyio.to_thread.run_sync(
+                    spill, self.layout, origin.session_id, call.id, text)
+                view = piece.text + truncation_note(piece, path, self.layout)
+            except Exception as exc:  # a bad id or a full disk must still give a result
+                log.warning("could not spill tool output", error=str(exc))
+                view = (piece.text + f"\n[output truncated: showing {piece.kept_lines} of "
+                        f"{piece.total_lines} lines; the full output could not be saved]")
         if path is not None:
             details = {**details, "full_output": str(path)}
         return ToolResult(result_type=result.result_type, text=view, details=details)
