@@ -77,6 +77,32 @@ async def test_the_placeholder_becomes_one_argument_and_stdin_is_dev_null() -> N
     assert stdin_line == "True"
 
 
+SHOW_INPUT = ("import sys; data = sys.stdin.read(); "
+              "print(repr(sys.argv[1:])); print(len(data)); print(data[-40:] == EXPECT_END)")
+
+
+@pytest.mark.parametrize("size", [200 * 1024, 3 * 1024 * 1024], ids=["one-arg", "arg-max"])
+async def test_a_prompt_past_the_argument_limit_goes_on_stdin(size: int) -> None:
+    # 200 KiB passes Linux's limit for one argument; 3 MiB passes ARG_MAX as well.
+    request = CompletionRequest(messages=[Message(role="user", content="x" * size + " end")])
+    prompt = render_prompt(request.messages)
+    script = SHOW_INPUT.replace("EXPECT_END", repr(prompt[-40:]))
+    for command, kept in (([PY, "-c", script, "-p", "{prompt}"], ["-p"]),
+                          ([PY, "-c", script, "-p", "--prompt={prompt}"], ["-p", "--prompt="])):
+        completion = await CommandProvider(command, timeout_s=60).complete(request)
+        argv_line, stdin_length, whole = completion.text.splitlines()
+        assert argv_line == repr(kept)  # `{prompt}` taken out: dropped when it was all
+        assert int(stdin_length) == len(prompt) and whole == "True"
+
+
+async def test_a_prompt_within_the_limit_stays_an_argument() -> None:
+    request = CompletionRequest(messages=[Message(role="user", content="y" * 100_000)])
+    script = "import sys; print(len(sys.argv[-1]), len(sys.stdin.read()))"
+    completion = await CommandProvider([PY, "-c", script, "{prompt}"],
+                                       timeout_s=60).complete(request)
+    assert completion.text == f"{len(render_prompt(request.messages))} 0"
+
+
 async def test_a_non_zero_exit_names_the_code_and_the_tail_of_stderr() -> None:
     provider = CommandProvider(
         ["sh", "-c", "i=0; while [ $i -lt 500 ]; do echo noise $i >&2; i=$((i+1)); done; "
@@ -123,8 +149,15 @@ async def test_cancelling_a_turn_kills_the_process_group(tmp_path: Path) -> None
     pidfile = tmp_path / "pids"
     provider = CommandProvider(
         ["sh", "-c", f"sleep 60 & echo $$ > {pidfile}; sleep 60"], timeout_s=60)
-    with anyio.move_on_after(1.0) as scope:
-        await provider.complete(ask())
+    with anyio.CancelScope() as scope:
+        async def cancel_once_started() -> None:
+            while not pidfile.exists() or not pidfile.read_text().strip():  # noqa: ASYNC110
+                await anyio.sleep(0.02)
+            scope.cancel()
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(cancel_once_started)
+            await provider.complete(ask())
     assert scope.cancelled_caught
     wait_until_group_gone(int(pidfile.read_text()))
 
