@@ -32,6 +32,7 @@ from squadd.tools.base import (
     ToolSet,
     VariableSpec,
 )
+from squadd.tools.policy import approval_policy
 from squadd.tools.truncate import cut, spill, truncation_note
 
 log = structlog.get_logger("squadd.tools")
@@ -62,6 +63,37 @@ class ApprovalGate(Protocol):
         """None when the call may run, else the failure result that tells the model why not."""
 
     def confirm_fn(self, tool: Tool[Any], ctx: ToolContext) -> ConfirmFn: ...
+
+
+async def _answer_no(question: str) -> bool:
+    return False
+
+
+class Unattended:
+    """The gate of an invoker that has no one to ask: `allow` runs; `ask` and `deny` are
+    refused, saying why; `ctx.confirm` answers no. An invoker built without a gate uses it, so
+    that a missing gate never lets a guarded tool run."""
+
+    def __init__(self, settings: Settings, *, approve_asks: bool = False):
+        self.rules = settings.tools.approvals
+        self.approve_asks = approve_asks
+
+    async def check(self, tool: Tool[Any], arguments: Mapping[str, Any], ctx: ToolContext,
+                    secrets: Mapping[str, str]) -> ToolResult | None:
+        decision = approval_policy(tool, self.rules)
+        if decision.approval == "allow" or (decision.approval == "ask" and self.approve_asks):
+            return None
+        if decision.approval == "deny":
+            return ToolResult.failure(
+                f"{tool.name} was not run: denied by {decision.refusal_where()}; it cannot be "
+                "used here", approval="deny")
+        return ToolResult.failure(
+            f"{tool.name} was not run: it needs approval and no one can be asked here; run it "
+            f"through the daemon, or allow it with tools.approvals = {{ \"{tool.name}\" = "
+            '"allow" }', approval="denied")
+
+    def confirm_fn(self, tool: Tool[Any], ctx: ToolContext) -> ConfirmFn:
+        return _answer_no
 
 
 class EnvironmentVariables:
@@ -160,7 +192,7 @@ class ToolInvoker:
         self.settings = settings
         self.sink = sink or NullSink()
         self.variables = variables or EnvironmentVariables()
-        self.approvals = approvals
+        self.approvals: ApprovalGate = approvals if approvals is not None else Unattended(settings)
 
     async def invoke(self, tools: ToolSet, call: ToolCall, origin: CallOrigin) -> ToolResult:
         """Run `call` against `tools`; always returns a result, never raises (but cancellation)."""
@@ -226,13 +258,12 @@ class ToolInvoker:
             session_id=origin.session_id, call_id=call.id, agent=origin.agent,
             repo_dir=self.layout.repo, squad_dir=self.layout.root, cancel=cancel,
             variables=resolved.values, depth=origin.depth, lineage=origin.lineage,
-            _progress=self._progress_fn(tool, call, origin, resolved.secrets),
         )
-        if self.approvals is not None:
-            ctx._confirm = self.approvals.confirm_fn(tool, ctx)
-            denial = await self.approvals.check(tool, call.arguments, ctx, resolved.secrets)
-            if denial is not None:
-                return denial, resolved.secrets
+        ctx._progress = self._progress_fn(tool, call, origin, resolved.secrets)
+        ctx._confirm = self.approvals.confirm_fn(tool, ctx)
+        denial = await self.approvals.check(tool, call.arguments, ctx, resolved.secrets)
+        if denial is not None:
+            return denial, resolved.secrets
         timeout = tool.timeout_s
         if timeout is None and not tool.squad_tool:
             timeout = self.settings.tools.timeout_s
