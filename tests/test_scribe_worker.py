@@ -11,6 +11,8 @@ from typing import Any
 import anyio
 import anyio.abc
 import pytest
+import structlog
+import structlog.testing
 
 from squadd.config import ScribeSettings, Settings
 from squadd.contracts.events import BaseEvent, ScribeMerged, ScribeRejected
@@ -116,17 +118,18 @@ async def test_when_watching_fails_the_worker_polls(
 
 
 async def test_a_bad_file_or_a_failing_pass_does_not_stop_the_worker(
-    squad: SquadLayout, caplog: pytest.LogCaptureFixture,
+    squad: SquadLayout,
 ) -> None:
     squad.decisions_md.unlink()
     squad.decisions_md.mkdir()  # every pass fails until this is fixed
-    async with worker(squad) as sink:
-        (squad.inbox_dir / "lead-binary.md").write_bytes(b"\x00\x01")
-        write_inbox_entry(squad, agent="lead", title="Survivor", body="Still merged.")
-        await until(lambda: "Scribe pass failed" in caplog.text)
-        squad.decisions_md.rmdir()
-        await until(lambda: squad.decisions_md.is_file() and titles(squad)["Survivor"] == 1)
-        await until(lambda: any(isinstance(e, ScribeRejected) for e in sink.events))
+    with structlog.testing.capture_logs() as logged:
+        async with worker(squad) as sink:
+            (squad.inbox_dir / "lead-binary.md").write_bytes(b"\x00\x01")
+            write_inbox_entry(squad, agent="lead", title="Survivor", body="Still merged.")
+            await until(lambda: any(e["event"] == "scribe.pass_failed" for e in logged))
+            squad.decisions_md.rmdir()
+            await until(lambda: squad.decisions_md.is_file() and titles(squad)["Survivor"] == 1)
+            await until(lambda: any(isinstance(e, ScribeRejected) for e in sink.events))
     assert (squad.rejected_dir / "lead-binary.md").exists()
 
 

@@ -33,6 +33,11 @@ def scribe(as_json: bool, dry_run: bool, watch: bool, directory: Path | None) ->
     """Merge the decisions inbox into decisions.md, archive old decisions, compact histories."""
     if watch and dry_run:
         raise click.UsageError("--watch and --dry-run do not go together: a dry run is one pass")
+    from squadd.logs import configure_logging
+
+    # A pass reports what it merged and rejected itself; log lines would only repeat it. A
+    # watcher has no report at the end: its failures are logged on stderr.
+    configure_logging(console_level="warning" if watch else "error")
     try:
         layout = find_layout(directory)
         settings = load_settings(layout.root)

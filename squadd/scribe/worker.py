@@ -10,11 +10,11 @@ start makes is done.
 from __future__ import annotations
 
 import functools
-import logging
 import time
 
 import anyio
 import anyio.abc
+import structlog
 import watchfiles
 
 from squadd.config import Settings
@@ -23,7 +23,7 @@ from squadd.scribe import ScribeReport, merge_inbox
 from squadd.state.inbox import scan_inbox
 from squadd.state.layout import SquadLayout
 
-log = logging.getLogger(__name__)
+log = structlog.get_logger("squadd.scribe")
 
 MAX_DEBOUNCE_WAITS = 10
 """A steady stream of changes delays a pass by at most this many debounce periods."""
@@ -93,8 +93,8 @@ async def _watch(layout: SquadLayout, settings: Settings, wake: _Wake, stop: any
         ):
             wake.poke()
     except Exception as exc:  # watching is a convenience: polling does the same job
-        log.warning("cannot watch %s (%s); polling every %gs instead", inbox, exc,
-                    settings.scribe.poll_interval_s)
+        log.warning("scribe.watch_failed", inbox=str(inbox), error=str(exc),
+                    polling_every_s=settings.scribe.poll_interval_s)
     if not stop.is_set():
         await _poll(layout, settings, wake, stop)
 
@@ -105,7 +105,7 @@ async def _poll(layout: SquadLayout, settings: Settings, wake: _Wake, stop: anyi
         try:
             waiting = await anyio.to_thread.run_sync(scan_inbox, layout)
         except OSError as exc:
-            log.warning("cannot list %s: %s", layout.inbox_dir, exc)
+            log.warning("scribe.list_failed", inbox=str(layout.inbox_dir), error=str(exc))
             continue
         if waiting:
             wake.poke()
@@ -145,7 +145,7 @@ async def _run_pass(layout: SquadLayout, settings: Settings,
         report = await anyio.to_thread.run_sync(
             functools.partial(merge_inbox, layout, settings, collected))
     except Exception:
-        log.exception("Scribe pass failed; retrying in %gs", settings.scribe.poll_interval_s)
+        log.exception("scribe.pass_failed", retry_in_s=settings.scribe.poll_interval_s)
         report = None
     for event in collected.events:
         sink.publish(event)
