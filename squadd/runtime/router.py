@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from squadd.contracts.names import is_safe_name
-from squadd.runtime.prompt import read_text_cached
 from squadd.state.layout import SquadLayout
+from squadd.statcache import StatCache, read_text
 
 _COMMENT_RE = re.compile(r"<!--.*?-->", re.DOTALL)
 _WORD_RE = re.compile(r"[a-z0-9]+")
@@ -128,14 +128,15 @@ class Router:
 
     def __init__(self, layout: SquadLayout):
         self.layout = layout
-        self._parsed: tuple[str, list[RoutingRule]] | None = None
+        self._rules: StatCache[list[RoutingRule]] = StatCache(
+            lambda path: parse_routing(read_text(path)), limit=1)
 
     def rules(self) -> list[RoutingRule]:
         """routing.md's rules (blocking file read: call from a worker thread)."""
-        text = read_text_cached(self.layout.routing_md)
-        if self._parsed is None or self._parsed[0] != text:
-            self._parsed = (text, parse_routing(text))
-        return self._parsed[1]
+        try:
+            return self._rules.get(self.layout.routing_md)
+        except FileNotFoundError:
+            return []
 
     def choose(self, task: str, is_agent: Callable[[str], bool]) -> RouteChoice | None:
         """The agent for `task`, or None when neither a mention nor a rule matches."""
