@@ -92,7 +92,7 @@ def run_child(layout: SquadLayout, batch_files: int, kill_at: int) -> tuple[bool
     if done.returncode == -signal.SIGKILL:
         return True, 0
     assert done.returncode == 0, done.stderr
-    words = done.stdout.split()
+    words = done.stdout.splitlines()[-1].split()  # log lines may come before it
     assert words[0] == "done", done.stdout
     return False, int(words[1])
 
