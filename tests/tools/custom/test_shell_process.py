@@ -38,7 +38,7 @@ def _group_alive(pgid: int) -> list[int]:
     return alive
 
 
-def _wait_gone(pids: list[int], pgid: int, within: float = 30.0) -> None:
+def _wait_gone(pids: list[int], pgid: int, within: float = 60.0) -> None:
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         if not any(_alive(p) for p in pids) and not _group_alive(pgid):
