@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from squadd.contracts.names import is_safe_name
-from squadd.state.layout import SquadLayout
 from squadd.statcache import StatCache, read_text
+from squadd.state.layout import SquadLayout
 
 _COMMENT_RE = re.compile(r"<!--.*?-->", re.DOTALL)
 _WORD_RE = re.compile(r"[a-z0-9]+")

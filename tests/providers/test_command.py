@@ -95,7 +95,7 @@ SHOW_INPUT = ("import sys; data = sys.stdin.read(); "
 @pytest.mark.parametrize("size", [200 * 1024, 3 * 1024 * 1024], ids=["one-arg", "arg-max"])
 async def test_a_prompt_past_the_argument_limit_goes_on_stdin(size: int) -> None:
     # 200 KiB passes Linux's limit for one argument; 3 MiB passes ARG_MAX as well.
-    request = CompletionRequest(messages=[Message(role="user", content="x" * size + " end")])
+    request = CompletionRequest(messages=[UserMessage(content="x" * size + " end")])
     prompt = render_prompt(request.messages)
     script = SHOW_INPUT.replace("EXPECT_END", repr(prompt[-40:]))
     for command, kept in (([PY, "-c", script, "-p", "{prompt}"], ["-p"]),
@@ -107,7 +107,7 @@ async def test_a_prompt_past_the_argument_limit_goes_on_stdin(size: int) -> None
 
 
 async def test_a_prompt_within_the_limit_stays_an_argument() -> None:
-    request = CompletionRequest(messages=[Message(role="user", content="y" * 100_000)])
+    request = CompletionRequest(messages=[UserMessage(content="y" * 100_000)])
     script = "import sys; print(len(sys.argv[-1]), len(sys.stdin.read()))"
     completion = await CommandProvider([PY, "-c", script, "{prompt}"],
                                        timeout_s=60).complete(request)

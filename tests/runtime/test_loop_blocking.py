@@ -12,7 +12,7 @@ import anyio
 import anyio.lowlevel
 
 from squadd.config import Settings
-from squadd.runtime.api import RouteRequest
+from squadd.contracts.routes import RouteRequest
 from squadd.runtime.runtime import SquadRuntime
 from squadd.state.layout import SquadLayout
 from squadd.tools.custom.variables import default_secrets_file
