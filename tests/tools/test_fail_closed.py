@@ -14,7 +14,7 @@ from pydantic import BaseModel
 
 import squadd
 from squadd.config import Settings
-from squadd.providers.base import ToolCall
+from squadd.contracts.messages import ToolCall
 from squadd.state.layout import SquadLayout
 from squadd.tools.base import Approval, Tool, ToolContext, ToolOutput, ToolResult, ToolSet
 from squadd.tools.invoke import CallOrigin, ToolInvoker, Unattended
