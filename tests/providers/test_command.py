@@ -199,11 +199,11 @@ def test_make_provider_builds_the_command_provider_from_settings() -> None:
 
 
 def _exists(pid: int) -> bool:
+    """Whether `pid` still runs (a zombie has ended: reaping it is init's job)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
         return False
-    return True
 
 
 async def test_the_command_learns_its_agent_and_session_for_squadd_mcp() -> None:
