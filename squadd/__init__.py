@@ -1,6 +1,25 @@
 """squadd: a daemon that runs a Squad, a team of AI agents living in a repo's `.squad/` folder.
 
 The public API is what custom tool files use: ``from squadd import tool, ToolContext, ToolResult``.
+A file in ``.squad/tools/`` declares tools with `tool`, reads its call through `ToolContext`, and
+may answer with a `ToolResult`:
+
+    from squadd import ToolContext, ToolResult, tool
+
+    @tool
+    async def count_todos(path: str, ctx: ToolContext) -> ToolResult:
+        \"\"\"Count the TODO lines of a file in the repository.
+
+        Args:
+            path: The file, relative to the repository root.
+        \"\"\"
+        file = ctx.repo_dir / path
+        if not file.is_file():
+            return ToolResult.failure(f"no file {path}: give a path inside the repository")
+        count = sum("TODO" in line for line in file.read_text().splitlines())
+        return ToolResult.success(f"{count} TODO lines in {path}", count=count)
+
+Each name's docstring has more: ``help(squadd.tool)``, ``help(squadd.ToolContext)``.
 """
 
 from __future__ import annotations

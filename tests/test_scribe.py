@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import datetime as dt
-import logging
 import os
 import time
 from pathlib import Path
 
 import pytest
+import structlog
+import structlog.testing
 
 from squadd.config import Settings
 from squadd.contracts.events import BaseEvent, ScribeMerged, ScribeRejected
@@ -141,7 +142,7 @@ def test_malformed_files_give_four_rejects_with_reasons_and_one_wrapped_entry(
         mtime=time.mktime((2025, 2, 3, 12, 0, 0, 0, 0, -1)))
     sink = ListSink()
 
-    with caplog.at_level(logging.WARNING):
+    with structlog.testing.capture_logs() as logged:
         report = merge_inbox(squad, Settings(), sink)
 
     reasons = {r.file: r.reason for r in report.rejected}
@@ -157,7 +158,8 @@ def test_malformed_files_give_four_rejects_with_reasons_and_one_wrapped_entry(
             f"{name}: {reasons[name]}")
     assert (squad.rejected_dir / "lead-huge.md").stat().st_size == 5 * 1024 * 1024 + 21
     assert sorted(e.file for e in sink.events if isinstance(e, ScribeRejected)) == sorted(reasons)
-    assert "rejected inbox file lead-binary.md" in caplog.text
+    assert {"event": "scribe.rejected", "file": "lead-binary.md", "reason": reasons[
+        "lead-binary.md"], "log_level": "warning"} in logged
 
     assert report.merged == 1
     wrapped = parse_decisions(squad.decisions_md).entries[-1]

@@ -1,5 +1,11 @@
-"""kill -9 at random instants: a Scribe pass in a real subprocess, killed mid-merge and mid-archive,
-then run again. Every decision ends up exactly once and no inbox file is lost."""
+"""kill -9 at chosen points: a Scribe pass in a real subprocess, killed mid-merge and mid-archive,
+then run again. Every decision ends up exactly once and no inbox file is lost.
+
+The kill points are chosen by the test, not by a timer: the child counts its durable file steps
+(each `os.write`, `os.fsync`, `os.replace` and `os.unlink`) and SIGKILLs itself just before step N
+(halfway through the bytes, when step N is a write, so appends are torn too). The same N kills at
+the same step on any machine, however busy.
+"""
 
 from __future__ import annotations
 
@@ -22,49 +28,73 @@ from squadd.state.layout import SquadLayout
 from tests._helpers import REPO_ROOT
 
 KILLS = 30
+MERGE_STEPS = 40
+"""Kill points of the merge test are drawn from the first this many durable steps of a pass,
+so that each killed pass has merged only a few batches and work is left for the next kills."""
 TODAY = dt.date(2025, 6, 30)
 
 CHILD = """
-import datetime as dt, sys, time
+import datetime as dt, os, signal, sys, threading
 from pathlib import Path
 from squadd.config import load_settings
 from squadd.scribe import merge_inbox
 from squadd.state.layout import SquadLayout
 layout = SquadLayout.at(Path(sys.argv[1]))
 settings = load_settings(layout.root)
-print(time.monotonic(), "ready", flush=True)
+kill_at = int(sys.argv[3])
+steps = 0
+lock = threading.Lock()
+
+def die():
+    os.kill(os.getpid(), signal.SIGKILL)
+
+def step():
+    global steps
+    with lock:
+        steps += 1
+        return steps == kill_at
+
+def counted(real):
+    def wrapper(*args, **kwargs):
+        if step():
+            die()
+        return real(*args, **kwargs)
+    return wrapper
+
+real_write = os.write
+def write(fd, data):
+    if step():
+        half = len(data) // 2
+        if half:
+            real_write(fd, bytes(data)[:half])
+        die()
+    return real_write(fd, data)
+
+os.write = write
+os.fsync = counted(os.fsync)
+os.replace = counted(os.replace)
+os.unlink = counted(os.unlink)
 merge_inbox(layout, settings, batch_files=int(sys.argv[2]), today=dt.date(2025, 6, 30))
-print("done", flush=True)
+print("done", steps, flush=True)
 """
+"""argv: squad dir, batch size, the durable step to be killed before (0: never)."""
 
 
-def run_and_kill(layout: SquadLayout, delay: float, batch_files: int) -> bool:
-    """Start a Scribe pass in a subprocess and SIGKILL it `delay` s in; True if it was killed."""
+def run_child(layout: SquadLayout, batch_files: int, kill_at: int) -> tuple[bool, int]:
+    """Run a Scribe pass in a subprocess, killed before durable step `kill_at` (0: never).
+
+    Returns (killed, steps): whether SIGKILL ended it, and the steps a whole pass made.
+    """
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(layout.root), str(batch_files)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert line.endswith(" ready\n"), proc.stderr.read() if proc.stderr else line
-        time.sleep(delay)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
-        return proc.returncode == -signal.SIGKILL
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=10)
-
-
-def run_to_the_end(layout: SquadLayout) -> float:
-    """Run a pass in a subprocess to its end; return the seconds from "ready" to "done"."""
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    proc = subprocess.run([sys.executable, "-c", CHILD + "print(time.monotonic())",
-                           str(layout.root), "4"],
-                          capture_output=True, text=True, env=env, timeout=60, check=True)
-    words = proc.stdout.split()  # "<t0> ready", "done", "<t1>"
-    return float(words[-1]) - float(words[0])
+    done = subprocess.run([sys.executable, "-c", CHILD, str(layout.root), str(batch_files),
+                           str(kill_at)],
+                          capture_output=True, text=True, env=env, timeout=120, check=False)
+    if done.returncode == -signal.SIGKILL:
+        return True, 0
+    assert done.returncode == 0, done.stderr
+    words = done.stdout.splitlines()[-1].split()  # log lines may come before it
+    assert words[0] == "done", done.stdout
+    return False, int(words[1])
 
 
 def inbox_left(layout: SquadLayout) -> list[str]:
@@ -105,8 +135,8 @@ def test_merging_five_hundred_files_killed_at_thirty_random_points_loses_and_dou
     killed_mid_work = 0
     for _ in range(KILLS):
         before = len(inbox_left(squad))
-        if run_and_kill(squad, rng.uniform(0.0, 0.015), batch_files=5) and before and \
-                len(inbox_left(squad)) > 0:
+        killed, _ = run_child(squad, batch_files=5, kill_at=rng.randint(1, MERGE_STEPS))
+        if killed and before and len(inbox_left(squad)) > 0:
             killed_mid_work += 1
 
     merge_inbox(squad, load_settings(squad.root), today=TODAY)
@@ -131,7 +161,7 @@ def test_archiving_killed_at_thirty_random_points_keeps_every_entry_exactly_once
                                                 archive_hard_bytes=10**12))
     expected: list[str] = []
     mid_archive = 0
-    window = 0.0
+    steps = 0
     for round_ in range(KILLS + 1):
         for i in range(20):
             title = f"R{round_:02} decision {i:02}"
@@ -145,10 +175,11 @@ def test_archiving_killed_at_thirty_random_points_keeps_every_entry_exactly_once
         # Merge without archiving, so that the killed pass has only the archive step to do.
         merge_inbox(squad, no_archive, today=TODAY)
         if round_ == 0:
-            window = run_to_the_end(squad)  # how long an archive pass takes here
+            killed, steps = run_child(squad, batch_files=4, kill_at=0)  # a whole archive pass
+            assert not killed and steps > 0
             continue
-        run_and_kill(squad, rng.uniform(0.0, window), batch_files=4)
-        if intent_file(squad, squad.decisions_archive).exists():
+        killed, _ = run_child(squad, batch_files=4, kill_at=rng.randint(1, steps))
+        if killed and intent_file(squad, squad.decisions_archive).exists():
             mid_archive += 1
 
     merge_inbox(squad, load_settings(squad.root), today=TODAY)
@@ -158,4 +189,4 @@ def test_archiving_killed_at_thirty_random_points_keeps_every_entry_exactly_once
     union = current + archived
     assert [t for t in expected if union[t] != 1] == []
     assert sum(archived.values()) >= 20 * KILLS
-    assert mid_archive >= 5, f"only {mid_archive} kills landed inside the archive step"
+    assert mid_archive >= 10, f"only {mid_archive} kills landed inside the archive step"

@@ -62,6 +62,10 @@ BENCHES = (
         Figure("big_vs_small_ratio", "100 files into 20 MB vs 100 KB decisions.md", 1.5,
                "lower"),
     )),
+    Bench("health_under_load.py", (), (
+        Figure("p95_ms", "`/v1/health` while 500 routes fill the pool (p95)", 100.0, "lower",
+               "ms"),
+    )),
     Bench("cli_latency.py", (), (
         Figure("p50_ms", "`squadd status` wall time against a daemon (p50)", 250.0, "lower",
                "ms"),

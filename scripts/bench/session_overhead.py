@@ -26,9 +26,10 @@ from squadd.config import Settings
 from squadd.providers.replay import ReplayProvider, ReplayScript, ScriptedTurn
 from squadd.runtime.events import EventBus
 from squadd.runtime.session import AgentSession, SessionInfo, choose_model, session_toolset
+from squadd.statcache import StatCache, text_cache
 from squadd.state.charters import read_charter
 from squadd.state.layout import SquadLayout
-from squadd.state.transcripts import SpareFiles, spares_for
+from squadd.state.transcripts import SpareFiles
 from squadd.tools.base import ToolSet
 from squadd.tools.invoke import ToolInvoker
 from squadd.tools.squad import file_tools
@@ -44,11 +45,11 @@ async def run(sessions: int) -> list[float]:
         all_tools = ToolSet(file_tools(layout, settings))
         timings: list[float] = []
         # As in the runtime: new transcripts' files are made ahead, off the sessions' path.
-        spares = spares_for(layout.sessions_dir)
+        spares = SpareFiles(layout.sessions_dir)
         async with anyio.create_task_group() as background:
             background.start_soon(_keep_spares, spares)
             await _measure(sessions, layout, settings, provider, bus, invoker, all_tools,
-                           timings)
+                           timings, text_cache(), spares)
             background.cancel_scope.cancel()
         return timings
 
@@ -62,7 +63,8 @@ async def _keep_spares(spares: SpareFiles) -> None:
 
 async def _measure(sessions: int, layout: SquadLayout, settings: Settings,
                    provider: ReplayProvider, bus: EventBus, invoker: ToolInvoker,
-                   all_tools: ToolSet, timings: list[float]) -> None:
+                   all_tools: ToolSet, timings: list[float], files: StatCache[str],
+                   spares: SpareFiles) -> None:
     for n in range(sessions + 50):
         started = time.perf_counter()
         charter = read_charter(layout, "fenster")
@@ -71,7 +73,8 @@ async def _measure(sessions: int, layout: SquadLayout, settings: Settings,
                            model=choose_model(None, charter, settings, "fenster",
                                               provider.default_model))
         session = AgentSession(info, layout=layout, settings=settings, provider=provider,
-                               invoker=invoker, tools=tools, sink=bus)
+                               invoker=invoker, tools=tools, sink=bus, files=files,
+                               spares=spares)
         outcome = await session.start("say done", None)
         elapsed = time.perf_counter() - started
         if outcome.status != "completed":

@@ -4,6 +4,7 @@ to run the Scribe worker in the foreground until Ctrl-C.
 
 from __future__ import annotations
 
+import functools
 import signal
 from pathlib import Path
 
@@ -32,6 +33,12 @@ def scribe(as_json: bool, dry_run: bool, watch: bool, directory: Path | None) ->
     """Merge the decisions inbox into decisions.md, archive old decisions, compact histories."""
     if watch and dry_run:
         raise click.UsageError("--watch and --dry-run do not go together: a dry run is one pass")
+    from squadd.logs import configure_logging
+    from squadd.tools.custom.variables import redact_log_event
+
+    # A pass reports what it merged and rejected itself; log lines would only repeat it. A
+    # watcher has no report at the end: its failures are logged on stderr.
+    configure_logging(redact=redact_log_event, console_level="warning" if watch else "error")
     try:
         layout = find_layout(directory)
         settings = load_settings(layout.root)
@@ -121,9 +128,9 @@ def _watch(layout: SquadLayout, settings: Settings, as_json: bool) -> None:
                         return
 
             group.start_soon(wait_for_signal)
+            await group.start(functools.partial(run_scribe_worker, layout, settings,
+                                                _EchoSink(as_json), stop=stop))
             if not as_json:
                 click.echo(f"Scribe watching {layout.inbox_dir} (Ctrl-C to stop)")
-            await run_scribe_worker(layout, settings, _EchoSink(as_json), stop=stop)
-            group.cancel_scope.cancel()
 
     anyio.run(main)

@@ -24,13 +24,14 @@ from squadd.contracts.events import BaseEvent, ToolUpdated
 from squadd.fsio import create_exclusive
 from squadd.state.layout import SquadLayout
 from squadd.tools.base import ConfirmFn, Tool, ToolContext, ToolResult, ToolSet
-from squadd.tools.custom.approvals import Decision, approval_policy, denial_text, secrets_of
+from squadd.tools.custom.approvals import Decision, denial_text, secrets_of
 from squadd.tools.custom.discovery import Discovery, discover_tools
 from squadd.tools.custom.python_tools import ToolDefinitionError, check_tool_name
 from squadd.tools.custom.shell_show import yaml_details
 from squadd.tools.custom.shell_tools import ShellTool, ToolTestOutcome, run_tool_tests
 from squadd.tools.custom.variables import SquadVariables
-from squadd.tools.invoke import CallOrigin, ToolInvoker, redact, redact_any
+from squadd.tools.invoke import CallOrigin, ToolInvoker, Unattended, redact, redact_any
+from squadd.tools.policy import approval_policy
 from squadd.untrusted import UntrustedInputError, parse_json, shown_name
 
 
@@ -228,9 +229,11 @@ class _Progress:
 
 
 def _invoker(layout: SquadLayout, settings: Settings, *, approvals: bool) -> ToolInvoker:
+    # Without asking (`tools test`), running the tool's own tests is what the person asked
+    # for: its `ask` calls run, `deny` still refuses.
+    gate = TerminalApprovals(settings) if approvals else Unattended(settings, approve_asks=True)
     return ToolInvoker(layout, settings, _Progress(),
-                       variables=SquadVariables(layout, settings),
-                       approvals=TerminalApprovals(settings) if approvals else None)
+                       variables=SquadVariables(layout, settings), approvals=gate)
 
 
 CALL_HELP = """Run tool NAME through the full pipeline and print its result.

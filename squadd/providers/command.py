@@ -1,36 +1,40 @@
 """The `command` provider: an agent CLI (`claude -p`, `copilot -p`, ...) run once per turn.
 
 The conversation is rendered to text and handed over on stdin, or as one argv element where an
-argument holds `{prompt}` (stdin is then /dev/null); no shell is involved. The command runs in
-its own process group, which is killed whole on timeout or cancellation.
+argument holds `{prompt}` (stdin is then /dev/null); no shell is involved. A prompt too long
+for the system's argument limits (128 KiB for one argument on Linux) goes on stdin instead, and
+`{prompt}` is taken out of the command. The command runs in its own process group
+(`squadd.procs`), which is killed whole on timeout or cancellation.
 """
 
 from __future__ import annotations
 
-import contextlib
+import errno
 import os
-import signal
-import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import anyio
-import anyio.abc
 import structlog
 
 from squadd.config import ProviderSettings
 from squadd.contracts.messages import AssistantMessage, Completion, Message
 from squadd.errors import ProviderError, ProviderTimeoutError
+from squadd.procs import Command, run_group
 from squadd.providers.arguments import arguments_json
 from squadd.providers.base import CompletionRequest
 
 log = structlog.get_logger("squadd.providers")
 
 PROMPT_PLACEHOLDER = "{prompt}"
+MAX_ARGUMENT_BYTES = 32 * 4096
+"""Linux's limit on one argument (MAX_ARG_STRLEN), its terminating NUL included."""
+ARG_HEADROOM_BYTES = 4096
+"""Room kept under ARG_MAX for what `exec` adds (the program's path, auxiliary vectors)."""
 STDERR_TAIL_BYTES = 4096
 DEFAULT_KILL_GRACE_S = 2.0
-# After the command exits, how long its output pipes may stay open (held by a process it left
-# behind) before the rest of its group is killed.
+# After the command's group is gone, how long its output pipes may stay open (held by a process
+# that left the group) before squadd stops reading them.
 _DRAIN_AFTER_EXIT_S = 2.0
 
 
@@ -104,13 +108,25 @@ class CommandProvider:
     async def complete(self, request: CompletionRequest) -> Completion:
         """Run the command once for this turn; its stdout is the answer."""
         prompt = render_prompt(request.messages)
-        placed = any(PROMPT_PLACEHOLDER in arg for arg in self.command)
-        argv = [arg.replace(PROMPT_PLACEHOLDER, prompt) for arg in self.command]
-        stdout, stderr, code, truncated = await self._run(
-            argv, None if placed else prompt, session_env(request))
+        env = session_env(request)
+        argv, stdin_text = place_prompt(self.command, prompt, env)
+        try:
+            stdout, stderr, code, truncated = await self._run(argv, stdin_text, env)
+        except OSError as exc:
+            if exc.errno != errno.E2BIG or stdin_text is not None:
+                raise ProviderError(f"{self.name}: cannot start `{argv[0]}`: {exc}",
+                                    provider=self.name) from exc
+            # The system's limit was lower than reckoned: the prompt goes on stdin after all.
+            argv, stdin_text = without_prompt_argument(self.command), prompt
+            try:
+                stdout, stderr, code, truncated = await self._run(argv, stdin_text, env)
+            except OSError as again:
+                raise ProviderError(f"{self.name}: cannot start `{argv[0]}`: {again}",
+                                    provider=self.name) from again
         program = self.command[0]
-        if code != 0:
-            how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+        if code is None or code != 0:
+            how = ("was killed by signal " + str(-code) if code is not None and code < 0
+                   else f"exited with code {code}")
             tail = stderr.decode("utf-8", errors="replace").strip()[-2000:]
             raise ProviderError(
                 f"{self.name}: `{program}` {how}: {tail or '(nothing on stderr)'}",
@@ -125,111 +141,85 @@ class CommandProvider:
         return None
 
     async def _run(self, argv: list[str], stdin_text: str | None,
-                   env: dict[str, str] | None = None) -> tuple[bytes, bytes, int, bool]:
-        out = bytearray()
-        err = bytearray()
-        truncated = False
-
-        async def read_stdout(stream: anyio.abc.ByteReceiveStream) -> None:
-            nonlocal truncated
-            async for chunk in stream:
-                room = self.max_output_bytes - len(out)
-                out.extend(chunk[:max(room, 0)])
-                truncated = truncated or len(chunk) > room
-
-        async def read_stderr(stream: anyio.abc.ByteReceiveStream) -> None:
-            async for chunk in stream:
-                err.extend(chunk)
-                del err[:-STDERR_TAIL_BYTES]
-
-        async def feed(stream: anyio.abc.ByteSendStream, data: bytes) -> None:
-            # A command that exits without reading its stdin is not an error.
-            with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError,
-                                     BrokenPipeError, ConnectionResetError):
-                await stream.send(data)
-            with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError,
-                                     BrokenPipeError, ConnectionResetError):
-                await stream.aclose()
-
-        try:
-            process = await anyio.open_process(
-                argv, stdin=subprocess.PIPE if stdin_text is not None else subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=self.cwd,
-                start_new_session=True, env=env)
-        except OSError as exc:
-            raise ProviderError(f"{self.name}: cannot start `{argv[0]}`: {exc}",
-                                provider=self.name) from exc
-        try:
-            with anyio.fail_after(self.timeout_s):
-                async with anyio.create_task_group() as tasks:
-                    assert process.stdout is not None and process.stderr is not None
-                    tasks.start_soon(read_stdout, process.stdout)
-                    tasks.start_soon(read_stderr, process.stderr)
-                    if stdin_text is not None and process.stdin is not None:
-                        tasks.start_soon(feed, process.stdin, stdin_text.encode("utf-8"))
-                    await process.wait()
-                    # Output pipes a left-behind child still holds must not keep us waiting.
-                    if not await _wait_group_gone(process.pid, _DRAIN_AFTER_EXIT_S):
-                        _signal_group(process.pid, signal.SIGKILL)
-        except TimeoutError:
+                   env: dict[str, str] | None = None) -> tuple[bytes, bytes, int | None, bool]:
+        out = _Bounded(self.max_output_bytes)
+        err = _Tail(STDERR_TAIL_BYTES)
+        command = Command(argv, self.cwd, env,
+                          None if stdin_text is None else stdin_text.encode("utf-8"))
+        outcome = await run_group(command, out, err,
+                                  deadline=anyio.current_time() + self.timeout_s,
+                                  kill_grace_s=self.kill_grace_s, drain_s=_DRAIN_AFTER_EXIT_S)
+        if outcome.timed_out:
             raise ProviderTimeoutError(
                 f"{self.name}: `{argv[0]}` did not finish within {self.timeout_s:g}s "
                 "(provider.command_timeout_s); its process group was killed",
-                provider=self.name) from None
-        finally:
-            with anyio.CancelScope(shield=True):
-                await self._kill_group(process)
-        assert process.returncode is not None
-        return bytes(out), bytes(err), process.returncode, truncated
-
-    async def _kill_group(self, process: anyio.abc.Process) -> None:
-        """SIGTERM the whole group, SIGKILL what is left after the grace, reap the leader."""
-        pgid = process.pid  # start_new_session: the leader's pid is the group id
-        if _group_alive(pgid):
-            _signal_group(pgid, signal.SIGTERM)
-            if not await _wait_group_gone(pgid, self.kill_grace_s):
-                log.warning("command.sigkill", provider=self.name, pgid=pgid)
-                _signal_group(pgid, signal.SIGKILL)
-        with anyio.move_on_after(self.kill_grace_s):
-            await process.wait()
-        for stream in (process.stdin, process.stdout, process.stderr):
-            if stream is not None:
-                with contextlib.suppress(Exception):
-                    await stream.aclose()
+                provider=self.name)
+        return bytes(out.data), bytes(err.data), outcome.exit_code, out.truncated
 
 
-def _group_alive(pgid: int) -> bool:
-    """Whether a process of group `pgid` still runs (zombies waiting to be reaped do not)."""
+class _Bounded:
+    """Keeps the first `limit` bytes of a stream and whether more came."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.data = bytearray()
+        self.truncated = False
+
+    async def write(self, data: bytes) -> None:
+        room = self.limit - len(self.data)
+        self.data.extend(data[:max(room, 0)])
+        self.truncated = self.truncated or len(data) > room
+
+
+class _Tail:
+    """Keeps the last `limit` bytes of a stream."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.data = bytearray()
+
+    async def write(self, data: bytes) -> None:
+        self.data.extend(data)
+        del self.data[:-self.limit]
+
+
+def _arg_max() -> int:
     try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
+        return int(os.sysconf("SC_ARG_MAX"))
+    except (ValueError, OSError):
+        return 131072
+
+
+def argv_fits(argv: Sequence[str], env: Mapping[str, str]) -> bool:
+    """Whether `exec` takes these arguments: each within the system's limit for one argument
+    (128 KiB on Linux), and all of them with the environment within `ARG_MAX`."""
+    sizes = [len(arg.encode("utf-8", "surrogateescape")) + 1 for arg in argv]
+    if max(sizes, default=0) > MAX_ARGUMENT_BYTES:
         return False
-    except PermissionError:
-        return True
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return True
-    for stat in proc.glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rpartition(")")[2].split()
-        except OSError:
-            continue  # it ended while we looked
-        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
-            return True
-    return False
+    environment = sum(len(k.encode("utf-8", "surrogateescape"))
+                      + len(v.encode("utf-8", "surrogateescape")) + 2 for k, v in env.items())
+    pointers = 8 * (len(argv) + len(env) + 2)
+    return sum(sizes) + environment + pointers + ARG_HEADROOM_BYTES <= _arg_max()
 
 
-async def _wait_group_gone(pgid: int, within_s: float) -> bool:
-    """Wait until no process of group `pgid` runs; False if some still do after `within_s`."""
-    deadline = anyio.current_time() + within_s
-    while True:
-        if not _group_alive(pgid):
-            return True
-        if anyio.current_time() >= deadline:
-            return False
-        await anyio.sleep(0.02)
+def without_prompt_argument(command: Sequence[str]) -> list[str]:
+    """The command with `{prompt}` taken out: an argument that is only `{prompt}` is dropped,
+    and other text around a `{prompt}` is kept."""
+    return [arg.replace(PROMPT_PLACEHOLDER, "") for arg in command if arg != PROMPT_PLACEHOLDER]
 
 
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, sig)
+def place_prompt(command: Sequence[str], prompt: str,
+                 env: Mapping[str, str]) -> tuple[list[str], str | None]:
+    """The argv to run and the text for stdin (None: stdin is /dev/null).
+
+    The prompt goes in place of `{prompt}` when the command has one and the result fits the
+    system's argument limits; otherwise it goes on stdin (and `{prompt}` is taken out).
+    """
+    if not any(PROMPT_PLACEHOLDER in arg for arg in command):
+        return list(command), prompt
+    argv = [arg.replace(PROMPT_PLACEHOLDER, prompt) for arg in command]
+    if argv_fits(argv, env):
+        return argv, None
+    log.info("command.prompt_on_stdin", program=command[0],
+             prompt_bytes=len(prompt.encode("utf-8")))
+    return without_prompt_argument(command), prompt

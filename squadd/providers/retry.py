@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import email.utils
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 import anyio
@@ -53,6 +53,10 @@ class RetryPolicy:
     """Backoff before the first retry; it doubles for each retry after."""
     backoff_max_s: float = 30.0
     """Most backoff before one retry (a longer `Retry-After` still wins, within the budget)."""
+    sleep: Callable[[float], Awaitable[None]] = field(default=anyio.sleep, compare=False,
+                                                     repr=False)
+    """How a wait between attempts is spent: `anyio.sleep`, or a recorder in tests, so that
+    tests check the waits asked for instead of waiting them out."""
 
     @classmethod
     def from_settings(cls, settings: ProviderSettings) -> RetryPolicy:
@@ -169,7 +173,7 @@ async def call_with_retries(
         stop=stop,
         before_sleep=before_sleep,
         retry_error_callback=give_up,
-        sleep=anyio.sleep,
+        sleep=policy.sleep,
         reraise=True,
     )
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from squadd.config import Settings
@@ -19,6 +18,7 @@ from squadd.contracts.sessions import LIVE_STATES, SessionView
 from squadd.errors import InvalidNameError
 from squadd.runtime.router import Router
 from squadd.runtime.session import SessionInfo, choose_model, new_session_id
+from squadd.statcache import StatCache
 from squadd.state.charters import Charter, parse_charter, roster
 from squadd.state.layout import SquadLayout, safe_id
 from squadd.state.members import folder_for
@@ -53,33 +53,23 @@ class RoutePlan:
 
 class CharterCache:
     """Parsed charters. A hit costs one `stat`; a changed or new file is checked (naming rule,
-    no symlink out of the squad dir), read and parsed again."""
+    no symlink out of the squad dir), read and parsed again. Safe to share between the event
+    loop and worker threads."""
 
     def __init__(self, layout: SquadLayout):
         self.layout = layout
-        self._parsed: dict[str, tuple[Path, tuple[int, int, int], Charter]] = {}
+        self._parsed: StatCache[Charter] = StatCache(
+            lambda path: parse_charter(path.parent.name,
+                                       path.read_text(encoding="utf-8", errors="replace")),
+            limit=1024)
 
     def get(self, agent: str) -> Charter | None:
-        hit = self._parsed.get(agent)
-        if hit is not None:
-            try:
-                st = hit[0].stat()
-            except OSError:
-                st = None
-            if st is not None and (st.st_mtime_ns, st.st_size, st.st_ino) == hit[1]:
-                return hit[2]
-        path = self.layout.charter(agent)
         try:
-            st = path.stat()
-            text = path.read_text(encoding="utf-8", errors="replace")
+            charter = self._parsed.get(self.layout.charter(agent))
         except (FileNotFoundError, NotADirectoryError):
-            self._parsed.pop(agent, None)
             return None
-        charter = parse_charter(agent, text)
-        if len(self._parsed) >= 1024:
-            self._parsed.pop(next(iter(self._parsed)))
-        self._parsed[agent] = (path, (st.st_mtime_ns, st.st_size, st.st_ino), charter)
-        return charter
+        # A folder linked inside the squad dir reaches the same file under another name.
+        return charter if charter.agent == agent else dataclasses.replace(charter, agent=agent)
 
     def exists(self, agent: str) -> bool:
         return self.get(agent) is not None

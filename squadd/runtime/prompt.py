@@ -1,50 +1,20 @@
 """Prompt assembly: an agent's system prompt from its charter, history, decisions and context.
 
 Each part has a byte budget (the `[prompt]` settings). An over-budget part keeps its newest
-content (the charter keeps its head) and says how much it cut. Files are cached by their stat
-signature, so a busy pool does not re-read an unchanged decisions.md for every session.
+content (the charter keeps its head) and says how much it cut. Files are read through the
+runtime's stat-keyed cache, so a busy pool does not re-read an unchanged decisions.md for every
+session.
 """
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 from squadd.config import PromptSettings
+from squadd.statcache import StatCache, read_text
 from squadd.state.layout import SquadLayout
 from squadd.state.skills import list_skills
-
-_CACHE_LIMIT = 256
-
-
-class _FileCache:
-    """Text of small files keyed by (path, mtime_ns, size, inode); bounded, thread-safe."""
-
-    def __init__(self) -> None:
-        self._entries: dict[Path, tuple[tuple[int, int, int], str]] = {}
-        self._lock = threading.Lock()
-
-    def read(self, path: Path) -> str:
-        try:
-            st = path.stat()
-        except FileNotFoundError:
-            return ""
-        key = (st.st_mtime_ns, st.st_size, st.st_ino)
-        with self._lock:
-            hit = self._entries.get(path)
-        if hit is not None and hit[0] == key:
-            return hit[1]
-        with path.open(encoding="utf-8", errors="replace") as handle:
-            text = handle.read()
-        with self._lock:
-            if len(self._entries) >= _CACHE_LIMIT:
-                self._entries.pop(next(iter(self._entries)))
-            self._entries[path] = (key, text)
-        return text
-
-
-FILES = _FileCache()
 
 
 def keep_tail(text: str, budget: int, what: str) -> str:
@@ -89,12 +59,20 @@ def skills_index(layout: SquadLayout) -> str:
     return "\n".join(lines)
 
 
-def gather(layout: SquadLayout, agent: str, context: str | None) -> PromptParts:
-    """Read everything the prompt needs (blocking: call from a worker thread)."""
+def gather(layout: SquadLayout, agent: str, context: str | None,
+           files: StatCache[str] | None = None) -> PromptParts:
+    """Read everything the prompt needs (blocking: call from a worker thread), through the
+    owner's `files` cache when it has one."""
+    def read(path: Path) -> str:
+        try:
+            return files.get(path) if files is not None else read_text(path)
+        except FileNotFoundError:
+            return ""
+
     return PromptParts(
-        charter=FILES.read(layout.charter(agent)),
-        history=FILES.read(layout.history(agent)),
-        decisions=FILES.read(layout.decisions_md),
+        charter=read(layout.charter(agent)),
+        history=read(layout.history(agent)),
+        decisions=read(layout.decisions_md),
         context=context or "",
         skills=skills_index(layout),
     )
@@ -114,7 +92,3 @@ def build_system_prompt(agent: str, parts: PromptParts, budgets: PromptSettings)
         if text.strip():
             sections.append(f"{heading}\n{keep(text.strip(), budget, what)}")
     return "\n\n".join(sections)
-
-
-def read_text_cached(path: Path) -> str:
-    return FILES.read(path)

@@ -17,10 +17,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from squadd.contracts.names import is_safe_name
-from squadd.runtime.prompt import read_text_cached
+from squadd.statcache import StatCache, read_text
 from squadd.state.layout import SquadLayout
 from squadd.state.members import Member, cells, data_lines, parse_members, plain_words
 
@@ -193,11 +194,18 @@ class Router:
 
     def __init__(self, layout: SquadLayout):
         self.layout = layout
+        self._texts: StatCache[str] = StatCache(read_text, limit=2)
         self._parsed: tuple[str, str, list[RoutingRule], dict[str, Member]] | None = None
 
+    def _text(self, path: Path) -> str:
+        try:
+            return self._texts.get(path)
+        except FileNotFoundError:
+            return ""
+
     def _load(self) -> tuple[list[RoutingRule], dict[str, Member]]:
-        routing = read_text_cached(self.layout.routing_md)
-        team = read_text_cached(self.layout.team_md)
+        routing = self._text(self.layout.routing_md)
+        team = self._text(self.layout.team_md)
         if self._parsed is None or self._parsed[:2] != (routing, team):
             members = parse_members(team).members
             rules = parse_routing(routing, name_index(members))

@@ -32,7 +32,9 @@ from squadd.runtime.session import (
 )
 from squadd.runtime.session_sink import SessionSink
 from squadd.runtime.slots import SlotTicket
+from squadd.statcache import StatCache
 from squadd.state.layout import SquadLayout
+from squadd.state.transcripts import SpareFiles
 from squadd.tools.base import Tool, ToolSet
 from squadd.tools.invoke import ToolInvoker
 
@@ -47,7 +49,8 @@ class RouteRunner:
     def __init__(self, *, layout: SquadLayout, settings: Settings, provider: Provider,
                  bus: EventBus, invoker: ToolInvoker, pool: SessionPool,
                  orchestration: OrchestrationLog, tools: ToolSet,
-                 extra_tools: ExtraTools | None):
+                 extra_tools: ExtraTools | None, files: StatCache[str] | None = None,
+                 spares: SpareFiles | None = None):
         self.layout = layout
         self.settings = settings
         self.provider = provider
@@ -57,6 +60,8 @@ class RouteRunner:
         self.orchestration = orchestration
         self.tools = tools
         self.extra_tools = extra_tools
+        self.files = files
+        self.spares = spares
 
     async def run(self, plan: RoutePlan, record: SessionRecord, ticket: SlotTicket,
                   entry: OrchestrationEntry) -> RouteResult:
@@ -137,7 +142,7 @@ class RouteRunner:
             info, layout=self.layout, settings=self.settings, provider=self.provider,
             invoker=self.invoker, tools=session_toolset(tools, plan.available_tools,
                                                         plan.charter),
-            sink=sink,
+            sink=sink, files=self.files, spares=self.spares,
         )
         sink.session = session
         if plan.continuing:

@@ -40,9 +40,10 @@ from squadd.runtime.router import Router
 from squadd.runtime.runner import ExtraTools, RouteRunner
 from squadd.runtime.session import record_acceptance
 from squadd.runtime.slots import SlotLimiter, SlotTicket
+from squadd.statcache import text_cache
 from squadd.state.charters import Charter
 from squadd.state.layout import SquadLayout
-from squadd.state.transcripts import spares_for
+from squadd.state.transcripts import SpareFiles
 from squadd.tools.base import Tool, ToolSet
 from squadd.tools.invoke import ToolInvoker
 from squadd.tools.squad import file_tools
@@ -88,10 +89,16 @@ class SquadRuntime:
         self.extra_tools = extra_tools
         self.tools = ToolSet([*file_tools(layout, settings), SquadRoute(self), SquadStatus(self)])
         """The built-in tools every session starts from (extra tools are added per session)."""
+        # What this runtime keeps in memory is its own: two runtimes in one process (or two
+        # tests) share no cache, no spare file, no discovered tool.
+        self.files = text_cache()
+        """The prompt's files (charters, histories, decisions.md), by stat signature."""
+        self.spares = SpareFiles(layout.sessions_dir)
+        """New transcripts' files, made ahead by a background task."""
         self.runner = RouteRunner(
             layout=layout, settings=settings, provider=provider, bus=self.bus,
             invoker=self.invoker, pool=self.pool, orchestration=self.orchestration,
-            tools=self.tools, extra_tools=extra_tools)
+            tools=self.tools, extra_tools=extra_tools, files=self.files, spares=self.spares)
         self._charters = CharterCache(layout)
         self._owns_provider = owns_provider
         self._stack: AsyncExitStack | None = None
@@ -110,7 +117,7 @@ class SquadRuntime:
         discovered at each session start (`.squad/tools/`, the user's, `tools.extra_dirs`)."""
         from squadd.providers.factory import make_provider
         from squadd.tools.custom.approvals import ApprovalBroker
-        from squadd.tools.custom.discovery import discover_tools
+        from squadd.tools.custom.discovery import ToolDiscoverer, discover_tools
         from squadd.tools.custom.variables import SquadVariables
 
         bus = bus if bus is not None else EventBus(buffer=settings.daemon.event_buffer)
@@ -118,11 +125,13 @@ class SquadRuntime:
                                  cwd=layout.repo)
         invoker = ToolInvoker(layout, settings, bus, variables=SquadVariables(layout, settings),
                               approvals=ApprovalBroker(settings, bus))
+        discoverer = ToolDiscoverer()  # this runtime's: loaded tool files, by stat
         runtime: SquadRuntime | None = None
 
         def custom_tools() -> list[Tool[Any]]:
             builtins = runtime.tools.names if runtime is not None else ()
-            return list(discover_tools(layout, settings, bus, builtin_names=builtins).tools)
+            return list(discover_tools(layout, settings, bus, builtin_names=builtins,
+                                       discoverer=discoverer).tools)
 
         runtime = cls(layout, settings, provider, bus=bus, invoker=invoker,
                       extra_tools=custom_tools, owns_provider=True)
@@ -205,7 +214,7 @@ class SquadRuntime:
 
     async def _keep_spare_transcripts(self) -> None:
         """Keep new transcripts' files made ahead, off the routes' path (see `SpareFiles`)."""
-        spares = spares_for(self.layout.sessions_dir)
+        spares = self.spares
         wanted = min(1024, 2 * (self.settings.pool.max_concurrent + 32))
         with self._spares_scope or anyio.CancelScope():
             while spares.usable:
@@ -294,7 +303,8 @@ class SquadRuntime:
     async def _charter(self, agent: str) -> Charter:
         """The agent's charter (stat-cached); the refusal for an unknown agent lists the roster."""
         try:
-            charter = self._charters.get(agent)
+            # A stat on a hit, a read and a parse on a miss: file work, kept off the loop.
+            charter = await anyio.to_thread.run_sync(self._charters.get, agent)
         except (InvalidNameError, NotFoundError) as exc:
             raise Refusal("invalid", f"cannot route: {exc}") from None
         if charter is None:
@@ -351,7 +361,7 @@ class SquadRuntime:
             try:
                 with anyio.CancelScope(shield=True):
                     await anyio.to_thread.run_sync(record_acceptance, self.layout, plan.info,
-                                                   plan.context)
+                                                   plan.context, self.spares)
             except OSError as exc:
                 self.pool.withdraw(record, ticket)
                 message = f"the route could not be recorded, so it was not started: {exc}"

@@ -34,9 +34,10 @@ from squadd.contracts.messages import (
 from squadd.errors import ProviderError, SquaddError
 from squadd.providers.base import CompletionRequest, Provider
 from squadd.runtime.prompt import build_system_prompt, gather
+from squadd.statcache import StatCache
 from squadd.state.charters import Charter
 from squadd.state.layout import SquadLayout
-from squadd.state.transcripts import Transcript, TranscriptWriter, read_transcript
+from squadd.state.transcripts import SpareFiles, Transcript, TranscriptWriter, read_transcript
 from squadd.tools.base import CancelSignal, ToolSet
 from squadd.tools.invoke import CallOrigin, ToolInvoker
 
@@ -115,12 +116,13 @@ def session_meta(info: SessionInfo) -> dict[str, Any]:
             "lineage": list(info.lineage), "priority": info.priority}
 
 
-def record_acceptance(layout: SquadLayout, info: SessionInfo, context: str | None) -> None:
+def record_acceptance(layout: SquadLayout, info: SessionInfo, context: str | None,
+                      spares: SpareFiles | None = None) -> None:
     """Make an accepted route durable before its caller hears it was accepted (blocking):
     its meta (with the context) and a `queued` state, fsynced. A daemon that dies before the
     session starts leaves this transcript; recovery marks it interrupted, and resuming it
     starts the task from the beginning."""
-    writer = TranscriptWriter(layout.transcript(info.session_id))
+    writer = TranscriptWriter(layout.transcript(info.session_id), spares)
     writer.add("meta", **session_meta(info), context=context, created=_now_iso())
     writer.add("state", state="queued")
     writer.flush()
@@ -148,8 +150,13 @@ class AgentSession:
         invoker: ToolInvoker,
         tools: ToolSet,
         sink: EventSink,
+        files: StatCache[str] | None = None,
+        spares: SpareFiles | None = None,
     ):
         self.info = info
+        self.files = files
+        """The owner's cache of the prompt's files (None: read them each time)."""
+        self.spares = spares
         self.layout = layout
         self.settings = settings
         self.provider = provider
@@ -166,7 +173,8 @@ class AgentSession:
         # Made on first use: its path check touches the disk, so `start` and `continue_with`
         # first use it in their worker thread, not on the event loop.
         if self._transcript is None:
-            self._transcript = TranscriptWriter(self.layout.transcript(self.info.session_id))
+            self._transcript = TranscriptWriter(self.layout.transcript(self.info.session_id),
+                                                self.spares)
         return self._transcript
 
     @property
@@ -192,7 +200,7 @@ class AgentSession:
         """Read the prompt's files, then write and fsync all the provider is about to see
         (blocking: one trip to a worker thread)."""
         info = self.info
-        parts = gather(self.layout, info.agent, context)
+        parts = gather(self.layout, info.agent, context, self.files)
         system = SystemMessage(content=build_system_prompt(info.agent, parts, self.settings.prompt))
         user = UserMessage(content=task)
         writer = self._writer

@@ -8,13 +8,13 @@ passes whenever the inbox changes.
 from __future__ import annotations
 
 import datetime as dt
-import logging
 import re
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+import structlog
 from pydantic import BaseModel, Field
 
 from squadd.config import Settings
@@ -53,7 +53,7 @@ from squadd.state.intent import (
 from squadd.state.layout import SquadLayout
 from squadd.untrusted import shown_name
 
-log = logging.getLogger(__name__)
+log = structlog.get_logger("squadd.scribe")
 
 BATCH_FILES = 1000
 """Inbox files merged per append: bounds memory, and a crash redoes at most one batch."""
@@ -140,8 +140,9 @@ def _recover(layout: SquadLayout, report: ScribeReport) -> None:
         if state == "finished":
             report.recovered.append("completed a torn append to decisions.md")
         elif state == "stale":
-            log.warning("decisions.md changed since an interrupted merge; "
-                        "its append was not redone")
+            log.warning("scribe.stale_intent", target="decisions.md",
+                        why="decisions.md changed since an interrupted merge; its append "
+                            "was not redone")
     archived = recover_archive(layout)
     if archived:
         report.recovered.append(archived)
@@ -207,8 +208,7 @@ def merge_decisions(
     if count and not dry_run:
         sink.publish(ScribeMerged(merged=merged, skipped=skipped,
                                   files=report.merged_files[before[2]:][:EVENT_FILES]))
-        log.info("merged %d decisions (%d duplicates skipped) from %d inbox files",
-                 merged, skipped, count)
+        log.info("scribe.merged", decisions=merged, duplicates_skipped=skipped, files=count)
 
 
 def _batches(files: list[InboxFile], max_files: int, max_bytes: int) -> Iterator[_Batch]:
@@ -252,7 +252,7 @@ def _write_batch(
         report.rejected.append(RejectedFile(
             file=shown, moved_to=shown_name(str(moved.relative_to(layout.root))),
             reason=refused.reason))
-        log.warning("rejected inbox file %s: %s", shown, refused.reason)
+        log.warning("scribe.rejected", file=shown, reason=refused.reason)
         sink.publish(ScribeRejected(file=shown, reason=refused.reason))
     return pending
 
@@ -356,8 +356,8 @@ def _archive(
             moved=outcome.moved, target="decisions-archive.md",
             reason=f"decisions.md was {outcome.size_before} bytes; now {outcome.size_after}",
         ))
-        log.info("archived %d decisions (decisions.md %d -> %d bytes)", outcome.moved,
-                 outcome.size_before, outcome.size_after)
+        log.info("scribe.archived", decisions=outcome.moved, bytes_before=outcome.size_before,
+                 bytes_after=outcome.size_after)
 
 
 def _compact(

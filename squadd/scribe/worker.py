@@ -3,15 +3,18 @@
 It watches the inbox with watchfiles (falling back to polling when watching fails), waits for
 `scribe.debounce_ms` of quiet, and runs each pass in a worker thread so the event loop never
 blocks. A failing pass is logged and retried; the worker itself only stops when told to.
+Started with `TaskGroup.start`, it reports ready once the inbox is watched and the pass every
+start makes is done.
 """
 
 from __future__ import annotations
 
 import functools
-import logging
 import time
 
 import anyio
+import anyio.abc
+import structlog
 import watchfiles
 
 from squadd.config import Settings
@@ -20,7 +23,7 @@ from squadd.scribe import ScribeReport, merge_inbox
 from squadd.state.inbox import scan_inbox
 from squadd.state.layout import SquadLayout
 
-log = logging.getLogger(__name__)
+log = structlog.get_logger("squadd.scribe")
 
 MAX_DEBOUNCE_WAITS = 10
 """A steady stream of changes delays a pass by at most this many debounce periods."""
@@ -59,6 +62,7 @@ async def run_scribe_worker(
     sink: EventSink,
     *,
     stop: anyio.Event | None = None,
+    task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run Scribe passes on inbox changes until `stop` is set (or the task is cancelled)."""
     stop = stop or anyio.Event()
@@ -66,8 +70,10 @@ async def run_scribe_worker(
     wake = _Wake()
     wake.poke()  # one pass at start: files may have arrived while nothing watched
     async with anyio.create_task_group() as group:
+        # The watcher starts watching before its first await, so before the first pass begins.
         group.start_soon(_watch, layout, settings, wake, stop)
-        group.start_soon(_merge_loop, layout, settings, sink, wake, stop)
+        await group.start(_merge_loop, layout, settings, sink, wake, stop)
+        task_status.started()
         await stop.wait()
         group.cancel_scope.cancel()
 
@@ -87,8 +93,8 @@ async def _watch(layout: SquadLayout, settings: Settings, wake: _Wake, stop: any
         ):
             wake.poke()
     except Exception as exc:  # watching is a convenience: polling does the same job
-        log.warning("cannot watch %s (%s); polling every %gs instead", inbox, exc,
-                    settings.scribe.poll_interval_s)
+        log.warning("scribe.watch_failed", inbox=str(inbox), error=str(exc),
+                    polling_every_s=settings.scribe.poll_interval_s)
     if not stop.is_set():
         await _poll(layout, settings, wake, stop)
 
@@ -99,17 +105,19 @@ async def _poll(layout: SquadLayout, settings: Settings, wake: _Wake, stop: anyi
         try:
             waiting = await anyio.to_thread.run_sync(scan_inbox, layout)
         except OSError as exc:
-            log.warning("cannot list %s: %s", layout.inbox_dir, exc)
+            log.warning("scribe.list_failed", inbox=str(layout.inbox_dir), error=str(exc))
             continue
         if waiting:
             wake.poke()
 
 
 async def _merge_loop(
-    layout: SquadLayout, settings: Settings, sink: EventSink, wake: _Wake, stop: anyio.Event
+    layout: SquadLayout, settings: Settings, sink: EventSink, wake: _Wake, stop: anyio.Event,
+    *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     debounce = settings.scribe.debounce_ms / 1000
     retry_after: float | None = None
+    first = True
     while not stop.is_set():
         with anyio.move_on_after(retry_after):
             await wake.event.wait()
@@ -120,9 +128,14 @@ async def _merge_loop(
             await anyio.sleep(min(quiet, deadline - time.monotonic()))
         wake.reset()
         report = await _run_pass(layout, settings, sink)
+        if first:
+            first = False
+            task_status.started()
         # Files still being written, or a failed pass, get another look without a new change.
         retry_after = (settings.scribe.poll_interval_s
                        if report is None or report.deferred else None)
+    if first:  # stopped before the first pass: nothing to wait for
+        task_status.started()
 
 
 async def _run_pass(layout: SquadLayout, settings: Settings,
@@ -132,7 +145,7 @@ async def _run_pass(layout: SquadLayout, settings: Settings,
         report = await anyio.to_thread.run_sync(
             functools.partial(merge_inbox, layout, settings, collected))
     except Exception:
-        log.exception("Scribe pass failed; retrying in %gs", settings.scribe.poll_interval_s)
+        log.exception("scribe.pass_failed", retry_in_s=settings.scribe.poll_interval_s)
         report = None
     for event in collected.events:
         sink.publish(event)

@@ -10,10 +10,11 @@ an entry. Callers hold the Scribe lock.
 from __future__ import annotations
 
 import datetime as dt
-import logging
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import structlog
 
 from squadd.config import ScribeSettings
 from squadd.fsio import atomic_write
@@ -28,7 +29,7 @@ from squadd.state.intent import (
 )
 from squadd.state.layout import SquadLayout
 
-log = logging.getLogger(__name__)
+log = structlog.get_logger("squadd.state")
 
 ARCHIVE_HEADING = "# Decisions Archive\n\nDecisions moved out of decisions.md by the Scribe.\n\n"
 
@@ -117,13 +118,13 @@ def archive_decisions(
     except UnicodeDecodeError as exc:
         outcome.note = (f"decisions.md is not valid UTF-8 (byte {exc.start}); it is not archived "
                         "until it is fixed")
-        log.warning("archive skipped: %s", outcome.note)
+        log.warning("archive.skipped", why=outcome.note)
         return outcome
     parsed = parse_entries(text)
     positions, outcome.note = plan_archive(parsed.entries, parsed.preamble, len(raw), settings,
                                            today or dt.date.today())
     if outcome.note:
-        log.warning("archive: %s", outcome.note)
+        log.warning("archive.note", note=outcome.note)
     if not positions:
         return outcome
     moved = [parsed.entries[i] for i in positions]
@@ -152,8 +153,8 @@ def recover_archive(layout: SquadLayout) -> str:
         return ""
     state = finish_append(intent)
     if state == "stale":
-        log.warning("decisions-archive.md changed since an interrupted archive step; "
-                    "not repeating it")
+        log.warning("archive.stale_intent", target="decisions-archive.md",
+                    why="it changed since an interrupted archive step; not repeating it")
         clear_intent(intent)
         return "an interrupted archive step no longer applied (the archive changed); skipped"
     removed = _finish(layout, intent)

@@ -11,16 +11,17 @@ import contextlib
 import glob
 import hashlib
 import json
-import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import structlog
+
 from squadd.fsio import append_fsync, atomic_write, fsync_dir
 from squadd.state.layout import SquadLayout
 
-log = logging.getLogger(__name__)
+log = structlog.get_logger("squadd.state")
 
 _MAGIC = "squadd-append-intent-1"
 
@@ -92,7 +93,7 @@ def pending_intent(layout: SquadLayout, target: Path) -> AppendIntent | None:
         valid = False
     if not valid:
         # atomic_write never leaves a partial intent, so this file was damaged by hand.
-        log.warning("ignoring the damaged intent file %s", journal)
+        log.warning("intent.damaged", file=str(journal), action="ignored")
         clear_intent_file(journal)
         return None
     return AppendIntent(

@@ -166,24 +166,13 @@ def _is_spare(entry: os.DirEntry[str]) -> bool:
     return st.st_size == 0 and st.st_nlink == 1
 
 
-_SPARES: dict[Path, SpareFiles] = {}
-_SPARES_LOCK = threading.Lock()
-
-
-def spares_for(sessions_dir: Path) -> SpareFiles:
-    """The process-wide spare files of one sessions folder (made on first use)."""
-    with _SPARES_LOCK:
-        spares = _SPARES.get(sessions_dir)
-        if spares is None:
-            spares = _SPARES[sessions_dir] = SpareFiles(sessions_dir)
-        return spares
-
-
 class TranscriptWriter:
     """Buffers records and appends them to the transcript with one write and one fsync."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, spares: SpareFiles | None = None):
         self.path = path
+        self.spares = spares
+        """The owner's files made ahead; a new transcript takes one when it can."""
         self._pending: list[str] = []
         self._needs_fence: bool | None = None
 
@@ -206,7 +195,8 @@ class TranscriptWriter:
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
         except FileNotFoundError:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            spares = _SPARES.get(self.path.parent)
+            spares = self.spares if self.spares is not None and \
+                self.spares.folder.parent == self.path.parent else None
             try:
                 if spares is not None and spares.take_into(self.path):
                     fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)

@@ -25,7 +25,22 @@ Approval = Literal["allow", "ask", "deny"]
 
 
 class ToolResult(BaseModel):
-    """A tool's structured result: success or failure, text for the model, and details."""
+    """A tool's structured result: success or failure, text for the model, and details.
+
+    A tool may return a plain `str` (a success) or a `dict` (a success shown as JSON); it
+    returns a `ToolResult` to fail without raising, or to attach details:
+
+        from squadd import ToolResult, tool
+
+        @tool
+        def word_count(text: str) -> ToolResult:
+            \"\"\"Count the words of a text.\"\"\"
+            if not text.strip():
+                return ToolResult.failure("the text is empty: pass some words")
+            return ToolResult.success(f"{len(text.split())} words", words=len(text.split()))
+
+    The model reads `text`; `details` go to events and API callers.
+    """
 
     model_config = ConfigDict(frozen=True)
 
@@ -90,13 +105,33 @@ ProgressFn = Callable[[str, float | None], None]
 ConfirmFn = Callable[[str], Awaitable[bool]]
 
 
-async def _always_yes(question: str) -> bool:
-    return True
+async def _no_one_to_ask(question: str) -> bool:
+    return False
 
 
 @dataclass
 class ToolContext:
-    """What a running tool knows about its call and can do besides returning."""
+    """What a running tool knows about its call, and what it can do besides returning.
+
+    The pipeline builds it for each call; a tool asks for it by a parameter annotated
+    `ToolContext` (or as the second argument of a tool with `args=`):
+
+        from squadd import ToolContext, tool
+
+        @tool
+        async def deploy(target: str, ctx: ToolContext) -> str:
+            \"\"\"Deploy the current build.
+
+            Args:
+                target: Where to deploy, e.g. "staging".
+            \"\"\"
+            ctx.progress("uploading", 0.5)
+            if target == "prod" and not await ctx.confirm("Deploy to production?"):
+                return "not deployed: the user said no"
+            return f"deployed to {target} for {ctx.agent}"
+
+    `confirm` goes through the approval flow, and answers no when no one can be asked.
+    """
 
     session_id: str
     call_id: str
@@ -109,8 +144,10 @@ class ToolContext:
     """How deep in a chain of routes the calling session is (0 = called from outside)."""
     lineage: tuple[str, ...] = ()
     """Agents of the sessions above this call, outermost first (for cycle checks)."""
-    _progress: ProgressFn | None = None
-    _confirm: ConfirmFn = _always_yes
+    _progress: ProgressFn | None = field(default=None, init=False, repr=False)
+    """Set by the pipeline: where `progress` reports go."""
+    _confirm: ConfirmFn = field(default_factory=lambda: _no_one_to_ask, init=False, repr=False)
+    """Set by the pipeline: how `confirm` asks (the approval gate's; by default, no)."""
 
     def progress(self, message: str, fraction: float | None = None) -> None:
         """Report progress; it becomes a `tool.updated` event."""

@@ -32,7 +32,8 @@ from squadd.tools.base import (
     ToolSet,
     VariableSpec,
 )
-from squadd.tools.truncate import cut, limit_output
+from squadd.tools.policy import approval_policy
+from squadd.tools.truncate import cut, spill, truncation_note
 
 log = structlog.get_logger("squadd.tools")
 
@@ -62,6 +63,37 @@ class ApprovalGate(Protocol):
         """None when the call may run, else the failure result that tells the model why not."""
 
     def confirm_fn(self, tool: Tool[Any], ctx: ToolContext) -> ConfirmFn: ...
+
+
+async def _answer_no(question: str) -> bool:
+    return False
+
+
+class Unattended:
+    """The gate of an invoker that has no one to ask: `allow` runs; `ask` and `deny` are
+    refused, saying why; `ctx.confirm` answers no. An invoker built without a gate uses it, so
+    that a missing gate never lets a guarded tool run."""
+
+    def __init__(self, settings: Settings, *, approve_asks: bool = False):
+        self.rules = settings.tools.approvals
+        self.approve_asks = approve_asks
+
+    async def check(self, tool: Tool[Any], arguments: Mapping[str, Any], ctx: ToolContext,
+                    secrets: Mapping[str, str]) -> ToolResult | None:
+        decision = approval_policy(tool, self.rules)
+        if decision.approval == "allow" or (decision.approval == "ask" and self.approve_asks):
+            return None
+        if decision.approval == "deny":
+            return ToolResult.failure(
+                f"{tool.name} was not run: denied by {decision.refusal_where()}; it cannot be "
+                "used here", approval="deny")
+        return ToolResult.failure(
+            f"{tool.name} was not run: it needs approval and no one can be asked here; run it "
+            f"through the daemon, or allow it with tools.approvals = {{ \"{tool.name}\" = "
+            '"allow" }', approval="denied")
+
+    def confirm_fn(self, tool: Tool[Any], ctx: ToolContext) -> ConfirmFn:
+        return _answer_no
 
 
 class EnvironmentVariables:
@@ -160,7 +192,7 @@ class ToolInvoker:
         self.settings = settings
         self.sink = sink or NullSink()
         self.variables = variables or EnvironmentVariables()
-        self.approvals = approvals
+        self.approvals: ApprovalGate = approvals if approvals is not None else Unattended(settings)
 
     async def invoke(self, tools: ToolSet, call: ToolCall, origin: CallOrigin) -> ToolResult:
         """Run `call` against `tools`; always returns a result, never raises (but cancellation)."""
@@ -198,7 +230,7 @@ class ToolInvoker:
             result = ToolResult.failure(f"{call.name} failed: {type(exc).__name__}: {exc}")
         finally:
             announce(secrets)
-        result = self._finish(tool, call, origin, result, secrets)
+        result = await self._finish(tool, call, origin, result, secrets)
         self.sink.publish(ToolCompleted(
             session_id=origin.session_id, agent=origin.agent, tool=call.name, call_id=call.id,
             result_type=result.result_type, summary=result.text[:200],
@@ -214,7 +246,9 @@ class ToolInvoker:
         except ValidationError as exc:
             return ToolResult.failure(describe_validation_error(tool, exc)), {}
         try:
-            resolved = self.variables.resolve(tool.variables)
+            # Resolving may stat, read and parse the secrets file: off the loop when there is any.
+            resolved = (await anyio.to_thread.run_sync(self.variables.resolve, tool.variables)
+                        if tool.variables else ResolvedVariables())
         except VariablesMissing as exc:
             return ToolResult.failure(f"{tool.name} cannot run: {exc}"), {}
         announce(resolved.secrets)
@@ -224,24 +258,21 @@ class ToolInvoker:
             session_id=origin.session_id, call_id=call.id, agent=origin.agent,
             repo_dir=self.layout.repo, squad_dir=self.layout.root, cancel=cancel,
             variables=resolved.values, depth=origin.depth, lineage=origin.lineage,
-            _progress=self._progress_fn(tool, call, origin, resolved.secrets),
         )
-        if self.approvals is not None:
-            ctx._confirm = self.approvals.confirm_fn(tool, ctx)
-            denial = await self.approvals.check(tool, call.arguments, ctx, resolved.secrets)
-            if denial is not None:
-                return denial, resolved.secrets
+        ctx._progress = self._progress_fn(tool, call, origin, resolved.secrets)
+        ctx._confirm = self.approvals.confirm_fn(tool, ctx)
+        denial = await self.approvals.check(tool, call.arguments, ctx, resolved.secrets)
+        if denial is not None:
+            return denial, resolved.secrets
         timeout = tool.timeout_s
         if timeout is None and not tool.squad_tool:
             timeout = self.settings.tools.timeout_s
+        output: ToolOutput = ""
         try:
-            with anyio.fail_after(timeout):
+            # The cancel scope says whether the deadline struck: a TimeoutError the tool raises
+            # itself is the tool's own failure, not this timeout.
+            with anyio.move_on_after(timeout) as deadline:
                 output = await tool.run(args, ctx)
-        except TimeoutError:
-            cancel.set()
-            return ToolResult.failure(
-                f"{tool.name} timed out after {timeout:g}s and was stopped"
-            ), resolved.secrets
         except anyio.get_cancelled_exc_class():
             cancel.set()
             origin.cancel.set()
@@ -249,6 +280,11 @@ class ToolInvoker:
         except Exception as exc:
             return ToolResult.failure(
                 f"{tool.name} failed: {type(exc).__name__}: {exc}"
+            ), resolved.secrets
+        if deadline.cancelled_caught and timeout is not None:
+            cancel.set()
+            return ToolResult.failure(
+                f"{tool.name} timed out after {timeout:g}s and was stopped"
             ), resolved.secrets
         return _to_result(output), resolved.secrets
 
@@ -262,8 +298,8 @@ class ToolInvoker:
             ))
         return progress
 
-    def _finish(self, tool: Tool[Any] | None, call: ToolCall, origin: CallOrigin,
-                result: ToolResult, secrets: Mapping[str, str]) -> ToolResult:
+    async def _finish(self, tool: Tool[Any] | None, call: ToolCall, origin: CallOrigin,
+                      result: ToolResult, secrets: Mapping[str, str]) -> ToolResult:
         text = redact(result.text, secrets)
         details = redact_any(result.details, secrets)
         limits = self.settings.tools
@@ -276,18 +312,18 @@ class ToolInvoker:
             piece = cut(text, max_lines=limits.max_output_lines + NOTE_ALLOWANCE_LINES,
                         max_bytes=max_bytes + NOTE_ALLOWANCE_BYTES)
             return ToolResult(result_type=result.result_type, text=piece.text, details=details)
-        try:
-            view, path = limit_output(
-                self.layout, origin.session_id, call.id, text,
-                max_lines=limits.max_output_lines, max_bytes=max_bytes,
-            )
-        except Exception as exc:  # a bad id or a full disk must still give the model a result
-            log.warning("could not spill tool output", error=str(exc))
-            piece = cut(text, max_lines=limits.max_output_lines, max_bytes=max_bytes)
-            view, path = piece.text, None
-            if piece.truncated:
-                view += (f"\n[output truncated: showing {piece.kept_lines} of "
-                         f"{piece.total_lines} lines; the full output could not be saved]")
+        piece = cut(text, max_lines=limits.max_output_lines, max_bytes=max_bytes)
+        view, path = text, None
+        if piece.truncated:
+            try:
+                # Spilling writes and fsyncs a file: in a worker thread, never on the loop.
+                path = await anyio.to_thread.run_sync(
+                    spill, self.layout, origin.session_id, call.id, text)
+                view = piece.text + truncation_note(piece, path, self.layout)
+            except Exception as exc:  # a bad id or a full disk must still give a result
+                log.warning("could not spill tool output", error=str(exc))
+                view = (piece.text + f"\n[output truncated: showing {piece.kept_lines} of "
+                        f"{piece.total_lines} lines; the full output could not be saved]")
         if path is not None:
             details = {**details, "full_output": str(path)}
         return ToolResult(result_type=result.result_type, text=view, details=details)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -148,11 +147,8 @@ async def test_replaying_needs_no_file_access_per_turn(lead_script: Path) -> Non
     provider = ReplayProvider.from_file(lead_script)
     lead_script.unlink()  # read once, at load
     request = ask()
-    started = time.perf_counter()
-    for _ in range(2000):
-        await provider.complete(request)
-    per_call_ms = (time.perf_counter() - started) / 2000 * 1000
-    assert per_call_ms < 0.5
+    for _ in range(3):  # the script is played from memory: the file is gone
+        assert (await provider.complete(request)).text
 
 
 async def test_recording_writes_each_turn_so_that_replay_plays_it_back(

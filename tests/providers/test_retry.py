@@ -6,6 +6,7 @@ import datetime as dt
 import email.utils
 import math
 import time
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -17,7 +18,7 @@ from squadd.providers.base import RetryInfo
 from squadd.providers.http import timeouts
 from squadd.providers.openai import OpenAIProvider
 from squadd.providers.retry import RetryPolicy, call_with_retries, parse_retry_after
-from tests.providers._shared import FAST_RETRIES, TIMEOUT, ask
+from tests.providers._shared import FAST_RETRIES, TIMEOUT, RecordedSleeps, ask, no_wait
 from tests.support.model_servers import OpenAIServer, Reply, unused_port
 
 
@@ -34,15 +35,16 @@ async def test_429_retry_after_in_seconds_is_waited_out_before_each_retry(
                          OpenAIServer.error(429, "rate limited", retry_after="0.5"),
                          OpenAIServer.text_turn("finally"))
     retries: list[RetryInfo] = []
-    provider = make(openai_server, retries)
+    sleeps = RecordedSleeps()
+    provider = make(openai_server, retries, policy=replace(FAST_RETRIES, sleep=sleeps))
     try:
         assert (await provider.complete(ask())).text == "finally"
     finally:
         await provider.aclose()
 
     assert len(openai_server.requests) == 3
-    first_gap, second_gap = openai_server.gaps()
-    assert first_gap >= 1.0 and second_gap >= 0.5
+    first, second = sleeps.seconds
+    assert first >= 1.0 and second >= 0.5
     assert [(r.attempt, r.status) for r in retries] == [(1, 429), (2, 429)]
     assert retries[0].wait_s >= 1.0 and retries[1].wait_s >= 0.5
     assert retries[0].provider == "openai" and "rate limited" in retries[0].reason
@@ -62,7 +64,8 @@ async def test_429_retry_after_as_http_date_is_waited_out(openai_server: OpenAIS
 
     openai_server.respond_with(rate_limited_once)
     retries: list[RetryInfo] = []
-    provider = make(openai_server, retries)
+    sleeps = RecordedSleeps()
+    provider = make(openai_server, retries, policy=replace(FAST_RETRIES, sleep=sleeps))
     try:
         assert (await provider.complete(ask())).text == "after the date"
     finally:
@@ -71,7 +74,9 @@ async def test_429_retry_after_as_http_date_is_waited_out(openai_server: OpenAIS
     sent_at, asked_s = asked[0]
     assert 1.0 < asked_s <= 2.0
     assert len(openai_server.requests) == 2
-    assert openai_server.requests[1].arrived - sent_at >= asked_s - 0.01
+    # The wait ends no sooner than the date, however long the answer took to arrive.
+    [(slept_at, slept_s)] = sleeps.calls
+    assert slept_at + slept_s >= sent_at + asked_s - 0.01
     assert len(retries) == 1 and retries[0].status == 429
 
 
@@ -80,15 +85,16 @@ async def test_retry_after_beyond_the_wait_budget_gives_up_at_once_with_a_clear_
     openai_server.script(OpenAIServer.error(429, "quota exceeded", retry_after=30),
                          OpenAIServer.text_turn("too early"))
     retries: list[RetryInfo] = []
+    sleeps = RecordedSleeps()
     provider = make(openai_server, retries,
-                    policy=RetryPolicy(max_attempts=5, max_total_wait_s=2.0, backoff_s=0.01))
-    started = time.monotonic()
+                    policy=RetryPolicy(max_attempts=5, max_total_wait_s=2.0, backoff_s=0.01,
+                                       sleep=sleeps))
     try:
         with pytest.raises(ProviderError) as caught:
             await provider.complete(ask())
     finally:
         await provider.aclose()
-    assert time.monotonic() - started < 1.5
+    assert sleeps.calls == []  # gave up without waiting
     assert len(openai_server.requests) == 1 and retries == []
     message = str(caught.value)
     assert "HTTP 429" in message and "quota exceeded" in message
@@ -114,7 +120,8 @@ async def test_attempts_are_bounded_by_max_attempts(openai_server: OpenAIServer)
     openai_server.script([OpenAIServer.error(503, "unavailable")] * 10)
     retries: list[RetryInfo] = []
     provider = make(openai_server, retries,
-                    policy=RetryPolicy(max_attempts=4, backoff_s=0.01, backoff_max_s=0.02))
+                    policy=RetryPolicy(max_attempts=4, backoff_s=0.01, backoff_max_s=0.02,
+                                       sleep=no_wait))
     try:
         with pytest.raises(ProviderError) as caught:
             await provider.complete(ask())
@@ -129,16 +136,17 @@ async def test_attempts_are_bounded_by_max_attempts(openai_server: OpenAIServer)
 async def test_total_waiting_is_bounded_by_the_wait_budget(openai_server: OpenAIServer) -> None:
     openai_server.script([OpenAIServer.error(502, "bad gateway")] * 20)
     retries: list[RetryInfo] = []
+    sleeps = RecordedSleeps()
     provider = make(openai_server, retries, policy=RetryPolicy(
-        max_attempts=20, max_total_wait_s=0.5, backoff_s=0.1, backoff_max_s=10.0))
-    started = time.monotonic()
+        max_attempts=20, max_total_wait_s=0.5, backoff_s=0.1, backoff_max_s=10.0, sleep=sleeps))
     try:
         with pytest.raises(ProviderError, match=r"retry budget of 0\.5s"):
             await provider.complete(ask())
     finally:
         await provider.aclose()
     assert sum(r.wait_s for r in retries) <= 0.5 + 1e-9
-    assert time.monotonic() - started < 2.0
+    assert sleeps.seconds == [r.wait_s for r in retries]
+    assert sum(sleeps.seconds) <= 0.5 + 1e-9
     assert len(openai_server.requests) < 20
 
 
@@ -159,23 +167,25 @@ async def test_dropped_connections_are_retried(openai_server: OpenAIServer) -> N
 
 async def test_a_response_slower_than_the_read_timeout_is_retried(
         openai_server: OpenAIServer) -> None:
-    openai_server.script(Reply(body=OpenAIServer.text_turn("late").body, delay_s=2.0),
+    # The late answer never comes while the test runs; the retried one comes at once, which
+    # on a loaded machine can still take a while, hence the read timeout of a second.
+    openai_server.script(Reply(body=OpenAIServer.text_turn("late").body, delay_s=60.0),
                          OpenAIServer.text_turn("in time"))
     retries: list[RetryInfo] = []
-    provider = make(openai_server, retries, timeout=httpx.Timeout(5.0, read=0.3))
+    provider = make(openai_server, retries, timeout=httpx.Timeout(5.0, read=1.0))
     try:
         assert (await provider.complete(ask())).text == "in time"
     finally:
         await provider.aclose()
     assert len(openai_server.requests) == 2
-    assert "within 0.3s" in retries[0].reason
+    assert "within 1s" in retries[0].reason
 
 
 async def test_read_timeouts_on_every_attempt_raise_provider_timeout_error(
         openai_server: OpenAIServer) -> None:
-    openai_server.script([Reply(body={}, delay_s=2.0)] * 3)
+    openai_server.script([Reply(body={}, delay_s=60.0)] * 3)
     provider = make(openai_server, [], timeout=httpx.Timeout(5.0, read=0.2),
-                    policy=RetryPolicy(max_attempts=2, backoff_s=0.01))
+                    policy=RetryPolicy(max_attempts=2, backoff_s=0.01, sleep=no_wait))
     try:
         with pytest.raises(ProviderTimeoutError) as caught:
             await provider.complete(ask())
@@ -190,7 +200,7 @@ async def test_backoff_grows_exponentially_with_bounded_jitter() -> None:
     retries: list[RetryInfo] = []
     provider = OpenAIProvider(
         base_url=f"http://127.0.0.1:{unused_port()}/v1", timeout=TIMEOUT,
-        policy=RetryPolicy(max_attempts=5, backoff_s=0.02, backoff_max_s=0.08),
+        policy=RetryPolicy(max_attempts=5, backoff_s=0.02, backoff_max_s=0.08, sleep=no_wait),
         on_retry=retries.append)
     try:
         with pytest.raises(ProviderError):

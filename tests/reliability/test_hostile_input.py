@@ -17,6 +17,7 @@ import stat
 import subprocess
 import sys
 import time
+import traceback
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -25,7 +26,9 @@ from typing import Any
 
 import httpx
 import pytest
+from click.testing import CliRunner
 
+from squadd.cli import main as cli_main
 from squadd.config import load_settings
 from squadd.errors import ConfigError
 from tests.reliability.hostile import (
@@ -511,7 +514,8 @@ def argv_values(world: World) -> list[bytes]:
             b"x" * ARGV_MAX, b"[" * ARGV_MAX]
 
 
-def test_cli_refuses_hostile_arguments_with_an_error_line(world: World) -> None:
+def test_cli_refuses_hostile_arguments_with_an_error_line(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
     names = argv_values(world)
     numbers = [b"-1", b"1e308", str(2**64).encode(), b"nan", b"inf", b"-inf", b"7" * 5000]
     cases: list[list[bytes]] = []
@@ -534,14 +538,33 @@ def test_cli_refuses_hostile_arguments_with_an_error_line(world: World) -> None:
                           b"--dir", os.fsencode(world.plain)])
     cases.append([b"tools", b"call", b"squad_memory", b"--arg", b"agentName=../../etc/passwd",
                   b"--arg", b"learning=x", b"--dir", os.fsencode(world.plain)])
+    # Every case runs in this process through click's runner; a handful also run as real
+    # processes (argv bytes and their decoding by the interpreter, the entry point, exit codes).
+    by_process: dict[bytes, list[bytes]] = {}
+    for args in cases:
+        undecodable = b"\xff" in b"".join(args)
+        if args[0] in (b"agent", b"route", b"run", b"tools") or undecodable:
+            by_process.setdefault(b"\xff" if undecodable else args[0], args)
     with ThreadPoolExecutor(max_workers=3) as pool:
-        outcomes = list(pool.map(lambda args: (args, _squadd(world, args)), cases))
-    for args, done in outcomes:
+        real = list(pool.map(lambda args: (args, _squadd(world, args)), by_process.values()))
+    for args, done in real:
         shown = [a[:40] for a in args]
         assert done.returncode != 0, (shown, done.stdout[-300:])
         assert b"Traceback" not in done.stderr, (shown, done.stderr[-2000:])
         tool_failed = args[:2] == [b"tools", b"call"] and done.stdout.strip()
         assert b"Error: " in done.stderr or tool_failed, (shown, done.stderr[-500:])
+    monkeypatch.chdir(world.repo)
+    runner = CliRunner()
+    env = {"XDG_CONFIG_HOME": world.daemon.env["XDG_CONFIG_HOME"], "NO_COLOR": "1"}
+    for args in cases:
+        shown = [a[:40] for a in args]
+        result = runner.invoke(cli_main, [os.fsdecode(a) for a in args], env=env)
+        # A traceback in-process is an exception other than the exit click makes.
+        assert result.exception is None or isinstance(result.exception, SystemExit), (
+            shown, "".join(traceback.format_exception(result.exception))[-2000:])
+        assert result.exit_code != 0, (shown, result.stdout[-300:])
+        tool_failed = args[:2] == [b"tools", b"call"] and result.stdout.strip()
+        assert "Error: " in result.stderr or tool_failed, (shown, result.stderr[-500:])
     world.assert_intact()
 
 
@@ -734,21 +757,35 @@ def test_environment_settings_with_hostile_values_give_a_config_error() -> None:
         assert fragment in str(caught.value), (name, str(caught.value))
 
 
-def test_commands_refuse_a_hostile_config_without_a_traceback(tmp_path: Path) -> None:
+def test_commands_refuse_a_hostile_config_without_a_traceback(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    runner = CliRunner()
     for n, (label, data, fragment) in enumerate(CONFIG_CASES[::3]):
         layout = make_repo(tmp_path / f"r{n}" / "repo")
         xdg = tmp_path / f"r{n}" / "xdg"
         target = layout.config_toml if n % 2 else xdg / "squadd" / "config.toml"
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
-        env = clean_env(XDG_CONFIG_HOME=str(xdg))
-        for args in (["tools", "list"], ["scribe", "--dry-run"],
-                     ["serve", "--provider", "openai", "--base-url", "http://127.0.0.1:9"]):
-            done = subprocess.run([sys.executable, "-m", "squadd", *args], cwd=layout.repo,
-                                  env=env, capture_output=True, text=True, timeout=60,
-                                  stdin=subprocess.DEVNULL, check=False)
-            assert done.returncode != 0, (label, args)
-            assert "Traceback" not in done.stderr, (label, args, done.stderr[-2000:])
-            assert "Error: " in done.stderr and fragment in done.stderr, (label, done.stderr)
-            assert str(target) in done.stderr, (label, done.stderr)
+        commands = (["tools", "list"], ["scribe", "--dry-run"],
+                    ["serve", "--provider", "openai", "--base-url", "http://127.0.0.1:9"])
+        # In this process through click's runner; the first case's also as real processes.
+        if n == 0:
+            env = clean_env(XDG_CONFIG_HOME=str(xdg))
+            for args in commands:
+                done = subprocess.run([sys.executable, "-m", "squadd", *args], cwd=layout.repo,
+                                      env=env, capture_output=True, text=True, timeout=60,
+                                      stdin=subprocess.DEVNULL, check=False)
+                assert done.returncode != 0, (label, args)
+                assert "Traceback" not in done.stderr, (label, args, done.stderr[-2000:])
+                assert "Error: " in done.stderr and fragment in done.stderr, (label, done.stderr)
+                assert str(target) in done.stderr, (label, done.stderr)
+        monkeypatch.chdir(layout.repo)
+        for args in commands:
+            result = runner.invoke(cli_main, args, env={"XDG_CONFIG_HOME": str(xdg)})
+            assert result.exception is None or isinstance(result.exception, SystemExit), (
+                label, args, "".join(traceback.format_exception(result.exception))[-2000:])
+            assert result.exit_code != 0, (label, args)
+            assert "Error: " in result.stderr and fragment in result.stderr, (label, args,
+                                                                            result.stderr)
+            assert str(target) in result.stderr, (label, result.stderr)
         assert not layout.socket.exists() and not layout.pid_file.exists(), label

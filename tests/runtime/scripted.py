@@ -158,7 +158,7 @@ def settings(**pool: Any) -> Settings:
     return Settings.model_validate(sections)
 
 
-async def eventually(predicate: Callable[[], object], within: float = 5.0) -> None:
+async def eventually(predicate: Callable[[], object], within: float = 30.0) -> None:
     """Wait until `predicate()` is true; fail the test after `within` seconds."""
     with anyio.fail_after(within):
         while not predicate():  # noqa: ASYNC110 - a test polls state it does not own

@@ -39,10 +39,18 @@ async def _route_all(runtime: SquadRuntime, requests: list[RouteRequest]) -> lis
 
 
 async def test_concurrency_bound_never_exceeds_max_concurrent(layout: SquadLayout) -> None:
-    gauge = Gauge(script([text("done")]), delay_s=0.02)
+    # Turns wait until two run at once, so the bound is reached however slow the machine.
+    release = anyio.Event()
+    gauge = Gauge(script([text("done")]), hold={"*": release})
     async with SquadRuntime(layout, settings(max_concurrent=2), gauge) as runtime:
-        results = await _route_all(runtime, [
-            RouteRequest(target_agent="fenster", task=f"task {i}") for i in range(10)])
+        async def release_at_the_bound() -> None:
+            await eventually(lambda: gauge.active == 2)
+            release.set()
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(release_at_the_bound)
+            results = await _route_all(runtime, [
+                RouteRequest(target_agent="fenster", task=f"task {i}") for i in range(10)])
     assert [r.ok for r in results] == [True] * 10
     assert gauge.turns == 10
     assert gauge.max_active == 2  # the bound was reached, and never passed
@@ -63,7 +71,7 @@ async def test_urgent_route_starts_before_queued_normal_ones(layout: SquadLayout
                                                   priority="urgent", wait_for_result=False))
         assert first.ok and urgent.ok and urgent.state == "queued"
         release.set()
-        assert await runtime.settle(timeout_s=10)
+        assert await runtime.settle(timeout_s=30)
     assert [s.task for s in gauge.starts] == [
         "blocker", "urgent one", "normal 0", "normal 1", "normal 2", "normal 3", "normal 4"]
 
@@ -112,7 +120,7 @@ async def test_waiting_parent_takes_its_slot_back_before_new_work(layout: SquadL
                                                 wait_for_result=False))
         assert late.ok and late.state == "queued"
         release_early.set()
-        assert await runtime.settle(timeout_s=10)
+        assert await runtime.settle(timeout_s=30)
         answer = (await runtime.status(session_id=parent.session_id)).sessions[0].answer
     # lead gives its slot up to wait on fenster; early work was in line before the child;
     # when the child ends, lead gets the slot back ahead of the late work queued meanwhile.
@@ -172,15 +180,26 @@ async def test_provider_crash_ends_session_in_error_and_pool_keeps_serving(
 
 async def test_every_state_change_is_an_event(layout: SquadLayout) -> None:
     bus = Recorder()
-    gauge = Gauge(script([text("done")]), delay_s=0.02)
+    release = anyio.Event()
+    gauge = Gauge(script([text("done")]), hold={"*": release})
     runtime = SquadRuntime(layout, settings(max_concurrent=1), gauge, bus=None)
     runtime.bus.add_listener(bus.publish)
     async with runtime:
-        results = await _route_all(runtime, [
-            RouteRequest(target_agent="fenster", task=f"t{i}") for i in range(2)])
-    second = results[1].session_id
-    states = [e.state for e in bus.of("agent.state") if e.session_id == second]
-    assert states == ["queued", "creating", "active", "idle"]
+        async def release_once_one_waits() -> None:
+            await eventually(lambda: runtime.pool.totals().queued == 1)
+            release.set()
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(release_once_one_waits)
+            results = await _route_all(runtime, [
+                RouteRequest(target_agent="fenster", task=f"t{i}") for i in range(2)])
+    # One slot: whichever route got it second waited in the queue first.
+    histories = {r.session_id: [e.state for e in bus.of("agent.state")
+                                if e.session_id == r.session_id] for r in results}
+    queued = [sid for sid, states in histories.items() if states[:1] == ["queued"]]
+    assert len(queued) == 1, histories
+    second = queued[0]
+    assert histories[second] == ["queued", "creating", "active", "idle"]
     kinds = [e.type for e in bus.events]
     for kind in ("route.queued", "agent.spawned", "agent.idle", "pool.at_capacity",
                  "pool.empty", "agent.completed", "session.message"):
@@ -216,11 +235,11 @@ async def test_resting_sessions_are_bounded_by_max_idle(layout: SquadLayout) -> 
 
 
 async def test_queued_route_times_out_with_a_reason(layout: SquadLayout) -> None:
-    gauge = Gauge(script([text("slow")]), delay_s=1.0)
+    gauge = Gauge(script([text("slow")]), delay_s=60.0)
     async with SquadRuntime(layout, settings(max_concurrent=1), gauge) as runtime:
         await runtime.route(RouteRequest(target_agent="fenster", task="hog",
                                          wait_for_result=False))
-        await anyio.sleep(0.01)
+        await eventually(lambda: gauge.active == 1)  # the hog holds the only slot
         late = await runtime.route(RouteRequest(target_agent="hockney", task="late",
                                                 timeout_s=0.1))
         assert runtime.pool.totals().queued == 0
@@ -244,7 +263,7 @@ async def test_cancel_interrupts_a_running_session(layout: SquadLayout, wait: bo
             live = runtime.pool.live()
             assert len(live) == 1
             assert await runtime.cancel(live[0].session_id)
-        assert await runtime.settle(timeout_s=5)
+        assert await runtime.settle(timeout_s=30)
         record = runtime.pool.get(live[0].session_id)
     assert record is not None and record.state == "interrupted"
     transcript = read_transcript(layout.transcript(live[0].session_id))

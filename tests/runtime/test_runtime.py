@@ -133,7 +133,7 @@ async def test_a_session_left_in_sessions_by_an_older_squadd_continues_in_place(
 
 
 async def test_busy_and_unknown_sessions_are_refused(layout: SquadLayout) -> None:
-    gauge = Gauge(script([text("x")]), delay_s=0.5)
+    gauge = Gauge(script([text("x")]), hold={"long": anyio.Event()})  # runs until cancelled
     async with SquadRuntime(layout, settings(), gauge) as runtime:
         running = await runtime.route(RouteRequest(target_agent="fenster", task="long",
                                                    wait_for_result=False))
@@ -175,7 +175,7 @@ async def test_orchestration_log_is_written_at_spawn_and_completed(layout: Squad
         [path] = list(layout.orchestration_dir.glob("*-fenster.md"))
         at_spawn = path.read_text(encoding="utf-8")
         release.set()
-        assert await runtime.settle(timeout_s=5)
+        assert await runtime.settle(timeout_s=30)
     final = path.read_text(encoding="utf-8")
     assert "**Outcome**" not in at_spawn and final.startswith(at_spawn)  # completed by append
     for line in ("| **Agent routed** | fenster", "| **Why chosen** | named by the caller |",
@@ -188,11 +188,11 @@ async def test_orchestration_log_is_written_at_spawn_and_completed(layout: Squad
 
 
 async def test_leaving_the_runtime_interrupts_background_sessions(layout: SquadLayout) -> None:
-    gauge = Gauge(script([text("never")]), delay_s=5)
+    gauge = Gauge(script([text("never")]), delay_s=60)
     async with SquadRuntime(layout, settings(), gauge) as runtime:
         started = await runtime.route(RouteRequest(target_agent="fenster", task="long",
                                                    wait_for_result=False))
-        await anyio.sleep(0.05)
+        await eventually(lambda: gauge.active == 1)  # the turn is under way
     refused = await runtime.route(RouteRequest(target_agent="fenster", task="after"))
     assert not refused.ok and refused.reason == "shutting_down"
     record = runtime.pool.get(started.session_id or "")
@@ -239,13 +239,13 @@ async def test_resume_answers_a_tool_call_cut_off_by_the_interruption(
     provider = script(lead=[call("squad_route", targetAgent="fenster", task="slow part"),
                             text("lead finished anyway")],
                       fenster=[text("too late")])
-    slow = Gauge(provider, delay_s=0.3)
+    slow = Gauge(provider, hold={"slow part": anyio.Event()})  # fenster never finishes
     async with SquadRuntime(layout, settings(), slow) as runtime:
         lead = await runtime.route(RouteRequest(target_agent="lead", task="start",
                                                 wait_for_result=False))
         await eventually(lambda: any(s.agent == "fenster" for s in slow.starts))
         assert await runtime.cancel(lead.session_id or "")
-        assert await runtime.settle(timeout_s=5)
+        assert await runtime.settle(timeout_s=30)
     recorder = Recorder()
     async with SquadRuntime(layout, settings(), Gauge(provider)) as runtime:
         runtime.bus.add_listener(recorder.publish)
@@ -294,7 +294,7 @@ async def test_an_accepted_route_is_on_disk_before_its_session_starts(
         assert waiting.meta["task"] == "wait in line" and waiting.meta["context"] == "ctx-1"
         assert waiting.last_state == "queued" and waiting.messages == []
         release.set()
-        assert await runtime.settle(timeout_s=5)
+        assert await runtime.settle(timeout_s=30)
     ran = read_transcript(layout.transcript(queued.session_id or ""))
     assert [r["kind"] for r in ran.records][:2] == ["meta", "state"]
     assert ran.last_state == "completed" and "squad_decide" in ran.meta["tools"]
@@ -322,11 +322,11 @@ async def test_a_route_stopped_before_it_started_resumes_from_its_task_and_conte
 
 
 async def test_transcript_files_are_made_ahead_and_routes_use_them(layout: SquadLayout) -> None:
-    from squadd.state.transcripts import SPARES_DIRNAME, spares_for
+    from squadd.state.transcripts import SPARES_DIRNAME
 
     spares_dir = layout.sessions_dir / SPARES_DIRNAME
     async with SquadRuntime(layout, settings(), script([text("done")])) as runtime:
-        await eventually(lambda: len(spares_for(layout.sessions_dir)) > 0)  # a batch is ready
+        await eventually(lambda: len(runtime.spares) > 0)  # a batch is ready
         before = set(spares_dir.iterdir())
         result = await runtime.route(RouteRequest(target_agent="fenster", task="t"))
         assert result.ok and result.session_id is not None

@@ -36,7 +36,7 @@ async def test_released_slot_goes_returning_then_urgent_then_normal_fifo() -> No
     async with anyio.create_task_group() as tg:
         for name, ticket in tickets:
             tg.start_soon(holder, name, ticket)
-        await anyio.sleep(0.01)
+        await anyio.wait_all_tasks_blocked()  # every holder waits in its line
         slots.release()
     assert order == ["r1", "u1", "u2", "n1", "n2"]
     assert slots.in_use == 0

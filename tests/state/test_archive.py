@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
-import logging
 from pathlib import Path
 
 import pytest
+import structlog
+import structlog.testing
 
 from squadd.config import ScribeSettings, Settings
 from squadd.scribe import merge_inbox
@@ -42,14 +43,15 @@ def test_only_undated_entries_over_the_threshold_stay_unchanged_with_a_logged_re
     assert squad.decisions_md.stat().st_size > 20 * 1024
     before = squad.decisions_md.read_bytes()
 
-    with caplog.at_level(logging.WARNING):
+    with structlog.testing.capture_logs() as logged:
         report = merge_inbox(squad, Settings(), today=TODAY)
 
     assert squad.decisions_md.read_bytes() == before
     assert not squad.decisions_archive.exists()
     assert report.archived == 0
     assert "30 remaining entries are undated" in report.archive_note
-    assert "undated entries are never archived" in caplog.text
+    assert any(entry["event"] == "archive.note" and "undated entries are never archived"
+               in entry["note"] and entry["log_level"] == "warning" for entry in logged)
 
 
 def test_a_mixed_file_moves_its_oldest_dated_entries_first(squad: SquadLayout) -> None:

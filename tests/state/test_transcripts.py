@@ -46,13 +46,13 @@ def test_torn_last_line_is_skipped_and_fenced_off(tmp_path: Path) -> None:
 
 
 def test_a_new_transcript_takes_a_spare_file_made_ahead(tmp_path: Path) -> None:
-    from squadd.state.transcripts import SPARES_DIRNAME, spares_for
+    from squadd.state.transcripts import SPARES_DIRNAME, SpareFiles
 
     sessions = tmp_path / "sessions"
-    spares = spares_for(sessions)
+    spares = SpareFiles(sessions)
     assert spares.refill(3) == 3
     made = sorted(p.name for p in (sessions / SPARES_DIRNAME).iterdir())
-    writer = TranscriptWriter(sessions / "s-1.jsonl")
+    writer = TranscriptWriter(sessions / "s-1.jsonl", spares)
     writer.add("meta", session_id="s-1")
     writer.flush()
     left = sorted(p.name for p in (sessions / SPARES_DIRNAME).iterdir())
@@ -61,11 +61,11 @@ def test_a_new_transcript_takes_a_spare_file_made_ahead(tmp_path: Path) -> None:
 
 
 def test_without_spares_a_transcript_is_created_as_before(tmp_path: Path) -> None:
-    from squadd.state.transcripts import spares_for
+    from squadd.state.transcripts import SpareFiles
 
     sessions = tmp_path / "sessions"
-    spares_for(sessions)  # registered, but never refilled
-    writer = TranscriptWriter(sessions / "s-2.jsonl")
+    spares = SpareFiles(sessions)  # made, but never refilled
+    writer = TranscriptWriter(sessions / "s-2.jsonl", spares)
     writer.add("meta", session_id="s-2")
     writer.flush()
     assert read_transcript(sessions / "s-2.jsonl").meta["session_id"] == "s-2"
@@ -103,10 +103,11 @@ def test_a_spare_never_replaces_an_existing_transcript(tmp_path: Path) -> None:
 
 def test_a_transcript_another_writer_made_meanwhile_is_appended_to(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from squadd.state.transcripts import SpareFiles, spares_for
+    from squadd.state.transcripts import SpareFiles
 
     sessions = tmp_path / "sessions"
-    spares_for(sessions).refill(2)
+    spares = SpareFiles(sessions)
+    spares.refill(2)
     path = sessions / "s-3.jsonl"
     take_into = SpareFiles.take_into
 
@@ -115,7 +116,7 @@ def test_a_transcript_another_writer_made_meanwhile_is_appended_to(
         return take_into(self, target)
 
     monkeypatch.setattr(SpareFiles, "take_into", racing)
-    writer = TranscriptWriter(path)
+    writer = TranscriptWriter(path, spares)
     writer.add("state", state="queued")
     writer.flush()
     transcript = read_transcript(path)

@@ -61,6 +61,24 @@ class Sleepy(Tool[EchoArgs]):
         return "never"
 
 
+class OwnTimeout(Tool[EchoArgs]):
+    """Raises its own TimeoutError (a client library's), long before any tool timeout."""
+
+    name = "own_timeout"
+    description = "Times out on its own"
+    args_model = EchoArgs
+
+    async def run(self, args: EchoArgs, ctx: ToolContext) -> ToolOutput:
+        raise TimeoutError("the upstream API did not answer")
+
+
+class SquadOwnTimeout(OwnTimeout):
+    """The same, as a squad tool: squad tools have no timeout at all."""
+
+    name = "squad_own_timeout"
+    squad_tool = True
+
+
 class Leaky(Tool[EchoArgs]):
     name = "leaky"
     description = "Prints its secret"
@@ -132,9 +150,21 @@ async def test_exception_becomes_failure_not_raise(layout: SquadLayout) -> None:
 
 async def test_timeout_stops_the_tool(layout: SquadLayout) -> None:
     invoker, _ = _invoker(layout)
-    with anyio.fail_after(5):
+    with anyio.fail_after(30):
         result = await invoker.invoke(ToolSet([Sleepy()]), _call("sleepy", text="x"), ORIGIN)
     assert not result.ok and "timed out after 0.2s" in result.text
+
+
+@pytest.mark.parametrize("tool", [OwnTimeout(), SquadOwnTimeout()], ids=["custom", "squad"])
+async def test_a_tool_raising_its_own_timeout_error_is_a_failure_not_a_timeout(
+        layout: SquadLayout, tool: Tool[Any]) -> None:
+    invoker, sink = _invoker(layout)
+    result = await invoker.invoke(ToolSet([tool]), _call(tool.name, text="x"), ORIGIN)
+    assert not result.ok
+    assert result.text == (f"{tool.name} failed: TimeoutError: the upstream API did not answer")
+    assert "timed out" not in result.text
+    done = sink.events[-1]
+    assert isinstance(done, ToolCompleted) and done.result_type == "failure"
 
 
 async def test_secret_is_redacted_everywhere_it_could_leak(

@@ -7,7 +7,6 @@ the approval timeout, which counts as a denial. `ctx.confirm(question)` goes the
 
 from __future__ import annotations
 
-import fnmatch
 import secrets as token
 import time
 from collections.abc import Mapping
@@ -20,36 +19,10 @@ from squadd.config import Settings
 from squadd.contracts.events import ApprovalRequested, ApprovalResolved, EventSink
 from squadd.tools.base import Approval, ConfirmFn, Tool, ToolContext, ToolResult
 from squadd.tools.invoke import redact, redact_any
+from squadd.tools.policy import PolicyDecision, approval_policy
 
 MAX_PENDING_APPROVALS = 64
 """Approvals that may wait at once; past this an `ask` is denied at once, saying why."""
-
-_STRICTNESS: dict[Approval, int] = {"allow": 0, "ask": 1, "deny": 2}
-
-
-@dataclass(frozen=True)
-class PolicyDecision:
-    approval: Approval
-    rule: str | None
-    """The `tools.approvals` pattern that decided, or None for the tool's own default."""
-
-
-def _specificity(pattern: str) -> tuple[int, int]:
-    wildcards = sum(pattern.count(c) for c in "*?[")
-    return (0 if wildcards else 1, len(pattern) - wildcards)
-
-
-def approval_policy(tool: Tool[Any], rules: Mapping[str, Approval]) -> PolicyDecision:
-    """The rule for `tool`: the most specific matching pattern (an exact name beats any glob,
-    then the longest literal part; on a tie the stricter answer), else the tool's default."""
-    matching = [(pattern, answer) for pattern, answer in rules.items()
-                if fnmatch.fnmatchcase(tool.name, pattern)]
-    if not matching:
-        return PolicyDecision(tool.default_approval, None)
-    pattern, answer = max(matching,
-                          key=lambda item: (_specificity(item[0]), _STRICTNESS[item[1]]))
-    return PolicyDecision(answer, pattern)
-
 
 @dataclass(frozen=True)
 class Decision:
@@ -117,10 +90,9 @@ class ApprovalBroker:
         if decision.approval == "allow":
             return None
         if decision.approval == "deny":
-            where = (f"tools.approvals rule '{decision.rule}'" if decision.rule
-                     else "its default policy")
             return ToolResult.failure(
-                f"{tool.name} was not run: denied by {where}; it cannot be used here",
+                f"{tool.name} was not run: denied by {decision.refusal_where()}; it cannot be "
+                "used here",
                 approval="deny")
         answer = await self.ask(tool, arguments, ctx, secrets, question=f"Run {tool.name}?")
         if answer.approved:

@@ -330,10 +330,12 @@ class ToolDiscoverer:
         self._reported = current
 
 
-_DISCOVERER = ToolDiscoverer()
-
-
 def discover_tools(layout: SquadLayout, settings: Settings, sink: EventSink | None = None, *,
-                   builtin_names: Iterable[str] = ()) -> Discovery:
-    """Find the custom tools for `layout` (blocking: call it through `anyio.to_thread`)."""
-    return _DISCOVERER.discover(layout, settings, sink, builtin_names=builtin_names)
+                   builtin_names: Iterable[str] = (),
+                   discoverer: ToolDiscoverer | None = None) -> Discovery:
+    """Find the custom tools for `layout` (blocking: call it through `anyio.to_thread`).
+
+    A long-lived owner (the runtime) passes its own `discoverer`, so that unchanged files are
+    not loaded again; without one, every file is loaded afresh."""
+    return (discoverer or ToolDiscoverer()).discover(layout, settings, sink,
+                                                     builtin_names=builtin_names)

@@ -24,6 +24,7 @@ import anyio.lowlevel
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from squadd.tools.base import Tool, ToolContext, ToolOutput, VariableSpec
+from squadd.tools.custom.docstrings import parse_docstring
 
 TOOL_NAME_RULE = "^[A-Za-z0-9_-]{1,64}$"
 TOOL_NAME_RE = re.compile(TOOL_NAME_RULE)
@@ -47,61 +48,6 @@ def check_tool_name(name: str, *, where: str) -> str:
 def default_label(name: str) -> str:
     words = re.split(r"[_\-\s]+", name.strip())
     return " ".join(w for w in words if w).capitalize() or name
-
-
-_SECTION_RE = re.compile(
-    r"^(args|arguments|parameters|params|keyword args|returns?|yields?|raises|examples?|"
-    r"notes?|attributes|see also)\s*:?\s*$", re.IGNORECASE)
-_GOOGLE_ARG_RE = re.compile(r"^\*{0,2}([A-Za-z_]\w*)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
-_SPHINX_ARG_RE = re.compile(r"^:param\s+(?:[^:]*\s)?([A-Za-z_]\w*)\s*:\s*(.*)$")
-
-
-def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
-    """The summary (text before the first section) and per-parameter descriptions.
-
-    Understands Google style (``Args:`` then ``name (type): text``) and Sphinx style
-    (``:param name: text``); continuation lines are joined.
-    """
-    if not doc:
-        return "", {}
-    lines = inspect.cleandoc(doc).splitlines()
-    summary: list[str] = []
-    params: dict[str, str] = {}
-    section: str | None = None
-    current: str | None = None
-    entry_indent = 0
-    for raw in lines:
-        stripped = raw.strip()
-        indent = len(raw) - len(raw.lstrip())
-        sphinx = _SPHINX_ARG_RE.match(stripped)
-        if sphinx:
-            section, current = "sphinx", sphinx.group(1)
-            params[current] = sphinx.group(2).strip()
-            entry_indent = indent
-            continue
-        if stripped.startswith(":"):
-            section, current = "other", None
-            continue
-        header = _SECTION_RE.match(stripped)
-        if header and indent == 0:
-            name = header.group(1).lower()
-            section = "args" if name in ("args", "arguments", "parameters", "params",
-                                         "keyword args") else "other"
-            current = None
-            entry_indent = -1
-            continue
-        if section is None:
-            summary.append(stripped)
-            continue
-        if section in ("args", "sphinx") and stripped:
-            match = _GOOGLE_ARG_RE.match(stripped) if section == "args" else None
-            if match and (entry_indent < 0 or indent <= entry_indent):
-                entry_indent = indent
-                current = match.group(1)
-                params[current] = match.group(2).strip()
-            elif current is not None and indent > entry_indent:
-                params[current] = f"{params[current]} {stripped}".strip()
-    return "\n".join(summary).strip(), params
 
 
 def _is_context(annotation: Any) -> bool:
@@ -257,7 +203,9 @@ def _thread_context(ctx: ToolContext) -> ToolContext:
     def progress(message: str, fraction: float | None) -> None:
         anyio.from_thread.run_sync(report, message, fraction, token=loop)
 
-    return dataclasses.replace(ctx, _progress=progress)
+    threaded = copy.copy(ctx)
+    threaded._progress = progress
+    return threaded
 
 
 def _build(func: ToolFunction, *, name: str | None, label: str | None,
@@ -324,7 +272,25 @@ def tool(func: ToolFunction | None = None, /, *, name: str | None = None,
     ``@tool`` / ``@tool(requires_approval=True, variables=[...])`` on a function, or the
     explicit form ``tool(name=..., label=..., description=..., args=Model, execute=fn)`` where
     `fn` takes ``(args)`` or ``(args, ctx)``. The function returns a str, a dict or a
-    `ToolResult`; it may be sync (run in a worker thread) or async.
+    `ToolResult`; it may be sync (run in a worker thread) or async. The parameters become the
+    arguments the model fills in, described by the docstring (Google, Sphinx or NumPy style):
+
+        from squadd import ToolContext, tool
+
+        @tool
+        def greet(name: str, times: int = 1) -> str:
+            \"\"\"Greet someone.
+
+            Args:
+                name: Who to greet.
+                times: How many times, 1 to 5.
+            \"\"\"
+            return " ".join([f"Hello, {name}!"] * times)
+
+        @tool(requires_approval=True, variables=[{"name": "API_TOKEN", "type": "secret"}])
+        async def publish(version: str, ctx: ToolContext) -> str:
+            \"\"\"Publish a release (asks the user first).\"\"\"
+            ...
     """
     options: dict[str, Any] = dict(
         name=name, label=label, description=description, args=args,

@@ -34,8 +34,8 @@ class Recorder:
             self._changed.set()
 
     async def wait_for(self, kind: type[BaseEvent], count: int = 1) -> list[Any]:
-        """The events of `kind` once there are `count` of them (at most 5 s)."""
-        with anyio.fail_after(5):
+        """The events of `kind` once there are `count` of them (at most 30 s)."""
+        with anyio.fail_after(30):
             while len(self.of(kind)) < count:
                 self._changed = anyio.Event()
                 await self._changed.wait()

@@ -86,7 +86,7 @@ async def test_deny_tells_the_model_it_was_denied_by_the_user(
 
 async def test_silence_times_out_as_a_denial(layout: SquadLayout, recorder: Recorder) -> None:
     broker = ApprovalBroker(_settings(timeout=0.2), recorder)
-    with anyio.fail_after(5):
+    with anyio.fail_after(30):
         result = await call(layout, deploy, "deploy", {"target": "x"}, sink=recorder,
                             approvals=broker)
     assert not result.ok
@@ -171,9 +171,17 @@ async def test_pending_approvals_are_bounded(layout: SquadLayout, recorder: Reco
 
 async def test_a_cancelled_call_withdraws_its_question(layout: SquadLayout,
                                                        recorder: Recorder) -> None:
-    broker = ApprovalBroker(_settings(timeout=30), recorder)
-    with anyio.move_on_after(0.2):
-        await call(layout, deploy, "deploy", {"target": "x"}, approvals=broker, sink=recorder)
+    broker = ApprovalBroker(_settings(timeout=60), recorder)
+    with anyio.CancelScope() as scope:
+        async def cancel_once_asked() -> None:
+            await recorder.wait_for(ApprovalRequested)
+            scope.cancel()
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(cancel_once_asked)
+            await call(layout, deploy, "deploy", {"target": "x"}, approvals=broker,
+                       sink=recorder)
+    assert scope.cancelled_caught
     assert broker.pending() == []
     [resolved] = recorder.of(ApprovalResolved)
     assert not resolved.approved and resolved.reason == "the tool call was cancelled"

