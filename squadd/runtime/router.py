@@ -13,11 +13,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+import structlog
+
 from squadd.contracts.names import is_safe_name
+from squadd.errors import StateError
 from squadd.runtime.prompt import read_text_cached
 from squadd.state.layout import SquadLayout
 
-_COMMENT_RE = re.compile(r"<!--.*?-->", re.DOTALL)
+log = structlog.get_logger("squadd.router")
 _WORD_RE = re.compile(r"[a-z0-9]+")
 _MENTION_RE = re.compile(r"(?<![\w.@/])@([A-Za-z0-9][A-Za-z0-9._-]{0,63})")
 _STOPWORDS = frozenset({
@@ -85,11 +88,26 @@ def _agent_cell(cell: str) -> str | None:
     return name if is_safe_name(name) else None
 
 
+def _without_comments(text: str) -> str:
+    """`text` without its `<!-- ... -->` comments, in one pass (a regex with a lazy `.*?`
+    rescans the rest of the text for every unclosed `<!--`)."""
+    kept: list[str] = []
+    position = 0
+    while (start := text.find("<!--", position)) >= 0:
+        kept.append(text[position:start])
+        end = text.find("-->", start + 4)
+        if end < 0:
+            return "".join(kept)
+        position = end + 3
+    kept.append(text[position:])
+    return "".join(kept)
+
+
 def parse_routing(text: str) -> list[RoutingRule]:
     """The rows of every table in `text` that has Work Type and Route To columns."""
     rules: list[RoutingRule] = []
     columns: dict[str, int] | None = None
-    for raw in _COMMENT_RE.sub("", text).splitlines():
+    for raw in _without_comments(text).splitlines():
         line = raw.strip()
         if not line.startswith("|"):
             columns = None
@@ -129,10 +147,20 @@ class Router:
     def __init__(self, layout: SquadLayout):
         self.layout = layout
         self._parsed: tuple[str, list[RoutingRule]] | None = None
+        self.problem: str | None = None
 
     def rules(self) -> list[RoutingRule]:
-        """routing.md's rules (blocking file read: call from a worker thread)."""
-        text = read_text_cached(self.layout.routing_md)
+        """routing.md's rules (blocking file read: call from a worker thread). A routing.md
+        that cannot be read safely (a symlink out of the repository) gives no rules, and
+        `problem` says why."""
+        try:
+            text = read_text_cached(self.layout, self.layout.routing_md)
+        except StateError as exc:
+            if self.problem != str(exc):
+                log.warning("routing.not_read", reason=str(exc))
+            self.problem = str(exc)
+            return []
+        self.problem = None
         if self._parsed is None or self._parsed[0] != text:
             self._parsed = (text, parse_routing(text))
         return self._parsed[1]
@@ -153,6 +181,8 @@ class Router:
     def describe(self) -> str:
         """routing.md's table as text, for a failure that shows what could have matched."""
         rules = self.rules()
+        if self.problem is not None:
+            return f"routing.md was not read: {self.problem}"
         if not rules:
             return (f"{self.layout.routing_md} has no routing rules: add rows to its table "
                     "(| Work Type | Route To | Examples |)")
