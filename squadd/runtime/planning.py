@@ -12,16 +12,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import structlog
+
 from squadd.config import Settings
 from squadd.contracts.names import safe_name
 from squadd.contracts.routes import FailureReason, RoutedBy, RouteOrigin, RouteRequest, RouteResult
 from squadd.contracts.sessions import LIVE_STATES, SessionView
-from squadd.errors import InvalidNameError
+from squadd.errors import InvalidNameError, StateError
 from squadd.runtime.router import Router
 from squadd.runtime.session import SessionInfo, choose_model, new_session_id
 from squadd.state.charters import Charter, parse_charter, roster
 from squadd.state.layout import SquadLayout, safe_id
 from squadd.state.transcripts import Transcript, read_transcript
+
+log = structlog.get_logger("squadd.planning")
 
 
 class Refusal(Exception):
@@ -67,11 +71,15 @@ class CharterCache:
                 st = None
             if st is not None and (st.st_mtime_ns, st.st_size, st.st_ino) == hit[1]:
                 return hit[2]
-        path = self.layout.charter(agent)
         try:
+            path = self.layout.charter(agent)
             st = path.stat()
-            text = path.read_text(encoding="utf-8", errors="replace")
+            text = self.layout.read_text(path, errors="replace")
         except (FileNotFoundError, NotADirectoryError):
+            self._parsed.pop(agent, None)
+            return None
+        except StateError as exc:  # a charter leading outside the repository: not an agent
+            log.warning("charter.not_read", agent=agent, reason=str(exc))
             self._parsed.pop(agent, None)
             return None
         charter = parse_charter(agent, text)

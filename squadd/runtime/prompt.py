@@ -7,15 +7,21 @@ signature, so a busy pool does not re-read an unchanged decisions.md for every s
 
 from __future__ import annotations
 
+import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import structlog
+
 from squadd.config import PromptSettings
+from squadd.errors import StateError
 from squadd.state.layout import SquadLayout
 from squadd.state.skills import list_skills
 
 _CACHE_LIMIT = 256
+log = structlog.get_logger("squadd.prompt")
 
 
 class _FileCache:
@@ -25,18 +31,25 @@ class _FileCache:
         self._entries: dict[Path, tuple[tuple[int, int, int], str]] = {}
         self._lock = threading.Lock()
 
-    def read(self, path: Path) -> str:
+    def read(self, layout: SquadLayout, path: Path) -> str:
+        """The text of `path`, opened through the layout's "stays inside" rule (a missing
+        file reads as empty; `PathEscapeError` when it leads outside the repository)."""
         try:
             st = path.stat()
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return ""
         key = (st.st_mtime_ns, st.st_size, st.st_ino)
         with self._lock:
             hit = self._entries.get(path)
         if hit is not None and hit[0] == key:
             return hit[1]
-        with path.open(encoding="utf-8", errors="replace") as handle:
-            text = handle.read()
+        try:
+            with os.fdopen(layout.open_file(path), "rb") as handle:
+                opened = os.fstat(handle.fileno())
+                text = handle.read().decode("utf-8", errors="replace")
+        except (FileNotFoundError, NotADirectoryError):
+            return ""
+        key = (opened.st_mtime_ns, opened.st_size, opened.st_ino)
         with self._lock:
             if len(self._entries) >= _CACHE_LIMIT:
                 self._entries.pop(next(iter(self._entries)))
@@ -83,17 +96,33 @@ class PromptParts:
 
 
 def skills_index(layout: SquadLayout) -> str:
-    lines = [f"- {s.name}: {s.summary}" if s.summary else f"- {s.name}"
-             for s in list_skills(layout)]
+    lines = []
+    for skill in list_skills(layout):
+        if skill.problem is not None:
+            log.warning("skill.not_read", skill=skill.name, reason=skill.problem)
+            lines.append(f"- {skill.name}: (not available: its SKILL.md cannot be read safely)")
+        else:
+            lines.append(f"- {skill.name}: {skill.summary}" if skill.summary
+                         else f"- {skill.name}")
     return "\n".join(lines)
+
+
+def _part(layout: SquadLayout, where: Callable[[], Path], what: str) -> str:
+    """A file's text for the prompt; one that cannot be read safely (a symlink out of the
+    repository, a FIFO) is left out with a note, and logged with the reason."""
+    try:
+        return FILES.read(layout, where())
+    except StateError as exc:
+        log.warning("prompt.file_not_read", part=what, reason=str(exc))
+        return f"({what} was not read: it is not a regular file inside the repository)"
 
 
 def gather(layout: SquadLayout, agent: str, context: str | None) -> PromptParts:
     """Read everything the prompt needs (blocking: call from a worker thread)."""
     return PromptParts(
-        charter=FILES.read(layout.charter(agent)),
-        history=FILES.read(layout.history(agent)),
-        decisions=FILES.read(layout.decisions_md),
+        charter=_part(layout, lambda: layout.charter(agent), "charter.md"),
+        history=_part(layout, lambda: layout.history(agent), "history.md"),
+        decisions=_part(layout, lambda: layout.decisions_md, "decisions.md"),
         context=context or "",
         skills=skills_index(layout),
     )
@@ -115,5 +144,5 @@ def build_system_prompt(agent: str, parts: PromptParts, budgets: PromptSettings)
     return "\n\n".join(sections)
 
 
-def read_text_cached(path: Path) -> str:
-    return FILES.read(path)
+def read_text_cached(layout: SquadLayout, path: Path) -> str:
+    return FILES.read(layout, path)

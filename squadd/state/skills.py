@@ -1,10 +1,13 @@
 """Skills: `.squad/skills/{name}/SKILL.md` to read, write and list, plus `.github/skills/`.
 
 Skills under `.squad/` win over `.github/skills/` of the same name; the latter are read-only.
+Every SKILL.md is read through the layout's "stays inside" rule: one that leads outside the
+repository is listed with the reason and never read.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +17,7 @@ from squadd.fsio import atomic_write, file_lock
 from squadd.state.layout import SquadLayout
 
 SKILL_FILE = "SKILL.md"
+_SUMMARY_BYTES = 65536
 
 
 @dataclass(frozen=True)
@@ -23,46 +27,54 @@ class SkillInfo:
     source: str
     """`squad` for `.squad/skills/`, `github` for `.github/skills/`."""
     summary: str
+    problem: str | None = None
+    """Why the file was not read (it leads outside the repository, ...), if it was not."""
 
 
-def _summary(path: Path) -> str:
-    try:
-        with path.open(encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                text = line.strip().lstrip("#").strip()
-                if text and not text.startswith("---"):
-                    return text[:120]
-    except OSError:
-        pass
+def _summary(layout: SquadLayout, path: Path) -> str:
+    with os.fdopen(layout.open_file(path), "rb") as handle:
+        head = handle.read(_SUMMARY_BYTES).decode("utf-8", errors="replace")
+    for line in head.splitlines():
+        text = line.strip().lstrip("#").strip()
+        if text and not text.startswith("---"):
+            return text[:120]
     return ""
 
 
-def _scan(folder: Path, source: str) -> list[SkillInfo]:
+def _scan(layout: SquadLayout, folder: Path, source: str) -> list[SkillInfo]:
     if not folder.is_dir():
         return []
     found = []
     for child in sorted(folder.iterdir()):
-        if child.is_dir() and is_safe_name(child.name) and (child / SKILL_FILE).is_file():
-            found.append(SkillInfo(child.name, child / SKILL_FILE, source,
-                                   _summary(child / SKILL_FILE)))
+        path = child / SKILL_FILE
+        if not (is_safe_name(child.name) and child.is_dir() and os.path.lexists(path)):
+            continue
+        try:
+            found.append(SkillInfo(child.name, path, source, _summary(layout, path)))
+        except (OSError, StateError) as exc:
+            problem = str(exc) if isinstance(exc, StateError) else f"{path}: {exc.strerror}"
+            found.append(SkillInfo(child.name, path, source, "", problem=problem))
     return found
 
 
 def list_skills(layout: SquadLayout) -> list[SkillInfo]:
-    """Every skill, `.squad/skills/` first; a `.github` skill of the same name is hidden."""
-    squad = _scan(layout.skills_dir, "squad")
+    """Every skill, `.squad/skills/` first; a `.github` skill of the same name is hidden. A
+    skill whose file cannot be read safely is listed with its `problem`."""
+    squad = _scan(layout, layout.skills_dir, "squad")
     names = {skill.name for skill in squad}
-    github = [s for s in _scan(layout.github_skills_dir, "github") if s.name not in names]
+    github = [s for s in _scan(layout, layout.github_skills_dir, "github")
+              if s.name not in names]
     return sorted([*squad, *github], key=lambda s: s.name)
 
 
 def read_skill(layout: SquadLayout, name: str) -> str:
     """The text of skill `name`, from `.squad/skills/` or else `.github/skills/`."""
     name = safe_name(name, kind="skill")
-    for path in (layout.skill_file(name), layout.github_skill_file(name)):
+    for where in (layout.skill_file, layout.github_skill_file):
+        path = where(name)
         try:
-            return path.read_text(encoding="utf-8")
-        except FileNotFoundError:
+            return layout.read_text(path)
+        except (FileNotFoundError, NotADirectoryError):
             continue
         except UnicodeDecodeError as exc:
             raise StateError(f"skill {name!r} at {path} is not UTF-8 text") from exc

@@ -42,7 +42,10 @@ class SquadSkill(Tool[SkillArgs]):
             skills = await anyio.to_thread.run_sync(list_skills, self.layout)
             if not skills:
                 return ToolResult.success("No skills yet.", skills=[])
-            lines = [f"- {s.name} ({s.source}): {s.summary}" for s in skills]
+            lines = [f"- {s.name} ({s.source}): "
+                     + (s.summary if s.problem is None
+                        else "(not available: its SKILL.md cannot be read safely)")
+                     for s in skills]
             return ToolResult.success(
                 f"Available skills ({len(skills)}):\n" + "\n".join(lines),
                 skills=[s.name for s in skills],
