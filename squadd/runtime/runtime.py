@@ -9,7 +9,6 @@ as `async with SquadRuntime(...) as runtime:`.
 from __future__ import annotations
 
 from contextlib import AsyncExitStack
-from typing import Any
 
 import anyio
 import structlog
@@ -43,7 +42,7 @@ from squadd.runtime.slots import SlotLimiter, SlotTicket
 from squadd.state.charters import Charter
 from squadd.state.layout import SquadLayout
 from squadd.state.transcripts import spares_for
-from squadd.tools.base import Tool, ToolSet
+from squadd.tools.base import ToolSet
 from squadd.tools.invoke import ToolInvoker
 from squadd.tools.squad import file_tools
 from squadd.tools.squad.route import SquadRoute
@@ -120,9 +119,9 @@ class SquadRuntime:
                               approvals=ApprovalBroker(settings, bus))
         runtime: SquadRuntime | None = None
 
-        def custom_tools() -> list[Tool[Any]]:
+        def custom_tools() -> ToolSet:
             builtins = runtime.tools.names if runtime is not None else ()
-            return list(discover_tools(layout, settings, bus, builtin_names=builtins).tools)
+            return discover_tools(layout, settings, bus, builtin_names=builtins).toolset()
 
         runtime = cls(layout, settings, provider, bus=bus, invoker=invoker,
                       extra_tools=custom_tools, owns_provider=True)
