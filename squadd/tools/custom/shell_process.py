@@ -2,7 +2,9 @@
 
 The command runs through `anyio.open_process` in a new session (so a new process group).
 When it ends, times out or is cancelled, the whole group is signalled (TERM, then KILL), so
-no child or grandchild is left behind, and the leader is reaped.
+no child or grandchild is left behind, and the leader is reaped. Processes that left the group
+(`setsid`, a new session) are found by the mark in their environment and stopped too, and
+named in the output (`leftovers`).
 """
 
 from __future__ import annotations
@@ -17,9 +19,13 @@ from pathlib import Path
 
 import anyio
 import anyio.abc
+import structlog
 
 from squadd.tools.base import CancelSignal
+from squadd.tools.custom.leftovers import MARK_VAR, new_mark, stop_leftovers
 from squadd.tools.custom.shell_output import OutputSink
+
+log = structlog.get_logger("squadd.tools")
 
 KILL_GRACE_S = 2.0
 """Seconds between SIGTERM and SIGKILL for a command that timed out or was cancelled."""
@@ -45,6 +51,8 @@ class CommandOutcome:
     """The exit status; negative when a signal ended it (as subprocess reports it)."""
     timed_out: bool = False
     cancelled: bool = False
+    leftovers: tuple[str, ...] = ()
+    """Processes that had left the command's group and were stopped at its end."""
 
     @property
     def ok(self) -> bool:
@@ -138,16 +146,18 @@ async def run_command(command: Command, sink: OutputSink, *, deadline: float,
     (`anyio.current_time()` clock) or `cancel`; nothing of its process group survives it."""
     if anyio.current_time() >= deadline:
         return CommandOutcome(None, timed_out=True)
+    mark = new_mark()
     try:
         process = await anyio.open_process(
             list(command.argv), stdin=subprocess.PIPE if command.stdin is not None else
             subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            cwd=command.cwd, env=command.env, start_new_session=True)
+            cwd=command.cwd, env={**command.env, MARK_VAR: mark}, start_new_session=True)
     except OSError as exc:  # no such program, not executable, bad working directory
         await sink.note(f"[cannot start {command.argv[0]}: {exc.strerror or exc}]")
         return CommandOutcome(CANNOT_START)
     pgid = process.pid
     how = "exited"
+    leftovers: list[str] | None = None
     try:
         async with anyio.create_task_group() as group:
             pumped = anyio.Event()
@@ -163,6 +173,7 @@ async def run_command(command: Command, sink: OutputSink, *, deadline: float,
                 with anyio.move_on_after(KILL_GRACE_S):
                     await _leader_exited(process.pid)
                 signal_group(pgid, signal.SIGKILL)
+            leftovers = await _stop_leftovers(mark, pgid)  # before the drain: they hold the pipe
             with anyio.move_on_after(DRAIN_S):
                 await pumped.wait()
             group.cancel_scope.cancel()
@@ -176,5 +187,19 @@ async def run_command(command: Command, sink: OutputSink, *, deadline: float,
                         with contextlib.suppress(Exception):
                             await stream.aclose()
                 await process.wait()
+            if leftovers is None:  # cancelled, or failed, before the sweep
+                leftovers = await _stop_leftovers(mark, pgid)
+            if leftovers:
+                log.warning("tool.leftovers_stopped", processes=leftovers)
+                await sink.note(f"[squadd stopped {len(leftovers)} process"
+                                f"{'es' if len(leftovers) != 1 else ''} the command left "
+                                f"running outside its process group: {', '.join(leftovers)}]")
     return CommandOutcome(process.returncode, timed_out=how == "timeout",
-                          cancelled=how == "cancelled")
+                          cancelled=how == "cancelled", leftovers=tuple(leftovers or ()))
+
+
+async def _stop_leftovers(mark: str, pgid: int) -> list[str]:
+    """Stop what escaped the group (bounded: /proc is read in a worker thread)."""
+    with anyio.CancelScope(shield=True), anyio.move_on_after(DRAIN_S):
+        return await anyio.to_thread.run_sync(stop_leftovers, mark, pgid)
+    return []
