@@ -86,6 +86,8 @@ def command_constructs(command: Command, depth: int = 0) -> list[tuple[str, int]
     name = words[index].literal
     options = [w.literal for w in words[index + 1:] if w.literal[:1] in "-+"]
     at = words[index].start
+    if _expands(words[index]):
+        found.append((f"a command named by an expansion ({words[index].text})", at))
     if name in EVALUATING_BUILTINS:
         found.append((f"'{name}'", at))
     elif name in DECLARING_BUILTINS and options:
@@ -102,11 +104,28 @@ def command_constructs(command: Command, depth: int = 0) -> list[tuple[str, int]
                 found.append((f"'{program}' reading code from its input", words[position].start))
             elif program in SHELLS | INTERPRETERS:
                 found.extend(_code_constructs(program, words[code], depth))
+        if program in WRAPPERS:
+            wrapped = next((w for w in words[position + 1:] if _operand(w)), None)
+            if wrapped is not None and _expands(wrapped):
+                found.append((f"a command named by an expansion ({wrapped.text}) that "
+                              f"'{program}' runs", wrapped.start))
         if program == "xargs" and any(w.literal.startswith(("-I", "-i", "--replace", "-J"))
                                       for w in words[position + 1:]):
             found.append(("'xargs -I', which puts its input into a command line",
                           words[position].start))
     return found
+
+
+def _expands(word: Word) -> bool:
+    """True when bash expands something in `word` (`$V`, `"$@"`, `$(...)`, backticks)."""
+    return "$" in word.text or "`" in word.text
+
+
+def _operand(word: Word) -> bool:
+    """A word that is not an option, an assignment or a number (the command a wrapper runs)."""
+    text = word.literal
+    return bool(text) and not text.startswith(("-", "+")) and "=" not in text \
+        and not text.replace(".", "").rstrip("smhd").isdigit()
 
 
 _AWK_RUNS = re.compile(r"system\s*\(|\|\s*getline|print[^;}]*\|")

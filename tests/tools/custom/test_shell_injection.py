@@ -50,7 +50,9 @@ STATEMENTS = [
     "V={X} bash -c 'eval $V'", "echo {X} | xargs -I{} sh -c 'echo {}'",
     "echo {X} | awk '{system($0)}'", "echo {X} | sed 's/.*/&/e'",
     "printf '%s' {X} > f.sh; bash f.sh", "[[ -n {X} ]]\nfor ((i=0; i<{X}; i++)); do :; done",
-    "[[ -n {X} ]]; (( {X} > 1 ))",
+    "[[ -n {X} ]]; (( {X} > 1 ))", "V={X}; $V", "sh -c \"$1\" sh {X}", "set -- {L}; \"$@\"",
+    "$(echo {X})", "timeout 5 $V", "bash -c \"echo {X}\"", "echo \"a-{X}-b\"",
+    "x=\"{X}\"; echo \"$x\"", "echo ${U:-\"{X}\"}", "eval \"echo {X}\"",
 ]
 
 
@@ -143,6 +145,11 @@ def _refusal(template: str) -> str:
     ("echo {X} | sed 's/.*/&/e'", "sed script that runs commands"),
     ("printf '%s' {X} > f.sh; bash f.sh", "'bash' running f.sh, which the template writes"),
     ("[[ -n {X} ]]\nfor ((i=0; i<{X}; i++)); do :; done", "((...))"),
+    ("V={X}; $V", "a command named by an expansion ($V)"),
+    ("sh -c '$1' sh {X}", "a command named by an expansion ($1) in the code 'sh' runs"),
+    ("$(echo {X})", "a command named by an expansion"),
+    ('bash -c "echo {X}"', "code that 'bash' runs"),
+    ('echo "{L}"', "cannot be separate words"),
 ])
 def test_every_evaluation_context_is_refused_at_load_with_the_construct_named(
         template: str, what: str) -> None:
