@@ -111,6 +111,9 @@ class DaemonSettings(_Section):
     log_max_bytes: int = Field(10_485_760, ge=1024)
     log_backups: int = Field(3, ge=0)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    header_timeout_s: float = Field(10.0, gt=0, le=3600)
+    keep_alive_s: int = Field(5, ge=1, le=3600)
+    max_connections: int = Field(512, ge=1, le=100_000)
 
 
 class AgentSettings(_Section):

@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from squadd.errors import LockTimeoutError
+from squadd.errors import LockTimeoutError, StateError
 
 DEFAULT_LOCK_TIMEOUT_S = 30.0
 
@@ -98,11 +98,15 @@ def create_exclusive(path: Path, data: str | bytes) -> bool:
 
 
 def read_text(path: Path, default: str = "") -> str:
-    """Read a UTF-8 file, or return `default` when it does not exist."""
+    """Read a UTF-8 file, or return `default` when it does not exist; a file that is not UTF-8
+    is a `StateError` naming it and the first bad byte (the `UnicodeDecodeError` is its cause)."""
     try:
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return default
+    except UnicodeDecodeError as exc:
+        raise StateError(f"{path} is not UTF-8 text (byte {exc.start}: {exc.reason}): fix or "
+                         "remove the bad bytes") from exc
 
 
 @contextlib.contextmanager

@@ -1,5 +1,6 @@
 """Input squadd does not control, made safe to hold: JSON parsed with a nesting limit and without
-NaN, text checked (or mended) for unpaired surrogates, and file names shown readably.
+NaN, text checked (or mended) for unpaired surrogates, regular expressions run in linear time,
+and file names shown readably.
 
 The HTTP API, MCP, the command line, model answers and the files squadd reads all use these, so
 a hostile value gets the same clear error wherever it enters.
@@ -10,7 +11,10 @@ from __future__ import annotations
 import json
 import math
 import re
+from functools import lru_cache
 from typing import Any
+
+from pydantic_core import SchemaError, SchemaValidator, core_schema
 
 MAX_JSON_DEPTH = 100
 """Deepest nesting of arrays and objects accepted in JSON from outside (no real call nests so)."""
@@ -139,3 +143,30 @@ def shown_name(name: str) -> str:
         return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
     except UnicodeEncodeError:
         return mend_text(name)
+
+
+class LinearPattern:
+    """A regular expression run by pydantic's Rust engine: matching takes time linear in the
+    text whatever the pattern, so a pattern or a text from outside cannot stall the loop."""
+
+    def __init__(self, pattern: str):
+        try:
+            self._validator = SchemaValidator(core_schema.str_schema(pattern=pattern))
+        except SchemaError as exc:
+            lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+            reason = next((line for line in lines if line.startswith("error:")), lines[-1])
+            raise UntrustedInputError(
+                f"the pattern {pattern!r} cannot be used: {reason.removeprefix('error:').strip()}"
+                " (patterns run in a linear-time engine: write it without look-around or "
+                "backreferences)") from None
+        self.pattern = pattern
+
+    def search(self, text: str) -> bool:
+        """True when the pattern matches somewhere in `text`."""
+        return bool(self._validator.isinstance_python(text))
+
+
+@lru_cache(maxsize=256)
+def linear_pattern(pattern: str) -> LinearPattern:
+    """`LinearPattern(pattern)`, cached (`UntrustedInputError` when it cannot be compiled)."""
+    return LinearPattern(pattern)

@@ -48,6 +48,13 @@ def scribe(as_json: bool, dry_run: bool, watch: bool, directory: Path | None) ->
         report = merge_inbox(layout, settings, dry_run=dry_run)
     except SquaddError as exc:
         raise click.ClickException(str(exc)) from exc
+    except OSError as exc:  # a file the pass needs cannot be read or written
+        where = f"{exc.filename}: " if exc.filename else ""
+        raise click.ClickException(f"{where}{exc.strerror or exc}; nothing more was "
+                                   "changed (fix it and run 'squadd scribe' again)") from exc
+    except UnicodeDecodeError as exc:
+        raise click.ClickException(f"a squad file is not UTF-8 text ({exc.reason} at byte "
+                                   f"{exc.start}); nothing more was changed") from exc
     if as_json:
         print_json(report.model_dump(mode="json"))
     else:

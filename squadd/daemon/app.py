@@ -162,7 +162,8 @@ async def _toolset(runtime: SquadRuntime) -> ToolSet:
     tools = runtime.tools
     extra = runtime.extra_tools
     if extra is not None:
-        tools = tools.merged(await anyio.to_thread.run_sync(lambda: list(extra())))
+        extras = await anyio.to_thread.run_sync(extra)
+        tools = tools.merged(extras if isinstance(extras, ToolSet) else list(extras))
     return tools
 
 

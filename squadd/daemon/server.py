@@ -33,6 +33,7 @@ from squadd.contracts.events import DaemonStarted, DaemonStopping
 from squadd.daemon._unix import SocketAddress
 from squadd.daemon.app import BearerAuth, DaemonContext, create_app
 from squadd.daemon.client import DaemonClient
+from squadd.daemon.guard import ListenerLimits, ensure_descriptors, guarded_protocol
 from squadd.daemon.recovery import recover_sessions, sweep_stale_temp_files
 from squadd.errors import ConfigError, DaemonAlreadyRunningError, DaemonError, DaemonNotRunningError
 from squadd.fsio import atomic_write, try_lock
@@ -245,12 +246,17 @@ class Daemon:
         runtime = context.runtime
         app = create_app(context)
         servers: list[_Server] = []
+        daemon = self.settings.daemon
+        ensure_descriptors([daemon.max_connections] * len(listeners))
         async with anyio.create_task_group() as group:
             for listener in listeners:
                 served = app if listener.kind == "unix" else BearerAuth(app, token or "")
+                limits = ListenerLimits(listener.kind, daemon.max_connections,
+                                        daemon.header_timeout_s, daemon.keep_alive_s)
                 server = _Server(uvicorn.Config(
                     served, lifespan="off", log_config=None, access_log=False,
-                    timeout_graceful_shutdown=int(HTTP_DRAIN_S), server_header=False))
+                    timeout_graceful_shutdown=int(HTTP_DRAIN_S), server_header=False,
+                    http=guarded_protocol(limits), timeout_keep_alive=daemon.keep_alive_s))
                 servers.append(server)
                 group.start_soon(server.serve, [listener.sock])
             with anyio.fail_after(STARTUP_TIMEOUT_S):

@@ -11,11 +11,13 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+import structlog
+
 from squadd.config import Settings
 from squadd.contracts.names import safe_name
 from squadd.contracts.routes import FailureReason, RoutedBy, RouteOrigin, RouteRequest, RouteResult
 from squadd.contracts.sessions import LIVE_STATES, SessionView
-from squadd.errors import InvalidNameError
+from squadd.errors import InvalidNameError, StateError
 from squadd.runtime.router import Router
 from squadd.runtime.session import SessionInfo, choose_model, new_session_id
 from squadd.statcache import StatCache
@@ -23,6 +25,8 @@ from squadd.state.charters import Charter, parse_charter, roster
 from squadd.state.layout import SquadLayout, safe_id
 from squadd.state.members import folder_for
 from squadd.state.transcripts import Transcript, read_transcript
+
+log = structlog.get_logger("squadd.planning")
 
 
 class Refusal(Exception):
@@ -60,13 +64,16 @@ class CharterCache:
         self.layout = layout
         self._parsed: StatCache[Charter] = StatCache(
             lambda path: parse_charter(path.parent.name,
-                                       path.read_text(encoding="utf-8", errors="replace")),
+                                       layout.read_text(path, errors="replace")),
             limit=1024)
 
     def get(self, agent: str) -> Charter | None:
         try:
             charter = self._parsed.get(self.layout.charter(agent))
         except (FileNotFoundError, NotADirectoryError):
+            return None
+        except StateError as exc:  # a charter leading outside the repository: not an agent
+            log.warning("charter.not_read", agent=agent, reason=str(exc))
             return None
         # A folder linked inside the squad dir reaches the same file under another name.
         return charter if charter.agent == agent else dataclasses.replace(charter, agent=agent)

@@ -8,13 +8,19 @@ session.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import structlog
+
 from squadd.config import PromptSettings
-from squadd.statcache import StatCache, read_text
+from squadd.errors import StateError
+from squadd.statcache import StatCache
 from squadd.state.layout import SquadLayout
 from squadd.state.skills import list_skills
+
+log = structlog.get_logger("squadd.prompt")
 
 
 def keep_tail(text: str, budget: int, what: str) -> str:
@@ -59,20 +65,32 @@ def skills_index(layout: SquadLayout) -> str:
     return "\n".join(lines)
 
 
+def file_cache(layout: SquadLayout, limit: int = 256) -> StatCache[str]:
+    """A cache of the squad's small text files, each read through the layout's "stays inside"
+    rule (a symlink out of the repository raises `StateError`)."""
+    return StatCache(lambda path: layout.read_text(path, errors="replace"), limit=limit)
+
+
 def gather(layout: SquadLayout, agent: str, context: str | None,
            files: StatCache[str] | None = None) -> PromptParts:
     """Read everything the prompt needs (blocking: call from a worker thread), through the
-    owner's `files` cache when it has one."""
-    def read(path: Path) -> str:
+    owner's `files` cache when it has one. A file that cannot be read safely (a symlink out
+    of the repository, a FIFO) is left out with a note, and logged with the reason."""
+    cache = files if files is not None else file_cache(layout, limit=4)
+
+    def read(where: Callable[[], Path], what: str) -> str:
         try:
-            return files.get(path) if files is not None else read_text(path)
-        except FileNotFoundError:
+            return cache.get(where())
+        except (FileNotFoundError, NotADirectoryError):
             return ""
+        except StateError as exc:
+            log.warning("prompt.file_not_read", part=what, reason=str(exc))
+            return f"({what} was not read: it is not a regular file inside the repository)"
 
     return PromptParts(
-        charter=read(layout.charter(agent)),
-        history=read(layout.history(agent)),
-        decisions=read(layout.decisions_md),
+        charter=read(lambda: layout.charter(agent), "charter"),
+        history=read(lambda: layout.history(agent), "history"),
+        decisions=read(lambda: layout.decisions_md, "decisions"),
         context=context or "",
         skills=skills_index(layout),
     )

@@ -20,13 +20,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+import structlog
+
 from squadd.contracts.names import is_safe_name
-from squadd.statcache import StatCache, read_text
+from squadd.errors import StateError
+from squadd.statcache import StatCache
 from squadd.state.layout import SquadLayout
 from squadd.state.members import Member, cells, data_lines, parse_members, plain_words
 
 _WORK_COLUMNS = ("work type", "work", "area", "domain")
 _AGENT_COLUMNS = ("route to", "agent", "owner")
+log = structlog.get_logger("squadd.router")
 _WORD_RE = re.compile(r"[a-z0-9]+")
 _MENTION_RE = re.compile(r"(?<![\w.@/])@([A-Za-z0-9][A-Za-z0-9._-]{0,63})")
 _STOPWORDS = frozenset({
@@ -194,18 +198,31 @@ class Router:
 
     def __init__(self, layout: SquadLayout):
         self.layout = layout
-        self._texts: StatCache[str] = StatCache(read_text, limit=2)
+        self._texts: StatCache[str] = StatCache(
+            lambda path: layout.read_text(path, errors="replace"), limit=2)
         self._parsed: tuple[str, str, list[RoutingRule], dict[str, Member]] | None = None
+        self.problem: str | None = None
 
     def _text(self, path: Path) -> str:
         try:
             return self._texts.get(path)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return ""
 
     def _load(self) -> tuple[list[RoutingRule], dict[str, Member]]:
-        routing = self._text(self.layout.routing_md)
-        team = self._text(self.layout.team_md)
+        try:
+            routing = self._text(self.layout.routing_md)
+        except StateError as exc:  # a routing.md leading outside the repository
+            if self.problem != str(exc):
+                log.warning("routing.not_read", reason=str(exc))
+            self.problem = str(exc)
+            return [], {}
+        self.problem = None
+        try:
+            team = self._text(self.layout.team_md)
+        except StateError as exc:
+            log.warning("team.not_read", reason=str(exc))
+            team = ""
         if self._parsed is None or self._parsed[:2] != (routing, team):
             members = parse_members(team).members
             rules = parse_routing(routing, name_index(members))
@@ -213,7 +230,9 @@ class Router:
         return self._parsed[2], self._parsed[3]
 
     def rules(self) -> list[RoutingRule]:
-        """routing.md's rules (blocking file read: call from a worker thread)."""
+        """routing.md's rules (blocking file read: call from a worker thread). A routing.md
+        that cannot be read safely (a symlink out of the repository) gives no rules, and
+        `problem` says why."""
         return self._load()[0]
 
     def choose(self, task: str, is_agent: Callable[[str], bool]) -> RouteChoice | None:
@@ -236,6 +255,8 @@ class Router:
     def describe(self) -> str:
         """routing.md's table as text, for a failure that shows what could have matched."""
         rules = self.rules()
+        if self.problem is not None:
+            return f"routing.md was not read: {self.problem}"
         if not rules:
             return (f"{self.layout.routing_md} has no routing rules: add rows to a table with "
                     "Work Type and Route To (or Agent) columns (| Work Type | Route To | "

@@ -135,8 +135,8 @@ class RouteRunner:
         ))
         tools = self.tools
         if self.extra_tools is not None:
-            extras = list(await anyio.to_thread.run_sync(self.extra_tools))
-            tools = tools.merged(extras)
+            extras = await anyio.to_thread.run_sync(self.extra_tools)
+            tools = tools.merged(extras if isinstance(extras, ToolSet) else list(extras))
         sink = SessionSink(self.bus, self.pool, record)
         session = AgentSession(
             info, layout=self.layout, settings=self.settings, provider=self.provider,

@@ -9,7 +9,6 @@ as `async with SquadRuntime(...) as runtime:`.
 from __future__ import annotations
 
 from contextlib import AsyncExitStack
-from typing import Any
 
 import anyio
 import structlog
@@ -36,15 +35,15 @@ from squadd.runtime.planning import (
     view_from_transcript,
 )
 from squadd.runtime.pool import SessionPool, SessionRecord
+from squadd.runtime.prompt import file_cache
 from squadd.runtime.router import Router
 from squadd.runtime.runner import ExtraTools, RouteRunner
 from squadd.runtime.session import record_acceptance
 from squadd.runtime.slots import SlotLimiter, SlotTicket
-from squadd.statcache import text_cache
 from squadd.state.charters import Charter
 from squadd.state.layout import SquadLayout
 from squadd.state.transcripts import SpareFiles
-from squadd.tools.base import Tool, ToolSet
+from squadd.tools.base import ToolSet
 from squadd.tools.invoke import ToolInvoker
 from squadd.tools.squad import file_tools
 from squadd.tools.squad.route import SquadRoute
@@ -91,7 +90,7 @@ class SquadRuntime:
         """The built-in tools every session starts from (extra tools are added per session)."""
         # What this runtime keeps in memory is its own: two runtimes in one process (or two
         # tests) share no cache, no spare file, no discovered tool.
-        self.files = text_cache()
+        self.files = file_cache(layout)
         """The prompt's files (charters, histories, decisions.md), by stat signature."""
         self.spares = SpareFiles(layout.sessions_dir)
         """New transcripts' files, made ahead by a background task."""
@@ -128,10 +127,10 @@ class SquadRuntime:
         discoverer = ToolDiscoverer()  # this runtime's: loaded tool files, by stat
         runtime: SquadRuntime | None = None
 
-        def custom_tools() -> list[Tool[Any]]:
+        def custom_tools() -> ToolSet:
             builtins = runtime.tools.names if runtime is not None else ()
-            return list(discover_tools(layout, settings, bus, builtin_names=builtins,
-                                       discoverer=discoverer).tools)
+            return discover_tools(layout, settings, bus, builtin_names=builtins,
+                                  discoverer=discoverer).toolset()
 
         runtime = cls(layout, settings, provider, bus=bus, invoker=invoker,
                       extra_tools=custom_tools, owns_provider=True)

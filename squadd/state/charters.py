@@ -12,13 +12,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from squadd.contracts.names import is_safe_name, safe_name
-from squadd.errors import NotFoundError
+from squadd.errors import NotFoundError, StateError
 from squadd.state.layout import SquadLayout
 from squadd.state.members import Member, StatusKind, parse_members, status_kind
 
-_PREFERRED_RE = re.compile(r"^\s*[-*]?\s*\**Preferred:?\**:?\s*`?([^`\n]+?)`?\s*$",
+# Each quantifier has one way to match (no `\s*` that spans lines, no two runs of spaces side by
+# side), so a hostile charter cannot make a search backtrack: linear in the text.
+_PREFERRED_RE = re.compile(r"^[ \t]*(?:[-*][ \t]*)?\**Preferred:?\**:?[ \t]*(\S[^\n]*)$",
                            re.IGNORECASE | re.MULTILINE)
-_ROLE_RE = re.compile(r"^\s*[-*]?\s*\**Role:?\**:?\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
+_ROLE_RE = re.compile(r"^[ \t]*(?:[-*][ \t]*)?\**Role:?\**:?[ \t]*(\S[^\n]*)$",
+                      re.IGNORECASE | re.MULTILINE)
 _TOOL_NAME_RE = re.compile(r"`?([A-Za-z0-9_.*?-]+)`?")
 _NO_MODEL = {"auto", "default", "none", "-", ""}
 
@@ -57,8 +60,9 @@ def parse_charter(agent: str, text: str) -> Charter:
     model = None
     if "model" in sections:
         match = _PREFERRED_RE.search(sections["model"])
-        if match and match.group(1).strip().lower() not in _NO_MODEL:
-            model = match.group(1).strip()
+        preferred = match.group(1).strip().strip("`").strip() if match else ""
+        if match and preferred.lower() not in _NO_MODEL:
+            model = preferred
     role = ""
     role_match = _ROLE_RE.search(sections.get("identity", ""))
     if role_match:
@@ -85,8 +89,8 @@ def read_charter(layout: SquadLayout, agent: str) -> Charter:
     agent = safe_name(agent)
     path = layout.charter(agent)
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+        text = layout.read_text(path)
+    except (FileNotFoundError, NotADirectoryError):
         known = ", ".join(a.name for a in roster(layout)) or "none yet"
         raise NotFoundError(
             f"no agent named {agent!r}: there is no charter at {path} (agents: {known}; "
@@ -137,9 +141,9 @@ def roster(layout: SquadLayout) -> list[RosterEntry]:
                 and charter_path.is_file()):
             continue
         try:
-            text = charter_path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
-            text = ""
+            text = layout.read_text(charter_path)
+        except (OSError, UnicodeDecodeError, StateError):
+            text = ""  # listed without a role; reading it for a route says what is wrong
         parsed = parse_charter(child.name, text)
         member = members.get(child.name)
         out.append(RosterEntry(

@@ -16,7 +16,6 @@ import os
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 
 from squadd.fsio import atomic_write
 from squadd.state.decisions import parse_entries
@@ -75,9 +74,11 @@ def _tail_digest(fd: int, size: int) -> bytes:
     return hashlib.blake2b(os.pread(fd, size - start, start), digest_size=_RECORD).digest()
 
 
-def _open_decisions(path: Path) -> int | None:
+def _open_decisions(layout: SquadLayout) -> int | None:
+    """decisions.md opened through the stays-inside reader (a directory, a FIFO or a link out
+    of the repository is a `StateError` naming it); None when there is none yet."""
     try:
-        return os.open(path, os.O_RDONLY)
+        return layout.open_file(layout.decisions_md)
     except FileNotFoundError:
         return None
 
@@ -154,7 +155,7 @@ class DecisionIndex:
 
     def rebuild(self) -> None:
         """Hash every entry of decisions.md afresh and (when writable) save the index sorted."""
-        fd = _open_decisions(self._layout.decisions_md)
+        fd = _open_decisions(self._layout)
         try:
             text = _read_all(fd) if fd is not None else ""
             covered = _Covered.of(fd, fence_parity(text))
@@ -169,7 +170,7 @@ class DecisionIndex:
         """Add the hashes of entries just appended (and fsynced) to decisions.md as `appended`."""
         new = list(digests)
         self._unsorted.update(new)
-        fd = _open_decisions(self._layout.decisions_md)
+        fd = _open_decisions(self._layout)
         try:
             covered = _Covered.of(fd, self._covered.open_fence ^ fence_parity(appended))
         finally:
@@ -235,7 +236,7 @@ class DecisionIndex:
         except (FileNotFoundError, ValueError):
             return False
         covered, sorted_count = raw_header
-        fd = _open_decisions(self._layout.decisions_md)
+        fd = _open_decisions(self._layout)
         try:
             now = os.fstat(fd) if fd is not None else None
             same = (now is None and covered.size == 0 and covered.inode == 0) or (

@@ -14,13 +14,14 @@ from pathlib import Path
 
 from squadd.contracts.names import safe_name
 from squadd.errors import LimitExceededError, StateError
-from squadd.fsio import create_exclusive
+from squadd.fsio import create_exclusive, read_text
 from squadd.state.layout import SquadLayout
 
 CATEGORIES = ("architecture", "process", "security", "feature", "team", "general")
-_HEADING_RE = re.compile(r"^### +(?:(\d{4}-\d{2}-\d{2})\s*:\s*)?(.*?)\s*$")
-_BY_RE = re.compile(r"^\*\*By:\*\*\s*(.+?)\s*$", re.MULTILINE)
-_CATEGORY_RE = re.compile(r"^\*\*Category:\*\*\s*(.+?)\s*$", re.MULTILINE)
+# Linear on any text (inbox files come from models): no lazy group before a `\s*$`.
+_HEADING_RE = re.compile(r"^### +(?:(\d{4}-\d{2}-\d{2})[ \t]*:[ \t]*)?(.*)$")
+_BY_RE = re.compile(r"^\*\*By:\*\*[ \t]*(\S.*)$", re.MULTILINE)
+_CATEGORY_RE = re.compile(r"^\*\*Category:\*\*[ \t]*(\S.*)$", re.MULTILINE)
 _MAX_SLUG = 60
 _MAX_SUFFIX = 10_000
 
@@ -132,11 +133,7 @@ def parse_entries(text: str) -> ParsedDecisions:
 
 def parse_decisions(path: Path) -> ParsedDecisions:
     """Parse decisions.md (a missing file has no entries)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        text = ""
-    return parse_entries(text)
+    return parse_entries(read_text(path))
 
 
 def _entry(text: str) -> DecisionEntry:
@@ -145,7 +142,7 @@ def _entry(text: str) -> DecisionEntry:
     date: dt.date | None = None
     title = heading[4:].strip()
     if match:
-        title = match.group(2)
+        title = match.group(2).strip()
         if match.group(1):
             try:
                 date = dt.date.fromisoformat(match.group(1))
@@ -157,6 +154,6 @@ def _entry(text: str) -> DecisionEntry:
         text=text,
         title=title,
         date=date,
-        by=by.group(1) if by else None,
-        category=category.group(1) if category else None,
+        by=by.group(1).rstrip() if by else None,
+        category=category.group(1).rstrip() if category else None,
     )

@@ -1,7 +1,10 @@
 """Where everything in a squad dir lives, and the rules that keep paths inside it.
 
 Every path squadd reads or writes under ``.squad/`` comes from a method of `SquadLayout`, which
-checks names against the naming rule and resolves each path to be sure it stays inside.
+checks names against the naming rule and resolves each path to be sure it stays inside. Every
+file squadd reads from the squad (charters, routing, team, skills, tools, histories, decisions)
+is opened through `open_inside`: the file actually opened must lie inside the repository, so a
+symlink such as `SKILL.md -> ~/.netrc` is refused before a byte of it is read.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from pathlib import Path
 from typing import Literal
 
 from squadd.contracts.names import is_safe_name, safe_name
-from squadd.errors import InvalidNameError, PathEscapeError, SquadNotFoundError
+from squadd.errors import InvalidNameError, PathEscapeError, SquadNotFoundError, StateError
 
 SkillSource = Literal["github", "squad", "copilot"]
 """Where a skill lives: `.github/skills/`, `.squad/skills/` or `.copilot/skills/`."""
@@ -32,6 +35,42 @@ def safe_id(value: str, *, kind: str = "session id") -> str:
             f"invalid {kind} {value!r}: ids must match {_ID_RE.pattern}"
         )
     return value
+
+
+def _opened_path(fd: int, path: Path) -> Path:
+    """The real path of the file open on `fd` (from /proc where there is one)."""
+    try:
+        return Path(f"/proc/self/fd/{fd}").readlink()
+    except OSError:
+        return Path(os.path.realpath(path))
+
+
+def open_inside(path: Path, base: Path) -> int:
+    """Open `path` for reading and return the descriptor, only if the file opened (after every
+    symlink) lies inside `base` and is a regular file; else `PathEscapeError` or `StateError`,
+    and nothing is read. Checked on the open descriptor, so a swapped link cannot slip past.
+    FIFOs do not block the open (O_NONBLOCK) and are refused as not regular."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
+    try:
+        real = _opened_path(fd, path)
+        real_base = Path(os.path.realpath(base))
+        if real != real_base and real_base not in real.parents:
+            raise PathEscapeError(f"{path} leads to {real}, outside {real_base}: squadd does not "
+                                  "read files outside the repository (replace the symlink "
+                                  "with the file itself)")
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise StateError(f"{path} is not a regular file: not read")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_inside(path: Path, base: Path, *, max_bytes: int | None = None) -> bytes:
+    """The bytes of `path`, opened through `open_inside` (at most `max_bytes` + 1 of them)."""
+    with os.fdopen(open_inside(path, base), "rb") as handle:
+        return handle.read() if max_bytes is None else handle.read(max_bytes + 1)
 
 
 def find_squad_dir(start: Path | None = None) -> Path:
@@ -94,6 +133,16 @@ class SquadLayout:
         if resolved != self.root and self.root not in resolved.parents:
             raise PathEscapeError(f"{path} resolves to {resolved}, outside {self.root}")
         return resolved
+
+    def open_file(self, path: Path) -> int:
+        """`open_inside(path, repo)`: the one rule for every file squadd reads from the squad
+        (and from the repository's skill folders)."""
+        return open_inside(path, self.repo)
+
+    def read_text(self, path: Path, *, errors: str = "strict") -> str:
+        """A squad file's text through `open_file` (`FileNotFoundError` when it is missing,
+        `PathEscapeError` when it leads outside the repository)."""
+        return read_inside(path, self.repo).decode("utf-8", errors)
 
     def _has_link(self, absolute: Path) -> bool:
         current = self.root

@@ -210,10 +210,16 @@ class Tool(ABC, Generic[ArgsT]):
 class ToolSet:
     """The tools one session may call, by name, in a stable order."""
 
-    def __init__(self, tools: Iterable[Tool[Any]] = ()):
+    def __init__(self, tools: Iterable[Tool[Any]] = (),
+                 unavailable: Mapping[str, str] | None = None):
         self._tools: dict[str, Tool[Any]] = {}
         for tool in tools:
             self._tools[tool.name] = tool
+        self.unavailable: dict[str, str] = {
+            name: reason for name, reason in (unavailable or {}).items()
+            if name not in self._tools}
+        """Tools that exist but failed to load, by name, with the reason (told to a model
+        that calls one, instead of a bare "unknown tool")."""
 
     def __contains__(self, name: object) -> bool:
         return name in self._tools
@@ -240,13 +246,17 @@ class ToolSet:
             return self
         patterns = list(allowed)
         return ToolSet(
-            tool for tool in self._tools.values()
-            if any(fnmatch.fnmatchcase(tool.name, p) for p in patterns)
-        )
+            (tool for tool in self._tools.values()
+             if any(fnmatch.fnmatchcase(tool.name, p) for p in patterns)),
+            {name: reason for name, reason in self.unavailable.items()
+             if any(fnmatch.fnmatchcase(name, p) for p in patterns)})
 
     def merged(self, other: Iterable[Tool[Any]]) -> ToolSet:
-        """This set plus `other`; on the same name this set's tool wins."""
+        """This set plus `other`; on the same name this set's tool wins (tools that failed to
+        load are kept from both, unless a tool of that name did load)."""
         combined = dict(self._tools)
         for tool in other:
             combined.setdefault(tool.name, tool)
-        return ToolSet(combined.values())
+        unavailable = dict(other.unavailable) if isinstance(other, ToolSet) else {}
+        unavailable.update(self.unavailable)
+        return ToolSet(combined.values(), unavailable)

@@ -220,8 +220,11 @@ class ToolInvoker:
                 )
             elif tool is None:
                 available = ", ".join(sorted(tools.names)) or "none"
+                broken = tools.unavailable.get(call.name)
                 result = ToolResult.failure(
-                    f"unknown tool {call.name!r}: the tools available are {available}"
+                    f"tool {call.name!r} exists but failed to load, so it cannot run "
+                    f"({broken}); the tools available are {available}" if broken is not None
+                    else f"unknown tool {call.name!r}: the tools available are {available}"
                 )
             else:
                 result, secrets = await self._run(tool, call, origin, announce)

@@ -8,8 +8,10 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from squadd.cli import main
@@ -100,3 +102,21 @@ def test_watch_merges_in_the_foreground_until_sigterm(squad: SquadLayout) -> Non
             proc.wait(timeout=10)
     assert proc.returncode == 0, err
     assert "merged 1 decision (0 duplicates skipped) from lead-watched-from-the-cli.md" in out
+
+
+@pytest.mark.parametrize("damage, named", [
+    (lambda s: s.history("scribe").write_bytes(b"# History\n\n## Learnings\n\xff\xfe bad\n"),
+     "history.md is not UTF-8 text"),
+    (lambda s: (s.history("scribe").unlink(), s.history("scribe").mkdir()),
+     "history.md: Is a directory"),
+    (lambda s: (s.decisions_md.unlink(), s.decisions_md.mkdir()),
+     "decisions.md is not a regular file"),
+])
+def test_a_file_the_pass_cannot_read_is_named_without_a_traceback(
+        squad: SquadLayout, damage: Callable[[SquadLayout], object], named: str) -> None:
+    fill_inbox(squad)
+    damage(squad)
+    done = subprocess.run([sys.executable, "-m", "squadd", "scribe", "--dir", str(squad.repo)],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr and named in done.stderr, done.stderr

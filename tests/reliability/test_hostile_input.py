@@ -507,6 +507,35 @@ def test_a_hostile_model_answer_fails_only_its_own_session(world: World) -> None
     world.assert_intact()
 
 
+# Squad files that lead outside the repository ---------------------------------------------------
+def test_squad_files_leading_outside_are_reported_and_never_read(world: World,
+                                                               http: httpx.Client) -> None:
+    squad = world.daemon.layout.root
+    secret = world.outside.read_text(encoding="utf-8").strip()
+    routing = squad / "routing.md"
+    saved = routing.read_bytes()
+    (squad / "skills" / "leak").mkdir(parents=True)
+    (squad / "skills" / "leak" / "SKILL.md").symlink_to(world.outside)
+    routing.unlink()
+    routing.symlink_to(world.outside)
+    try:
+        unrouted = http.post("/v1/route", json={"task": "probe with no agent named"})
+        check_answer(unrouted, 404, "routing.md was not read", "routing.md leading outside")
+        before = len(world.model.requests)
+        answer = world.daemon.client.route("what skills are there?", "lead")
+        assert answer["ok"] is True, answer
+        prompts = json.dumps([r.body for r in world.model.requests[before:]])
+        assert secret not in prompts and "leak" in prompts
+        broken = http.post("/v1/tools/arith", json={"arguments": {"N": "1"}})
+        check_answer(broken, 404, "exists but failed to load", "a tool that failed to load")
+    finally:
+        routing.unlink()
+        routing.write_bytes(saved)
+        (squad / "skills" / "leak" / "SKILL.md").unlink()
+        (squad / "skills" / "leak").rmdir()
+    world.assert_intact()
+
+
 # The command line -----------------------------------------------------------------------------
 def argv_values(world: World) -> list[bytes]:
     """Hostile values as command-line bytes (a NUL byte cannot be passed to a process)."""
@@ -671,7 +700,21 @@ BAD_TOOL_FILES: dict[bytes, tuple[bytes, str]] = {
     b"nan_default.py": (b"from squadd import tool\n\n\n@tool\ndef nan_default(x: float = "
                         b"float('nan')) -> str:\n    \"\"\"Take a number.\"\"\"\n    return ''\n",
                         "not plain JSON"),
+    # Templates a value could break out of, and patterns a value could make backtrack.
+    b"arith.yaml": (b"description: d\nparameters:\n  N: {type: string, description: n}\n"
+                    b"bash: 'if (( {N} > 10 )); then echo big; fi'\n", "arithmetic context"),
+    b"tainted.yaml": (b"description: d\nparameters:\n  N: {type: string, description: n}\n"
+                      b"bash: 'n={N}; let n+=1'\n", "'let'"),
+    b"nested.yaml": (b"description: d\nparameters:\n  N: {type: string, description: n}\n"
+                     b"run: sh -c \"echo {N}\"\n", "code that 'sh' runs"),
+    b"assign.yaml": (b"description: d\nparameters:\n  F: {type: array, description: f}\n"
+                     b"bash: 'FILES={F}; ls $FILES'\n", "cannot be separate words"),
+    b"lookahead.yaml": (b"description: d\nparameters:\n  S:\n    type: string\n"
+                        b"    description: s\n    validation: {pattern: '^(?=a)a+$'}\n"
+                        b"bash: echo {S}\n", "look-around"),
 }
+LINKED_TOOL_FILES = {"linked.py": "outside", "linked.yaml": "outside"}
+"""Tool files that are symlinks to a file outside the repository: refused, never run."""
 
 
 def write_tool_files(folder: Path, outside: Path) -> None:
@@ -680,6 +723,8 @@ def write_tool_files(folder: Path, outside: Path) -> None:
     (folder / "hello.yaml").write_text(GOOD_YAML, encoding="utf-8")
     for name, (data, _) in BAD_TOOL_FILES.items():
         (folder / os.fsdecode(name)).write_bytes(data)
+    for name in LINKED_TOOL_FILES:
+        (folder / name).symlink_to(outside)
 
 
 def test_bad_tool_files_are_load_failures_and_the_rest_load(world: World,
@@ -690,6 +735,8 @@ def test_bad_tool_files_are_load_failures_and_the_rest_load(world: World,
     failures = {Path(row["file"]).name: row["error"] for row in rows if row["status"] == "error"}
     for name, (_, why) in BAD_TOOL_FILES.items():
         shown = os.fsdecode(name).encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        assert why in failures.get(shown, ""), (shown, why, failures.get(shown))
+    for shown, why in LINKED_TOOL_FILES.items():
         assert why in failures.get(shown, ""), (shown, why, failures.get(shown))
     assert {row["name"] for row in rows if row["status"] == "ok"} >= {"echo", "hello"}
     served = http.get("/v1/tools")

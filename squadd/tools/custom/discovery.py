@@ -28,10 +28,11 @@ import structlog
 
 from squadd.config import Settings
 from squadd.contracts.events import EventSink, NullSink, ToolsLoadFailed
-from squadd.state.layout import SquadLayout
+from squadd.errors import StateError
+from squadd.state.layout import SquadLayout, read_inside
 from squadd.tools.base import Tool, ToolSet, ToolSource
 from squadd.tools.custom.python_tools import PythonTool, ToolDefinitionError, check_tool_name
-from squadd.tools.custom.shell_schema import ShellToolError
+from squadd.tools.custom.shell_schema import MAX_FILE_BYTES, ShellToolError
 from squadd.tools.custom.shell_tools import link_shell_tools, load_shell_tool
 from squadd.untrusted import has_surrogate
 
@@ -88,7 +89,8 @@ class Discovery:
     dirs: tuple[ToolDir, ...] = ()
 
     def toolset(self) -> ToolSet:
-        return ToolSet(self.tools)
+        """The tools, and the names of files that failed to load (by file stem) with why."""
+        return ToolSet(self.tools, {f.file.stem: f"{f.file}: {f.reason}" for f in self.failures})
 
     def get(self, name: str) -> Tool[Any] | None:
         return next((t for t in self.tools if t.name == name), None)
@@ -170,11 +172,13 @@ def _failure_reason(exc: BaseException, path: Path) -> str:
     return reason
 
 
-def load_python_file(path: Path, source: ToolSource) -> list[PythonTool]:
-    """Run a tool file under a private module name and collect its tools, named."""
-    if path.stat().st_size > MAX_PYTHON_FILE_BYTES:
+def load_python_file(path: Path, source: ToolSource, *,
+                     data: bytes | None = None) -> list[PythonTool]:
+    """Run a tool file (its bytes `data`, already read, or else read here) under a private
+    module name and collect its tools, named."""
+    text = path.read_bytes() if data is None else data
+    if len(text) > MAX_PYTHON_FILE_BYTES:
         raise ToolDefinitionError(f"larger than {MAX_PYTHON_FILE_BYTES} bytes")
-    text = path.read_bytes()
     name = _module_name(path)
     module = types.ModuleType(name)
     module.__file__ = str(path)
@@ -253,9 +257,11 @@ class ToolDiscoverer:
         skipped: list[Skipped] = []
         seen_files: set[Path] = set()
         for folder in dirs:
+            # Project tools stay inside the repository, others inside their own folder.
+            base = layout.repo if folder.source in ("project", "cycod-project") else folder.path
             for path in _tool_files(folder):
                 seen_files.add(path)
-                loaded = self._load(path, folder.source, settings, fingerprint)
+                loaded = self._load(path, folder.source, settings, fingerprint, base)
                 if loaded.error is not None:
                     failures.append(LoadFailure(path, folder.source, loaded.error))
                     continue
@@ -283,7 +289,7 @@ class ToolDiscoverer:
                          tuple(dirs))
 
     def _load(self, path: Path, source: ToolSource, settings: Settings,
-              fingerprint: str) -> _Loaded:
+              fingerprint: str, base: Path) -> _Loaded:
         try:
             # A YAML tool's availability depends on the interpreters found on PATH.
             key: tuple[Any, ...] = (*_stat_key(path), source,
@@ -300,10 +306,18 @@ class ToolDiscoverer:
             self._files[path] = loaded
             return loaded
         try:
+            limit = MAX_PYTHON_FILE_BYTES if path.suffix == ".py" else MAX_FILE_BYTES
+            data = read_inside(path, base, max_bytes=limit)
+        except (OSError, StateError) as exc:
+            loaded.error = (f"not read: {exc}" if isinstance(exc, StateError)
+                            else f"cannot be read: {exc.strerror}")
+            self._files[path] = loaded
+            return loaded
+        try:
             if path.suffix == ".py":
-                loaded.tools = list(load_python_file(path, source))
+                loaded.tools = list(load_python_file(path, source, data=data))
             else:
-                shell = load_shell_tool(path, source=source, settings=settings)
+                shell = load_shell_tool(path, source=source, settings=settings, data=data)
                 unavailable = shell.definition.unavailable_reason()
                 if unavailable is None:
                     loaded.tools = [shell]

@@ -7,6 +7,7 @@ their interpreter, steps that name earlier steps, and sections whose values depe
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 
 from squadd.tools.custom.shell_conditions import Condition, ConditionError, parse_condition
 from squadd.tools.custom.shell_dialects import SHELLS, check_template, dialect_of
@@ -21,7 +22,7 @@ from squadd.tools.custom.shell_schema import (
     StepSpec,
     _check_parameter,
 )
-from squadd.tools.custom.shell_template import TemplateError, refuse_nul, split_run
+from squadd.tools.custom.shell_template import TemplateError, check_run_template, refuse_nul
 
 ESCAPE_SHELL_REFUSED = (
     "'escape-shell: false' is refused: squadd always quotes parameter values, so that a value "
@@ -56,15 +57,16 @@ def check_spec(spec: ShellToolFile) -> None:
     for name, param in spec.parameters.items():
         _check_parameter(name, _bounds_for_numbers_only(param))
     check_sections(spec)
+    kinds = parameter_kinds(spec)
     command = spec.main_command()
     if command is not None:
         key = next(k for k in ("bash", "script", "cmd", "pwsh", "commands")
                    if getattr(spec, k) is not None)
-        template(command[1], names, key, command[0])
+        template(command[1], names, key, command[0], kinds=kinds)
     if spec.run is not None:
-        split_run(spec.run)
+        run_template(spec.run, names, "run", kinds=kinds)
     if spec.steps is not None:
-        _check_steps(spec.steps, names)
+        _check_steps(spec.steps, names, kinds)
 
 
 def _bounds_for_numbers_only(param: ParameterSpec) -> ParameterSpec:
@@ -81,14 +83,31 @@ WAYS = ("bash", "cmd", "pwsh", "run", "script", "commands", "steps")
 """The ways a tool runs; it gives exactly one."""
 
 
-def template(text: str, params: set[str], key: str, shell: str = "bash") -> None:
+def template(text: str, params: set[str], key: str, shell: str = "bash", *,
+             kinds: Mapping[str, str] | None = None) -> None:
     try:
-        check_template(text, params, dialect_of(shell))
+        check_template(text, params, dialect_of(shell), kinds=kinds)
     except TemplateError as exc:
         raise ValueError(f"{key}: {exc}") from None
 
 
-def _check_steps(steps: list[StepSpec], params: set[str]) -> None:
+def run_template(text: str, params: set[str], key: str, *,
+                 kinds: Mapping[str, str] | None = None) -> None:
+    """A `run` command: split into words, with no placeholder where a program would run it as
+    code (`sh -c {X}`) or as the program itself."""
+    try:
+        check_run_template(text, params, kinds=kinds)
+    except TemplateError as exc:
+        raise ValueError(f"{key}: {exc}") from None
+
+
+def parameter_kinds(spec: ShellToolFile) -> dict[str, str]:
+    """Each parameter's type: a `number` (without a `format`) may stand in arithmetic."""
+    return {name: param.type if param.format is None else "string"
+            for name, param in spec.parameters.items()}
+
+
+def _check_steps(steps: list[StepSpec], params: set[str], kinds: Mapping[str, str]) -> None:
     if not steps:
         raise ValueError("'steps' is empty")
     if len(steps) > MAX_STEPS:
@@ -108,13 +127,14 @@ def _check_steps(steps: list[StepSpec], params: set[str]) -> None:
             raise ValueError(f"{where}: 'with' goes with 'use-tool'")
         command = step.command()
         if command is not None:
-            template(command[1], names, f"{where}.{command[0]}", command[0])
+            template(command[1], names, f"{where}.{command[0]}", command[0], kinds=kinds)
         if step.run is not None:
-            split_run(step.run)
+            run_template(step.run, names, f"{where}.run", kinds=kinds)
         if step.error_handling is not None:
             handling = step.error_handling
             if handling.fallback is not None:
-                template(handling.fallback, names, f"{where}.error-handling.fallback")
+                template(handling.fallback, names, f"{where}.error-handling.fallback",
+                         kinds=kinds)
         for other in step.wait_for:
             if other not in seen:
                 raise ValueError(f"{where}.wait-for: {other!r} is not an earlier step")
@@ -178,7 +198,7 @@ def check_sections(spec: ShellToolFile) -> None:
     for index, cleanup in enumerate(spec.resources.cleanup):
         if cleanup.final_command is not None:
             template(cleanup.final_command, set(spec.parameters),
-                     f"resources.cleanup.{index}.final-command")
+                     f"resources.cleanup.{index}.final-command", kinds=parameter_kinds(spec))
     for step in spec.steps or ():
         if step.output is not None and step.output.buffer_limit is not None:
             parse_size(step.output.buffer_limit, key=f"steps.{step.name}.output.buffer-limit")
@@ -187,11 +207,12 @@ def check_sections(spec: ShellToolFile) -> None:
             raise ValueError("commands: give a 'default' command, 'platforms' commands, or both")
         names = set(spec.parameters)
         if spec.commands.default is not None:
-            template(spec.commands.default, names, "commands.default")
+            template(spec.commands.default, names, "commands.default",
+                     kinds=parameter_kinds(spec))
         for key, command in spec.commands.platforms.items():
             assert key in PLATFORM_KEYS
             template(command, names, f"commands.platforms.{key}",
-                     "cmd" if key == "windows" else "bash")
+                     "cmd" if key == "windows" else "bash", kinds=parameter_kinds(spec))
 
 
 def tool_warnings(spec: ShellToolFile) -> list[str]:

@@ -11,6 +11,8 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from squadd.untrusted import UntrustedInputError, linear_pattern
+
 _TOKEN_RE = re.compile(r"""
     \s*(?:
       (?P<ref>\{[A-Za-z0-9_-]+(?:\.(?:exit-code|output))?\})
@@ -146,10 +148,9 @@ class _Parser:
             right = self.operand()
             if token[1] == "=~" and isinstance(right, Literal_):
                 try:
-                    re.compile(right.value)
-                except re.error as exc:
-                    raise ConditionError(f"bad regular expression {right.value!r}: {exc}") \
-                        from None
+                    linear_pattern(right.value)
+                except UntrustedInputError as exc:
+                    raise ConditionError(f"bad regular expression: {exc}") from None
             return Compare(left, token[1], right)
         return Compare(left, None, None)
 
@@ -224,9 +225,9 @@ def _evaluate(node: Node, lookup: Callable[[Ref], str]) -> bool:
     if node.op == "contains":
         return right in left
     if node.op == "=~":
-        try:
-            return re.search(right, left) is not None
-        except re.error:
+        try:  # linear time: the pattern or the text may come from a parameter value
+            return linear_pattern(right).search(left)
+        except UntrustedInputError:
             return False
     a, b = _number(left), _number(right)
     if a is not None and b is not None:

@@ -49,10 +49,12 @@ def missing_interpreter(shell: str) -> str | None:
     return None
 
 
-def check_template(template: str, params: Collection[str], dialect: Dialect) -> None:
-    """Refuse placeholders where the dialect's quoting would not keep a value one word."""
+def check_template(template: str, params: Collection[str], dialect: Dialect, *,
+                   kinds: Mapping[str, str] | None = None) -> None:
+    """Refuse placeholders where the dialect's quoting would not keep a value one word (POSIX
+    shells: or where the shell would evaluate it; `kinds` gives each parameter's type)."""
     if dialect == "posix":
-        check_shell_template(template, params)
+        check_shell_template(template, params, kinds=kinds)
         return
     for name, _, _, context in _scan(template, params, dialect):
         _refuse(name, context, dialect)

@@ -2,19 +2,29 @@
 
 stdout and stderr go, merged, into the tool's `OutputSink`; a command that cannot be started is
 reported in that output with exit code 127, as a shell would. The group lifecycle (its own
-session, TERM then KILL, nothing left behind) is the runner's.
+session, TERM then KILL, nothing left behind) is the runner's. Processes that left the group
+(`setsid`, a new session) are found by the mark in their environment and stopped too, and
+named in the output (`leftovers`).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import os
 from dataclasses import dataclass
+
+import anyio.to_thread
+import structlog
 
 from squadd.procs import DRAIN_S, KILL_GRACE_S, Command, run_group
 from squadd.tools.base import CancelSignal
+from squadd.tools.custom.leftovers import MARK_VAR, new_mark, stop_leftovers
 from squadd.tools.custom.shell_output import OutputSink
 
 __all__ = ["CANNOT_START", "DRAIN_S", "KILL_GRACE_S", "Command", "CommandOutcome",
            "run_command"]
+
+log = structlog.get_logger("squadd.tools")
 
 CANNOT_START = 127
 """The exit code reported when a command cannot be started (as a shell reports it)."""
@@ -26,6 +36,8 @@ class CommandOutcome:
     """The exit status; negative when a signal ended it (as subprocess reports it)."""
     timed_out: bool = False
     cancelled: bool = False
+    leftovers: tuple[str, ...] = ()
+    """Processes the command left running outside its group, which were stopped."""
 
     @property
     def ok(self) -> bool:
@@ -36,11 +48,23 @@ async def run_command(command: Command, sink: OutputSink, *, deadline: float,
                       cancel: CancelSignal) -> CommandOutcome:
     """Run `command` with stdout and stderr streamed into `sink`, until `deadline`
     (`anyio.current_time()` clock) or `cancel`; nothing of its process group survives it."""
+    mark = new_mark()
+    base = command.env if command.env is not None else dict(os.environ)
+    marked = dataclasses.replace(command, env={**base, MARK_VAR: mark})
+    leftovers: list[str] = []
     try:
-        outcome = await run_group(command, sink, deadline=deadline, cancel=cancel,
+        outcome = await run_group(marked, sink, deadline=deadline, cancel=cancel,
                                   kill_grace_s=KILL_GRACE_S, drain_s=DRAIN_S)
     except OSError as exc:  # no such program, not executable, bad working directory
         await sink.note(f"[cannot start {command.argv[0]}: {exc.strerror or exc}]")
         return CommandOutcome(CANNOT_START)
+    finally:
+        with anyio.CancelScope(shield=True):
+            leftovers = await anyio.to_thread.run_sync(stop_leftovers, mark, -1)
+    if leftovers:
+        log.warning("tool.leftovers_stopped", processes=leftovers)
+        await sink.note(f"[squadd stopped {len(leftovers)} process"
+                        f"{'es' if len(leftovers) != 1 else ''} the command left "
+                        f"running outside its process group: {', '.join(leftovers)}]")
     return CommandOutcome(outcome.exit_code, timed_out=outcome.timed_out,
-                          cancelled=outcome.cancelled)
+                          cancelled=outcome.cancelled, leftovers=tuple(leftovers))

@@ -55,7 +55,7 @@ from squadd.tools.custom.shell_template import (
     TemplateError,
     refuse_nul,
 )
-from squadd.untrusted import UntrustedInputError, check_document
+from squadd.untrusted import UntrustedInputError, check_document, linear_pattern
 
 PARAM_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 STEP_NAME_RULE = r"^[A-Za-z0-9_-]{1,64}$"
@@ -292,12 +292,14 @@ def _describe(exc: ValidationError) -> str:
     return "; ".join(problems)
 
 
-def load_shell_file(path: Path) -> ShellToolFile:
-    """Read and check a YAML tool file; `ShellToolError` says what is wrong, and where."""
+def load_shell_file(path: Path, *, content: bytes | None = None) -> ShellToolFile:
+    """Read (or take its bytes `content`) and check a YAML tool file; `ShellToolError` says what
+    is wrong, and where."""
     try:
-        if path.stat().st_size > MAX_FILE_BYTES:
+        raw = path.read_bytes() if content is None else content
+        if len(raw) > MAX_FILE_BYTES:
             raise ShellToolError(f"{path}: larger than {MAX_FILE_BYTES} bytes")
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.safe_load(raw.decode("utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
         raise ShellToolError(f"{path}: cannot be read: {exc}") from None
     except yaml.YAMLError as exc:
@@ -336,18 +338,23 @@ def _check_parameter(name: str, param: ParameterSpec) -> None:
             if param.type != "string":
                 raise ValueError(f"parameters.{name}.validation.pattern is for string "
                                  "parameters")
-            try:
-                re.compile(rules.pattern)
-            except re.error as exc:
-                raise ValueError(f"parameters.{name}.validation.pattern: {exc}") from None
+            _check_pattern(name, rules.pattern)
     if param.default is not None:
         try:
-            TypeAdapter(parameter_type(name, param),
-                        config=ConfigDict(regex_engine="python-re")).validate_python(
-                param.default)
+            TypeAdapter(parameter_type(name, param)).validate_python(param.default)
         except ValidationError as exc:
             raise ValueError(f"parameters.{name}.default {param.default!r} is not a valid "
                              f"{param.type}: {exc.errors()[0]['msg']}") from None
+
+
+def _check_pattern(name: str, pattern: str) -> None:
+    """Patterns run in pydantic's linear-time regex engine, so no argument can make a check
+    backtrack for minutes on the event loop; a pattern it cannot compile (look-around,
+    backreferences, too large) is refused here rather than run in a backtracking engine."""
+    try:
+        linear_pattern(pattern)
+    except UntrustedInputError as exc:
+        raise ValueError(f"parameters.{name}.validation.pattern: {exc}") from None
 
 
 def _not_bool(value: Any) -> Any:
@@ -392,5 +399,4 @@ def parameters_model(model_name: str, parameters: dict[str, ParameterSpec]) -> t
             fields[f"p{index}"] = (Annotated[annotation, info], param.default)
         else:
             fields[f"p{index}"] = (Annotated[annotation | None, info], None)
-    return create_model(model_name, __config__=ConfigDict(extra="forbid",
-                                                          regex_engine="python-re"), **fields)
+    return create_model(model_name, __config__=ConfigDict(extra="forbid"), **fields)

@@ -1,10 +1,14 @@
 """`{PARAM}` substitution into YAML tool commands, so that a value is always one literal word.
 
 In a `bash`/`script` command every value is `shlex.quote`d; inside double quotes (`"{P}"`) it
-is escaped for double quotes instead. That is only sound where the shell parses quotes, so a
-template is checked when it is loaded: a placeholder inside single quotes, inside `${...}`,
-`$((...))`, backticks or after a heredoc is refused, with the reason. A `run` command is split
-into words first and never sees a shell. A value holding NUL is refused.
+is escaped for double quotes instead. That is only sound where the shell parses quotes and
+never evaluates the word, so a template is checked when it is loaded (with `shell_scan` and
+`shell_words`): a placeholder inside single quotes, backticks, `${...}`, a heredoc or
+arithmetic, in a template
+that evaluates text (`eval`, `(( ))`, `let`, `[[ -gt ]]`, `declare -i`, subscripts, ...), as
+the command name, or in the code of a nested shell or interpreter is refused, with the reason.
+A `run` command is split into words first and never sees a shell. A value holding NUL is
+refused.
 """
 
 from __future__ import annotations
@@ -13,9 +17,24 @@ import json
 import re
 import shlex
 from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from typing import Any
+from weakref import WeakKeyDictionary
 
-PLACEHOLDER_RE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+from squadd.tools.custom.shell_scan import PLACEHOLDER_RE as PLACEHOLDER_RE
+from squadd.tools.custom.shell_scan import Command, Hit, Scan, Word, scan, scan_words
+from squadd.tools.custom.shell_words import (
+    EVALUATED_VARIABLES,
+    INTERPRETERS,
+    NAMING_BUILTINS,
+    REMOTE_SHELLS,
+    SHELLS,
+    WRAPPERS,
+    code_word,
+    command_constructs,
+    program_name,
+)
+
 QUOTABLE = ("command", "dq")
 """The contexts a placeholder may stand in: a bare word, or inside plain double quotes."""
 _DQ_SPECIAL = re.compile(r'([\\"$`])')
@@ -35,145 +54,184 @@ class TemplateError(ValueError):
     """A command template that cannot be substituted safely (the message says why)."""
 
 
-def _context_error(name: str, context: str) -> TemplateError:
-    hint = {
-        "dq": "inside double quotes",
-        "sq": "inside single quotes",
-        "ansi": "inside $'...' quotes",
-        "param": "inside ${...}",
-        "arith": "inside $((...))",
-        "heredoc": "after a heredoc (<<)",
-        "backtick": "inside `...` (use $(...) instead)",
-    }[context]
-    return TemplateError(
-        f"{{{name}}} is {hint}: write it bare, as in 'grep -- {{{name}}} file'; squadd quotes "
-        "every value itself (pass text for a heredoc through 'input' or an environment "
-        "variable instead)")
+_CONTEXTS = {
+    "sq": "inside single quotes",
+    "ansi": "inside $'...' quotes",
+    "param": "inside ${...}",
+    "heredoc": "after a heredoc (<<)",
+    "backtick": "inside `...` (use $(...) instead)",
+}
 
 
-def check_shell_template(template: str, params: Collection[str]) -> None:
-    """Refuse placeholders of `params` where quoting them would not make one literal word."""
-    for name, _, _, context in _placeholders(template, params):
-        if context not in QUOTABLE:
-            raise _context_error(name, context)
+def _fix(name: str) -> str:
+    return (f"write it bare, as in 'grep -- {{{name}}} file'; squadd quotes every value itself "
+            "(pass text for a heredoc through 'input' or an environment variable instead)")
 
 
-def _placeholders(text: str, params: Collection[str]) -> list[tuple[str, int, int, str]]:
-    """(parameter, start, end, context) for each placeholder; context is "command" where the
-    shell reads a quoted word. Bash's quoting is tracked with a stack of contexts."""
-    found: list[tuple[str, int, int, str]] = []
-    stack: list[list[Any]] = [["command", 0]]  # [kind, paren depth]
-    heredoc = False
-    i, size = 0, len(text)
-    while i < size:
-        kind = stack[-1][0]
-        c = text[i]
-        nxt = text[i + 1] if i + 1 < size else ""
-        if c == "{":
-            match = PLACEHOLDER_RE.match(text, i)
-            if match and match.group(1) in params:
-                context = kind
-                if kind in ("command", "cmdsub"):
-                    context = "heredoc" if heredoc else "command"
-                elif kind == "dq" and (heredoc or any(f[0] == "backtick" for f in stack)):
-                    # Backticks undo one level of backslashes; a heredoc keeps them.
-                    context = "backtick" if not heredoc else "heredoc"
-                found.append((match.group(1), i, match.end(), context))
-                i = match.end()
-                continue
-        if kind == "sq":
-            if c == "'":
-                stack.pop()
-            i += 1
+def _refusal(hit: Hit, why: str) -> TemplateError:
+    return TemplateError(f"{{{hit.name}}} {why}")
+
+
+def check_shell_template(template: str, params: Collection[str], *,
+                         kinds: Mapping[str, str] | None = None) -> None:
+    """Refuse placeholders of `params` where quoting them would not make one literal word,
+    or where bash would evaluate the word as code. `kinds` maps a parameter to its type
+    (`number` values may stand in arithmetic; `array` values must be whole words)."""
+    _check(scan(template, params), kinds or {}, shell=True)
+
+
+def check_run_template(template: str, params: Collection[str], *,
+                       kinds: Mapping[str, str] | None = None) -> list[str]:
+    """Split a `run` command and refuse placeholders that a program would run as code."""
+    words = split_run(template)
+    _check(scan_words(words, params), kinds or {}, shell=False)
+    return words
+
+
+def _check(found: Scan, kinds: Mapping[str, str], *, shell: bool) -> None:
+    constructs = list(found.constructs)
+    if shell:
+        written = {w.literal for c in found.commands for w in c.words if w.redirect}
+        for command in found.commands:
+            constructs.extend(command_constructs(command))
+            constructs.extend(_runs_written_file(command, written))
+    constructs.sort(key=lambda item: item[1])
+    for hit in found.hits:
+        kind = kinds.get(hit.name, "string")
+        if hit.context == "arith":
+            if kind != "number":
+                raise _refusal(hit, "is inside an arithmetic context (((...)), $((...)) or "
+                               "$[...]), where bash runs $(...) found in a value: declare the "
+                               "parameter with 'type: number', or compare with 'test' outside")
             continue
-        if kind == "ansi":
-            if c == "\\":
-                i += 2
-                continue
-            if c == "'":
-                stack.pop()
-            i += 1
-            continue
-        if c == "\\":
-            i += 2
-            continue
-        if c == "$" and nxt == "{":
-            inner = PLACEHOLDER_RE.match(text, i + 1)
-            if inner and inner.group(1) in params:
-                raise TemplateError(
-                    f"${{{inner.group(1)}}} reads a shell variable, not the parameter: write "
-                    f"{{{inner.group(1)}}} (squadd substitutes and quotes it)")
-            stack.append(["param", 0])
-            i += 2
-            continue
-        if c == "$" and text.startswith("((", i + 1):
-            stack.append(["arith", 0])
-            i += 3
-            continue
-        if c == "$" and nxt == "(":
-            stack.append(["cmdsub", 0])
-            i += 2
-            continue
-        if c == "`":
-            if kind == "backtick":
-                stack.pop()
-            else:
-                stack.append(["backtick", 0])
-            i += 1
-            continue
-        if kind == "dq":
-            if c == '"':
-                stack.pop()
-            i += 1
-            continue
-        if kind == "param":
-            if c == "}":
-                stack.pop()
-            elif c in "'\"":
-                stack.append(["sq" if c == "'" else "dq", 0])
-            i += 1
-            continue
-        if kind == "arith":
-            if c == "(":
-                stack[-1][1] += 1
-            elif c == ")":
-                if stack[-1][1] == 0 and nxt == ")":
-                    stack.pop()
-                    i += 2
-                    continue
-                stack[-1][1] -= 1
-            i += 1
-            continue
-        # A command context: top level, $(...) or `...`.
-        if c == "$" and nxt == "'":
-            stack.append(["ansi", 0])
-            i += 2
-            continue
-        if c == "$" and nxt == '"':
-            stack.append(["dq", 0])
-            i += 2
-            continue
-        if c == "'":
-            stack.append(["sq", 0])
-        elif c == '"':
-            stack.append(["dq", 0])
-        elif c == "#" and (i == 0 or text[i - 1] in " \t\n;&|()<>"):
-            end = text.find("\n", i)
-            i = size if end < 0 else end
-            continue
-        elif c == "<" and nxt == "<" and not text.startswith("<<<", i):
-            heredoc = True
-            i += 2
-            continue
-        elif kind == "cmdsub" and c == "(":
-            stack[-1][1] += 1
-        elif kind == "cmdsub" and c == ")":
-            if stack[-1][1] == 0:
-                stack.pop()
-            else:
-                stack[-1][1] -= 1
-        i += 1
+        if hit.context not in QUOTABLE:
+            raise _refusal(hit, f"is {_CONTEXTS[hit.context]}: {_fix(hit.name)}")
+        if kind != "number" and constructs:
+            what, at = constructs[0]
+            raise _refusal(hit, f"is used in a template that has {what} (at character "
+                           f"{at + 1}): bash evaluates values there as code, and a value can "
+                           "reach it through a variable; declare the parameter with 'type: "
+                           "number', or do without it (e.g. 'test X -gt 10' instead of "
+                           "'(( X > 10 ))')")
+        _check_word(hit, kind, shell=shell)
+
+
+def _check_word(hit: Hit, kind: str, *, shell: bool) -> None:
+    command, word = hit.command, hit.word
+    assert command is not None and word is not None
+    if kind == "array" and (word.text != f"{{{hit.name}}}" or word.redirect
+                            or command.dbracket):
+        raise _refusal(hit, "is an array parameter where its items cannot be separate words "
+                       "(in an assignment, a redirection, [[ ]] or joined to other text): put "
+                       "it alone between spaces, as in 'ls -- {" + hit.name + "}`")
+    if word.redirect or word.list_item:
+        return
+    words = command.arguments()
+    position = word.position
+    name_at = command.name_index()
+    if name_at is None or position < name_at:
+        assignment = word.literal.split("=", 1)[0]
+        if assignment in EVALUATED_VARIABLES:
+            raise _refusal(hit, f"is assigned to {assignment}, which the shell evaluates or "
+                           "searches: use a variable of your own")
+        return
+    if position == name_at:
+        raise _refusal(hit, "would be the command that runs: name the program in the "
+                       "template and pass the value as an argument")
+    name = words[name_at].literal
+    facts = _facts(command)
+    if shell and name in NAMING_BUILTINS | {"printf"} and (
+            name != "printf" or (facts.dash_v is not None and facts.dash_v < position)):
+        raise _refusal(hit, f"names a variable for '{name}', and bash evaluates subscripts "
+                       "in variable names as code")
+    for index in facts.runners:
+        if index >= position:
+            break
+        if index >= name_at and _check_runner(hit, words, index, position, facts):
+            return
+
+
+@dataclass
+class _Facts:
+    """What the rules need of one command, found once (a template may have many hits)."""
+
+    runners: list[int]
+    """Indices of words naming a wrapper, shell, interpreter or remote shell."""
+    dash_v: int | None
+    plain_after: dict[int, int | None]
+    """For each wrapper: the index of the first plain word after it."""
+
+
+_FACTS: WeakKeyDictionary[Command, _Facts] = WeakKeyDictionary()
+
+
+def _facts(command: Command) -> _Facts:
+    cached = _FACTS.get(command)
+    if cached is not None:
+        return cached
+    words = command.arguments()
+    runners = [i for i, w in enumerate(words)
+               if program_name(w) in WRAPPERS | REMOTE_SHELLS | SHELLS | INTERPRETERS]
+    wrappers = {i for i in runners if program_name(words[i]) in WRAPPERS}
+    plain_after: dict[int, int | None] = {}
+    following: int | None = None  # one backward pass: the first plain word after each index
+    for index in range(len(words) - 1, -1, -1):
+        if index in wrappers:
+            plain_after[index] = following
+        if _plain(words[index].literal):
+            following = index
+    dash_v = next((i for i, w in enumerate(words) if w.literal == "-v"), None)
+    facts = _Facts(runners, dash_v, plain_after)
+    _FACTS[command] = facts
+    return facts
+
+
+def _check_runner(hit: Hit, words: list[Word], index: int, position: int,
+                  facts: _Facts) -> bool:
+    """Refuse `hit` (at `position`) where the word at `index` runs it as a command or code;
+    True when `hit` is a plain argument of the code found there (nothing further to check)."""
+    program = program_name(words[index])
+    if program in WRAPPERS:
+        assignment = words[position].literal.split("=", 1)[0]
+        if (program == "env" and "=" in words[position].text.split("{", 1)[0]
+                and assignment not in EVALUATED_VARIABLES):
+            return False
+        plain = facts.plain_after[index]
+        if plain is None or plain >= position:
+            raise _refusal(hit, f"comes before the command that '{program}' runs: name that "
+                           "command in the template")
+    elif program in REMOTE_SHELLS:
+        raise _refusal(hit, f"goes to '{program}', which joins its arguments into a command "
+                       "for a shell: refused, since the value would be read as shell code")
+    elif program in SHELLS or program in INTERPRETERS:
+        code = code_word(words, index)
+        if code is None or position <= code:
+            raise _refusal(hit, f"is in the code that '{program}' runs (a nested shell or "
+                           "interpreter reads the value as code): pass it after the code as a "
+                           "positional argument, as in `sh -c 'grep -- \"$1\" f' sh {"
+                           + hit.name + "}`")
+        return True
+    return False
+
+
+def _runs_written_file(command: Command, written: set[str]) -> list[tuple[str, int]]:
+    """A shell or interpreter running a file the template itself writes (`> f.sh; bash f.sh`):
+    a value written there would run as code."""
+    words = command.arguments()
+    found = []
+    for index, word in enumerate(words):
+        program = program_name(word)
+        if program in SHELLS or program in INTERPRETERS:
+            code = code_word(words, index)
+            if code is not None and words[code].literal in written:
+                found.append((f"'{program}' running {words[code].literal}, which the template "
+                              "writes", word.start))
     return found
+
+
+def _plain(text: str) -> bool:
+    return bool(text) and not text.startswith(("-", "+")) and "=" not in text \
+        and not text.replace(".", "").rstrip("smhd").isdigit()
 
 
 def refuse_nul(value: Any, where: str) -> None:
@@ -223,17 +281,25 @@ def _in_double_quotes(value: Any) -> str:
 
 def substitute_shell(template: str, values: Mapping[str, Any]) -> str:
     """Put each `{PARAM}` of `values` into a shell command as one quoted word (arrays: one word
-    per item). The template must have passed `check_shell_template`."""
+    per item). The template must have passed `check_shell_template`; a value that is not a
+    number is still refused in an arithmetic context, whatever the check said."""
     refuse_nul(dict(values), "a parameter value")
     pieces: list[str] = []
     position = 0
-    for name, start, end, context in _placeholders(template, values):
-        if context not in QUOTABLE:
-            raise _context_error(name, context)
-        pieces.append(template[position:start])
-        pieces.append(_quoted(values[name]) if context == "command"
-                      else _in_double_quotes(values[name]))
-        position = end
+    for hit in scan(template, values).hits:
+        value = values[hit.name]
+        if hit.context == "arith":
+            if isinstance(value, bool) or not isinstance(value, int | float | NoWord | None):
+                raise _refusal(hit, "is in an arithmetic context and its value is not a number")
+        elif hit.context not in QUOTABLE:
+            raise _refusal(hit, f"is {_CONTEXTS[hit.context]}: {_fix(hit.name)}")
+        pieces.append(template[position:hit.start])
+        if hit.context == "arith":
+            pieces.append(value_text(value))
+        else:
+            pieces.append(_quoted(value) if hit.context == "command"
+                          else _in_double_quotes(value))
+        position = hit.end
     pieces.append(template[position:])
     return "".join(pieces)
 

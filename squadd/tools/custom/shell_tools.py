@@ -305,9 +305,11 @@ def _own_parameters(definition: ShellToolFile, base: ShellTool, name: str
     return own
 
 
-def load_shell_tool(path: Path, *, source: ToolSource, settings: Settings) -> ShellTool:
-    """Load a YAML tool file (`ShellToolError` when it cannot be)."""
-    definition = load_shell_file(path)
+def load_shell_tool(path: Path, *, source: ToolSource, settings: Settings,
+                    data: bytes | None = None) -> ShellTool:
+    """Load a YAML tool file, or its bytes `data` already read (`ShellToolError` when it
+    cannot be)."""
+    definition = load_shell_file(path, content=data)
     name = definition.name or path.stem
     try:
         return ShellTool(definition, name=name, file=path, source=source, settings=settings)
