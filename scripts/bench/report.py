@@ -62,6 +62,10 @@ BENCHES = (
         Figure("big_vs_small_ratio", "100 files into 20 MB vs 100 KB decisions.md", 1.5,
                "lower"),
     )),
+    Bench("python_tool_call.py", (), (
+        Figure("warm_p50_ms", "Python tool call in its own worker process, spare ready (p50)",
+               50.0, "lower", "ms", (("inprocess_p50_ms", "same tool in-process"),)),
+    )),
     Bench("cli_latency.py", (), (
         Figure("p50_ms", "`squadd status` wall time against a daemon (p50)", 250.0, "lower",
                "ms"),

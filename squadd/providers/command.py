@@ -2,7 +2,8 @@
 
 The conversation is rendered to text and handed over on stdin, or as one argv element where an
 argument holds `{prompt}` (stdin is then /dev/null); no shell is involved. The command runs in
-its own process group, which is killed whole on timeout or cancellation.
+its own process group, which is killed whole on timeout or cancellation, and as soon as its
+output passes `provider.command_max_output_bytes` (the answer is then cut there, and says so).
 """
 
 from __future__ import annotations
@@ -109,7 +110,7 @@ class CommandProvider:
         stdout, stderr, code, truncated = await self._run(
             argv, None if placed else prompt, session_env(request))
         program = self.command[0]
-        if code != 0:
+        if code != 0 and not truncated:
             how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
             tail = stderr.decode("utf-8", errors="replace").strip()[-2000:]
             raise ProviderError(
@@ -135,7 +136,12 @@ class CommandProvider:
             async for chunk in stream:
                 room = self.max_output_bytes - len(out)
                 out.extend(chunk[:max(room, 0)])
-                truncated = truncated or len(chunk) > room
+                if len(chunk) > room:
+                    # Enough: the rest is not read, and the command is stopped (below) rather
+                    # than left to write on until its timeout.
+                    truncated = True
+                    tasks.cancel_scope.cancel()
+                    return
 
         async def read_stderr(stream: anyio.abc.ByteReceiveStream) -> None:
             async for chunk in stream:
@@ -179,8 +185,11 @@ class CommandProvider:
         finally:
             with anyio.CancelScope(shield=True):
                 await self._kill_group(process)
-        assert process.returncode is not None
-        return bytes(out), bytes(err), process.returncode, truncated
+        code = process.returncode
+        if code is None:  # it outlived even SIGKILL's grace (a process stuck in the kernel)
+            raise ProviderError(f"{self.name}: `{argv[0]}` did not end when killed",
+                                provider=self.name)
+        return bytes(out), bytes(err), code, truncated
 
     async def _kill_group(self, process: anyio.abc.Process) -> None:
         """SIGTERM the whole group, SIGKILL what is left after the grace, reap the leader."""

@@ -161,6 +161,8 @@ class ToolInvoker:
         self.sink = sink or NullSink()
         self.variables = variables or EnvironmentVariables()
         self.approvals = approvals
+        self.running: dict[str, str] = {}
+        """Call id -> tool name of the calls running now (read by the daemon's loop watch)."""
 
     async def invoke(self, tools: ToolSet, call: ToolCall, origin: CallOrigin) -> ToolResult:
         """Run `call` against `tools`; always returns a result, never raises (but cancellation)."""
@@ -188,7 +190,11 @@ class ToolInvoker:
                 )
             elif tool is None:
                 available = ", ".join(sorted(tools.names)) or "none"
+                refusal = tools.refusal(call.name)
                 result = ToolResult.failure(
+                    f"{call.name} may not be used here: {refusal}. The tools available are "
+                    f"{available}", refused=True,
+                ) if refusal is not None else ToolResult.failure(
                     f"unknown tool {call.name!r}: the tools available are {available}"
                 )
             else:
@@ -234,6 +240,8 @@ class ToolInvoker:
         timeout = tool.timeout_s
         if timeout is None and not tool.squad_tool:
             timeout = self.settings.tools.timeout_s
+        key = f"{origin.session_id}/{call.id}"
+        self.running[key] = tool.name
         try:
             with anyio.fail_after(timeout):
                 output = await tool.run(args, ctx)
@@ -250,6 +258,8 @@ class ToolInvoker:
             return ToolResult.failure(
                 f"{tool.name} failed: {type(exc).__name__}: {exc}"
             ), resolved.secrets
+        finally:
+            self.running.pop(key, None)
         return _to_result(output), resolved.secrets
 
     def _progress_fn(self, tool: Tool[Any], call: ToolCall, origin: CallOrigin,
