@@ -61,7 +61,7 @@ def spawn_worker() -> Worker:
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         process = subprocess.Popen(
-            [sys.executable, "-m", WORKER_MODULE, str(theirs.fileno())],
+            [sys.executable, "-m", WORKER_MODULE, str(theirs.fileno()), str(os.getpid())],
             pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             start_new_session=True, close_fds=True)
     except BaseException:

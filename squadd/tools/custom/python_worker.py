@@ -1,4 +1,4 @@
-"""The worker process a Python tool call runs in: `python -m squadd.tools.custom.python_worker FD`.
+"""The worker process a Python tool call runs in: `python -m ...python_worker FD DAEMON_PID`.
 
 It does its imports, then waits on the socket FD for one call: loads the tool file, runs the
 tool with a `ToolContext` whose `progress` and `confirm` travel back over the socket, sends the
@@ -154,14 +154,14 @@ async def _run(tool: PythonTool, args: Any, ctx: ToolContext) -> dict[str, Any]:
 PARENT_CHECK_S = 0.25
 
 
-def _die_with_parent() -> None:
+def _die_with_parent(parent: int) -> None:
     """A worker whose daemon died (kill -9) takes its group down, tool and all: nobody is
-    left to stop it."""
-    parent = os.getppid()
+    left to stop it. `parent` comes from the daemon itself, so a daemon that died while this
+    process was still starting is noticed too."""
     while True:
-        time.sleep(PARENT_CHECK_S)
         if os.getppid() != parent:
             os.killpg(os.getpgrp(), signal.SIGKILL)
+        time.sleep(PARENT_CHECK_S)
 
 
 def _warm_up() -> None:
@@ -180,7 +180,9 @@ def _warm_up() -> None:
 
 
 def main(argv: list[str]) -> int:
-    threading.Thread(target=_die_with_parent, name="parent-watch", daemon=True).start()
+    parent = int(argv[2]) if len(argv) > 2 else os.getppid()
+    threading.Thread(target=_die_with_parent, args=(parent,), name="parent-watch",
+                     daemon=True).start()
     sock = socket.socket(fileno=int(argv[1]))
     os.dup2(2, 1)  # a tool's prints go where the daemon's own output goes
     channel = Channel(sock)

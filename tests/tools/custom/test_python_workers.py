@@ -5,6 +5,10 @@ ignores SIGTERM); progress, confirm, logs and results still travel as before."""
 from __future__ import annotations
 
 import os
+import signal
+import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -243,3 +247,15 @@ async def test_no_spare_worker_still_runs_the_call(layout: SquadLayout,
         ''')
     result = await call(layout, discover(layout, Settings()).toolset(), "echo", {"text": "hi"})
     assert result.ok and result.text == "hi"
+
+
+def test_a_worker_whose_daemon_died_while_it_started_ends_itself() -> None:
+    """The daemon's pid comes on the command line: a worker that finds another parent (the
+    daemon was killed while it still imported) kills its group before it could run a call."""
+    ours, theirs = socket.socketpair()
+    with ours:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", python_calls.WORKER_MODULE, str(theirs.fileno()), "1"],
+            pass_fds=(theirs.fileno(),), start_new_session=True)
+        theirs.close()
+        assert worker.wait(60) == -signal.SIGKILL
