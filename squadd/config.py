@@ -69,6 +69,7 @@ class ProviderSettings(_Section):
     api_key_env: str = ""
     connect_timeout_s: float = Field(10.0, gt=0)
     read_timeout_s: float = Field(120.0, gt=0)
+    max_response_bytes: int = Field(4_194_304, ge=1024)
     max_attempts: int = Field(5, ge=1, le=20)
     max_retry_wait_s: float = Field(120.0, ge=0)
     retry_backoff_s: float = Field(1.0, ge=0)

@@ -86,7 +86,9 @@ def mcp_result(result: Mapping[str, Any]) -> types.CallToolResult:
 class DaemonBridge:
     """The MCP handlers: each one asks the daemon through `client`.
 
-    `agent` is who the calls are made as (the daemon's default, "user", when None). While no
+    `agent` is who the calls are made as (the daemon's default, "user", when None), from
+    `session_id`: the daemon lists and runs only the tools that agent's charter and that
+    session allow. While no
     daemon answers, `tools/list` offers the squad tools and each call fails with the message
     that says to start one; once the daemon answers again, clients that saw that fallback are
     told the tool list changed, so they pick up the custom tools too.
@@ -103,7 +105,8 @@ class DaemonBridge:
                          params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         try:
             with anyio.fail_after(LIST_TIMEOUT_S):
-                described = await self.client.tools()
+                described = await self.client.tools(agent=self.agent,
+                                                    session_id=self.session_id)
         except (DaemonError, TimeoutError) as exc:
             reason = str(exc) if isinstance(exc, DaemonError) else (
                 f"the daemon did not list its tools within {LIST_TIMEOUT_S:g}s")

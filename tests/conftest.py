@@ -5,11 +5,14 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from squadd.runtime.pool import SessionPool
 from squadd.state.layout import SquadLayout
 from squadd.state.scaffold import init_squad
+from squadd.tools.custom import python_calls
 
 
 @pytest.fixture(autouse=True)
@@ -22,6 +25,30 @@ def _isolated_settings(tmp_path_factory: pytest.TempPathFactory,
         if name.startswith("SQUADD_"):
             monkeypatch.delenv(name)
     yield
+
+
+@pytest.fixture(autouse=True)
+def _pool_invariants(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[SessionPool]]:
+    """Every session pool a test builds keeps its slot accounting exact: checked when the
+    test ends (`SessionPool.check_invariants`), whatever the test itself asserted."""
+    pools: list[SessionPool] = []
+    build = SessionPool.__init__
+
+    def tracked(self: SessionPool, *args: Any, **kwargs: Any) -> None:
+        build(self, *args, **kwargs)
+        pools.append(self)
+
+    monkeypatch.setattr(SessionPool, "__init__", tracked)
+    yield pools
+    for pool in pools:
+        pool.check_invariants()
+
+
+@pytest.fixture(autouse=True)
+def _no_spare_workers_left() -> Iterator[None]:
+    """A Python tool's spare worker process does not outlive the test that started it."""
+    yield
+    python_calls.SPARES.close()
 
 
 @pytest.fixture

@@ -66,6 +66,10 @@ BENCHES = (
         Figure("p95_ms", "`/v1/health` while 500 routes fill the pool (p95)", 100.0, "lower",
                "ms"),
     )),
+    Bench("python_tool_call.py", (), (
+        Figure("warm_p50_ms", "Python tool call in its own worker process, spare ready (p50)",
+               50.0, "lower", "ms", (("inprocess_p50_ms", "same tool in-process"),)),
+    )),
     Bench("cli_latency.py", (), (
         Figure("p50_ms", "`squadd status` wall time against a daemon (p50)", 250.0, "lower",
                "ms"),

@@ -7,9 +7,10 @@ a spinner on a terminal while the model thinks); the final answer goes to stdout
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from squadd.cli._output import print_json
 from squadd.cli._squad import TEXT, FiniteFloatRange, dir_option, find_layout
 from squadd.contracts.routes import MAX_ROUTE_TIMEOUT_S
 from squadd.daemon.client import AsyncDaemonClient, DaemonClient
+from squadd.daemon.wire import DaemonRequestError
 from squadd.errors import DaemonError
 
 RESTING = frozenset({"idle", "error", "interrupted", "destroyed"})
@@ -98,8 +100,21 @@ class Progress:
 async def follow(client: AsyncDaemonClient, start: Callable[[], Awaitable[dict[str, Any]]],
                  progress: Progress, holder: dict[str, str]) -> dict[str, Any]:
     """Subscribe, `start` the session (without waiting), show its progress (and that of the
-    routes it makes) until it rests; return its final view, or the failed start's result."""
-    async with client.subscribe_raw(types=PROGRESS_TYPES) as stream:
+    routes it makes) until it rests; return its final view, or the failed start's result.
+
+    The subscription comes from the daemon's reserve for followed routes; should even that be
+    taken, the route still runs and is followed by asking for its state (no progress lines).
+    """
+    async with contextlib.AsyncExitStack() as stack:
+        stream: AsyncIterator[dict[str, Any]] | None
+        try:
+            stream = await stack.enter_async_context(
+                client.subscribe_raw(types=PROGRESS_TYPES, reserve=True))
+        except DaemonRequestError as exc:
+            if exc.status != 503:
+                raise
+            progress.line(click.style(f"(no progress lines: {exc})", fg="yellow"))
+            stream = None
         result = await start()
         if not result.get("ok") or not result.get("session_id"):
             return result
@@ -108,6 +123,9 @@ async def follow(client: AsyncDaemonClient, start: Callable[[], Awaitable[dict[s
         final: dict[str, Any] = {}
 
         async def watch_events() -> None:
+            if stream is None:
+                await anyio.sleep_forever()
+            assert stream is not None
             async for event in stream:
                 session = event.get("session_id")
                 if event.get("type") == "agent.spawned" and \

@@ -41,18 +41,18 @@ from squadd.daemon.requests import (
 )
 from squadd.daemon.streams import events
 from squadd.errors import InvalidNameError
+from squadd.runtime.callers import OUTSIDE_SESSION, CallerError, CallScope
 from squadd.runtime.runtime import SquadRuntime
 from squadd.state.layout import safe_id
 from squadd.state.transcripts import read_transcript
 from squadd.tools.base import Tool, ToolSet
-from squadd.tools.invoke import CallOrigin
 
 __all__ = ["BearerAuth", "DaemonContext", "create_app"]
 
 POOL_FULL_RETRY_AFTER_S = 2
 MAX_TAIL = 1_000_000
-EXTERNAL_SESSION = "external"
-"""The session id of tool calls made over the API (their spilled outputs go under it)."""
+EXTERNAL_SESSION = OUTSIDE_SESSION
+"""The session id of tool calls made over the API from no session (spilled outputs go there)."""
 
 _ROUTE_STATUS = {
     "pool_full": 503, "queue_timeout": 503, "shutting_down": 503,
@@ -79,6 +79,7 @@ async def health(request: Request) -> Response:
         "uptime_s": round(time.monotonic() - ctx.started, 3),
         "provider": runtime.settings.provider.kind, "event_streams": len(ctx.streams),
         "pool": runtime.pool.totals().model_dump(),
+        "pool_problems": runtime.pool.invariant_violations(),
     })
 
 
@@ -178,8 +179,29 @@ def describe_tool(tool: Tool[Any]) -> dict[str, Any]:
     }
 
 
+async def _scope(runtime: SquadRuntime, tools: ToolSet, agent: str | None,
+                 session_id: object) -> CallScope:
+    if session_id is not None:
+        try:
+            safe_id(session_id if isinstance(session_id, str) else "")
+        except InvalidNameError as exc:
+            raise ApiError(422, f"sessionId: {exc}") from None
+    try:
+        return await runtime.scope_call(tools, agent=agent, session_id=(
+            str(session_id) if session_id is not None else None))
+    except CallerError as exc:
+        raise ApiError(exc.status, str(exc)) from None
+
+
 async def list_tools(request: Request) -> Response:
-    tools = await _toolset(context_of(request).runtime)
+    """All tools; with `agent` and/or `session`, those such a caller may use."""
+    runtime = context_of(request).runtime
+    tools = await _toolset(runtime)
+    agent = request.query_params.get("agent") or None
+    session_id = request.query_params.get("session") or None
+    if agent is not None or session_id is not None:
+        tools = (await _scope(runtime, tools, _name(agent, "agent") if agent else None,
+                              session_id)).tools
     return json_answer({"tools": [describe_tool(tool) for tool in tools]})
 
 
@@ -195,19 +217,15 @@ async def call_tool(request: Request) -> Response:
     if not isinstance(arguments, dict):
         raise ApiError(422, "arguments must be a JSON object of the tool's parameters",
                        fields=[{"field": "arguments", "message": "must be an object"}])
-    agent = _name(body.get("agent") or "user", "agent")
-    session_id = body.get("sessionId") or EXTERNAL_SESSION
-    try:
-        safe_id(session_id if isinstance(session_id, str) else "")
-    except InvalidNameError as exc:
-        raise ApiError(422, f"sessionId: {exc}") from None
-    tools = await _toolset(runtime)
+    agent = _name(body["agent"], "agent") if body.get("agent") else None
+    # The caller's tool set: that session's and that agent's charter's, as in the session.
+    scope = await _scope(runtime, await _toolset(runtime), agent, body.get("sessionId") or None)
+    tools = scope.tools
     call = ToolCall(id=f"api-{secrets.token_hex(6)}", name=name, arguments=arguments)
-    result = await runtime.invoker.invoke(tools, call, CallOrigin(session_id=session_id,
-                                                                  agent=agent))
-    status = 404 if name not in tools else 200
+    result = await runtime.invoker.invoke(tools, call, scope.origin)
+    status = 200 if name in tools else 403 if tools.refusal(name) is not None else 404
     data = result.model_dump(mode="json")
-    if status == 404:
+    if status != 200:
         data["error"] = result.text
     return json_answer(data, status)
 

@@ -203,10 +203,12 @@ class DaemonClient(_Base):
         result: dict[str, Any] = self._send(Calls.cancel(session_id))
         return result
 
-    def tools(self) -> list[dict[str, Any]]:
+    def tools(self, *, agent: str | None = None,
+              session_id: str | None = None) -> list[dict[str, Any]]:
         """`GET /v1/tools`: name, label, description, parameters (JSON schema), source, kind,
-        file and squad_tool of every tool a session can be given."""
-        result: list[dict[str, Any]] = self._send(Calls.tools())["tools"]
+        file and squad_tool of every tool a session can be given (with `agent` and/or
+        `session_id`: of those such a caller may use)."""
+        result: list[dict[str, Any]] = self._send(Calls.tools(agent, session_id))["tools"]
         return result
 
     def call_tool(self, name: str, arguments: Mapping[str, Any], *, agent: str | None = None,
@@ -349,8 +351,10 @@ class AsyncDaemonClient(_Base):
         result: dict[str, Any] = await self._send(Calls.cancel(session_id))
         return result
 
-    async def tools(self) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = (await self._send(Calls.tools()))["tools"]
+    async def tools(self, *, agent: str | None = None,
+                    session_id: str | None = None) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = (
+            await self._send(Calls.tools(agent, session_id)))["tools"]
         return result
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any], *,
@@ -373,11 +377,12 @@ class AsyncDaemonClient(_Base):
     @asynccontextmanager
     async def subscribe_raw(self, *, types: Sequence[str] | None = None,
                             session_id: str | None = None, recent: int = 0,
-                            follow: bool = True
+                            follow: bool = True, reserve: bool = False
                             ) -> AsyncIterator[AsyncIterator[dict[str, Any]]]:
         """`GET /v1/events` as event dicts; the subscription is in place on entry (see
-        `DaemonClient.subscribe` for `recent` and `follow`)."""
-        call = Calls.events(types, session_id, recent, follow)
+        `DaemonClient.subscribe` for `recent` and `follow`). `reserve`: the stream follows a
+        route, and may use the streams the daemon keeps for that."""
+        call = Calls.events(types, session_id, recent, follow, reserve)
         try:
             async with self._client().stream(call.method, call.path, params=call.params,
                                              timeout=self._timeout(call)) as response:

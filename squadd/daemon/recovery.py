@@ -1,13 +1,16 @@
 """Sessions a stopped daemon left behind: found at startup, marked `interrupted`, shown as such.
 
-A transcript whose last record is not a terminal state was running when its daemon died (a
+A transcript whose last record is not a terminal state was running when its process died (a
 crash, kill -9): it gets an `interrupted` state record (append + fsync; no line before it is
-touched). Those, and sessions a graceful stop interrupted, are shown as `interrupted` until
+touched). Its `meta` names the process that runs it (pid and start time): while that process
+still runs (a `squadd run` beside this daemon), the session is left alone. Those marked, and
+sessions a graceful stop interrupted, are shown as `interrupted` until
 `squadd sessions resume ID` continues them. Only each file's tail is read.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import time
@@ -18,6 +21,7 @@ from typing import Any
 from squadd.contracts.sessions import SessionView
 from squadd.runtime.planning import view_from_transcript
 from squadd.state.layout import SquadLayout
+from squadd.state.owner import is_current, owner_alive
 from squadd.state.transcripts import TranscriptWriter, list_transcripts, read_transcript
 
 TERMINAL_STATES = frozenset({"completed", "error", "interrupted", "cancelled"})
@@ -30,6 +34,8 @@ class Recovered:
     views: list[SessionView]
     marked: list[str]
     """Sessions that had no terminal state and were marked interrupted now."""
+    running_elsewhere: list[str] = dataclasses.field(default_factory=list)
+    """Sessions without a terminal state whose owning process still runs: left alone."""
 
 
 STALE_TEMP_AGE_S = 60.0
@@ -85,6 +91,7 @@ def recover_sessions(layout: SquadLayout, *, keep: int) -> Recovered:
     """Mark crashed sessions interrupted; views of the newest `keep` interrupted ones (blocking)."""
     views: list[SessionView] = []
     marked: list[str] = []
+    elsewhere: list[str] = []
     for path in reversed(list_transcripts(layout)):
         if len(views) >= keep:
             break
@@ -98,6 +105,10 @@ def recover_sessions(layout: SquadLayout, *, keep: int) -> Recovered:
         if state in TERMINAL_STATES and state != "interrupted":
             continue
         if state != "interrupted":
+            owner = read_transcript(path).meta.get("owner")
+            if owner_alive(owner) and not is_current(owner):
+                elsewhere.append(path.name.removesuffix(".jsonl"))
+                continue
             writer = TranscriptWriter(path)
             writer.add("state", state="interrupted", reason=CRASH_REASON)
             writer.flush()
@@ -114,7 +125,7 @@ def recover_sessions(layout: SquadLayout, *, keep: int) -> Recovered:
             "age_s": round((now - created).total_seconds(), 3) if created else 0.0,
         }))
     views.reverse()
-    return Recovered(views=views, marked=marked)
+    return Recovered(views=views, marked=marked, running_elsewhere=elsewhere)
 
 
 def _created(meta: dict[str, Any]) -> dt.datetime | None:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
+import anyio.abc
 import structlog
 import uvicorn
 
@@ -38,6 +39,7 @@ from squadd.daemon.recovery import recover_sessions, sweep_stale_temp_files
 from squadd.errors import ConfigError, DaemonAlreadyRunningError, DaemonError, DaemonNotRunningError
 from squadd.fsio import atomic_write, try_lock
 from squadd.logs import configure_logging
+from squadd.loop_watch import LoopWatch
 from squadd.runtime.runtime import SquadRuntime
 from squadd.scribe.worker import run_scribe_worker
 from squadd.state.layout import SquadLayout
@@ -236,6 +238,9 @@ class Daemon:
                 log.warning("sessions were running when squadd last stopped; marked "
                             "interrupted (resume one with 'squadd sessions resume ID')",
                             sessions=recovered.marked)
+            if recovered.running_elsewhere:
+                log.info("sessions another squadd process is running were left alone",
+                         sessions=recovered.running_elsewhere)
             async with runtime:
                 context = DaemonContext(runtime=runtime, request_stop=request_stop)
                 await self._serve(context, listeners, token, stop, reasons)
@@ -262,6 +267,9 @@ class Daemon:
             with anyio.fail_after(STARTUP_TIMEOUT_S):
                 for server in servers:
                     await server.ready.wait()
+            watch = LoopWatch(functools.partial(_loop_blocked, runtime), LOOP_BLOCKED_AFTER_S)
+            watching = anyio.CancelScope()
+            await group.start(_beat, watch, watching)
             scribe_stop = anyio.Event()
             group.start_soon(functools.partial(run_scribe_worker, self.layout, self.settings,
                                                runtime.bus, stop=scribe_stop))
@@ -278,6 +286,7 @@ class Daemon:
             await runtime.shutdown(grace_s=self.settings.daemon.grace_s)
             context.close_streams()
             scribe_stop.set()
+            watching.cancel()
             for server in servers:
                 server.should_exit = True
 
@@ -293,6 +302,22 @@ class Daemon:
                 log.warning("second signal: stopping now, without waiting")
                 scope.cancel()
                 return
+
+
+LOOP_BLOCKED_AFTER_S = 2.0
+"""The daemon's event loop not running for this long is logged, with the tools then running."""
+
+
+async def _beat(watch: LoopWatch, scope: anyio.CancelScope, *,
+                task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+    with scope:
+        await watch.beat(task_status=task_status)
+
+
+def _loop_blocked(runtime: SquadRuntime, seconds: float) -> None:
+    """Called in the watch's thread: a log line (thread-safe), naming the tools running."""
+    log.warning("event loop blocked", seconds=round(seconds, 3),
+                tools_running=sorted(set(runtime.invoker.running.values())))
 
 
 def start_detached(layout: SquadLayout, serve_args: list[str]) -> int:

@@ -1,6 +1,9 @@
 """`GET /v1/events`: the event bus as Server-Sent Events, filtered by type and session, with
 heartbeats, up to `recent` past events first, and a bound on open streams and on each one's
 buffer (a slow reader loses events and is told so with `bus.overflow`).
+
+Streams that follow a route (`reserve=route`, as `squadd route` asks) may also use a reserve
+of their own, so that watchers holding every ordinary stream never block a route.
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ from squadd.runtime.events import Subscription
 from squadd.state.layout import safe_id
 
 MAX_EVENT_STREAMS = 64
-"""Event streams that may be open at once; one more gets a 503."""
+"""Event streams that may be open at once; one more gets a 503 (but see the reserve)."""
+ROUTE_STREAM_RESERVE = 64
+"""More streams kept for following routes (`reserve=route`) once the ordinary ones are taken."""
 
 
 def _event_types(raw: str | None) -> list[str] | None:
@@ -51,11 +56,16 @@ async def events(request: Request) -> Response:
             raise ApiError(422, f"query parameter session: {exc}") from None
     recent_count = query_count(request, "recent", limit=RECENT_EVENTS) or 0
     follow = flag(request, "follow", True)
+    reserve = request.query_params.get("reserve")
+    if reserve not in (None, "route"):
+        raise ApiError(422, f"query parameter reserve={reserve[:40]!r}: the only reserve is "
+                            "'route'")
     if ctx.stopping:
         raise ApiError(503, "squadd is stopping")
-    if len(ctx.streams) >= MAX_EVENT_STREAMS:
-        raise ApiError(503, f"{MAX_EVENT_STREAMS} event streams are open already; close one "
-                            "first", limit=MAX_EVENT_STREAMS)
+    limit = MAX_EVENT_STREAMS + (ROUTE_STREAM_RESERVE if reserve == "route" else 0)
+    if len(ctx.streams) >= limit:
+        raise ApiError(503, f"{len(ctx.streams)} event streams are open already; close one "
+                            "first", limit=limit)
     # Subscribe and copy the recent events in one step: no event is missed or sent twice.
     subscription = ctx.runtime.bus.subscribe(types=types, session_id=session_id)
     replay = [e for e in ctx.recent if event_matches(e, types, session_id)][-recent_count:] \

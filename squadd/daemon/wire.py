@@ -99,8 +99,13 @@ class Calls:
         return Call("POST", f"{API}/sessions/{quote(session_id, safe='')}/cancel")
 
     @staticmethod
-    def tools() -> Call:
-        return Call("GET", f"{API}/tools")
+    def tools(agent: str | None = None, session_id: str | None = None) -> Call:
+        params: dict[str, str] = {}
+        if agent:
+            params["agent"] = agent
+        if session_id:
+            params["session"] = session_id
+        return Call("GET", f"{API}/tools", params)
 
     @staticmethod
     def call_tool(name: str, arguments: Mapping[str, Any], agent: str | None,
@@ -124,8 +129,10 @@ class Calls:
 
     @staticmethod
     def events(types: Sequence[str] | None, session_id: str | None, recent: int,
-               follow: bool) -> Call:
+               follow: bool, reserve: bool = False) -> Call:
         params = {"recent": str(recent), "follow": "1" if follow else "0"}
+        if reserve:
+            params["reserve"] = "route"
         if types:
             params["type"] = ",".join(types)
         if session_id:

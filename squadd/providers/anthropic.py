@@ -23,6 +23,7 @@ from squadd.contracts.messages import (
 from squadd.providers.arguments import tool_call
 from squadd.providers.base import CompletionRequest, RetryCallback
 from squadd.providers.http import (
+    DEFAULT_MAX_RESPONSE_BYTES,
     JsonEndpoint,
     api_key_from,
     error_text,
@@ -60,6 +61,7 @@ class AnthropicProvider:
         policy: RetryPolicy | None = None,
         on_retry: RetryCallback | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         name: str = "anthropic",
     ):
         self.name = name
@@ -71,7 +73,8 @@ class AnthropicProvider:
         self._endpoint = JsonEndpoint(
             provider=name, url=self.url, headers=headers,
             timeout=timeout, policy=policy, on_retry=on_retry,
-            key_hint=key_hint(api_key, api_key_env), transport=transport)
+            key_hint=key_hint(api_key, api_key_env), transport=transport,
+            max_response_bytes=max_response_bytes)
 
     @classmethod
     def from_settings(
@@ -87,7 +90,8 @@ class AnthropicProvider:
                    base_url=settings.base_url or DEFAULT_BASE_URL,
                    api_key=api_key, api_key_env=key_env,
                    timeout=timeouts(settings), policy=RetryPolicy.from_settings(settings),
-                   on_retry=on_retry, transport=transport)
+                   on_retry=on_retry, transport=transport,
+                   max_response_bytes=settings.max_response_bytes)
 
     async def complete(self, request: CompletionRequest) -> Completion:
         model = request.model or self.default_model
@@ -122,10 +126,12 @@ class AnthropicProvider:
                 texts.append(str(block.get("text") or ""))
             elif block.get("type") == "tool_use":
                 name, call_id = block.get("name"), block.get("id")
-                if not isinstance(name, str) or not name or not isinstance(call_id, str):
-                    raise malformed(self.name, self.url,
-                                    f"tool_use block {index} lacks its 'name' or 'id'")
-                calls.append(tool_call(call_id, name, block.get("input")))
+                if not isinstance(name, str) or not name:
+                    raise malformed(self.name, self.url, f"tool_use block {index} lacks its "
+                                                         "'name'")
+                # No id (a compatible server's answer): the session names the call.
+                calls.append(tool_call(call_id if isinstance(call_id, str) else "", name,
+                                       block.get("input")))
         reason = _STOP_REASONS.get(str(data.get("stop_reason")), "other")
         if calls and reason == "other":
             reason = "tool_calls"

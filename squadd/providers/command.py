@@ -124,7 +124,7 @@ class CommandProvider:
                 raise ProviderError(f"{self.name}: cannot start `{argv[0]}`: {again}",
                                     provider=self.name) from again
         program = self.command[0]
-        if code is None or code != 0:
+        if (code is None or code != 0) and not truncated:
             how = ("was killed by signal " + str(-code) if code is not None and code < 0
                    else f"exited with code {code}")
             tail = stderr.decode("utf-8", errors="replace").strip()[-2000:]
@@ -147,7 +147,7 @@ class CommandProvider:
         command = Command(argv, self.cwd, env,
                           None if stdin_text is None else stdin_text.encode("utf-8"))
         outcome = await run_group(command, out, err,
-                                  deadline=anyio.current_time() + self.timeout_s,
+                                  deadline=anyio.current_time() + self.timeout_s, cancel=out,
                                   kill_grace_s=self.kill_grace_s, drain_s=_DRAIN_AFTER_EXIT_S)
         if outcome.timed_out:
             raise ProviderTimeoutError(
@@ -158,17 +158,24 @@ class CommandProvider:
 
 
 class _Bounded:
-    """Keeps the first `limit` bytes of a stream and whether more came."""
+    """Keeps the first `limit` bytes of a stream and whether more came; once more came, `wait`
+    returns, which stops the command (nothing past the bound is worth waiting for)."""
 
     def __init__(self, limit: int):
         self.limit = limit
         self.data = bytearray()
         self.truncated = False
+        self._full = anyio.Event()
 
     async def write(self, data: bytes) -> None:
         room = self.limit - len(self.data)
         self.data.extend(data[:max(room, 0)])
-        self.truncated = self.truncated or len(data) > room
+        if len(data) > room:
+            self.truncated = True
+            self._full.set()
+
+    async def wait(self) -> None:
+        await self._full.wait()
 
 
 class _Tail:

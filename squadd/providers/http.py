@@ -1,8 +1,9 @@
 """JSON over HTTP for the HTTP providers: one httpx client with explicit timeouts per provider.
 
 `JsonEndpoint.post` sends one request through the shared retry policy and turns every way it can
-fail (refused, dropped, timed out, 4xx/5xx, a body that is not JSON) into a `ProviderError` that
-names the provider, the HTTP status and the provider's own error text.
+fail (refused, dropped, timed out, 4xx/5xx, a body that is not JSON, a body larger than
+`provider.max_response_bytes`) into a `ProviderError` that names the provider, the HTTP status and
+the provider's own error text. Bodies are read as a stream and counted, never held past the bound.
 """
 
 from __future__ import annotations
@@ -35,6 +36,11 @@ arguments, which are held to `MAX_JSON_DEPTH` themselves (a deeper call gets a f
 # was lost on the way back, so another attempt is worth it.
 _CONNECTION_ERRORS = (httpx.NetworkError, httpx.RemoteProtocolError, httpx.ConnectTimeout)
 
+
+DEFAULT_MAX_RESPONSE_BYTES = 4 * 1024 * 1024
+"""The largest answer body read (after decompression) unless `provider.max_response_bytes` says."""
+ERROR_BODY_BYTES = 65536
+"""How much of an error answer's body is read for its message."""
 
 DEFAULT_TIMEOUT = httpx.Timeout(120.0, connect=10.0)
 """What a provider built without settings waits: 10 s to connect, 120 s for an answer."""
@@ -74,9 +80,11 @@ class JsonEndpoint:
         on_retry: RetryCallback | None = None,
         key_hint: str = "",
         transport: httpx.AsyncBaseTransport | None = None,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
     ):
         self.provider = provider
         self.url = url
+        self.max_response_bytes = max_response_bytes
         self.policy = policy or RetryPolicy()
         self.on_retry = on_retry
         self._key_hint = key_hint
@@ -96,8 +104,10 @@ class JsonEndpoint:
     async def _attempt(self, payload: bytes) -> dict[str, Any]:
         name, url = self.provider, self.url
         try:
-            response = await self._client.post(
-                url, content=payload, headers={"content-type": "application/json"})
+            async with self._client.stream(
+                    "POST", url, content=payload,
+                    headers={"content-type": "application/json"}) as response:
+                body = await self._read_body(response)
         except httpx.ReadTimeout as exc:
             raise ProviderTimeoutError(
                 f"{name}: no answer from {url} within {self._client.timeout.read:g}s "
@@ -115,15 +125,14 @@ class JsonEndpoint:
                                 provider=name) from exc
         status = response.status_code
         if status >= 400:
-            raise self._status_error(response)
+            raise self._status_error(response, body)
         try:
             # Unpaired surrogates become U+FFFD: the model's text must be writable as UTF-8.
-            data = parse_json(response.content, max_depth=RESPONSE_MAX_DEPTH,
-                              mend_surrogates=True)
+            data = parse_json(body, max_depth=RESPONSE_MAX_DEPTH, mend_surrogates=True)
         except UntrustedInputError as exc:
             raise ProviderError(
                 f"{name}: malformed response from {url} (HTTP {status}): the body is not JSON "
-                f"({exc}): {_snippet(response.content)!r}", provider=name, status=status,
+                f"({exc}): {_snippet(body)!r}", provider=name, status=status,
             ) from exc
         if not isinstance(data, dict):
             raise ProviderError(
@@ -131,9 +140,32 @@ class JsonEndpoint:
                 f"object, got {type(data).__name__}", provider=name, status=status)
         return data
 
-    def _status_error(self, response: httpx.Response) -> ProviderError:
+    async def _read_body(self, response: httpx.Response) -> bytes:
+        """The body, counted as it arrives: an answer past `max_response_bytes` stops the turn
+        (an error answer is only read as far as its message needs)."""
+        limit = self.max_response_bytes
+        if response.status_code >= 400:
+            return await _read_up_to(response, min(limit, ERROR_BODY_BYTES))
+        declared = response.headers.get("content-length", "")
+        if declared.isascii() and declared.isdigit() and int(declared) > limit:
+            raise self._too_large(response.status_code, f"it declares {declared} bytes")
+        body = bytearray()
+        async for chunk in response.aiter_bytes():
+            body += chunk
+            if len(body) > limit:
+                raise self._too_large(response.status_code, "it went on past that")
+        return bytes(body)
+
+    def _too_large(self, status: int, how: str) -> ProviderError:
+        return ProviderError(
+            f"{self.provider}: the answer from {self.url} (HTTP {status}) is larger than "
+            f"{self.max_response_bytes} bytes ({how}); the turn was stopped. Raise "
+            "provider.max_response_bytes if such answers are expected",
+            provider=self.provider, status=status, retryable=False)
+
+    def _status_error(self, response: httpx.Response, body: bytes) -> ProviderError:
         name, status = self.provider, response.status_code
-        text = error_text(response.content)
+        text = error_text(body)
         message = f"{name}: HTTP {status} from {self.url}: {text}"
         if status in (401, 403) and self._key_hint:
             message += f" ({self._key_hint})"
@@ -141,6 +173,15 @@ class JsonEndpoint:
             return RetryableStatusError(message, provider=name, status=status,
                                         retry_after_s=parse_retry_after(response.headers))
         return ProviderError(message, provider=name, status=status, retryable=False)
+
+
+async def _read_up_to(response: httpx.Response, limit: int) -> bytes:
+    body = bytearray()
+    async for chunk in response.aiter_bytes():
+        body += chunk[:limit - len(body)]
+        if len(body) >= limit:
+            break
+    return bytes(body)
 
 
 def error_text(body: bytes) -> str:

@@ -18,6 +18,7 @@ from squadd.errors import ProviderError
 from squadd.providers.arguments import arguments_json, tool_call
 from squadd.providers.base import CompletionRequest, RetryCallback, tool_specs
 from squadd.providers.http import (
+    DEFAULT_MAX_RESPONSE_BYTES,
     JsonEndpoint,
     api_key_from,
     error_text,
@@ -54,6 +55,7 @@ class OpenAIProvider:
         policy: RetryPolicy | None = None,
         on_retry: RetryCallback | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         name: str = "openai",
     ):
         self.name = name
@@ -65,7 +67,8 @@ class OpenAIProvider:
         self._endpoint = JsonEndpoint(
             provider=name, url=self.url, headers=headers,
             timeout=timeout, policy=policy, on_retry=on_retry,
-            key_hint=key_hint(api_key, api_key_env), transport=transport)
+            key_hint=key_hint(api_key, api_key_env), transport=transport,
+            max_response_bytes=max_response_bytes)
 
     @classmethod
     def from_settings(
@@ -81,7 +84,8 @@ class OpenAIProvider:
                    base_url=settings.base_url or DEFAULT_BASE_URL,
                    api_key=api_key, api_key_env=key_env,
                    timeout=timeouts(settings), policy=RetryPolicy.from_settings(settings),
-                   on_retry=on_retry, transport=transport)
+                   on_retry=on_retry, transport=transport,
+                   max_response_bytes=settings.max_response_bytes)
 
     async def complete(self, request: CompletionRequest) -> Completion:
         model = request.model or self.default_model
@@ -129,8 +133,10 @@ class OpenAIProvider:
         name = function.get("name")
         if not isinstance(name, str) or not name:
             raise malformed(self.name, self.url, f"tool call {index} has no function name")
-        call_id = raw.get("id") if isinstance(raw.get("id"), str) and raw.get("id") else None
-        return tool_call(call_id or f"call_{index}", name, function.get("arguments"))
+        # No id (some local servers send none): the session names the call, unique in it.
+        call_id = raw.get("id")
+        return tool_call(call_id if isinstance(call_id, str) else "", name,
+                         function.get("arguments"))
 
 
 def _message(message: Message) -> dict[str, Any]:

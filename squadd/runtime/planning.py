@@ -16,7 +16,7 @@ import structlog
 from squadd.config import Settings
 from squadd.contracts.names import safe_name
 from squadd.contracts.routes import FailureReason, RoutedBy, RouteOrigin, RouteRequest, RouteResult
-from squadd.contracts.sessions import LIVE_STATES, SessionView
+from squadd.contracts.sessions import LIVE_STATES, SessionState, SessionView
 from squadd.errors import InvalidNameError, StateError
 from squadd.runtime.router import Router
 from squadd.runtime.session import SessionInfo, choose_model, new_session_id
@@ -24,6 +24,7 @@ from squadd.statcache import StatCache
 from squadd.state.charters import Charter, parse_charter, roster
 from squadd.state.layout import SquadLayout, safe_id
 from squadd.state.members import folder_for
+from squadd.state.owner import is_current, owner_alive
 from squadd.state.transcripts import Transcript, read_transcript
 
 log = structlog.get_logger("squadd.planning")
@@ -140,6 +141,8 @@ def new_plan(request: RouteRequest, origin: RouteOrigin, agent: str, routed_by: 
         parent_session_id=origin.session_id,
         requested_by=request.requested_by or origin.agent or "user",
         depth=depth, lineage=_lineage(origin), priority=request.priority,
+        available_tools=(tuple(request.available_tools)
+                         if request.available_tools is not None else None),
     )
     return RoutePlan(info=info, charter=charter, routed_by=routed_by, task=request.task,
                      context=request.context, continuing=False,
@@ -199,6 +202,31 @@ def load_transcript(layout: SquadLayout, session_id: str) -> Transcript | None:
         return None
 
 
+TERMINAL_STATES = frozenset({"completed", "error", "interrupted", "cancelled"})
+"""Last states of a transcript whose session has no task in hand."""
+
+
+def running_elsewhere(transcript: Transcript) -> int | None:
+    """The pid of the other, still running process whose task the transcript records (a
+    `squadd run` beside the daemon), or None."""
+    if transcript.last_state in TERMINAL_STATES:
+        return None
+    owner = transcript.meta.get("owner")
+    if owner_alive(owner) and not is_current(owner):
+        assert isinstance(owner, dict)
+        return int(owner["pid"])
+    return None
+
+
+def refuse_if_elsewhere(transcript: Transcript) -> None:
+    """`Refusal` (busy) for a session another process is running: one writer per transcript."""
+    pid = running_elsewhere(transcript)
+    if pid is not None:
+        raise Refusal("busy", f"session {transcript.session_id} is running in another squadd "
+                              f"process (pid {pid}); wait for it to end",
+                      session_id=transcript.session_id)
+
+
 def info_from_transcript(transcript: Transcript) -> SessionInfo:
     meta = transcript.meta
     return SessionInfo(
@@ -208,7 +236,14 @@ def info_from_transcript(transcript: Transcript) -> SessionInfo:
         requested_by=meta.get("requested_by"), depth=int(meta.get("depth") or 0),
         lineage=tuple(meta.get("lineage") or ()),
         priority=str(meta.get("priority") or "normal"),
+        available_tools=_names(meta.get("available_tools")),
     )
+
+
+def _names(value: Any) -> tuple[str, ...] | None:
+    if not isinstance(value, list):
+        return None
+    return tuple(str(item) for item in value)
 
 
 def view_from_transcript(transcript: Transcript) -> SessionView:
@@ -217,7 +252,10 @@ def view_from_transcript(transcript: Transcript) -> SessionView:
     last = transcript.states[-1] if transcript.states else {}
     last_state = last.get("state")
     error = None
-    if last_state in ("error", "interrupted", "cancelled"):
+    live: SessionState | None = None
+    if running_elsewhere(transcript) is not None:
+        live = last_state if last_state in ("queued", "active", "waiting") else "active"
+    elif last_state in ("error", "interrupted", "cancelled"):
         error = f"{last_state}: {last.get('error') or last.get('reason') or 'no reason recorded'}"
     elif last_state not in ("completed", None):
         error = f"interrupted: the session stopped while {last_state} (squadd stopped?)"
@@ -226,7 +264,7 @@ def view_from_transcript(transcript: Transcript) -> SessionView:
     tokens_out = sum(int(r.get("output_tokens") or 0) for r in transcript.records
                      if r.get("kind") == "message")
     return SessionView(
-        session_id=info.session_id, agent=info.agent or "?", state="destroyed",
+        session_id=info.session_id, agent=info.agent or "?", state=live or "destroyed",
         task=info.task[:500], model=info.model,
         priority="urgent" if info.priority == "urgent" else "normal",
         parent_session_id=info.parent_session_id, requested_by=info.requested_by,

@@ -31,6 +31,7 @@ from squadd.contracts.sessions import LIVE_STATES, PoolTotals, SessionState, Ses
 from squadd.errors import PoolFullError, RouteError
 from squadd.runtime.session import SessionInfo
 from squadd.runtime.slots import PrioritySlots, SlotClass, SlotLimiter, SlotTicket
+from squadd.tools.base import ToolSet
 
 RESTING_STATES: frozenset[str] = frozenset({"idle", "error", "interrupted"})
 _TASK_PREVIEW = 500
@@ -56,6 +57,8 @@ class SessionRecord:
     """Set when the current task ends."""
     waiting_on: str | None = None
     """The child session this one waits on (it gets the child's slot when the child ends)."""
+    tools: ToolSet | None = None
+    """The tools its latest task may use (set when the task starts)."""
 
     @property
     def session_id(self) -> str:
@@ -93,6 +96,8 @@ class SessionPool:
         self._resting: OrderedDict[str, SessionRecord] = OrderedDict()
         self._ended: OrderedDict[str, SessionView] = OrderedDict()
         self._waiting = 0
+        self._pending: set[SlotTicket] = set()
+        """Tickets in line or granted whose route has not collected its slot yet."""
         self.closed = False
 
     # Queries.
@@ -158,6 +163,7 @@ class SessionPool:
             self._set(record, "creating")
             self._check_capacity()
         else:
+            self._pending.add(ticket)
             self._set(record, "queued")
             self.sink.publish(RouteQueued(
                 session_id=record.session_id, agent=record.agent,
@@ -170,8 +176,12 @@ class SessionPool:
                         timeout_s: float | None) -> None:
         """Wait (at most `timeout_s`) until `ticket` holds a slot; TimeoutError if none came."""
         if not ticket.granted:
-            with anyio.fail_after(timeout_s):
-                await self.slots.wait(ticket)
+            try:
+                with anyio.fail_after(timeout_s):
+                    await self.slots.wait(ticket)
+            finally:
+                self._pending.discard(ticket)
+        self._pending.discard(ticket)
         if not record.holds_slot:  # granted now, or while the route was on its way here
             record.holds_slot = True
             self._set(record, "creating")
@@ -201,6 +211,7 @@ class SessionPool:
         if record is None or not record.holds_slot or record.state != "active":
             yield
             return
+        task = record.finished  # the task that waits: a new Event marks a new task
         self._give_back(record, ended=False)
         record.waiting_on = child_id
         self._waiting += 1
@@ -208,11 +219,22 @@ class SessionPool:
         try:
             yield
         finally:
-            self._waiting -= 1
-            record.waiting_on = None
+            if record.waiting_on == child_id:  # else `finish` ended the wait already
+                record.waiting_on = None
+                self._waiting -= 1
+        if task is None or task.is_set() or record.finished is not task:
+            # Its task ended while the child ran (its turn was cut off, or the route came
+            # through the API for it): it gets no slot back and stays at rest.
+            if record.holds_slot and record.state not in LIVE_STATES:
+                self._give_back(record, ended=False)
+            return
         if not record.holds_slot:
             ticket = self.slots.enqueue(SlotClass.RETURNING)
-            await self.slots.wait(ticket)
+            self._pending.add(ticket)
+            try:
+                await self.slots.wait(ticket)
+            finally:
+                self._pending.discard(ticket)
             record.holds_slot = True
         self._set(record, "active")
 
@@ -239,6 +261,10 @@ class SessionPool:
         if state not in RESTING_STATES:
             raise ValueError(f"a task cannot end in state {state!r}")
         self._give_back(record, ended=True)
+        if record.waiting_on is not None:
+            # A child it waited on must not hand its slot to a task that has ended.
+            record.waiting_on = None
+            self._waiting -= 1
         record.answer, record.error = answer, error
         record.last_activity = self._clock()
         record.scope = None
@@ -270,6 +296,7 @@ class SessionPool:
         back the slot it got) and the record is dropped."""
         if not record.holds_slot:
             self.slots.cancel(ticket)
+        self._pending.discard(ticket)
         self.abandon(record)
 
     def destroy(self, record: SessionRecord) -> None:
@@ -302,6 +329,47 @@ class SessionPool:
         if slots.in_use == slots.total:
             self.sink.publish(PoolAtCapacity(running=slots.in_use, queued=self.queued,
                                              max_concurrent=slots.total))
+
+    def invariant_violations(self) -> list[str]:
+        """What is wrong with the slot accounting now (empty when all is well).
+
+        Slots in use are exactly those held by sessions plus those granted to routes that have
+        not collected them yet; no session at rest holds a slot or waits on a child; the
+        `waiting` count is the number of sessions waiting on one. (With a limiter shared
+        with other processes only the local rules are checked.)
+        """
+        problems: list[str] = []
+        records = list(self._records.values())
+        holders = [r for r in records if r.holds_slot]
+        granted = sum(1 for ticket in self._pending if ticket.granted)
+        if isinstance(self.slots, PrioritySlots):
+            in_use = self.slots.in_use
+            if in_use != len(holders) + granted:
+                problems.append(
+                    f"{in_use} slots in use, but {len(holders)} sessions hold one "
+                    f"({', '.join(r.session_id for r in holders) or 'none'}) and {granted} "
+                    "granted slots wait to be taken")
+            if in_use > self.slots.total:
+                problems.append(f"{in_use} slots in use of {self.slots.total}")
+        for record in records:
+            if record.state in RESTING_STATES or record.state == "destroyed":
+                if record.holds_slot:
+                    problems.append(f"session {record.session_id} is {record.state} but holds "
+                                    "a slot")
+                if record.waiting_on is not None:
+                    problems.append(f"session {record.session_id} is {record.state} but waits "
+                                    f"on {record.waiting_on}")
+        waiting = sum(1 for r in records if r.waiting_on is not None)
+        if waiting != self._waiting:
+            problems.append(f"{self._waiting} sessions counted as waiting, {waiting} wait on "
+                            "a child")
+        return problems
+
+    def check_invariants(self) -> None:
+        """Raise `AssertionError` naming each broken rule of `invariant_violations`."""
+        problems = self.invariant_violations()
+        if problems:
+            raise AssertionError("session pool invariants broken: " + "; ".join(problems))
 
     def live(self) -> list[SessionRecord]:
         """Sessions with a task in hand."""

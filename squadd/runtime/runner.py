@@ -78,16 +78,22 @@ class RouteRunner:
             except TimeoutError:
                 message = (f"no slot came free within {plan.timeout_s:g}s (route timeout); "
                            "the pool is busy: try again later")
-                self.pool.abandon(record)
-                await self._end_unstarted(plan, "error", error=message)
+                # The transcript says how it ended before the pool forgets the session, so
+                # that nobody reads it in between as a session that stopped mid-way.
+                try:
+                    await self._end_unstarted(plan, "error", error=message)
+                finally:
+                    self.pool.abandon(record)
                 await self._log_end(entry, "queue_timeout", message, started, record)
                 return RouteResult(ok=False, reason="queue_timeout", message=message,
                                    error=message, agent=info.agent, pool=self.pool.totals())
             except BaseException:
-                self.pool.abandon(record)
                 with anyio.CancelScope(shield=True):
-                    await self._end_unstarted(plan, "interrupted",
-                                              reason="cancelled before it started")
+                    try:
+                        await self._end_unstarted(plan, "interrupted",
+                                                  reason="cancelled before it started")
+                    finally:
+                        self.pool.abandon(record)
                     await self._log_end(entry, "cancelled", "cancelled before it started",
                                         started, record)
                 raise
@@ -138,11 +144,16 @@ class RouteRunner:
             extras = await anyio.to_thread.run_sync(self.extra_tools)
             tools = tools.merged(extras if isinstance(extras, ToolSet) else list(extras))
         sink = SessionSink(self.bus, self.pool, record)
+        if info.available_tools is not None and plan.continuing:
+            # The route that made the session set its tools; a later task only narrows them.
+            tools = session_toolset(tools, info.available_tools, None,
+                                    session_id=info.session_id)
+        tools = session_toolset(tools, plan.available_tools, plan.charter,
+                                session_id=info.session_id)
+        record.tools = tools
         session = AgentSession(
             info, layout=self.layout, settings=self.settings, provider=self.provider,
-            invoker=self.invoker, tools=session_toolset(tools, plan.available_tools,
-                                                        plan.charter),
-            sink=sink, files=self.files, spares=self.spares,
+            invoker=self.invoker, tools=tools, sink=sink, files=self.files, spares=self.spares,
         )
         sink.session = session
         if plan.continuing:

@@ -20,9 +20,11 @@ from squadd.contracts.routes import RouteOrigin, RouteRequest, RouteResult
 from squadd.contracts.sessions import LIVE_STATES, SessionView, StatusReport
 from squadd.errors import InvalidNameError, NotFoundError, PoolFullError, RouteError
 from squadd.providers.base import Provider, RetryCallback, RetryInfo
+from squadd.runtime.callers import CallScope, scope_call
 from squadd.runtime.events import EventBus
 from squadd.runtime.orchestration import OrchestrationEntry, OrchestrationLog
 from squadd.runtime.planning import (
+    TERMINAL_STATES,
     CharterCache,
     Refusal,
     RoutePlan,
@@ -30,6 +32,7 @@ from squadd.runtime.planning import (
     info_from_transcript,
     load_transcript,
     new_plan,
+    refuse_if_elsewhere,
     resolve_agent,
     unknown_agent,
     view_from_transcript,
@@ -251,6 +254,7 @@ class SquadRuntime:
                 if transcript is None:
                     raise Refusal("unknown_session", f"no session {session_id}: there is no "
                                                      "transcript for it")
+                refuse_if_elsewhere(transcript)
                 last = transcript.last_state
                 if last in ("completed", "error"):
                     raise Refusal("invalid", f"session {session_id} ended ({last}); nothing "
@@ -290,8 +294,19 @@ class SquadRuntime:
         if transcript is None:
             return None
         view = view_from_transcript(transcript)
-        self.pool.remember(view)
+        if transcript.last_state in TERMINAL_STATES:
+            # Only an ended transcript is the last word; one still being written (a route on
+            # its way out of the pool, another process's session) is read again next time.
+            self.pool.remember(view)
         return view
+
+    async def scope_call(self, tools: ToolSet, *, agent: str | None,
+                         session_id: str | None) -> CallScope:
+        """Who a call from outside a session's loop is made as, and the part of `tools` it
+        may use (`CallerError` for a session that does not exist or is another agent's)."""
+        return await scope_call(tools, pool=self.pool, layout=self.layout,
+                                charter_of=self._charters.get, agent=agent,
+                                session_id=session_id)
 
     def snapshot(self) -> StatusReport:
         """Every session the pool knows (ended ones included) and the totals, synchronously."""
@@ -321,6 +336,7 @@ class SquadRuntime:
                 if transcript is None or not transcript.meta.get("agent"):
                     raise Refusal("unknown_session", f"no session {request.session_id}: "
                                                      "check the id with squad_status")
+                refuse_if_elsewhere(transcript)
                 info, state = info_from_transcript(transcript), None
             charter = await self._charter(info.agent)
             return continue_plan(request, origin, info, state, charter, self.settings)
@@ -376,7 +392,7 @@ class SquadRuntime:
         await self.orchestration.submit(entry)
         if not wait:
             if self._tg is None:
-                self.pool.abandon(record)
+                self.pool.withdraw(record, ticket)
                 raise RuntimeError("SquadRuntime is not running: use `async with` first")
             if self._background == 0:
                 self._background_done = anyio.Event()

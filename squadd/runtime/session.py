@@ -33,10 +33,12 @@ from squadd.contracts.messages import (
 )
 from squadd.errors import ProviderError, SquaddError
 from squadd.providers.base import CompletionRequest, Provider
+from squadd.runtime.conversation import name_calls, paired, used_call_ids
 from squadd.runtime.prompt import build_system_prompt, gather
 from squadd.statcache import StatCache
 from squadd.state.charters import Charter
 from squadd.state.layout import SquadLayout
+from squadd.state.owner import current_owner
 from squadd.state.transcripts import SpareFiles, Transcript, TranscriptWriter, read_transcript
 from squadd.tools.base import CancelSignal, ToolSet
 from squadd.tools.invoke import CallOrigin, ToolInvoker
@@ -44,10 +46,6 @@ from squadd.tools.invoke import CallOrigin, ToolInvoker
 log = structlog.get_logger("squadd.session")
 
 Outcome = Literal["completed", "error", "interrupted", "cancelled"]
-INTERRUPTED_TOOL_TEXT = (
-    "interrupted: squadd stopped before this tool call finished; its effect is unknown. "
-    "Check before repeating it."
-)
 
 
 def new_session_id() -> str:
@@ -68,12 +66,27 @@ def choose_model(route_model: str | None, charter: Charter | None, settings: Set
 
 
 def session_toolset(tools: ToolSet, available: Iterable[str] | None,
-                    charter: Charter | None) -> ToolSet:
-    """The caller's `availableTools` narrow the set; the charter's `## Tools` narrows it further."""
-    narrowed = tools.narrowed(available)
-    if charter is not None and charter.tools is not None:
-        narrowed = narrowed.narrowed(charter.tools)
-    return narrowed
+                    charter: Charter | None, *, session_id: str | None = None) -> ToolSet:
+    """The caller's `availableTools` narrow the set; the charter's `## Tools` narrows it further.
+    A tool either rule leaves out is refused with the rule named."""
+    if available is not None:
+        allowed = list(available)
+        whose = f"session {session_id}" if session_id else "this session"
+        narrowed = tools.narrowed(allowed, rule=(
+            f"the route that started {whose} allows only {', '.join(allowed) or 'no tools'} "
+            "(availableTools)"))
+    else:
+        narrowed = tools
+    return charter_toolset(narrowed, charter)
+
+
+def charter_toolset(tools: ToolSet, charter: Charter | None) -> ToolSet:
+    """`tools` narrowed by the charter's `## Tools` (all of them when it has none)."""
+    if charter is None or charter.tools is None:
+        return tools
+    return tools.narrowed(charter.tools, rule=(
+        f"{charter.agent}'s charter allows only {', '.join(charter.tools) or 'no tools'} "
+        f"(## Tools in agents/{charter.agent}/charter.md)"))
 
 
 @dataclass
@@ -102,6 +115,8 @@ class SessionInfo:
     depth: int = 0
     lineage: tuple[str, ...] = ()
     priority: str = "normal"
+    available_tools: tuple[str, ...] | None = None
+    """The `availableTools` of the route that made the session: its later tasks keep to them."""
 
 
 def _now_iso() -> str:
@@ -113,7 +128,9 @@ def session_meta(info: SessionInfo) -> dict[str, Any]:
     return {"session_id": info.session_id, "agent": info.agent, "model": info.model,
             "task": info.task, "parent_session_id": info.parent_session_id,
             "requested_by": info.requested_by, "depth": info.depth,
-            "lineage": list(info.lineage), "priority": info.priority}
+            "lineage": list(info.lineage), "priority": info.priority,
+            "available_tools": (list(info.available_tools)
+                                if info.available_tools is not None else None)}
 
 
 def record_acceptance(layout: SquadLayout, info: SessionInfo, context: str | None,
@@ -123,7 +140,8 @@ def record_acceptance(layout: SquadLayout, info: SessionInfo, context: str | Non
     session starts leaves this transcript; recovery marks it interrupted, and resuming it
     starts the task from the beginning."""
     writer = TranscriptWriter(layout.transcript(info.session_id), spares)
-    writer.add("meta", **session_meta(info), context=context, created=_now_iso())
+    writer.add("meta", **session_meta(info), context=context, created=_now_iso(),
+               owner=current_owner())
     writer.add("state", state="queued")
     writer.flush()
 
@@ -205,10 +223,10 @@ class AgentSession:
         user = UserMessage(content=task)
         writer = self._writer
         if accepted:  # the meta is on disk since the route was accepted; add what is new
-            writer.add("meta", tools=self.tools.names)
+            writer.add("meta", tools=self.tools.names, owner=current_owner())
         else:
             writer.add("meta", **{**session_meta(info), "task": task},
-                       tools=self.tools.names, created=_now_iso())
+                       tools=self.tools.names, created=_now_iso(), owner=current_owner())
         writer.add("message", message=message_record(system))
         writer.add("message", message=message_record(user))
         writer.add("state", state="active")
@@ -237,19 +255,12 @@ class AgentSession:
                              context if isinstance(context, str) else None, True), True
 
     def _load_messages(self, transcript: Transcript) -> list[Message]:
-        messages = [parse_message(m) for m in transcript.messages]
-        answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
-        fixed: list[Message] = []
-        for message in messages:
-            fixed.append(message)
-            calls = message.tool_calls if isinstance(message, AssistantMessage) else []
-            for call in calls:
-                if call.id not in answered:
-                    stand_in = ToolMessage(tool_call_id=call.id, name=call.name,
-                                       content=INTERRUPTED_TOOL_TEXT, is_error=True)
-                    fixed.append(stand_in)
-                    self._record(stand_in)
-        return fixed
+        """The conversation so far, every call answered (a stand-in, recorded, for a call a
+        crash cut off), as the provider must see it."""
+        messages, stand_ins = paired([parse_message(m) for m in transcript.messages])
+        for message in stand_ins:
+            self._record(message)
+        return messages
 
     def _record(self, message: Message, **extra: Any) -> None:
         self._writer.add("message", message=message_record(message), **extra)
@@ -286,6 +297,8 @@ class AgentSession:
             messages.append(user)
             self._record(user)
         if not prepared:  # `start` has written the task and this state already
+            # This process runs the session now (and its tools may have changed).
+            self._writer.add("meta", tools=self.tools.names, owner=current_owner())
             self.mark("active")
         try:
             with anyio.move_on_after(timeout_s) as scope:
@@ -348,15 +361,16 @@ class AgentSession:
                 input_tokens=self.usage.input_tokens + completion.usage.input_tokens,
                 output_tokens=self.usage.output_tokens + completion.usage.output_tokens,
             )
-            assistant = AssistantMessage(content=completion.text,
-                                tool_calls=completion.tool_calls)
+            turn = sum(1 for m in messages if isinstance(m, AssistantMessage)) + 1
+            calls = name_calls(completion.tool_calls, turn, used_call_ids(messages))
+            assistant = AssistantMessage(content=completion.text, tool_calls=calls)
             messages.append(assistant)
             self._record(assistant, input_tokens=completion.usage.input_tokens,
                          output_tokens=completion.usage.output_tokens)
-            if not completion.tool_calls:
+            if not calls:
                 return self._outcome("completed", answer=completion.text)
             await self._flush()  # the calls are on disk before any of them has an effect
-            for call in completion.tool_calls:
+            for call in calls:
                 messages.append(await self._call(call, origin))
         return self._outcome(
             "error",

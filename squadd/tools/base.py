@@ -208,10 +208,15 @@ class Tool(ABC, Generic[ArgsT]):
 
 
 class ToolSet:
-    """The tools one session may call, by name, in a stable order."""
+    """The tools one session may call, by name, in a stable order.
+
+    A set narrowed by a rule remembers the tools the rule took out and why, so that a call of
+    one is refused by naming the rule rather than as an unknown tool.
+    """
 
     def __init__(self, tools: Iterable[Tool[Any]] = (),
-                 unavailable: Mapping[str, str] | None = None):
+                 unavailable: Mapping[str, str] | None = None,
+                 refused: Mapping[str, str] | None = None):
         self._tools: dict[str, Tool[Any]] = {}
         for tool in tools:
             self._tools[tool.name] = tool
@@ -220,6 +225,12 @@ class ToolSet:
             if name not in self._tools}
         """Tools that exist but failed to load, by name, with the reason (told to a model
         that calls one, instead of a bare "unknown tool")."""
+        self._refused: dict[str, str] = {
+            name: why for name, why in (refused or {}).items() if name not in self._tools}
+
+    def refusal(self, name: str) -> str | None:
+        """Why `name` is not in this set when a rule took it out (None: it never was)."""
+        return self._refused.get(name)
 
     def __contains__(self, name: object) -> bool:
         return name in self._tools
@@ -240,16 +251,20 @@ class ToolSet:
     def specs(self) -> list[ToolSpec]:
         return [tool.spec() for tool in self._tools.values()]
 
-    def narrowed(self, allowed: Iterable[str] | None) -> ToolSet:
-        """Only the tools matching one of `allowed` (names or globs); None keeps all."""
+    def narrowed(self, allowed: Iterable[str] | None, *, rule: str = "") -> ToolSet:
+        """Only the tools matching one of `allowed` (names or globs); None keeps all. `rule`
+        says what allows only those (a refused call quotes it)."""
         if allowed is None:
             return self
         patterns = list(allowed)
-        return ToolSet(
-            (tool for tool in self._tools.values()
-             if any(fnmatch.fnmatchcase(tool.name, p) for p in patterns)),
-            {name: reason for name, reason in self.unavailable.items()
-             if any(fnmatch.fnmatchcase(name, p) for p in patterns)})
+        kept = [tool for tool in self._tools.values()
+                if any(fnmatch.fnmatchcase(tool.name, p) for p in patterns)]
+        why = rule or "only " + (", ".join(patterns) or "no tools") + " may be used here"
+        refused = dict(self._refused)
+        for name in self._tools:
+            refused.setdefault(name, why)
+        return ToolSet(kept, {name: reason for name, reason in self.unavailable.items()
+                              if any(fnmatch.fnmatchcase(name, p) for p in patterns)}, refused)
 
     def merged(self, other: Iterable[Tool[Any]]) -> ToolSet:
         """This set plus `other`; on the same name this set's tool wins (tools that failed to
@@ -259,4 +274,4 @@ class ToolSet:
             combined.setdefault(tool.name, tool)
         unavailable = dict(other.unavailable) if isinstance(other, ToolSet) else {}
         unavailable.update(self.unavailable)
-        return ToolSet(combined.values(), unavailable)
+        return ToolSet(combined.values(), unavailable, self._refused)

@@ -193,6 +193,8 @@ class ToolInvoker:
         self.sink = sink or NullSink()
         self.variables = variables or EnvironmentVariables()
         self.approvals: ApprovalGate = approvals if approvals is not None else Unattended(settings)
+        self.running: dict[str, str] = {}
+        """Call id -> tool name of the calls running now (read by the daemon's loop watch)."""
 
     async def invoke(self, tools: ToolSet, call: ToolCall, origin: CallOrigin) -> ToolResult:
         """Run `call` against `tools`; always returns a result, never raises (but cancellation)."""
@@ -220,11 +222,18 @@ class ToolInvoker:
                 )
             elif tool is None:
                 available = ", ".join(sorted(tools.names)) or "none"
+                refusal = tools.refusal(call.name)
                 broken = tools.unavailable.get(call.name)
-                result = ToolResult.failure(
-                    f"tool {call.name!r} exists but failed to load, so it cannot run "
-                    f"({broken}); the tools available are {available}" if broken is not None
-                    else f"unknown tool {call.name!r}: the tools available are {available}"
+                if refusal is not None:
+                    result = ToolResult.failure(
+                        f"{call.name} may not be used here: {refusal}. The tools available are "
+                        f"{available}", refused=True)
+                else:
+                    result = ToolResult.failure(
+                        f"tool {call.name!r} exists but failed to load, so it cannot run "
+                        f"({broken}); the tools available are {available}"
+                        if broken is not None
+                        else f"unknown tool {call.name!r}: the tools available are {available}"
                 )
             else:
                 result, secrets = await self._run(tool, call, origin, announce)
@@ -271,6 +280,8 @@ class ToolInvoker:
         if timeout is None and not tool.squad_tool:
             timeout = self.settings.tools.timeout_s
         output: ToolOutput = ""
+        key = f"{origin.session_id}/{call.id}"
+        self.running[key] = tool.name
         try:
             # The cancel scope says whether the deadline struck: a TimeoutError the tool raises
             # itself is the tool's own failure, not this timeout.
@@ -284,6 +295,8 @@ class ToolInvoker:
             return ToolResult.failure(
                 f"{tool.name} failed: {type(exc).__name__}: {exc}"
             ), resolved.secrets
+        finally:
+            self.running.pop(key, None)
         if deadline.cancelled_caught and timeout is not None:
             cancel.set()
             return ToolResult.failure(

@@ -3,10 +3,23 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import threading
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from squadd.daemon.recovery import CRASH_REASON, last_record, recover_sessions
+from squadd.runtime.planning import view_from_transcript
+from squadd.runtime.session import SessionInfo, record_acceptance
 from squadd.state.layout import SquadLayout
+from squadd.state.owner import current_owner, process_start
+from squadd.state.transcripts import list_transcripts, read_transcript
+from tests.support.daemon_process import FAST_CONFIG, DaemonProcess
+from tests.support.model_servers import OpenAIServer, Reply
 
 
 def _write(path: Path, *records: dict[str, object], torn: str = "") -> None:
@@ -85,3 +98,91 @@ def test_stale_orchestration_temp_files_are_swept_and_fresh_ones_kept(tmp_path: 
     os.utime(stale, (old, old))
     assert sweep_stale_temp_files(layout) == [stale]
     assert not stale.exists() and fresh.exists() and entry.exists()
+
+
+def test_only_sessions_of_a_dead_owner_are_marked_interrupted(squad: SquadLayout) -> None:
+    """The owner is pid + start time: a live other process keeps its session; a dead one, a
+    reused pid (same pid, other start), a missing or malformed owner do not."""
+    alive = subprocess.Popen(["sleep", "60"])
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    try:
+        alive_start = process_start(alive.pid)
+        assert alive_start is not None
+        owners: dict[str, object] = {
+            "20260102-030405-bbbb0001": {"pid": alive.pid, "start": alive_start},
+            "20260102-030405-bbbb0002": {"pid": dead.pid, "start": "12345"},
+            "20260102-030405-bbbb0003": {"pid": alive.pid, "start": str(int(alive_start) + 1)},
+            "20260102-030405-bbbb0004": None,
+            "20260102-030405-bbbb0005": {"pid": "x", "start": alive_start},
+        }
+        for session_id, owner in owners.items():
+            meta = dict(META, owner=owner) if owner is not None else META
+            _write(squad.transcript(session_id), meta, MESSAGE, ACTIVE)
+        recovered = recover_sessions(squad, keep=10)
+        assert recovered.running_elsewhere == ["20260102-030405-bbbb0001"]
+        assert sorted(recovered.marked) == sorted(set(owners) - {"20260102-030405-bbbb0001"})
+        kept = read_transcript(squad.transcript("20260102-030405-bbbb0001"))
+        assert kept.last_state == "active"
+        assert "20260102-030405-bbbb0001" not in {v.session_id for v in recovered.views}
+        view = view_from_transcript(kept)
+        assert view.state == "active" and view.error is None  # shown as running, not stopped
+    finally:
+        alive.kill()
+        alive.wait()
+    # Once its owner is gone, the next start marks it.
+    again = recover_sessions(squad, keep=10)
+    assert again.marked == ["20260102-030405-bbbb0001"]
+
+
+def test_transcripts_name_the_process_that_runs_them(squad: SquadLayout) -> None:
+    info = SessionInfo(session_id="20260102-030405-cccc0001", agent="lead", model="m",
+                       task="t")
+    record_acceptance(squad, info, None)
+    meta = read_transcript(squad.transcript(info.session_id)).meta
+    assert meta["owner"] == current_owner() == {"pid": os.getpid(),
+                                                "start": process_start(os.getpid())}
+
+
+@pytest.mark.slow
+def test_serve_leaves_a_running_squadd_run_session_alone(tmp_path: Path) -> None:
+    """`squadd run` in a repo, its model still thinking, while `squadd serve` starts there: the
+    daemon does not mark the session interrupted, shows it running, refuses to resume it, and
+    the run ends it as completed."""
+    release, asked = threading.Event(), threading.Event()
+
+    def answer(body: Any) -> Reply:
+        asked.set()
+        release.wait(60)
+        return OpenAIServer.text_turn("finished by run")
+
+    with OpenAIServer(answer) as model:
+        daemon = DaemonProcess.in_new_repo(tmp_path, model.url, config=FAST_CONFIG)
+        layout = daemon.layout
+        run = subprocess.Popen([sys.executable, "-m", "squadd", "run", "lead", "slow task",
+                                "--provider", "openai", "--base-url", model.url,
+                                "--model", "test-model"], cwd=layout.repo, env=daemon.env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert asked.wait(60)  # the run's session is asking its model
+            [path] = list_transcripts(layout)
+            session_id = path.name.removesuffix(".jsonl")
+            with daemon:
+                assert read_transcript(path).last_state == "active"
+                view = daemon.client.session(session_id, transcript=False)["session"]
+                assert view["state"] == "active" and view["error"] is None
+                resumed = daemon.client.resume(session_id)
+                assert resumed["ok"] is False and resumed["reason"] == "busy"
+                assert f"pid {run.pid}" in resumed["message"]
+                release.set()
+                out, err = run.communicate(timeout=60)
+            assert run.returncode == 0, err
+            assert out.strip() == "finished by run"
+            transcript = read_transcript(path)
+            assert transcript.last_state == "completed"
+            assert all(s["state"] != "interrupted" for s in transcript.states)
+        finally:
+            release.set()
+            if run.poll() is None:
+                run.kill()
+                run.wait()

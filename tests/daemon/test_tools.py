@@ -4,6 +4,7 @@ tool that must be approved waits for `squadd approve|deny ID`."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 
 from squadd.daemon.client import DaemonClient
+from squadd.state.owner import process_start
 from tests.support.daemon_process import DaemonProcess
 from tests.support.model_servers import OpenAIServer
 
@@ -99,3 +101,68 @@ def test_a_tool_waiting_for_approval_runs_only_when_approved(daemon: DaemonProce
         assert not inbox.exists()
     again = daemon.squadd(verb, requested["approval_id"])
     assert again.returncode == 1 and "no pending approval" in again.stderr
+
+
+RUNAWAY = '''\
+import os
+import time
+from squadd import tool
+
+
+@tool(timeout_s=600)
+def runaway_sync(pidfile: str) -> str:
+    """Never ends on its own."""
+    open(pidfile, "w").write(str(os.getpid()))
+    time.sleep(600)
+    return "never"
+
+
+@tool(timeout_s=600)
+async def runaway_async(pidfile: str) -> str:
+    """Blocks its own event loop for good."""
+    open(pidfile, "w").write(str(os.getpid()))
+    time.sleep(600)
+    return "never"
+'''
+
+
+@pytest.mark.parametrize(("tool", "how"), [("runaway_runaway_sync", "stop"),
+                                         ("runaway_runaway_async", "stop"),
+                                         ("runaway_runaway_sync", "kill -9")])
+def test_squadd_stop_ends_the_daemon_while_a_tool_runs_away(
+        tmp_path: Path, model_server: OpenAIServer, tool: str, how: str) -> None:
+    process = DaemonProcess.in_new_repo(tmp_path, model_server.url, config=CONFIG)
+    (process.layout.root / "tools").mkdir(exist_ok=True)
+    (process.layout.root / "tools" / "runaway.py").write_text(RUNAWAY, encoding="utf-8")
+    pidfile = tmp_path / "tool.pid"
+    outcome: list[Any] = []
+    with process:
+        def call_it() -> None:
+            try:
+                with DaemonClient(process.layout) as client:
+                    outcome.append(client.call_tool(tool, {"pidfile": str(pidfile)}))
+            except Exception as exc:  # the daemon went away under it: expected
+                outcome.append(exc)
+
+        caller = threading.Thread(target=call_it)
+        caller.start()
+        deadline = time.monotonic() + 60
+        while not (pidfile.exists() and pidfile.read_text()):
+            assert time.monotonic() < deadline, "the tool never started"
+            time.sleep(0.02)
+        tool_pid = int(pidfile.read_text())
+        daemon_pid = process.pid
+        assert tool_pid != daemon_pid
+        if how == "stop":
+            stopped = process.squadd("stop", "--timeout", "60")
+            assert stopped.returncode == 0, stopped.stderr
+        else:  # a crash: the worker notices it has no daemon any more, and ends itself
+            process.kill()
+        assert process.wait(timeout=60) is not None  # the daemon process itself has ended
+        caller.join(60)
+        deadline = time.monotonic() + 30
+        while process_start(tool_pid) is not None:
+            assert time.monotonic() < deadline, "the tool's worker outlived its daemon"
+            time.sleep(0.05)
+    assert process_start(daemon_pid) is None
+    assert outcome

@@ -155,7 +155,7 @@ async def test_overloaded_529_is_retried_then_succeeds(
 @pytest.mark.parametrize(("body", "expected"), [
     ({"type": "message", "role": "assistant"}, "no 'content' list"),
     ({"content": ["just a string"]}, "content[0] is not an object"),
-    ({"content": [{"type": "tool_use", "input": {}}]}, "lacks its 'name' or 'id'"),
+    ({"content": [{"type": "tool_use", "input": {}}]}, "lacks its 'name'"),
     ({"type": "error", "error": {"type": "api_error", "message": "internal"}}, "internal"),
 ])
 async def test_answers_missing_fields_are_malformed_errors(

@@ -143,6 +143,42 @@ def transcripts_well_formed(transcripts: Mapping[str, Transcript]) -> Check:
     return check
 
 
+def pool_consistent(problems: Iterable[str]) -> Check:
+    """The daemon's own check of its slot accounting (`SessionPool.invariant_violations`,
+    read from `/v1/health` once the run has settled) found nothing wrong."""
+    check = Check("slots in use equal the sessions holding one; no session at rest waits")
+    check.checked = 1
+    check.failures.extend(problems)
+    return check
+
+
+def call_ids_unique(transcripts: Mapping[str, Transcript]) -> Check:
+    """No tool call id is used twice in one session (spill files and results are keyed by it)."""
+    check = Check("tool call ids are unique within each session")
+    for session_id, transcript in sorted(transcripts.items()):
+        ids = Counter(str(call.get("id")) for message in transcript.messages
+                      for call in message.get("tool_calls") or [])
+        check.checked += sum(ids.values())
+        check.failures.extend(f"session {session_id}: call id {call_id} used {count} times"
+                              for call_id, count in sorted(ids.items()) if count > 1)
+    return check
+
+
+def stalls_stopped(transcripts: Mapping[str, Transcript], tool: str = "soak_stall") -> Check:
+    """Every call of the runaway Python tool ended in its timeout (or, cut off by a stop, in
+    the interruption's stand-in): none ran on, none succeeded."""
+    check = Check(f"every {tool} call was stopped by its timeout")
+    for session_id, transcript in sorted(transcripts.items()):
+        for message in transcript.messages:
+            if message.get("role") != "tool" or message.get("name") != tool:
+                continue
+            check.checked += 1
+            text = str(message.get("content") or "")
+            if not (text.startswith(f"{tool} timed out after") or text.startswith("interrupted:")):
+                check.failures.append(f"session {session_id}: {tool} answered {text[:120]!r}")
+    return check
+
+
 def _successes(transcripts: Mapping[str, Transcript], tool: str
                ) -> list[tuple[str, dict[str, Any]]]:
     """(session id, arguments) of each call of `tool` whose result was a success."""

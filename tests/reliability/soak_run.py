@@ -68,6 +68,17 @@ def soak_note(text: str, count: int = 1) -> str:
     """Repeat TEXT COUNT times (the soak's Python tool)."""
     return " ".join([text] * count)
 '''
+STALL_TOOL = '''\
+import time
+from squadd import tool
+
+
+@tool(timeout_s=2)
+def soak_stall(text: str) -> str:
+    """Never ends on its own (the soak's runaway Python tool: its timeout must stop it)."""
+    time.sleep(600)
+    return text
+'''
 SHELL_TOOL = """\
 description: Echo a word after a short pause (the soak's shell tool)
 tags: [read]
@@ -260,6 +271,11 @@ class _Run:
                     return
                 await anyio.sleep(0.2)
 
+    async def pool_problems(self) -> list[str]:
+        async with AsyncDaemonClient(self.layout) as client:
+            health = await client.health()
+        return [str(problem) for problem in health.get("pool_problems", ["not reported"])]
+
     async def views(self) -> dict[str, dict[str, Any] | None]:
         found: dict[str, dict[str, Any] | None] = {}
         async with AsyncDaemonClient(self.layout) as client:
@@ -282,6 +298,7 @@ async def run_soak(plan: SoakPlan, tmp_path: Path) -> tuple[dict[str, Any], list
         tools = daemon.layout.tools_dir
         tools.mkdir(parents=True, exist_ok=True)
         (tools / "soak_note.py").write_text(PYTHON_TOOL, encoding="utf-8")
+        (tools / "soak_stall.py").write_text(STALL_TOOL, encoding="utf-8")
         (tools / "soak_shell.yaml").write_text(SHELL_TOOL, encoding="utf-8")
         run = _Run(plan, daemon, chaos, Ledger(total=plan.tasks),
                    random.Random(f"{plan.seed}|run"))
@@ -298,6 +315,7 @@ async def run_soak(plan: SoakPlan, tmp_path: Path) -> tuple[dict[str, Any], list
             clients_s = time.monotonic() - started
             await run.settle()
             views = await run.views()
+            pool_problems = await run.pool_problems()
             run.processes[-1].end = run.rss()
             stopped_with = await anyio.to_thread.run_sync(daemon.stop)
         finally:
@@ -313,6 +331,9 @@ async def run_soak(plan: SoakPlan, tmp_path: Path) -> tuple[dict[str, Any], list
         checks = [
             invariants.routes_ended(run.ledger.accepted, views, transcripts),
             invariants.transcripts_well_formed(transcripts),
+            invariants.call_ids_unique(transcripts),
+            invariants.stalls_stopped(transcripts),
+            invariants.pool_consistent(pool_problems),
             invariants.decisions_once(daemon.layout, transcripts),
             invariants.learnings_once(daemon.layout, transcripts),
             invariants.retries_respected(chaos.records),

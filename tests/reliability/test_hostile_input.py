@@ -57,6 +57,8 @@ grace_s = 1.0
 
 [provider]
 max_attempts = 1
+# Room for the 10 MB argument values the model sends; the "huge" answer passes it.
+max_response_bytes = 16777216
 
 [scribe]
 debounce_ms = 50
@@ -485,6 +487,8 @@ def test_a_hostile_model_answer_fails_only_its_own_session(world: World) -> None
                                b'"\xff\xfe"}, "finish_reason": "stop"}]}'),
         "surrogate": Reply(raw=b'{"choices": [{"message": {"role": "assistant", "content": '
                                b'"half \\ud800 a pair"}, "finish_reason": "stop"}]}'),
+        "huge": Reply(raw=b'{"choices": [{"message": {"role": "assistant", "content": "'
+                          + b"x" * (17 * 1024 * 1024) + b'"}, "finish_reason": "stop"}]}'),
     }
 
     def scripted(body: Any) -> Reply:
@@ -501,6 +505,9 @@ def test_a_hostile_model_answer_fails_only_its_own_session(world: World) -> None
     for key in ("deep", "nan", "bad utf-8"):
         assert outcomes[key]["ok"] is False and outcomes[key]["reason"] == "failed", key
         assert "malformed response" in outcomes[key]["error"], outcomes[key]
+    huge = outcomes["huge"]
+    assert huge["ok"] is False and "provider.max_response_bytes" in huge["error"], huge
+    assert world.daemon.layout.transcript(huge["session_id"]).stat().st_size < 1024 * 1024
     assert outcomes["surrogate"]["ok"] is True
     assert outcomes["surrogate"]["answer"] == "half \ufffd a pair"
     assert world.daemon.client.route("still there?", "lead")["answer"] == "ok"

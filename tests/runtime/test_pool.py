@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
+from typing import Any
 
 import anyio
 import pytest
 
 from squadd.contracts.events import AgentStateChanged
+from squadd.contracts.messages import ToolCall
 from squadd.contracts.routes import RouteRequest, RouteResult
+from squadd.runtime import runner as runner_module
 from squadd.runtime.pool import SessionPool, SessionRecord
 from squadd.runtime.runtime import SquadRuntime
 from squadd.runtime.session import SessionInfo
 from squadd.state.layout import SquadLayout
 from squadd.state.transcripts import read_transcript
+from squadd.tools.base import ToolResult
+from squadd.tools.invoke import CallOrigin
 from tests.runtime.scripted import (
     Gauge,
     Recorder,
@@ -287,3 +293,95 @@ async def test_a_slot_granted_before_the_route_takes_it_is_given_back_at_the_end
     assert second.state == "creating" and pool.totals().running == 1
     pool.finish(second, "idle")
     assert pool.totals().running == 0
+
+
+async def _route_from_session(runtime: SquadRuntime, parent_id: str, task: str) -> ToolResult:
+    """A waited route made on behalf of a session from outside its task, as the daemon's
+    tool API (and so `squadd mcp` under the command provider) makes it."""
+    route = ToolCall(id="api-1", name="squad_route",
+                     arguments={"targetAgent": "fenster", "task": task})
+    return await runtime.invoker.invoke(runtime.tools, route,
+                                        CallOrigin(session_id=parent_id, agent="lead"))
+
+
+@pytest.mark.parametrize("ending", ["answer", "crash", "cancel", "timeout"])
+async def test_a_parent_whose_turn_ends_while_its_child_runs_keeps_no_slot(
+        layout: SquadLayout, ending: str) -> None:
+    release_parent, release_child = anyio.Event(), anyio.Event()
+    gauge = Gauge(script([text("done")]),
+                  hold={"parent": release_parent, "child": release_child},
+                  crash_agents=frozenset({"lead"} if ending == "crash" else ()))
+    async with SquadRuntime(layout, settings(max_concurrent=1), gauge) as runtime:
+        parent = await runtime.route(RouteRequest(
+            target_agent="lead", task="parent", wait_for_result=False,
+            timeout_s=0.3 if ending == "timeout" else None))
+        assert parent.ok and parent.session_id is not None
+        record = runtime.pool.get(parent.session_id)
+        assert record is not None
+        await eventually(lambda: gauge.active)
+        results: list[ToolResult] = []
+        async with anyio.create_task_group() as tg:
+            async def child() -> None:
+                results.append(await _route_from_session(runtime, parent.session_id, "child"))
+            tg.start_soon(child)
+            await eventually(lambda: record.state == "waiting")
+            await eventually(lambda: gauge.active == 2)  # the child runs on the parent's slot
+            if ending == "cancel":
+                assert await runtime.cancel(parent.session_id)
+            elif ending != "timeout":
+                release_parent.set()
+            await eventually(lambda: record.state in ("idle", "error", "interrupted"))
+            runtime.pool.check_invariants()
+            release_child.set()
+        assert results[0].ok
+        runtime.pool.check_invariants()
+        assert record.state in ("idle", "error", "interrupted") and not record.holds_slot
+        assert runtime.pool.totals().running == 0 and runtime.pool.totals().waiting == 0
+        # The one slot is free: a new route runs at once.
+        after = await runtime.route(RouteRequest(target_agent="hockney", task="after",
+                                                 timeout_s=5))
+        assert after.ok, after.message
+        release_parent.set()
+
+
+@pytest.mark.parametrize("ending", ["queue_timeout", "cancelled"])
+async def test_a_route_that_never_started_reads_as_its_transcript_says(
+        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch, ending: str) -> None:
+    """Asked while its end is being written, and after: the session's view never claims a
+    stop the transcript does not record, and ends up saying what the transcript says."""
+    writing, go_on = threading.Event(), threading.Event()
+    real_end = runner_module.record_unstarted_end
+
+    def slow_end(*args: Any, **kwargs: Any) -> None:
+        writing.set()
+        go_on.wait(10)
+        real_end(*args, **kwargs)
+
+    monkeypatch.setattr(runner_module, "record_unstarted_end", slow_end)
+    release = anyio.Event()
+    gauge = Gauge(script([text("done")]), hold={"hog": release})
+    async with SquadRuntime(layout, settings(max_concurrent=1), gauge) as runtime:
+        await runtime.route(RouteRequest(target_agent="fenster", task="hog",
+                                         wait_for_result=False))
+        await eventually(lambda: gauge.active)
+        late = await runtime.route(RouteRequest(
+            target_agent="hockney", task="late", wait_for_result=False,
+            timeout_s=0.05 if ending == "queue_timeout" else 60))
+        assert late.ok and late.session_id is not None
+        if ending == "cancelled":
+            assert await runtime.cancel(late.session_id)
+        await anyio.to_thread.run_sync(writing.wait, 10)
+        during = await runtime.session(late.session_id)
+        go_on.set()
+        await eventually(lambda: runtime.pool.get(late.session_id) is None)
+        after = await runtime.session(late.session_id)
+        release.set()
+    transcript = read_transcript(layout.transcript(late.session_id))
+    assert during is not None and after is not None
+    assert during.error is None or "squadd stopped" not in during.error
+    if ending == "queue_timeout":
+        assert transcript.last_state == "error"
+        assert after.error is not None and after.error.startswith("error: no slot came free")
+    else:
+        assert transcript.last_state == "interrupted"
+        assert after.error == "interrupted: cancelled before it started"

@@ -332,3 +332,23 @@ async def test_transcript_files_are_made_ahead_and_routes_use_them(layout: Squad
         assert result.ok and result.session_id is not None
         assert len(before - set(spares_dir.iterdir())) == 1  # one spare became the transcript
     assert read_transcript(layout.transcript(result.session_id)).final_answer == "done"
+
+
+async def test_in_a_session_a_tool_outside_its_set_is_refused_naming_the_rule(
+        layout: SquadLayout) -> None:
+    add_agent(layout, "tester", tools=("squad_status",))
+    provider = script(tester=[call("squad_decide", title="t", body="b"), text("one"),
+                              call("squad_route", targetAgent="lead", task="x"), text("two")],
+                      lead=[call("squad_status"), call("squad_decide", title="t", body="b"),
+                            text("three")])
+    async with SquadRuntime(layout, settings(), Gauge(provider)) as runtime:
+        by_charter = await runtime.route(RouteRequest(target_agent="tester", task="a"))
+        again = await runtime.route(RouteRequest(session_id=by_charter.session_id, task="b"))
+        by_route = await runtime.route(RouteRequest(target_agent="lead", task="c",
+                                                    available_tools=["squad_status"]))
+    assert by_charter.ok and again.ok and by_route.ok
+    charter_refusals = _tool_results(layout, by_charter.session_id or "")
+    assert all("tester's charter allows only squad_status" in r for r in charter_refusals)
+    assert len(charter_refusals) == 2
+    route_results = _tool_results(layout, by_route.session_id or "")
+    assert "availableTools" in route_results[1] and "may not be used" in route_results[1]

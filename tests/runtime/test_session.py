@@ -14,8 +14,8 @@ from squadd.contracts.messages import Completion
 from squadd.errors import NotFoundError, ProviderError
 from squadd.providers.base import CompletionRequest
 from squadd.providers.replay import ReplayProvider, parse_script
+from squadd.runtime.conversation import INTERRUPTED_TOOL_TEXT
 from squadd.runtime.session import (
-    INTERRUPTED_TOOL_TEXT,
     AgentSession,
     SessionInfo,
     choose_model,

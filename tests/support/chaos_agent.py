@@ -50,6 +50,8 @@ class Behaviour:
     pair: float = 0.15
     """A decision and a learning in one turn (two tool calls)."""
     python_tool: float = 0.2
+    python_stall: float = 0.05
+    """A call of the Python tool that never ends on its own (its timeout must stop it)."""
     shell_tool: float = 0.15
     route_by_depth: tuple[float, ...] = (0.4, 0.2)
     """Chance to route, for a session at depth 1, 2, ... (none past the tuple or max_depth)."""
@@ -60,13 +62,14 @@ class Behaviour:
     invalid_args: float = 0.04
     unknown_tool: float = 0.03
     python_tool_name: str = "soak_note"
+    stall_tool_name: str = "soak_stall"
     shell_tool_name: str = "soak_shell"
 
 
 @dataclass(frozen=True)
 class Step:
     kind: str
-    """decide, remember, pair, python, shell, route or collect."""
+    """decide, remember, pair, python, stall, shell, route or collect."""
     target: str = ""
     wait: bool = True
     urgent: bool = False
@@ -147,6 +150,8 @@ class AgentScript:
             steps.append(Step("pair"))
         if rng.random() < b.python_tool:
             steps.append(Step("python"))
+        if rng.random() < b.python_stall:
+            steps.append(Step("stall"))
         if rng.random() < b.shell_tool:
             steps.append(Step("shell"))
         rng.shuffle(steps)
@@ -206,6 +211,9 @@ class AgentScript:
         if step.kind == "python":
             return ((self.behaviour.python_tool_name,
                      {"text": f"note {task} s{index}", "count": 2}, call_id(0)),)
+        if step.kind == "stall":
+            return ((self.behaviour.stall_tool_name, {"text": f"stall {task} s{index}"},
+                     call_id(0)),)
         if step.kind == "shell":
             return ((self.behaviour.shell_tool_name, {"WORD": f"w-{task}-s{index}"},
                      call_id(0)),)

@@ -31,6 +31,7 @@ from squadd.contracts.events import EventSink, NullSink, ToolsLoadFailed
 from squadd.errors import StateError
 from squadd.state.layout import SquadLayout, read_inside
 from squadd.tools.base import Tool, ToolSet, ToolSource
+from squadd.tools.custom.python_calls import warm_up
 from squadd.tools.custom.python_tools import PythonTool, ToolDefinitionError, check_tool_name
 from squadd.tools.custom.shell_schema import MAX_FILE_BYTES, ShellToolError
 from squadd.tools.custom.shell_tools import link_shell_tools, load_shell_tool
@@ -285,6 +286,8 @@ class ToolDiscoverer:
         for gone in set(self._files) - seen_files:
             del self._files[gone]
         self._report(failures, sink)
+        if any(isinstance(tool, PythonTool) for tool in tools):
+            warm_up()  # their first call finds a worker process started
         return Discovery(tuple(tools), tuple(shadowed), tuple(failures), tuple(skipped),
                          tuple(dirs))
 

@@ -1,8 +1,10 @@
 """Python tool files: the `tool` decorator (and its explicit form) and the `PythonTool` it makes.
 
 ``@tool`` turns a sync or async function into a tool whose argument schema comes from the
-signature and the docstring (pydantic enforces defaults and constraints). Sync functions run in
-a worker thread. Discovery gives each tool its final name (file stem, or ``{stem}_{name}``).
+signature and the docstring (pydantic enforces defaults and constraints). A tool from a file
+runs each call in a worker process (`python_calls`); in that process (or for a tool made in
+code) sync functions run in a worker thread. Discovery gives each tool its final name (file
+stem, or ``{stem}_{name}``).
 """
 
 from __future__ import annotations
@@ -166,6 +168,16 @@ class PythonTool(Tool[BaseModel]):
         return clone
 
     async def run(self, args: BaseModel, ctx: ToolContext) -> ToolOutput:
+        """A tool from a file runs in a worker process of its own (killed when the call ends,
+        however it ends); one made in code (no file) runs here."""
+        if self.file is not None:
+            from squadd.tools.custom.python_calls import call_in_worker
+
+            return await call_in_worker(self, args, ctx)
+        return await self.run_here(args, ctx)
+
+    async def run_here(self, args: BaseModel, ctx: ToolContext) -> ToolOutput:
+        """Run the function in this process: async ones on the loop, sync ones in a thread."""
         if self.is_async:
             result = await self._call(args, ctx)
         else:

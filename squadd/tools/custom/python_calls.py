@@ -1,0 +1,253 @@
+"""Running a Python tool file's tool in a worker process of its own, one process per call.
+
+A timeout or a cancellation kills the worker's whole process group (SIGKILL), so a tool that
+blocks, sleeps or spins never outlives its call, and never keeps the daemon alive or its event
+loop stalled. The call's arguments go to the worker and its result comes back as JSON lines
+over a socket pair; `ctx.progress(...)`, `ctx.confirm(...)` and reports of a blocked event loop
+come back the same way, so events and the approval flow work as for any tool.
+
+One worker is kept started ahead (its imports done), so a call usually skips the start-up;
+each worker serves one call only, so no state leaks from one call to the next.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import structlog
+from anyio.abc import UNIXSocketStream
+from anyio.streams.buffered import BufferedByteReceiveStream
+
+from squadd.tools.base import ToolContext, ToolOutput, ToolResult
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from squadd.tools.custom.python_tools import PythonTool
+
+log = structlog.get_logger("squadd.tools")
+
+WORKER_MODULE = "squadd.tools.custom.python_worker"
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+"""The largest message a worker may send (a result bigger than this is a failure)."""
+LOOP_BLOCKED_AFTER_S = 1.0
+"""A worker whose event loop has not run for this long reports it (an async tool blocking)."""
+SPARE_WORKERS = 1
+"""Workers kept started ahead of the next call."""
+_REAP_WITHIN_S = 5.0
+
+
+@dataclass
+class Worker:
+    """One started worker process (its own process group) and our end of its socket."""
+
+    process: subprocess.Popen[bytes]
+    sock: socket.socket
+
+
+def spawn_worker() -> Worker:
+    """Start a worker process (blocking; quick: its imports happen on its own time)."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", WORKER_MODULE, str(theirs.fileno()), str(os.getpid())],
+            pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            start_new_session=True, close_fds=True)
+    except BaseException:
+        ours.close()
+        raise
+    finally:
+        theirs.close()
+    return Worker(process, ours)
+
+
+def kill_group(worker: Worker) -> None:
+    """SIGKILL the worker's process group (the worker and whatever it started)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(worker.process.pid, signal.SIGKILL)
+    with contextlib.suppress(OSError):
+        worker.sock.close()
+
+
+class SpareWorkers:
+    """Workers started ahead of time, shared by every event loop of the process."""
+
+    def __init__(self, keep: int = SPARE_WORKERS):
+        self.keep = keep
+        self._spares: list[Worker] = []
+        self._ended: list[Worker] = []
+        self._lock = threading.Lock()
+
+    def bury(self, worker: Worker) -> None:
+        """A killed worker, reaped now if it has gone, else at the next `take` (no call waits
+        for its exit status)."""
+        if worker.process.poll() is None:
+            with self._lock:
+                self._ended.append(worker)
+
+    def take(self) -> Worker | None:
+        """A started worker still waiting for its call, or None."""
+        with self._lock:
+            self._ended = [w for w in self._ended if w.process.poll() is None]
+            while self._spares:
+                worker = self._spares.pop()
+                if worker.process.poll() is None:
+                    return worker
+                kill_group(worker)
+        return None
+
+    def refill(self) -> None:
+        """Start workers until `keep` are waiting (blocking)."""
+        while True:
+            with self._lock:
+                if len(self._spares) >= self.keep:
+                    return
+            worker = spawn_worker()
+            with self._lock:
+                self._spares.append(worker)
+
+    def close(self) -> None:
+        with self._lock:
+            spares, self._spares = self._spares + self._ended, []
+            self._ended = []
+        for worker in spares:
+            kill_group(worker)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                worker.process.wait(_REAP_WITHIN_S)
+
+
+SPARES = SpareWorkers()
+atexit.register(SPARES.close)
+
+
+def warm_up() -> None:
+    """Have a worker ready for the first call (blocking; discovery calls it)."""
+    if SPARES.keep:
+        with contextlib.suppress(OSError):  # no process to spare now: calls start their own
+            SPARES.refill()
+
+
+async def call_in_worker(tool: PythonTool, args: BaseModel, ctx: ToolContext) -> ToolOutput:
+    """Run `tool` (from `tool.file`) in a worker process; kill it when the call ends."""
+    assert tool.file is not None
+    worker = SPARES.take()
+    if worker is None:
+        worker = await anyio.to_thread.run_sync(spawn_worker)
+    request = {
+        "op": "call", "file": str(tool.file), "source": tool.source, "tool": tool.name,
+        "arguments": args.model_dump(mode="json", by_alias=True),
+        "blocked_after_s": LOOP_BLOCKED_AFTER_S,
+        "ctx": {"session_id": ctx.session_id, "call_id": ctx.call_id, "agent": ctx.agent,
+                "repo_dir": str(ctx.repo_dir), "squad_dir": str(ctx.squad_dir),
+                "variables": dict(ctx.variables), "depth": ctx.depth,
+                "lineage": list(ctx.lineage)},
+    }
+    try:
+        stream = await UNIXSocketStream.from_socket(worker.sock)
+        async with stream, anyio.create_task_group() as group:
+            if SPARES.keep:  # the next call's worker starts while this call runs
+                group.start_soon(_refill)
+            output = await _converse(tool, stream, request, ctx, worker)
+        return output
+    finally:
+        kill_group(worker)
+        SPARES.bury(worker)
+
+
+async def _converse(tool: PythonTool, stream: UNIXSocketStream, request: dict[str, Any],
+                    ctx: ToolContext, worker: Worker) -> ToolOutput:
+    await stream.send(_line(request))
+    incoming = BufferedByteReceiveStream(stream)
+    while True:
+        try:
+            raw = await incoming.receive_until(b"\n", MAX_MESSAGE_BYTES)
+        except (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError):
+            code = await _reap(worker)
+            how = f"was killed by signal {-code}" if code is not None and code < 0 else \
+                f"exited with status {code}"
+            return ToolResult.failure(f"{tool.name} failed: its worker process {how} before "
+                                      "it gave a result")
+        except anyio.DelimiterNotFound:
+            return ToolResult.failure(f"{tool.name} failed: its result is larger than "
+                                      f"{MAX_MESSAGE_BYTES} bytes")
+        try:
+            message = json.loads(raw)
+        except ValueError:
+            message = None
+        if not isinstance(message, dict):
+            return ToolResult.failure(f"{tool.name} failed: its worker sent something that is "
+                                      "not a message (did the tool write to the worker's "
+                                      "socket?)")
+        op = message.get("op")
+        if op == "progress":
+            fraction = message.get("fraction")
+            ctx.progress(str(message.get("message", "")),
+                         float(fraction) if isinstance(fraction, int | float) else None)
+        elif op == "confirm":
+            answer = await ctx.confirm(str(message.get("question", "")))
+            await stream.send(_line({"op": "confirmed", "id": message.get("id"),
+                                     "answer": bool(answer)}))
+        elif op == "blocked":
+            seconds = float(message.get("seconds") or 0.0)
+            log.warning("tool.loop_blocked", tool=tool.name, file=str(tool.file),
+                        seconds=round(seconds, 3))
+            ctx.progress(f"{tool.name} has blocked its event loop for {seconds:.1f}s: an async "
+                         "tool must not call blocking code such as time.sleep (use "
+                         "anyio.sleep, or make the tool a plain function)", None)
+        elif op == "log":
+            _relog(tool, message)
+        elif op == "error":
+            return ToolResult.failure(f"{tool.name} failed: {message.get('error')}")
+        elif op == "result":
+            return _output(message)
+        else:
+            return ToolResult.failure(f"{tool.name} failed: its worker sent {op!r}")
+
+
+def _relog(tool: PythonTool, message: dict[str, Any]) -> None:
+    fields = message.get("fields")
+    fields = dict(fields) if isinstance(fields, dict) else {}
+    event = str(fields.pop("event", ""))
+    for reserved in ("level", "logger", "timestamp"):
+        fields.pop(reserved, None)
+    level = message.get("level")
+    logger = structlog.get_logger(str(message.get("logger") or "squadd.tools"))
+    logger.log(level if isinstance(level, int) else 20, event, tool=tool.name, **fields)
+
+
+async def _refill() -> None:
+    with contextlib.suppress(OSError):  # no process to spare now: the next call starts one
+        await anyio.to_thread.run_sync(SPARES.refill)
+
+
+def _output(message: dict[str, Any]) -> ToolOutput:
+    kind = message.get("kind")
+    if kind == "tool_result":
+        return ToolResult.model_validate(message.get("result"))
+    if kind == "dict" and isinstance(message.get("data"), dict):
+        data: dict[str, Any] = message["data"]
+        return data
+    return str(message.get("text", ""))
+
+
+def _line(message: dict[str, Any]) -> bytes:
+    return (json.dumps(message, default=str, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+async def _reap(worker: Worker) -> int | None:
+    """Collect the worker's exit status (it was killed or has ended); None if it lingers."""
+    if worker.process.poll() is None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            await anyio.to_thread.run_sync(worker.process.wait, _REAP_WITHIN_S)
+    return worker.process.returncode
