@@ -11,14 +11,16 @@ import datetime as dt
 import logging
 import re
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from pydantic import BaseModel, Field
 
 from squadd.config import Settings
-from squadd.contracts.events import (
+from squadd.errors import NotUtf8Error, SquaddError
+from squadd.runtime.events import (
     EventSink,
     NullSink,
     ScribeArchived,
@@ -30,12 +32,15 @@ from squadd.state.archive import archive_decisions, recover_archive, separator_b
 from squadd.state.charters import roster
 from squadd.state.decision_index import DecisionIndex, entry_digest
 from squadd.state.decisions import parse_entries
-from squadd.state.history import append_history_lines, compact_history
+from squadd.state.fsio import file_lock, fsync_dir
+from squadd.state.history import HistoryNote, append_history_lines, compact_history
 from squadd.state.inbox import (
     Accepted,
     Deferred,
     InboxFile,
+    InboxLooks,
     Refused,
+    agent_and_title,
     read_inbox_file,
     reject_file,
     scan_inbox,
@@ -70,6 +75,13 @@ class RejectedFile(BaseModel):
     reason: str
 
 
+class ScribeProblem(BaseModel):
+    """A file the Scribe could not use and left alone; the rest of the pass went on."""
+
+    file: str
+    reason: str
+
+
 class HistoryCompaction(BaseModel):
     agent: str
     moved: int
@@ -93,6 +105,9 @@ class ScribeReport(BaseModel):
     archive_note: str = ""
     compacted: list[HistoryCompaction] = Field(default_factory=list)
     team_updates: int = 0
+    problems: list[ScribeProblem] = Field(default_factory=list)
+    """Files left alone (a history.md that is not UTF-8): named here, in a `scribe.rejected`
+    event and in the log; `squadd doctor` names them too."""
     recovered: list[str] = Field(default_factory=list)
     """Interrupted steps of an earlier run that this pass completed."""
     duration_s: float = 0.0
@@ -106,23 +121,28 @@ def merge_inbox(
     dry_run: bool = False,
     today: dt.date | None = None,
     batch_files: int = BATCH_FILES,
+    clock: Callable[[], float] = time.time,
+    looks: InboxLooks | None = None,
 ) -> ScribeReport:
     """One Scribe pass: merge the inbox, then run the archive gate and history compaction.
 
     Takes the Scribe lock for the whole pass. Safe to kill at any instant: the next pass
     finishes what the killed one left half done, and every decision ends up exactly once in
-    decisions.md or (once archived) decisions-archive.md.
+    decisions.md or (once archived) decisions-archive.md. A history.md that is not UTF-8 is
+    left alone and reported; the other agents' files are still done. `clock` is the wall clock
+    the inbox's settle time is judged by; `looks` remembers inbox files across passes.
     """
     sink = sink or NullSink()
     started = time.perf_counter()
     report = ScribeReport(dry_run=dry_run)
+    written: dict[str, list[str]] = {}
     with file_lock(layout.scribe_lock):
         if not dry_run:
             _recover(layout, report)
         merge_decisions(layout, settings, sink, report, dry_run=dry_run,
-                        batch_files=batch_files)
+                        batch_files=batch_files, clock=clock, looks=looks, written=written)
         _archive(layout, settings, sink, report, dry_run=dry_run, today=today)
-        _compact(layout, settings, sink, report, dry_run=dry_run, today=today)
+        _compact(layout, settings, sink, report, dry_run=dry_run, today=today, written=written)
     report.duration_s = round(time.perf_counter() - started, 6)
     return report
 
@@ -163,6 +183,9 @@ def merge_decisions(
     *,
     dry_run: bool = False,
     batch_files: int = BATCH_FILES,
+    clock: Callable[[], float] = time.time,
+    looks: InboxLooks | None = None,
+    written: dict[str, list[str]] | None = None,
 ) -> None:
     """Merge the inbox into decisions.md (the caller holds the Scribe lock).
 
@@ -171,12 +194,16 @@ def merge_decisions(
     always finish before the next append.
     """
     files = scan_inbox(layout)
+    if looks is not None:
+        looks.keep_only({f.name for f in files})
     if not files:
         return
     agents = [entry.name for entry in roster(layout)]
     matcher = AgentMatcher(agents)
     seen: set[bytes] = set()
-    now = time.time()
+    now = clock()
+    settle_s = settings.scribe.settle_ms / 1000
+    written = {} if written is None else written
     before = report.merged, report.skipped, len(report.merged_files)
     pending: Future[_Deleted] | None = None
     with DecisionIndex.open(layout, writable=not dry_run) as index, \
@@ -184,7 +211,8 @@ def merge_decisions(
         for batch in _batches(files, batch_files, BATCH_BYTES):
             for file in batch.files:
                 outcome = read_inbox_file(file, max_bytes=settings.scribe.max_inbox_file_bytes,
-                                          agents=agents, now=now)
+                                          agents=agents, now=now, settle_s=settle_s,
+                                          looks=looks)
                 if isinstance(outcome, Deferred):
                     report.deferred.append(file.name)
                 elif isinstance(outcome, Refused):
@@ -200,7 +228,7 @@ def merge_decisions(
                             batch.new.append((text, digest, outcome))
             _collect(pending, report)
             pending = _write_batch(layout, index, matcher, batch, report, sink, deleter,
-                                   dry_run=dry_run)
+                                   dry_run=dry_run, written=written)
         _collect(pending, report)
     merged, skipped, count = (report.merged - before[0], report.skipped - before[1],
                               len(report.merged_files) - before[2])
@@ -227,6 +255,7 @@ def _batches(files: list[InboxFile], max_files: int, max_bytes: int) -> Iterator
 def _write_batch(
     layout: SquadLayout, index: DecisionIndex, matcher: AgentMatcher, batch: _Batch,
     report: ScribeReport, sink: EventSink, deleter: ThreadPoolExecutor, *, dry_run: bool,
+    written: dict[str, list[str]],
 ) -> Future[_Deleted] | None:
     """Team updates, then append + fsync, then (in `deleter`) delete the merged files; and move
     the rejects. Returns the deletion under way."""
@@ -238,7 +267,8 @@ def _write_batch(
         return None
     # Team updates go first and are idempotent: a crash after the append below makes these
     # entries duplicates on the next run, which would otherwise never send their updates.
-    report.team_updates += _send_team_updates(layout, matcher, batch.new)
+    report.team_updates += _send_team_updates(layout, matcher, batch.new, report, sink,
+                                              written)
     intent = None
     if batch.new:
         chunk = (separator_before_append(layout.decisions_md, DECISIONS_HEADING)
@@ -299,6 +329,7 @@ class AgentMatcher:
     """Finds the roster agents a decision names, as `@name` or as a whole word."""
 
     def __init__(self, agents: Sequence[str]):
+        self.agents = list(agents)
         names = sorted(set(agents), key=len, reverse=True)
         self._pattern = (
             re.compile(r"(?<![\w-])@?(" + "|".join(re.escape(n) for n in names) + r")(?![\w-])",
@@ -320,25 +351,55 @@ def team_update_line(title: str, author: str, day: dt.date) -> str:
 
 
 def _send_team_updates(
-    layout: SquadLayout, matcher: AgentMatcher, new: list[tuple[str, bytes, Accepted]]
+    layout: SquadLayout, matcher: AgentMatcher, new: list[tuple[str, bytes, Accepted]],
+    report: ScribeReport, sink: EventSink, written: dict[str, list[str]],
 ) -> int:
     if not matcher or not new:
         return 0
-    lines: dict[str, list[str]] = {}
+    notes: dict[str, list[HistoryNote]] = {}
     for text, _, accepted in new:
         parsed = parse_entries(text).entries
         if not parsed:
             continue
         entry = parsed[0]
-        author = entry.by or "unknown"
+        author = entry.by or agent_and_title(accepted.file.name, matcher.agents)[0]
         body = "\n".join(line for line in text.split("\n")
-                         if not line.startswith("**By:**"))
+                         if not _AUTHOR_LINE.match(line))
         named = matcher.find(body) - matcher.find(author)
         day = entry.date or dt.date.fromtimestamp(accepted.file.mtime_ns / 1e9)
+        note = HistoryNote(title=f"Team update: {entry.title}",
+                           text=team_update_line(entry.title, author, day), day=day)
         for agent in sorted(named):
-            lines.setdefault(agent, []).append(team_update_line(entry.title, author, day))
-    return sum(append_history_lines(layout, agent, agent_lines)
-               for agent, agent_lines in lines.items())
+            notes.setdefault(agent, []).append(note)
+    added = 0
+    for agent, agent_notes in notes.items():
+        try:
+            entries = append_history_lines(layout, agent, agent_notes)
+        except NotUtf8Error as exc:
+            _problem(layout, report, sink, exc, "its team updates were not added")
+            continue
+        written.setdefault(agent, []).extend(entries)
+        added += len(entries)
+    return added
+
+
+_AUTHOR_LINE = re.compile(r"^\s*(?:[-*]\s+)?\*\*(?:by|author)(?::\*\*|\*\*\s*:)", re.IGNORECASE)
+
+
+def _problem(layout: SquadLayout, report: ScribeReport, sink: EventSink, exc: NotUtf8Error,
+             consequence: str) -> None:
+    """Report a file the Scribe leaves alone (once per pass), and go on with the others."""
+    try:
+        shown = str(layout.inside(Path(exc.path)).relative_to(layout.root))
+    except (ValueError, SquaddError):
+        shown = exc.path
+    reason = f"not valid UTF-8 at byte offset {exc.offset}; left in place, {consequence}"
+    if any(p.file == shown for p in report.problems):
+        return
+    report.problems.append(ScribeProblem(file=shown, reason=reason))
+    log.warning("Scribe skipped %s: %s", shown, reason)
+    if not report.dry_run:
+        sink.publish(ScribeRejected(file=shown, reason=reason))
 
 
 def _archive(
@@ -362,12 +423,17 @@ def _archive(
 
 def _compact(
     layout: SquadLayout, settings: Settings, sink: EventSink, report: ScribeReport, *,
-    dry_run: bool, today: dt.date | None,
+    dry_run: bool, today: dt.date | None, written: dict[str, list[str]],
 ) -> None:
     for member in roster(layout):
-        moved = compact_history(layout, member.name,
-                                max_bytes=settings.scribe.history_compact_bytes,
-                                today=today, dry_run=dry_run)
+        try:
+            moved = compact_history(layout, member.name,
+                                    max_bytes=settings.scribe.history_compact_bytes,
+                                    today=today, dry_run=dry_run,
+                                    protect=written.get(member.name, ()))
+        except NotUtf8Error as exc:
+            _problem(layout, report, sink, exc, "it is not compacted")
+            continue
         if not moved:
             continue
         report.compacted.append(HistoryCompaction(agent=member.name, moved=moved))

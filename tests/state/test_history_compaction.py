@@ -6,7 +6,7 @@ import datetime as dt
 
 from squadd.config import Settings
 from squadd.scribe import merge_inbox
-from squadd.state.history import _block_digest, compact_history, learnings
+from squadd.state.history import _digest, compact_history, learnings
 from squadd.state.intent import append_with_intent, intent_file
 from squadd.state.layout import SquadLayout
 
@@ -64,7 +64,7 @@ def test_a_kill_after_the_archive_append_is_finished_on_the_next_pass(
 
     append_with_intent(squad, squad.history_archive("scribe"),
                        ("## Archived 2025-06-01\n\n" + "".join(moved_items)).encode(),
-                       {"remove": [_block_digest(item) for item in moved_items]})
+                       {"remove": [_digest(item) for item in moved_items]})
 
     report = merge_inbox(squad, Settings())
 
