@@ -122,7 +122,7 @@ def merge_inbox(
     today: dt.date | None = None,
     batch_files: int = BATCH_FILES,
     clock: Callable[[], float] = time.time,
-    looks: InboxLooks | None = None,
+    memory: ScribeMemory | None = None,
 ) -> ScribeReport:
     """One Scribe pass: merge the inbox, then run the archive gate and history compaction.
 
@@ -130,19 +130,26 @@ def merge_inbox(
     finishes what the killed one left half done, and every decision ends up exactly once in
     decisions.md or (once archived) decisions-archive.md. A history.md that is not UTF-8 is
     left alone and reported; the other agents' files are still done. `clock` is the wall clock
-    the inbox's settle time is judged by; `looks` remembers inbox files across passes.
+    the inbox's settle time is judged by; `memory` carries what a long-lived Scribe remembers
+    from one pass to the next.
     """
     sink = sink or NullSink()
     started = time.perf_counter()
     report = ScribeReport(dry_run=dry_run)
     written: dict[str, list[str]] = {}
+    merged_now: set[bytes] = set()
+    memory = memory or ScribeMemory()
     with file_lock(layout.scribe_lock):
         if not dry_run:
             _recover(layout, report)
         merge_decisions(layout, settings, sink, report, dry_run=dry_run,
-                        batch_files=batch_files, clock=clock, looks=looks, written=written)
-        _archive(layout, settings, sink, report, dry_run=dry_run, today=today)
-        _compact(layout, settings, sink, report, dry_run=dry_run, today=today, written=written)
+                        batch_files=batch_files, clock=clock, memory=memory, written=written,
+                        merged_now=merged_now)
+        _archive(layout, settings, sink, report, dry_run=dry_run, today=today,
+                 protect=merged_now)
+        _compact(layout, settings, sink, report, dry_run=dry_run, today=today, written=written,
+                 memory=memory)
+    memory.keep_bad({p.file for p in report.problems})
     report.duration_s = round(time.perf_counter() - started, 6)
     return report
 
@@ -184,8 +191,9 @@ def merge_decisions(
     dry_run: bool = False,
     batch_files: int = BATCH_FILES,
     clock: Callable[[], float] = time.time,
-    looks: InboxLooks | None = None,
+    memory: ScribeMemory | None = None,
     written: dict[str, list[str]] | None = None,
+    merged_now: set[bytes] | None = None,
 ) -> None:
     """Merge the inbox into decisions.md (the caller holds the Scribe lock).
 
@@ -194,8 +202,8 @@ def merge_decisions(
     always finish before the next append.
     """
     files = scan_inbox(layout)
-    if looks is not None:
-        looks.keep_only({f.name for f in files})
+    memory = memory or ScribeMemory()
+    memory.looks.keep_only({f.name for f in files})
     if not files:
         return
     agents = [entry.name for entry in roster(layout)]
@@ -212,7 +220,7 @@ def merge_decisions(
             for file in batch.files:
                 outcome = read_inbox_file(file, max_bytes=settings.scribe.max_inbox_file_bytes,
                                           agents=agents, now=now, settle_s=settle_s,
-                                          looks=looks)
+                                          looks=memory.looks)
                 if isinstance(outcome, Deferred):
                     report.deferred.append(file.name)
                 elif isinstance(outcome, Refused):
@@ -225,10 +233,12 @@ def merge_decisions(
                             report.skipped += 1
                         else:
                             seen.add(digest)
+                            if merged_now is not None:
+                                merged_now.add(digest)
                             batch.new.append((text, digest, outcome))
             _collect(pending, report)
             pending = _write_batch(layout, index, matcher, batch, report, sink, deleter,
-                                   dry_run=dry_run, written=written)
+                                   dry_run=dry_run, written=written, memory=memory)
         _collect(pending, report)
     merged, skipped, count = (report.merged - before[0], report.skipped - before[1],
                               len(report.merged_files) - before[2])
@@ -255,7 +265,7 @@ def _batches(files: list[InboxFile], max_files: int, max_bytes: int) -> Iterator
 def _write_batch(
     layout: SquadLayout, index: DecisionIndex, matcher: AgentMatcher, batch: _Batch,
     report: ScribeReport, sink: EventSink, deleter: ThreadPoolExecutor, *, dry_run: bool,
-    written: dict[str, list[str]],
+    written: dict[str, list[str]], memory: ScribeMemory,
 ) -> Future[_Deleted] | None:
     """Team updates, then append + fsync, then (in `deleter`) delete the merged files; and move
     the rejects. Returns the deletion under way."""
@@ -268,7 +278,7 @@ def _write_batch(
     # Team updates go first and are idempotent: a crash after the append below makes these
     # entries duplicates on the next run, which would otherwise never send their updates.
     report.team_updates += _send_team_updates(layout, matcher, batch.new, report, sink,
-                                              written)
+                                              written, memory)
     intent = None
     if batch.new:
         chunk = (separator_before_append(layout.decisions_md, DECISIONS_HEADING)
@@ -353,6 +363,7 @@ def team_update_line(title: str, author: str, day: dt.date) -> str:
 def _send_team_updates(
     layout: SquadLayout, matcher: AgentMatcher, new: list[tuple[str, bytes, Accepted]],
     report: ScribeReport, sink: EventSink, written: dict[str, list[str]],
+    memory: ScribeMemory,
 ) -> int:
     if not matcher or not new:
         return 0
@@ -376,7 +387,7 @@ def _send_team_updates(
         try:
             entries = append_history_lines(layout, agent, agent_notes)
         except NotUtf8Error as exc:
-            _problem(layout, report, sink, exc, "its team updates were not added")
+            _problem(layout, report, sink, memory, exc, "its team updates were not added")
             continue
         written.setdefault(agent, []).extend(entries)
         added += len(entries)
@@ -386,9 +397,37 @@ def _send_team_updates(
 _AUTHOR_LINE = re.compile(r"^\s*(?:[-*]\s+)?\*\*(?:by|author)(?::\*\*|\*\*\s*:)", re.IGNORECASE)
 
 
-def _problem(layout: SquadLayout, report: ScribeReport, sink: EventSink, exc: NotUtf8Error,
-             consequence: str) -> None:
-    """Report a file the Scribe leaves alone (once per pass), and go on with the others."""
+class ScribeMemory:
+    """What a long-lived Scribe (the daemon's worker) remembers from one pass to the next: its
+    looks at unsealed inbox files, and the bad files it already reported, which are logged and
+    announced again only once they change."""
+
+    def __init__(self) -> None:
+        self.looks = InboxLooks()
+        self._bad: dict[str, tuple[int, int, int]] = {}
+
+    def is_new_problem(self, shown: str, path: Path) -> bool:
+        """True the first time `path` is reported as it is now (False: reported, unchanged)."""
+        try:
+            info = path.stat()
+            identity = (info.st_ino, info.st_size, info.st_mtime_ns)
+        except OSError:
+            identity = (0, 0, 0)
+        if self._bad.get(shown) == identity:
+            return False
+        self._bad[shown] = identity
+        return True
+
+    def keep_bad(self, shown: set[str]) -> None:
+        """Forget the files that were not a problem in the last pass (fixed, or gone)."""
+        for name in [n for n in self._bad if n not in shown]:
+            del self._bad[name]
+
+
+def _problem(layout: SquadLayout, report: ScribeReport, sink: EventSink, memory: ScribeMemory,
+             exc: NotUtf8Error, consequence: str) -> None:
+    """Report a file the Scribe leaves alone, and go on with the others. A file reported in an
+    earlier pass and unchanged since is listed in the report but not logged or announced."""
     try:
         shown = str(layout.inside(Path(exc.path)).relative_to(layout.root))
     except (ValueError, SquaddError):
@@ -397,16 +436,18 @@ def _problem(layout: SquadLayout, report: ScribeReport, sink: EventSink, exc: No
     if any(p.file == shown for p in report.problems):
         return
     report.problems.append(ScribeProblem(file=shown, reason=reason))
+    if report.dry_run or not memory.is_new_problem(shown, Path(exc.path)):
+        return
     log.warning("Scribe skipped %s: %s", shown, reason)
-    if not report.dry_run:
-        sink.publish(ScribeRejected(file=shown, reason=reason))
+    sink.publish(ScribeRejected(file=shown, reason=reason))
 
 
 def _archive(
     layout: SquadLayout, settings: Settings, sink: EventSink, report: ScribeReport, *,
-    dry_run: bool, today: dt.date | None,
+    dry_run: bool, today: dt.date | None, protect: set[bytes],
 ) -> None:
-    outcome = archive_decisions(layout, settings.scribe, today=today, dry_run=dry_run)
+    outcome = archive_decisions(layout, settings.scribe, today=today, dry_run=dry_run,
+                                protect=protect)
     if outcome.recovered:
         report.recovered.append(outcome.recovered)
     report.archived = outcome.moved
@@ -423,7 +464,7 @@ def _archive(
 
 def _compact(
     layout: SquadLayout, settings: Settings, sink: EventSink, report: ScribeReport, *,
-    dry_run: bool, today: dt.date | None, written: dict[str, list[str]],
+    dry_run: bool, today: dt.date | None, written: dict[str, list[str]], memory: ScribeMemory,
 ) -> None:
     for member in roster(layout):
         try:
@@ -432,7 +473,7 @@ def _compact(
                                     today=today, dry_run=dry_run,
                                     protect=written.get(member.name, ()))
         except NotUtf8Error as exc:
-            _problem(layout, report, sink, exc, "it is not compacted")
+            _problem(layout, report, sink, memory, exc, "it is not compacted")
             continue
         if not moved:
             continue

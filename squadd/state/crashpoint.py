@@ -11,13 +11,15 @@ from __future__ import annotations
 import os
 import signal
 from collections import Counter
+from collections.abc import Callable
 
 ENV = "SQUADD_CRASH_AT"
 _reached: Counter[str] = Counter()
 
 
-def crash_point(name: str) -> None:
-    """Die with SIGKILL here when `SQUADD_CRASH_AT` names this point (and its count is due)."""
+def crash_point(name: str, before: Callable[[], object] | None = None) -> None:
+    """Die with SIGKILL here when `SQUADD_CRASH_AT` names this point (and its count is due),
+    after running `before` (what a crash mid-step leaves: half a write, say)."""
     wanted = os.environ.get(ENV)
     if not wanted:
         return
@@ -26,4 +28,6 @@ def crash_point(name: str) -> None:
         return
     _reached[name] += 1
     if _reached[name] >= (int(nth) if nth.isdigit() else 1):
+        if before is not None:
+            before()
         os.kill(os.getpid(), signal.SIGKILL)

@@ -26,7 +26,10 @@ def scribe(directory: Path, *extra: str) -> tuple[int, str]:
 def fill_inbox(layout: SquadLayout) -> None:
     write_inbox_entry(layout, agent="lead", title="Use uv", body="Fast installs.")
     write_inbox_entry(layout, agent="lead", title="Use uv again", body="Fast installs.")
-    (layout.inbox_dir / "lead-bad.md").write_bytes(b"\x00")
+    bad = layout.inbox_dir / "lead-bad.md"
+    bad.write_bytes(b"\x00")
+    quiet = time.time() - 60  # dropped by hand, and quiet for longer than scribe.settle_ms
+    os.utime(bad, (quiet, quiet))
 
 
 def test_a_pass_prints_what_it_merged_skipped_and_rejected(squad: SquadLayout) -> None:
