@@ -232,7 +232,8 @@ def test_a_decision_naming_agents_updates_their_histories_but_not_the_authors(
 
 def test_team_updates_are_added_once_however_often_they_are_sent(squad: SquadLayout) -> None:
     add_agent(squad, "dallas", "Engineer", templates=templates_dir())
-    lines = [HistoryNote("Team update: A", "📌 Team update (2025-04-01): A — decided by ripley", dt.date(2025, 4, 1))]
+    lines = [HistoryNote("Team update: A", "📌 Team update (2025-04-01): A — decided by ripley",
+                         dt.date(2025, 4, 1))]
 
     assert len(append_history_lines(squad, "dallas", lines)) == 1
     assert append_history_lines(squad, "dallas", lines + lines) == []
