@@ -129,10 +129,13 @@ def dated(i: int) -> str:
     return (dt.date(2024, 1, 1) + dt.timedelta(days=i)).isoformat()
 
 
-def block_entry(i: int) -> str:
-    return (f"### Finding {i:03} on the rig ({dated(i)})\n\n"
-            f"Finding {i} says the rig behaves {'oddly ' * 12}after a cold start.\n\n"
-            f"#### Steps {i}\n\n- Power cycle twice\n- Read the log\n")
+def block_entry(i: int, *, plain: bool = False) -> str:
+    """A `### ` learning block: with a `####` sub-heading and bullets, or (`plain`) paragraphs."""
+    head = (f"### Finding {i:03} on the rig ({dated(i)})\n\n"
+            f"Finding {i} says the rig behaves {'oddly ' * 12}after a cold start.\n")
+    if plain:
+        return head + f"\nPower cycle it twice and read the log; entry {i} ends here.\n"
+    return head + f"\n#### Steps {i}\n\n- Power cycle twice\n- Read the log\n"
 
 
 def bullet_entry(i: int) -> str:
@@ -140,11 +143,11 @@ def bullet_entry(i: int) -> str:
             f"{'oddly ' * 12}after a cold start.\n")
 
 
-def grown_history(count: int, *, blocks: bool, newest_first: bool) -> str:
+def grown_history(count: int, *, blocks: bool, newest_first: bool, plain: bool = False) -> str:
     """A history of `count` dated learnings in one shape and order, after CONTEXT."""
     order = range(count - 1, -1, -1) if newest_first else range(count)
     if blocks:
-        body = "\n".join(block_entry(i) for i in order)
+        body = "\n".join(block_entry(i, plain=plain) for i in order)
     else:
         body = "".join(bullet_entry(i) for i in order)
     return f"{CONTEXT}## Learnings\n\n{body}"
