@@ -471,7 +471,8 @@ def _compact(
             moved = compact_history(layout, member.name,
                                     max_bytes=settings.scribe.history_compact_bytes,
                                     today=today, dry_run=dry_run,
-                                    protect=written.get(member.name, ()))
+                                    protect=written.get(member.name, ()),
+                                    recovered=report.recovered)
         except NotUtf8Error as exc:
             _problem(layout, report, sink, memory, exc, "it is not compacted")
             continue

@@ -160,20 +160,24 @@ def compact_history(
     today: dt.date | None = None,
     dry_run: bool = False,
     protect: Collection[str] = (),
+    recovered: list[str] | None = None,
 ) -> int:
     """Compact `agent`'s history.md once it reaches `max_bytes`; return how many entries moved.
 
     `# ` headings, `## Project Context`, `## Core Context`, the Learnings lead-in and the newest
     learnings within `keep_bytes` (half of `max_bytes` by default) stay, and so do the newest
     learning and those in `protect` (entry texts written in this pass). Older learnings and
-    other `## ` sections go to history-archive.md, whole.
+    other `## ` sections go to history-archive.md, whole. A compaction a crash interrupted is
+    finished first, and said so in `recovered`.
     """
     path = layout.history(agent)
     archive = layout.history_archive(agent)
     budget = max_bytes // 2 if keep_bytes is None else keep_bytes
     with file_lock(layout.lock_for(path)):
         if not dry_run:
-            _recover(layout, path, archive)
+            note = _recover(layout, path, archive)
+            if note and recovered is not None:
+                recovered.append(f"{note} of agents/{agent}/history.md")
         content = read_history(path)
         if len(content.encode("utf-8")) < max_bytes:
             return 0
@@ -199,14 +203,16 @@ def compact_history(
         return len(moved)
 
 
-def _recover(layout: SquadLayout, path: Path, archive: Path) -> None:
-    """Finish a compaction a crash interrupted: the archive append first, then the rewrite."""
+def _recover(layout: SquadLayout, path: Path, archive: Path) -> str:
+    """Finish a compaction a crash interrupted: the archive append first, then the rewrite.
+    Returns what was done ("" for nothing)."""
     sweep_temp_files(path)
     sweep_temp_files(intent_file(layout, archive))
     intent = pending_intent(layout, archive)
     if intent is None:
-        return
-    if finish_append(intent) != "stale":
+        return ""
+    state = finish_append(intent)
+    if state != "stale":
         current = read_history(path)
         if _sha(current) != intent.meta.get("after"):
             if _sha(current) != intent.meta.get("before"):
@@ -214,6 +220,10 @@ def _recover(layout: SquadLayout, path: Path, archive: Path) -> None:
                             "entries it still holds", path)
             _rewrite_without(path, current, intent.meta.get("remove", []))
     clear_intent(intent)
+    if state == "stale":
+        log.warning("%s changed since an interrupted compaction; not repeating it", archive)
+        return "skipped an interrupted compaction (its archive changed since)"
+    return f"finished an interrupted compaction ({state} append)"
 
 
 def _segments_to_move(shape: HistoryShape, budget: int, protect: set[str]) -> list[Segment]:
