@@ -9,17 +9,13 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import re
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
-
-from pydantic import BaseModel, Field
 
 from squadd.config import Settings
-from squadd.errors import NotUtf8Error, SquaddError
+from squadd.errors import NotUtf8Error
 from squadd.runtime.events import (
     EventSink,
     NullSink,
@@ -27,20 +23,25 @@ from squadd.runtime.events import (
     ScribeMerged,
     ScribeRejected,
 )
-from squadd.fsio import file_lock, fsync_dir
+from squadd.scribe_report import (
+    HistoryCompaction,
+    RejectedFile,
+    ScribeMemory,
+    ScribeProblem,
+    ScribeReport,
+    note_problem,
+)
+from squadd.scribe_updates import AgentMatcher, send_team_updates, team_update_line
 from squadd.state.archive import archive_decisions, recover_archive, separator_before_append
 from squadd.state.charters import roster
 from squadd.state.decision_index import DecisionIndex, entry_digest
-from squadd.state.decisions import parse_entries
 from squadd.state.fsio import file_lock, fsync_dir
-from squadd.state.history import HistoryNote, append_history_lines, compact_history
+from squadd.state.history import compact_history
 from squadd.state.inbox import (
     Accepted,
     Deferred,
     InboxFile,
-    InboxLooks,
     Refused,
-    agent_and_title,
     read_inbox_file,
     reject_file,
     scan_inbox,
@@ -58,6 +59,11 @@ from squadd.state.intent import (
 from squadd.state.layout import SquadLayout
 from squadd.untrusted import shown_name
 
+__all__ = [
+    "AgentMatcher", "HistoryCompaction", "RejectedFile", "ScribeMemory", "ScribeProblem",
+    "ScribeReport", "merge_decisions", "merge_inbox", "team_update_line",
+]
+
 log = logging.getLogger(__name__)
 
 BATCH_FILES = 1000
@@ -67,50 +73,6 @@ EVENT_FILES = 100
 """Most file names one `scribe.merged` event lists (the count is always exact)."""
 DECISIONS_HEADING = "# Decisions\n\n"
 """What a new decisions.md starts with."""
-
-
-class RejectedFile(BaseModel):
-    file: str
-    moved_to: str
-    reason: str
-
-
-class ScribeProblem(BaseModel):
-    """A file the Scribe could not use and left alone; the rest of the pass went on."""
-
-    file: str
-    reason: str
-
-
-class HistoryCompaction(BaseModel):
-    agent: str
-    moved: int
-
-
-class ScribeReport(BaseModel):
-    """What one Scribe pass did (or, in a dry run, would do)."""
-
-    dry_run: bool = False
-    merged: int = 0
-    """Entries appended to decisions.md."""
-    skipped: int = 0
-    """Entries already in decisions.md (or earlier in this pass), so not appended again."""
-    merged_files: list[str] = Field(default_factory=list)
-    """Inbox files consumed (deleted once their entries were safely in decisions.md)."""
-    rejected: list[RejectedFile] = Field(default_factory=list)
-    deferred: list[str] = Field(default_factory=list)
-    """Inbox files left for a later pass (still being written, or changed while merging)."""
-    archived: int = 0
-    archived_titles: list[str] = Field(default_factory=list)
-    archive_note: str = ""
-    compacted: list[HistoryCompaction] = Field(default_factory=list)
-    team_updates: int = 0
-    problems: list[ScribeProblem] = Field(default_factory=list)
-    """Files left alone (a history.md that is not UTF-8): named here, in a `scribe.rejected`
-    event and in the log; `squadd doctor` names them too."""
-    recovered: list[str] = Field(default_factory=list)
-    """Interrupted steps of an earlier run that this pass completed."""
-    duration_s: float = 0.0
 
 
 def merge_inbox(
@@ -277,7 +239,7 @@ def _write_batch(
         return None
     # Team updates go first and are idempotent: a crash after the append below makes these
     # entries duplicates on the next run, which would otherwise never send their updates.
-    report.team_updates += _send_team_updates(layout, matcher, batch.new, report, sink,
+    report.team_updates += send_team_updates(layout, matcher, batch.new, report, sink,
                                               written, memory)
     intent = None
     if batch.new:
@@ -335,113 +297,6 @@ def _collect(pending: Future[_Deleted] | None, report: ScribeReport) -> None:
     report.deferred.extend(done.changed)
 
 
-class AgentMatcher:
-    """Finds the roster agents a decision names, as `@name` or as a whole word."""
-
-    def __init__(self, agents: Sequence[str]):
-        self.agents = list(agents)
-        names = sorted(set(agents), key=len, reverse=True)
-        self._pattern = (
-            re.compile(r"(?<![\w-])@?(" + "|".join(re.escape(n) for n in names) + r")(?![\w-])",
-                       re.IGNORECASE)
-            if names else None
-        )
-
-    def __bool__(self) -> bool:
-        return self._pattern is not None
-
-    def find(self, text: str) -> set[str]:
-        if self._pattern is None:
-            return set()
-        return {match.lower() for match in self._pattern.findall(text)}
-
-
-def team_update_line(title: str, author: str, day: dt.date) -> str:
-    return f"📌 Team update ({day.isoformat()}): {title} — decided by {author}"
-
-
-def _send_team_updates(
-    layout: SquadLayout, matcher: AgentMatcher, new: list[tuple[str, bytes, Accepted]],
-    report: ScribeReport, sink: EventSink, written: dict[str, list[str]],
-    memory: ScribeMemory,
-) -> int:
-    if not matcher or not new:
-        return 0
-    notes: dict[str, list[HistoryNote]] = {}
-    for text, _, accepted in new:
-        parsed = parse_entries(text).entries
-        if not parsed:
-            continue
-        entry = parsed[0]
-        author = entry.by or agent_and_title(accepted.file.name, matcher.agents)[0]
-        body = "\n".join(line for line in text.split("\n")
-                         if not _AUTHOR_LINE.match(line))
-        named = matcher.find(body) - matcher.find(author)
-        day = entry.date or dt.date.fromtimestamp(accepted.file.mtime_ns / 1e9)
-        note = HistoryNote(title=f"Team update: {entry.title}",
-                           text=team_update_line(entry.title, author, day), day=day)
-        for agent in sorted(named):
-            notes.setdefault(agent, []).append(note)
-    added = 0
-    for agent, agent_notes in notes.items():
-        try:
-            entries = append_history_lines(layout, agent, agent_notes)
-        except NotUtf8Error as exc:
-            _problem(layout, report, sink, memory, exc, "its team updates were not added")
-            continue
-        written.setdefault(agent, []).extend(entries)
-        added += len(entries)
-    return added
-
-
-_AUTHOR_LINE = re.compile(r"^\s*(?:[-*]\s+)?\*\*(?:by|author)(?::\*\*|\*\*\s*:)", re.IGNORECASE)
-
-
-class ScribeMemory:
-    """What a long-lived Scribe (the daemon's worker) remembers from one pass to the next: its
-    looks at unsealed inbox files, and the bad files it already reported, which are logged and
-    announced again only once they change."""
-
-    def __init__(self) -> None:
-        self.looks = InboxLooks()
-        self._bad: dict[str, tuple[int, int, int]] = {}
-
-    def is_new_problem(self, shown: str, path: Path) -> bool:
-        """True the first time `path` is reported as it is now (False: reported, unchanged)."""
-        try:
-            info = path.stat()
-            identity = (info.st_ino, info.st_size, info.st_mtime_ns)
-        except OSError:
-            identity = (0, 0, 0)
-        if self._bad.get(shown) == identity:
-            return False
-        self._bad[shown] = identity
-        return True
-
-    def keep_bad(self, shown: set[str]) -> None:
-        """Forget the files that were not a problem in the last pass (fixed, or gone)."""
-        for name in [n for n in self._bad if n not in shown]:
-            del self._bad[name]
-
-
-def _problem(layout: SquadLayout, report: ScribeReport, sink: EventSink, memory: ScribeMemory,
-             exc: NotUtf8Error, consequence: str) -> None:
-    """Report a file the Scribe leaves alone, and go on with the others. A file reported in an
-    earlier pass and unchanged since is listed in the report but not logged or announced."""
-    try:
-        shown = str(layout.inside(Path(exc.path)).relative_to(layout.root))
-    except (ValueError, SquaddError):
-        shown = exc.path
-    reason = f"not valid UTF-8 at byte offset {exc.offset}; left in place, {consequence}"
-    if any(p.file == shown for p in report.problems):
-        return
-    report.problems.append(ScribeProblem(file=shown, reason=reason))
-    if report.dry_run or not memory.is_new_problem(shown, Path(exc.path)):
-        return
-    log.warning("Scribe skipped %s: %s", shown, reason)
-    sink.publish(ScribeRejected(file=shown, reason=reason))
-
-
 def _archive(
     layout: SquadLayout, settings: Settings, sink: EventSink, report: ScribeReport, *,
     dry_run: bool, today: dt.date | None, protect: set[bytes],
@@ -474,7 +329,7 @@ def _compact(
                                     protect=written.get(member.name, ()),
                                     recovered=report.recovered)
         except NotUtf8Error as exc:
-            _problem(layout, report, sink, memory, exc, "it is not compacted")
+            note_problem(layout, report, sink, memory, exc, "it is not compacted")
             continue
         if not moved:
             continue
