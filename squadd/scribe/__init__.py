@@ -45,6 +45,7 @@ from squadd.state.inbox import (
     read_inbox_file,
     reject_file,
     scan_inbox,
+    sweep_stale_temps,
     unchanged,
 )
 from squadd.state.intent import (
@@ -104,6 +105,7 @@ def merge_inbox(
     with file_lock(layout.scribe_lock):
         if not dry_run:
             _recover(layout, report)
+            sweep_stale_temps(layout, clock())
         merge_decisions(layout, settings, sink, report, dry_run=dry_run,
                         batch_files=batch_files, clock=clock, memory=memory, written=written,
                         merged_now=merged_now)

@@ -30,6 +30,8 @@ from squadd.untrusted import has_surrogate, shown_name
 
 EMPTY_GRACE_S = 10.0
 """An empty file younger than this is left alone: its writer may not have written it yet."""
+STALE_TEMP_S = 3600.0
+"""A hidden `.tmp` file in the inbox this old was left by a writer that died."""
 MAX_REJECTED_NAME_BYTES = 200
 """Longest name a rejected file keeps: room for its `-N` and `.reason` (a name has 255 bytes)."""
 
@@ -298,6 +300,26 @@ def agent_and_title(name: str, agents: Sequence[str] = ()) -> tuple[str, str]:
     rest = stem[len(agent) + 1:]
     title = " ".join(rest.replace("-", " ").replace("_", " ").split()) or stem
     return agent, title
+
+
+def sweep_stale_temps(layout: SquadLayout, now: float) -> int:
+    """Remove the hidden temp files that writers killed mid-write left in the inbox over
+    `STALE_TEMP_S` ago (a live writer's is younger); return how many."""
+    removed = 0
+    try:
+        listing = os.scandir(layout.inbox_dir)
+    except FileNotFoundError:
+        return 0
+    with listing:
+        for item in listing:
+            if not (item.name.startswith(".") and item.name.endswith(".tmp")):
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                info = item.stat(follow_symlinks=False)
+                if stat_mode.S_ISREG(info.st_mode) and now - info.st_mtime > STALE_TEMP_S:
+                    os.unlink(item.path)
+                    removed += 1
+    return removed
 
 
 def unchanged(file: InboxFile, identity: tuple[int, int, int]) -> bool:

@@ -113,3 +113,15 @@ def test_a_bad_file_also_waits_for_quiet_before_it_is_rejected(squad: SquadLayou
     report = merge_inbox(squad, SETTINGS, clock=lambda: T + 0.1)
 
     assert report.rejected == [] and report.deferred == ["wren-half.md"]
+
+
+def test_a_dead_writers_temp_file_is_swept_and_a_live_writers_is_not(squad: SquadLayout) -> None:
+    dead = squad.inbox_dir / ".wren-vane.md.abc123.tmp"
+    live = squad.inbox_dir / ".wren-gust.md.def456.tmp"
+    for path, age in ((dead, 7200), (live, 5)):
+        path.write_text(PART_ONE, encoding="utf-8")
+        os.utime(path, (T - age, T - age))
+
+    report = merge_inbox(squad, SETTINGS, clock=lambda: T)
+
+    assert report.merged == 0 and not dead.exists() and live.exists()
