@@ -27,13 +27,16 @@ from squadd.state.fsio import publish_exclusive
 from squadd.state.layout import SquadLayout, safe_name
 
 CATEGORIES = ("architecture", "process", "security", "feature", "team", "general")
-_ATX_RE = re.compile(r"^(#{1,6})[ \t]+(.*?)[ \t]*$")
+# Every pattern here runs in linear time on hostile text: values are stripped in code, not by
+# a lazy group followed by optional spaces (quadratic on a long run of spaces).
+_ATX_RE = re.compile(r"^(#{1,6})[ \t]+(.*)$")
 _DATED_RE = re.compile(r"^(\d{4}-\d{2}-\d{2})\s*(?::|—|–|-)\s*(.*)$")
 _DECISION_RE = re.compile(r"^decision\s*:\s*(.*)$", re.IGNORECASE)
-_META_RE = re.compile(
-    r"^[ \t]*(?:[-*][ \t]+)?\*\*(by|author|date)(?::\*\*|\*\*[ \t]*:)[ \t]*(.+?)[ \t]*$",
-    re.IGNORECASE | re.MULTILINE)
-_CATEGORY_RE = re.compile(r"^\*\*Category:\*\*\s*(.+?)\s*$", re.MULTILINE)
+_META = r"^[ \t]*(?:[-*][ \t]+)?\*\*(by|author|date)(?::\*\*|\*\*[ \t]*:)(.*)$"
+META_LINE_RE = re.compile(_META, re.IGNORECASE)
+"""A `**By:**`, `**Author:**` or `**Date:**` line (group 1: the key, group 2: its value)."""
+_META_RE = re.compile(_META, re.IGNORECASE | re.MULTILINE)
+_CATEGORY_RE = re.compile(r"^\*\*Category:\*\*(.*)$", re.MULTILINE)
 _MAX_SLUG = 60
 SEALED_MODE = 0o444
 """Inbox files squad tools write are read-only: the Scribe takes that as "complete" and merges
@@ -149,7 +152,7 @@ def _headings(lines: list[str]) -> list[_Heading]:
         plain.append("" if in_fence else line)
         match = _ATX_RE.match(line)
         if match and not in_fence:
-            found.append((i, len(match.group(1)), match.group(2)))
+            found.append((i, len(match.group(1)), match.group(2).strip()))
     out: list[_Heading] = []
     for n, (i, level, text) in enumerate(found):
         own_end = found[n + 1][0] if n + 1 < len(found) else len(lines)
@@ -211,7 +214,7 @@ def heading_title(heading: str) -> tuple[str, dt.date | None]:
     """A decision heading's title and date: `### 2025-01-31: T` gives ("T", 2025-01-31);
     `# Decision: T` gives ("T", None)."""
     match = _ATX_RE.match(heading)
-    title = match.group(2) if match else heading.strip()
+    title = match.group(2).strip() if match else heading.strip()
     day: dt.date | None = None
     dated = _DATED_RE.match(title)
     if dated:
@@ -234,7 +237,9 @@ def _entry(text: str, bare: bool = False) -> DecisionEntry:
     title, day = heading_title(text.split("\n", 1)[0])
     by: str | None = None
     for match in _META_RE.finditer(text):
-        key, value = match.group(1).lower(), match.group(2)
+        key, value = match.group(1).lower(), match.group(2).strip()
+        if not value:
+            continue
         if key == "date" and day is None:
             found = re.search(r"\d{4}-\d{2}-\d{2}", value)
             day = _date(found.group(0)) if found else None
@@ -242,7 +247,7 @@ def _entry(text: str, bare: bool = False) -> DecisionEntry:
             by = value
     category = _CATEGORY_RE.search(text)
     return DecisionEntry(text=text, title=title, date=day, by=by,
-                         category=category.group(1) if category else None,
+                         category=(category.group(1).strip() or None) if category else None,
                          kind="bare" if bare else "decision")
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from squadd.fsio import atomic_write, fsync_dir
 from squadd.state.decision_index import fence_parity
-from squadd.state.decisions import format_entry, heading_title, parse_entries
+from squadd.state.decisions import META_LINE_RE, format_entry, heading_title, parse_entries
 from squadd.state.fsio import atomic_write, fsync_dir
 from squadd.state.layout import SquadLayout
 from squadd.untrusted import has_surrogate, shown_name
@@ -232,8 +232,6 @@ def file_entries(text: str, name: str, day: dt.date, agents: Sequence[str] = ())
     return out
 
 
-_META_LINE = re.compile(r"^[ \t]*(?:[-*][ \t]+)?\*\*(by|author|date)(?::\*\*|\*\*[ \t]*:)"
-                        r"[ \t]*(.+?)[ \t]*$", re.IGNORECASE)
 _HEADING_LINE = re.compile(r"^(#{1,6})([ \t].*)$")
 
 
@@ -248,12 +246,13 @@ def _as_entry(text: str, title: str, agent: str, day: dt.date) -> str:
     author: str | None = None
     dated: dt.date | None = None
     for line in lines:
-        meta = _META_LINE.match(line)
-        if meta and meta.group(1).lower() in ("by", "author") and author is None:
-            author = meta.group(2)
+        meta = META_LINE_RE.match(line)
+        value = meta.group(2).strip() if meta else ""
+        if meta and value and meta.group(1).lower() in ("by", "author") and author is None:
+            author = value
             continue
         if meta and meta.group(1).lower() == "date" and dated is None:
-            found = re.search(r"\d{4}-\d{2}-\d{2}", meta.group(2))
+            found = re.search(r"\d{4}-\d{2}-\d{2}", value)
             if found:
                 with contextlib.suppress(ValueError):
                     dated = dt.date.fromisoformat(found.group(0))

@@ -125,3 +125,17 @@ def test_archiving_moves_decisions_whole_and_leaves_no_orphaned_sub_section(
     live_entries = parse_decisions(squad.decisions_md).entries
     assert live_entries[-1].title == "Recent choice 19"  # the newest always stays
     assert all(e.kind != "decision" or e.text.startswith("### 2026-05-") for e in live_entries)
+
+
+def test_long_runs_of_spaces_parse_in_linear_time() -> None:
+    # A lazy group before optional spaces would take about 10^10 steps on each of these.
+    spaces = " " * 200_000
+    text = (f"###{spaces}2026-01-01: Wide{spaces}\n\n**By:**{spaces}osprey{spaces}\n"
+            f"**Category:**{spaces}x{spaces}\n\n#{spaces}\n")
+    entry, heading_only = parse_entries(text).entries
+    assert (entry.title, entry.by, entry.category) == ("Wide", "osprey", "x")
+    assert (heading_only.kind, heading_only.title) == ("section", "")
+    history = f"## Learnings\n\n###{spaces}Wide (2026-01-01){spaces}\n\n- x{spaces}\n"
+    from squadd.state.learnings import learnings
+
+    assert len(learnings(history)) == 1
