@@ -141,24 +141,30 @@ class _Heading:
 def _headings(lines: list[str]) -> list[_Heading]:
     """The ATX headings outside ``` fences, each marked as a decision heading or not."""
     found: list[tuple[int, int, str]] = []
-    plain: list[str] = []
-    """The lines with fenced ones blanked, so that an example in a fence is no metadata."""
+    fenced: set[int] = set()
+    """Lines inside (or opening, closing) a fence: an example in a fence is no metadata."""
     in_fence = False
     for i, line in enumerate(lines):
-        if line.lstrip().startswith("```"):
-            in_fence = not in_fence
-            plain.append("")
-            continue
-        plain.append("" if in_fence else line)
-        match = _ATX_RE.match(line)
-        if match and not in_fence:
-            found.append((i, len(match.group(1)), match.group(2).strip()))
+        if line.startswith(("#", "`")) or line[:1].isspace():  # the only lines that matter
+            if line.lstrip().startswith("```"):
+                in_fence = not in_fence
+                fenced.add(i)
+                continue
+            if in_fence:
+                fenced.add(i)
+                continue
+            match = _ATX_RE.match(line)
+            if match:
+                found.append((i, len(match.group(1)), match.group(2).strip()))
+        elif in_fence:
+            fenced.add(i)
     out: list[_Heading] = []
     for n, (i, level, text) in enumerate(found):
-        own_end = found[n + 1][0] if n + 1 < len(found) else len(lines)
-        own = "\n".join(plain[i + 1:own_end])
-        qualified = level <= 3 and (
-            bool(_DATED_RE.match(text) or _DECISION_RE.match(text) or _META_RE.search(own)))
+        qualified = level <= 3 and bool(_DATED_RE.match(text) or _DECISION_RE.match(text))
+        if level <= 3 and not qualified:
+            own_end = found[n + 1][0] if n + 1 < len(found) else len(lines)
+            own = "\n".join(lines[j] for j in range(i + 1, own_end) if j not in fenced)
+            qualified = bool(_META_RE.search(own))
         out.append(_Heading(i, level, text, qualified))
     return out
 
