@@ -25,6 +25,7 @@ from squadd.contracts.names import safe_name
 from squadd.errors import LimitExceededError, StateError
 from squadd.state.fsio import publish_exclusive
 from squadd.state.layout import SquadLayout, safe_name
+from squadd.state.markdown import nest_body
 
 CATEGORIES = ("architecture", "process", "security", "feature", "team", "general")
 # Every pattern here runs in linear time on hostile text: values are stripped in code, not by
@@ -85,12 +86,13 @@ def slugify(title: str) -> str:
 def format_entry(
     *, title: str, body: str, agent: str, category: str, date: dt.date | None = None
 ) -> str:
-    """Render an entry in the decisions.md format, ending with a newline."""
+    """Render an entry in the decisions.md format, ending with a newline. Headings in the body
+    move below `###` (and an open fence is closed), so that all of it stays in the entry."""
     day = (date or dt.date.today()).isoformat()
     clean_title = " ".join(title.split())
     return (
         f"### {day}: {clean_title}\n\n**By:** {agent}\n**Category:** {category}\n\n"
-        f"{body.strip()}\n"
+        f"{nest_body(body.strip(), 3)}\n"
     )
 
 

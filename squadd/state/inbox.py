@@ -26,6 +26,7 @@ from squadd.state.decision_index import fence_parity
 from squadd.state.decisions import META_LINE_RE, format_entry, heading_title, parse_entries
 from squadd.state.fsio import atomic_write, fsync_dir
 from squadd.state.layout import SquadLayout
+from squadd.state.markdown import heading_level
 from squadd.untrusted import has_surrogate, shown_name
 
 EMPTY_GRACE_S = 10.0
@@ -232,14 +233,12 @@ def file_entries(text: str, name: str, day: dt.date, agents: Sequence[str] = ())
     return out
 
 
-_HEADING_LINE = re.compile(r"^(#{1,6})([ \t].*)$")
 
 
 def _as_entry(text: str, title: str, agent: str, day: dt.date) -> str:
     """Loose decision text as one squadd entry (see `file_entries`)."""
     lines = text.strip("\n").split("\n")
-    first = _HEADING_LINE.match(lines[0]) if lines else None
-    if first:
+    if lines and heading_level(lines[0]):
         title = heading_title(lines[0])[0] or title
         lines = lines[1:]
     body: list[str] = []
@@ -258,27 +257,8 @@ def _as_entry(text: str, title: str, agent: str, day: dt.date) -> str:
                     dated = dt.date.fromisoformat(found.group(0))
                     continue
         body.append(line)
-    body = _demote_headings(body)
     return format_entry(title=title, body="\n".join(body), agent=author or agent,
                         category="general", date=dated or day)
-
-
-def _demote_headings(lines: list[str]) -> list[str]:
-    """`lines` with their headings (outside ``` fences) moved down to level 4 or deeper."""
-    fenced: list[bool] = []
-    in_fence = False
-    for line in lines:
-        if line.lstrip().startswith("```"):
-            in_fence = not in_fence
-        fenced.append(in_fence)
-    levels = [len(m.group(1)) for line, f in zip(lines, fenced, strict=True)
-              if not f and (m := _HEADING_LINE.match(line))]
-    shift = max(0, 4 - min(levels)) if levels else 0
-    if not shift:
-        return lines
-    return [("#" * min(6, len(m.group(1)) + shift) + m.group(2))
-            if not f and (m := _HEADING_LINE.match(line)) else line
-            for line, f in zip(lines, fenced, strict=True)]
 
 
 def close_fence(entry: str) -> str:

@@ -27,6 +27,8 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from squadd.state.markdown import heading_level, nest_body
+
 LEARNINGS_HEADING = "## Learnings"
 HISTORY_SKELETON = "# Project Context\n\n## Learnings\n"
 _KEPT_SECTIONS = ("project context", "core context")
@@ -84,12 +86,6 @@ class HistoryShape:
 def split_lines(content: str) -> list[str]:
     """`content` as lines that keep their "\\n" (only "\\n" ends a line)."""
     return re.findall(r"[^\n]*\n|[^\n]+$", content)
-
-
-def heading_level(line: str) -> int:
-    """1-6 for an ATX heading line (`### x`), else 0."""
-    match = re.match(r"(#{1,6})[ \t]", line)
-    return len(match.group(1)) if match else 0
 
 
 def _title(line: str) -> str:
@@ -186,10 +182,11 @@ def learning_title(text: str) -> str:
 
 
 def format_block(title: str, body: str, day: dt.date) -> str:
-    """One learning as a `### {title} ({date})` block."""
+    """One learning as a `### {title} ({date})` block; headings in the body move below `###`
+    (and an open fence is closed), so that all of it stays in the block."""
     clean = " ".join(title.split()).lstrip("#").strip() or "Learning"
     text = "\n".join(line.rstrip() for line in body.strip().replace("\r\n", "\n").split("\n"))
-    return f"### {clean} ({day.isoformat()})\n\n{text}"
+    return f"### {clean} ({day.isoformat()})\n\n{nest_body(text, 3)}"
 
 
 def learnings(content: str) -> list[str]:

@@ -139,3 +139,23 @@ def test_long_runs_of_spaces_parse_in_linear_time() -> None:
     from squadd.state.learnings import learnings
 
     assert len(learnings(history)) == 1
+
+
+def test_headings_and_open_fences_in_a_body_stay_inside_their_entry(squad: SquadLayout) -> None:
+    from squadd.state.decisions import write_inbox_entry
+    from squadd.state.history import append_learning
+    from squadd.state.learnings import learnings
+
+    body = "## Context\n\nWhy.\n\n### 2026-01-01: Not a decision\n\n```sh\n## in a fence"
+    path = write_inbox_entry(squad, agent="wren", title="Nested", body=body)
+    text = path.read_text()
+    assert "#### Context" in text and "##### 2026-01-01: Not a decision" in text
+    assert "## in a fence" in text and text.rstrip().endswith("```")
+    [entry] = parse_entries(text).entries
+    assert entry.text == text
+
+    squad.history("wren").parent.mkdir(parents=True, exist_ok=True)
+    squad.history("wren").write_text("## Learnings\n\n### Old (2025-01-01)\n\nold\n")
+    append_learning(squad, "wren", "Pins matter.\n## Why\nThey do.\n```\nopen")
+    blocks = learnings(squad.history("wren").read_text())
+    assert len(blocks) == 2 and "#### Why" in blocks[1] and blocks[1].endswith("```")
