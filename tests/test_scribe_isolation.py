@@ -12,12 +12,12 @@ from pathlib import Path
 import anyio
 import pytest
 
-from squadd import scribe_worker
 from squadd.cli.doctor import run_checks
 from squadd.config import ScribeSettings, Settings
+from squadd.contracts.events import BaseEvent, ScribeRejected
 from squadd.errors import NotUtf8Error
-from squadd.runtime.events import BaseEvent, ScribeRejected
 from squadd.scribe import ScribeMemory, merge_inbox
+from squadd.scribe import worker as scribe_worker
 from squadd.state.decisions import format_entry
 from squadd.state.history import append_learning
 from squadd.state.layout import SquadLayout

@@ -10,7 +10,6 @@ import click
 from squadd.cli._output import print_json, print_table
 from squadd.cli._squad import TEXT, dir_option, find_layout, show_path
 from squadd.contracts.names import NAME_RULE
-from squadd.fsio import read_text
 from squadd.state.charters import RosterEntry, roster
 from squadd.state.history import learnings
 from squadd.state.scaffold import templates_dir

@@ -15,15 +15,16 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from squadd.config import Settings
-from squadd.errors import NotUtf8Error
-from squadd.runtime.events import (
+from squadd.contracts.events import (
     EventSink,
     NullSink,
     ScribeArchived,
     ScribeMerged,
     ScribeRejected,
 )
-from squadd.scribe_report import (
+from squadd.errors import NotUtf8Error
+from squadd.fsio import file_lock, fsync_dir
+from squadd.scribe.report import (
     HistoryCompaction,
     RejectedFile,
     ScribeMemory,
@@ -31,11 +32,10 @@ from squadd.scribe_report import (
     ScribeReport,
     note_problem,
 )
-from squadd.scribe_updates import AgentMatcher, send_team_updates, team_update_line
+from squadd.scribe.updates import AgentMatcher, send_team_updates, team_update_line
 from squadd.state.archive import archive_decisions, recover_archive, separator_before_append
 from squadd.state.charters import roster
 from squadd.state.decision_index import DecisionIndex, entry_digest
-from squadd.state.fsio import file_lock, fsync_dir
 from squadd.state.history import compact_history
 from squadd.state.inbox import (
     Accepted,

@@ -18,7 +18,7 @@ import anyio
 import watchfiles
 
 from squadd.config import Settings
-from squadd.runtime.events import BaseEvent, EventSink
+from squadd.contracts.events import BaseEvent, EventSink
 from squadd.scribe import ScribeMemory, ScribeReport, merge_inbox
 from squadd.state.inbox import scan_inbox
 from squadd.state.layout import SquadLayout

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from squadd.config import ScribeSettings
+from squadd.fsio import atomic_write
 from squadd.state.crashpoint import crash_point
 from squadd.state.decision_index import DecisionIndex, entry_digest
 from squadd.state.decisions import DecisionEntry, parse_entries

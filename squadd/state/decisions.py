@@ -23,8 +23,8 @@ from typing import Literal
 
 from squadd.contracts.names import safe_name
 from squadd.errors import LimitExceededError, StateError
-from squadd.state.fsio import publish_exclusive
-from squadd.state.layout import SquadLayout, safe_name
+from squadd.fsio import publish_exclusive
+from squadd.state.layout import SquadLayout
 from squadd.state.markdown import nest_body
 
 CATEGORIES = ("architecture", "process", "security", "feature", "team", "general")

@@ -17,9 +17,10 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from squadd.contracts.names import safe_name
 from squadd.errors import LimitExceededError, NotUtf8Error, StateError
+from squadd.fsio import atomic_write, file_lock
 from squadd.state.crashpoint import crash_point
-from squadd.state.fsio import atomic_write, file_lock
 from squadd.state.intent import (
     append_with_intent,
     clear_intent,
@@ -28,7 +29,7 @@ from squadd.state.intent import (
     pending_intent,
     sweep_temp_files,
 )
-from squadd.state.layout import SquadLayout, safe_name
+from squadd.state.layout import SquadLayout
 from squadd.state.learnings import (
     HISTORY_SKELETON,
     LEARNINGS_HEADING,

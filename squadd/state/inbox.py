@@ -24,7 +24,6 @@ from pathlib import Path
 from squadd.fsio import atomic_write, fsync_dir
 from squadd.state.decision_index import fence_parity
 from squadd.state.decisions import META_LINE_RE, format_entry, heading_title, parse_entries
-from squadd.state.fsio import atomic_write, fsync_dir
 from squadd.state.layout import SquadLayout
 from squadd.state.markdown import heading_level
 from squadd.untrusted import has_surrogate, shown_name

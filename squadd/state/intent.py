@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from squadd.fsio import append_fsync, atomic_write, fsync_dir
 from squadd.state.crashpoint import crash_point
-from squadd.state.fsio import append_fsync, atomic_write, fsync_dir
 from squadd.state.layout import SquadLayout
 
 log = logging.getLogger(__name__)

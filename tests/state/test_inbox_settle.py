@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from squadd.config import ScribeSettings, Settings
+from squadd.fsio import publish_exclusive
 from squadd.scribe import ScribeMemory, merge_inbox
 from squadd.state.decisions import format_entry, parse_decisions, write_inbox_entry
-from squadd.state.fsio import publish_exclusive
 from squadd.state.inbox import read_inbox_file, scan_inbox
 from squadd.state.layout import SquadLayout
 

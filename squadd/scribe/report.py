@@ -9,8 +9,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from squadd.contracts.events import EventSink, ScribeRejected
 from squadd.errors import NotUtf8Error, SquaddError
-from squadd.runtime.events import EventSink, ScribeRejected
 from squadd.state.inbox import InboxLooks
 from squadd.state.layout import SquadLayout
 

@@ -8,9 +8,9 @@ import datetime as dt
 import re
 from collections.abc import Sequence
 
+from squadd.contracts.events import EventSink
 from squadd.errors import NotUtf8Error
-from squadd.runtime.events import EventSink
-from squadd.scribe_report import ScribeMemory, ScribeReport, note_problem
+from squadd.scribe.report import ScribeMemory, ScribeReport, note_problem
 from squadd.state.decisions import parse_entries
 from squadd.state.history import HistoryNote, append_history_lines
 from squadd.state.inbox import Accepted, agent_and_title
