@@ -4,9 +4,9 @@ history.md uses, also after a Scribe pass compacted that history."""
 from __future__ import annotations
 
 import pytest
-from squadd.runtime.api import RouteRequest
 
 from squadd.config import Settings
+from squadd.contracts.routes import RouteRequest
 from squadd.runtime.runtime import SquadRuntime
 from squadd.scribe import merge_inbox
 from squadd.state.layout import SquadLayout
