@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 
 from squadd.config import ScribeSettings, Settings
 from squadd.scribe import merge_inbox
+from squadd.state.decision_index import DecisionIndex, entry_digest
+from squadd.state.decisions import parse_decisions
 from squadd.state.history import HistoryNote, append_history_lines, append_learning, compact_history
 from squadd.state.layout import SquadLayout
 from squadd.state.learnings import learnings
@@ -145,6 +147,10 @@ def test_archiving_keeps_every_decision_once_whole_and_the_newest_live(
                    if layout.decisions_archive.exists() else "")
         for text in texts:
             assert (live + "\n" + archive).count(text.rstrip("\n")) == 1, text
+        # The index, caught up pass by pass, knows exactly the entries a full parse finds.
+        whole = {entry_digest(e.text) for e in parse_decisions(layout.decisions_md).entries}
+        with DecisionIndex.open(layout, writable=False) as index:
+            assert len(index) == len(whole) and all(d in index for d in whole)
         merged_order = [i for chunk in chunks for i in chunk]
         newest = max(merged_order, key=lambda i: (items[i][1], merged_order.index(i)))
         assert texts[newest].rstrip("\n") in live
