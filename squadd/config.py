@@ -104,6 +104,8 @@ class ScribeSettings(_Section):
     archive_hard_bytes: int = Field(51200, ge=1)
     archive_hard_days: int = Field(7, ge=0)
     history_compact_bytes: int = Field(15360, ge=1024)
+    settle_ms: int = Field(1000, ge=0)
+    max_backoff_s: float = Field(300.0, gt=0)
 
 
 class DaemonSettings(_Section):

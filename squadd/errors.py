@@ -10,7 +10,8 @@ The tree (catch a branch to catch everything below it)::
     │   ├── PathEscapeError          a path resolves outside the squad dir
     │   ├── LimitExceededError       a body, learning or file is over its size limit
     │   ├── LockTimeoutError         a file lock was not acquired in time
-    │   └── NotFoundError            an agent, skill or session that does not exist
+    │   ├── NotFoundError            an agent, skill or session that does not exist
+    │   └── NotUtf8Error             a .squad/ text file holds bytes that are not UTF-8
     ├── ProviderError                a model provider failed (names provider, status, its text)
     │   └── ProviderTimeoutError     the provider did not answer in time
     ├── RouteError                   a route could not be admitted or run
@@ -65,6 +66,15 @@ class LockTimeoutError(StateError):
 
 class NotFoundError(StateError):
     """An agent, skill or session does not exist."""
+
+
+class NotUtf8Error(StateError):
+    """A text file of the squad holds bytes that are not UTF-8 (names the file and offset)."""
+
+    def __init__(self, message: str, *, path: str, offset: int):
+        super().__init__(message)
+        self.path = path
+        self.offset = offset
 
 
 class ProviderError(SquaddError):

@@ -97,6 +97,32 @@ def create_exclusive(path: Path, data: str | bytes) -> bool:
     return True
 
 
+def publish_exclusive(path: Path, data: str | bytes, *, mode: int = 0o444) -> bool:
+    """Put a complete `path` holding `data` in place only if the name is free; fsync it.
+
+    The bytes go to a hidden temp file first (fsynced, given `mode`), which is then hard-linked
+    to `path`: a reader never sees a partial file, and the link fails when the name is taken
+    (as O_EXCL would). Returns False when the name is taken, so callers can try the next one.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(_to_bytes(data))
+            handle.flush()
+            os.fchmod(handle.fileno(), mode)
+            os.fsync(handle.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    fsync_dir(path.parent)
+    return True
+
+
 def read_text(path: Path, default: str = "") -> str:
     """Read a UTF-8 file, or return `default` when it does not exist; a file that is not UTF-8
     is a `StateError` naming it and the first bad byte (the `UnicodeDecodeError` is its cause)."""

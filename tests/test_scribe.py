@@ -15,7 +15,7 @@ from squadd.config import Settings
 from squadd.contracts.events import BaseEvent, ScribeMerged, ScribeRejected
 from squadd.scribe import merge_inbox
 from squadd.state.decisions import format_entry, parse_decisions, write_inbox_entry
-from squadd.state.history import append_history_lines
+from squadd.state.history import HistoryNote, append_history_lines
 from squadd.state.layout import SquadLayout
 from squadd.state.scaffold import templates_dir
 from squadd.state.team import add_agent
@@ -234,10 +234,11 @@ def test_a_decision_naming_agents_updates_their_histories_but_not_the_authors(
 
 def test_team_updates_are_added_once_however_often_they_are_sent(squad: SquadLayout) -> None:
     add_agent(squad, "dallas", "Engineer", templates=templates_dir())
-    lines = ["📌 Team update (2025-04-01): A — decided by ripley"]
+    lines = [HistoryNote("Team update: A", "📌 Team update (2025-04-01): A — decided by ripley",
+                         dt.date(2025, 4, 1))]
 
-    assert append_history_lines(squad, "dallas", lines) == 1
-    assert append_history_lines(squad, "dallas", lines + lines) == 0
+    assert len(append_history_lines(squad, "dallas", lines)) == 1
+    assert append_history_lines(squad, "dallas", lines + lines) == []
     assert squad.history("dallas").read_text().count("Team update") == 1
 
 

@@ -10,7 +10,6 @@ import click
 from squadd.cli._output import print_json, print_table
 from squadd.cli._squad import TEXT, dir_option, find_layout, show_path
 from squadd.contracts.names import NAME_RULE
-from squadd.fsio import read_text
 from squadd.state.charters import RosterEntry, roster
 from squadd.state.history import learnings
 from squadd.state.scaffold import templates_dir
@@ -61,7 +60,12 @@ def add(name: str, role: str, directory: Path | None, as_json: bool) -> None:
 def _learning_count(entry: RosterEntry) -> int | None:
     if not entry.has_history:
         return None
-    return len(learnings(read_text(entry.charter.parent / "history.md")))
+    # Counted even in a file with bad bytes: they never change where an entry starts.
+    try:
+        raw = (entry.charter.parent / "history.md").read_bytes()
+    except FileNotFoundError:
+        return None
+    return len(learnings(raw.decode("utf-8", errors="replace")))
 
 
 def _as_dict(entry: RosterEntry) -> dict[str, Any]:

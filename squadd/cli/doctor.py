@@ -157,7 +157,15 @@ def check_daemon(ctx: DoctorContext) -> CheckResult:
                                        f"{health.get('provider')}")
 
 
+def check_memory_files(ctx: DoctorContext) -> CheckResult:
+    """Decisions, inbox, charters and histories that are not UTF-8 (the Scribe skips them)."""
+    from squadd.cli._doctor_memory import check_memory_files as check
+
+    return check(ctx)
+
+
 CHECKS: list[Check] = [check_squad_dir, check_settings, check_roster, check_squad_compat,
+                       check_memory_files,
                        check_provider, check_daemon]
 """The checks `squadd doctor` runs, in order. Append to add one."""
 
@@ -169,7 +177,7 @@ def run_checks(start: Path, checks: list[Check] | None = None) -> list[CheckResu
     for check in CHECKS if checks is None else checks:
         try:
             results.append(check(ctx))
-        except (SquaddError, OSError) as exc:
+        except (SquaddError, OSError, UnicodeDecodeError) as exc:
             name = check.__name__.removeprefix("check_").replace("_", " ")
             results.append(CheckResult(name, "fail", f"{type(exc).__name__}: {exc}"))
     return results

@@ -85,11 +85,12 @@ def describe(report: ScribeReport) -> list[str]:
         lines.append(f"  note: {report.archive_note}")
     for compaction in report.compacted:
         lines.append(f"  history of {compaction.agent}: {compaction.moved} "
-                     f"block{'s' if compaction.moved != 1 else ''} {would}moved to "
+                     f"entr{'ies' if compaction.moved != 1 else 'y'} {would}moved to "
                      "history-archive.md")
     if report.team_updates:
         lines.append(f"  {report.team_updates} team update"
                      f"{'s' if report.team_updates != 1 else ''} added to agents' histories")
+    lines += [f"  skipped {problem.file}: {problem.reason}" for problem in report.problems]
     lines += [f"  recovered: {note}" for note in report.recovered]
     return lines
 

@@ -18,6 +18,7 @@ from squadd.config import PromptSettings
 from squadd.errors import StateError
 from squadd.statcache import StatCache
 from squadd.state.layout import SquadLayout
+from squadd.state.learnings import keep_newest
 from squadd.state.skills import list_skills
 
 log = structlog.get_logger("squadd.prompt")
@@ -96,12 +97,20 @@ def gather(layout: SquadLayout, agent: str, context: str | None,
     )
 
 
+def keep_newest_learnings(text: str, budget: int, what: str) -> str:
+    """History within `budget`: its oldest learnings left out whole (wherever the file keeps
+    them), or, when that cannot fit, its tail."""
+    fitted = keep_newest(text, budget)
+    return fitted if fitted is not None else keep_tail(text, budget, what)
+
+
 def build_system_prompt(agent: str, parts: PromptParts, budgets: PromptSettings) -> str:
     """`You are {agent}, a Squad agent.` and each non-empty part under its heading."""
     sections = [f"You are {agent}, a Squad agent."]
     for heading, text, budget, keep, what in (
         ("## Charter", parts.charter, budgets.charter_bytes, keep_head, "the charter"),
-        ("## Project Knowledge", parts.history, budgets.history_bytes, keep_tail, "history"),
+        ("## Project Knowledge", parts.history, budgets.history_bytes, keep_newest_learnings,
+         "history"),
         ("## Team Decisions", parts.decisions, budgets.decisions_bytes, keep_tail, "decisions"),
         ("## Additional Context", parts.context, budgets.context_bytes, keep_tail, "context"),
         ("## Skills\nRead one with the squad_skill tool (action 'read').", parts.skills,

@@ -8,14 +8,12 @@ passes whenever the inbox changes.
 from __future__ import annotations
 
 import datetime as dt
-import re
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import structlog
-from pydantic import BaseModel, Field
 
 from squadd.config import Settings
 from squadd.contracts.events import (
@@ -25,12 +23,21 @@ from squadd.contracts.events import (
     ScribeMerged,
     ScribeRejected,
 )
+from squadd.errors import NotUtf8Error
 from squadd.fsio import file_lock, fsync_dir
+from squadd.scribe.report import (
+    HistoryCompaction,
+    RejectedFile,
+    ScribeMemory,
+    ScribeProblem,
+    ScribeReport,
+    note_problem,
+)
+from squadd.scribe.updates import AgentMatcher, send_team_updates, team_update_line
 from squadd.state.archive import archive_decisions, recover_archive, separator_before_append
 from squadd.state.charters import roster
 from squadd.state.decision_index import DecisionIndex, entry_digest
-from squadd.state.decisions import parse_entries
-from squadd.state.history import append_history_lines, compact_history
+from squadd.state.history import compact_history
 from squadd.state.inbox import (
     Accepted,
     Deferred,
@@ -39,6 +46,7 @@ from squadd.state.inbox import (
     read_inbox_file,
     reject_file,
     scan_inbox,
+    sweep_stale_temps,
     unchanged,
 )
 from squadd.state.intent import (
@@ -53,6 +61,11 @@ from squadd.state.intent import (
 from squadd.state.layout import SquadLayout
 from squadd.untrusted import shown_name
 
+__all__ = [
+    "AgentMatcher", "HistoryCompaction", "RejectedFile", "ScribeMemory", "ScribeProblem",
+    "ScribeReport", "merge_decisions", "merge_inbox", "team_update_line",
+]
+
 log = structlog.get_logger("squadd.scribe")
 
 BATCH_FILES = 1000
@@ -64,40 +77,6 @@ DECISIONS_HEADING = "# Decisions\n\n"
 """What a new decisions.md starts with."""
 
 
-class RejectedFile(BaseModel):
-    file: str
-    moved_to: str
-    reason: str
-
-
-class HistoryCompaction(BaseModel):
-    agent: str
-    moved: int
-
-
-class ScribeReport(BaseModel):
-    """What one Scribe pass did (or, in a dry run, would do)."""
-
-    dry_run: bool = False
-    merged: int = 0
-    """Entries appended to decisions.md."""
-    skipped: int = 0
-    """Entries already in decisions.md (or earlier in this pass), so not appended again."""
-    merged_files: list[str] = Field(default_factory=list)
-    """Inbox files consumed (deleted once their entries were safely in decisions.md)."""
-    rejected: list[RejectedFile] = Field(default_factory=list)
-    deferred: list[str] = Field(default_factory=list)
-    """Inbox files left for a later pass (still being written, or changed while merging)."""
-    archived: int = 0
-    archived_titles: list[str] = Field(default_factory=list)
-    archive_note: str = ""
-    compacted: list[HistoryCompaction] = Field(default_factory=list)
-    team_updates: int = 0
-    recovered: list[str] = Field(default_factory=list)
-    """Interrupted steps of an earlier run that this pass completed."""
-    duration_s: float = 0.0
-
-
 def merge_inbox(
     layout: SquadLayout,
     settings: Settings,
@@ -106,23 +85,36 @@ def merge_inbox(
     dry_run: bool = False,
     today: dt.date | None = None,
     batch_files: int = BATCH_FILES,
+    clock: Callable[[], float] = time.time,
+    memory: ScribeMemory | None = None,
 ) -> ScribeReport:
     """One Scribe pass: merge the inbox, then run the archive gate and history compaction.
 
     Takes the Scribe lock for the whole pass. Safe to kill at any instant: the next pass
     finishes what the killed one left half done, and every decision ends up exactly once in
-    decisions.md or (once archived) decisions-archive.md.
+    decisions.md or (once archived) decisions-archive.md. A history.md that is not UTF-8 is
+    left alone and reported; the other agents' files are still done. `clock` is the wall clock
+    the inbox's settle time is judged by; `memory` carries what a long-lived Scribe remembers
+    from one pass to the next.
     """
     sink = sink or NullSink()
     started = time.perf_counter()
     report = ScribeReport(dry_run=dry_run)
+    written: dict[str, list[str]] = {}
+    merged_now: set[bytes] = set()
+    memory = memory or ScribeMemory()
     with file_lock(layout.scribe_lock):
         if not dry_run:
             _recover(layout, report)
+            sweep_stale_temps(layout, clock())
         merge_decisions(layout, settings, sink, report, dry_run=dry_run,
-                        batch_files=batch_files)
-        _archive(layout, settings, sink, report, dry_run=dry_run, today=today)
-        _compact(layout, settings, sink, report, dry_run=dry_run, today=today)
+                        batch_files=batch_files, clock=clock, memory=memory, written=written,
+                        merged_now=merged_now)
+        _archive(layout, settings, sink, report, dry_run=dry_run, today=today,
+                 protect=merged_now)
+        _compact(layout, settings, sink, report, dry_run=dry_run, today=today, written=written,
+                 memory=memory)
+    memory.keep_bad({p.file for p in report.problems})
     report.duration_s = round(time.perf_counter() - started, 6)
     return report
 
@@ -164,6 +156,10 @@ def merge_decisions(
     *,
     dry_run: bool = False,
     batch_files: int = BATCH_FILES,
+    clock: Callable[[], float] = time.time,
+    memory: ScribeMemory | None = None,
+    written: dict[str, list[str]] | None = None,
+    merged_now: set[bytes] | None = None,
 ) -> None:
     """Merge the inbox into decisions.md (the caller holds the Scribe lock).
 
@@ -172,12 +168,16 @@ def merge_decisions(
     always finish before the next append.
     """
     files = scan_inbox(layout)
+    memory = memory or ScribeMemory()
+    memory.looks.keep_only({f.name for f in files})
     if not files:
         return
     agents = [entry.name for entry in roster(layout)]
     matcher = AgentMatcher(agents)
     seen: set[bytes] = set()
-    now = time.time()
+    now = clock()
+    settle_s = settings.scribe.settle_ms / 1000
+    written = {} if written is None else written
     before = report.merged, report.skipped, len(report.merged_files)
     pending: Future[_Deleted] | None = None
     with DecisionIndex.open(layout, writable=not dry_run) as index, \
@@ -185,7 +185,8 @@ def merge_decisions(
         for batch in _batches(files, batch_files, BATCH_BYTES):
             for file in batch.files:
                 outcome = read_inbox_file(file, max_bytes=settings.scribe.max_inbox_file_bytes,
-                                          agents=agents, now=now)
+                                          agents=agents, now=now, settle_s=settle_s,
+                                          looks=memory.looks)
                 if isinstance(outcome, Deferred):
                     report.deferred.append(file.name)
                 elif isinstance(outcome, Refused):
@@ -198,10 +199,12 @@ def merge_decisions(
                             report.skipped += 1
                         else:
                             seen.add(digest)
+                            if merged_now is not None:
+                                merged_now.add(digest)
                             batch.new.append((text, digest, outcome))
             _collect(pending, report)
             pending = _write_batch(layout, index, matcher, batch, report, sink, deleter,
-                                   dry_run=dry_run)
+                                   dry_run=dry_run, written=written, memory=memory)
         _collect(pending, report)
     merged, skipped, count = (report.merged - before[0], report.skipped - before[1],
                               len(report.merged_files) - before[2])
@@ -227,6 +230,7 @@ def _batches(files: list[InboxFile], max_files: int, max_bytes: int) -> Iterator
 def _write_batch(
     layout: SquadLayout, index: DecisionIndex, matcher: AgentMatcher, batch: _Batch,
     report: ScribeReport, sink: EventSink, deleter: ThreadPoolExecutor, *, dry_run: bool,
+    written: dict[str, list[str]], memory: ScribeMemory,
 ) -> Future[_Deleted] | None:
     """Team updates, then append + fsync, then (in `deleter`) delete the merged files; and move
     the rejects. Returns the deletion under way."""
@@ -238,7 +242,8 @@ def _write_batch(
         return None
     # Team updates go first and are idempotent: a crash after the append below makes these
     # entries duplicates on the next run, which would otherwise never send their updates.
-    report.team_updates += _send_team_updates(layout, matcher, batch.new)
+    report.team_updates += send_team_updates(layout, matcher, batch.new, report, sink,
+                                              written, memory)
     intent = None
     if batch.new:
         chunk = (separator_before_append(layout.decisions_md, DECISIONS_HEADING)
@@ -295,57 +300,12 @@ def _collect(pending: Future[_Deleted] | None, report: ScribeReport) -> None:
     report.deferred.extend(done.changed)
 
 
-class AgentMatcher:
-    """Finds the roster agents a decision names, as `@name` or as a whole word."""
-
-    def __init__(self, agents: Sequence[str]):
-        names = sorted(set(agents), key=len, reverse=True)
-        self._pattern = (
-            re.compile(r"(?<![\w-])@?(" + "|".join(re.escape(n) for n in names) + r")(?![\w-])",
-                       re.IGNORECASE)
-            if names else None
-        )
-
-    def __bool__(self) -> bool:
-        return self._pattern is not None
-
-    def find(self, text: str) -> set[str]:
-        if self._pattern is None:
-            return set()
-        return {match.lower() for match in self._pattern.findall(text)}
-
-
-def team_update_line(title: str, author: str, day: dt.date) -> str:
-    return f"📌 Team update ({day.isoformat()}): {title} — decided by {author}"
-
-
-def _send_team_updates(
-    layout: SquadLayout, matcher: AgentMatcher, new: list[tuple[str, bytes, Accepted]]
-) -> int:
-    if not matcher or not new:
-        return 0
-    lines: dict[str, list[str]] = {}
-    for text, _, accepted in new:
-        parsed = parse_entries(text).entries
-        if not parsed:
-            continue
-        entry = parsed[0]
-        author = entry.by or "unknown"
-        body = "\n".join(line for line in text.split("\n")
-                         if not line.startswith("**By:**"))
-        named = matcher.find(body) - matcher.find(author)
-        day = entry.date or dt.date.fromtimestamp(accepted.file.mtime_ns / 1e9)
-        for agent in sorted(named):
-            lines.setdefault(agent, []).append(team_update_line(entry.title, author, day))
-    return sum(append_history_lines(layout, agent, agent_lines)
-               for agent, agent_lines in lines.items())
-
-
 def _archive(
     layout: SquadLayout, settings: Settings, sink: EventSink, report: ScribeReport, *,
-    dry_run: bool, today: dt.date | None,
+    dry_run: bool, today: dt.date | None, protect: set[bytes],
 ) -> None:
-    outcome = archive_decisions(layout, settings.scribe, today=today, dry_run=dry_run)
+    outcome = archive_decisions(layout, settings.scribe, today=today, dry_run=dry_run,
+                                protect=protect)
     if outcome.recovered:
         report.recovered.append(outcome.recovered)
     report.archived = outcome.moved
@@ -362,12 +322,18 @@ def _archive(
 
 def _compact(
     layout: SquadLayout, settings: Settings, sink: EventSink, report: ScribeReport, *,
-    dry_run: bool, today: dt.date | None,
+    dry_run: bool, today: dt.date | None, written: dict[str, list[str]], memory: ScribeMemory,
 ) -> None:
     for member in roster(layout):
-        moved = compact_history(layout, member.name,
-                                max_bytes=settings.scribe.history_compact_bytes,
-                                today=today, dry_run=dry_run)
+        try:
+            moved = compact_history(layout, member.name,
+                                    max_bytes=settings.scribe.history_compact_bytes,
+                                    today=today, dry_run=dry_run,
+                                    protect=written.get(member.name, ()),
+                                    recovered=report.recovered)
+        except NotUtf8Error as exc:
+            note_problem(layout, report, sink, memory, exc, "it is not compacted")
+            continue
         if not moved:
             continue
         report.compacted.append(HistoryCompaction(agent=member.name, moved=moved))

@@ -2,9 +2,12 @@
 
 It watches the inbox with watchfiles (falling back to polling when watching fails), waits for
 `scribe.debounce_ms` of quiet, and runs each pass in a worker thread so the event loop never
-blocks. A failing pass is logged and retried; the worker itself only stops when told to.
-Started with `TaskGroup.start`, it reports ready once the inbox is watched and the pass every
-start makes is done.
+blocks. A failing pass is logged (in full the first time, in one line while the same failure
+repeats) and retried after a wait that doubles with each failure in a row, up to
+`scribe.max_backoff_s`; the worker itself only stops when told to. The worker's `ScribeMemory`
+keeps a bad file from being reported on every pass until it changes. Started with
+`TaskGroup.start`, it reports ready once the inbox is watched and the pass every start makes
+is done.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import watchfiles
 
 from squadd.config import Settings
 from squadd.contracts.events import BaseEvent, EventSink
-from squadd.scribe import ScribeReport, merge_inbox
+from squadd.scribe import ScribeMemory, ScribeReport, merge_inbox
 from squadd.state.inbox import scan_inbox
 from squadd.state.layout import SquadLayout
 
@@ -118,6 +121,8 @@ async def _merge_loop(
     debounce = settings.scribe.debounce_ms / 1000
     retry_after: float | None = None
     first = True
+    memory = ScribeMemory()
+    failures = _Failures()
     while not stop.is_set():
         with anyio.move_on_after(retry_after):
             await wake.event.wait()
@@ -127,26 +132,65 @@ async def _merge_loop(
                 break
             await anyio.sleep(min(quiet, deadline - time.monotonic()))
         wake.reset()
-        report = await _run_pass(layout, settings, sink)
+        report = await _run_pass(layout, settings, sink, memory, failures)
         if first:
             first = False
             task_status.started()
-        # Files still being written, or a failed pass, get another look without a new change.
-        retry_after = (settings.scribe.poll_interval_s
-                       if report is None or report.deferred else None)
+        # Files still being written get another look without a new change; a failed pass
+        # gets one after its back-off.
+        if report is None:
+            retry_after = failures.wait
+        else:
+            retry_after = settings.scribe.poll_interval_s if report.deferred else None
     if first:  # stopped before the first pass: nothing to wait for
         task_status.started()
 
 
-async def _run_pass(layout: SquadLayout, settings: Settings,
-                    sink: EventSink) -> ScribeReport | None:
+class _Failures:
+    """Failed passes in a row, for the back-off, and the last failure, to log it once."""
+
+    def __init__(self, base_s: float = 2.0, max_s: float = 300.0) -> None:
+        self.count = 0
+        self.last = ""
+        self.base_s = base_s
+        self.max_s = max_s
+
+    @property
+    def wait(self) -> float:
+        return float(min(self.max_s, self.base_s * 2 ** max(0, self.count - 1)))
+
+    def failed(self, exc: BaseException) -> bool:
+        """Count a failure; True when it differs from the last one (log it in full)."""
+        self.count += 1
+        what = f"{type(exc).__name__}: {exc}"
+        new = what != self.last
+        self.last = what
+        return new
+
+    def succeeded(self) -> None:
+        self.count = 0
+        self.last = ""
+
+
+async def _run_pass(layout: SquadLayout, settings: Settings, sink: EventSink,
+                    memory: ScribeMemory | None = None,
+                    failures: _Failures | None = None) -> ScribeReport | None:
     collected = _ListSink()
+    failures = failures or _Failures()
+    failures.base_s = settings.scribe.poll_interval_s
+    failures.max_s = settings.scribe.max_backoff_s
     try:
         report = await anyio.to_thread.run_sync(
-            functools.partial(merge_inbox, layout, settings, collected))
-    except Exception:
-        log.exception("scribe.pass_failed", retry_in_s=settings.scribe.poll_interval_s)
+            functools.partial(merge_inbox, layout, settings, collected, memory=memory))
+    except Exception as exc:
+        if failures.failed(exc):
+            log.exception("scribe.pass_failed", retry_in_s=failures.wait)
+        else:
+            log.warning("scribe.pass_failed_again", in_a_row=failures.count,
+                        error=failures.last, retry_in_s=failures.wait)
         report = None
+    else:
+        failures.succeeded()
     for event in collected.events:
         sink.publish(event)
     return report

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import structlog
 
 from squadd.config import ScribeSettings
 from squadd.fsio import atomic_write
+from squadd.state.crashpoint import crash_point
 from squadd.state.decision_index import DecisionIndex, entry_digest
 from squadd.state.decisions import DecisionEntry, parse_entries
 from squadd.state.intent import (
@@ -62,22 +64,30 @@ def _rendered_size(head_bytes: int, sizes: list[int]) -> int:
 
 def plan_archive(
     entries: list[DecisionEntry], preamble: str, size: int, settings: ScribeSettings,
-    today: dt.date,
+    today: dt.date, protect: Collection[bytes] = (),
 ) -> tuple[list[int], str]:
-    """Which entries (by position) to move, and a note when the file stays over the threshold."""
+    """Which entries (by position) to move, and a note when the file stays over the threshold.
+
+    Only whole dated decisions move (with their sub-sections); never the newest one, never one
+    in `protect` (digests of decisions merged in the same pass), never a `section`."""
     if size < settings.archive_soft_bytes:
         return [], ""
     hard = size >= settings.archive_hard_bytes
     days = settings.archive_hard_days if hard else settings.archive_soft_days
     cutoff = today - dt.timedelta(days=days)
-    move = {i for i, e in enumerate(entries) if e.date is not None and e.date < cutoff}
+    movable = [i for i, e in enumerate(entries) if e.kind == "decision" and e.date is not None
+               and entry_digest(e.text) not in protect]
+    if movable:
+        # The newest decision always stays: the team reads decisions.md, not the archive.
+        newest = max(movable, key=lambda i: (entries[i].date, i))
+        movable.remove(newest)
+    move = {i for i in movable if (entries[i].date or today) < cutoff}
     sizes = [len(e.text.encode("utf-8")) for e in entries]
     head_bytes = len(preamble.rstrip("\n").encode("utf-8"))
     kept = [sizes[i] for i in range(len(entries)) if i not in move]
     remaining = _rendered_size(head_bytes, kept)
     # Fall back by count: the oldest dated entries go first, file order breaking ties.
-    by_age = sorted((i for i, e in enumerate(entries) if e.date is not None and i not in move),
-                    key=lambda i: (entries[i].date, i))
+    by_age = sorted((i for i in movable if i not in move), key=lambda i: (entries[i].date, i))
     for i in by_age:
         if remaining < settings.archive_soft_bytes:
             break
@@ -98,7 +108,7 @@ def plan_archive(
 
 def archive_decisions(
     layout: SquadLayout, settings: ScribeSettings, *, today: dt.date | None = None,
-    dry_run: bool = False,
+    dry_run: bool = False, protect: Collection[bytes] = (),
 ) -> ArchiveOutcome:
     """Run the archive gate once (the caller holds the Scribe lock)."""
     outcome = ArchiveOutcome()
@@ -122,7 +132,7 @@ def archive_decisions(
         return outcome
     parsed = parse_entries(text)
     positions, outcome.note = plan_archive(parsed.entries, parsed.preamble, len(raw), settings,
-                                           today or dt.date.today())
+                                           today or dt.date.today(), protect)
     if outcome.note:
         log.warning("archive.note", note=outcome.note)
     if not positions:
@@ -142,6 +152,7 @@ def archive_decisions(
         layout, layout.decisions_archive, chunk.encode("utf-8"),
         {"remove": [entry_digest(e.text).hex() for e in moved]},
     )
+    crash_point("decisions-archived")
     _finish(layout, intent)
     return outcome
 
@@ -180,6 +191,7 @@ def _finish(layout: SquadLayout, intent: AppendIntent) -> int:
             kept.append(entry.text)
     if removed:
         atomic_write(layout.decisions_md, render_decisions(parsed.preamble, kept))
+        crash_point("decisions-rewritten")
         with DecisionIndex(layout, writable=True) as index:
             index.rebuild()
     clear_intent(intent)

@@ -1,20 +1,26 @@
-"""An agent's history.md: appending learnings under `## Learnings`, safely between processes.
+"""An agent's history.md on disk: adding learnings and team updates, and compaction, all under the
+file's lock, each write atomic.
 
-A learning is ``- **[{category}]** {text}``, inserted at the end of the Learnings section
-(created when missing). Every append takes the file's lock and replaces the file atomically.
+What an entry is, where a new one goes and in which shape is `squadd.state.learnings`'s rule.
+Compaction moves whole entries only: it keeps the context sections and the newest learnings that
+fit, never moves an entry written in the same Scribe pass, and always keeps the newest one. The
+archive is appended and fsynced (through a write-ahead intent) before history.md is rewritten.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import logging
 from collections import Counter
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from squadd.contracts.names import safe_name
-from squadd.errors import LimitExceededError, StateError
-from squadd.fsio import atomic_write, file_lock, read_text
+from squadd.errors import LimitExceededError, NotUtf8Error, StateError
+from squadd.fsio import atomic_write, file_lock
+from squadd.state.crashpoint import crash_point
 from squadd.state.intent import (
     append_with_intent,
     clear_intent,
@@ -24,44 +30,51 @@ from squadd.state.intent import (
     sweep_temp_files,
 )
 from squadd.state.layout import SquadLayout
+from squadd.state.learnings import (
+    HISTORY_SKELETON,
+    LEARNINGS_HEADING,
+    HistoryShape,
+    Segment,
+    format_block,
+    format_learning,
+    insert_learning,
+    learning_title,
+    learnings,
+    parse_history,
+)
+
+__all__ = [
+    "HISTORY_SKELETON", "LEARNINGS_HEADING", "LEARNING_CATEGORIES", "HistoryNote",
+    "append_history_lines", "append_learning", "compact_history", "format_learning",
+    "insert_learning", "learnings", "read_history",
+]
+
+log = logging.getLogger(__name__)
 
 LEARNING_CATEGORIES = ("technical", "process", "architecture", "team", "general")
-LEARNINGS_HEADING = "## Learnings"
-HISTORY_SKELETON = "# Project Context\n\n## Learnings\n"
 
 
-def format_learning(text: str, category: str) -> str:
-    """One learning as a single markdown list item (inner newlines become spaces)."""
-    flat = " ".join(text.split())
-    return f"- **[{category}]** {flat}"
+def read_history(path: Path) -> str:
+    """history.md as text ("" when missing); bytes that are not UTF-8 raise `NotUtf8Error`."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return ""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise NotUtf8Error(
+            f"{path} is not valid UTF-8: byte 0x{raw[exc.start]:02x} at offset {exc.start}; "
+            "re-save it as UTF-8 (squadd leaves it alone until then)",
+            path=str(path), offset=exc.start,
+        ) from None
 
 
-def insert_learning(content: str, line: str) -> str:
-    """Return `content` with `line` added at the end of its `## Learnings` section."""
-    if not content.strip():
-        content = HISTORY_SKELETON
-    lines = content.replace("\r\n", "\n").split("\n")
-    start = next((i for i, text in enumerate(lines) if text.strip() == LEARNINGS_HEADING), None)
-    if start is None:
-        body = content.rstrip("\n")
-        return f"{body}\n\n{LEARNINGS_HEADING}\n\n{line}\n"
-    end = next(
-        (i for i in range(start + 1, len(lines))
-         if lines[i].startswith("## ") or lines[i].startswith("# ")),
-        len(lines),
-    )
-    last = end
-    while last > start + 1 and not lines[last - 1].strip():
-        last -= 1
-    section = lines[start + 1:last]
-    has_items = any(text.strip() for text in section)
-    new_section = [*section, line] if has_items else ["", line]
-    rest = lines[end:]
-    joined = [*lines[: start + 1], *new_section]
-    if rest:
-        joined += ["", *rest]
-    result = "\n".join(joined)
-    return result if result.endswith("\n") else result + "\n"
+def _styled(content: str, *, bullet: str, title: str, body: str, day: dt.date) -> str:
+    """The new entry in the shape this history uses."""
+    if parse_history(content).style == "block":
+        return format_block(title, body, day)
+    return bullet
 
 
 def append_learning(
@@ -71,8 +84,10 @@ def append_learning(
     *,
     category: str = "general",
     max_bytes: int = 65536,
+    today: dt.date | None = None,
 ) -> Path:
-    """Append a learning to `agent`'s history.md under its lock; return the file's path."""
+    """Add a learning to `agent`'s history.md, in the file's shape and where it puts new ones,
+    under its lock; return the file's path."""
     agent = safe_name(agent)
     if category not in LEARNING_CATEGORIES:
         raise StateError(
@@ -89,87 +104,52 @@ def append_learning(
             "(limits.max_entry_bytes)"
         )
     path = layout.history(agent)
-    line = format_learning(text, category)
     with file_lock(layout.lock_for(path)):
-        content = read_text(path)
-        atomic_write(path, insert_learning(content, line))
+        content = read_history(path)
+        entry = _styled(content, bullet=format_learning(text, category),
+                        title=learning_title(text), body=text, day=today or dt.date.today())
+        atomic_write(path, insert_learning(content, entry))
     return path
 
 
-def learnings(content: str) -> list[str]:
-    """The list items of the `## Learnings` section, in file order."""
-    lines = content.replace("\r\n", "\n").split("\n")
-    out: list[str] = []
-    inside = False
-    for text in lines:
-        if text.strip() == LEARNINGS_HEADING:
-            inside = True
-            continue
-        if inside and (text.startswith("## ") or text.startswith("# ")):
-            inside = False
-        if inside and text.startswith("- "):
-            out.append(text)
-    return out
+@dataclass(frozen=True)
+class HistoryNote:
+    """A note the Scribe adds to a history (a team update): `- {text}` in a bullet file,
+    `### {title} ({day})` over `text` in a block file."""
+
+    title: str
+    text: str
+    day: dt.date
 
 
-def append_history_lines(layout: SquadLayout, agent: str, lines: list[str]) -> int:
-    """Add each of `lines` as a learning item unless the history already holds it; return how
-    many were added. One locked, atomic rewrite for all of them (the Scribe's team updates)."""
+def append_history_lines(
+    layout: SquadLayout, agent: str, notes: Sequence[HistoryNote]
+) -> list[str]:
+    """Add each note unless the history already holds its text; return the entries added (as
+    written, so compaction in the same pass can leave them alone). One locked, atomic rewrite."""
     path = layout.history(agent)
     with file_lock(layout.lock_for(path)):
-        content = read_text(path)
-        present = {text.strip() for text in content.splitlines()}
-        added = 0
-        for line in dict.fromkeys(lines):
-            item = f"- {' '.join(line.split())}"
-            if item in present:
+        content = read_history(path)
+        added: list[str] = []
+        for note in dict.fromkeys(notes):
+            flat = " ".join(note.text.split())
+            if flat in content:
                 continue
-            content = insert_learning(content, item)
-            present.add(item)
-            added += 1
+            entry = _styled(content, bullet=f"- {flat}", title=note.title, body=flat,
+                            day=note.day)
+            content = insert_learning(content, entry)
+            added.append(entry)
         if added:
             atomic_write(path, content)
     return added
 
 
-@dataclass(frozen=True)
-class _Block:
-    """A run of history.md lines: fixed (always kept), a learning item, or another section."""
-
-    text: str
-    kind: str  # "fixed" | "learning" | "section"
-
-
-def _history_blocks(content: str) -> list[_Block]:
-    """Split history.md into blocks whose texts, joined, give back `content` exactly."""
-    blocks: list[_Block] = []
-    current: list[str] = []
-    kind = "fixed"
-    in_learnings = False
-
-    def flush() -> None:
-        if current:
-            blocks.append(_Block("".join(current), kind))
-            current.clear()
-
-    for line in content.splitlines(keepends=True):
-        bare = line.rstrip("\r\n")
-        if bare.startswith(("# ", "## ")) and (blocks or current):
-            flush()
-            title = bare.lstrip("#").strip().lower()
-            in_learnings = bare.startswith("## ") and title == LEARNINGS_HEADING[3:].lower()
-            kept = in_learnings or title in ("core context", "project context")
-            kind = "fixed" if kept else "section"
-        elif in_learnings and bare.startswith(("- ", "* ")):
-            flush()
-            kind = "learning"
-        current.append(line)
-    flush()
-    return blocks
-
-
-def _block_digest(text: str) -> str:
+def _digest(text: str) -> str:
     return hashlib.blake2b(" ".join(text.split()).encode("utf-8"), digest_size=16).hexdigest()
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def compact_history(
@@ -180,69 +160,107 @@ def compact_history(
     keep_bytes: int | None = None,
     today: dt.date | None = None,
     dry_run: bool = False,
+    protect: Collection[str] = (),
+    recovered: list[str] | None = None,
 ) -> int:
-    """Compact `agent`'s history.md once it reaches `max_bytes`; return how many blocks moved.
+    """Compact `agent`'s history.md once it reaches `max_bytes`; return how many entries moved.
 
-    `# Project Context`, `## Core Context` and the newest learnings within `keep_bytes` (half of
-    `max_bytes` by default) stay; older learnings and any other section go to history-archive.md,
-    which is appended and fsynced (through a write-ahead intent) before history.md is rewritten.
+    `# ` headings, `## Project Context`, `## Core Context`, the Learnings lead-in and the newest
+    learnings within `keep_bytes` (half of `max_bytes` by default) stay, and so do the newest
+    learning and those in `protect` (entry texts written in this pass). Older learnings and
+    other `## ` sections go to history-archive.md, whole. A compaction a crash interrupted is
+    finished first, and said so in `recovered`.
     """
     path = layout.history(agent)
     archive = layout.history_archive(agent)
     budget = max_bytes // 2 if keep_bytes is None else keep_bytes
     with file_lock(layout.lock_for(path)):
         if not dry_run:
-            sweep_temp_files(path)
-            sweep_temp_files(intent_file(layout, archive))
-            intent = pending_intent(layout, archive)
-            if intent is not None:
-                if finish_append(intent) != "stale":
-                    _rewrite_without(path, intent.meta.get("remove", []))
-                clear_intent(intent)
-        content = read_text(path)
+            note = _recover(layout, path, archive)
+            if note and recovered is not None:
+                recovered.append(f"{note} of agents/{agent}/history.md")
+        content = read_history(path)
         if len(content.encode("utf-8")) < max_bytes:
             return 0
-        blocks = _history_blocks(content)
-        moved = _blocks_to_move(blocks, budget)
+        shape = parse_history(content)
+        moved = _segments_to_move(shape, budget, {" ".join(p.split()) for p in protect})
         if not moved or dry_run:
             return len(moved)
         day = (today or dt.date.today()).isoformat()
         prefix = "" if archive.exists() and archive.stat().st_size else (
             f"# History Archive: {agent}\n\nLearnings moved out of history.md by the Scribe.\n\n")
-        body = "".join(b.text if b.text.endswith("\n") else b.text + "\n" for b in moved)
+        texts = [shape.text(s) for s in moved]
+        body = "".join(t if t.endswith("\n") else t + "\n" for t in texts)
         chunk = f"{prefix}## Archived {day}\n\n{body}\n"
-        intent = append_with_intent(layout, archive, chunk.encode("utf-8"),
-                                    {"remove": [_block_digest(b.text) for b in moved]})
-        _rewrite_without(path, intent.meta["remove"])
+        gone = {s.start for s in moved}
+        after = "".join(shape.text(s) for s in shape.segments if s.start not in gone)
+        intent = append_with_intent(layout, archive, chunk.encode("utf-8"), {
+            "remove": [_digest(t) for t in texts], "before": _sha(content), "after": _sha(after),
+        })
+        crash_point("history-archived")
+        atomic_write(path, after)
+        crash_point("history-rewritten")
         clear_intent(intent)
         return len(moved)
 
 
-def _blocks_to_move(blocks: list[_Block], budget: int) -> list[_Block]:
-    fixed = sum(len(b.text.encode("utf-8")) for b in blocks if b.kind == "fixed")
-    room = budget - fixed
+def _recover(layout: SquadLayout, path: Path, archive: Path) -> str:
+    """Finish a compaction a crash interrupted: the archive append first, then the rewrite.
+    Returns what was done ("" for nothing)."""
+    sweep_temp_files(path)
+    sweep_temp_files(intent_file(layout, archive))
+    intent = pending_intent(layout, archive)
+    if intent is None:
+        return ""
+    state = finish_append(intent)
+    if state != "stale":
+        current = read_history(path)
+        if _sha(current) != intent.meta.get("after"):
+            if _sha(current) != intent.meta.get("before"):
+                log.warning("%s changed since an interrupted compaction; removing the archived "
+                            "entries it still holds", path)
+            _rewrite_without(path, current, intent.meta.get("remove", []))
+    clear_intent(intent)
+    if state == "stale":
+        log.warning("%s changed since an interrupted compaction; not repeating it", archive)
+        return "skipped an interrupted compaction (its archive changed since)"
+    return f"finished an interrupted compaction ({state} append)"
+
+
+def _segments_to_move(shape: HistoryShape, budget: int, protect: set[str]) -> list[Segment]:
+    """Everything but the fixed parts and the newest learnings that fit `budget` bytes."""
+    size = {s.start: len(shape.text(s).encode("utf-8")) for s in shape.segments}
+    room = budget - sum(size[s.start] for s in shape.segments if s.kind == "fixed")
+    newest_first = list(shape.entries)
+    if shape.order == "oldest-first":
+        newest_first.reverse()
     keep: set[int] = set()
-    for i in range(len(blocks) - 1, -1, -1):
-        if blocks[i].kind != "learning":
+    for s in newest_first:
+        if " ".join(shape.text(s).split()) in protect:
+            keep.add(s.start)
+            room -= size[s.start]
+    for rank, s in enumerate(newest_first):
+        if s.start in keep:
             continue
-        size = len(blocks[i].text.encode("utf-8"))
-        if size > room:
+        if size[s.start] > room and rank > 0:
             break
-        room -= size
-        keep.add(i)
-    return [b for i, b in enumerate(blocks) if b.kind != "fixed" and i not in keep]
+        room -= size[s.start]
+        keep.add(s.start)
+    return [s for s in shape.segments if s.kind != "fixed" and s.start not in keep]
 
 
-def _rewrite_without(path: Path, remove: list[str]) -> None:
-    """Rewrite history.md without the blocks whose digests are listed (each once, oldest first)."""
+def _rewrite_without(path: Path, content: str, remove: list[str]) -> None:
+    """Rewrite history.md without the entries whose digests are listed (each once, in order)."""
     left = Counter(remove)
+    shape = parse_history(content)
     kept: list[str] = []
-    for block in _history_blocks(read_text(path)):
-        digest = _block_digest(block.text)
-        if block.kind != "fixed" and left[digest] > 0:
+    for segment in shape.segments:
+        text = shape.text(segment)
+        digest = _digest(text)
+        if segment.kind != "fixed" and left[digest] > 0:
             left[digest] -= 1
         else:
-            kept.append(block.text)
+            kept.append(text)
     new = "".join(kept)
-    if new != read_text(path):
+    if new != content:
         atomic_write(path, new)

@@ -1,16 +1,20 @@
 """The decisions inbox as the Scribe sees it: files in merge order, read safely, split into entries,
 and the bad ones moved to ``inbox/.rejected/`` with a ``.reason`` file (never deleted).
 
-A file is rejected when it is empty, binary (holds NUL bytes), not UTF-8 (its text or its name),
-too large, or not a plain file. A file with text but no ``### `` heading becomes one entry named
-after the file.
+A file is merged only when complete: sealed (read-only, as squad tools write it: a temp file
+linked into place) or, from any other writer, quiet for `scribe.settle_ms` with the same size
+and mtime at the listing and at the read. A file is rejected when it is empty, binary (holds
+NUL bytes), not UTF-8 (its text or its name), too large, or not a plain file. Text outside a
+decision becomes an entry named after the file (`file_entries`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import os
+import re
 import stat as stat_mode
 import time
 from collections.abc import Sequence
@@ -19,12 +23,15 @@ from pathlib import Path
 
 from squadd.fsio import atomic_write, fsync_dir
 from squadd.state.decision_index import fence_parity
-from squadd.state.decisions import format_entry, parse_entries
+from squadd.state.decisions import META_LINE_RE, format_entry, heading_title, parse_entries
 from squadd.state.layout import SquadLayout
+from squadd.state.markdown import heading_level
 from squadd.untrusted import has_surrogate, shown_name
 
 EMPTY_GRACE_S = 10.0
 """An empty file younger than this is left alone: its writer may not have written it yet."""
+STALE_TEMP_S = 3600.0
+"""A hidden `.tmp` file in the inbox this old was left by a writer that died."""
 MAX_REJECTED_NAME_BYTES = 200
 """Longest name a rejected file keeps: room for its `-N` and `.reason` (a name has 255 bytes)."""
 
@@ -39,6 +46,12 @@ class InboxFile:
     size: int
     inode: int
     regular: bool
+    sealed: bool = False
+    """Read-only: its writer said it is complete (squad tools write inbox files so)."""
+
+    @property
+    def identity(self) -> tuple[int, int, int]:
+        return (self.inode, self.size, self.mtime_ns)
 
     @property
     def shown(self) -> str:
@@ -85,15 +98,66 @@ def scan_inbox(layout: SquadLayout) -> list[InboxFile]:
             found.append(InboxFile(
                 path=Path(item.path), name=item.name, mtime_ns=info.st_mtime_ns,
                 size=info.st_size, inode=info.st_ino, regular=stat_mode.S_ISREG(info.st_mode),
+                sealed=not info.st_mode & 0o222,
             ))
     found.sort(key=lambda f: (f.mtime_ns, f.name))
     return found
 
 
+class InboxLooks:
+    """When the Scribe first saw each unsealed inbox file as it is now, across passes.
+
+    One pass alone judges quiet by the file's mtime; a long-lived Scribe (the daemon's) also
+    remembers its own looks, so a file whose mtime lies (in the future) still settles.
+    """
+
+    MAX_FILES = 10_000
+
+    def __init__(self) -> None:
+        self._seen: dict[str, tuple[tuple[int, int, int], float]] = {}
+
+    def quiet_since(self, file: InboxFile, now: float) -> float:
+        """Since when `file` is known to be unchanged: its mtime or the first look at it."""
+        seen = self._seen.get(file.name)
+        if seen is None or seen[0] != file.identity:
+            if len(self._seen) >= self.MAX_FILES:
+                self._seen.pop(next(iter(self._seen)))
+            seen = self._seen[file.name] = (file.identity, now)
+        return min(seen[1], file.mtime_ns / 1e9)
+
+    def keep_only(self, names: set[str]) -> None:
+        """Forget files that are gone from the inbox."""
+        for name in [n for n in self._seen if n not in names]:
+            del self._seen[name]
+
+
+def settle_wait(file: InboxFile, *, now: float, settle_s: float,
+                looks: InboxLooks | None = None) -> str:
+    """Why `file` is not yet complete ("" when it is): sealed files are complete; others once
+    quiet (no change of size or mtime) for `settle_s` seconds."""
+    if file.sealed or settle_s <= 0:
+        return ""
+    since = looks.quiet_since(file, now) if looks is not None else file.mtime_ns / 1e9
+    quiet = now - since
+    if quiet >= settle_s:
+        return ""
+    return (f"changed {max(quiet, 0.0):.1f}s ago: files not written by squad tools are merged "
+            f"once quiet for scribe.settle_ms ({settle_s * 1000:g} ms)")
+
+
 def read_inbox_file(
-    file: InboxFile, *, max_bytes: int, agents: Sequence[str] = (), now: float | None = None
+    file: InboxFile, *, max_bytes: int, agents: Sequence[str] = (), now: float | None = None,
+    settle_s: float = 0.0, looks: InboxLooks | None = None,
 ) -> Accepted | Refused | Deferred:
-    """Read one inbox file and decide: its entries, a reason to reject it, or a reason to wait."""
+    """Read one inbox file and decide: its entries, a reason to reject it, or a reason to wait.
+
+    An unsealed file is read only once quiet for `settle_s` (first look: the listing), and only
+    kept when the read found it as listed (second look: its size and mtime, unchanged).
+    """
+    now = time.time() if now is None else now
+    waiting = settle_wait(file, now=now, settle_s=settle_s, looks=looks)
+    if waiting and file.regular:
+        return Deferred(file, waiting)
     if not file.regular:
         return Refused(file, "not a plain file (a symlink, FIFO or device): only plain files "
                              "are merged")
@@ -116,10 +180,13 @@ def read_inbox_file(
     finally:
         os.close(fd)
     identity = (info.st_ino, len(data), info.st_mtime_ns)
+    if not file.sealed and settle_s > 0 and (info.st_ino, info.st_size, info.st_mtime_ns) != \
+            file.identity:
+        return Deferred(file, "it changed between two looks: its writer is still at work")
     if len(data) > max_bytes:
         return Refused(file, _oversized(max(len(data), info.st_size), max_bytes))
     if not data:
-        age = (time.time() if now is None else now) - info.st_mtime_ns / 1e9
+        age = now - info.st_mtime_ns / 1e9
         if age < EMPTY_GRACE_S:
             return Deferred(file, "empty and only just created: its writer may not be done")
         return Refused(file, "empty: the file holds no text")
@@ -144,15 +211,53 @@ def _oversized(size: int, limit: int) -> str:
 
 
 def file_entries(text: str, name: str, day: dt.date, agents: Sequence[str] = ()) -> list[str]:
-    """Split an inbox file into entries; text outside any `### ` entry becomes its own entry."""
+    """Split an inbox file into whole decisions, as they will be written to decisions.md.
+
+    A decision under a decision heading is kept byte for byte. Text outside any (the file's
+    preamble), a bare `### Title` entry and a stray section are written as squadd entries: the
+    title from their heading (else the file name), the author and date from their `**By:**` /
+    `**Author:**` / `**Date:**` lines (else the file name and `day`), and their own headings
+    moved below `###` so that they stay inside the entry in decisions.md.
+    """
     parsed = parse_entries(text)
+    agent, file_title = agent_and_title(name, agents)
     out: list[str] = []
     if parsed.preamble.strip():
-        agent, title = agent_and_title(name, agents)
-        out.append(close_fence(format_entry(
-            title=title, body=parsed.preamble, agent=agent, category="general", date=day)))
-    out.extend(close_fence(entry.text) for entry in parsed.entries)
+        out.append(close_fence(_as_entry(parsed.preamble, file_title, agent, day)))
+    for entry in parsed.entries:
+        if entry.kind == "decision":
+            out.append(close_fence(entry.text))
+        else:
+            out.append(close_fence(_as_entry(entry.text, file_title, agent, day)))
     return out
+
+
+
+
+def _as_entry(text: str, title: str, agent: str, day: dt.date) -> str:
+    """Loose decision text as one squadd entry (see `file_entries`)."""
+    lines = text.strip("\n").split("\n")
+    if lines and heading_level(lines[0]):
+        title = heading_title(lines[0])[0] or title
+        lines = lines[1:]
+    body: list[str] = []
+    author: str | None = None
+    dated: dt.date | None = None
+    for line in lines:
+        meta = META_LINE_RE.match(line)
+        value = meta.group(2).strip() if meta else ""
+        if meta and value and meta.group(1).lower() in ("by", "author") and author is None:
+            author = value
+            continue
+        if meta and meta.group(1).lower() == "date" and dated is None:
+            found = re.search(r"\d{4}-\d{2}-\d{2}", value)
+            if found:
+                with contextlib.suppress(ValueError):
+                    dated = dt.date.fromisoformat(found.group(0))
+                    continue
+        body.append(line)
+    return format_entry(title=title, body="\n".join(body), agent=author or agent,
+                        category="general", date=dated or day)
 
 
 def close_fence(entry: str) -> str:
@@ -173,6 +278,26 @@ def agent_and_title(name: str, agents: Sequence[str] = ()) -> tuple[str, str]:
     rest = stem[len(agent) + 1:]
     title = " ".join(rest.replace("-", " ").replace("_", " ").split()) or stem
     return agent, title
+
+
+def sweep_stale_temps(layout: SquadLayout, now: float) -> int:
+    """Remove the hidden temp files that writers killed mid-write left in the inbox over
+    `STALE_TEMP_S` ago (a live writer's is younger); return how many."""
+    removed = 0
+    try:
+        listing = os.scandir(layout.inbox_dir)
+    except FileNotFoundError:
+        return 0
+    with listing:
+        for item in listing:
+            if not (item.name.startswith(".") and item.name.endswith(".tmp")):
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                info = item.stat(follow_symlinks=False)
+                if stat_mode.S_ISREG(info.st_mode) and now - info.st_mtime > STALE_TEMP_S:
+                    os.unlink(item.path)
+                    removed += 1
+    return removed
 
 
 def unchanged(file: InboxFile, identity: tuple[int, int, int]) -> bool:

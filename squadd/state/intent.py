@@ -19,6 +19,7 @@ from typing import Any, Literal
 import structlog
 
 from squadd.fsio import append_fsync, atomic_write, fsync_dir
+from squadd.state.crashpoint import crash_point
 from squadd.state.layout import SquadLayout
 
 log = structlog.get_logger("squadd.state")
@@ -69,6 +70,9 @@ def append_with_intent(
         "meta": meta or {},
     }
     atomic_write(journal, json.dumps(header).encode("utf-8") + b"\n" + data)
+    crash_point(f"intent-saved-{target.name}")
+    crash_point(f"append-torn-{target.name}",
+                before=lambda: append_fsync(target, data[:len(data) // 2]))
     append_fsync(target, data)
     return AppendIntent(journal, target, start, inode, data, dict(meta or {}))
 

@@ -102,3 +102,20 @@ def test_agent_list_with_no_agents_says_how_to_add_one(squad: SquadLayout) -> No
         path.unlink() if path.is_file() else path.rmdir()
     result = _cli("agent", "list", squad=squad)
     assert result.exit_code == 0 and "squadd agent add" in result.output
+
+
+def test_agent_list_counts_learnings_of_both_shapes_and_survives_bad_bytes(
+    squad: SquadLayout,
+) -> None:
+    from tests.state.memory_fixtures import BLOCKS_NEWEST, BULLETS_OLDEST
+
+    for name in ("tern", "wren", "kite"):
+        _cli("agent", "add", name, "--role", "Engineer", squad=squad)
+    squad.history("tern").write_text(BLOCKS_NEWEST)
+    squad.history("wren").write_text(BULLETS_OLDEST)
+    squad.history("kite").write_bytes(BULLETS_OLDEST.encode() + b"- **[general]** caf\xe9\n")
+
+    data = json.loads(_cli("agent", "list", "--json", squad=squad).stdout)
+
+    counts = {a["name"]: a["learnings"] for a in data["agents"]}
+    assert (counts["tern"], counts["wren"], counts["kite"]) == (3, 3, 4)

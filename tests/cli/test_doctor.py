@@ -84,7 +84,8 @@ def test_doctor_json(squad: SquadLayout, replay_provider: Path) -> None:
     data = json.loads(out)
     assert code == 0 and data["ok"] is True
     assert [c["name"] for c in data["checks"]] == ["squad dir", "settings", "roster",
-                                                   "squad compat", "provider", "daemon"]
+                                                   "squad compat", "memory files", "provider",
+                                                   "daemon"]
     assert all(c["status"] == "ok" for c in data["checks"])
 
 

@@ -28,7 +28,10 @@ def scribe(directory: Path, *extra: str) -> tuple[int, str]:
 def fill_inbox(layout: SquadLayout) -> None:
     write_inbox_entry(layout, agent="lead", title="Use uv", body="Fast installs.")
     write_inbox_entry(layout, agent="lead", title="Use uv again", body="Fast installs.")
-    (layout.inbox_dir / "lead-bad.md").write_bytes(b"\x00")
+    bad = layout.inbox_dir / "lead-bad.md"
+    bad.write_bytes(b"\x00")
+    quiet = time.time() - 60  # dropped by hand, and quiet for longer than scribe.settle_ms
+    os.utime(bad, (quiet, quiet))
 
 
 def test_a_pass_prints_what_it_merged_skipped_and_rejected(squad: SquadLayout) -> None:
@@ -104,9 +107,19 @@ def test_watch_merges_in_the_foreground_until_sigterm(squad: SquadLayout) -> Non
     assert "merged 1 decision (0 duplicates skipped) from lead-watched-from-the-cli.md" in out
 
 
+def test_a_history_that_is_not_utf8_is_named_and_skipped_while_the_rest_merges(
+        squad: SquadLayout) -> None:
+    fill_inbox(squad)
+    squad.history("scribe").write_bytes(b"# History\n\n## Learnings\n\xff\xfe bad\n")
+    done = subprocess.run([sys.executable, "-m", "squadd", "scribe", "--dir", str(squad.repo)],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr + done.stdout
+    assert "agents/scribe/history.md: not valid UTF-8" in done.stdout, done.stdout
+    assert "decisions merged" in done.stdout
+
+
 @pytest.mark.parametrize("damage, named", [
-    (lambda s: s.history("scribe").write_bytes(b"# History\n\n## Learnings\n\xff\xfe bad\n"),
-     "history.md is not UTF-8 text"),
     (lambda s: (s.history("scribe").unlink(), s.history("scribe").mkdir()),
      "history.md: Is a directory"),
     (lambda s: (s.decisions_md.unlink(), s.decisions_md.mkdir()),

@@ -627,7 +627,7 @@ def test_inbox_files_are_rejected_with_a_reason_or_merged_safely(world: World) -
         b"lead-deep.md": "[" * 1000,
         b"lead-json.md": '[1, {"a": null}, 5, "../../etc/passwd"]',
         b"lead-fields.md": "**Colour:** red",
-        b"lead-numbers.md": "### 99999-99-99: -1 and 1e308 and 18446744073709551616",
+        b"lead-numbers.md": "99999-99-99: -1 and 1e308 and 18446744073709551616",
         b"lead-traversal.md": "**By:** ../../../../hostile-escape",
         b"lead-future.md": "written in the far future",
         b"lead-past.md": "written before 1970",
@@ -675,6 +675,36 @@ def test_inbox_files_are_rejected_with_a_reason_or_merged_safely(world: World) -
                         (layout.decisions_md, layout.decisions_archive) if path.exists())
     for text in merged.values():  # an old entry may already sit in the archive
         assert text in decisions, text
+    world.assert_intact()
+
+
+def test_a_history_with_bad_bytes_is_skipped_and_the_scribe_serves_the_others(
+    world: World,
+) -> None:
+    layout = world.daemon.layout
+    history = layout.history("backend")
+    original = history.read_bytes()
+    bad = original + "- **[team]** caf\xe9 on Fridays\n".encode("latin-1")
+    history.write_bytes(bad)
+    try:
+        for n, day in enumerate(("2025-07-01", "2025-07-02")):
+            name = f"someone-bad-bytes-{n}.md"
+            hidden = layout.inbox_dir / f".{name}.tmp"
+            hidden.write_text(f"### {day}: Bad bytes check {n}\n\n**By:** someone\n\n"
+                              "Lead and backend both read this.\n", encoding="utf-8")
+            hidden.rename(layout.inbox_dir / name)
+            deadline = time.monotonic() + 30
+            while (layout.inbox_dir / name).exists():
+                assert time.monotonic() < deadline, "the Scribe stopped merging"
+                time.sleep(0.1)
+            assert f"Bad bytes check {n}" in layout.history("lead").read_text(encoding="utf-8")
+            assert history.read_bytes() == bad
+        events = list(world.daemon.client.events(recent=512, follow=False))
+        skipped = [e for e in events if e.get("type") == "scribe.rejected"
+                   and e.get("file") == "agents/backend/history.md"]
+        assert len(skipped) == 1 and "not valid UTF-8" in skipped[0]["reason"]  # told once
+    finally:
+        history.write_bytes(original)
     world.assert_intact()
 
 

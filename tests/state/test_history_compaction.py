@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import datetime as dt
 
+import pytest
+
 from squadd.config import Settings
 from squadd.scribe import merge_inbox
-from squadd.state.history import _block_digest, compact_history, learnings
+from squadd.state.history import _digest, append_learning, compact_history, learnings
 from squadd.state.intent import append_with_intent, intent_file
 from squadd.state.layout import SquadLayout
+from tests.state.memory_fixtures import CONTEXT as KESTREL_CONTEXT
+from tests.state.memory_fixtures import grown_history
 
 CONTEXT = "# Project Context\n\n- **Owner:** scribe (Scribe)\n\n"
 CORE = "## Core Context\n\nWe ship on Fridays. Never on Mondays.\n\n"
@@ -64,7 +68,7 @@ def test_a_kill_after_the_archive_append_is_finished_on_the_next_pass(
 
     append_with_intent(squad, squad.history_archive("scribe"),
                        ("## Archived 2025-06-01\n\n" + "".join(moved_items)).encode(),
-                       {"remove": [_block_digest(item) for item in moved_items]})
+                       {"remove": [_digest(item) for item in moved_items]})
 
     report = merge_inbox(squad, Settings())
 
@@ -75,3 +79,77 @@ def test_a_kill_after_the_archive_append_is_finished_on_the_next_pass(
         needle = f"Learning number {i}:"
         assert (needle in kept_text) + (needle in archive) == 1, i
     assert report.compacted  # the rest was then compacted as usual
+
+
+SHAPES = [(blocks, newest) for blocks in (True, False) for newest in (True, False)]
+
+
+def _entry_number(entry: str) -> int:
+    return int(entry.split("Finding ", 1)[1][:3])
+
+
+@pytest.mark.parametrize(("blocks", "newest_first"), SHAPES)
+def test_compaction_moves_whole_oldest_entries_and_keeps_the_newest_in_every_shape(
+    squad: SquadLayout, blocks: bool, newest_first: bool,
+) -> None:
+    path = squad.history("scribe")
+    count = 80 if blocks else 160
+    original = grown_history(count, blocks=blocks, newest_first=newest_first)
+    path.write_text(original)
+
+    moved = compact_history(squad, "scribe", max_bytes=15360, today=dt.date(2025, 6, 1))
+
+    kept_text = path.read_text()
+    archive = squad.history_archive("scribe").read_text()
+    assert kept_text.startswith(KESTREL_CONTEXT)
+    kept = [_entry_number(e) for e in learnings(kept_text)]
+    archived = [_entry_number(e) for e in learnings("## Learnings\n\n" + archive.split(
+        "## Archived 2025-06-01\n\n", 1)[1])]
+    assert moved == len(archived) > 0
+    assert sorted(kept + archived) == list(range(count))  # each exactly once
+    assert min(kept) > max(archived) and count - 1 in kept  # the newest stay
+    for entry in learnings(original):  # whole, byte for byte, in one file or the other
+        assert (entry in kept_text) != (entry in archive)
+    assert learnings(kept_text) == [e for e in learnings(original)
+                                    if _entry_number(e) in kept]
+
+
+def test_an_entry_written_in_the_same_pass_is_never_archived(squad: SquadLayout) -> None:
+    path = squad.history("scribe")
+    text = grown_history(80, blocks=True, newest_first=False)
+    path.write_text(text)
+    oldest = learnings(text)[0]  # stands for a note that landed in an odd place this pass
+
+    compact_history(squad, "scribe", max_bytes=15360, protect=[oldest + "\n"])
+
+    assert oldest in path.read_text()
+    assert oldest not in squad.history_archive("scribe").read_text()
+
+
+def test_the_newest_learning_stays_even_when_it_alone_is_over_the_budget(
+    squad: SquadLayout,
+) -> None:
+    path = squad.history("scribe")
+    huge = "### One huge finding (2025-06-01)\n\n" + "long text " * 2000 + "\n"
+    path.write_text(grown_history(10, blocks=True, newest_first=True).replace(
+        "## Learnings\n\n", "## Learnings\n\n" + huge + "\n"))
+
+    compact_history(squad, "scribe", max_bytes=15360)
+
+    assert learnings(path.read_text()) == [huge.rstrip()]
+
+
+def test_a_new_learning_survives_the_next_compaction_in_a_newest_first_block_file(
+    squad: SquadLayout,
+) -> None:
+    path = squad.history("scribe")
+    path.write_text(grown_history(80, blocks=True, newest_first=True))
+
+    append_learning(squad, "scribe", "The anemometer needs a pull-up. Without it reads float.",
+                    category="technical", today=dt.date(2026, 3, 1))
+    compact_history(squad, "scribe", max_bytes=15360)
+
+    first = learnings(path.read_text())[0]
+    assert first == ("### The anemometer needs a pull-up (2026-03-01)\n\n"
+                     "The anemometer needs a pull-up. Without it reads float.")
+    assert "anemometer" not in squad.history_archive("scribe").read_text()
