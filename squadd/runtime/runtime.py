@@ -44,6 +44,7 @@ from squadd.state.charters import Charter
 from squadd.state.layout import SquadLayout
 from squadd.state.transcripts import spares_for
 from squadd.tools.base import Tool, ToolSet
+from squadd.tools.builtin import workspace_tools
 from squadd.tools.invoke import ToolInvoker
 from squadd.tools.squad import file_tools
 from squadd.tools.squad.route import SquadRoute
@@ -86,7 +87,8 @@ class SquadRuntime:
         self.router = Router(layout)
         self.orchestration = OrchestrationLog(layout)
         self.extra_tools = extra_tools
-        self.tools = ToolSet([*file_tools(layout, settings), SquadRoute(self), SquadStatus(self)])
+        self.tools = ToolSet([*file_tools(layout, settings), SquadRoute(self), SquadStatus(self),
+                              *workspace_tools(settings)])
         """The built-in tools every session starts from (extra tools are added per session)."""
         self.runner = RouteRunner(
             layout=layout, settings=settings, provider=provider, bus=self.bus,
