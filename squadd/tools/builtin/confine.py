@@ -141,7 +141,7 @@ class Workspace:
                     os.mkdir(name, 0o777, dir_fd=fd)
                 child = os.open(name, _DIR_FLAGS, dir_fd=fd)
         except OSError as exc:
-            raise _refusal(exc, where) from None
+            raise _refusal(exc, where, fd) from None
         os.close(fd)
         return child
 
@@ -158,7 +158,7 @@ class Workspace:
         except FileNotFoundError:
             raise PathRefused(f"{shown(parts)} does not exist") from None
         except OSError as exc:
-            raise _refusal(exc, parts) from None
+            raise _refusal(exc, parts, parent) from None
         finally:
             os.close(parent)
         info = os.fstat(fd)
@@ -181,8 +181,17 @@ class Workspace:
         return info
 
 
-def _refusal(exc: OSError, where: Parts) -> PathRefused:
-    if exc.errno == errno.ELOOP:
+def _is_symlink(folder: int, name: str) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=folder, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def _refusal(exc: OSError, where: Parts, folder: int) -> PathRefused:
+    """The refusal for an open that failed (`folder`: the descriptor it was opened from)."""
+    if exc.errno == errno.ELOOP or (exc.errno == errno.ENOTDIR and
+                                    _is_symlink(folder, where[-1])):
         return PathRefused(f"{shown(where)} became a symlink while it was being opened: "
                            "refused, since it could lead out of the workspace")
     if exc.errno == errno.ENOTDIR:
