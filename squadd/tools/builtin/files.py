@@ -21,6 +21,11 @@ from squadd.tools.builtin.common import (
 from squadd.tools.builtin.confine import PathRefused, Workspace, shown
 
 
+NOTE_ROOM_LINES = 2
+NOTE_ROOM_BYTES = 512
+"""Room left in the model's view for the note after a page."""
+
+
 class ReadArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -83,13 +88,22 @@ class Read(WorkspaceTool[ReadArgs]):
         if first > total:
             return ToolResult.failure(
                 f"offset {first} is past the end of {where}, which has {total} lines")
-        count = min(args.limit or self.settings.tools.max_output_lines,
-                    self.settings.tools.max_output_lines)
-        last = min(total, first + count - 1)
+        # A page fits the model's view whole, with room for the note: paged, never spilled.
+        room_lines = max(1, self.settings.tools.max_output_lines - NOTE_ROOM_LINES)
+        room_bytes = max(256, self.settings.tools.max_output_bytes - NOTE_ROOM_BYTES)
+        last = min(total, first + min(args.limit or room_lines, room_lines) - 1)
         width = len(str(last))
-        most = self.limits.max_line_chars
-        body = "\n".join(f"{number:>{width}}\t{cut_line(lines[number - 1].rstrip(chr(13)), most)}"
-                         for number in range(first, last + 1))
+        shown_lines: list[str] = []
+        used = 0
+        for number in range(first, last + 1):
+            line = f"{number:>{width}}\t" + cut_line(lines[number - 1].rstrip("\r"),
+                                                     self.limits.max_line_chars)
+            used += len(line.encode("utf-8")) + 1
+            if shown_lines and used > room_bytes:
+                last = number - 1
+                break
+            shown_lines.append(line)
+        body = "\n".join(shown_lines)
         if last < total:
             body += (f"\n[lines {first}-{last} of {total}; call read with offset={last + 1} "
                      "to read on]")
