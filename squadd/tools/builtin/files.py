@@ -20,7 +20,6 @@ from squadd.tools.builtin.common import (
 )
 from squadd.tools.builtin.confine import PathRefused, Workspace, shown
 
-
 NOTE_ROOM_LINES = 2
 NOTE_ROOM_BYTES = 512
 """Room left in the model's view for the note after a page."""
