@@ -163,7 +163,7 @@ async def test_without_a_daemon_calls_fail_naming_squadd_serve(tmp_path: Path) -
         result = await call(session, "squad_decide", {
             "title": "t", "agentName": "lead", "body": "b"})
     assert listed == {"squad_route", "squad_decide", "squad_memory", "squad_status",
-                      "squad_skill"}
+                      "squad_skill", "read", "write", "edit", "find", "grep", "bash"}
     assert result.is_error
     assert "no squadd daemon is running" in text_of(result)
     assert "squadd serve" in text_of(result)
