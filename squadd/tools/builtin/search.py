@@ -3,7 +3,8 @@
 Both engines of `grep` search the same list of files in the same order with the same rules
 (binary files skipped, files over `workspace_tools.max_read_bytes` skipped, lines split on
 "\\n"), so `rg` and the Python fallback give the same results; `rg` is only faster. A pattern
-`rg` cannot parse but Python can is searched with Python.
+`rg` cannot parse but Python can is searched with Python. Every line `rg` reports is read back
+through the confined walk before it is shown.
 """
 
 from __future__ import annotations
@@ -125,7 +126,8 @@ class Grep(WorkspaceTool[GrepArgs]):
         skipped = len(files) - len(searched)
         search = Search(regex, self.limits.max_matches, self.limits.max_line_chars)
         engine = self.engine()
-        if engine == "rg" and not await _rg_search(workspace, searched, args, search):
+        if engine == "rg" and not await _rg_search(workspace, searched, args, search,
+                                                   self.limits.max_read_bytes):
             engine = "python"  # rg could not parse the pattern; Python could
             search.matches.clear()
         if engine == "python":
@@ -178,14 +180,14 @@ def _python_search(workspace: Workspace, files: list[Parts], search: Search) -> 
 
 
 async def _rg_search(workspace: Workspace, files: list[Parts], args: GrepArgs,
-                     search: Search) -> bool:
+                     search: Search, max_bytes: int) -> bool:
     """Search `files` with rg, batch by batch; False when rg refuses the pattern."""
     for start in range(0, len(files), RG_BATCH):
         batch = [parts for parts in files[start:start + RG_BATCH]
                  if not await anyio.to_thread.run_sync(_looks_binary, workspace, parts)]
         if not batch:
             continue
-        ok = await _rg_batch(workspace, batch, args, search)
+        ok = await _rg_batch(workspace, batch, args, search, max_bytes)
         if not ok:
             return False
         if search.full:
@@ -205,7 +207,7 @@ def _looks_binary(workspace: Workspace, parts: Parts) -> bool:
 
 
 async def _rg_batch(workspace: Workspace, batch: list[Parts], args: GrepArgs,
-                    search: Search) -> bool:
+                    search: Search, max_bytes: int) -> bool:
     command = ["rg", "--json", "--text", "--no-config", "--no-ignore", "--hidden",
                "--no-follow", "--max-count", str(search.limit + 1)]
     if args.ignore_case:
@@ -235,11 +237,38 @@ async def _rg_batch(workspace: Workspace, batch: list[Parts], args: GrepArgs,
     if b"regex parse error" in errors or b"error parsing" in errors:
         return False
     found.sort()
-    for index, number, text in found:
+    kept = await anyio.to_thread.run_sync(confirmed, workspace, batch, found, max_bytes)
+    for index, number, text in kept:
         search.matches.append((batch[index], number, text))
         if search.full:
             break
     return True
+
+
+def confirmed(workspace: Workspace, batch: list[Parts], found: list[tuple[int, int, str]],
+              max_bytes: int) -> list[tuple[int, int, str]]:
+    """The matches rg reported that the file, opened through the confined walk, still holds.
+
+    rg opens files by name; a file swapped for a symlink meanwhile would lead it outside. Every
+    line shown is therefore one read back through a checked descriptor."""
+    kept: list[tuple[int, int, str]] = []
+    lines: list[bytes] = []
+    current = -1
+    for index, number, text in found:
+        if index != current:
+            current = index
+            try:
+                fd, info = workspace.open_file(batch[index])
+            except PathRefused:
+                lines = []
+                continue
+            try:
+                lines = read_fd(fd, min(info.st_size, max_bytes)).split(b"\n")
+            finally:
+                os.close(fd)
+        if 0 < number <= len(lines) and _line_text(lines[number - 1]) == text:
+            kept.append((index, number, text))
+    return kept
 
 
 def _rg_match(event: dict[str, Any], order: dict[str, int]) -> tuple[int, int, str] | None:

@@ -9,7 +9,9 @@ import pytest
 
 from squadd.config import Settings
 from squadd.state.layout import SquadLayout
+from squadd.tools.builtin.confine import Workspace
 from squadd.tools.builtin.listing import glob_matches
+from squadd.tools.builtin.search import confirmed
 from tests.tools.builtin.conftest import Calls, git
 
 HAS_RG = shutil.which("rg") is not None
@@ -140,3 +142,18 @@ async def test_grep_is_bounded_by_max_matches(repo: Path, engine: str) -> None:
 async def test_grep_with_a_bad_regex_says_so(calls: Calls) -> None:
     result = await calls("grep", pattern="(unclosed")
     assert not result.ok and "is not a valid regular expression" in result.text
+
+
+def test_a_line_rg_reports_is_shown_only_if_the_confined_file_holds_it(
+        repo: Path, tmp_path: Path) -> None:
+    """rg opens files by name: one swapped for a symlink after the listing could lead it out.
+    What it reports is read back through the confined walk, so such a line is dropped."""
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("needle outside\n", encoding="utf-8")
+    (repo / "kept.txt").write_text("needle inside\n", encoding="utf-8")
+    (repo / "swapped.txt").symlink_to(outside / "secret.txt")  # as if swapped during rg
+    workspace = Workspace(repo)
+    batch = [("kept.txt",), ("swapped.txt",)]
+    reported = [(0, 1, "needle inside"), (1, 1, "needle outside"), (0, 1, "forged")]
+    assert confirmed(workspace, batch, reported, 1 << 20) == [(0, 1, "needle inside")]
