@@ -50,6 +50,11 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
+def _parts(path: str, root: str) -> Parts:
+    relative = os.path.relpath(path, root)
+    return () if relative == "." else tuple(relative.split("/"))
+
+
 def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
@@ -73,6 +78,18 @@ class Workspace:
 
     def resolve(self, path: str) -> Parts:
         """The components of `path` inside the workspace, or `PathRefused` naming the rule."""
+        lexical = self._lexical(path)
+        root = str(self.root)
+        real = os.path.realpath(lexical)
+        if not _inside(real, root):
+            raise PathRefused(
+                f"{path} leads out of the workspace through a symlink (to {real}): "
+                "symlinks may only point inside the workspace")
+        return _parts(real, root)
+
+    def _lexical(self, path: str) -> str:
+        """`path` made absolute under the root, without following symlinks (refused when it
+        leaves the workspace by its letters alone)."""
         if not path or "\0" in path:
             raise PathRefused(f"{path!r} is not a path: give a path inside the workspace")
         root = str(self.root)
@@ -90,18 +107,12 @@ class Workspace:
             if not _inside(lexical, root):
                 raise PathRefused(
                     f"{path} leads out of the workspace through '..': paths must stay inside it")
-        real = os.path.realpath(lexical)
-        if not _inside(real, root):
-            raise PathRefused(
-                f"{path} leads out of the workspace through a symlink (to {real}): "
-                "symlinks may only point inside the workspace")
-        relative = os.path.relpath(real, root)
-        return () if relative == "." else tuple(relative.split("/"))
+        return lexical
 
     def writable(self, path: str, settings: WorkspaceToolsSettings) -> Parts:
         """`resolve`, then the rules for write and edit (`.git/`, `.squad/run/`, `.squad/`)."""
         parts = self.resolve(path)
-        lexical = tuple(p for p in os.path.normpath(path).split("/") if p)
+        lexical = _parts(self._lexical(path), str(self.root))
         for candidate in (parts, lexical):
             if ".git" in candidate:
                 raise PathRefused(f"{path} is inside .git/: git's internals are off-limits to "

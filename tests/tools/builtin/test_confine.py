@@ -204,3 +204,20 @@ async def test_tools_work_in_the_sessions_workspace_not_the_repository(
     refused = await calls.invoker.invoke(calls.tools, escape, CallOrigin(
         session_id="s-2", agent="fenster", workspace_dir=worktree))
     assert not refused.ok and "outside the workspace" in refused.text
+
+
+async def test_a_workspace_inside_squad_worktrees_may_be_written_by_absolute_path(
+        calls: Calls, repo: Path) -> None:
+    """Session worktrees live under .squad/worktrees/: the rules apply inside the workspace,
+    not to the folders above it."""
+    from squadd.contracts.messages import ToolCall
+    from squadd.tools.invoke import CallOrigin
+
+    worktree = repo / ".squad" / "worktrees" / "s-3"
+    worktree.mkdir(parents=True)
+    call = ToolCall(id="a-1", name="write", arguments={"path": str(worktree / "src" / "a.py"),
+                                                       "content": "a = 1\n"})
+    result = await calls.invoker.invoke(calls.tools, call, CallOrigin(
+        session_id="s-3", agent="fenster", workspace_dir=worktree))
+    assert result.ok, result.text
+    assert (worktree / "src" / "a.py").read_text(encoding="utf-8") == "a = 1\n"
