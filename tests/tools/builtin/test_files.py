@@ -86,3 +86,16 @@ async def test_write_onto_a_folder_is_refused(calls: Calls, repo: Path) -> None:
     result = await calls("write", path="src", content="x")
     assert not result.ok and "src is a folder" in result.text
     assert (repo / "src").is_dir()
+
+
+async def test_read_pages_by_bytes_too_so_a_page_is_never_spilled(repo: Path) -> None:
+    settings = Settings.model_validate({"tools": {"max_output_bytes": 1024}})
+    calls = Calls(SquadLayout.at(repo / ".squad"), settings)
+    (repo / "wide.txt").write_text("".join(f"{n:03} " + "w" * 96 + "\n" for n in range(1, 31)),
+                                   encoding="utf-8")
+    page = await calls("read", path="wide.txt")
+    lines = page.text.splitlines()
+    assert "full_output" not in page.details
+    assert lines[-1] == "[lines 1-4 of 30; call read with offset=5 to read on]"
+    assert lines[0].startswith(" 1\t001 ") and lines[3].startswith(" 4\t004 ")
+    assert len(page.text.encode("utf-8")) <= 1024
