@@ -62,6 +62,12 @@ BENCHES = (
         Figure("big_vs_small_ratio", "100 files into 20 MB vs 100 KB decisions.md", 1.5,
                "lower"),
     )),
+    Bench("workspace_tools.py", (), (
+        Figure("grep_rg_ms", "grep over 2,000 files (16 MB) with rg (p50)", 1000.0, "lower", "ms",
+               (("grep_python_ms", "Python engine"),)),
+        Figure("edit_p50_ms", "edit one line, atomic write with fsyncs (p50)", 50.0, "lower",
+               "ms"),
+    )),
     Bench("cli_latency.py", (), (
         Figure("p50_ms", "`squadd status` wall time against a daemon (p50)", 250.0, "lower",
                "ms"),

@@ -28,7 +28,7 @@ from squadd.tools.builtin.confine import Parts, PathRefused, Workspace, read_fd,
 from squadd.tools.builtin.files import cut_line
 from squadd.tools.builtin.listing import Listing, glob_matches, list_files
 
-RG_BATCH = 200
+RG_BATCH = 1000
 """Files per `rg` run (their names go on its command line)."""
 
 
@@ -183,27 +183,13 @@ async def _rg_search(workspace: Workspace, files: list[Parts], args: GrepArgs,
                      search: Search, max_bytes: int) -> bool:
     """Search `files` with rg, batch by batch; False when rg refuses the pattern."""
     for start in range(0, len(files), RG_BATCH):
-        batch = [parts for parts in files[start:start + RG_BATCH]
-                 if not await anyio.to_thread.run_sync(_looks_binary, workspace, parts)]
-        if not batch:
-            continue
+        batch = files[start:start + RG_BATCH]
         ok = await _rg_batch(workspace, batch, args, search, max_bytes)
         if not ok:
             return False
         if search.full:
             return True
     return True
-
-
-def _looks_binary(workspace: Workspace, parts: Parts) -> bool:
-    try:
-        fd, _ = workspace.open_file(parts)
-    except PathRefused:
-        return True  # not searchable any more: leave it out, as the Python search does
-    try:
-        return is_binary(read_fd(fd, 8192))
-    finally:
-        os.close(fd)
 
 
 async def _rg_batch(workspace: Workspace, batch: list[Parts], args: GrepArgs,
@@ -250,7 +236,8 @@ def confirmed(workspace: Workspace, batch: list[Parts], found: list[tuple[int, i
     """The matches rg reported that the file, opened through the confined walk, still holds.
 
     rg opens files by name; a file swapped for a symlink meanwhile would lead it outside. Every
-    line shown is therefore one read back through a checked descriptor."""
+    line shown is therefore one read back through a checked descriptor (which is also where
+    binary files are told apart, only for the files that matched)."""
     kept: list[tuple[int, int, str]] = []
     lines: list[bytes] = []
     current = -1
@@ -263,9 +250,11 @@ def confirmed(workspace: Workspace, batch: list[Parts], found: list[tuple[int, i
                 lines = []
                 continue
             try:
-                lines = read_fd(fd, min(info.st_size, max_bytes)).split(b"\n")
+                data = read_fd(fd, min(info.st_size, max_bytes))
             finally:
                 os.close(fd)
+            # rg searched it as text; binary files are left out, as the Python search does.
+            lines = [] if is_binary(data) else data.split(b"\n")
         if 0 < number <= len(lines) and _line_text(lines[number - 1]) == text:
             kept.append((index, number, text))
     return kept
