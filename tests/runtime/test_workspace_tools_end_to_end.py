@@ -9,10 +9,7 @@ the decision is in the inbox, and nothing outside the workspace was touched.
 from __future__ import annotations
 
 import json
-import shlex
-import sys
 from pathlib import Path
-from typing import Any
 
 import anyio
 
@@ -21,43 +18,15 @@ from squadd.runtime.runtime import SquadRuntime
 from squadd.state.decisions import parse_decisions
 from squadd.state.layout import SquadLayout
 from tests.runtime.scripted import settings
-from tests.support.model_servers import OpenAIServer, Reply
-
-CALC = "def add(a, b):\n    return a - b\n"
-TEST_CALC = (
-    "import unittest\n\nfrom calc import add\n\n\n"
-    "class AddTest(unittest.TestCase):\n"
-    "    def test_adds(self):\n        self.assertEqual(add(2, 3), 5)\n"
+from tests.support.fixing_agent import (
+    ANSWER,
+    CALC,
+    DECISION_TITLE,
+    fixer,
+    tool_results,
+    write_fixture,
 )
-RUN_TESTS = f"PYTHONDONTWRITEBYTECODE=1 {shlex.quote(sys.executable)} -m unittest test_calc"
-
-
-def _tool_results(body: dict[str, Any]) -> list[str]:
-    return [m["content"] for m in body["messages"] if m["role"] == "tool"]
-
-
-def _backend(body: dict[str, Any]) -> Reply:
-    results = _tool_results(body)
-    turn = len(results)
-    if turn == 0:
-        return OpenAIServer.tool_call_turn(("read", {"path": "test_calc.py"}))
-    if turn == 1:
-        assert "self.assertEqual(add(2, 3), 5)" in results[-1], results[-1]
-        return OpenAIServer.tool_call_turn(("read", {"path": "calc.py"}))
-    if turn == 2:
-        assert results[-1] == "1\tdef add(a, b):\n2\t    return a - b", results[-1]
-        return OpenAIServer.tool_call_turn(("edit", {
-            "path": "calc.py", "old": "return a - b", "new": "return a + b"}))
-    if turn == 3:
-        assert results[-1].startswith("edited calc.py"), results[-1]
-        return OpenAIServer.tool_call_turn(("bash", {"command": RUN_TESTS, "timeout": 120}))
-    if turn == 4:
-        if not results[-1].endswith("[exit code 0]") or "OK" not in results[-1]:
-            return OpenAIServer.text_turn(f"the tests still fail: {results[-1]}")
-        return OpenAIServer.tool_call_turn(("squad_decide", {
-            "title": "add returns the sum", "body": "add(a, b) returns a + b; tested.",
-            "agentName": "fenster", "category": "feature"}))
-    return OpenAIServer.text_turn("Fixed calc.add: it returned a - b. The tests pass.")
+from tests.support.model_servers import OpenAIServer
 
 
 def _files(folder: Path, *, skip: str | None = None) -> dict[str, bytes]:
@@ -68,15 +37,14 @@ def _files(folder: Path, *, skip: str | None = None) -> dict[str, bytes]:
 async def test_agent_fixes_a_failing_test_with_the_workspace_tools(
         layout: SquadLayout, tmp_path: Path) -> None:
     repo = layout.repo
-    (repo / "calc.py").write_text(CALC, encoding="utf-8")
-    (repo / "test_calc.py").write_text(TEST_CALC, encoding="utf-8")
+    write_fixture(repo)
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "calc.py").write_text(CALC, encoding="utf-8")
     outside_before = _files(outside)
     repo_before = _files(repo, skip=".squad")
 
-    with OpenAIServer(responder=_backend) as server:
+    with OpenAIServer(responder=fixer("fenster")) as server:
         config = settings(session_max_turns=20)
         config = config.model_copy(update={
             "provider": config.provider.model_copy(update={
@@ -92,7 +60,7 @@ async def test_agent_fixes_a_failing_test_with_the_workspace_tools(
         bodies = server.bodies
 
     assert result.ok, result.message
-    assert result.answer == "Fixed calc.add: it returned a - b. The tests pass."
+    assert result.answer == ANSWER
     # the model was offered the workspace tools, and called each step over the wire
     offered = {t["function"]["name"] for t in bodies[0]["tools"]}
     assert {"read", "write", "edit", "find", "grep", "bash"} <= offered
@@ -100,7 +68,7 @@ async def test_agent_fixes_a_failing_test_with_the_workspace_tools(
              for m in bodies[-1]["messages"] if m["role"] == "assistant"
              for c in m.get("tool_calls") or []]
     assert [c["tool"] for c in calls] == ["read", "read", "edit", "bash", "squad_decide"]
-    bash_result = _tool_results(bodies[-1])[3]
+    bash_result = tool_results(bodies[-1])[3]
     assert "Ran 1 test" in bash_result and bash_result.endswith("OK\n[exit code 0]")
     # the file changed, and only it; the decision landed in the inbox
     assert (repo / "calc.py").read_text(encoding="utf-8") == CALC.replace("a - b", "a + b")
@@ -108,6 +76,6 @@ async def test_agent_fixes_a_failing_test_with_the_workspace_tools(
     assert {k for k in repo_after if repo_after[k] != repo_before.get(k)} == {"calc.py"}
     [inbox] = layout.inbox_dir.glob("*.md")
     [entry] = parse_decisions(inbox).entries
-    assert (entry.by, entry.title) == ("fenster", "add returns the sum")
+    assert (entry.by, entry.title) == ("fenster", DECISION_TITLE)
     # nothing outside the workspace was touched
     assert _files(outside) == outside_before
