@@ -1,8 +1,8 @@
 """What the workspace tools share: their base class, the per-file lock, text decoding, writing.
 
-Writes go through `squadd.fsio.atomic_write` addressed by the parent folder's descriptor
-(`/proc/self/fd/N/name`), so the file lands in the folder that was checked, whatever happens to
-the names around it meanwhile.
+Writes go through `squadd.fsio.atomic_write_at`, addressed by the parent folder's descriptor,
+so the file lands in the folder that was checked, whatever happens to the names around it
+meanwhile.
 """
 
 from __future__ import annotations
@@ -10,13 +10,12 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import ClassVar
 
 import anyio
 
 from squadd.config import Settings
-from squadd.fsio import atomic_write
+from squadd.fsio import atomic_write_at
 from squadd.tools.base import ArgsT, Tool, ToolContext
 from squadd.tools.builtin.confine import Parts, PathRefused, Workspace, read_fd, shown
 
@@ -93,7 +92,7 @@ def write_regular(workspace: Workspace, parts: Parts, data: bytes, *,
         existing = workspace.existing(parent, parts)
         if mode is None:
             mode = existing.st_mode if existing is not None else 0o644
-        atomic_write(Path(f"/proc/self/fd/{parent}") / parts[-1], data, mode=mode & 0o7777)
+        atomic_write_at(parent, parts[-1], data, mode=mode & 0o7777)
     finally:
         os.close(parent)
     return existing is None
