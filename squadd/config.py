@@ -17,7 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from squadd.contracts.names import NAME_RULE, is_safe_name
 from squadd.errors import ConfigError
@@ -95,6 +95,25 @@ class ToolsSettings(_Section):
     secrets_file: str = ""
 
 
+class WorkspaceToolsSettings(_Section):
+    max_read_bytes: int = Field(10_485_760, ge=1024)
+    max_write_bytes: int = Field(10_485_760, ge=1)
+    max_matches: int = Field(500, ge=1)
+    max_line_chars: int = Field(2000, ge=80)
+    bash_timeout_s: float = Field(120.0, gt=0)
+    bash_max_timeout_s: float = Field(1800.0, gt=0)
+    allow_squad_writes: bool = False
+    grep: Literal["auto", "rg", "python"] = "auto"
+
+    @model_validator(mode="after")
+    def _timeouts_agree(self) -> WorkspaceToolsSettings:
+        if self.bash_timeout_s > self.bash_max_timeout_s:
+            raise ValueError(
+                f"bash_timeout_s ({self.bash_timeout_s:g}) is over bash_max_timeout_s "
+                f"({self.bash_max_timeout_s:g}): lower the first or raise the second")
+        return self
+
+
 class ScribeSettings(_Section):
     debounce_ms: int = Field(500, ge=0)
     poll_interval_s: float = Field(2.0, gt=0)
@@ -133,6 +152,7 @@ class Settings(_Section):
     prompt: PromptSettings = PromptSettings()
     provider: ProviderSettings = ProviderSettings()
     tools: ToolsSettings = ToolsSettings()
+    workspace_tools: WorkspaceToolsSettings = WorkspaceToolsSettings()
     scribe: ScribeSettings = ScribeSettings()
     daemon: DaemonSettings = DaemonSettings()
     agents: dict[str, AgentSettings] = Field(default_factory=dict)

@@ -10,6 +10,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import secrets
 import tempfile
 import time
 from collections.abc import Iterator
@@ -187,3 +188,37 @@ def try_lock(lock_path: Path) -> int | None:
         os.close(fd)
         return None
     return fd
+
+
+def atomic_write_at(folder: int, name: str, data: str | bytes, *, mode: int = 0o644) -> None:
+    """`atomic_write` of file `name` in the folder open as descriptor `folder`.
+
+    Every step goes through the descriptor (temp file, fsync, rename, folder fsync), so the file
+    lands in the folder that was opened, whatever happens to the names above it meanwhile.
+    """
+    payload = _to_bytes(data)
+    for _ in range(100):
+        tmp = f".{name[:200]}.{secrets.token_hex(6)}.tmp"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                         | os.O_CLOEXEC, 0o600, dir_fd=folder)
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise FileExistsError(f"no free temporary name for {name}")
+    try:
+        try:
+            written = 0
+            while written < len(payload):
+                written += os.write(fd, payload[written:])
+            os.fchmod(fd, mode)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, name, src_dir_fd=folder, dst_dir_fd=folder)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp, dir_fd=folder)
+        raise
+    os.fsync(folder)

@@ -29,6 +29,7 @@ from squadd._version import __version__
 from squadd.daemon.client import AsyncDaemonClient
 from squadd.errors import DaemonError, DaemonNotRunningError
 from squadd.state.layout import SquadLayout
+from squadd.tools.base import Tool
 from squadd.untrusted import UntrustedInputError, check_document, has_surrogate
 
 if TYPE_CHECKING:
@@ -46,8 +47,12 @@ MAX_ARGUMENT_VALUES = 1_000_000
 
 
 def squad_tool_descriptions() -> list[dict[str, Any]]:
-    """The five squad tools as `GET /v1/tools` describes them, without a daemon: what a client
-    is offered while none runs (each call then says to start one)."""
+    """The five squad tools and the workspace tools as `GET /v1/tools` describes them, without
+    a daemon: what a client is offered while none runs (each call then says to start one)."""
+    from squadd.tools.builtin.bash import Bash
+    from squadd.tools.builtin.edit import Edit
+    from squadd.tools.builtin.files import Read, Write
+    from squadd.tools.builtin.search import Find, Grep
     from squadd.tools.squad.decide import SquadDecide
     from squadd.tools.squad.memory import SquadMemory
     from squadd.tools.squad.route import SquadRoute
@@ -55,7 +60,9 @@ def squad_tool_descriptions() -> list[dict[str, Any]]:
     from squadd.tools.squad.status import SquadStatus
 
     described = []
-    for tool in (SquadRoute, SquadDecide, SquadMemory, SquadStatus, SquadSkill):
+    tools: tuple[type[Tool[Any]], ...] = (SquadRoute, SquadDecide, SquadMemory, SquadStatus,
+                                          SquadSkill, Read, Write, Edit, Find, Grep, Bash)
+    for tool in tools:
         schema = tool.args_model.model_json_schema()
         schema.pop("title", None)
         described.append({"name": tool.name, "label": tool.label,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import sys
 import time
@@ -11,7 +12,14 @@ from pathlib import Path
 import pytest
 
 from squadd.errors import LockTimeoutError
-from squadd.fsio import append_fsync, atomic_write, create_exclusive, file_lock, read_text
+from squadd.fsio import (
+    append_fsync,
+    atomic_write,
+    atomic_write_at,
+    create_exclusive,
+    file_lock,
+    read_text,
+)
 from tests._helpers import REPO_ROOT
 
 REWRITES = 1000
@@ -148,3 +156,22 @@ def test_lock_is_exclusive_between_two_holders_in_one_process(tmp_path: Path) ->
         pass
     with file_lock(lock, shared=True), file_lock(lock, shared=True, timeout=0.05):
         pass  # shared locks do not exclude each other
+
+
+def test_atomic_write_at_writes_into_the_opened_folder_even_once_it_is_renamed(
+        tmp_path: Path) -> None:
+    folder = tmp_path / "pkg"
+    folder.mkdir()
+    (folder / "a.txt").write_text("old", encoding="utf-8")
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        folder.rename(tmp_path / "moved")
+        folder.symlink_to(tmp_path / "elsewhere")  # the name now leads somewhere else
+        atomic_write_at(fd, "a.txt", "new", mode=0o600)
+    finally:
+        os.close(fd)
+    moved = tmp_path / "moved"
+    assert (moved / "a.txt").read_text(encoding="utf-8") == "new"
+    assert stat.S_IMODE((moved / "a.txt").stat().st_mode) == 0o600
+    assert sorted(p.name for p in moved.iterdir()) == ["a.txt"]  # no temp file left
+    assert not (tmp_path / "elsewhere").exists()

@@ -96,6 +96,19 @@ async def test_lists_every_daemon_tool_with_the_same_schema(daemon: DaemonProces
         assert tool.description == expected[tool.name]["description"]
 
 
+async def test_workspace_tools_are_offered_and_run_over_mcp(daemon: DaemonProcess) -> None:
+    (daemon.layout.repo / "notes.txt").write_text("alpha\n", encoding="utf-8")
+    async with mcp_session(daemon.layout) as session:
+        listed = {tool.name for tool in (await session.list_tools()).tools}
+        edited = await call(session, "edit", {"path": "notes.txt", "old": "alpha",
+                                              "new": "beta"})
+        escaped = await call(session, "read", {"path": "../outside.txt"})
+    assert {"read", "write", "edit", "find", "grep", "bash"} <= listed
+    assert not edited.is_error, text_of(edited)
+    assert (daemon.layout.repo / "notes.txt").read_text(encoding="utf-8") == "beta\n"
+    assert escaped.is_error and "leads out of the workspace" in text_of(escaped)
+
+
 async def test_squad_decide_writes_the_inbox_file(daemon: DaemonProcess) -> None:
     async with mcp_session(daemon.layout) as session:
         result = await call(session, "squad_decide", {
@@ -173,7 +186,7 @@ async def test_without_a_daemon_calls_fail_naming_squadd_serve(tmp_path: Path) -
         result = await call(session, "squad_decide", {
             "title": "t", "agentName": "lead", "body": "b"})
     assert listed == {"squad_route", "squad_decide", "squad_memory", "squad_status",
-                      "squad_skill"}
+                      "squad_skill", "read", "write", "edit", "find", "grep", "bash"}
     assert result.is_error
     assert "no squadd daemon is running" in text_of(result)
     assert "squadd serve" in text_of(result)

@@ -70,6 +70,12 @@ BENCHES = (
         Figure("warm_p50_ms", "Python tool call in its own worker process, spare ready (p50)",
                50.0, "lower", "ms", (("inprocess_p50_ms", "same tool in-process"),)),
     )),
+    Bench("workspace_tools.py", (), (
+        Figure("grep_rg_ms", "grep over 2,000 files (16 MB) with rg (p50)", 1000.0, "lower", "ms",
+               (("grep_python_ms", "Python engine"),)),
+        Figure("edit_p50_ms", "edit one line, atomic write with fsyncs (p50)", 50.0, "lower",
+               "ms"),
+    )),
     Bench("cli_latency.py", (), (
         Figure("p50_ms", "`squadd status` wall time against a daemon (p50)", 250.0, "lower",
                "ms"),

@@ -42,6 +42,7 @@ def tools() -> None:
 
 def _load(directory: Path | None) -> tuple[SquadLayout, Settings, list[Tool[Any]], Discovery]:
     from squadd.logs import configure_logging
+    from squadd.tools.builtin import WORKSPACE_TOOL_NAMES, workspace_tools
     from squadd.tools.custom.variables import redact_log_event
     from squadd.tools.squad import SQUAD_TOOL_NAMES, file_tools
 
@@ -49,10 +50,11 @@ def _load(directory: Path | None) -> tuple[SquadLayout, Settings, list[Tool[Any]
     configure_logging(redact=redact_log_event, console_level="error")
     layout = find_layout(directory)
     settings = load_settings(layout.root)
-    builtins = file_tools(layout, settings)
-    # All five squad tools shadow a custom tool of their name, as in the daemon, though only
-    # the three that need no pool can run here.
-    found = discover_tools(layout, settings, builtin_names=SQUAD_TOOL_NAMES)
+    builtins = [*file_tools(layout, settings), *workspace_tools(settings)]
+    # All five squad tools and the workspace tools shadow a custom tool of their name, as in
+    # the daemon, though only the squad tools that need no pool can run here.
+    found = discover_tools(layout, settings,
+                           builtin_names=(*SQUAD_TOOL_NAMES, *WORKSPACE_TOOL_NAMES))
     return layout, settings, builtins, found
 
 

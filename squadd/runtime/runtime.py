@@ -47,6 +47,7 @@ from squadd.state.charters import Charter
 from squadd.state.layout import SquadLayout
 from squadd.state.transcripts import SpareFiles
 from squadd.tools.base import ToolSet
+from squadd.tools.builtin import workspace_tools
 from squadd.tools.invoke import ToolInvoker
 from squadd.tools.squad import file_tools
 from squadd.tools.squad.route import SquadRoute
@@ -89,7 +90,8 @@ class SquadRuntime:
         self.router = Router(layout)
         self.orchestration = OrchestrationLog(layout)
         self.extra_tools = extra_tools
-        self.tools = ToolSet([*file_tools(layout, settings), SquadRoute(self), SquadStatus(self)])
+        self.tools = ToolSet([*file_tools(layout, settings), SquadRoute(self), SquadStatus(self),
+                              *workspace_tools(settings)])
         """The built-in tools every session starts from (extra tools are added per session)."""
         # What this runtime keeps in memory is its own: two runtimes in one process (or two
         # tests) share no cache, no spare file, no discovered tool.

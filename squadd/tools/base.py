@@ -144,10 +144,17 @@ class ToolContext:
     """How deep in a chain of routes the calling session is (0 = called from outside)."""
     lineage: tuple[str, ...] = ()
     """Agents of the sessions above this call, outermost first (for cycle checks)."""
+    workspace_dir: Path | None = None
+    """The session's working copy, where the workspace tools work (None = the repository)."""
     _progress: ProgressFn | None = field(default=None, init=False, repr=False)
     """Set by the pipeline: where `progress` reports go."""
     _confirm: ConfirmFn = field(default_factory=lambda: _no_one_to_ask, init=False, repr=False)
     """Set by the pipeline: how `confirm` asks (the approval gate's; by default, no)."""
+
+    @property
+    def workspace(self) -> Path:
+        """The folder the workspace tools are confined to: the session's or the repository."""
+        return self.workspace_dir if self.workspace_dir is not None else self.repo_dir
 
     def progress(self, message: str, fraction: float | None = None) -> None:
         """Report progress; it becomes a `tool.updated` event."""

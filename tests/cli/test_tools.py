@@ -156,3 +156,23 @@ def test_list_shows_warnings_and_unavailable_tools_and_show_resolves_durations(
     assert shown["kept"]["metadata"] == {"category": "demo", "owner": "ops"}
     assert shown["detailed-help"] == {"P": "More about p."}
     assert shown["parameters"]["properties"]["P"]["description"] == "the p\n\nMore about p."
+
+
+def test_list_shows_the_workspace_tools_as_builtin_and_they_shadow_custom_ones(
+        squad: SquadLayout) -> None:
+    _write(squad, "grep.yaml", "description: Mine\ntags: [read]\nbash: echo mine\n")
+    rows = json.loads(_cli("list", "--json", squad=squad).stdout)["tools"]
+    builtin = {r["name"]: r for r in rows if r["source"] == "builtin"}
+    for name in ("read", "write", "edit", "find", "grep", "bash"):
+        assert builtin[name]["status"] == "ok" and builtin[name]["kind"] == "builtin"
+    mine = [r for r in rows if r["file"] == str(squad.tools_dir / "grep.yaml")]
+    assert [(r["status"], r["shadowed_by"]) for r in mine] == [("shadowed", "builtin")]
+
+
+def test_call_runs_a_workspace_tool_through_the_pipeline(squad: SquadLayout) -> None:
+    (squad.repo / "notes.txt").write_text("one\ntwo\n", encoding="utf-8")
+    result = _cli("call", "read", "--args", '{"path": "notes.txt", "offset": 2}', squad=squad)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == "2\ttwo"
+    refused = _cli("call", "read", "--arg", "path=../../etc/passwd", squad=squad)
+    assert refused.exit_code != 0 and "leads out of the workspace" in refused.output

@@ -56,6 +56,16 @@ def test_a_project_tool_is_listed_with_its_file_and_runs(daemon: DaemonProcess) 
     assert daemon.client.call_tool("shout", {"text": "hey"})["text"] == "HEY!"
 
 
+def test_the_workspace_tools_are_offered_and_run_in_the_repository(
+        daemon: DaemonProcess) -> None:
+    tools = {tool["name"]: tool for tool in daemon.client.tools()}
+    for name in ("read", "write", "edit", "find", "grep", "bash"):
+        assert tools[name]["source"] == "builtin", name
+    (daemon.layout.repo / "notes.txt").write_text("alpha\nbeta\n", encoding="utf-8")
+    found = daemon.client.call_tool("grep", {"pattern": "bet"})
+    assert found["result_type"] == "success" and found["text"] == "notes.txt:2:beta"
+
+
 def test_a_broken_tool_file_is_reported_and_the_others_still_load(
         daemon: DaemonProcess) -> None:
     broken = daemon.layout.root / "tools" / "broken.py"

@@ -336,6 +336,7 @@ async def run_soak(plan: SoakPlan, tmp_path: Path) -> tuple[dict[str, Any], list
             invariants.pool_consistent(pool_problems),
             invariants.decisions_once(daemon.layout, transcripts),
             invariants.learnings_once(daemon.layout, transcripts),
+            invariants.workspace_files_whole(daemon.layout, transcripts),
             invariants.retries_respected(chaos.records),
             invariants.no_processes_left(tmp_path),
             stop_check,

@@ -37,6 +37,19 @@ def task_text(task_id: str, chain: tuple[str, ...], what: str) -> str:
     return f"[task {task_id} chain {'>'.join(chain)}] {what}"
 
 
+WORKSPACE_FOLDER = "soak-work"
+WORKSPACE_FILE_RE = re.compile(r"^(?P<task>[A-Za-z0-9][A-Za-z0-9.-]*)-s(?P<step>\d+)\.txt$")
+
+
+def workspace_file(task_id: str, step: int) -> str:
+    """The file a `workspace` step writes (inside the repository)."""
+    return f"{WORKSPACE_FOLDER}/{task_id}-s{step}.txt"
+
+
+def workspace_content(task_id: str, step: int) -> str:
+    return "".join(f"{task_id} s{step} line {n}\n" for n in range(1, 4))
+
+
 def decision_title(task_id: str, step: int) -> str:
     return f"Soak decision {task_id} s{step}"
 
@@ -61,6 +74,8 @@ class Behaviour:
     """After a no-wait route: ask squad_status for its answer later."""
     invalid_args: float = 0.04
     unknown_tool: float = 0.03
+    workspace: float = 0.2
+    """A file written with the built-in `write` and searched for with `grep` (one turn)."""
     python_tool_name: str = "soak_note"
     stall_tool_name: str = "soak_stall"
     shell_tool_name: str = "soak_shell"
@@ -69,7 +84,7 @@ class Behaviour:
 @dataclass(frozen=True)
 class Step:
     kind: str
-    """decide, remember, pair, python, stall, shell, route or collect."""
+    """decide, remember, pair, python, stall, shell, workspace, route or collect."""
     target: str = ""
     wait: bool = True
     urgent: bool = False
@@ -165,6 +180,9 @@ class AgentScript:
             if not wait and rng.random() < b.collect:
                 steps.append(Step("collect", ref=next(i for i, s in enumerate(steps)
                                                       if s.kind == "route")))
+        # Drawn apart and appended, so the rest of the plan is what it was without it.
+        if random.Random(f"{self.seed}|workspace|{turn.task_id}").random() < b.workspace:
+            steps.append(Step("workspace"))
         return steps
 
     def act(self, turn: Turn) -> Action:
@@ -217,6 +235,12 @@ class AgentScript:
         if step.kind == "shell":
             return ((self.behaviour.shell_tool_name, {"WORD": f"w-{task}-s{index}"},
                      call_id(0)),)
+        if step.kind == "workspace":
+            path = workspace_file(task, index)
+            return (("write", {"path": path, "content": workspace_content(task, index)},
+                     call_id(0)),
+                    ("grep", {"pattern": re.escape(f"{task} s{index} "),
+                              "path": WORKSPACE_FOLDER}, call_id(1)))
         if step.kind == "route":
             child = task_text(f"{task}.{index}", (*turn.chain, step.target),
                               f"help {agent} to {phrase}")

@@ -1,0 +1,159 @@
+"""`find` and `grep`: .gitignore respected, bounded results, and rg and Python agreeing."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from squadd.config import Settings
+from squadd.state.layout import SquadLayout
+from squadd.tools.builtin.confine import Workspace
+from squadd.tools.builtin.listing import glob_matches
+from squadd.tools.builtin.search import confirmed
+from tests.tools.builtin.conftest import Calls, git
+
+HAS_RG = shutil.which("rg") is not None
+ENGINES = ["python", pytest.param("rg", marks=pytest.mark.skipif(not HAS_RG,
+                                                                  reason="rg is not on PATH"))]
+
+
+def _tree(repo: Path) -> None:
+    files = {
+        ".gitignore": "build/\n*.log\n",
+        "a.txt": "needle in a.txt\n",
+        "a/b.txt": "first line\nNeedle upper\nneedle lower\n",
+        "build/out.txt": "needle in an ignored folder\n",
+        "debug.log": "needle in an ignored file\n",
+        ".hidden/conf.txt": "needle hidden but not ignored\n",
+        "win.txt": "needle with crlf\r\nplain\r\n",
+        "src/main.py": "# needle in python\nprint('needle')\n",
+        "src/deep/util.py": "NEEDLE = 1\n",
+    }
+    for name, text in files.items():
+        path = repo / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    (repo / "blob.bin").write_bytes(b"needle\0binary")
+    (repo / "latin.txt").write_bytes(b"needle caf\xe9\n")
+
+
+def _calls(repo: Path, engine: str, **limits: object) -> Calls:
+    settings = Settings.model_validate({"workspace_tools": {"grep": engine, **limits}})
+    return Calls(SquadLayout.at(repo / ".squad"), settings)
+
+
+@pytest.mark.parametrize("pattern,path,expected", [
+    ("*.py", "a.py", True), ("*.py", "src/deep/a.py", True), ("*.py", "a.pyc", False),
+    ("src/*.py", "src/a.py", True), ("src/*.py", "src/deep/a.py", False),
+    ("src/**/*.py", "src/a.py", True), ("src/**/*.py", "src/deep/a.py", True),
+    ("**/test_*.py", "tests/test_x.py", True), ("*.{md,txt}", "docs/a.txt", True),
+    ("file?.[ch]", "file1.c", True), ("file?.[!ch]", "file1.c", False),
+])
+def test_glob_matching(pattern: str, path: str, expected: bool) -> None:
+    assert glob_matches(pattern, path) is expected
+
+
+async def test_find_respects_gitignore_in_a_git_repo(repo: Path) -> None:
+    _tree(repo)
+    git(repo, "init", "-q")
+    calls = _calls(repo, "python")
+    found = await calls("find", pattern="*.txt")
+    assert found.text.splitlines() == [
+        ".hidden/conf.txt", "a/b.txt", "a.txt", "latin.txt", "win.txt"]
+    under = await calls("find", pattern="**/*.py", path="src")
+    assert under.text.splitlines() == ["src/deep/util.py", "src/main.py"]
+    none = await calls("find", pattern="*.rs")
+    assert none.ok and none.text == "no files match *.rs in ."
+
+
+async def test_find_outside_git_walks_everything_but_git(repo: Path) -> None:
+    _tree(repo)
+    (repo / ".git").mkdir()
+    (repo / ".git" / "HEAD.txt").write_text("x", encoding="utf-8")
+    calls = _calls(repo, "python")
+    found = await calls("find", pattern="*.txt")
+    assert "build/out.txt" in found.text.splitlines()
+    assert ".git/HEAD.txt" not in found.text
+
+
+async def test_find_is_bounded_by_max_matches(repo: Path) -> None:
+    for n in range(7):
+        (repo / f"f{n}.txt").write_text("x", encoding="utf-8")
+    calls = _calls(repo, "python", max_matches=3)
+    found = await calls("find", pattern="f*.txt")
+    assert found.text.splitlines() == [
+        "f0.txt", "f1.txt", "f2.txt",
+        "[4 more files match: showing the first 3 (workspace_tools.max_matches); narrow the "
+        "pattern or path]"]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+async def test_grep_finds_lines_respecting_gitignore(repo: Path, engine: str) -> None:
+    _tree(repo)
+    git(repo, "init", "-q")
+    result = await _calls(repo, engine)("grep", pattern="needle")
+    assert result.ok and result.details["engine"] == engine
+    assert result.text.splitlines() == [
+        ".hidden/conf.txt:1:needle hidden but not ignored",
+        "a/b.txt:3:needle lower",
+        "a.txt:1:needle in a.txt",
+        "latin.txt:1:needle caf\ufffd",
+        "src/main.py:1:# needle in python",
+        "src/main.py:2:print('needle')",
+        "win.txt:1:needle with crlf",
+    ]
+
+
+@pytest.mark.skipif(not HAS_RG, reason="rg is not on PATH")
+@pytest.mark.parametrize("arguments", [
+    {"pattern": "needle"},
+    {"pattern": "needle", "ignore_case": True},
+    {"pattern": "NEEDLE|Needle", "glob": "*.py"},
+    {"pattern": r"^\w+ (in|with)", "path": "src"},
+    {"pattern": "crlf$"},
+    {"pattern": "e.d", "path": "a/b.txt"},
+    {"pattern": "l", "ignore_case": True},
+    {"pattern": "needle(?= in)"},  # rg cannot parse a lookahead: Python answers for it
+    {"pattern": "nothing matches this"},
+])
+async def test_rg_and_python_give_the_same_results(repo: Path,
+                                                   arguments: dict[str, object]) -> None:
+    _tree(repo)
+    git(repo, "init", "-q")
+    by_rg = await _calls(repo, "rg", max_matches=4)("grep", **arguments)
+    by_python = await _calls(repo, "python", max_matches=4)("grep", **arguments)
+    assert by_rg.ok and by_python.ok
+    assert by_rg.text == by_python.text
+    assert by_rg.details["matches"] == by_python.details["matches"]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+async def test_grep_is_bounded_by_max_matches(repo: Path, engine: str) -> None:
+    (repo / "many.txt").write_text("hit\n" * 50, encoding="utf-8")
+    result = await _calls(repo, engine, max_matches=5)("grep", pattern="hit")
+    lines = result.text.splitlines()
+    assert lines[:5] == [f"many.txt:{n}:hit" for n in range(1, 6)]
+    assert lines[5].startswith("[more than 5 matches: showing the first 5")
+    assert result.details["truncated"] is True
+
+
+async def test_grep_with_a_bad_regex_says_so(calls: Calls) -> None:
+    result = await calls("grep", pattern="(unclosed")
+    assert not result.ok and "is not a valid regular expression" in result.text
+
+
+def test_a_line_rg_reports_is_shown_only_if_the_confined_file_holds_it(
+        repo: Path, tmp_path: Path) -> None:
+    """rg opens files by name: one swapped for a symlink after the listing could lead it out.
+    What it reports is read back through the confined walk, so such a line is dropped."""
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("needle outside\n", encoding="utf-8")
+    (repo / "kept.txt").write_text("needle inside\n", encoding="utf-8")
+    (repo / "swapped.txt").symlink_to(outside / "secret.txt")  # as if swapped during rg
+    workspace = Workspace(repo)
+    batch = [("kept.txt",), ("swapped.txt",)]
+    reported = [(0, 1, "needle inside"), (1, 1, "needle outside"), (0, 1, "forged")]
+    assert confirmed(workspace, batch, reported, 1 << 20) == [(0, 1, "needle inside")]
