@@ -111,6 +111,8 @@ class DaemonSettings(_Section):
     log_max_bytes: int = Field(10_485_760, ge=1024)
     log_backups: int = Field(3, ge=0)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    ui: bool = False
+    ui_port: int = Field(0, ge=0, le=65535)
 
 
 class AgentSettings(_Section):

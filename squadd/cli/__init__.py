@@ -32,6 +32,7 @@ COMMANDS: dict[str, str] = {
     "mcp": "squadd.cli.mcp:mcp",
     "mcp-config": "squadd.cli.mcp:mcp_config",
     "demo": "squadd.cli.demo:demo",
+    "ui": "squadd.cli.ui:ui",
 }
 """Every `squadd` command: name -> "module:attribute". Add new commands here."""
 

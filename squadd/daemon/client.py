@@ -225,6 +225,12 @@ class DaemonClient(_Base):
         result: dict[str, Any] = self._send(Calls.approval(approval_id, approved, reason))
         return result
 
+    def ui(self) -> dict[str, Any]:
+        """`GET /v1/ui`: the dashboard's `url` and `link` (the URL with its token); 404 when
+        the daemon serves no dashboard."""
+        result: dict[str, Any] = self._send(Calls.ui())
+        return result
+
     def shutdown(self) -> dict[str, Any]:
         """`POST /v1/shutdown`: the daemon starts its graceful stop and answers at once."""
         result: dict[str, Any] = self._send(Calls.shutdown())

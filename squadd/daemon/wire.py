@@ -119,6 +119,10 @@ class Calls:
                      body={"approved": approved, "reason": reason})
 
     @staticmethod
+    def ui() -> Call:
+        return Call("GET", f"{API}/ui")
+
+    @staticmethod
     def shutdown() -> Call:
         return Call("POST", f"{API}/shutdown")
 
