@@ -155,13 +155,14 @@ function renderTokens() {
     $("tokens-chart").replaceChildren(el("p", { class: "muted" }, "no finished tasks yet"));
     return;
   }
-  const t0 = Date.parse(points[0].ts), t1 = Math.max(Date.parse(points.at(-1).ts), t0 + 1);
-  for (const p of points) {
+  // x: the order tasks finished in (time between them says little on a busy squad).
+  const last = Math.max(1, points.length);
+  points.forEach((p, index) => {
     const sum = (totals.get(p.agent) || 0) + p.input_tokens + p.output_tokens;
+    if (!series.has(p.agent)) series.set(p.agent, [[index, totals.get(p.agent) || 0]]);
     totals.set(p.agent, sum);
-    if (!series.has(p.agent)) series.set(p.agent, [[Date.parse(p.ts), 0]]);
-    series.get(p.agent).push([Date.parse(p.ts), sum]);
-  }
+    series.get(p.agent).push([index + 1, sum]);
+  });
   const top = Math.max(1, ...totals.values());
   const ns = "http://www.w3.org/2000/svg";
   const svg = document.createElementNS(ns, "svg");
@@ -172,7 +173,7 @@ function renderTokens() {
   for (const [agent, values] of series) {
     const line = document.createElementNS(ns, "polyline");
     const coords = values.map(([t, v]) => [
-      pad + ((t - t0) / (t1 - t0)) * (width - 2 * pad),
+      pad + (t / last) * (width - 2 * pad),
       height - pad - (v / top) * (height - 2 * pad)]);
     line.setAttribute("points", coords.map((c) => c.join(",")).join(" "));
     line.setAttribute("stroke", `hsl(${hue}, 70%, 45%)`);
