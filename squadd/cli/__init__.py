@@ -33,6 +33,7 @@ COMMANDS: dict[str, str] = {
     "mcp-config": "squadd.cli.mcp:mcp_config",
     "demo": "squadd.cli.demo:demo",
     "ui": "squadd.cli.ui:ui",
+    "top": "squadd.cli.top:top",
 }
 """Every `squadd` command: name -> "module:attribute". Add new commands here."""
 

@@ -27,6 +27,7 @@ from squadd.contracts.messages import ToolCall
 from squadd.contracts.names import safe_name
 from squadd.contracts.routes import RouteRequest, RouteResult
 from squadd.daemon.dashboard import UI_PREFIX, Dashboard, dashboard_app
+from squadd.daemon.dashboard import state as dashboard_state
 from squadd.daemon.requests import (
     ApiError,
     DaemonContext,
@@ -235,8 +236,8 @@ async def resolve_approval(request: Request) -> Response:
 
 
 async def ui_link(request: Request) -> Response:
-    board: Dashboard | None = request.app.state.dashboard
-    if board is None or not board.url:
+    board: Dashboard = request.app.state.dashboard
+    if not board.url:
         raise ApiError(404, "the dashboard is off: start the daemon with 'squadd serve --ui'")
     return json_answer({"url": board.url, "link": board.link})
 
@@ -270,18 +271,22 @@ ROUTES: list[tuple[str, str, Handler]] = [
     ("POST", "/v1/approvals/{approval_id}", resolve_approval),
     ("POST", "/v1/shutdown", shutdown),
     ("GET", "/v1/ui", ui_link),
+    ("GET", "/v1/dashboard", dashboard_state),
 ]
 
 
 def create_app(context: DaemonContext, dashboard: Dashboard | None = None) -> Starlette:
-    """The API over `context.runtime`; with `dashboard`, its page under `UI_PREFIX` too."""
+    """The API over `context.runtime`; with `dashboard`, its page under `UI_PREFIX` too.
+    What the dashboard draws is followed either way: `GET /v1/dashboard` (`squadd top`)."""
+    board = dashboard if dashboard is not None else Dashboard(token="")
+    context.runtime.bus.add_listener(board.observe)
     routes: list[BaseRoute] = [Route(path, guarded(handler), methods=[method])
                                for method, path, handler in ROUTES]
     if dashboard is not None:
         routes.append(Mount(UI_PREFIX, app=dashboard_app(context, dashboard, resolve_approval)))
     app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error})
     app.state.daemon = context
-    app.state.dashboard = dashboard
+    app.state.dashboard = board
     return app
 
 

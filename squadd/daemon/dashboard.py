@@ -74,7 +74,8 @@ class ToolNow:
 
 @dataclass
 class Dashboard:
-    """The dashboard's token and what it follows on the bus (call `observe` for each event)."""
+    """The dashboard's token and what it follows on the bus (call `observe` for each event).
+    Without a token (no `--ui`) it still follows the bus, for `GET /v1/dashboard`."""
 
     token: str
     url: str = ""
@@ -255,5 +256,4 @@ def dashboard_app(context: DaemonContext, board: Dashboard, approve: Handler) ->
                             for method, path, handler in routes])
     app.state.daemon = context
     app.state.dashboard = board
-    context.runtime.bus.add_listener(board.observe)
     return DashboardGuard(app, board.token)

@@ -119,6 +119,10 @@ class Calls:
                      body={"approved": approved, "reason": reason})
 
     @staticmethod
+    def dashboard() -> Call:
+        return Call("GET", f"{API}/dashboard")
+
+    @staticmethod
     def ui() -> Call:
         return Call("GET", f"{API}/ui")
 

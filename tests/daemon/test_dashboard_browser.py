@@ -6,7 +6,6 @@ windowed while 1,000 events stream. Screenshots land in `test-artifacts/dashboar
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from tests.support.daemon_process import FAST_CONFIG, DaemonProcess, make_repo
+from tests.support.busy_squad import TASKS, busy_squad
+from tests.support.daemon_process import DaemonProcess
 
 pytestmark = pytest.mark.slow
 
@@ -26,59 +26,6 @@ FEED_WINDOW = 200
 ARTIFACTS = Path(os.environ.get("SQUADD_TEST_ARTIFACTS")
                  or Path(__file__).resolve().parents[2] / "test-artifacts") / "dashboard"
 WAIT_MS = 30_000
-
-TOOLS = '''\
-from pathlib import Path
-
-import anyio
-
-from squadd import ToolContext, tool
-
-RELEASE = Path({release!r})
-
-
-@tool
-async def build(part: str, ctx: ToolContext) -> str:
-    """Build PART in two steps (the second waits for the test to say go)."""
-    ctx.progress(f"building {{part}}: step 1 of 2", 0.5)
-    with anyio.fail_after(120):
-        while not RELEASE.exists():
-            await anyio.sleep(0.05)
-    return f"{{part}} built"
-
-
-@tool(requires_approval=True)
-def publish(version: str) -> str:
-    """Publish VERSION (asks first)."""
-    return f"published {{version}}"
-
-
-@tool
-def chatter(count: int, ctx: ToolContext) -> str:
-    """Report progress COUNT times."""
-    for step in range(count):
-        ctx.progress(f"tick {{step}}", (step + 1) / count)
-    return "done"
-'''
-
-
-def _turn(text: str = "", *calls: tuple[str, dict[str, Any]],
-          tokens: tuple[int, int] = (0, 0)) -> dict[str, Any]:
-    return {"text": text, "tool_calls": [{"name": n, "arguments": a} for n, a in calls],
-            "usage": {"input_tokens": tokens[0], "output_tokens": tokens[1]}}
-
-
-SCRIPT = {"agents": {
-    "lead": [_turn("Backend builds the API.", ("squad_route", {
-        "targetAgent": "backend", "task": "Build the orders API", "waitForResult": True}),
-        tokens=(1200, 140)), _turn("The API is built.", tokens=(1500, 60))],
-    "backend": [_turn("", ("work_build", {"part": "orders API"}), tokens=(900, 80)),
-                _turn("Orders API built.", tokens=(1000, 40))],
-    "tester": [_turn("", ("work_publish", {"version": "1.4.0"}), tokens=(700, 50)),
-               _turn("Published 1.4.0.", tokens=(760, 30))],
-    "writer": [_turn("Release notes written.", tokens=(400, 220))],
-}}
-
 
 def _chromium_missing() -> str | None:
     try:
@@ -93,16 +40,7 @@ def _chromium_missing() -> str | None:
 
 @pytest.fixture
 def daemon(tmp_path: Path) -> Iterator[DaemonProcess]:
-    layout = make_repo(tmp_path / "repo", agents=("lead", "backend", "tester", "writer"),
-                       config=FAST_CONFIG + "\n[tools]\napproval_timeout_s = 120\n")
-    layout.tools_dir.mkdir(parents=True, exist_ok=True)
-    (layout.tools_dir / "work.py").write_text(
-        TOOLS.format(release=str(tmp_path / "release")), encoding="utf-8")
-    replay = tmp_path / "script.json"
-    replay.write_text(json.dumps(SCRIPT), encoding="utf-8")
-    process = DaemonProcess(layout, "http://127.0.0.1:9/v1", extra_args=(
-        "--ui", "--provider", "replay", "--replay-file", str(replay)))
-    with process:
+    with busy_squad(tmp_path, "--ui") as process:
         yield process
 
 
@@ -137,8 +75,7 @@ def test_the_page_shows_the_squad_working_and_approve_resolves_the_approval(
 
     page.wait_for_selector("#link.ok")
     assert "token=" not in page.url  # dropped from the address bar once read
-    for task, agent in (("Plan the 1.4 release", "lead"), ("Publish 1.4.0", "tester"),
-                        ("Write the release notes", "writer")):
+    for task, agent in TASKS:
         daemon.client.route(task, agent, wait=False)
 
     nested = page.locator("#sessions > li > ul.tree .session[data-session]")
