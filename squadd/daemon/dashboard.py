@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import html
+import re
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from importlib.resources import files
@@ -155,7 +156,14 @@ async def static(request: Request) -> Response:
 def _decisions(ctx: DaemonContext) -> list[dict[str, Any]]:
     entries = parse_decisions(ctx.runtime.layout.decisions_md).entries[-DECISIONS_SHOWN:]
     return [{"title": e.title, "date": e.date.isoformat() if e.date else None, "by": e.by,
-             "category": e.category, "body": e.body.strip()[:2000]} for e in reversed(entries)]
+             "category": e.category, "body": _prose(e.body)} for e in reversed(entries)]
+
+
+def _prose(body: str) -> str:
+    """An entry's text without its `**By:**`-style field lines (shown apart)."""
+    lines = [line for line in body.strip().splitlines()
+             if not re.match(r"\*\*(By|Date|Category):\*\*", line.strip())]
+    return "\n".join(lines).strip()[:2000]
 
 
 def _approvals(ctx: DaemonContext) -> list[dict[str, Any]]:

@@ -91,6 +91,7 @@ def test_the_page_shows_the_squad_working_and_approve_resolves_the_approval(
     expect(approval).to_have_count(1)
     expect(approval).to_contain_text("tester")
     expect(page.locator("#slots .slot.busy")).to_have_count(2)  # backend, tester; lead waits
+    expect(page.locator("#decisions")).to_contain_text("Release notes live in CHANGELOG.md")
     page.screenshot(path=str(ARTIFACTS / "working.png"), full_page=True)
 
     approval.locator("button.approve").click()

@@ -66,7 +66,10 @@ SCRIPT = {"agents": {
                 _turn("Orders API built.", tokens=(1000, 40))],
     "tester": [_turn("", ("work_publish", {"version": "1.4.0"}), tokens=(700, 50)),
                _turn("Published 1.4.0.", tokens=(760, 30))],
-    "writer": [_turn("Release notes written.", tokens=(400, 220))],
+    "writer": [_turn("", ("squad_decide", {
+        "agentName": "writer", "title": "Release notes live in CHANGELOG.md",
+        "body": "One section per release, newest first."}), tokens=(400, 120)),
+        _turn("Release notes written.", tokens=(450, 100))],
 }}
 
 

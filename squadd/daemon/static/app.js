@@ -190,7 +190,8 @@ function renderTokens() {
 
 function render(state) {
   model.state = state;
-  $("repo").textContent = state.repo;
+  $("repo").textContent = state.repo.split("/").filter(Boolean).at(-1) || state.repo;
+  $("repo").title = state.repo;
   renderPool(state);
   renderSessions(state);
   renderApprovals(state);
