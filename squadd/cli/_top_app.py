@@ -138,8 +138,8 @@ class TopApp(App[None]):
         while True:
             try:
                 async with self.client.subscribe_raw() as events:
-                    await self.reload()  # after subscribing: nothing falls between the two
                     self.status = "live"
+                    await self.reload()  # after subscribing: nothing falls between the two
                     async for event in events:
                         self.take_event(event)
                 self.status = "the daemon closed the stream"

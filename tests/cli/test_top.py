@@ -45,7 +45,9 @@ async def test_top_shows_the_squad_live_filters_opens_and_approves(
         daemon: DaemonProcess, tmp_path: Path) -> None:
     app = TopApp(AsyncDaemonClient(daemon.layout, timeout=30.0))
     async with app.run_test(size=(180, 40)) as pilot:
-        await until(pilot, lambda: app.status == "live", "the event stream is followed")
+        pool_line = app.query_one("#pool", Static)
+        await until(pilot, lambda: str(pool_line.render()).startswith("live · pool 0/8"),
+                    "the event stream is followed")
         for task, agent in TASKS:
             await anyio.to_thread.run_sync(
                 lambda t=task, a=agent: daemon.client.route(t, a, wait=False))
