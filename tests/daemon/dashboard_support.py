@@ -18,7 +18,7 @@ import httpx
 from pydantic import BaseModel
 from starlette.types import ASGIApp, Message
 
-from squadd.config import Settings, ToolsSettings
+from squadd.config import PoolSettings, Settings, ToolsSettings
 from squadd.daemon.app import create_app
 from squadd.daemon.dashboard import UI_PREFIX, Dashboard
 from squadd.daemon.requests import DaemonContext
@@ -88,9 +88,11 @@ class Squad:
 
 
 @asynccontextmanager
-async def running_squad(tmp_path: Path, provider: Provider) -> AsyncIterator[Squad]:
+async def running_squad(tmp_path: Path, provider: Provider, *,
+                        max_concurrent: int = 8) -> AsyncIterator[Squad]:
     layout = make_squad(tmp_path / "repo")
-    settings = Settings(tools=ToolsSettings(approval_timeout_s=60))
+    settings = Settings(tools=ToolsSettings(approval_timeout_s=60),
+                        pool=PoolSettings(max_concurrent=max_concurrent))
     bus = EventBus()
     invoker = ToolInvoker(layout, settings, bus, approvals=ApprovalBroker(settings, bus))
     gate = Gate()

@@ -37,6 +37,7 @@ def with_squad(test: Callable[..., Awaitable[None]]) -> Callable[..., Awaitable[
     setup and teardown, which run in different tasks)."""
     @functools.wraps(test)
     async def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **params: Any) -> None:
+        slots = params.get("slots", 8)
         monkeypatch.setenv(SECRET_NAME, SECRET)
         provider = script(
             lead=[call("squad_route", targetAgent="fenster", task="do the two steps",
@@ -44,7 +45,7 @@ def with_squad(test: Callable[..., Awaitable[None]]) -> Callable[..., Awaitable[
             fenster=[call("steps"), text("steps done", (20, 7))],
             hockney=[call("deploy"), text("deployed", (30, 9))],
         )
-        async with running_squad(tmp_path, provider) as squad:
+        async with running_squad(tmp_path, provider, max_concurrent=slots) as squad:
             await test(squad, **params)
 
     shown = inspect.signature(test)
@@ -236,3 +237,22 @@ async def test_a_gap_too_old_to_replay_asks_the_page_to_reload(squad: Squad) -> 
     assert frames[0]["data"]["seq"] == squad.runtime.bus.last_seq
     bad = await squad.http.get(f"{UI}/api/events?since=abc", headers=auth())
     assert bad.status_code == 422
+
+
+@pytest.mark.parametrize("slots", [1])
+@with_squad
+async def test_a_full_pool_shows_at_capacity_and_its_queue_urgent_first(squad: Squad,
+                                                                        slots: int) -> None:
+    await squad.runtime.route(RouteRequest(task="do the two steps", target_agent="fenster",
+                                           wait_for_result=False))
+    with anyio.fail_after(20):
+        await squad.gate.halfway.wait()
+    for agent, priority in (("hockney", "normal"), ("lead", "urgent")):
+        await squad.runtime.route(RouteRequest(task=f"{agent}'s task", target_agent=agent,
+                                               priority=priority, wait_for_result=False))
+    state = (await squad.http.get(f"{UI}/api/state", headers=auth())).json()
+    assert state["at_capacity"] is True
+    assert state["pool"]["running"] == 1 and state["pool"]["queued"] == 2
+    by_id = {s["session_id"]: s for s in state["sessions"]}
+    assert [(by_id[i]["agent"], by_id[i]["priority"]) for i in state["queue"]] == [
+        ("lead", "urgent"), ("hockney", "normal")]
