@@ -28,6 +28,13 @@ def test_serve_ui_and_squadd_ui_print_a_url_that_opens_the_dashboard(
         assert link == f"{url}?token={token}" and len(token) >= 32
         plain = daemon.squadd("ui")
         assert plain.stdout.strip() == link
+        opened = tmp_path / "opened.txt"
+        browser = tmp_path / "browser.sh"
+        browser.write_text(f'#!/bin/sh\nprintf "%s" "$1" > {opened}\n', encoding="utf-8")
+        browser.chmod(0o755)
+        daemon.env["BROWSER"] = str(browser)
+        assert daemon.squadd("ui", "--open").returncode == 0
+        assert opened.read_text(encoding="utf-8") == link
         assert not daemon.layout.token_file.exists()  # the UI token lives in memory only
 
         without = httpx.get(url, timeout=10)
