@@ -62,6 +62,9 @@ def page(daemon: DaemonProcess) -> Iterator[Any]:
             tab.set_default_timeout(WAIT_MS)
             problems: list[str] = []
             tab.on("pageerror", lambda error: problems.append(str(error)))
+            # A CSP violation or a failed request shows as a console error.
+            tab.on("console", lambda message: problems.append(message.text)
+                   if message.type == "error" else None)
             tab.goto(daemon.client.ui()["link"])
             yield tab
             assert problems == [], problems
