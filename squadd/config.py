@@ -136,6 +136,8 @@ class DaemonSettings(_Section):
     header_timeout_s: float = Field(10.0, gt=0, le=3600)
     keep_alive_s: int = Field(5, ge=1, le=3600)
     max_connections: int = Field(512, ge=1, le=100_000)
+    ui: bool = False
+    ui_port: int = Field(0, ge=0, le=65535)
 
 
 class AgentSettings(_Section):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,10 @@ def test_wheel_installs_in_a_fresh_venv_and_init_is_idempotent(tmp_path: Path) -
     _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", dist, REPO_ROOT],
          cwd=tmp_path)
     [wheel] = dist.glob("squadd-*.whl")
+    with zipfile.ZipFile(wheel) as archive:  # the dashboard ships as it is: no build step
+        shipped = set(archive.namelist())
+    for name in ("index.html", "app.js", "app.css"):
+        assert f"squadd/daemon/static/{name}" in shipped, name
 
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", venv], cwd=tmp_path)

@@ -32,6 +32,8 @@ COMMANDS: dict[str, str] = {
     "mcp": "squadd.cli.mcp:mcp",
     "mcp-config": "squadd.cli.mcp:mcp_config",
     "demo": "squadd.cli.demo:demo",
+    "ui": "squadd.cli.ui:ui",
+    "top": "squadd.cli.top:top",
 }
 """Every `squadd` command: name -> "module:attribute". Add new commands here."""
 

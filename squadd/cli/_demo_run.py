@@ -45,10 +45,12 @@ class DemoDaemon:
     """`python -m squadd serve --provider replay` for one repo, with its console output in the
     log folder. Use it as a context manager: leaving the block always stops the daemon."""
 
-    def __init__(self, layout: SquadLayout, recording: Path, output: Path):
+    def __init__(self, layout: SquadLayout, recording: Path, output: Path, *,
+                 ui: bool = False):
         self.layout = layout
         self.recording = recording
         self.output = output
+        self.ui = ui
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -60,7 +62,7 @@ class DemoDaemon:
         self.output.parent.mkdir(parents=True, exist_ok=True)
         command = [sys.executable, "-m", "squadd", "serve", "--dir", str(self.layout.repo),
                    "--provider", "replay", "--replay-file", str(self.recording),
-                   "--log-level", "warning"]
+                   "--log-level", "warning", *(["--ui"] if self.ui else [])]
         with self.output.open("ab") as out:
             start = out.tell()
             # A session of its own: the demo, not the terminal's Ctrl-C, decides when it stops.

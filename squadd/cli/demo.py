@@ -12,6 +12,7 @@ import functools
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ import anyio
 import click
 
 from squadd.cli import load_command
-from squadd.cli._daemon import print_sessions
+from squadd.cli._daemon import client_for, print_sessions
 from squadd.cli._squad import FiniteFloatRange
 from squadd.fsio import atomic_write, read_text
 from squadd.state.layout import SquadLayout
@@ -157,7 +158,10 @@ def working_dir(path: Path) -> Iterator[None]:
 @click.option("--keep", is_flag=True, help="Keep the temporary repository, and say where.")
 @click.option("--pace", type=FiniteFloatRange(0, 5), default=0.06, show_default=True,
               help="Seconds between narrated events, so the run can be followed.")
-def demo(here: bool, keep: bool, pace: float) -> None:
+@click.option("--ui", is_flag=True,
+              help="Serve the live dashboard too, print its URL, and (on a terminal) keep the "
+                   "daemon up until Enter, so the page can be looked at.")
+def demo(here: bool, keep: bool, pace: float, ui: bool) -> None:
     """Watch a squad of three agents plan a feature, on a recorded model (no API key needed).
 
     It creates a temporary git repository with a squad (lead, backend, tester), starts a daemon
@@ -170,6 +174,7 @@ def demo(here: bool, keep: bool, pace: float) -> None:
       squadd demo
       squadd demo --keep          # look at the files afterwards
       squadd demo --here          # in this repository's .squad/
+      squadd demo --ui --pace 1   # watch it in the browser as it runs
     """
     click.echo(click.style("squadd demo", bold=True) + ": a squad of three agents plans a "
                "feature.\n" + HONEST)
@@ -177,7 +182,7 @@ def demo(here: bool, keep: bool, pace: float) -> None:
     try:
         with working_dir(repo):
             layout = set_up(repo, here=here)
-            _run(layout, pace)
+            _run(layout, pace, ui)
     finally:
         if not here and not keep:
             shutil.rmtree(repo, ignore_errors=True)
@@ -185,20 +190,27 @@ def demo(here: bool, keep: bool, pace: float) -> None:
         click.echo(f"\nThe demo repository is kept at {repo}")
 
 
-def _run(layout: SquadLayout, pace: float) -> None:
+def _run(layout: SquadLayout, pace: float, ui: bool) -> None:
     from squadd.cli._demo_run import DemoDaemon, play
     from squadd.daemon.server import console_log
 
     with resources.as_file(demo_file(RECORDING)) as recording:
         before = snapshot(layout.root)
         heading("Starting the daemon on the recording")
-        with DemoDaemon(layout, recording, console_log(layout)) as daemon:
-            click.echo(f"$ squadd serve --provider replay --replay-file {RECORDING}   "
+        with DemoDaemon(layout, recording, console_log(layout), ui=ui) as daemon:
+            click.echo(f"$ squadd serve --provider replay --replay-file {RECORDING}"
+                       f"{' --ui' if ui else ''}   "
                        f"(PID {daemon.pid}, socket {layout.socket.relative_to(layout.repo)})")
+            if ui:
+                with client_for(layout.repo) as client:
+                    click.echo(f"$ squadd ui\n{client.ui()['link']}")
             heading(f"Asking {LEAD}: {TASK}")
             agents = [name for name, _ in TEAM]
             outcome = anyio.run(functools.partial(play, layout, agents, TASK, lead=LEAD,
                                                      pace=pace))
+            if ui and sys.stdin.isatty():
+                click.prompt("\nThe dashboard stays up: press Enter to stop the daemon",
+                             default="", show_default=False)
         click.echo(f"\nStopped the daemon (PID {daemon.pid}).")
     heading(f"{LEAD}'s answer")
     result = outcome.result

@@ -17,6 +17,10 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
               help="Also serve on TCP (loopback only, bearer token in .squad/run/token).")
 @click.option("--allow-remote", is_flag=True,
               help="Allow --tcp on a non-loopback address (the token still guards it).")
+@click.option("--ui", "ui", is_flag=True, default=None,
+              help="Also serve the live dashboard on 127.0.0.1 ('squadd ui' opens it).")
+@click.option("--ui-port", type=click.IntRange(0, 65535), default=None, metavar="N",
+              help="The dashboard's port (implies --ui; default daemon.ui_port, 0 = any free).")
 @click.option("--detach", is_flag=True,
               help="Run in the background; return once the daemon answers.")
 @click.option("--log-level", type=click.Choice(LOG_LEVELS), default=None,
@@ -24,7 +28,8 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
                    "file uses daemon.log_level.")
 @provider_options
 @dir_option
-def serve(tcp: str | None, allow_remote: bool, detach: bool, log_level: str | None,
+def serve(tcp: str | None, allow_remote: bool, ui: bool | None, ui_port: int | None,
+          detach: bool, log_level: str | None,
           provider_kind: str | None, model: str | None, base_url: str | None,
           replay_file: Path | None, directory: Path | None) -> None:
     """Serve this repo's squad: the HTTP API on .squad/run/squadd.sock, the Scribe, the pool.
@@ -38,12 +43,16 @@ def serve(tcp: str | None, allow_remote: bool, detach: bool, log_level: str | No
       squadd serve --detach --provider openai --base-url http://127.0.0.1:11434/v1 \\
           --model llama3.1
       squadd serve --tcp 127.0.0.1:8765
+      squadd serve --ui --ui-port 8766 && squadd ui --open
     """
     from squadd.config import load_settings
 
     layout = find_layout(directory)
     overrides = provider_overrides(provider_kind, base_url, replay_file, model)
-    settings = load_settings(layout.root, overrides={"provider": overrides} if overrides else None)
+    layers: dict[str, dict[str, object]] = {"provider": dict(overrides)} if overrides else {}
+    if ui or ui_port is not None:
+        layers["daemon"] = {"ui": True, **({"ui_port": ui_port} if ui_port is not None else {})}
+    settings = load_settings(layout.root, overrides=layers or None)
     if detach:
         from squadd.daemon.server import parse_tcp, start_detached
 
@@ -57,6 +66,10 @@ def serve(tcp: str | None, allow_remote: bool, detach: bool, log_level: str | No
                 args += [flag, value]
         if allow_remote:
             args.append("--allow-remote")
+        if ui:
+            args.append("--ui")
+        if ui_port is not None:
+            args += ["--ui-port", str(ui_port)]
         pid = start_detached(layout, args)
         click.echo(f"squadd is serving {layout.repo} (PID {pid}); "
                    f"log: {show_path(layout.log_file)}")

@@ -19,13 +19,15 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from squadd._version import __version__
 from squadd.contracts.messages import ToolCall
 from squadd.contracts.names import safe_name
 from squadd.contracts.routes import RouteRequest, RouteResult
+from squadd.daemon.dashboard import UI_PREFIX, Dashboard, dashboard_app
+from squadd.daemon.dashboard import state as dashboard_state
 from squadd.daemon.requests import (
     ApiError,
     DaemonContext,
@@ -252,6 +254,13 @@ async def resolve_approval(request: Request) -> Response:
     return json_answer({"approval_id": approval_id, "approved": approved})
 
 
+async def ui_link(request: Request) -> Response:
+    board: Dashboard = request.app.state.dashboard
+    if not board.url:
+        raise ApiError(404, "the dashboard is off: start the daemon with 'squadd serve --ui'")
+    return json_answer({"url": board.url, "link": board.link})
+
+
 async def shutdown(request: Request) -> Response:
     ctx = context_of(request)
     ctx.request_stop("requested over the API")
@@ -280,17 +289,23 @@ ROUTES: list[tuple[str, str, Handler]] = [
     ("GET", "/v1/events", events),
     ("POST", "/v1/approvals/{approval_id}", resolve_approval),
     ("POST", "/v1/shutdown", shutdown),
+    ("GET", "/v1/ui", ui_link),
+    ("GET", "/v1/dashboard", dashboard_state),
 ]
 
 
-def create_app(context: DaemonContext) -> Starlette:
-    """The API over `context.runtime`."""
-    app = Starlette(
-        routes=[Route(path, guarded(handler), methods=[method])
-                for method, path, handler in ROUTES],
-        exception_handlers={HTTPException: _http_error},
-    )
+def create_app(context: DaemonContext, dashboard: Dashboard | None = None) -> Starlette:
+    """The API over `context.runtime`; with `dashboard`, its page under `UI_PREFIX` too.
+    What the dashboard draws is followed either way: `GET /v1/dashboard` (`squadd top`)."""
+    board = dashboard if dashboard is not None else Dashboard(token="")
+    context.runtime.bus.add_listener(board.observe)
+    routes: list[BaseRoute] = [Route(path, guarded(handler), methods=[method])
+                               for method, path, handler in ROUTES]
+    if dashboard is not None:
+        routes.append(Mount(UI_PREFIX, app=dashboard_app(context, dashboard, resolve_approval)))
+    app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error})
     app.state.daemon = context
+    app.state.dashboard = board
     return app
 
 

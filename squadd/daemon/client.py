@@ -227,6 +227,18 @@ class DaemonClient(_Base):
         result: dict[str, Any] = self._send(Calls.approval(approval_id, approved, reason))
         return result
 
+    def dashboard(self) -> dict[str, Any]:
+        """`GET /v1/dashboard`: what the dashboard draws, as of event `seq` (pool, sessions
+        with their turns and current tool, queue, pending approvals, decisions, tokens)."""
+        result: dict[str, Any] = self._send(Calls.dashboard())
+        return result
+
+    def ui(self) -> dict[str, Any]:
+        """`GET /v1/ui`: the dashboard's `url` and `link` (the URL with its token); 404 when
+        the daemon serves no dashboard."""
+        result: dict[str, Any] = self._send(Calls.ui())
+        return result
+
     def shutdown(self) -> dict[str, Any]:
         """`POST /v1/shutdown`: the daemon starts its graceful stop and answers at once."""
         result: dict[str, Any] = self._send(Calls.shutdown())
@@ -368,6 +380,10 @@ class AsyncDaemonClient(_Base):
                                reason: str = "") -> dict[str, Any]:
         result: dict[str, Any] = await self._send(
             Calls.approval(approval_id, approved, reason))
+        return result
+
+    async def dashboard(self) -> dict[str, Any]:
+        result: dict[str, Any] = await self._send(Calls.dashboard())
         return result
 
     async def shutdown(self) -> dict[str, Any]:

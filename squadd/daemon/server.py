@@ -28,14 +28,17 @@ import anyio
 import anyio.abc
 import structlog
 import uvicorn
+from starlette.types import ASGIApp
 
 from squadd.config import Settings
 from squadd.contracts.events import DaemonStarted, DaemonStopping
 from squadd.daemon._unix import SocketAddress
 from squadd.daemon.app import BearerAuth, DaemonContext, create_app
 from squadd.daemon.client import DaemonClient
+from squadd.daemon.dashboard import UI_PREFIX, Dashboard
 from squadd.daemon.guard import ListenerLimits, ensure_descriptors, guarded_protocol
 from squadd.daemon.recovery import recover_sessions, sweep_stale_temp_files
+from squadd.daemon.ui_guard import UiPortOnly
 from squadd.errors import ConfigError, DaemonAlreadyRunningError, DaemonError, DaemonNotRunningError
 from squadd.fsio import atomic_write, try_lock
 from squadd.logs import configure_logging
@@ -202,8 +205,15 @@ class Daemon:
                 sock = bind_tcp(host, port)
                 bound = sock.getsockname()
                 listeners.append(Listener("tcp", sock, f"{host}:{bound[1]}"))
+            dashboard = None
+            if settings.daemon.ui:
+                sock = bind_tcp("127.0.0.1", settings.daemon.ui_port)
+                port = sock.getsockname()[1]
+                listeners.append(Listener("ui", sock, f"127.0.0.1:{port}"))
+                dashboard = Dashboard(token=secrets.token_urlsafe(32),
+                                      url=f"http://127.0.0.1:{port}{UI_PREFIX}/")
             served = True
-            anyio.run(self._main, runtime, listeners, token,
+            anyio.run(self._main, runtime, listeners, token, dashboard,
                       backend_options={"use_uvloop": True})
         finally:
             for listener in listeners:
@@ -216,7 +226,7 @@ class Daemon:
                 log.info("squadd stopped", pid=os.getpid())
 
     async def _main(self, runtime: SquadRuntime, listeners: list[Listener],
-                    token: str | None) -> None:
+                    token: str | None, dashboard: Dashboard | None) -> None:
         stop = anyio.Event()
         reasons: list[str] = []
 
@@ -243,19 +253,24 @@ class Daemon:
                          sessions=recovered.running_elsewhere)
             async with runtime:
                 context = DaemonContext(runtime=runtime, request_stop=request_stop)
-                await self._serve(context, listeners, token, stop, reasons)
+                await self._serve(context, listeners, token, dashboard, stop, reasons)
             outer.cancel_scope.cancel()
 
     async def _serve(self, context: DaemonContext, listeners: list[Listener],
-                     token: str | None, stop: anyio.Event, reasons: list[str]) -> None:
+                     token: str | None, dashboard: Dashboard | None, stop: anyio.Event,
+                     reasons: list[str]) -> None:
         runtime = context.runtime
-        app = create_app(context)
+        app = create_app(context, dashboard)
         servers: list[_Server] = []
         daemon = self.settings.daemon
         ensure_descriptors([daemon.max_connections] * len(listeners))
         async with anyio.create_task_group() as group:
             for listener in listeners:
-                served = app if listener.kind == "unix" else BearerAuth(app, token or "")
+                served: ASGIApp = app
+                if listener.kind == "tcp":
+                    served = BearerAuth(app, token or "")
+                elif listener.kind == "ui":  # the dashboard's own guard checks its token
+                    served = UiPortOnly(app, UI_PREFIX)
                 limits = ListenerLimits(listener.kind, daemon.max_connections,
                                         daemon.header_timeout_s, daemon.keep_alive_s)
                 server = _Server(uvicorn.Config(
@@ -278,6 +293,8 @@ class Daemon:
             log.info("squadd serving", pid=context.pid, repo=str(self.layout.repo),
                      listen=[listener.where for listener in listeners],
                      provider=self.settings.provider.kind)
+            if dashboard is not None:
+                log.info("dashboard ready: 'squadd ui' opens it", url=dashboard.url)
             await stop.wait()
             reason = reasons[0] if reasons else "stop requested"
             log.info("squadd stopping", reason=reason, grace_s=self.settings.daemon.grace_s)

@@ -73,7 +73,7 @@ async def events(request: Request) -> Response:
     if not follow:
         subscription.close()
     ctx.streams.add(subscription)
-    return StreamingResponse(_sse(ctx, subscription, replay), media_type="text/event-stream",
+    return StreamingResponse(sse_stream(ctx, subscription, replay), media_type="text/event-stream",
                              headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
 
 
@@ -82,10 +82,14 @@ def _frame(event: BaseEvent) -> str:
     return f"id: {event.seq}\nevent: {kind}\ndata: {event.model_dump_json()}\n\n"
 
 
-async def _sse(ctx: DaemonContext, subscription: Subscription,
-               replay: list[BaseEvent]) -> AsyncIterator[str]:
+async def sse_stream(ctx: DaemonContext, subscription: Subscription, replay: list[BaseEvent],
+                     prelude: list[str] | None = None) -> AsyncIterator[str]:
+    """The frames of one event stream: `prelude` (ready-made frames), `replay`, then the live
+    events with heartbeats, until the subscription closes; it is then forgotten."""
     try:
         yield f": {SUBSCRIBED}\n\n"
+        for frame in prelude or ():
+            yield frame
         for past in replay:
             yield _frame(past)
         while True:

@@ -124,6 +124,14 @@ class Calls:
                      body={"approved": approved, "reason": reason})
 
     @staticmethod
+    def dashboard() -> Call:
+        return Call("GET", f"{API}/dashboard")
+
+    @staticmethod
+    def ui() -> Call:
+        return Call("GET", f"{API}/ui")
+
+    @staticmethod
     def shutdown() -> Call:
         return Call("POST", f"{API}/shutdown")
 
