@@ -532,7 +532,8 @@ def test_squad_files_leading_outside_are_reported_and_never_read(world: World,
         answer = world.daemon.client.route("what skills are there?", "lead")
         assert answer["ok"] is True, answer
         prompts = json.dumps([r.body for r in world.model.requests[before:]])
-        assert secret not in prompts and "leak" in prompts
+        # A skill whose SKILL.md leads out of its folder is left out of the index, never read.
+        assert secret not in prompts and "- leak" not in prompts
         broken = http.post("/v1/tools/arith", json={"arguments": {"N": "1"}})
         check_answer(broken, 404, "exists but failed to load", "a tool that failed to load")
     finally:
