@@ -7,17 +7,18 @@ may answer with a `ToolResult`:
     from squadd import ToolContext, ToolResult, tool
 
     @tool
-    async def count_todos(path: str, ctx: ToolContext) -> ToolResult:
-        \"\"\"Count the TODO lines of a file in the repository.
+    async def count_mentions(path: str, word: str, ctx: ToolContext) -> ToolResult:
+        \"\"\"Count the lines of a file in the repository that mention a word.
 
         Args:
             path: The file, relative to the repository root.
+            word: The word to look for.
         \"\"\"
         file = ctx.repo_dir / path
         if not file.is_file():
             return ToolResult.failure(f"no file {path}: give a path inside the repository")
-        count = sum("TODO" in line for line in file.read_text().splitlines())
-        return ToolResult.success(f"{count} TODO lines in {path}", count=count)
+        count = sum(word in line for line in file.read_text().splitlines())
+        return ToolResult.success(f"{count} lines mention {word} in {path}", count=count)
 
 Each name's docstring has more: ``help(squadd.tool)``, ``help(squadd.ToolContext)``.
 """

@@ -116,10 +116,11 @@ def test_the_public_api_is_declared_and_documented_with_examples() -> None:
 async def test_each_example_defines_tools_that_run_through_the_pipeline(
         layout: SquadLayout, where: str) -> None:
     doc = squadd.__doc__ if where == "squadd" else getattr(squadd, where).__doc__
-    (layout.repo / "notes.txt").write_text("TODO one\nfine\nTODO two\n", encoding="utf-8")
-    arguments = {"count_todos": {"path": "notes.txt"}, "deploy": {"target": "staging"},
-                 "word_count": {"text": "one two three"}, "greet": {"name": "Ada"}}
-    expected = {"count_todos": "2 TODO lines in notes.txt",
+    (layout.repo / "notes.txt").write_text("ship one\nfine\nship two\n", encoding="utf-8")
+    arguments = {"count_mentions": {"path": "notes.txt", "word": "ship"},
+                 "deploy": {"target": "staging"}, "word_count": {"text": "one two three"},
+                 "greet": {"name": "Ada"}}
+    expected = {"count_mentions": "2 lines mention ship in notes.txt",
                 "deploy": "deployed to staging for fenster", "word_count": "3 words",
                 "greet": "Hello, Ada!"}
     ran = 0
