@@ -34,11 +34,8 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: str | bytes, *, mode: int = 0o644) -> None:
-    """Replace `path` with `data`: write a temp file, fsync it, rename it, fsync the dir.
-
-    A reader sees either the old file or the new one, never a partial one.
-    """
+def _synced_temp(path: Path, data: str | bytes, mode: int) -> str:
+    """A hidden temp file beside `path` holding `data`, given `mode` and fsynced; its name."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -47,6 +44,20 @@ def atomic_write(path: Path, data: str | bytes, *, mode: int = 0o644) -> None:
             handle.flush()
             os.fchmod(handle.fileno(), mode)
             os.fsync(handle.fileno())
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    return tmp
+
+
+def atomic_write(path: Path, data: str | bytes, *, mode: int = 0o644) -> None:
+    """Replace `path` with `data`: write a temp file, fsync it, rename it, fsync the dir.
+
+    A reader sees either the old file or the new one, never a partial one.
+    """
+    tmp = _synced_temp(path, data, mode)
+    try:
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -105,14 +116,8 @@ def publish_exclusive(path: Path, data: str | bytes, *, mode: int = 0o444) -> bo
     to `path`: a reader never sees a partial file, and the link fails when the name is taken
     (as O_EXCL would). Returns False when the name is taken, so callers can try the next one.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = _synced_temp(path, data, mode)
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(_to_bytes(data))
-            handle.flush()
-            os.fchmod(handle.fileno(), mode)
-            os.fsync(handle.fileno())
         try:
             os.link(tmp, path)
         except FileExistsError:
