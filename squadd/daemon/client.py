@@ -225,6 +225,12 @@ class DaemonClient(_Base):
         result: dict[str, Any] = self._send(Calls.approval(approval_id, approved, reason))
         return result
 
+    def set_variable(self, name: str, value: str) -> dict[str, Any]:
+        """`POST /v1/variables/{name}`: `{"name", "stored_in", "waiting_calls"}` (never the
+        value)."""
+        result: dict[str, Any] = self._send(Calls.variable(name, value))
+        return result
+
     def shutdown(self) -> dict[str, Any]:
         """`POST /v1/shutdown`: the daemon starts its graceful stop and answers at once."""
         result: dict[str, Any] = self._send(Calls.shutdown())
@@ -364,6 +370,10 @@ class AsyncDaemonClient(_Base):
                                reason: str = "") -> dict[str, Any]:
         result: dict[str, Any] = await self._send(
             Calls.approval(approval_id, approved, reason))
+        return result
+
+    async def set_variable(self, name: str, value: str) -> dict[str, Any]:
+        result: dict[str, Any] = await self._send(Calls.variable(name, value))
         return result
 
     async def shutdown(self) -> dict[str, Any]:

@@ -119,6 +119,10 @@ class Calls:
                      body={"approved": approved, "reason": reason})
 
     @staticmethod
+    def variable(name: str, value: str) -> Call:
+        return Call("POST", f"{API}/variables/{quote(name, safe='')}", body={"value": value})
+
+    @staticmethod
     def shutdown() -> Call:
         return Call("POST", f"{API}/shutdown")
 

@@ -109,6 +109,7 @@ class SquadRuntime:
         project's variables and secrets and the approval broker; and the custom tools
         discovered at each session start (`.squad/tools/`, the user's, `tools.extra_dirs`)."""
         from squadd.providers.factory import make_provider
+        from squadd.tools.custom.agent_tools import bind_agent_tools
         from squadd.tools.custom.approvals import ApprovalBroker
         from squadd.tools.custom.discovery import discover_tools
         from squadd.tools.custom.variables import SquadVariables
@@ -122,7 +123,9 @@ class SquadRuntime:
 
         def custom_tools() -> list[Tool[Any]]:
             builtins = runtime.tools.names if runtime is not None else ()
-            return list(discover_tools(layout, settings, bus, builtin_names=builtins).tools)
+            found = discover_tools(layout, settings, bus, builtin_names=builtins).tools
+            # Agent tools route through this runtime, as squad_route does.
+            return bind_agent_tools(found, runtime) if runtime is not None else list(found)
 
         runtime = cls(layout, settings, provider, bus=bus, invoker=invoker,
                       extra_tools=custom_tools, owns_provider=True)

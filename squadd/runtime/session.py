@@ -1,13 +1,15 @@
 """AgentSession: one agent's conversation and the agent loop that drives it.
 
 Ask the provider; run the tool calls it returns one after another, in order, through the one
-invoker; append every message to the transcript and fsync it before the next provider call.
-Ends on final text, `max_turns`, the route timeout, or cancellation. Between tasks a session
-keeps no message list in memory: continuing it re-reads its transcript.
+invoker; append every message to the transcript and fsync it before the next step: the calls
+before the first runs, each result before the next call starts. Ends on final text,
+`max_turns`, the route timeout, or cancellation. Between tasks a session keeps no message list
+in memory: continuing it re-reads its transcript.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import secrets
 import time
@@ -34,19 +36,21 @@ from squadd.contracts.messages import (
 from squadd.errors import ProviderError, SquaddError
 from squadd.providers.base import CompletionRequest, Provider
 from squadd.runtime.prompt import build_system_prompt, gather
+from squadd.runtime.resume import answer_unfinished
 from squadd.state.charters import Charter
 from squadd.state.layout import SquadLayout
 from squadd.state.transcripts import Transcript, TranscriptWriter, read_transcript
 from squadd.tools.base import CancelSignal, ToolSet
 from squadd.tools.invoke import CallOrigin, ToolInvoker
+from squadd.tools.rich import bounded_details
 
 log = structlog.get_logger("squadd.session")
 
 Outcome = Literal["completed", "error", "interrupted", "cancelled"]
-INTERRUPTED_TOOL_TEXT = (
-    "interrupted: squadd stopped before this tool call finished; its effect is unknown. "
-    "Check before repeating it."
-)
+
+
+def new_message_id() -> str:
+    return "msg-" + secrets.token_hex(6)
 
 
 def new_session_id() -> str:
@@ -230,17 +234,9 @@ class AgentSession:
 
     def _load_messages(self, transcript: Transcript) -> list[Message]:
         messages = [parse_message(m) for m in transcript.messages]
-        answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
-        fixed: list[Message] = []
-        for message in messages:
-            fixed.append(message)
-            calls = message.tool_calls if isinstance(message, AssistantMessage) else []
-            for call in calls:
-                if call.id not in answered:
-                    stand_in = ToolMessage(tool_call_id=call.id, name=call.name,
-                                       content=INTERRUPTED_TOOL_TEXT, is_error=True)
-                    fixed.append(stand_in)
-                    self._record(stand_in)
+        fixed, stand_ins = answer_unfinished(messages)
+        for stand_in in stand_ins:
+            self._record(stand_in)
         return fixed
 
     def _record(self, message: Message, **extra: Any) -> None:
@@ -341,15 +337,20 @@ class AgentSession:
                 output_tokens=self.usage.output_tokens + completion.usage.output_tokens,
             )
             assistant = AssistantMessage(content=completion.text,
-                                tool_calls=completion.tool_calls)
+                                         tool_calls=completion.tool_calls, id=new_message_id())
             messages.append(assistant)
             self._record(assistant, input_tokens=completion.usage.input_tokens,
                          output_tokens=completion.usage.output_tokens)
             if not completion.tool_calls:
                 return self._outcome("completed", answer=completion.text)
             await self._flush()  # the calls are on disk before any of them has an effect
+            turn = dataclasses.replace(origin, message_id=assistant.id or "")
             for call in completion.tool_calls:
-                messages.append(await self._call(call, origin))
+                messages.append(await self._call(call, turn))
+                # Its result is on disk before the next call starts: a crash from here on
+                # never makes a finished call look interrupted (one fsync per call; the last
+                # one also serves the next provider request).
+                await self._flush()
         return self._outcome(
             "error",
             error=f"stopped after {max_turns} turns without a final answer "
@@ -358,9 +359,12 @@ class AgentSession:
 
     async def _call(self, call: ToolCall, origin: CallOrigin) -> Message:
         result = await self.invoker.invoke(self.tools, call, origin)
-        message = ToolMessage(tool_call_id=call.id, name=call.name,
-                          content=result.text, is_error=not result.ok)
-        self._record(message, result_type=result.result_type)
+        message = ToolMessage(tool_call_id=call.id, name=call.name, content=result.text,
+                              is_error=not result.ok, images=list(result.images))
+        extra: dict[str, Any] = {"result_type": result.result_type}
+        if result.details:  # for people and tools reading the transcript, not for the model
+            extra["details"] = bounded_details(result.details)
+        self._record(message, **extra)
         return message
 
     def _outcome(self, status: Outcome, *, answer: str = "",

@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Generic, Literal, TypeVar
 import anyio
 from pydantic import BaseModel, ConfigDict, Field
 
-from squadd.contracts.messages import ToolSpec
+from squadd.contracts.messages import ImagePart, ToolSpec
 
 ToolSource = Literal["builtin", "project", "user", "extra", "cycod-project", "cycod-user",
                      "cycod-global"]
@@ -32,6 +32,9 @@ class ToolResult(BaseModel):
     result_type: Literal["success", "failure"]
     text: str
     details: dict[str, Any] = Field(default_factory=dict)
+    """For events and the transcript, never sent to the model."""
+    images: tuple[ImagePart, ...] = ()
+    """Images for the model, sent to providers that take them (others get a short note)."""
 
     @classmethod
     def success(cls, text: str, **details: Any) -> ToolResult:
@@ -55,6 +58,9 @@ class VariableSpec(BaseModel):
     type: Literal["text", "secret"] = "text"
     required: bool = True
     description: str = ""
+    scoped: bool = False
+    """Visible only to the tools that declare it: squadd hides it from every other tool's
+    environment, even when it is set in the environment squadd runs in."""
 
 
 class CancelSignal:
@@ -109,6 +115,11 @@ class ToolContext:
     """How deep in a chain of routes the calling session is (0 = called from outside)."""
     lineage: tuple[str, ...] = ()
     """Agents of the sessions above this call, outermost first (for cycle checks)."""
+    message_id: str = ""
+    """The id of the assistant message that made this call ("" for calls from outside)."""
+    hidden_variables: frozenset[str] = frozenset()
+    """Scoped variables of other tools: a tool that starts a process leaves them out of its
+    environment."""
     _progress: ProgressFn | None = None
     _confirm: ConfirmFn = _always_yes
 

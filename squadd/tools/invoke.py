@@ -1,8 +1,9 @@
 """The one invocation pipeline every tool call goes through, whoever makes it.
 
-lookup -> validate args -> variables -> approval -> run (timeout, cancel) -> redact secrets ->
-truncate + spill -> events -> ToolResult. Nothing raises out of `ToolInvoker.invoke` but
-cancellation: every failure becomes a ``result_type="failure"`` result the model can read.
+lookup -> validate args -> variables (a missing one may be asked for) -> approval -> run
+(timeout, cancel) -> redact secrets -> truncate + spill -> events -> ToolResult. Nothing raises
+out of `ToolInvoker.invoke` but cancellation: every failure becomes a ``result_type="failure"``
+result the model can read.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import anyio
 import structlog
@@ -32,6 +33,7 @@ from squadd.tools.base import (
     ToolSet,
     VariableSpec,
 )
+from squadd.tools.rich import RichResultError, bounded_details, is_rich, rich_result
 from squadd.tools.truncate import cut, limit_output
 
 log = structlog.get_logger("squadd.tools")
@@ -39,10 +41,17 @@ log = structlog.get_logger("squadd.tools")
 NOTE_ALLOWANCE_BYTES = 1024
 NOTE_ALLOWANCE_LINES = 8
 """Room left for the truncation note in a result whose tool already spilled its output."""
+MAX_SCOPED_NAMES = 4096
+"""Scoped variable names an invoker remembers (names, never values)."""
 
 
 class VariablesMissing(Exception):
     """Raised by a resolver when a required variable has no value (message says where to set it)."""
+
+    def __init__(self, message: str, missing: tuple[VariableSpec, ...] = ()):
+        super().__init__(message)
+        self.missing = missing
+        """The declarations without a value (empty when the resolver does not say)."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +73,15 @@ class ApprovalGate(Protocol):
     def confirm_fn(self, tool: Tool[Any], ctx: ToolContext) -> ConfirmFn: ...
 
 
+@runtime_checkable
+class VariableGate(Protocol):
+    """An approval gate that can also wait for a missing variable to be set."""
+
+    async def request_variables(self, tool: Tool[Any], missing: tuple[VariableSpec, ...],
+                                ctx: ToolContext) -> str | None:
+        """None once every one of `missing` was set; else why the wait ended without it."""
+
+
 class EnvironmentVariables:
     """Resolve declared variables from the process environment only."""
 
@@ -76,7 +94,7 @@ class EnvironmentVariables:
                 if spec.required:
                     raise VariablesMissing(
                         f"required variable {spec.name} is not set: export {spec.name}=... "
-                        "in the environment squadd runs in"
+                        "in the environment squadd runs in", (spec,)
                     )
                 continue
             values[spec.name] = value
@@ -94,6 +112,8 @@ class CallOrigin:
     depth: int = 0
     lineage: tuple[str, ...] = ()
     cancel: CancelSignal = field(default_factory=CancelSignal)
+    message_id: str = ""
+    """The assistant message whose tool calls these are ("" for calls from outside)."""
 
 
 def redact(text: str, secrets: Mapping[str, str]) -> str:
@@ -139,6 +159,9 @@ def _to_result(output: ToolOutput) -> ToolResult:
         return output
     if isinstance(output, str):
         return ToolResult.success(output)
+    if is_rich(output):
+        assert isinstance(output, dict)
+        return rich_result(output)
     if isinstance(output, dict):
         return ToolResult.success(json.dumps(output, indent=2, default=str), data=output)
     return ToolResult.success(str(output))
@@ -161,6 +184,7 @@ class ToolInvoker:
         self.sink = sink or NullSink()
         self.variables = variables or EnvironmentVariables()
         self.approvals = approvals
+        self._scoped: set[str] = set()
 
     async def invoke(self, tools: ToolSet, call: ToolCall, origin: CallOrigin) -> ToolResult:
         """Run `call` against `tools`; always returns a result, never raises (but cancellation)."""
@@ -192,7 +216,7 @@ class ToolInvoker:
                     f"unknown tool {call.name!r}: the tools available are {available}"
                 )
             else:
-                result, secrets = await self._run(tool, call, origin, announce)
+                result, secrets = await self._run(tools, tool, call, origin, announce)
         except Exception as exc:  # the pipeline's promise: a tool never raises into the loop
             log.exception("tool pipeline failed", tool=call.name, call_id=call.id)
             result = ToolResult.failure(f"{call.name} failed: {type(exc).__name__}: {exc}")
@@ -203,29 +227,31 @@ class ToolInvoker:
             session_id=origin.session_id, agent=origin.agent, tool=call.name, call_id=call.id,
             result_type=result.result_type, summary=result.text[:200],
             duration_s=round(time.monotonic() - started, 6),
+            details=bounded_details(result.details),
         ))
         return result
 
-    async def _run(self, tool: Tool[Any], call: ToolCall, origin: CallOrigin,
+    async def _run(self, tools: ToolSet, tool: Tool[Any], call: ToolCall, origin: CallOrigin,
                    announce: Callable[[Mapping[str, str]], None],
                    ) -> tuple[ToolResult, dict[str, str]]:
         try:
             args: BaseModel = tool.args_model.model_validate(call.arguments)
         except ValidationError as exc:
             return ToolResult.failure(describe_validation_error(tool, exc)), {}
-        try:
-            resolved = self.variables.resolve(tool.variables)
-        except VariablesMissing as exc:
-            return ToolResult.failure(f"{tool.name} cannot run: {exc}"), {}
-        announce(resolved.secrets)
         # The call's own signal: a timeout stops this call without cancelling the session.
         cancel = origin.cancel.child()
         ctx = ToolContext(
             session_id=origin.session_id, call_id=call.id, agent=origin.agent,
             repo_dir=self.layout.repo, squad_dir=self.layout.root, cancel=cancel,
-            variables=resolved.values, depth=origin.depth, lineage=origin.lineage,
-            _progress=self._progress_fn(tool, call, origin, resolved.secrets),
+            depth=origin.depth, lineage=origin.lineage, message_id=origin.message_id,
+            hidden_variables=self._hidden_variables(tools, tool),
         )
+        resolved = await self._resolve(tool, ctx)
+        if isinstance(resolved, ToolResult):
+            return resolved, {}
+        announce(resolved.secrets)
+        ctx.variables = resolved.values
+        ctx._progress = self._progress_fn(tool, call, origin, resolved.secrets)
         if self.approvals is not None:
             ctx._confirm = self.approvals.confirm_fn(tool, ctx)
             denial = await self.approvals.check(tool, call.arguments, ctx, resolved.secrets)
@@ -250,7 +276,38 @@ class ToolInvoker:
             return ToolResult.failure(
                 f"{tool.name} failed: {type(exc).__name__}: {exc}"
             ), resolved.secrets
-        return _to_result(output), resolved.secrets
+        try:
+            return _to_result(output), resolved.secrets
+        except RichResultError as exc:
+            return ToolResult.failure(
+                f"{tool.name} returned a result squadd cannot use: {exc}"), resolved.secrets
+
+    def _hidden_variables(self, tools: ToolSet, tool: Tool[Any]) -> frozenset[str]:
+        """Scoped variables of other tools (of this set, or any this invoker has seen, so a
+        narrowed set still hides them), never `tool`'s own."""
+        if len(self._scoped) < MAX_SCOPED_NAMES:
+            self._scoped.update(spec.name for other in tools for spec in other.variables
+                                if spec.scoped)
+        own = {spec.name for spec in tool.variables}
+        return frozenset(self._scoped - own)
+
+    async def _resolve(self, tool: Tool[Any], ctx: ToolContext) -> ResolvedVariables | ToolResult:
+        """The values of `tool`'s variables. A required one without a value is asked for
+        (`variable.requested`) when the gate can wait for it; else the call fails at once."""
+        try:
+            return self.variables.resolve(tool.variables)
+        except VariablesMissing as exc:
+            gate = self.approvals
+            if not exc.missing or not isinstance(gate, VariableGate):
+                return ToolResult.failure(f"{tool.name} cannot run: {exc}")
+            why_not = await gate.request_variables(tool, exc.missing, ctx)
+            if why_not is not None:
+                return ToolResult.failure(f"{tool.name} cannot run: {why_not}. {exc}",
+                                          missing_variables=[s.name for s in exc.missing])
+        try:  # the values were set: read them where they were stored
+            return self.variables.resolve(tool.variables)
+        except VariablesMissing as exc:
+            return ToolResult.failure(f"{tool.name} cannot run: {exc}")
 
     def _progress_fn(self, tool: Tool[Any], call: ToolCall, origin: CallOrigin,
                      secrets: Mapping[str, str]) -> Any:
@@ -275,7 +332,8 @@ class ToolInvoker:
             # printed 100 MB): its text is already the cut view plus the note; only cap it.
             piece = cut(text, max_lines=limits.max_output_lines + NOTE_ALLOWANCE_LINES,
                         max_bytes=max_bytes + NOTE_ALLOWANCE_BYTES)
-            return ToolResult(result_type=result.result_type, text=piece.text, details=details)
+            return ToolResult(result_type=result.result_type, text=piece.text, details=details,
+                              images=result.images)
         try:
             view, path = limit_output(
                 self.layout, origin.session_id, call.id, text,
@@ -290,7 +348,8 @@ class ToolInvoker:
                          f"{piece.total_lines} lines; the full output could not be saved]")
         if path is not None:
             details = {**details, "full_output": str(path)}
-        return ToolResult(result_type=result.result_type, text=view, details=details)
+        return ToolResult(result_type=result.result_type, text=view, details=details,
+                          images=result.images)
 
 
 def _preview_arguments(arguments: Mapping[str, Any]) -> dict[str, Any]:

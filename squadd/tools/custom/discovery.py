@@ -30,6 +30,7 @@ from squadd.config import Settings
 from squadd.contracts.events import EventSink, NullSink, ToolsLoadFailed
 from squadd.state.layout import SquadLayout
 from squadd.tools.base import Tool, ToolSet, ToolSource
+from squadd.tools.custom.agent_tools import PromptTool, enabled, load_agent_tool
 from squadd.tools.custom.python_tools import PythonTool, ToolDefinitionError, check_tool_name
 from squadd.tools.custom.shell_schema import ShellToolError
 from squadd.tools.custom.shell_tools import link_shell_tools, load_shell_tool
@@ -261,6 +262,11 @@ class ToolDiscoverer:
                     continue
                 skipped.extend(loaded.skipped)
                 for tool in loaded.tools:
+                    if isinstance(tool, PromptTool) and not enabled(tool.spec_file):
+                        skipped.append(Skipped(tool.name, path, folder.source,
+                                               f"optional: {tool.spec_file.optional} is not "
+                                               "true, 1 or yes"))
+                        continue
                     if tool.name in builtins:
                         shadowed.append(Shadowed(tool, None))
                     elif tool.name in winners:
@@ -302,6 +308,8 @@ class ToolDiscoverer:
         try:
             if path.suffix == ".py":
                 loaded.tools = list(load_python_file(path, source))
+            elif (agent_tool := load_agent_tool(path, source=source)) is not None:
+                loaded.tools = [agent_tool]
             else:
                 shell = load_shell_tool(path, source=source, settings=settings)
                 unavailable = shell.definition.unavailable_reason()
