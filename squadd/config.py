@@ -84,10 +84,11 @@ class ProviderSettings(_Section):
 
 class ToolsSettings(_Section):
     max_output_lines: int = Field(2000, ge=1)
-    max_output_bytes: int = Field(51200, ge=1024)
+    max_output_bytes: int = Field(50_000, ge=1024)
     squad_result_bytes: int = Field(10240, ge=1024)
     timeout_s: float = Field(60.0, gt=0)
     approval_timeout_s: float = Field(300.0, gt=0)
+    variable_timeout_s: float = Field(300.0, gt=0)
     extra_dirs: list[str] = Field(default_factory=list)
     cycod_dirs: bool = True
     cycod_global_dir: str = ""

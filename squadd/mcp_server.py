@@ -85,9 +85,16 @@ def text_result(text: str, *, is_error: bool) -> types.CallToolResult:
 
 
 def mcp_result(result: Mapping[str, Any]) -> types.CallToolResult:
-    """A daemon `ToolResult` as an MCP result: its text, and `isError` unless it succeeded."""
-    return text_result(str(result.get("text", "")),
-                       is_error=result.get("result_type") != "success")
+    """A daemon `ToolResult` as an MCP result: its text and images, and `isError` unless it
+    succeeded."""
+    content: list[types.TextContent | types.ImageContent] = [
+        types.TextContent(text=str(result.get("text", "")))]
+    for image in result.get("images") or ():
+        if isinstance(image, Mapping) and isinstance(image.get("data"), str):
+            content.append(types.ImageContent(data=image["data"],
+                                              mime_type=str(image.get("mime_type", ""))))
+    return types.CallToolResult(content=list(content),
+                                is_error=result.get("result_type") != "success")
 
 
 class DaemonBridge:

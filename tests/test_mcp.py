@@ -256,3 +256,14 @@ async def test_nan_or_a_huge_integer_in_arguments_is_an_error_result(tmp_path: P
             params = types.CallToolRequestParams(name="squad_status", arguments=arguments)
             result = await bridge.call_tool(None, params)  # type: ignore[arg-type]
             assert result.is_error and "cannot be sent as JSON" in text_of(result)
+
+
+def test_a_result_with_images_keeps_them_as_image_content() -> None:
+    from squadd.mcp_server import mcp_result
+
+    result = mcp_result({"result_type": "success", "text": "see",
+                         "images": [{"data": "iVBORw0K", "mime_type": "image/png"}]})
+    assert [c.type for c in result.content] == ["text", "image"]
+    assert result.content[1].data == "iVBORw0K"  # type: ignore[union-attr]
+    assert result.content[1].mime_type == "image/png"  # type: ignore[union-attr]
+    assert not result.is_error

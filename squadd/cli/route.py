@@ -27,7 +27,8 @@ from squadd.errors import DaemonError
 
 RESTING = frozenset({"idle", "error", "interrupted", "destroyed"})
 PROGRESS_TYPES = ("agent.spawned", "agent.state", "tool.started", "tool.completed",
-                  "provider.retry", "approval.requested", "bus.overflow")
+                  "provider.retry", "approval.requested", "variable.requested",
+                  "bus.overflow")
 POLL_S = 2.0
 """How often the session's state is also asked for (in case its last event was lost)."""
 _SPIN = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
@@ -95,6 +96,11 @@ class Progress:
             self.line(click.style(f"? {agent} asks to run {event.get('tool')}: "
                                   f"'squadd approve {approval}' or 'squadd deny {approval}'",
                                   fg="magenta", bold=True))
+        elif kind == "variable.requested":
+            name = event.get("name")
+            self.line(click.style(f"? {event.get('tool')} needs {name}: "
+                                  f"'squadd var set {name}' (it waits "
+                                  f"{event.get('timeout_s')}s)", fg="magenta", bold=True))
 
 
 async def follow(client: AsyncDaemonClient, start: Callable[[], Awaitable[dict[str, Any]]],

@@ -72,6 +72,7 @@ async def _run_session(layout: Any, settings: Any, agent: str, task: str, contex
         ProviderRetry,
         ToolCompleted,
         ToolStarted,
+        VariableRequested,
     )
     from squadd.contracts.routes import RouteRequest, RouteResult
     from squadd.runtime.runtime import SquadRuntime
@@ -98,6 +99,11 @@ async def _run_session(layout: Any, settings: Any, agent: str, task: str, contex
                 f"  ? {event.tool} needs approval, which 'squadd run' cannot give: it will be "
                 f"denied after {event.timeout_s:g}s (run it under 'squadd serve' and use "
                 "'squadd approve')", fg="yellow"), err=True)
+        elif isinstance(event, VariableRequested):
+            click.echo(click.style(
+                f"  ? {event.tool} needs {event.name}, which 'squadd run' cannot be given while "
+                f"it runs: the call fails after {event.timeout_s:g}s (set it first with "
+                f"'squadd var set {event.name}' or export it)", fg="yellow"), err=True)
 
     runtime.bus.add_listener(show)
     try:

@@ -272,6 +272,9 @@ def call(name: str, pairs: tuple[str, ...], raw_json: str | None, as_json: bool,
         print_json(result.model_dump())
     else:
         click.echo(result.text)
+        for image in result.images:
+            click.echo(click.style(f"[image: {image.mime_type}, {image.size} bytes; --json "
+                                   "shows its data]", dim=True))
     if not result.ok:
         sys.exit(1)
 

@@ -118,6 +118,8 @@ class ToolCompleted(BaseEvent):
     result_type: Literal["success", "failure"]
     summary: str = ""
     duration_s: float = 0.0
+    details: dict[str, Any] = Field(default_factory=dict)
+    """The tool's details (never sent to the model); a size note when they are large."""
 
 
 class PoolAtCapacity(BaseEvent):
@@ -176,6 +178,28 @@ class ApprovalResolved(BaseEvent):
     reason: str = ""
 
 
+class VariableRequested(BaseEvent):
+    """A tool call waits for a required variable: answer with `squadd var set NAME`."""
+
+    type: Literal["variable.requested"] = "variable.requested"
+    request_id: str
+    tool: str
+    name: str
+    variable_type: Literal["text", "secret"] = "text"
+    description: str = ""
+    timeout_s: float = 0.0
+
+
+class VariableResolved(BaseEvent):
+    """A variable request ended: the value was set (never shown), or the wait ended."""
+
+    type: Literal["variable.resolved"] = "variable.resolved"
+    request_id: str
+    name: str
+    provided: bool
+    reason: str = ""
+
+
 class ToolsLoadFailed(BaseEvent):
     type: Literal["tools.load_failed"] = "tools.load_failed"
     file: str
@@ -191,7 +215,8 @@ Event = Annotated[
     DaemonStarted | DaemonStopping | RouteQueued | AgentSpawned | AgentStateChanged | AgentIdle
     | AgentCompleted | AgentError | SessionMessage | ToolStarted | ToolUpdated | ToolCompleted
     | PoolAtCapacity | PoolEmpty | ProviderRetry | ScribeMerged | ScribeRejected
-    | ScribeArchived | ApprovalRequested | ApprovalResolved | ToolsLoadFailed | BusOverflow,
+    | ScribeArchived | ApprovalRequested | ApprovalResolved | VariableRequested
+    | VariableResolved | ToolsLoadFailed | BusOverflow,
     Field(discriminator="type"),
 ]
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)

@@ -3,7 +3,7 @@ calls a model asks for, the tools it is offered, and what one turn returns (`Com
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
@@ -42,6 +42,25 @@ class AssistantMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
     content: str = ""
     tool_calls: list[ToolCall] = Field(default_factory=list)
+    id: str | None = None
+    """The message's id in its session (the tools it calls know it); None in transcripts
+    written before messages had ids."""
+
+
+class ImagePart(BaseModel):
+    """An image a tool returned, base64-encoded, for providers that take images."""
+
+    model_config = ConfigDict(frozen=True)
+
+    data: str
+    """The image bytes in base64."""
+    mime_type: str
+    """E.g. ``image/png``."""
+
+    @property
+    def size(self) -> int:
+        """The decoded size in bytes (from the base64 length)."""
+        return len(self.data) * 3 // 4 - self.data[-2:].count("=")
 
 
 class ToolMessage(BaseModel):
@@ -55,6 +74,8 @@ class ToolMessage(BaseModel):
     """The tool's name."""
     is_error: bool = False
     """The tool failed."""
+    images: list[ImagePart] = Field(default_factory=list)
+    """Images the tool returned besides its text."""
 
 
 Message = Annotated[SystemMessage | UserMessage | AssistantMessage | ToolMessage,
@@ -71,6 +92,15 @@ def parse_message(data: Mapping[str, Any]) -> Message:
 def message_record(message: Message) -> dict[str, Any]:
     """A message's recorded form: its role, then every field that differs from its default."""
     return {"role": message.role, **message.model_dump(exclude_defaults=True)}
+
+
+def image_note(images: Sequence[ImagePart]) -> str:
+    """What a model that cannot be sent images reads in their place."""
+    if not images:
+        return ""
+    shown = ", ".join(f"{image.mime_type}, {image.size} bytes" for image in images)
+    count = f"{len(images)} image{'s' if len(images) != 1 else ''}"
+    return f"\n[the tool also returned {count} ({shown}); this model's provider is not sent images]"
 
 
 class ToolSpec(BaseModel):

@@ -48,6 +48,7 @@ from squadd.runtime.runtime import SquadRuntime
 from squadd.state.layout import safe_id
 from squadd.state.transcripts import read_transcript
 from squadd.tools.base import Tool, ToolSet
+from squadd.tools.custom.variables import VariableValueError, secrets_file_path, store_variable
 
 __all__ = ["BearerAuth", "DaemonContext", "create_app"]
 
@@ -261,6 +262,31 @@ async def ui_link(request: Request) -> Response:
     return json_answer({"url": board.url, "link": board.link})
 
 
+async def set_variable(request: Request) -> Response:
+    """Store a variable's value in the secrets file and wake the calls waiting for it. The
+    value is never logged nor sent back."""
+    runtime = context_of(request).runtime
+    name = request.path_params["name"]
+    body = await object_body(request)
+    unknown = sorted(set(body) - {"value"})
+    if unknown:
+        raise ApiError(422, f"unknown field(s) {', '.join(unknown)}: the body is "
+                            '{"value": "..."}')
+    value = body.get("value")
+    if not isinstance(value, str):
+        raise ApiError(422, "value: required, a string",
+                       fields=[{"field": "value", "message": "must be a string"}])
+    resolver = getattr(runtime.invoker.variables, "secrets_file", None)
+    path = getattr(resolver, "path", None) or secrets_file_path(runtime.settings)
+    try:
+        await anyio.to_thread.run_sync(store_variable, path, name, value)
+    except VariableValueError as exc:
+        raise ApiError(422, str(exc)) from None
+    provided = getattr(runtime.invoker.approvals, "provided", None)
+    woken = provided(name) if provided is not None else 0
+    return json_answer({"name": name, "stored_in": str(path), "waiting_calls": woken})
+
+
 async def shutdown(request: Request) -> Response:
     ctx = context_of(request)
     ctx.request_stop("requested over the API")
@@ -288,6 +314,7 @@ ROUTES: list[tuple[str, str, Handler]] = [
     ("POST", "/v1/tools/{name}", call_tool),
     ("GET", "/v1/events", events),
     ("POST", "/v1/approvals/{approval_id}", resolve_approval),
+    ("POST", "/v1/variables/{name}", set_variable),
     ("POST", "/v1/shutdown", shutdown),
     ("GET", "/v1/ui", ui_link),
     ("GET", "/v1/dashboard", dashboard_state),

@@ -239,6 +239,12 @@ class DaemonClient(_Base):
         result: dict[str, Any] = self._send(Calls.ui())
         return result
 
+    def set_variable(self, name: str, value: str) -> dict[str, Any]:
+        """`POST /v1/variables/{name}`: `{"name", "stored_in", "waiting_calls"}` (never the
+        value)."""
+        result: dict[str, Any] = self._send(Calls.variable(name, value))
+        return result
+
     def shutdown(self) -> dict[str, Any]:
         """`POST /v1/shutdown`: the daemon starts its graceful stop and answers at once."""
         result: dict[str, Any] = self._send(Calls.shutdown())
@@ -384,6 +390,10 @@ class AsyncDaemonClient(_Base):
 
     async def dashboard(self) -> dict[str, Any]:
         result: dict[str, Any] = await self._send(Calls.dashboard())
+        return result
+
+    async def set_variable(self, name: str, value: str) -> dict[str, Any]:
+        result: dict[str, Any] = await self._send(Calls.variable(name, value))
         return result
 
     async def shutdown(self) -> dict[str, Any]:

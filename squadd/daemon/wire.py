@@ -132,6 +132,10 @@ class Calls:
         return Call("GET", f"{API}/ui")
 
     @staticmethod
+    def variable(name: str, value: str) -> Call:
+        return Call("POST", f"{API}/variables/{quote(name, safe='')}", body={"value": value})
+
+    @staticmethod
     def shutdown() -> Call:
         return Call("POST", f"{API}/shutdown")
 

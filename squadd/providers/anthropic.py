@@ -164,8 +164,15 @@ def to_anthropic_messages(messages: list[Message]) -> tuple[str, list[dict[str, 
 
 def _blocks(message: Message) -> list[dict[str, Any]]:
     if message.role == "tool":
+        content: str | list[dict[str, Any]] = message.content
+        if message.images:  # images travel inside the tool_result, after its text
+            content = [{"type": "text", "text": message.content}] if message.content else []
+            content += [{"type": "image", "source": {"type": "base64",
+                                                     "media_type": image.mime_type,
+                                                     "data": image.data}}
+                        for image in message.images]
         block: dict[str, Any] = {"type": "tool_result", "tool_use_id": message.tool_call_id or "",
-                                 "content": message.content}
+                                 "content": content}
         if message.is_error:
             block["is_error"] = True
         return [block]

@@ -18,7 +18,7 @@ import anyio
 import structlog
 
 from squadd.config import ProviderSettings
-from squadd.contracts.messages import AssistantMessage, Completion, Message
+from squadd.contracts.messages import AssistantMessage, Completion, Message, image_note
 from squadd.errors import ProviderError, ProviderTimeoutError
 from squadd.procs import Command, run_group
 from squadd.providers.arguments import arguments_json
@@ -48,7 +48,8 @@ def render_prompt(messages: Sequence[Message]) -> str:
         if message.role == "tool":
             status = "failed" if message.is_error else "result"
             tool = f"Tool {message.name}" if message.name else "Tool"
-            parts.append(f"## {tool} {status} ({message.tool_call_id})\n\n{message.content}")
+            parts.append(f"## {tool} {status} ({message.tool_call_id})\n\n{message.content}"
+                         f"{image_note(message.images)}")
             continue
         lines = [message.content] if message.content else []
         calls = message.tool_calls if isinstance(message, AssistantMessage) else []

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 
 from squadd.config import ProviderSettings
-from squadd.contracts.messages import Completion, Message, StopReason, ToolCall
+from squadd.contracts.messages import Completion, ImagePart, Message, StopReason, ToolCall
 from squadd.errors import ProviderError
 from squadd.providers.arguments import arguments_json, tool_call
 from squadd.providers.base import CompletionRequest, RetryCallback, tool_specs
@@ -91,7 +91,7 @@ class OpenAIProvider:
         model = request.model or self.default_model
         body: dict[str, Any] = {
             "model": model,
-            "messages": [_message(m) for m in request.messages],
+            "messages": to_openai_messages(request.messages),
             "max_tokens": request.max_tokens,
         }
         if request.tools:
@@ -137,6 +137,32 @@ class OpenAIProvider:
         call_id = raw.get("id")
         return tool_call(call_id if isinstance(call_id, str) else "", name,
                          function.get("arguments"))
+
+
+def to_openai_messages(messages: list[Message]) -> list[dict[str, Any]]:
+    """The `messages` array. Tool messages carry text only, so the images of a turn's tool
+    results follow its last tool message as one user message of `image_url` data-URL parts."""
+    out: list[dict[str, Any]] = []
+    images: list[tuple[str, ImagePart]] = []
+    for message in messages:
+        if message.role != "tool" and images:
+            out.append(_images_message(images))
+            images = []
+        out.append(_message(message))
+        if message.role == "tool":
+            images.extend((message.tool_call_id or "", image) for image in message.images)
+    if images:
+        out.append(_images_message(images))
+    return out
+
+
+def _images_message(images: list[tuple[str, ImagePart]]) -> dict[str, Any]:
+    parts: list[dict[str, Any]] = []
+    for call_id, image in images:
+        parts.append({"type": "text", "text": f"Image returned by tool call {call_id}:"})
+        parts.append({"type": "image_url",
+                      "image_url": {"url": f"data:{image.mime_type};base64,{image.data}"}})
+    return {"role": "user", "content": parts}
 
 
 def _message(message: Message) -> dict[str, Any]:

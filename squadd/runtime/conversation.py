@@ -4,7 +4,9 @@ answered by a result right after the message that made it.
 Some providers send no call ids (or the same ones every turn); a session then names its calls
 `call_t{turn}_{index}`, so results and spill files never mix. A conversation read back from a
 transcript after a crash may hold a call without a result: it gets a stand-in result before
-anything else is said, since the real APIs reject an unanswered call.
+anything else is said, since the real APIs reject an unanswered call. Results are durable one
+by one, so of a turn's unanswered calls only the first can have run ("interrupted, effect
+unknown"); the others never started.
 """
 
 from __future__ import annotations
@@ -19,6 +21,10 @@ CALL_ID_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
 INTERRUPTED_TOOL_TEXT = (
     "interrupted: squadd stopped before this tool call finished; its effect is unknown. "
     "Check before repeating it."
+)
+NOT_STARTED_TOOL_TEXT = (
+    "not run: squadd stopped before this tool call started (an earlier call of the same turn "
+    "was interrupted). Call it again if it is still needed."
 )
 
 
@@ -43,9 +49,9 @@ def name_calls(calls: Sequence[ToolCall], turn: int, used: set[str]) -> list[Too
     return named
 
 
-def stand_in(call: ToolCall) -> ToolMessage:
-    return ToolMessage(tool_call_id=call.id, name=call.name, content=INTERRUPTED_TOOL_TEXT,
-                       is_error=True)
+def stand_in(call: ToolCall, *, started: bool = True) -> ToolMessage:
+    return ToolMessage(tool_call_id=call.id, name=call.name, is_error=True,
+                       content=INTERRUPTED_TOOL_TEXT if started else NOT_STARTED_TOOL_TEXT)
 
 
 def paired(messages: Sequence[Message]) -> tuple[list[Message], list[ToolMessage]]:
@@ -91,10 +97,15 @@ def paired(messages: Sequence[Message]) -> tuple[list[Message], list[ToolMessage
             continue
         assistant, calls, answers = blocks[item]
         fixed.append(assistant)
+        # A turn with a message id made its results durable one by one, each before the next
+        # call started: of its unanswered calls only the first can have run. An older turn
+        # promised nothing, so each of its unanswered calls may have.
+        interrupted = False
         for call in calls:
             answer = answers.get(call.id)
             if answer is None:
-                answer = stand_in(call)
+                answer = stand_in(call, started=not (interrupted and assistant.id is not None))
+                interrupted = True
                 made.append(answer)
             fixed.append(answer)
     return fixed, made

@@ -120,6 +120,7 @@ class SquadRuntime:
         project's variables and secrets and the approval broker; and the custom tools
         discovered at each session start (`.squad/tools/`, the user's, `tools.extra_dirs`)."""
         from squadd.providers.factory import make_provider
+        from squadd.tools.custom.agent_tools import bind_agent_tools
         from squadd.tools.custom.approvals import ApprovalBroker
         from squadd.tools.custom.discovery import ToolDiscoverer, discover_tools
         from squadd.tools.custom.variables import SquadVariables
@@ -134,8 +135,12 @@ class SquadRuntime:
 
         def custom_tools() -> ToolSet:
             builtins = runtime.tools.names if runtime is not None else ()
-            return discover_tools(layout, settings, bus, builtin_names=builtins,
-                                  discoverer=discoverer).toolset()
+            found = discover_tools(layout, settings, bus, builtin_names=builtins,
+                                   discoverer=discoverer).toolset()
+            if runtime is None:
+                return found
+            # Agent tools route through this runtime, as squad_route does.
+            return ToolSet(bind_agent_tools(found, runtime), found.unavailable)
 
         runtime = cls(layout, settings, provider, bus=bus, invoker=invoker,
                       extra_tools=custom_tools, owns_provider=True)

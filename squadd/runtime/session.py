@@ -1,13 +1,15 @@
 """AgentSession: one agent's conversation and the agent loop that drives it.
 
 Ask the provider; run the tool calls it returns one after another, in order, through the one
-invoker; append every message to the transcript and fsync it before the next provider call.
-Ends on final text, `max_turns`, the route timeout, or cancellation. Between tasks a session
-keeps no message list in memory: continuing it re-reads its transcript.
+invoker; append every message to the transcript and fsync it before the next step: the calls
+before the first runs, each result before the next call starts. Ends on final text,
+`max_turns`, the route timeout, or cancellation. Between tasks a session keeps no message list
+in memory: continuing it re-reads its transcript.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import secrets
 import time
@@ -42,10 +44,15 @@ from squadd.state.owner import current_owner
 from squadd.state.transcripts import SpareFiles, Transcript, TranscriptWriter, read_transcript
 from squadd.tools.base import CancelSignal, ToolSet
 from squadd.tools.invoke import CallOrigin, ToolInvoker
+from squadd.tools.rich import bounded_details
 
 log = structlog.get_logger("squadd.session")
 
 Outcome = Literal["completed", "error", "interrupted", "cancelled"]
+
+
+def new_message_id() -> str:
+    return "msg-" + secrets.token_hex(6)
 
 
 def new_session_id() -> str:
@@ -363,15 +370,21 @@ class AgentSession:
             )
             turn = sum(1 for m in messages if isinstance(m, AssistantMessage)) + 1
             calls = name_calls(completion.tool_calls, turn, used_call_ids(messages))
-            assistant = AssistantMessage(content=completion.text, tool_calls=calls)
+            assistant = AssistantMessage(content=completion.text, tool_calls=calls,
+                                         id=new_message_id())
             messages.append(assistant)
             self._record(assistant, input_tokens=completion.usage.input_tokens,
                          output_tokens=completion.usage.output_tokens)
             if not calls:
                 return self._outcome("completed", answer=completion.text)
             await self._flush()  # the calls are on disk before any of them has an effect
+            in_turn = dataclasses.replace(origin, message_id=assistant.id or "")
             for call in calls:
-                messages.append(await self._call(call, origin))
+                messages.append(await self._call(call, in_turn))
+                # Its result is on disk before the next call starts: a crash from here on
+                # never makes a finished call look interrupted (one fsync per call; the last
+                # one also serves the next provider request).
+                await self._flush()
         return self._outcome(
             "error",
             error=f"stopped after {max_turns} turns without a final answer "
@@ -380,9 +393,12 @@ class AgentSession:
 
     async def _call(self, call: ToolCall, origin: CallOrigin) -> Message:
         result = await self.invoker.invoke(self.tools, call, origin)
-        message = ToolMessage(tool_call_id=call.id, name=call.name,
-                          content=result.text, is_error=not result.ok)
-        self._record(message, result_type=result.result_type)
+        message = ToolMessage(tool_call_id=call.id, name=call.name, content=result.text,
+                              is_error=not result.ok, images=list(result.images))
+        extra: dict[str, Any] = {"result_type": result.result_type}
+        if result.details:  # for people and tools reading the transcript, not for the model
+            extra["details"] = bounded_details(result.details)
+        self._record(message, **extra)
         return message
 
     def _outcome(self, status: Outcome, *, answer: str = "",

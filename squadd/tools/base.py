@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Generic, Literal, TypeVar
 import anyio
 from pydantic import BaseModel, ConfigDict, Field
 
-from squadd.contracts.messages import ToolSpec
+from squadd.contracts.messages import ImagePart, ToolSpec
 
 ToolSource = Literal["builtin", "project", "user", "extra", "cycod-project", "cycod-user",
                      "cycod-global"]
@@ -47,6 +47,9 @@ class ToolResult(BaseModel):
     result_type: Literal["success", "failure"]
     text: str
     details: dict[str, Any] = Field(default_factory=dict)
+    """For events and the transcript, never sent to the model."""
+    images: tuple[ImagePart, ...] = ()
+    """Images for the model, sent to providers that take them (others get a short note)."""
 
     @classmethod
     def success(cls, text: str, **details: Any) -> ToolResult:
@@ -70,6 +73,9 @@ class VariableSpec(BaseModel):
     type: Literal["text", "secret"] = "text"
     required: bool = True
     description: str = ""
+    scoped: bool = False
+    """Visible only to the tools that declare it: squadd hides it from every other tool's
+    environment, even when it is set in the environment squadd runs in."""
 
 
 class CancelSignal:
@@ -146,6 +152,11 @@ class ToolContext:
     """Agents of the sessions above this call, outermost first (for cycle checks)."""
     workspace_dir: Path | None = None
     """The session's working copy, where the workspace tools work (None = the repository)."""
+    message_id: str = ""
+    """The id of the assistant message that made this call ("" for calls from outside)."""
+    hidden_variables: frozenset[str] = frozenset()
+    """Scoped variables of other tools: a tool that starts a process leaves them out of its
+    environment."""
     _progress: ProgressFn | None = field(default=None, init=False, repr=False)
     """Set by the pipeline: where `progress` reports go."""
     _confirm: ConfirmFn = field(default_factory=lambda: _no_one_to_ask, init=False, repr=False)

@@ -1,8 +1,9 @@
 """The one invocation pipeline every tool call goes through, whoever makes it.
 
-lookup -> validate args -> variables -> approval -> run (timeout, cancel) -> redact secrets ->
-truncate + spill -> events -> ToolResult. Nothing raises out of `ToolInvoker.invoke` but
-cancellation: every failure becomes a ``result_type="failure"`` result the model can read.
+lookup -> validate args -> variables (a missing one may be asked for) -> approval -> run
+(timeout, cancel) -> redact secrets -> truncate + spill -> events -> ToolResult. Nothing raises
+out of `ToolInvoker.invoke` but cancellation: every failure becomes a ``result_type="failure"``
+result the model can read.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import anyio
 import structlog
@@ -34,6 +35,7 @@ from squadd.tools.base import (
     VariableSpec,
 )
 from squadd.tools.policy import approval_policy
+from squadd.tools.rich import RichResultError, bounded_details, is_rich, rich_result
 from squadd.tools.truncate import cut, spill, truncation_note
 
 log = structlog.get_logger("squadd.tools")
@@ -41,10 +43,17 @@ log = structlog.get_logger("squadd.tools")
 NOTE_ALLOWANCE_BYTES = 1024
 NOTE_ALLOWANCE_LINES = 8
 """Room left for the truncation note in a result whose tool already spilled its output."""
+MAX_SCOPED_NAMES = 4096
+"""Scoped variable names an invoker remembers (names, never values)."""
 
 
 class VariablesMissing(Exception):
     """Raised by a resolver when a required variable has no value (message says where to set it)."""
+
+    def __init__(self, message: str, missing: tuple[VariableSpec, ...] = ()):
+        super().__init__(message)
+        self.missing = missing
+        """The declarations without a value (empty when the resolver does not say)."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +106,15 @@ class Unattended:
         return _answer_no
 
 
+@runtime_checkable
+class VariableGate(Protocol):
+    """An approval gate that can also wait for a missing variable to be set."""
+
+    async def request_variables(self, tool: Tool[Any], missing: tuple[VariableSpec, ...],
+                                ctx: ToolContext) -> str | None:
+        """None once every one of `missing` was set; else why the wait ended without it."""
+
+
 class EnvironmentVariables:
     """Resolve declared variables from the process environment only."""
 
@@ -109,7 +127,7 @@ class EnvironmentVariables:
                 if spec.required:
                     raise VariablesMissing(
                         f"required variable {spec.name} is not set: export {spec.name}=... "
-                        "in the environment squadd runs in"
+                        "in the environment squadd runs in", (spec,)
                     )
                 continue
             values[spec.name] = value
@@ -129,6 +147,8 @@ class CallOrigin:
     cancel: CancelSignal = field(default_factory=CancelSignal)
     workspace_dir: Path | None = None
     """The session's working copy (None = the repository itself)."""
+    message_id: str = ""
+    """The assistant message whose tool calls these are ("" for calls from outside)."""
 
 
 def redact(text: str, secrets: Mapping[str, str]) -> str:
@@ -174,6 +194,9 @@ def _to_result(output: ToolOutput) -> ToolResult:
         return output
     if isinstance(output, str):
         return ToolResult.success(output)
+    if is_rich(output):
+        assert isinstance(output, dict)
+        return rich_result(output)
     if isinstance(output, dict):
         return ToolResult.success(json.dumps(output, indent=2, default=str), data=output)
     return ToolResult.success(str(output))
@@ -198,6 +221,7 @@ class ToolInvoker:
         self.approvals: ApprovalGate = approvals if approvals is not None else Unattended(settings)
         self.running: dict[str, str] = {}
         """Call id -> tool name of the calls running now (read by the daemon's loop watch)."""
+        self._scoped: set[str] = set()
 
     async def invoke(self, tools: ToolSet, call: ToolCall, origin: CallOrigin) -> ToolResult:
         """Run `call` against `tools`; always returns a result, never raises (but cancellation)."""
@@ -239,7 +263,7 @@ class ToolInvoker:
                         else f"unknown tool {call.name!r}: the tools available are {available}"
                 )
             else:
-                result, secrets = await self._run(tool, call, origin, announce)
+                result, secrets = await self._run(tools, tool, call, origin, announce)
         except Exception as exc:  # the pipeline's promise: a tool never raises into the loop
             log.exception("tool pipeline failed", tool=call.name, call_id=call.id)
             result = ToolResult.failure(f"{call.name} failed: {type(exc).__name__}: {exc}")
@@ -250,31 +274,30 @@ class ToolInvoker:
             session_id=origin.session_id, agent=origin.agent, tool=call.name, call_id=call.id,
             result_type=result.result_type, summary=result.text[:200],
             duration_s=round(time.monotonic() - started, 6),
+            details=bounded_details(result.details),
         ))
         return result
 
-    async def _run(self, tool: Tool[Any], call: ToolCall, origin: CallOrigin,
+    async def _run(self, tools: ToolSet, tool: Tool[Any], call: ToolCall, origin: CallOrigin,
                    announce: Callable[[Mapping[str, str]], None],
                    ) -> tuple[ToolResult, dict[str, str]]:
         try:
             args: BaseModel = tool.args_model.model_validate(call.arguments)
         except ValidationError as exc:
             return ToolResult.failure(describe_validation_error(tool, exc)), {}
-        try:
-            # Resolving may stat, read and parse the secrets file: off the loop when there is any.
-            resolved = (await anyio.to_thread.run_sync(self.variables.resolve, tool.variables)
-                        if tool.variables else ResolvedVariables())
-        except VariablesMissing as exc:
-            return ToolResult.failure(f"{tool.name} cannot run: {exc}"), {}
-        announce(resolved.secrets)
         # The call's own signal: a timeout stops this call without cancelling the session.
         cancel = origin.cancel.child()
         ctx = ToolContext(
             session_id=origin.session_id, call_id=call.id, agent=origin.agent,
             repo_dir=self.layout.repo, squad_dir=self.layout.root, cancel=cancel,
-            variables=resolved.values, depth=origin.depth, lineage=origin.lineage,
-            workspace_dir=origin.workspace_dir,
+            depth=origin.depth, lineage=origin.lineage, workspace_dir=origin.workspace_dir,
+            message_id=origin.message_id, hidden_variables=self._hidden_variables(tools, tool),
         )
+        resolved = await self._resolve(tool, ctx)
+        if isinstance(resolved, ToolResult):
+            return resolved, {}
+        announce(resolved.secrets)
+        ctx.variables = resolved.values
         ctx._progress = self._progress_fn(tool, call, origin, resolved.secrets)
         ctx._confirm = self.approvals.confirm_fn(tool, ctx)
         denial = await self.approvals.check(tool, call.arguments, ctx, resolved.secrets)
@@ -306,7 +329,44 @@ class ToolInvoker:
             return ToolResult.failure(
                 f"{tool.name} timed out after {timeout:g}s and was stopped"
             ), resolved.secrets
-        return _to_result(output), resolved.secrets
+        try:
+            return _to_result(output), resolved.secrets
+        except RichResultError as exc:
+            return ToolResult.failure(
+                f"{tool.name} returned a result squadd cannot use: {exc}"), resolved.secrets
+
+    def _hidden_variables(self, tools: ToolSet, tool: Tool[Any]) -> frozenset[str]:
+        """Scoped variables of other tools (of this set, or any this invoker has seen, so a
+        narrowed set still hides them), never `tool`'s own."""
+        if len(self._scoped) < MAX_SCOPED_NAMES:
+            self._scoped.update(spec.name for other in tools for spec in other.variables
+                                if spec.scoped)
+        own = {spec.name for spec in tool.variables}
+        return frozenset(self._scoped - own)
+
+    async def _resolve(self, tool: Tool[Any], ctx: ToolContext) -> ResolvedVariables | ToolResult:
+        """The values of `tool`'s variables. A required one without a value is asked for
+        (`variable.requested`) when the gate can wait for it; else the call fails at once."""
+        try:
+            return await self._read_variables(tool)
+        except VariablesMissing as exc:
+            gate = self.approvals
+            if not exc.missing or not isinstance(gate, VariableGate):
+                return ToolResult.failure(f"{tool.name} cannot run: {exc}")
+            why_not = await gate.request_variables(tool, exc.missing, ctx)
+            if why_not is not None:
+                return ToolResult.failure(f"{tool.name} cannot run: {why_not}. {exc}",
+                                          missing_variables=[s.name for s in exc.missing])
+        try:  # the values were set: read them where they were stored
+            return await self._read_variables(tool)
+        except VariablesMissing as exc:
+            return ToolResult.failure(f"{tool.name} cannot run: {exc}")
+
+    async def _read_variables(self, tool: Tool[Any]) -> ResolvedVariables:
+        # Resolving may stat, read and parse the secrets file: off the loop when there is any.
+        if not tool.variables:
+            return ResolvedVariables()
+        return await anyio.to_thread.run_sync(self.variables.resolve, tool.variables)
 
     def _progress_fn(self, tool: Tool[Any], call: ToolCall, origin: CallOrigin,
                      secrets: Mapping[str, str]) -> Any:
@@ -331,7 +391,8 @@ class ToolInvoker:
             # printed 100 MB): its text is already the cut view plus the note; only cap it.
             piece = cut(text, max_lines=limits.max_output_lines + NOTE_ALLOWANCE_LINES,
                         max_bytes=max_bytes + NOTE_ALLOWANCE_BYTES)
-            return ToolResult(result_type=result.result_type, text=piece.text, details=details)
+            return ToolResult(result_type=result.result_type, text=piece.text, details=details,
+                              images=result.images)
         piece = cut(text, max_lines=limits.max_output_lines, max_bytes=max_bytes)
         view, path = text, None
         if piece.truncated:
@@ -346,7 +407,8 @@ class ToolInvoker:
                         f"{piece.total_lines} lines; the full output could not be saved]")
         if path is not None:
             details = {**details, "full_output": str(path)}
-        return ToolResult(result_type=result.result_type, text=view, details=details)
+        return ToolResult(result_type=result.result_type, text=view, details=details,
+                          images=result.images)
 
 
 def _preview_arguments(arguments: Mapping[str, Any]) -> dict[str, Any]:

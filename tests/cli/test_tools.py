@@ -176,3 +176,18 @@ def test_call_runs_a_workspace_tool_through_the_pipeline(squad: SquadLayout) -> 
     assert result.stdout.strip() == "2\ttwo"
     refused = _cli("call", "read", "--arg", "path=../../etc/passwd", squad=squad)
     assert refused.exit_code != 0 and "leads out of the workspace" in refused.output
+
+
+def test_list_shows_agent_and_prompt_tools_by_kind(squad: SquadLayout) -> None:
+    _write(squad, "ask-lead.yaml", "type: agent\ndescription: Ask the lead\nagent: lead\n"
+                                   "prompt: Decide this\n")
+    _write(squad, "notes.yaml", "type: prompt\ndescription: A note\nprompt: Write it down\n")
+    listed = _cli("list", "--json", squad=squad)
+    assert listed.exit_code == 0, listed.output
+    kinds = {r["name"]: r["kind"] for r in json.loads(listed.stdout)["tools"]}
+    assert (kinds["ask-lead"], kinds["notes"]) == ("agent", "prompt")
+    table = _cli("list", squad=squad)
+    assert any(line.split()[:3] == ["ask-lead", "project", "agent"]
+               for line in table.output.splitlines())
+    called = _cli("call", "notes", squad=squad)
+    assert called.exit_code == 0 and called.output == "Write it down\n"

@@ -781,7 +781,8 @@ def test_bad_tool_files_are_load_failures_and_the_rest_load(world: World,
     assert served.status_code == 200
     assert {"echo", "hello"} <= {tool["name"] for tool in served.json()["tools"]}
     echoed = http.post("/v1/tools/echo", json={"arguments": {"text": "still works"}})
-    assert echoed.json() == {"result_type": "success", "text": "still works", "details": {}}
+    assert echoed.json() == {"result_type": "success", "text": "still works", "details": {},
+                             "images": []}
     world.assert_intact()
 
 

@@ -12,7 +12,12 @@ from squadd.config import Settings
 from squadd.contracts.messages import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
 from squadd.contracts.routes import RouteRequest
 from squadd.providers.factory import make_provider
-from squadd.runtime.conversation import INTERRUPTED_TOOL_TEXT, name_calls, paired
+from squadd.runtime.conversation import (
+    INTERRUPTED_TOOL_TEXT,
+    NOT_STARTED_TOOL_TEXT,
+    name_calls,
+    paired,
+)
 from squadd.runtime.runtime import SquadRuntime
 from squadd.state.layout import SquadLayout
 from squadd.state.transcripts import read_transcript
@@ -142,3 +147,26 @@ def test_names_are_unique_even_against_names_taken_by_providers() -> None:
     named = name_calls(calls, 2, used)
     assert [c.id for c in named] == ["call_t2_0_1", "x", "call_t2_2"]
     assert used == {"call_t2_0", "call_t2_0_1", "x", "call_t2_2"}
+
+
+def _turn(*ids: str, message_id: str | None = "msg-1") -> AssistantMessage:
+    return AssistantMessage(id=message_id, tool_calls=[ToolCall(id=i, name="step") for i in ids])
+
+
+def _result(call_id: str, text: str) -> ToolMessage:
+    return ToolMessage(tool_call_id=call_id, name="step", content=text)
+
+
+def test_of_a_turns_unanswered_calls_only_the_first_may_have_run() -> None:
+    messages = [UserMessage(content="go"), _turn("a", "b", "c"), _result("a", "A")]
+    fixed, stand_ins = paired(messages)
+    assert [(m.tool_call_id, m.content) for m in fixed[2:]
+            if isinstance(m, ToolMessage)] == [
+        ("a", "A"), ("b", INTERRUPTED_TOOL_TEXT), ("c", NOT_STARTED_TOOL_TEXT)]
+    assert [m.tool_call_id for m in stand_ins] == ["b", "c"]
+    assert all(m.is_error for m in stand_ins)
+
+
+def test_a_turn_without_an_id_reads_every_unanswered_call_as_interrupted() -> None:
+    fixed, _ = paired([_turn("a", "b", message_id=None)])
+    assert [m.content for m in fixed[1:]] == [INTERRUPTED_TOOL_TEXT, INTERRUPTED_TOOL_TEXT]

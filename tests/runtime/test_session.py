@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
+from squadd import tool
 from squadd.config import SessionSettings, Settings
 from squadd.contracts.events import AgentCompleted, AgentError, BaseEvent
 from squadd.contracts.messages import Completion
 from squadd.errors import NotFoundError, ProviderError
 from squadd.providers.base import CompletionRequest
 from squadd.providers.replay import ReplayProvider, parse_script
-from squadd.runtime.conversation import INTERRUPTED_TOOL_TEXT
+from squadd.runtime.conversation import INTERRUPTED_TOOL_TEXT, NOT_STARTED_TOOL_TEXT
 from squadd.runtime.session import (
     AgentSession,
     SessionInfo,
@@ -24,7 +26,7 @@ from squadd.runtime.session import (
 from squadd.state.charters import parse_charter, read_charter
 from squadd.state.layout import SquadLayout
 from squadd.state.transcripts import TranscriptWriter, read_transcript
-from squadd.tools.base import ToolSet
+from squadd.tools.base import ToolContext, ToolSet
 from squadd.tools.invoke import ToolInvoker
 from squadd.tools.squad import file_tools
 from tests.tools.conftest import make_squad
@@ -185,6 +187,30 @@ async def test_resume_answers_dangling_tool_calls(squad: SquadLayout) -> None:
     assert tool[0].content == INTERRUPTED_TOOL_TEXT and tool[0].is_error
 
 
+@pytest.mark.parametrize(("message_id", "second"), [
+    ("msg-1", NOT_STARTED_TOOL_TEXT),  # results were durable per call: call 2 never started
+    (None, INTERRUPTED_TOOL_TEXT),     # an older transcript promised nothing about call 2
+])
+async def test_resume_says_not_started_only_where_the_transcript_proves_it(
+        squad: SquadLayout, message_id: str | None, second: str) -> None:
+    spy = _replay({"default": [{"tool_calls": [DECIDE, DECIDE]}, {"text": "finished"}]})
+    writer = TranscriptWriter(squad.transcript("s-1"))
+    writer.add("meta", session_id="s-1", agent="fenster")
+    assistant: dict[str, Any] = {"role": "assistant", "tool_calls": [
+        {"id": "c1", "name": "squad_decide", "arguments": {}},
+        {"id": "c2", "name": "squad_decide", "arguments": {}}]}
+    if message_id is not None:
+        assistant["id"] = message_id
+    for message in ({"role": "system", "content": "You are fenster"},
+                    {"role": "user", "content": "go"}, assistant):
+        writer.add("message", message=message)
+    writer.flush()
+    resumed, _ = _session(squad, spy)
+    assert (await resumed.continue_with(None)).status == "completed"
+    tool = [m.content for m in spy.requests[-1].messages if m.role == "tool"]
+    assert tool == [INTERRUPTED_TOOL_TEXT, second]
+
+
 async def test_timeout_ends_in_error_and_says_so(squad: SquadLayout) -> None:
     class Slow:
         name = "slow"
@@ -223,3 +249,53 @@ def test_charter_tools_narrow_available_tools(squad: SquadLayout) -> None:
     charter = parse_charter("a", "## Tools\n- squad_decide\n- squad_skill\n")
     narrowed = session_toolset(tools, ["squad_decide", "squad_memory"], charter)
     assert narrowed.names == ["squad_decide"]
+
+
+async def test_each_call_knows_its_assistant_message_and_details_stay_out_of_the_model(
+        squad: SquadLayout) -> None:
+    seen: list[str] = []
+    contexts: list[tuple[str, str, Path, str, bool]] = []
+    png = base64.b64encode(b"\x89PNG\r\n\x1a\n").decode()
+
+    @tool
+    def look(ctx: ToolContext) -> dict[str, Any]:
+        """Look at the screen."""
+        seen.append(ctx.message_id)
+        contexts.append((ctx.session_id, ctx.agent, ctx.repo_dir, ctx.call_id,
+                         ctx.cancel.cancelled))
+        return {"content": [{"type": "text", "text": "a window"},
+                            {"type": "image", "data": png, "mimeType": "image/png"}],
+                "details": {"secret_sauce": "for people only"}}
+
+    spy = _replay({"default": [{"tool_calls": [{"name": "look"}, {"name": "look"}]},
+                               {"tool_calls": [{"name": "look"}]}, {"text": "seen"}]})
+    settings = Settings()
+    events = Events()
+    session = AgentSession(
+        SessionInfo(session_id="s-1", agent="fenster", model="m", task="t"),
+        layout=squad, settings=settings, provider=spy,
+        invoker=ToolInvoker(squad, settings, events),
+        tools=ToolSet([look.bound("look", source="project", file=None)]), sink=events)
+    assert (await session.start("look twice", None)).status == "completed"
+
+    transcript = read_transcript(squad.transcript("s-1"))
+    assistants = [m for m in transcript.messages if m["role"] == "assistant"]
+    ids = [m["id"] for m in assistants]
+    assert len(set(ids)) == 3 and all(i.startswith("msg-") for i in ids)
+    assert seen == [ids[0], ids[0], ids[1]]
+    assert contexts == [("s-1", "fenster", squad.repo, call_id, False)
+                        for call_id in ("call_0_0", "call_0_1", "call_1_0")]
+    records = [r for r in transcript.records
+               if r.get("kind") == "message" and r["message"]["role"] == "tool"]
+    assert all(r["details"] == {"secret_sauce": "for people only"} for r in records)
+    assert all(r["message"]["images"][0]["mime_type"] == "image/png" for r in records)
+    sent = spy.requests[-1].messages
+    tool_messages = [m for m in sent if m.role == "tool"]
+    assert [m.content for m in tool_messages] == ["a window"] * 3
+    assert all(len(m.images) == 1 for m in tool_messages)
+    assert not any("secret_sauce" in m.content for m in sent)
+
+
+def test_tool_output_is_cut_at_50000_bytes_and_2000_lines_by_default() -> None:
+    limits = Settings().tools
+    assert (limits.max_output_bytes, limits.max_output_lines) == (50_000, 2000)

@@ -2,7 +2,9 @@
 
 The policy comes from `tools.approvals` (tool-name globs) over each tool's default. An `ask`
 publishes `approval.requested` and waits for `resolve(id, ...)` (`squadd approve|deny ID`) or
-the approval timeout, which counts as a denial. `ctx.confirm(question)` goes the same way.
+the approval timeout, which counts as a denial. `ctx.confirm(question)` goes the same way, and
+so does a call whose required variable has no value: `variable.requested`, answered by
+`provided(NAME)` once `squadd var set NAME` stored it, or failed at `tools.variable_timeout_s`.
 """
 
 from __future__ import annotations
@@ -16,8 +18,14 @@ from typing import Any
 import anyio
 
 from squadd.config import Settings
-from squadd.contracts.events import ApprovalRequested, ApprovalResolved, EventSink
-from squadd.tools.base import Approval, ConfirmFn, Tool, ToolContext, ToolResult
+from squadd.contracts.events import (
+    ApprovalRequested,
+    ApprovalResolved,
+    EventSink,
+    VariableRequested,
+    VariableResolved,
+)
+from squadd.tools.base import Approval, ConfirmFn, Tool, ToolContext, ToolResult, VariableSpec
 from squadd.tools.invoke import redact, redact_any
 from squadd.tools.policy import PolicyDecision, approval_policy
 
@@ -44,6 +52,8 @@ class PendingApproval:
     agent: str
     timeout_s: float
     created: float = field(default_factory=time.time)
+    variable: str = ""
+    """For a variable request: the variable's name."""
     _answered: anyio.Event = field(default_factory=anyio.Event)
     _decision: Decision | None = None
 
@@ -79,7 +89,9 @@ class ApprovalBroker:
         self.timeout_s = settings.tools.approval_timeout_s
         self.sink = sink
         self.max_pending = max_pending
+        self.variable_timeout_s = settings.tools.variable_timeout_s
         self._pending: dict[str, PendingApproval] = {}
+        self._variables: dict[str, PendingApproval] = {}
 
     def policy(self, tool: Tool[Any]) -> PolicyDecision:
         return approval_policy(tool, self.rules)
@@ -138,7 +150,69 @@ class ApprovalBroker:
             self._publish_resolved(pending, decision)
         return decision
 
-    async def _wait(self, pending: PendingApproval, ctx: ToolContext) -> Decision:
+    async def request_variables(self, tool: Tool[Any], missing: tuple[VariableSpec, ...],
+                                ctx: ToolContext) -> str | None:
+        """Publish `variable.requested` for each of `missing` and wait until all were set
+        (`provided`), the variable timeout passes, or the call is cancelled. None when all were
+        set; else why not."""
+        if len(self._pending) + len(self._variables) + len(missing) > self.max_pending:
+            return (f"{self.max_pending} requests are already waiting; set the variables "
+                    "first ('squadd var set NAME')")
+        waiting: list[PendingApproval] = []
+        try:
+            for spec in missing:
+                pending = PendingApproval(
+                    approval_id=self._new_id(), tool=tool.name, arguments={},
+                    question=f"Set {spec.name}", session_id=ctx.session_id, agent=ctx.agent,
+                    timeout_s=self.variable_timeout_s, variable=spec.name)
+                self._variables[pending.approval_id] = pending
+                waiting.append(pending)
+                self.sink.publish(VariableRequested(
+                    session_id=ctx.session_id, agent=ctx.agent,
+                    request_id=pending.approval_id, tool=tool.name, name=spec.name,
+                    variable_type=spec.type, description=spec.description[:500],
+                    timeout_s=self.variable_timeout_s))
+            deadline = anyio.current_time() + self.variable_timeout_s
+            for pending in waiting:
+                left = max(0.0, deadline - anyio.current_time())
+                decision = await self._wait(pending, ctx, left)
+                if not decision.approved:
+                    if decision.cancelled:
+                        return "the call was cancelled while waiting for its variables"
+                    return (f"no value for {pending.variable} within "
+                            f"{self.variable_timeout_s:g} s (tools.variable_timeout_s); "
+                            f"'squadd var set {pending.variable}' gives it one")
+            return None
+        finally:
+            for pending in waiting:
+                self._variables.pop(pending.approval_id, None)
+                if not pending._answered.is_set():
+                    pending._answered.set()
+                    self._publish_variable(pending, False, "the wait ended without a value")
+
+    def provided(self, name: str) -> int:
+        """`name` was just stored: wake every call waiting for it; how many were waiting."""
+        woken = 0
+        for pending in list(self._variables.values()):
+            if pending.variable == name and not pending._answered.is_set():
+                pending._decision = Decision(True)
+                pending._answered.set()
+                self._publish_variable(pending, True, "")
+                woken += 1
+        return woken
+
+    def variable_requests(self) -> list[PendingApproval]:
+        """The variable requests waiting now, oldest first."""
+        return sorted(self._variables.values(), key=lambda p: p.created)
+
+    def _publish_variable(self, pending: PendingApproval, provided: bool, reason: str) -> None:
+        self.sink.publish(VariableResolved(
+            session_id=pending.session_id, agent=pending.agent,
+            request_id=pending.approval_id, name=pending.variable, provided=provided,
+            reason=reason))
+
+    async def _wait(self, pending: PendingApproval, ctx: ToolContext,
+                    timeout_s: float | None = None) -> Decision:
         outcome: list[Decision] = []
         async with anyio.create_task_group() as group:
             async def on_cancel() -> None:
@@ -147,7 +221,7 @@ class ApprovalBroker:
                 group.cancel_scope.cancel()
 
             group.start_soon(on_cancel)
-            with anyio.move_on_after(self.timeout_s):
+            with anyio.move_on_after(self.timeout_s if timeout_s is None else timeout_s):
                 await pending._answered.wait()
             group.cancel_scope.cancel()
         if pending._decision is not None:
@@ -182,7 +256,7 @@ class ApprovalBroker:
     def _new_id(self) -> str:
         while True:
             candidate = token.token_hex(4)
-            if candidate not in self._pending:
+            if candidate not in self._pending and candidate not in self._variables:
                 return candidate
 
 

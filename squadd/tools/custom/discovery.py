@@ -31,6 +31,7 @@ from squadd.contracts.events import EventSink, NullSink, ToolsLoadFailed
 from squadd.errors import StateError
 from squadd.state.layout import SquadLayout, read_inside
 from squadd.tools.base import Tool, ToolSet, ToolSource
+from squadd.tools.custom.agent_tools import PromptTool, enabled, load_agent_tool
 from squadd.tools.custom.python_calls import warm_up
 from squadd.tools.custom.python_tools import PythonTool, ToolDefinitionError, check_tool_name
 from squadd.tools.custom.shell_schema import MAX_FILE_BYTES, ShellToolError
@@ -95,6 +96,14 @@ class Discovery:
 
     def get(self, name: str) -> Tool[Any] | None:
         return next((t for t in self.tools if t.name == name), None)
+
+
+def _utf8_or_none(data: bytes) -> str | None:
+    """`data` as text, or None when it is not UTF-8 (the shell tool loader then says so)."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 def user_tools_dir(environ: Mapping[str, str] | None = None) -> Path:
@@ -268,6 +277,11 @@ class ToolDiscoverer:
                     continue
                 skipped.extend(loaded.skipped)
                 for tool in loaded.tools:
+                    if isinstance(tool, PromptTool) and not enabled(tool.spec_file):
+                        skipped.append(Skipped(tool.name, path, folder.source,
+                                               f"optional: {tool.spec_file.optional} is not "
+                                               "true, 1 or yes"))
+                        continue
                     if tool.name in builtins:
                         shadowed.append(Shadowed(tool, None))
                     elif tool.name in winners:
@@ -319,6 +333,9 @@ class ToolDiscoverer:
         try:
             if path.suffix == ".py":
                 loaded.tools = list(load_python_file(path, source, data=data))
+            elif ((text := _utf8_or_none(data)) is not None
+                  and (agent_tool := load_agent_tool(path, source=source, text=text)) is not None):
+                loaded.tools = [agent_tool]
             else:
                 shell = load_shell_tool(path, source=source, settings=settings, data=data)
                 unavailable = shell.definition.unavailable_reason()

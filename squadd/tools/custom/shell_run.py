@@ -58,6 +58,8 @@ class CallPlace:
     repo: Path
     progress: Callable[[str, float | None], None]
     parts: list[OutputSink] = field(default_factory=list)
+    hidden: frozenset[str] = frozenset()
+    """Other tools' scoped variables: left out of the inherited environment."""
 
     async def new_sink(self) -> OutputSink:
         path = self.layout.tool_output_part(self.session_id, self.call_id,
@@ -101,9 +103,9 @@ class PlanReport:
 
 
 def _environment(spec: ShellToolFile, values: Mapping[str, Any],
-                 variables: Mapping[str, str]) -> dict[str, str]:
+                 variables: Mapping[str, str], hidden: frozenset[str]) -> dict[str, str]:
     if spec.environment.inherit:
-        env = dict(os.environ)
+        env = {k: v for k, v in os.environ.items() if k not in hidden}
     else:
         env = {k: os.environ[k] for k in MINIMAL_ENV if k in os.environ}
     for key, value in spec.environment.variables.items():
@@ -142,7 +144,7 @@ class PlanRunner:
                 self.words[step.output.variable] = ""
         self.place = place
         self.prefix = prefix
-        self.env = _environment(self.spec, self.values, place.variables)
+        self.env = _environment(self.spec, self.values, place.variables, place.hidden)
         self.cwd = _working_dir(self.spec, self.values, place.repo)
 
     def _command(self, argv: list[str]) -> Command:

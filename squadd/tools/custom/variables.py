@@ -18,11 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from squadd.config import Settings
+from squadd.fsio import atomic_write, file_lock
 from squadd.state.layout import SquadLayout
 from squadd.tools.base import VariableSpec
 from squadd.tools.invoke import ResolvedVariables, VariablesMissing, redact
 
 _LINE_RE = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=\s?(.*)$")
+VARIABLE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+MAX_VALUE_BYTES = 65_536
 MAX_SECRETS_FILE_BYTES = 1_048_576
 
 
@@ -115,6 +118,47 @@ def _unquote(value: str) -> str:
     return value
 
 
+class VariableValueError(ValueError):
+    """A value `store_variable` refuses; the message never shows the value."""
+
+
+def store_variable(path: Path, name: str, value: str) -> None:
+    """Set `name` in the secrets file at `path` (blocking): created 0600 in a 0700 folder,
+    rewritten atomically under a lock, other lines kept as they are. Refused (never
+    loosened) when the file is not the user's own or not 0600."""
+    if not VARIABLE_NAME_RE.fullmatch(name):
+        raise VariableValueError(f"{name!r} is not a variable name (names match "
+                                 f"{VARIABLE_NAME_RE.pattern})")
+    if any(c in value for c in "\n\r\0"):
+        raise VariableValueError(f"the value of {name} has a line break or NUL: a secrets file "
+                                 "line holds one line")
+    if len(value.encode("utf-8", "surrogatepass")) > MAX_VALUE_BYTES:
+        raise VariableValueError(f"the value of {name} is longer than {MAX_VALUE_BYTES} bytes")
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with file_lock(path.with_name(f".{path.name}.lock")):
+        state = SecretsFile(path).read()
+        if state.problem:
+            raise VariableValueError(f"{name} was not stored: {state.problem}")
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except FileNotFoundError:
+            lines = []
+        quoted = '"' + value + '"'  # the reader takes off one pair of quotes, keeping spaces
+        replaced = False
+        kept: list[str] = []
+        for line in lines:
+            match = _LINE_RE.match(line.strip())
+            if match is not None and match.group(1) == name:
+                if not replaced:
+                    kept.append(f"{name}={quoted}")
+                    replaced = True
+                continue
+            kept.append(line)
+        if not replaced:
+            kept.append(f"{name}={quoted}")
+        atomic_write(path, "\n".join(kept) + "\n", mode=0o600)
+
+
 class ProjectVariables:
     """`[variables]` of the project's own `.squad/config.toml`: text values, never secrets."""
 
@@ -167,6 +211,7 @@ class SquadVariables:
         values: dict[str, str] = {}
         secrets: dict[str, str] = {}
         problems: list[str] = []
+        missing: list[VariableSpec] = []
         project = self.project.read() if any(s.type == "text" for s in specs) else {}
         from_file = self.secrets_file.read() if specs else SecretsFileState({})
         for spec in specs:
@@ -178,12 +223,13 @@ class SquadVariables:
             if value is None:
                 if spec.required:
                     problems.append(self._missing(spec, project, from_file))
+                    missing.append(spec)
                 continue
             values[spec.name] = value
             if spec.type == "secret":
                 secrets[spec.name] = value
         if problems:
-            raise VariablesMissing("; ".join(problems))
+            raise VariablesMissing("; ".join(problems), tuple(missing))
         self.registry.remember(secrets)
         return ResolvedVariables(values, secrets)
 
