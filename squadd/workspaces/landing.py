@@ -190,6 +190,7 @@ async def advance(layout: SquadLayout, git: Git, record: WorkspaceView, *, old_t
     record.state, record.landed_tip, record.conflict_paths = "landed", new_tip, []
     record.message = f"landed on {target} at {new_tip[:12]}"
     await anyio.to_thread.run_sync(records.save, layout, record)
+    records.kill_point("land.after_record")
     await _clear(layout, sid)
     return LandResult(ok=True, session_id=sid, target=target, old_tip=old_tip, new_tip=new_tip,
                       message=f"{record.branch} landed on {target}: {old_tip[:12]}.."

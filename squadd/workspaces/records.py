@@ -1,5 +1,5 @@
 """The workspace records under ``run/workspaces/`` (one JSON file per session, replaced
-atomically), and the kill points crash tests choose through ``SQUADD_WORKSPACE_KILL_AT``.
+atomically), and the kill points crash tests choose through ``SQUADD_KILL_POINT``.
 
 A record is written before each step it names (`creating`, `committing`, `landing`), so after
 a crash the record says which step was under way; start-up reconciliation finishes or undoes it.
@@ -18,7 +18,7 @@ from squadd.contracts.workspaces import WorkspaceView
 from squadd.fsio import atomic_write
 from squadd.state.layout import SquadLayout
 
-KILL_ENV = "SQUADD_WORKSPACE_KILL_AT"
+KILL_ENV = "SQUADD_KILL_POINT"
 """Names a kill point (e.g. `land.after_rebase`): the process SIGKILLs itself on reaching it."""
 
 

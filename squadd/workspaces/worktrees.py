@@ -93,6 +93,7 @@ async def create(layout: SquadLayout, git: Git, base: RepoBase, *, session_id: s
     records.kill_point("create.after_add")
     record.state = "active"
     await anyio.to_thread.run_sync(records.save, layout, record)
+    records.kill_point("create.after_record")
     return record
 
 
