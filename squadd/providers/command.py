@@ -107,7 +107,8 @@ class CommandProvider:
         placed = any(PROMPT_PLACEHOLDER in arg for arg in self.command)
         argv = [arg.replace(PROMPT_PLACEHOLDER, prompt) for arg in self.command]
         stdout, stderr, code, truncated = await self._run(
-            argv, None if placed else prompt, session_env(request))
+            argv, None if placed else prompt, session_env(request),
+            cwd=Path(request.cwd) if request.cwd else self.cwd)
         program = self.command[0]
         if code != 0:
             how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
@@ -125,7 +126,8 @@ class CommandProvider:
         return None
 
     async def _run(self, argv: list[str], stdin_text: str | None,
-                   env: dict[str, str] | None = None) -> tuple[bytes, bytes, int, bool]:
+                   env: dict[str, str] | None = None,
+                   cwd: Path | None = None) -> tuple[bytes, bytes, int, bool]:
         out = bytearray()
         err = bytearray()
         truncated = False
@@ -154,7 +156,7 @@ class CommandProvider:
         try:
             process = await anyio.open_process(
                 argv, stdin=subprocess.PIPE if stdin_text is not None else subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=self.cwd,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd,
                 start_new_session=True, env=env)
         except OSError as exc:
             raise ProviderError(f"{self.name}: cannot start `{argv[0]}`: {exc}",

@@ -48,6 +48,7 @@ from squadd.tools.invoke import ToolInvoker
 from squadd.tools.squad import file_tools
 from squadd.tools.squad.route import SquadRoute
 from squadd.tools.squad.status import SquadStatus
+from squadd.workspaces import LandResult, Workspaces
 
 log = structlog.get_logger("squadd.runtime")
 SPARE_CHECK_S = 0.1
@@ -86,12 +87,14 @@ class SquadRuntime:
         self.router = Router(layout)
         self.orchestration = OrchestrationLog(layout)
         self.extra_tools = extra_tools
+        self.workspaces = Workspaces(layout, settings, self.bus)
+        """Each session's git worktree (with `workspace.isolation = "worktree"`) and landing."""
         self.tools = ToolSet([*file_tools(layout, settings), SquadRoute(self), SquadStatus(self)])
         """The built-in tools every session starts from (extra tools are added per session)."""
         self.runner = RouteRunner(
             layout=layout, settings=settings, provider=provider, bus=self.bus,
             invoker=self.invoker, pool=self.pool, orchestration=self.orchestration,
-            tools=self.tools, extra_tools=extra_tools)
+            tools=self.tools, extra_tools=extra_tools, workspaces=self.workspaces)
         self._charters = CharterCache(layout)
         self._owns_provider = owns_provider
         self._stack: AsyncExitStack | None = None
@@ -138,6 +141,8 @@ class SquadRuntime:
         stack = AsyncExitStack()
         await stack.__aenter__()
         try:
+            for note in await self.workspaces.reconcile():
+                log.warning("workspace reconciled at start", note=note)
             self._tg = await stack.enter_async_context(anyio.create_task_group())
             await self._tg.start(self.orchestration.run)
             self._tg.start_soon(self._reap_idle)
@@ -253,6 +258,10 @@ class SquadRuntime:
         except Refusal as refusal:
             return refusal.result
         return await self._admit_and_run(plan, wait=wait, origin=RouteOrigin())
+
+    async def land(self, session_id: str) -> LandResult:
+        """Land a session's worktree branch on its target, in turn with every other landing."""
+        return await self.workspaces.land(session_id)
 
     async def cancel(self, session_id: str) -> bool:
         """Cancel a queued, running or waiting session; False when it has no task in hand."""

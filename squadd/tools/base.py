@@ -109,8 +109,14 @@ class ToolContext:
     """How deep in a chain of routes the calling session is (0 = called from outside)."""
     lineage: tuple[str, ...] = ()
     """Agents of the sessions above this call, outermost first (for cycle checks)."""
+    workspace_dir: Path = Path()
+    """Where the calling session works: its git worktree, or the repository root (default)."""
     _progress: ProgressFn | None = None
     _confirm: ConfirmFn = _always_yes
+
+    def __post_init__(self) -> None:
+        if self.workspace_dir == Path():
+            self.workspace_dir = self.repo_dir
 
     def progress(self, message: str, fraction: float | None = None) -> None:
         """Report progress; it becomes a `tool.updated` event."""

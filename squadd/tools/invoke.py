@@ -12,6 +12,7 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 import anyio
@@ -94,6 +95,8 @@ class CallOrigin:
     depth: int = 0
     lineage: tuple[str, ...] = ()
     cancel: CancelSignal = field(default_factory=CancelSignal)
+    workspace_dir: Path | None = None
+    """The session's working directory when it is not the repository root (its worktree)."""
 
 
 def redact(text: str, secrets: Mapping[str, str]) -> str:
@@ -224,6 +227,7 @@ class ToolInvoker:
             session_id=origin.session_id, call_id=call.id, agent=origin.agent,
             repo_dir=self.layout.repo, squad_dir=self.layout.root, cancel=cancel,
             variables=resolved.values, depth=origin.depth, lineage=origin.lineage,
+            workspace_dir=origin.workspace_dir or self.layout.repo,
             _progress=self._progress_fn(tool, call, origin, resolved.secrets),
         )
         if self.approvals is not None:
