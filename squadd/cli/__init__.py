@@ -32,6 +32,8 @@ COMMANDS: dict[str, str] = {
     "mcp": "squadd.cli.mcp:mcp",
     "mcp-config": "squadd.cli.mcp:mcp_config",
     "demo": "squadd.cli.demo:demo",
+    "land": "squadd.cli.workspaces:land",
+    "workspaces": "squadd.cli.workspaces:workspaces",
 }
 """Every `squadd` command: name -> "module:attribute". Add new commands here."""
 
