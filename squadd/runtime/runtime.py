@@ -280,19 +280,23 @@ class SquadRuntime:
         views = self.pool.views(include_destroyed=include_destroyed)
         if agent is not None:
             views = [v for v in views if v.agent == agent.lower()]
+        spaces = {space.session_id: space for space in await self.workspaces.listing()}
+        views = [v.model_copy(update={"workspace": spaces[v.session_id]})
+                 if v.session_id in spaces else v for v in views]
         return StatusReport(sessions=views, pool=self.pool.totals())
 
     async def session(self, session_id: str) -> SessionView | None:
         """One session, from the pool, the memory of ended ones, or else its transcript."""
         view = self.pool.view(session_id)
-        if view is not None:
-            return view
-        transcript = await anyio.to_thread.run_sync(load_transcript, self.layout, session_id)
-        if transcript is None:
-            return None
-        view = view_from_transcript(transcript)
-        self.pool.remember(view)
-        return view
+        if view is None:
+            transcript = await anyio.to_thread.run_sync(load_transcript, self.layout,
+                                                        session_id)
+            if transcript is None:
+                return None
+            view = view_from_transcript(transcript)
+            self.pool.remember(view)
+        workspace = await self.workspaces.view(session_id)
+        return view if workspace is None else view.model_copy(update={"workspace": workspace})
 
     def snapshot(self) -> StatusReport:
         """Every session the pool knows (ended ones included) and the totals, synchronously."""

@@ -28,7 +28,7 @@ from squadd.contracts.events import (
     WorkspaceRemoved,
 )
 from squadd.contracts.workspaces import Isolation, LandResult, WorkspaceView
-from squadd.errors import LockTimeoutError, WorkspaceError
+from squadd.errors import LockTimeoutError, SquaddError, WorkspaceError
 from squadd.fsio import try_lock
 from squadd.state.layout import SquadLayout
 from squadd.workspaces import records, worktrees
@@ -210,6 +210,13 @@ class Workspaces:
             return await reconcile(self.layout, self.git)
 
     # Housekeeping.
+    async def view(self, session_id: str) -> WorkspaceView | None:
+        """The session's workspace record, if it has one."""
+        try:
+            return await anyio.to_thread.run_sync(records.load, self.layout, session_id)
+        except SquaddError:  # not a valid session id: it has no workspace
+            return None
+
     async def listing(self) -> list[WorkspaceView]:
         return await anyio.to_thread.run_sync(records.load_all, self.layout)
 
