@@ -130,3 +130,35 @@ async def test_continuing_a_session_reuses_its_worktree_and_land_true_lands_it(
     assert (layout.repo / "b.txt").read_text() == "second\n"
     assert [kind for kind in seen if kind.startswith("workspace.")] == [
         "workspace.created", "workspace.committed", "workspace.committed", "workspace.landed"]
+
+
+async def test_eight_agents_at_once_each_land_their_own_commit_on_a_linear_history(
+        tmp_path: Path) -> None:
+    import anyio
+
+    from tests.runtime.scripted import add_agent
+    layout = _squad(tmp_path)
+    agents = [f"dev{n}" for n in range(8)]
+    for agent in agents:
+        add_agent(layout, agent)
+    provider = script(**{agent: [call("write", FILE=f"{agent}.txt", TEXT=agent),
+                                 call("write", FILE=f"{agent}.txt", TEXT=f"{agent} edited"),
+                                 text("done")] for agent in agents})
+    settings = load_settings(layout.root, overrides={
+        "workspace": {"isolation": "worktree", "land": "auto"},
+        "pool": {"max_concurrent": 8}})
+    results = []
+    async with _runtime(layout, settings, provider) as runtime:
+        async def one(agent: str) -> None:
+            results.append(await runtime.route(RouteRequest(task=f"work of {agent}",
+                                                            targetAgent=agent)))
+        async with anyio.create_task_group() as group:
+            for agent in agents:
+                group.start_soon(one, agent)
+    assert all(r.ok and r.workspace and r.workspace.state == "landed" for r in results), [
+        (r.message, r.workspace) for r in results]
+    subjects = git(layout.repo, "log", "--format=%s", "main").splitlines()
+    assert sorted(subjects[:-1]) == sorted(f"work of {agent}" for agent in agents)
+    assert git(layout.repo, "rev-list", "--merges", "main") == ""
+    for agent in agents:
+        assert (layout.repo / f"{agent}.txt").read_text() == f"{agent} edited\n"
