@@ -25,6 +25,8 @@ from squadd.workspaces import records
 from squadd.workspaces.git import Git, run
 from squadd.workspaces.worktrees import OUTSIDE_SQUAD, describe, unlanded
 
+LIST_ATTEMPTS = 5
+
 
 @dataclass(frozen=True)
 class LandCheck:
@@ -55,7 +57,16 @@ async def _clear(layout: SquadLayout, session_id: str) -> None:
 
 async def checked_out_at(git: Git, repo: Path, branch: str) -> Path | None:
     """The working tree that has `branch` checked out, if any."""
-    listing = await git.out(repo, "worktree", "list", "--porcelain")
+    listed = await git.ran(repo, "worktree", "list", "--porcelain")
+    for _ in range(LIST_ATTEMPTS):
+        if listed.ok:
+            break
+        # A worktree being added at this moment can be read half-made: read the list again.
+        await anyio.sleep(0.05)
+        listed = await git.ran(repo, "worktree", "list", "--porcelain")
+    if not listed.ok:
+        raise listed.error("cannot list the worktrees")
+    listing = listed.output
     current: Path | None = None
     for line in listing.splitlines():
         if line.startswith("worktree "):

@@ -61,6 +61,9 @@ class Workspaces:
         self.sink = sink
         self.git = Git(self.settings.git_timeout_s)
         self._queue = anyio.Lock()
+        self._admin = anyio.Lock()
+        """Held while git adds or removes a worktree: two `git worktree add` at once can read
+        each other's half-made administrative folders."""
         self._agents: dict[str, Isolation] = {
             name: agent.isolation for name, agent in settings.agents.items()
             if agent.isolation is not None}
@@ -100,8 +103,9 @@ class Workspaces:
         if why or isinstance(base, str):
             log.warning("session works in the shared tree", session_id=session_id, why=why)
             return None
-        record = await worktrees.create(self.layout, self.git, base, session_id=session_id,
-                                        agent=agent)
+        async with self._admin:
+            record = await worktrees.create(self.layout, self.git, base,
+                                            session_id=session_id, agent=agent)
         self.sink.publish(WorkspaceCreated(session_id=session_id, agent=agent,
                                            branch=record.branch, path=record.path,
                                            target=record.target))
@@ -226,7 +230,8 @@ class Workspaces:
         record = await anyio.to_thread.run_sync(records.load, self.layout, session_id)
         if record is None:
             return None
-        kept = await worktrees.remove(self.layout, self.git, record)
+        async with self._admin:
+            kept = await worktrees.remove(self.layout, self.git, record)
         self.sink.publish(WorkspaceRemoved(session_id=session_id, agent=record.agent,
                                            branch=record.branch, branch_kept=kept))
         return kept
