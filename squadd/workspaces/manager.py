@@ -40,6 +40,8 @@ log = structlog.get_logger("squadd.workspaces")
 LOCK_POLL_S = 0.05
 LANDING_LOCK_TIMEOUT_S = 3600.0
 """Longest wait for another process's landing (a land check may run the test suite)."""
+RECONCILE_WAIT_S = 10.0
+"""Longest wait at start-up for a landing another process is doing."""
 
 
 def charter_isolation(sections: Mapping[str, str] | None) -> Isolation | None:
@@ -156,10 +158,12 @@ class Workspaces:
 
     # The landing queue.
     @asynccontextmanager
-    async def landing_queue(self) -> AsyncIterator[None]:
+    async def landing_queue(self, timeout_s: float = LANDING_LOCK_TIMEOUT_S
+                            ) -> AsyncIterator[None]:
+        """Wait for the repository's turn to land (`TimeoutError` after `timeout_s`)."""
         async with self._queue:
             fd = None
-            with anyio.fail_after(LANDING_LOCK_TIMEOUT_S):
+            with anyio.fail_after(timeout_s):
                 while fd is None:
                     fd = await anyio.to_thread.run_sync(try_lock, self.layout.landing_lock)
                     if fd is None:
@@ -210,8 +214,13 @@ class Workspaces:
         """Finish or undo what a crash cut short (see `squadd.workspaces.reconcile`)."""
         if not (self.layout.workspaces_dir.is_dir() or self.layout.worktrees_dir.is_dir()):
             return []
-        async with self.landing_queue():
-            return await reconcile(self.layout, self.git)
+        try:
+            async with self.landing_queue(RECONCILE_WAIT_S):
+                return await reconcile(self.layout, self.git)
+        except TimeoutError:
+            # A `squadd land` holds the queue: what it does is its own to finish.
+            return [f"not reconciled: another process was landing for {RECONCILE_WAIT_S:g}s; "
+                    "run the daemon again once it is done"]
 
     # Housekeeping.
     async def view(self, session_id: str) -> WorkspaceView | None:
