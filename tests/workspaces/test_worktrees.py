@@ -111,3 +111,20 @@ def test_isolation_layers_route_over_agent_over_charter_over_settings(
     assert spaces.isolation_for("fenster", {"workspace": "shared"}, None) == "worktree"
     assert spaces.isolation_for("fenster", None, "shared") == "shared"
     assert charter_isolation({"workspace": "Isolation: shared"}) == "shared"
+
+
+async def test_prune_removes_landed_and_stale_worktrees_and_keeps_unlanded_branches(
+        squad_repo: SquadLayout, spaces: Workspaces) -> None:
+    import datetime as dt
+    fresh = await spaces.open("20260101-000000-00000020", "lead")
+    stale = await spaces.open("20260101-000000-00000021", "lead")
+    assert fresh is not None and stale is not None
+    (Path(stale.path) / "kept.txt").write_text("kept\n")
+    await spaces.close(stale, title="unlanded work")
+    assert await spaces.prune() == []  # nothing landed, nothing older than keep_days
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(days=8)
+    done = await spaces.prune(now=later)
+    assert len(done) == 2 and any("branch kept" in line for line in done)
+    assert stale.branch in git(squad_repo.repo, "branch", "--list", "squad/*")
+    assert fresh.branch not in git(squad_repo.repo, "branch", "--list", "squad/*")
+    assert [r.state for r in await spaces.listing()] == ["removed"]
