@@ -51,7 +51,7 @@ def read_intent(layout: SquadLayout, session_id: str) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-async def _clear(layout: SquadLayout, session_id: str) -> None:
+async def clear_landing_intent(layout: SquadLayout, session_id: str) -> None:
     await anyio.to_thread.run_sync(clear_intent_file, layout.workspace_intent(session_id))
 
 
@@ -92,7 +92,7 @@ async def _dirty_paths(git: Git, tree: Path) -> set[str]:
     return paths
 
 
-async def _roll_back(git: Git, record: WorkspaceView, branch_tip: str) -> None:
+async def roll_back(git: Git, record: WorkspaceView, branch_tip: str) -> None:
     """Put the session's branch back at its tip from before the landing (its worktree is
     clean: the landing began from committed work)."""
     tree = Path(record.path)
@@ -104,13 +104,13 @@ async def _roll_back(git: Git, record: WorkspaceView, branch_tip: str) -> None:
 
 async def _stopped(layout: SquadLayout, git: Git, record: WorkspaceView, branch_tip: str,
                    result: LandResult) -> LandResult:
-    await _roll_back(git, record, branch_tip)
+    await roll_back(git, record, branch_tip)
     record.state = "conflict"
     record.conflict_paths = result.conflict_paths
     record.message = result.message
     await describe(git, layout.repo, record)
     await anyio.to_thread.run_sync(records.save, layout, record)
-    await _clear(layout, record.session_id)
+    await clear_landing_intent(layout, record.session_id)
     return result.model_copy(update={"workspace": record})
 
 
@@ -202,7 +202,7 @@ async def advance(layout: SquadLayout, git: Git, record: WorkspaceView, *, old_t
     record.message = f"landed on {target} at {new_tip[:12]}"
     await anyio.to_thread.run_sync(records.save, layout, record)
     records.kill_point("land.after_record")
-    await _clear(layout, sid)
+    await clear_landing_intent(layout, sid)
     return LandResult(ok=True, session_id=sid, target=target, old_tip=old_tip, new_tip=new_tip,
                       message=f"{record.branch} landed on {target}: {old_tip[:12]}.."
                               f"{new_tip[:12]}", workspace=record)

@@ -18,7 +18,7 @@ from squadd.contracts.workspaces import WorkspaceView
 from squadd.state.layout import SquadLayout
 from squadd.workspaces import records
 from squadd.workspaces.git import Git
-from squadd.workspaces.landing import _clear, _roll_back, advance, read_intent
+from squadd.workspaces.landing import clear_landing_intent, roll_back, advance, read_intent
 from squadd.workspaces.worktrees import describe, unlanded
 
 log = structlog.get_logger("squadd.workspaces")
@@ -63,11 +63,11 @@ async def _recover_landing(layout: SquadLayout, git: Git, record: WorkspaceView)
             result = await advance(layout, git, record, old_tip=old_tip, new_tip=new_tip,
                                    branch_tip=branch_tip)
             return f"{sid}: landing resumed: {result.message}"
-    await _roll_back(git, record, branch_tip)
+    await roll_back(git, record, branch_tip)
     record.state, record.message = "committed", "a landing was interrupted and rolled back"
     await describe(git, layout.repo, record)
     await anyio.to_thread.run_sync(records.save, layout, record)
-    await _clear(layout, sid)
+    await clear_landing_intent(layout, sid)
     return f"{sid}: landing rolled back; {record.branch} is at {branch_tip[:12]}"
 
 
@@ -90,7 +90,7 @@ async def reconcile(layout: SquadLayout, git: Git) -> list[str]:
             await anyio.to_thread.run_sync(records.save, layout, record)
             notes.append(f"{record.session_id}: commit checked: {record.state}")
         elif layout.workspace_intent(record.session_id).exists():
-            await _clear(layout, record.session_id)
+            await clear_landing_intent(layout, record.session_id)
         if record.state != "removed" and not await anyio.Path(tree).is_dir():
             await git.ran(layout.repo, "worktree", "prune")
             record.state, record.message = "removed", "its worktree was gone at start-up"
