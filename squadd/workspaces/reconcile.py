@@ -18,7 +18,7 @@ from squadd.contracts.workspaces import WorkspaceView
 from squadd.state.layout import SquadLayout
 from squadd.workspaces import records
 from squadd.workspaces.git import Git
-from squadd.workspaces.landing import clear_landing_intent, roll_back, advance, read_intent
+from squadd.workspaces.landing import advance, clear_landing_intent, read_intent, roll_back
 from squadd.workspaces.worktrees import describe, unlanded
 
 log = structlog.get_logger("squadd.workspaces")
