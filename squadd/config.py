@@ -20,6 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from squadd.contracts.names import NAME_RULE, is_safe_name
+from squadd.contracts.workspaces import Isolation
 from squadd.errors import ConfigError
 
 ENV_PREFIX = "SQUADD_"
@@ -141,8 +142,25 @@ class DaemonSettings(_Section):
     ui_port: int = Field(0, ge=0, le=65535)
 
 
+
+
+class WorkspaceSettings(_Section):
+    isolation: Isolation = "shared"
+    land: Literal["manual", "auto"] = "manual"
+    land_check: str = ""
+    land_check_timeout_s: float = Field(600.0, gt=0)
+    setup: list[str] = Field(default_factory=list)
+    setup_timeout_s: float = Field(600.0, gt=0)
+    git_timeout_s: float = Field(120.0, gt=0)
+    author_email: str = "{agent}@squad.local"
+    keep_days: float = Field(7.0, ge=0)
+    max_worktrees: int = Field(64, ge=1, le=4096)
+    min_free_mb: int = Field(512, ge=0)
+
+
 class AgentSettings(_Section):
     model: str = ""
+    isolation: Isolation | None = None
 
 
 class Settings(_Section):
@@ -158,6 +176,7 @@ class Settings(_Section):
     workspace_tools: WorkspaceToolsSettings = WorkspaceToolsSettings()
     scribe: ScribeSettings = ScribeSettings()
     daemon: DaemonSettings = DaemonSettings()
+    workspace: WorkspaceSettings = WorkspaceSettings()
     agents: dict[str, AgentSettings] = Field(default_factory=dict)
     variables: dict[str, str] = Field(default_factory=dict)
 

@@ -16,6 +16,7 @@ The tree (catch a branch to catch everything below it)::
     │   └── ProviderTimeoutError     the provider did not answer in time
     ├── RouteError                   a route could not be admitted or run
     │   └── PoolFullError            the admission queue is full (carries the numbers)
+    ├── WorkspaceError               a git worktree step failed (names the command and its output)
     └── DaemonError                  talking to or running the daemon failed
         ├── DaemonNotRunningError    no daemon answers on the repo's socket
         └── DaemonAlreadyRunningError  another daemon holds the repo's lock (names its PID)
@@ -112,6 +113,10 @@ class PoolFullError(RouteError):
         self.queued = queued
         self.max_concurrent = max_concurrent
         self.max_queued = max_queued
+
+
+class WorkspaceError(SquaddError):
+    """A git step of a session's workspace (create, commit, land, remove) failed."""
 
 
 class DaemonError(SquaddError):

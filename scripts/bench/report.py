@@ -80,6 +80,12 @@ BENCHES = (
         Figure("p50_ms", "`squadd status` wall time against a daemon (p50)", 250.0, "lower",
                "ms"),
     )),
+    Bench("workspace.py", (), (
+        Figure("create_p50_ms", "worktree session, 10,000-file repo (p50)", 150.0, "lower",
+               "ms", (("git_create_p50_ms", "git worktree add"),)),
+        Figure("land_p50_ms", "land a one-file change, 10,000-file repo (p50)", 300.0,
+               "lower", "ms", (("git_land_p50_ms", "git rebase + merge --ff-only"),)),
+    )),
 )
 
 

@@ -35,6 +35,8 @@ COMMANDS: dict[str, str] = {
     "demo": "squadd.cli.demo:demo",
     "ui": "squadd.cli.ui:ui",
     "top": "squadd.cli.top:top",
+    "land": "squadd.cli.workspaces:land",
+    "workspaces": "squadd.cli.workspaces:workspaces",
 }
 """Every `squadd` command: name -> "module:attribute". Add new commands here."""
 

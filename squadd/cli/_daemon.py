@@ -71,6 +71,15 @@ def print_sessions(report: Mapping[str, Any]) -> None:
         print_table(SESSION_HEADERS, session_rows(sessions))
     else:
         click.echo("no sessions")
+    spaces = [s for s in sessions if s.get("workspace")]
+    if spaces:
+        click.echo("\nworktrees:")
+    for session in spaces:
+        space = session["workspace"]
+        commits = len(space.get("commits") or [])
+        click.echo(f"  {session.get('session_id')}  {space.get('branch')}  "
+                   f"{space.get('state')}  {commits} commit{'s' if commits != 1 else ''}"
+                   + (f"  ({space['diffstat'].strip()})" if space.get("diffstat") else ""))
     pool = report.get("pool") or {}
     if pool:
         click.echo(

@@ -212,13 +212,18 @@ def run_following(directory: Path | None, start: Callable[[AsyncDaemonClient],
               help="Continue this session (from an earlier route) instead of a new one.")
 @click.option("--timeout", "timeout_s", type=FiniteFloatRange(min=1, max=MAX_ROUTE_TIMEOUT_S),
               default=None, help="Seconds the task may run (default: route.timeout_s).")
+@click.option("--isolation", type=click.Choice(["shared", "worktree"]), default=None,
+              help="worktree: the agent works in its own git worktree and branch "
+                   "(default: workspace.isolation).")
+@click.option("--land", is_flag=True,
+              help="With a worktree: land the session's commits when it ends.")
 @click.option("--no-wait", is_flag=True, help="Print the session id and return at once.")
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines, just the answer.")
 @dir_option
 def route(words: tuple[str, ...], context: str | None, priority: str, model: str | None,
-          session_id: str | None, timeout_s: float | None, no_wait: bool, as_json: bool,
-          quiet: bool, directory: Path | None) -> None:
+          session_id: str | None, timeout_s: float | None, isolation: str | None, land: bool,
+          no_wait: bool, as_json: bool, quiet: bool, directory: Path | None) -> None:
     """Route TASK to AGENT (or, with no agent, to whoever routing.md picks) and print the answer.
 
     \b
@@ -231,7 +236,8 @@ def route(words: tuple[str, ...], context: str | None, priority: str, model: str
         raise click.UsageError("expected [AGENT] \"TASK\": quote the task")
     agent, task = (words[0], words[1]) if len(words) == 2 else (None, words[0])
     options: dict[str, Any] = dict(context=context, priority=priority, model=model,
-                                   session_id=session_id, timeout_s=timeout_s)
+                                   session_id=session_id, timeout_s=timeout_s,
+                                   isolation=isolation, land=land)
     if no_wait:
         with DaemonClient(find_layout(directory)) as client:
             result = client.route(task, agent, wait=False, **options)

@@ -211,12 +211,51 @@ class BusOverflow(BaseEvent):
     lost: int
 
 
+class WorkspaceCreated(BaseEvent):
+    type: Literal["workspace.created"] = "workspace.created"
+    branch: str
+    path: str
+    target: str | None = None
+
+
+class WorkspaceCommitted(BaseEvent):
+    type: Literal["workspace.committed"] = "workspace.committed"
+    branch: str
+    commits: list[str] = Field(default_factory=list)
+    diffstat: str = ""
+
+
+class WorkspaceLanded(BaseEvent):
+    type: Literal["workspace.landed"] = "workspace.landed"
+    branch: str
+    target: str
+    old_tip: str
+    new_tip: str
+
+
+class WorkspaceConflict(BaseEvent):
+    type: Literal["workspace.conflict"] = "workspace.conflict"
+    branch: str
+    target: str | None = None
+    reason: str
+    paths: list[str] = Field(default_factory=list)
+    message: str = ""
+
+
+class WorkspaceRemoved(BaseEvent):
+    type: Literal["workspace.removed"] = "workspace.removed"
+    branch: str
+    branch_kept: bool = False
+
+
 Event = Annotated[
     DaemonStarted | DaemonStopping | RouteQueued | AgentSpawned | AgentStateChanged | AgentIdle
     | AgentCompleted | AgentError | SessionMessage | ToolStarted | ToolUpdated | ToolCompleted
     | PoolAtCapacity | PoolEmpty | ProviderRetry | ScribeMerged | ScribeRejected
     | ScribeArchived | ApprovalRequested | ApprovalResolved | VariableRequested
-    | VariableResolved | ToolsLoadFailed | BusOverflow,
+    | VariableResolved | ToolsLoadFailed | BusOverflow
+    | WorkspaceCreated | WorkspaceCommitted | WorkspaceLanded | WorkspaceConflict
+    | WorkspaceRemoved,
     Field(discriminator="type"),
 ]
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)

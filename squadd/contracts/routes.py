@@ -15,6 +15,7 @@ from pydantic.json_schema import SkipJsonSchema
 
 from squadd.contracts.names import safe_name
 from squadd.contracts.sessions import PoolTotals, Priority, SessionState, StatusReport
+from squadd.contracts.workspaces import Isolation, WorkspaceView
 from squadd.errors import InvalidNameError
 
 FailureReason = Literal[
@@ -89,6 +90,12 @@ class RouteRequest(BaseModel):
     timeout_s: float | None = Field(
         None, alias="timeoutSeconds", gt=0, le=MAX_ROUTE_TIMEOUT_S,
         description="Seconds the task may run (default: route.timeout_s)")
+    isolation: Isolation | None = Field(
+        None, description="'worktree': the agent works in its own git worktree and branch; "
+                          "'shared': in the repository's working tree (default: the settings')")
+    land: bool = Field(
+        False, description="With a worktree: land the session's commits on the target branch "
+                           "(rebase, check, fast-forward) when it ends")
     requested_by: SkipJsonSchema[str | None] = Field(None, alias="requestedBy")
     """Who asked, for the orchestration log. Not offered to models: `squad_route` sets it to
     the calling session's agent; over the API it defaults to "user"."""
@@ -133,6 +140,8 @@ class RouteResult(BaseModel):
     output_tokens: int = 0
     duration_s: float = 0.0
     pool: PoolTotals | None = None
+    workspace: WorkspaceView | None = None
+    """The session's worktree, branch, commits and diffstat (sessions with a worktree)."""
 
 
 @dataclass(frozen=True)
@@ -145,6 +154,8 @@ class RouteOrigin:
     """Depth of the calling session (0 for an outside caller)."""
     lineage: tuple[str, ...] = ()
     """Agents of the sessions in the chain that led here, the caller included."""
+    workspace_session: str | None = None
+    """The session whose worktree the caller works in (a nested route shares it)."""
 
 
 class SquadService(Protocol):

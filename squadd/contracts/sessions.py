@@ -8,6 +8,8 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from squadd.contracts.workspaces import WorkspaceView
+
 Priority = Literal["normal", "urgent"]
 SessionState = Literal[
     "queued", "creating", "active", "waiting", "idle", "error", "interrupted", "destroyed"
@@ -48,6 +50,8 @@ class SessionView(BaseModel):
     answer: str | None = None
     """The final answer of its last task, once that task has ended."""
     error: str | None = None
+    workspace: WorkspaceView | None = None
+    """Its git worktree, branch, commits and diffstat (asked for by id, with a worktree)."""
 
     @property
     def tokens(self) -> int:

@@ -150,6 +150,24 @@ async def resume_session(request: Request) -> Response:
     return _route_answer(result)
 
 
+async def land_session(request: Request) -> Response:
+    """Land the session's worktree branch through the daemon's landing queue (a LandResult;
+    one that did not land is still a 200: read `ok` and `reason`)."""
+    runtime = context_of(request).runtime
+    session_id = request.path_params["session_id"]
+    try:
+        safe_id(session_id)
+    except InvalidNameError as exc:
+        raise ApiError(422, str(exc)) from None
+    result = await runtime.land(session_id)
+    return json_answer(result.model_dump(mode="json"))
+
+
+async def list_workspaces(request: Request) -> Response:
+    views = await context_of(request).runtime.workspaces.listing()
+    return json_answer({"workspaces": [view.model_dump(mode="json") for view in views]})
+
+
 async def cancel_session(request: Request) -> Response:
     runtime = context_of(request).runtime
     session_id = request.path_params["session_id"]
@@ -309,6 +327,8 @@ ROUTES: list[tuple[str, str, Handler]] = [
     ("GET", "/v1/sessions/{session_id}", get_session),
     ("POST", "/v1/sessions/{session_id}/cancel", cancel_session),
     ("POST", "/v1/sessions/{session_id}/resume", resume_session),
+    ("POST", "/v1/sessions/{session_id}/land", land_session),
+    ("GET", "/v1/workspaces", list_workspaces),
     ("POST", "/v1/route", route),
     ("GET", "/v1/tools", list_tools),
     ("POST", "/v1/tools/{name}", call_tool),

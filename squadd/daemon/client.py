@@ -103,8 +103,8 @@ class _Base:
 
 def route_wire(task: str, agent: str | None, context: str | None, priority: str, wait: bool,
                model: str | None, session_id: str | None,
-               available_tools: Sequence[str] | None, timeout_s: float | None
-               ) -> dict[str, Any]:
+               available_tools: Sequence[str] | None, timeout_s: float | None,
+               isolation: str | None = None, land: bool = False) -> dict[str, Any]:
     """The body of `POST /v1/route`: `RouteRequest.wire()` with the fields given. The daemon
     validates it (its 422 names each bad field), so nothing is checked twice."""
     from squadd.contracts.routes import RouteRequest
@@ -113,6 +113,7 @@ def route_wire(task: str, agent: str | None, context: str | None, priority: str,
         "task": task, "priority": priority, "wait_for_result": wait, "target_agent": agent,
         "context": context, "model": model, "session_id": session_id, "timeout_s": timeout_s,
         "available_tools": list(available_tools) if available_tools is not None else None,
+        "isolation": isolation, "land": land or None,
     }
     return RouteRequest.model_construct(
         **{name: value for name, value in given.items() if value is not None}).wire()
@@ -183,10 +184,12 @@ class DaemonClient(_Base):
     def route(self, task: str, agent: str | None = None, *, context: str | None = None,
               priority: str = "normal", wait: bool = True, model: str | None = None,
               session_id: str | None = None, available_tools: Sequence[str] | None = None,
-              timeout_s: float | None = None) -> dict[str, Any]:
+              timeout_s: float | None = None, isolation: str | None = None,
+              land: bool = False) -> dict[str, Any]:
         """`POST /v1/route`: the RouteResult (also when `ok` is false: read its `reason`)."""
         return self.route_args(route_wire(task, agent, context, priority, wait, model,
-                                 session_id, available_tools, timeout_s))
+                                          session_id, available_tools, timeout_s,
+                                          isolation, land))
 
     def route_args(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         """`POST /v1/route` with `squad_route`'s own (camelCase) arguments, as MCP sends them."""
@@ -353,9 +356,11 @@ class AsyncDaemonClient(_Base):
                     priority: str = "normal", wait: bool = True, model: str | None = None,
                     session_id: str | None = None,
                     available_tools: Sequence[str] | None = None,
-                    timeout_s: float | None = None) -> dict[str, Any]:
+                    timeout_s: float | None = None, isolation: str | None = None,
+                    land: bool = False) -> dict[str, Any]:
         return await self.route_args(route_wire(task, agent, context, priority, wait, model,
-                                       session_id, available_tools, timeout_s))
+                                                session_id, available_tools, timeout_s,
+                                                isolation, land))
 
     async def route_args(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         result: dict[str, Any] = await self._send(Calls.route(arguments))

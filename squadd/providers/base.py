@@ -24,6 +24,9 @@ class CompletionRequest(BaseModel):
     max_tokens: int = 4096
     agent: str = ""
     session_id: str = ""
+    cwd: str | None = None
+    """Where a provider that runs a command (an agent CLI) runs it: the session's worktree;
+    None: the provider's own default (the repository root)."""
 
 
 class RetryInfo(BaseModel):

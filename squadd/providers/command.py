@@ -110,9 +110,10 @@ class CommandProvider:
         """Run the command once for this turn; its stdout is the answer."""
         prompt = render_prompt(request.messages)
         env = session_env(request)
+        cwd = Path(request.cwd) if request.cwd else self.cwd
         argv, stdin_text = place_prompt(self.command, prompt, env)
         try:
-            stdout, stderr, code, truncated = await self._run(argv, stdin_text, env)
+            stdout, stderr, code, truncated = await self._run(argv, stdin_text, env, cwd)
         except OSError as exc:
             if exc.errno != errno.E2BIG or stdin_text is not None:
                 raise ProviderError(f"{self.name}: cannot start `{argv[0]}`: {exc}",
@@ -120,7 +121,7 @@ class CommandProvider:
             # The system's limit was lower than reckoned: the prompt goes on stdin after all.
             argv, stdin_text = without_prompt_argument(self.command), prompt
             try:
-                stdout, stderr, code, truncated = await self._run(argv, stdin_text, env)
+                stdout, stderr, code, truncated = await self._run(argv, stdin_text, env, cwd)
             except OSError as again:
                 raise ProviderError(f"{self.name}: cannot start `{argv[0]}`: {again}",
                                     provider=self.name) from again
@@ -142,10 +143,11 @@ class CommandProvider:
         return None
 
     async def _run(self, argv: list[str], stdin_text: str | None,
-                   env: dict[str, str] | None = None) -> tuple[bytes, bytes, int | None, bool]:
+                   env: dict[str, str] | None = None,
+                   cwd: Path | None = None) -> tuple[bytes, bytes, int | None, bool]:
         out = _Bounded(self.max_output_bytes)
         err = _Tail(STDERR_TAIL_BYTES)
-        command = Command(argv, self.cwd, env,
+        command = Command(argv, cwd or self.cwd, env,
                           None if stdin_text is None else stdin_text.encode("utf-8"))
         outcome = await run_group(command, out, err,
                                   deadline=anyio.current_time() + self.timeout_s, cancel=out,

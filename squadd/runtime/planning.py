@@ -17,6 +17,7 @@ from squadd.config import Settings
 from squadd.contracts.names import safe_name
 from squadd.contracts.routes import FailureReason, RoutedBy, RouteOrigin, RouteRequest, RouteResult
 from squadd.contracts.sessions import LIVE_STATES, SessionState, SessionView
+from squadd.contracts.workspaces import Isolation
 from squadd.errors import InvalidNameError, StateError
 from squadd.runtime.router import Router
 from squadd.runtime.session import SessionInfo, choose_model, new_session_id
@@ -54,6 +55,10 @@ class RoutePlan:
     available_tools: list[str] | None
     recorded: bool = False
     """The new session's transcript was opened when the route was accepted."""
+    isolation: Isolation | None = None
+    """The route's `isolation` (None: the agent's or the settings')."""
+    land: bool = False
+    """Land the session's worktree branch when its task ends."""
 
 
 class CharterCache:
@@ -147,7 +152,8 @@ def new_plan(request: RouteRequest, origin: RouteOrigin, agent: str, routed_by: 
     return RoutePlan(info=info, charter=charter, routed_by=routed_by, task=request.task,
                      context=request.context, continuing=False,
                      timeout_s=request.timeout_s or settings.route.timeout_s,
-                     available_tools=request.available_tools)
+                     available_tools=request.available_tools, isolation=request.isolation,
+                     land=request.land)
 
 
 def _lineage(origin: RouteOrigin) -> tuple[str, ...]:
@@ -187,6 +193,8 @@ def continue_plan(request: RouteRequest | None, origin: RouteOrigin, base: Sessi
         timeout_s=(request.timeout_s if request is not None and request.timeout_s
                    else settings.route.timeout_s),
         available_tools=request.available_tools if request is not None else None,
+        isolation=request.isolation if request is not None else None,
+        land=request.land if request is not None else False,
     )
 
 

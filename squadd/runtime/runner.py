@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -19,6 +20,8 @@ import structlog
 from squadd.config import Settings
 from squadd.contracts.events import AgentSpawned
 from squadd.contracts.routes import RouteResult
+from squadd.contracts.workspaces import WorkspaceView
+from squadd.errors import SquaddError
 from squadd.providers.base import Provider
 from squadd.runtime.events import EventBus
 from squadd.runtime.orchestration import OrchestrationEntry, OrchestrationLog
@@ -37,6 +40,8 @@ from squadd.state.layout import SquadLayout
 from squadd.state.transcripts import SpareFiles
 from squadd.tools.base import Tool, ToolSet
 from squadd.tools.invoke import ToolInvoker
+from squadd.workspaces import Workspaces
+from squadd.workspaces import records as workspace_records
 
 log = structlog.get_logger("squadd.runtime")
 
@@ -50,7 +55,7 @@ class RouteRunner:
                  bus: EventBus, invoker: ToolInvoker, pool: SessionPool,
                  orchestration: OrchestrationLog, tools: ToolSet,
                  extra_tools: ExtraTools | None, files: StatCache[str] | None = None,
-                 spares: SpareFiles | None = None):
+                 spares: SpareFiles | None = None, workspaces: Workspaces | None = None):
         self.layout = layout
         self.settings = settings
         self.provider = provider
@@ -62,6 +67,9 @@ class RouteRunner:
         self.extra_tools = extra_tools
         self.files = files
         self.spares = spares
+        self.workspaces = workspaces
+        self._in_use: dict[str, WorkspaceView] = {}
+        """The worktree each running session works in (a nested route shares its caller's)."""
 
     async def run(self, plan: RoutePlan, record: SessionRecord, ticket: SlotTicket,
                   entry: OrchestrationEntry) -> RouteResult:
@@ -71,6 +79,7 @@ class RouteRunner:
         base_in, base_out = record.input_tokens, record.output_tokens
         scope = record.scope or anyio.CancelScope()
         outcome: SessionOutcome | None = None
+        workspace: WorkspaceView | None = None
         failure: str | None = None
         with scope:
             try:
@@ -98,7 +107,7 @@ class RouteRunner:
                                         started, record)
                 raise
             try:
-                outcome = await self._start_session(plan, record)
+                outcome, workspace = await self._start_session(plan, record)
             except Exception as exc:  # a broken session must not take the pool down
                 log.exception("session failed", session_id=info.session_id)
                 failure = f"{type(exc).__name__}: {exc}"
@@ -107,6 +116,8 @@ class RouteRunner:
                 with anyio.CancelScope(shield=True):
                     await self._log_end(entry, "interrupted", "cancelled", started, record)
                 raise
+            finally:
+                self._in_use.pop(info.session_id, None)
         duration = round(time.monotonic() - started, 6)
         if outcome is None:
             if failure is None:  # cancel() stopped it: the pool and the log already know
@@ -130,9 +141,56 @@ class RouteRunner:
             self.pool.finish(record, "interrupted" if outcome.status == "interrupted" else "error",
                              error=outcome.error or outcome.status)
         await self._log_end(entry, outcome.status, outcome.error, started, record)
-        return self._result(plan, record, outcome)
+        return self._result(plan, record, outcome).model_copy(update={"workspace": workspace})
 
-    async def _start_session(self, plan: RoutePlan, record: SessionRecord) -> SessionOutcome:
+    async def _start_session(self, plan: RoutePlan, record: SessionRecord
+                             ) -> tuple[SessionOutcome, WorkspaceView | None]:
+        info = plan.info
+        workspace, owned = await self._workspace(plan)
+        if workspace is not None:
+            self._in_use[info.session_id] = workspace
+        outcome = await self._converse(plan, record, workspace)
+        if owned and workspace is not None and self.workspaces is not None:
+            with anyio.CancelScope(shield=True):
+                workspace = await self._end_workspace(plan, outcome, workspace, self.workspaces)
+        return outcome, workspace
+
+    async def _workspace(self, plan: RoutePlan) -> tuple[WorkspaceView | None, bool]:
+        """The session's worktree and whether it is its own (False: its caller's, or none).
+        A nested route shares its caller's worktree unless it asks for an isolation."""
+        info, spaces = plan.info, self.workspaces
+        if spaces is None:
+            return None, False
+        parent = self._in_use.get(info.parent_session_id or "")
+        if parent is not None and plan.isolation is None:
+            return parent, False
+        if plan.continuing and await anyio.to_thread.run_sync(
+                workspace_records.load, self.layout, info.session_id) is not None:
+            return await spaces.open(info.session_id, info.agent), True
+        if spaces.isolation_for(info.agent, plan.charter.sections, plan.isolation) != "worktree":
+            return None, False
+        return await spaces.open(info.session_id, info.agent), True
+
+    async def _end_workspace(self, plan: RoutePlan, outcome: SessionOutcome,
+                             workspace: WorkspaceView, spaces: Workspaces) -> WorkspaceView:
+        """Commit what the session changed; land it when the route or the settings say so."""
+        info = plan.info
+        try:
+            workspace = await spaces.close(workspace, title=plan.task or info.task,
+                                           display_name=info.agent.title())
+        except SquaddError as exc:
+            log.warning("session work not committed", session_id=info.session_id,
+                        error=str(exc))
+            workspace.message = f"not committed: {exc}"
+            return workspace
+        if outcome.status == "completed" and (plan.land or spaces.settings.land == "auto"):
+            landed = await spaces.land(info.session_id)
+            workspace = landed.workspace or workspace
+            workspace.message = landed.message
+        return workspace
+
+    async def _converse(self, plan: RoutePlan, record: SessionRecord,
+                        workspace: WorkspaceView | None) -> SessionOutcome:
         info = plan.info
         self.bus.publish(AgentSpawned(
             session_id=info.session_id, agent=info.agent, task=info.task[:500],
@@ -154,6 +212,7 @@ class RouteRunner:
         session = AgentSession(
             info, layout=self.layout, settings=self.settings, provider=self.provider,
             invoker=self.invoker, tools=tools, sink=sink, files=self.files, spares=self.spares,
+            workspace_dir=Path(workspace.path) if workspace is not None else None,
         )
         sink.session = session
         if plan.continuing:

@@ -52,6 +52,7 @@ from squadd.tools.invoke import ToolInvoker
 from squadd.tools.squad import file_tools
 from squadd.tools.squad.route import SquadRoute
 from squadd.tools.squad.status import SquadStatus
+from squadd.workspaces import LandResult, Workspaces
 
 log = structlog.get_logger("squadd.runtime")
 SPARE_CHECK_S = 0.1
@@ -90,6 +91,8 @@ class SquadRuntime:
         self.router = Router(layout)
         self.orchestration = OrchestrationLog(layout)
         self.extra_tools = extra_tools
+        self.workspaces = Workspaces(layout, settings, self.bus)
+        """Each session's git worktree (with `workspace.isolation = "worktree"`) and landing."""
         self.tools = ToolSet([*file_tools(layout, settings), SquadRoute(self), SquadStatus(self),
                               *workspace_tools(settings)])
         """The built-in tools every session starts from (extra tools are added per session)."""
@@ -102,7 +105,8 @@ class SquadRuntime:
         self.runner = RouteRunner(
             layout=layout, settings=settings, provider=provider, bus=self.bus,
             invoker=self.invoker, pool=self.pool, orchestration=self.orchestration,
-            tools=self.tools, extra_tools=extra_tools, files=self.files, spares=self.spares)
+            tools=self.tools, extra_tools=extra_tools, files=self.files, spares=self.spares,
+            workspaces=self.workspaces)
         self._charters = CharterCache(layout)
         self._owns_provider = owns_provider
         self._stack: AsyncExitStack | None = None
@@ -156,6 +160,8 @@ class SquadRuntime:
         stack = AsyncExitStack()
         await stack.__aenter__()
         try:
+            for note in await self.workspaces.reconcile():
+                log.warning("workspace reconciled at start", note=note)
             self._tg = await stack.enter_async_context(anyio.create_task_group())
             await self._tg.start(self.orchestration.run)
             self._tg.start_soon(self._reap_idle)
@@ -273,6 +279,10 @@ class SquadRuntime:
             return refusal.result
         return await self._admit_and_run(plan, wait=wait, origin=RouteOrigin())
 
+    async def land(self, session_id: str) -> LandResult:
+        """Land a session's worktree branch on its target, in turn with every other landing."""
+        return await self.workspaces.land(session_id)
+
     async def cancel(self, session_id: str) -> bool:
         """Cancel a queued, running or waiting session; False when it has no task in hand."""
         record = self.pool.get(session_id)
@@ -290,13 +300,22 @@ class SquadRuntime:
         views = self.pool.views(include_destroyed=include_destroyed)
         if agent is not None:
             views = [v for v in views if v.agent == agent.lower()]
+        spaces = {space.session_id: space for space in await self.workspaces.listing()}
+        views = [v.model_copy(update={"workspace": spaces[v.session_id]})
+                 if v.session_id in spaces else v for v in views]
         return StatusReport(sessions=views, pool=self.pool.totals())
 
     async def session(self, session_id: str) -> SessionView | None:
         """One session, from the pool, the memory of ended ones, or else its transcript."""
         view = self.pool.view(session_id)
-        if view is not None:
-            return view
+        if view is None:
+            view = await self._ended_view(session_id)
+            if view is None:
+                return None
+        workspace = await self.workspaces.view(session_id)
+        return view if workspace is None else view.model_copy(update={"workspace": workspace})
+
+    async def _ended_view(self, session_id: str) -> SessionView | None:
         transcript = await anyio.to_thread.run_sync(load_transcript, self.layout, session_id)
         if transcript is None:
             return None

@@ -15,6 +15,7 @@ import secrets
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import anyio
@@ -177,11 +178,14 @@ class AgentSession:
         sink: EventSink,
         files: StatCache[str] | None = None,
         spares: SpareFiles | None = None,
+        workspace_dir: Path | None = None,
     ):
         self.info = info
         self.files = files
         """The owner's cache of the prompt's files (None: read them each time)."""
         self.spares = spares
+        self.workspace_dir = workspace_dir
+        """The session's git worktree (None: it works in the repository root)."""
         self.layout = layout
         self.settings = settings
         self.provider = provider
@@ -344,7 +348,8 @@ class AgentSession:
     async def _loop(self, messages: list[Message], cancel: CancelSignal) -> SessionOutcome:
         info = self.info
         origin = CallOrigin(session_id=info.session_id, agent=info.agent, depth=info.depth,
-                            lineage=(*info.lineage, info.agent), cancel=cancel)
+                            lineage=(*info.lineage, info.agent), cancel=cancel,
+                            workspace_dir=self.workspace_dir)
         max_turns = self.settings.session.max_turns
         for _ in range(max_turns):
             await self._flush()  # every message is durable before the provider sees it
@@ -352,6 +357,7 @@ class AgentSession:
                 messages=messages, tools=self._specs, model=info.model or None,
                 max_tokens=self.settings.provider.max_tokens, agent=info.agent,
                 session_id=info.session_id,
+                cwd=str(self.workspace_dir) if self.workspace_dir is not None else None,
             )
             try:
                 completion = await self.provider.complete(request)

@@ -352,6 +352,35 @@ class SquadLayout:
         return self._p("orchestration-log", f"{safe_id(stamp, kind='timestamp')}-"
                                             f"{safe_name(agent)}.md")
 
+    # Workspaces: one git worktree per isolated session (git-ignored).
+    @property
+    def worktrees_dir(self) -> Path:
+        return self._p("worktrees")
+
+    def worktree(self, session_id: str) -> Path:
+        return self._p("worktrees", safe_id(session_id))
+
+    @property
+    def workspaces_dir(self) -> Path:
+        """The workspace records (one JSON file per session that has a worktree)."""
+        return self._p("run", "workspaces")
+
+    def workspace_record(self, session_id: str) -> Path:
+        return self._p("run", "workspaces", safe_id(session_id) + ".json")
+
+    def workspace_intent(self, session_id: str) -> Path:
+        """The write-ahead intent of a landing under way (cleared when it is done or undone)."""
+        return self._p("run", "journal", "land-" + safe_id(session_id) + ".json")
+
+    def workspace_output(self, session_id: str, step: str) -> Path:
+        """The full output of a workspace command (setup, land check) of a session."""
+        return self._p("run", "workspaces", f"{safe_id(session_id)}.{safe_id(step)}.txt")
+
+    @property
+    def landing_lock(self) -> Path:
+        """Held while a branch lands: one landing at a time per repository."""
+        return self._p("run", "landing.lock")
+
     # Daemon runtime files (git-ignored): run/ and tool-output/.
     @property
     def log_dir(self) -> Path:

@@ -167,6 +167,10 @@ class ToolContext:
         """The folder the workspace tools are confined to: the session's or the repository."""
         return self.workspace_dir if self.workspace_dir is not None else self.repo_dir
 
+    def __post_init__(self) -> None:
+        if self.workspace_dir == Path():
+            self.workspace_dir = self.repo_dir
+
     def progress(self, message: str, fraction: float | None = None) -> None:
         """Report progress; it becomes a `tool.updated` event."""
         if self._progress is not None:

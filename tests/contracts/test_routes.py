@@ -29,7 +29,7 @@ def test_the_schema_offers_camel_case_fields_and_hides_requested_by() -> None:
     schema = RouteRequest.model_json_schema()
     assert list(schema["properties"]) == [
         "targetAgent", "task", "context", "priority", "waitForResult", "model", "sessionId",
-        "availableTools", "timeoutSeconds"]
+        "availableTools", "timeoutSeconds", "isolation", "land"]
     assert schema["required"] == ["task"] and schema["additionalProperties"] is False
     assert "description" not in schema
 

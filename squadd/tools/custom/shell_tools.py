@@ -185,7 +185,7 @@ class ShellTool(Tool[BaseModel]):
             layout=layout, session_id=session, call_id=call, secrets=secrets,
             head_bytes=self.settings.tools.max_output_bytes,
             deadline=anyio.current_time() + self.run_timeout_s, cancel=ctx.cancel,
-            variables=ctx.variables, repo=ctx.repo_dir, progress=ctx.progress,
+            variables=ctx.variables, repo=ctx.workspace, progress=ctx.progress,
             hidden=ctx.hidden_variables)
         try:
             try:

@@ -98,7 +98,7 @@ def test_route_arguments_follow_the_seed(tmp_path: Path) -> None:
     schema = tool.parameters_schema()
     assert set(schema["properties"]) == {
         "targetAgent", "task", "context", "priority", "waitForResult", "model", "sessionId",
-        "availableTools", "timeoutSeconds"}
+        "availableTools", "timeoutSeconds", "isolation", "land"}
     assert schema["required"] == ["task"]
     assert schema["properties"]["waitForResult"]["default"] is True
     assert schema["properties"]["priority"]["enum"] == ["normal", "urgent"]

@@ -1,0 +1,131 @@
+"""Workspace cost on a repository of 10,000 files: a worktree session and a landing.
+
+Times (p50 of N runs) (1) a route with `isolation = "worktree"` and a one-turn replay model:
+the worktree is made, the session runs and its (empty) end is committed; (2) landing a
+one-file change that must be rebased onto a target that moved. Beside them, the plain git
+commands for the same work on the same repository: `git worktree add`, and `git rebase` +
+`git merge --ff-only`.
+
+    .venv/bin/python scripts/bench/workspace.py [--runs 8] [--files 10000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import anyio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import percentile
+
+from squadd.config import load_settings
+from squadd.contracts.events import NullSink
+from squadd.contracts.routes import RouteRequest
+from squadd.providers.replay import ReplayProvider, ReplayScript, ScriptedTurn
+from squadd.runtime.runtime import SquadRuntime
+from squadd.state.layout import SquadLayout
+from squadd.state.scaffold import init_squad
+from squadd.workspaces import Workspaces
+
+IDENTITY = ["-c", "user.name=Bench", "-c", "user.email=bench@example.com"]
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", *IDENTITY, *args], cwd=cwd, check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def make_repo(path: Path, files: int) -> SquadLayout:
+    path.mkdir(parents=True)
+    git(path, "init", "--quiet", "-b", "main")
+    for n in range(files):
+        folder = path / f"pkg{n // 100:03d}"
+        folder.mkdir(exist_ok=True)
+        (folder / f"mod{n % 100:02d}.py").write_text(f"VALUE = {n}\n" + "# filler\n" * 20)
+    git(path, "add", "--all")
+    git(path, "commit", "--quiet", "-m", "start")
+    layout = SquadLayout.at(init_squad(path).squad_dir)
+    agent = layout.root / "agents" / "lead"
+    agent.mkdir(parents=True, exist_ok=True)
+    (agent / "charter.md").write_text("# lead\n\n## Identity\n- **Role:** lead\n")
+    return layout
+
+
+def ms(values: list[float]) -> float:
+    return round(percentile(sorted(values), 0.5) * 1000, 1)
+
+
+async def squadd_side(layout: SquadLayout, runs: int) -> tuple[list[float], list[float]]:
+    settings = load_settings(layout.root, overrides={"workspace": {"isolation": "worktree"}})
+    provider = ReplayProvider(ReplayScript(default=[ScriptedTurn(text="done")]))
+    creates: list[float] = []
+    sessions: list[str] = []
+    async with SquadRuntime(layout, settings, provider) as runtime:
+        for _ in range(runs):
+            started = time.perf_counter()
+            result = await runtime.route(RouteRequest(task="nothing", targetAgent="lead"))
+            creates.append(time.perf_counter() - started)
+            assert result.ok and result.workspace is not None, result.message
+            sessions.append(result.session_id or "")
+    spaces = Workspaces(layout, settings, NullSink())
+    for n, session in enumerate(sessions):  # a one-file change each, all from the same base
+        record = await spaces.view(session)
+        assert record is not None
+        (Path(record.path) / "pkg000" / f"new{n}.py").write_text(f"NEW = {n}\n")
+        await spaces.close(record, title=f"change {n}")
+    lands: list[float] = []
+    for session in sessions:
+        started = time.perf_counter()
+        landed = await spaces.land(session)
+        lands.append(time.perf_counter() - started)
+        assert landed.ok, landed.message
+    return creates, lands
+
+
+def git_side(layout: SquadLayout, runs: int) -> tuple[list[float], list[float]]:
+    repo = layout.repo
+    base = Path(tempfile.mkdtemp(prefix="plain-", dir=repo.parent))
+    creates: list[float] = []
+    trees = []
+    for n in range(runs):
+        tree = base / f"wt{n}"
+        started = time.perf_counter()
+        git(repo, "worktree", "add", "--quiet", "-b", f"plain/{n}", str(tree), "main")
+        creates.append(time.perf_counter() - started)
+        (tree / "pkg001" / f"plain{n}.py").write_text(f"PLAIN = {n}\n")
+        git(tree, "add", "--all")
+        git(tree, "commit", "--quiet", "-m", f"plain {n}")
+        trees.append(tree)
+    lands: list[float] = []
+    for tree in trees:
+        started = time.perf_counter()
+        git(tree, "rebase", "--quiet", "main")
+        git(repo, "merge", "--ff-only", "--quiet", git(tree, "rev-parse", "HEAD"))
+        lands.append(time.perf_counter() - started)
+    return creates, lands
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=8)
+    parser.add_argument("--files", type=int, default=10_000)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="squadd-bench-ws-") as folder:
+        layout = make_repo(Path(folder) / "repo", args.files)
+        creates, lands = anyio.run(squadd_side, layout, args.runs)
+        plain_creates, plain_lands = git_side(layout, args.runs)
+    create, land = ms(creates), ms(lands)
+    plain_create, plain_land = ms(plain_creates), ms(plain_lands)
+    print(f"repo of {args.files} files, {args.runs} runs each (p50)", file=sys.stderr)
+    print(f"workspace create_p50_ms={create} land_p50_ms={land} "
+          f"git_create_p50_ms={plain_create} git_land_p50_ms={plain_land} "
+          f"create_ratio={create / plain_create:.2f} land_ratio={land / plain_land:.2f}")
+
+
+if __name__ == "__main__":
+    main()

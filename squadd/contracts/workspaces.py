@@ -1,0 +1,65 @@
+"""A session's workspace as squadd records and reports it: its worktree, branch and landing.
+
+`WorkspaceView` is both the record kept under ``run/workspaces/`` and what `RouteResult`,
+`squadd status` and `squadd workspaces` show.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+WorkspaceState = Literal[
+    "creating",    # the worktree is being added (a crash here is undone at start-up)
+    "active",      # the session works in it
+    "committing",  # its changes are being committed
+    "committed",   # its changes are on its branch, not on the target yet
+    "landing",     # its branch is being rebased, checked and fast-forwarded onto the target
+    "landed",      # the target branch holds its commits
+    "conflict",    # the last landing stopped: a rebase conflict, a failed check, a dirty tree
+    "removed",     # its worktree is gone (its branch stays while it has unlanded commits)
+]
+Isolation = Literal["shared", "worktree"]
+
+
+class WorkspaceView(BaseModel):
+    """One session's worktree: where it is, its branch, its commits and how its landing went."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    session_id: str
+    agent: str
+    branch: str
+    """The session's branch, `squad/{agent}/{session-short}`."""
+    target: str | None
+    """The branch it lands on (the repository's HEAD branch when it was made; None: detached)."""
+    base_commit: str
+    path: str
+    state: WorkspaceState = "creating"
+    created: str = ""
+    """When the worktree was made (ISO 8601, UTC)."""
+    updated: str = ""
+    commits: list[str] = Field(default_factory=list)
+    """The branch's commits not on the target, oldest first, as `sha subject`."""
+    diffstat: str = ""
+    landed_tip: str | None = None
+    conflict_paths: list[str] = Field(default_factory=list)
+    message: str = ""
+    """What the last step said: why a landing stopped, or what it did."""
+
+
+class LandResult(BaseModel):
+    """What `squadd land` did. `ok` is True only when the target now holds the branch's work."""
+
+    ok: bool
+    session_id: str
+    message: str
+    reason: Literal["landed", "nothing", "conflict", "check_failed", "dirty", "moved",
+                    "invalid", "failed"] = "landed"
+    target: str | None = None
+    old_tip: str | None = None
+    new_tip: str | None = None
+    conflict_paths: list[str] = Field(default_factory=list)
+    check_tail: str = ""
+    workspace: WorkspaceView | None = None

@@ -1,0 +1,208 @@
+"""Landing a session's branch: rebase onto the target's tip, check, fast-forward the target.
+
+The rebase and the check run in the session's worktree, so the target branch and the user's
+working tree are untouched until the one step that moves the target: a `git merge --ff-only`
+where the target is checked out, else a compare-and-swap `git update-ref`. Nothing is pushed and
+no branch is force-updated. A write-ahead intent (`run/journal/land-{session}.json`) names the
+old tip, the branch's tip and (once known) the new tip, so `recover` can finish or undo a
+landing that a crash cut short: the target ends at its old tip or at the new one.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from squadd.contracts.workspaces import LandResult, WorkspaceView
+from squadd.fsio import atomic_write
+from squadd.state.intent import clear_intent_file
+from squadd.state.layout import SquadLayout
+from squadd.workspaces import records
+from squadd.workspaces.git import Git, run
+from squadd.workspaces.worktrees import OUTSIDE_SQUAD, describe, unlanded
+
+LIST_ATTEMPTS = 5
+
+
+@dataclass(frozen=True)
+class LandCheck:
+    """The `workspace.land_check` command ("" = none) and its timeout."""
+
+    command: str = ""
+    timeout_s: float = 600.0
+
+
+async def _write_intent(layout: SquadLayout, session_id: str, **fields: Any) -> None:
+    data = json.dumps({"session_id": session_id, **fields}).encode("utf-8")
+    await anyio.to_thread.run_sync(atomic_write, layout.workspace_intent(session_id), data)
+
+
+def read_intent(layout: SquadLayout, session_id: str) -> dict[str, Any] | None:
+    try:
+        data = json.loads(layout.workspace_intent(session_id).read_bytes())
+    except FileNotFoundError:
+        return None
+    except ValueError:  # atomic_write never leaves half an intent: damaged by hand
+        return None
+    return data if isinstance(data, dict) else None
+
+
+async def clear_landing_intent(layout: SquadLayout, session_id: str) -> None:
+    await anyio.to_thread.run_sync(clear_intent_file, layout.workspace_intent(session_id))
+
+
+async def checked_out_at(git: Git, repo: Path, branch: str) -> Path | None:
+    """The working tree that has `branch` checked out, if any."""
+    listed = await git.ran(repo, "worktree", "list", "--porcelain")
+    for _ in range(LIST_ATTEMPTS):
+        if listed.ok:
+            break
+        # A worktree being added at this moment can be read half-made: read the list again.
+        await anyio.sleep(0.05)
+        listed = await git.ran(repo, "worktree", "list", "--porcelain")
+    if not listed.ok:
+        raise listed.error("cannot list the worktrees")
+    listing = listed.output
+    current: Path | None = None
+    for line in listing.splitlines():
+        if line.startswith("worktree "):
+            current = Path(line[len("worktree "):])
+        elif line == f"branch refs/heads/{branch}" and current is not None:
+            return current
+    return None
+
+
+async def _dirty_paths(git: Git, tree: Path) -> set[str]:
+    ran = await git.ran(tree, "status", "--porcelain", "-z", "--untracked-files=all")
+    if not ran.ok:
+        raise ran.error("cannot read the working tree's status")
+    status = ran.output  # not stripped: each entry starts with its two status letters
+    paths: set[str] = set()
+    entries = iter(status.split("\0"))
+    for entry in entries:
+        if len(entry) < 4:
+            continue
+        paths.add(entry[3:])
+        if entry[0] in "RC":  # a rename names its source next
+            paths.add(next(entries, ""))
+    return paths
+
+
+async def roll_back(git: Git, record: WorkspaceView, branch_tip: str) -> None:
+    """Put the session's branch back at its tip from before the landing (its worktree is
+    clean: the landing began from committed work)."""
+    tree = Path(record.path)
+    for stop in ("--abort", "--quit"):
+        await git.ran(tree, "rebase", stop)
+    await git.out(tree, "reset", "--quiet", "--hard", branch_tip,
+                  what="cannot put the branch back")
+
+
+async def _stopped(layout: SquadLayout, git: Git, record: WorkspaceView, branch_tip: str,
+                   result: LandResult) -> LandResult:
+    await roll_back(git, record, branch_tip)
+    record.state = "conflict"
+    record.conflict_paths = result.conflict_paths
+    record.message = result.message
+    await describe(git, layout.repo, record)
+    await anyio.to_thread.run_sync(records.save, layout, record)
+    await clear_landing_intent(layout, record.session_id)
+    return result.model_copy(update={"workspace": record})
+
+
+async def land(layout: SquadLayout, git: Git, record: WorkspaceView, *, check: LandCheck,
+               identity: dict[str, str]) -> LandResult:
+    """Land `record`'s branch on its target. The caller holds the landing lock."""
+    sid, repo = record.session_id, layout.repo
+
+    def refuse(reason: Any, message: str) -> LandResult:
+        return LandResult(ok=False, session_id=sid, reason=reason, message=message,
+                          target=record.target, workspace=record)
+
+    if record.target is None:
+        return refuse("invalid", f"session {sid} started from a detached HEAD: there is no "
+                                 "branch to land on")
+    tree = Path(record.path)
+    if not await anyio.Path(tree).is_dir():
+        return refuse("invalid", f"the worktree of session {sid} is gone")
+    old_tip = await git.rev(repo, f"refs/heads/{record.target}")
+    branch_tip = await git.rev(repo, f"refs/heads/{record.branch}")
+    if old_tip is None or branch_tip is None:
+        return refuse("invalid", f"branch {record.target if old_tip is None else record.branch}"
+                                 " no longer exists")
+    if await git.out(tree, "status", "--porcelain", *OUTSIDE_SQUAD):
+        return refuse("invalid", f"the worktree of session {sid} has uncommitted changes")
+    if not await unlanded(git, repo, record):
+        return LandResult(ok=True, session_id=sid, reason="nothing", target=record.target,
+                          old_tip=old_tip, new_tip=old_tip, workspace=record,
+                          message=f"{record.target} already holds every commit of "
+                                  f"{record.branch}")
+    await _write_intent(layout, sid, phase="rebase", target=record.target, old_tip=old_tip,
+                        branch_tip=branch_tip)
+    record.state = "landing"
+    await anyio.to_thread.run_sync(records.save, layout, record)
+    records.kill_point("land.before_rebase")
+    rebased = await git.ran(tree, "rebase", "--quiet", old_tip, env=identity)
+    if not rebased.ok:
+        conflicted = await git.ran(tree, "diff", "--name-only", "--diff-filter=U")
+        paths = sorted(p for p in conflicted.output.splitlines() if p)
+        why = f"conflicts in {', '.join(paths)}" if paths else rebased.tail.strip()
+        return await _stopped(layout, git, record, branch_tip, refuse(
+            "conflict", f"{record.branch} does not rebase cleanly onto {record.target}: "
+                        f"{why}; {record.target} is unchanged").model_copy(
+            update={"conflict_paths": paths}))
+    records.kill_point("land.after_rebase")
+    new_tip = await git.out(tree, "rev-parse", "HEAD")
+    if check.command:
+        ran = await run(["bash", "-c", check.command], tree, timeout_s=check.timeout_s,
+                        spill=layout.workspace_output(sid, "land-check"))
+        if not ran.ok:
+            how = "timed out" if ran.timed_out else f"exited {ran.exit_code}"
+            return await _stopped(layout, git, record, branch_tip, refuse(
+                "check_failed", f"the land check `{check.command}` {how}; "
+                                f"{record.target} is unchanged").model_copy(
+                update={"check_tail": ran.tail}))
+    records.kill_point("land.after_check")
+    await _write_intent(layout, sid, phase="advance", target=record.target, old_tip=old_tip,
+                        branch_tip=branch_tip, new_tip=new_tip)
+    records.kill_point("land.before_advance")
+    return await advance(layout, git, record, old_tip=old_tip, new_tip=new_tip,
+                         branch_tip=branch_tip)
+
+
+async def advance(layout: SquadLayout, git: Git, record: WorkspaceView, *, old_tip: str,
+                  new_tip: str, branch_tip: str) -> LandResult:
+    """Move the target from `old_tip` to `new_tip` by fast-forward only, then record it."""
+    sid, repo, target = record.session_id, layout.repo, record.target or ""
+    checkout = await checked_out_at(git, repo, target)
+    if checkout is not None:
+        changed = set((await git.out(repo, "diff", "--name-only", old_tip, new_tip)).split("\n"))
+        dirty = sorted(changed & await _dirty_paths(git, checkout))
+        if dirty:
+            return await _stopped(layout, git, record, branch_tip, LandResult(
+                ok=False, session_id=sid, reason="dirty", target=target, conflict_paths=dirty,
+                message=f"not landed: your working tree {checkout} has uncommitted changes in "
+                        f"{', '.join(dirty)}, which the landing would change; commit or stash "
+                        f"them, then run squadd land {sid} again"))
+        moved = await git.ran(checkout, "merge", "--ff-only", "--quiet", new_tip)
+    else:
+        moved = await git.ran(repo, "update-ref", f"refs/heads/{target}", new_tip, old_tip)
+    tip = await git.rev(repo, f"refs/heads/{target}")
+    if tip != new_tip:
+        why = moved.tail.strip() if not moved.ok else f"{target} is at {tip}"
+        return await _stopped(layout, git, record, branch_tip, LandResult(
+            ok=False, session_id=sid, reason="moved", target=target,
+            message=f"{target} could not be fast-forwarded: {why}; it is unchanged"))
+    records.kill_point("land.after_advance")
+    record.state, record.landed_tip, record.conflict_paths = "landed", new_tip, []
+    record.message = f"landed on {target} at {new_tip[:12]}"
+    await anyio.to_thread.run_sync(records.save, layout, record)
+    records.kill_point("land.after_record")
+    await clear_landing_intent(layout, sid)
+    return LandResult(ok=True, session_id=sid, target=target, old_tip=old_tip, new_tip=new_tip,
+                      message=f"{record.branch} landed on {target}: {old_tip[:12]}.."
+                              f"{new_tip[:12]}", workspace=record)

@@ -1,0 +1,260 @@
+"""`Workspaces`: what the runtime and the CLI use: choose a session's isolation, open its
+worktree (or reuse it), commit at its end, land it through the one landing queue, reconcile at
+start, and list and prune.
+
+The landing queue is an in-process lock plus the repository's ``run/landing.lock`` flock, so
+landings from the daemon and from `squadd land` never overlap.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import shutil
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+import structlog
+
+from squadd.config import Settings
+from squadd.contracts.events import (
+    EventSink,
+    WorkspaceCommitted,
+    WorkspaceConflict,
+    WorkspaceCreated,
+    WorkspaceLanded,
+    WorkspaceRemoved,
+)
+from squadd.contracts.workspaces import Isolation, LandResult, WorkspaceView
+from squadd.errors import LockTimeoutError, SquaddError, WorkspaceError
+from squadd.fsio import try_lock
+from squadd.state.layout import SquadLayout
+from squadd.workspaces import records, worktrees
+from squadd.workspaces.git import Git, run
+from squadd.workspaces.landing import LandCheck, land
+from squadd.workspaces.reconcile import reconcile
+
+log = structlog.get_logger("squadd.workspaces")
+LOCK_POLL_S = 0.05
+LANDING_LOCK_TIMEOUT_S = 3600.0
+"""Longest wait for another process's landing (a land check may run the test suite)."""
+RECONCILE_WAIT_S = 10.0
+"""Longest wait at start-up for a landing another process is doing."""
+
+
+def charter_isolation(sections: Mapping[str, str] | None) -> Isolation | None:
+    """`## Workspace` in a charter: a line naming `worktree` or `shared` (e.g.
+    ``isolation: worktree``); None when the charter has no such section."""
+    text = (sections or {}).get("workspace", "").lower()
+    for word in ("worktree", "shared"):
+        if word in text:
+            return "worktree" if word == "worktree" else "shared"
+    return None
+
+
+class Workspaces:
+    """The workspaces of one repository."""
+
+    def __init__(self, layout: SquadLayout, settings: Settings, sink: EventSink):
+        self.layout = layout
+        self.settings = settings.workspace
+        self.sink = sink
+        self.git = Git(self.settings.git_timeout_s)
+        self._queue = anyio.Lock()
+        self._admin = anyio.Lock()
+        """Held while git adds or removes a worktree: two `git worktree add` at once can read
+        each other's half-made administrative folders."""
+        self._agents: dict[str, Isolation] = {
+            name: agent.isolation for name, agent in settings.agents.items()
+            if agent.isolation is not None}
+
+    def isolation_for(self, agent: str, charter_sections: Mapping[str, str] | None,
+                      requested: Isolation | None) -> Isolation:
+        """route `isolation` > `[agents.NAME] isolation` > charter `## Workspace` > settings."""
+        if requested is not None:
+            return requested
+        configured = self.agent_setting(agent)
+        if configured is not None:
+            return configured
+        return charter_isolation(charter_sections) or self.settings.isolation
+
+    def agent_setting(self, agent: str) -> Isolation | None:
+        return self._agents.get(agent)
+
+    def identity(self, agent: str, display_name: str | None = None) -> dict[str, str]:
+        name = display_name or agent
+        email = self.settings.author_email.replace("{agent}", agent)
+        return {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email,
+                "GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email}
+
+    # A session's worktree.
+    async def open(self, session_id: str, agent: str) -> WorkspaceView | None:
+        """The session's worktree: its existing one (a continued session), or a new one.
+        None (with a warning) when worktrees cannot be used here: the session works shared."""
+        existing = await anyio.to_thread.run_sync(records.load, self.layout, session_id)
+        if existing is not None and existing.state != "removed" and \
+                await anyio.Path(existing.path).is_dir():
+            if existing.state in ("committed", "landed", "conflict"):
+                existing.state = "active"
+                await anyio.to_thread.run_sync(records.save, self.layout, existing)
+            return existing
+        base = await worktrees.repo_base(self.git, self.layout)
+        why = base if isinstance(base, str) else await self._no_room()
+        if why or isinstance(base, str):
+            log.warning("session works in the shared tree", session_id=session_id, why=why)
+            return None
+        async with self._admin:
+            record = await worktrees.create(self.layout, self.git, base,
+                                            session_id=session_id, agent=agent)
+        self.sink.publish(WorkspaceCreated(session_id=session_id, agent=agent,
+                                           branch=record.branch, path=record.path,
+                                           target=record.target))
+        try:
+            await self._setup(record)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self.remove(session_id)
+            raise
+        return record
+
+    async def _no_room(self) -> str:
+        live = [r for r in await anyio.to_thread.run_sync(records.load_all, self.layout)
+                if r.state != "removed"]
+        if len(live) >= self.settings.max_worktrees:
+            return (f"{len(live)} worktrees exist (workspace.max_worktrees = "
+                    f"{self.settings.max_worktrees}): land or prune some (squadd workspaces)")
+        free_mb = shutil.disk_usage(self.layout.repo).free // (1 << 20)
+        if free_mb < self.settings.min_free_mb:
+            return (f"only {free_mb} MB free (workspace.min_free_mb = "
+                    f"{self.settings.min_free_mb})")
+        return ""
+
+    async def _setup(self, record: WorkspaceView) -> None:
+        for command in self.settings.setup:
+            ran = await run(["bash", "-c", command], Path(record.path),
+                            timeout_s=self.settings.setup_timeout_s,
+                            spill=self.layout.workspace_output(record.session_id, "setup"))
+            if not ran.ok:
+                how = "timed out" if ran.timed_out else f"exited {ran.exit_code}"
+                raise WorkspaceError(f"workspace setup `{command}` {how} in {record.path}: "
+                                     f"{ran.tail.strip()[-1500:]}")
+
+    async def close(self, record: WorkspaceView, *, title: str,
+                    display_name: str | None = None) -> WorkspaceView:
+        """Commit the session's changes on its branch (author: the agent)."""
+        identity = self.identity(record.agent, display_name)
+        message = f"{title.strip().splitlines()[0][:72] or 'squad session'}\n\n" \
+                  f"Squad-Session: {record.session_id}\n"
+        committed = await worktrees.commit(
+            self.layout, self.git, record, author=identity["GIT_AUTHOR_NAME"],
+            email=identity["GIT_AUTHOR_EMAIL"], message=message)
+        if committed:
+            self.sink.publish(WorkspaceCommitted(
+                session_id=record.session_id, agent=record.agent, branch=record.branch,
+                commits=record.commits, diffstat=record.diffstat))
+        return record
+
+    # The landing queue.
+    @asynccontextmanager
+    async def landing_queue(self, timeout_s: float = LANDING_LOCK_TIMEOUT_S
+                            ) -> AsyncIterator[None]:
+        """Wait for the repository's turn to land (`TimeoutError` after `timeout_s`)."""
+        async with self._queue:
+            fd = None
+            with anyio.fail_after(timeout_s):
+                while fd is None:
+                    fd = await anyio.to_thread.run_sync(try_lock, self.layout.landing_lock)
+                    if fd is None:
+                        await anyio.sleep(LOCK_POLL_S)
+            try:
+                yield
+            finally:
+                os.close(fd)
+
+    async def land(self, session_id: str) -> LandResult:
+        """Land the session's branch (its pending changes committed first), in turn."""
+        record = await anyio.to_thread.run_sync(records.load, self.layout, session_id)
+        if record is None or record.state == "removed":
+            return LandResult(ok=False, session_id=session_id, reason="invalid",
+                              message=f"session {session_id} has no worktree to land")
+        try:
+            async with self.landing_queue():
+                record = await anyio.to_thread.run_sync(records.load, self.layout, session_id)
+                assert record is not None
+                if record.state in ("active", "committing") and \
+                        await anyio.Path(record.path).is_dir():
+                    await self.close(record, title=f"work of session {session_id}")
+                check = LandCheck(self.settings.land_check, self.settings.land_check_timeout_s)
+                result = await land(self.layout, self.git, record, check=check,
+                                    identity=self.identity(record.agent))
+        except (WorkspaceError, LockTimeoutError, TimeoutError) as exc:
+            return LandResult(ok=False, session_id=session_id, reason="failed",
+                              message=f"landing failed: {exc}")
+        self._announce(result)
+        return result
+
+    def _announce(self, result: LandResult) -> None:
+        record = result.workspace
+        if record is None:
+            return
+        if result.ok and result.reason == "landed":
+            self.sink.publish(WorkspaceLanded(
+                session_id=record.session_id, agent=record.agent, branch=record.branch,
+                target=result.target or "", old_tip=result.old_tip or "",
+                new_tip=result.new_tip or ""))
+        elif not result.ok and result.reason != "invalid":
+            self.sink.publish(WorkspaceConflict(
+                session_id=record.session_id, agent=record.agent, branch=record.branch,
+                target=result.target, reason=result.reason, paths=result.conflict_paths,
+                message=result.message[:2000]))
+
+    async def reconcile(self) -> list[str]:
+        """Finish or undo what a crash cut short (see `squadd.workspaces.reconcile`)."""
+        if not (self.layout.workspaces_dir.is_dir() or self.layout.worktrees_dir.is_dir()):
+            return []
+        try:
+            async with self.landing_queue(RECONCILE_WAIT_S):
+                return await reconcile(self.layout, self.git)
+        except TimeoutError:
+            # A `squadd land` holds the queue: what it does is its own to finish.
+            return [f"not reconciled: another process was landing for {RECONCILE_WAIT_S:g}s; "
+                    "run the daemon again once it is done"]
+
+    # Housekeeping.
+    async def view(self, session_id: str) -> WorkspaceView | None:
+        """The session's workspace record, if it has one."""
+        try:
+            return await anyio.to_thread.run_sync(records.load, self.layout, session_id)
+        except SquaddError:  # not a valid session id: it has no workspace
+            return None
+
+    async def listing(self) -> list[WorkspaceView]:
+        return await anyio.to_thread.run_sync(records.load_all, self.layout)
+
+    async def remove(self, session_id: str) -> bool | None:
+        """Remove a session's worktree (its branch kept while it has unlanded commits);
+        None when it has none."""
+        record = await anyio.to_thread.run_sync(records.load, self.layout, session_id)
+        if record is None:
+            return None
+        async with self._admin:
+            kept = await worktrees.remove(self.layout, self.git, record)
+        self.sink.publish(WorkspaceRemoved(session_id=session_id, agent=record.agent,
+                                           branch=record.branch, branch_kept=kept))
+        return kept
+
+    async def prune(self, *, now: dt.datetime | None = None) -> list[str]:
+        """Remove landed worktrees, and unlanded ones idle past `workspace.keep_days`."""
+        now = now or dt.datetime.now(dt.UTC)
+        done = []
+        for record in await self.listing():
+            age = now - dt.datetime.fromisoformat(record.updated or record.created)
+            stale = age >= dt.timedelta(days=self.settings.keep_days) and record.state in (
+                "committed", "conflict", "active")
+            if record.state == "landed" or stale:
+                kept = await self.remove(record.session_id)
+                done.append(f"{record.session_id} {record.branch}: removed"
+                            + (" (branch kept: it has unlanded commits)" if kept else ""))
+        return done

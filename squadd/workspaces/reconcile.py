@@ -1,0 +1,108 @@
+"""Start-up reconciliation: finish or undo the workspace step a crash cut short.
+
+A worktree being made is removed (its session never started in it); a commit under way is
+read back from git; a landing is rolled forward from its intent when the target may still move
+to the new tip, else rolled back. Worktrees git knows under the squad dir with no record are
+reported as orphans, and records whose worktree vanished are marked removed.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import anyio
+import structlog
+
+from squadd.contracts.workspaces import WorkspaceView
+from squadd.state.layout import SquadLayout
+from squadd.workspaces import records
+from squadd.workspaces.git import Git
+from squadd.workspaces.landing import advance, clear_landing_intent, read_intent, roll_back
+from squadd.workspaces.worktrees import describe, unlanded
+
+log = structlog.get_logger("squadd.workspaces")
+
+
+def real_path(path: Path | str) -> Path:
+    return Path(os.path.realpath(path))
+
+
+async def registered_worktrees(git: Git, repo: Path) -> list[Path]:
+    """The worktrees git has registered, the main one left out."""
+    listed = await git.ran(repo, "worktree", "list", "--porcelain")
+    paths = [Path(line[len("worktree "):]) for line in listed.output.splitlines()
+             if line.startswith("worktree ")]
+    return [p for p in paths if real_path(p) != repo]
+
+
+async def _undo_create(layout: SquadLayout, git: Git, record: WorkspaceView) -> None:
+    repo = layout.repo
+    await git.ran(repo, "worktree", "unlock", record.path)
+    await git.ran(repo, "worktree", "remove", "--force", record.path)
+    await git.ran(repo, "worktree", "prune")
+    tip = await git.rev(repo, f"refs/heads/{record.branch}")
+    if tip == record.base_commit:  # nothing was ever committed on it
+        await git.ran(repo, "update-ref", "-d", f"refs/heads/{record.branch}", tip)
+    await anyio.to_thread.run_sync(records.drop, layout, record.session_id)
+
+
+async def _recover_landing(layout: SquadLayout, git: Git, record: WorkspaceView) -> str:
+    intent = await anyio.to_thread.run_sync(read_intent, layout, record.session_id)
+    sid = record.session_id
+    if intent is None:
+        await describe(git, layout.repo, record)
+        record.state = "committed" if await unlanded(git, layout.repo, record) else "landed"
+        await anyio.to_thread.run_sync(records.save, layout, record)
+        return f"{sid}: landing had not begun; {record.state}"
+    old_tip, branch_tip = str(intent["old_tip"]), str(intent["branch_tip"])
+    new_tip = intent.get("new_tip")
+    if intent.get("phase") == "advance" and isinstance(new_tip, str):
+        tip = await git.rev(layout.repo, f"refs/heads/{record.target}")
+        if tip in (old_tip, new_tip):
+            result = await advance(layout, git, record, old_tip=old_tip, new_tip=new_tip,
+                                   branch_tip=branch_tip)
+            return f"{sid}: landing resumed: {result.message}"
+    await roll_back(git, record, branch_tip)
+    record.state, record.message = "committed", "a landing was interrupted and rolled back"
+    await describe(git, layout.repo, record)
+    await anyio.to_thread.run_sync(records.save, layout, record)
+    await clear_landing_intent(layout, sid)
+    return f"{sid}: landing rolled back; {record.branch} is at {branch_tip[:12]}"
+
+
+async def reconcile(layout: SquadLayout, git: Git) -> list[str]:
+    """Bring every workspace record and git's worktree list back in line; returns what was
+    done, one line per workspace. The caller holds the landing lock."""
+    notes: list[str] = []
+    known: set[Path] = set()
+    for record in await anyio.to_thread.run_sync(records.load_all, layout):
+        tree = Path(record.path)
+        if record.state == "creating":
+            await _undo_create(layout, git, record)
+            notes.append(f"{record.session_id}: unfinished worktree removed")
+            continue
+        if record.state == "landing":
+            notes.append(await _recover_landing(layout, git, record))
+        elif record.state == "committing":
+            await describe(git, layout.repo, record)
+            record.state = "committed" if record.commits else "active"
+            await anyio.to_thread.run_sync(records.save, layout, record)
+            notes.append(f"{record.session_id}: commit checked: {record.state}")
+        elif layout.workspace_intent(record.session_id).exists():
+            await clear_landing_intent(layout, record.session_id)
+        if record.state != "removed" and not await anyio.Path(tree).is_dir():
+            await git.ran(layout.repo, "worktree", "prune")
+            record.state, record.message = "removed", "its worktree was gone at start-up"
+            await anyio.to_thread.run_sync(records.save, layout, record)
+            notes.append(f"{record.session_id}: worktree missing, marked removed")
+        known.add(real_path(tree))
+    base = real_path(layout.root / "worktrees")
+    for path in await registered_worktrees(git, layout.repo):
+        real = real_path(path)
+        if base in real.parents and real not in known:
+            notes.append(f"orphan worktree {path}: no session record; remove it with "
+                         f"git worktree remove {path}")
+    for note in notes:
+        log.warning("workspace reconciled", note=note)
+    return notes

@@ -1,0 +1,65 @@
+"""The workspace records under ``run/workspaces/`` (one JSON file per session, replaced
+atomically), and the kill points crash tests choose through ``SQUADD_KILL_POINT``.
+
+A record is written before each step it names (`creating`, `committing`, `landing`), so after
+a crash the record says which step was under way; start-up reconciliation finishes or undoes it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import signal
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from squadd.contracts.workspaces import WorkspaceView
+from squadd.fsio import atomic_write
+from squadd.state.layout import SquadLayout
+
+KILL_ENV = "SQUADD_KILL_POINT"
+"""Names a kill point (e.g. `land.after_rebase`): the process SIGKILLs itself on reaching it."""
+
+
+def kill_point(name: str) -> None:
+    """Die here, as a kill -9 would, when the kill point named in `KILL_ENV` is this one."""
+    if os.environ.get(KILL_ENV) == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+def save(layout: SquadLayout, record: WorkspaceView) -> WorkspaceView:
+    """Write `record` durably (atomic replace + fsync), stamping its `updated` time."""
+    record.updated = now_iso()
+    atomic_write(layout.workspace_record(record.session_id),
+                 record.model_dump_json(indent=1) + "\n")
+    return record
+
+
+def load(layout: SquadLayout, session_id: str) -> WorkspaceView | None:
+    path = layout.workspace_record(session_id)
+    try:
+        return WorkspaceView.model_validate_json(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except (ValidationError, ValueError):
+        return None
+
+
+def drop(layout: SquadLayout, session_id: str) -> None:
+    layout.workspace_record(session_id).unlink(missing_ok=True)
+
+
+def load_all(layout: SquadLayout) -> list[WorkspaceView]:
+    """Every readable record, oldest first (a damaged one is skipped, not fatal)."""
+    folder = layout.workspaces_dir
+    records = []
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else ():
+        record = load(layout, Path(path).stem)
+        if record is not None:
+            records.append(record)
+    return sorted(records, key=lambda r: r.created)

@@ -1,0 +1,179 @@
+"""A session's worktree: made on its own branch, its changes committed, and removed.
+
+Each step writes the session's record first (`creating`, `committing`), then does the git work,
+then records the outcome, so a crash at any point leaves a record that says what to finish or
+undo (see `reconcile`). The worktree's own copy of the squad dir is never committed: squad
+state lives in the main repository's squad dir only.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+import structlog
+
+from squadd.contracts.workspaces import WorkspaceView
+from squadd.errors import WorkspaceError
+from squadd.fsio import append_fsync, file_lock, read_text
+from squadd.state.layout import SQUAD_DIRNAMES, SquadLayout
+from squadd.workspaces import records
+from squadd.workspaces.git import Git
+
+log = structlog.get_logger("squadd.workspaces")
+
+OUTSIDE_SQUAD = ("--", ".", *(f":(exclude){name}" for name in SQUAD_DIRNAMES))
+"""Pathspec of everything in a worktree but its copy of the squad dir."""
+_SHORT_RE = re.compile(r"[0-9a-f]{8}$")
+
+
+@dataclass(frozen=True)
+class RepoBase:
+    """Where new worktrees start: the repository, its HEAD branch (None: detached) and commit."""
+
+    repo: Path
+    branch: str | None
+    commit: str
+
+
+async def repo_base(git: Git, layout: SquadLayout) -> RepoBase | str:
+    """The repository's HEAD, or why worktrees cannot be used there (not a git repository,
+    no commit yet, or the squad dir is not in the repository's top folder)."""
+    repo = layout.repo
+    top = await git.ran(repo, "rev-parse", "--show-toplevel")
+    if not top.ok:
+        return f"{repo} is not a git repository"
+    if _real(top.output.strip()) != repo:
+        return f"the squad dir is not at the top of the git repository {top.output.strip()}"
+    commit = await git.rev(repo, "HEAD")
+    if commit is None:
+        return f"the git repository {repo} has no commit yet"
+    branch = await git.ran(repo, "symbolic-ref", "--quiet", "--short", "HEAD")
+    return RepoBase(repo, branch.output.strip() if branch.ok else None, commit)
+
+
+def _real(path: str) -> Path:
+    return Path(os.path.realpath(path))
+
+
+def branch_name(agent: str, session_id: str) -> str:
+    short = _SHORT_RE.search(session_id)
+    return f"squad/{agent}/{short.group() if short else session_id}"
+
+
+def ensure_ignored(layout: SquadLayout) -> None:
+    """Make sure the squad dir's .gitignore ignores `worktrees/` (squads made before it did)."""
+    path = layout.root / ".gitignore"
+    with file_lock(layout.lock_for(path)):
+        text = read_text(path)
+        if "worktrees/" not in text.split():
+            append_fsync(path, ("" if not text or text.endswith("\n") else "\n") +
+                         "worktrees/\n")
+
+
+async def create(layout: SquadLayout, git: Git, base: RepoBase, *, session_id: str,
+                 agent: str) -> WorkspaceView:
+    """Add a worktree for the session on a new branch from `base`, and record it `active`."""
+    await anyio.to_thread.run_sync(ensure_ignored, layout)
+    path = layout.worktree(session_id)
+    branch = branch_name(agent, session_id)
+    if await git.rev(base.repo, f"refs/heads/{branch}") is not None:
+        branch = f"squad/{agent}/{session_id}"
+    record = WorkspaceView(session_id=session_id, agent=agent, branch=branch,
+                           target=base.branch, base_commit=base.commit, path=str(path),
+                           created=records.now_iso())
+    await anyio.to_thread.run_sync(records.save, layout, record)
+    records.kill_point("create.before_add")
+    await anyio.to_thread.run_sync(lambda: path.parent.mkdir(parents=True, exist_ok=True))
+    await git.out(base.repo, "worktree", "add", "--quiet", "--lock", "-b", branch, str(path),
+                  base.commit, what=f"cannot make the worktree of session {session_id}")
+    records.kill_point("create.after_add")
+    record.state = "active"
+    await anyio.to_thread.run_sync(records.save, layout, record)
+    records.kill_point("create.after_record")
+    return record
+
+
+async def describe(git: Git, repo: Path, record: WorkspaceView) -> None:
+    """Fill in the branch's commits not on the target, and their diffstat."""
+    upto = f"refs/heads/{record.branch}"
+    since = (f"refs/heads/{record.target}" if record.target and
+             await git.rev(repo, f"refs/heads/{record.target}") else record.base_commit)
+    if await git.rev(repo, upto) is None:
+        record.commits, record.diffstat = [], ""
+        return
+    listed = await git.out(repo, "log", "--reverse", "--format=%h %s", f"{since}..{upto}")
+    record.commits = [line for line in listed.splitlines() if line]
+    record.diffstat = (await git.out(repo, "diff", "--shortstat", f"{since}...{upto}")
+                       if record.commits else "")
+
+
+async def commit(layout: SquadLayout, git: Git, record: WorkspaceView, *, author: str,
+                 email: str, message: str) -> bool:
+    """Commit every change in the worktree (outside its squad dir) on the session's branch;
+    False when there was nothing to commit."""
+    tree = Path(record.path)
+    status = await git.out(tree, "status", "--porcelain", "--untracked-files=all",
+                           *OUTSIDE_SQUAD, what="cannot read the worktree's changes")
+    if not status:
+        await describe(git, layout.repo, record)
+        record.state = "committed" if record.commits else "active"
+        await anyio.to_thread.run_sync(records.save, layout, record)
+        return False
+    record.state = "committing"
+    await anyio.to_thread.run_sync(records.save, layout, record)
+    records.kill_point("commit.before")
+    await git.out(tree, "add", "--all", *OUTSIDE_SQUAD, what="cannot stage the changes")
+    identity = {"GIT_AUTHOR_NAME": author, "GIT_AUTHOR_EMAIL": email,
+                "GIT_COMMITTER_NAME": author, "GIT_COMMITTER_EMAIL": email}
+    await git.out(tree, "commit", "--quiet", "--no-verify", "-m", message, env=identity,
+                  what=f"cannot commit the work of session {record.session_id}")
+    records.kill_point("commit.after")
+    await describe(git, layout.repo, record)
+    record.state = "committed"
+    await anyio.to_thread.run_sync(records.save, layout, record)
+    return True
+
+
+async def unlanded(git: Git, repo: Path, record: WorkspaceView) -> list[str]:
+    """The branch's commits that the target (or, detached, the base) does not hold."""
+    if await git.rev(repo, f"refs/heads/{record.branch}") is None:
+        return []
+    since = (f"refs/heads/{record.target}" if record.target and
+             await git.rev(repo, f"refs/heads/{record.target}") else record.base_commit)
+    listed = await git.out(repo, "rev-list", f"{since}..refs/heads/{record.branch}")
+    return listed.split()
+
+
+async def remove(layout: SquadLayout, git: Git, record: WorkspaceView) -> bool:
+    """Remove the worktree; delete its branch only when it holds no unlanded commit.
+    Returns whether the branch was kept."""
+    repo = layout.repo
+    path = Path(record.path)
+    await git.ran(repo, "worktree", "unlock", str(path))
+    if await anyio.Path(path).exists():
+        gone = await git.ran(repo, "worktree", "remove", "--force", str(path))
+        if not gone.ok:
+            raise gone.error(f"cannot remove the worktree of session {record.session_id}")
+    await git.ran(repo, "worktree", "prune")
+    kept = bool(await unlanded(git, repo, record))
+    if not kept:
+        tip = await git.rev(repo, f"refs/heads/{record.branch}")
+        if tip is not None:
+            # Compare-and-delete: a branch that moved since it was read is left alone.
+            await git.ran(repo, "update-ref", "-d", f"refs/heads/{record.branch}", tip)
+    record.state = "removed"
+    await anyio.to_thread.run_sync(records.save, layout, record)
+    if not kept:
+        await anyio.to_thread.run_sync(records.drop, layout, record.session_id)
+    return kept
+
+
+def require_worktree(record: WorkspaceView) -> Path:
+    tree = Path(record.path)
+    if not tree.is_dir():
+        raise WorkspaceError(f"the worktree of session {record.session_id} ({tree}) is gone")
+    return tree

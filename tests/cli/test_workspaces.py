@@ -1,0 +1,65 @@
+"""`squadd land` and `squadd workspaces` on a real repository, without a daemon."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+from click.testing import CliRunner
+
+from squadd.cli import main
+from squadd.config import load_settings
+from squadd.contracts.events import NullSink
+from squadd.state.layout import SquadLayout
+from squadd.workspaces import Workspaces
+from tests.workspaces.conftest import git, make_repo
+
+
+def _committed_session(layout: SquadLayout, session: str, files: dict[str, str]) -> None:
+    async def work() -> None:
+        spaces = Workspaces(layout, load_settings(layout.root), NullSink())
+        record = await spaces.open(session, "lead")
+        assert record is not None
+        for name, body in files.items():
+            (Path(record.path) / name).write_text(body)
+        await spaces.close(record, title=f"work of {session}")
+    anyio.run(work)
+
+
+def test_land_lands_and_workspaces_lists_then_prunes(tmp_path: Path) -> None:
+    layout = make_repo(tmp_path / "repo")
+    session = "20260101-000000-0000aaaa"
+    _committed_session(layout, session, {"new.txt": "new\n"})
+    runner = CliRunner()
+    listed = runner.invoke(main, ["workspaces", "--dir", str(layout.repo)])
+    assert listed.exit_code == 0
+    assert "squad/lead/0000aaaa" in listed.output and "committed" in listed.output
+
+    landed = runner.invoke(main, ["land", session, "--dir", str(layout.repo)])
+    assert landed.exit_code == 0, landed.output
+    assert "landed on main" in landed.output
+    assert git(layout.repo, "log", "-1", "--format=%s", "main") == f"work of {session}"
+
+    pruned = runner.invoke(main, ["workspaces", "--prune", "--dir", str(layout.repo)])
+    assert pruned.exit_code == 0 and f"{session} squad/lead/0000aaaa: removed" in pruned.output
+    assert "squad/lead/0000aaaa" not in git(layout.repo, "branch")
+
+
+def test_land_of_a_conflict_exits_1_and_names_the_path(tmp_path: Path) -> None:
+    layout = make_repo(tmp_path / "repo")
+    _committed_session(layout, "20260101-000000-0000bbbb", {"app.txt": "mine\n"})
+    (layout.repo / "app.txt").write_text("theirs\n")
+    git(layout.repo, "commit", "--quiet", "-am", "user edit")
+    before = git(layout.repo, "rev-parse", "main")
+    result = CliRunner().invoke(main, ["land", "20260101-000000-0000bbbb", "--dir",
+                                       str(layout.repo)])
+    assert result.exit_code == 1
+    assert "conflicts in app.txt" in result.output
+    assert git(layout.repo, "rev-parse", "main") == before
+
+
+def test_land_of_an_unknown_session_is_a_clear_error(tmp_path: Path) -> None:
+    layout = make_repo(tmp_path / "repo")
+    result = CliRunner().invoke(main, ["land", "20260101-000000-00000000", "--dir",
+                                       str(layout.repo)])
+    assert result.exit_code == 1 and "has no worktree to land" in result.output

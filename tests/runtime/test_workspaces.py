@@ -1,0 +1,167 @@
+"""Sessions in worktrees, end to end through the runtime: where tools and agent CLIs run, what
+is committed, nested routes, continuation and landing (real git, real shell tools)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from squadd.config import Settings, load_settings
+from squadd.contracts.routes import RouteRequest
+from squadd.providers.base import Provider
+from squadd.providers.command import CommandProvider
+from squadd.runtime.runtime import SquadRuntime
+from squadd.state.layout import SquadLayout
+from squadd.tools.custom.discovery import discover_tools
+from squadd.workspaces import records
+from tests.runtime.scripted import call, make_squad, script, text
+from tests.workspaces.conftest import git
+
+WRITE_TOOL = """
+description: Write a line of text to a file and say where it ran
+parameters:
+  FILE: {type: string, description: file}
+  TEXT: {type: string, description: text}
+bash: printf '%s\\n' {TEXT} > {FILE} && pwd
+"""
+
+
+def _squad(tmp_path: Path) -> SquadLayout:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "--quiet", "-b", "main")
+    (repo / "README.md").write_text("project\n")
+    git(repo, "add", "--all")
+    git(repo, "commit", "--quiet", "-m", "start")
+    layout = make_squad(repo)
+    layout.tools_dir.mkdir(parents=True, exist_ok=True)
+    (layout.tools_dir / "jot.yaml").write_text(textwrap.dedent(WRITE_TOOL))
+    return layout
+
+
+def _settings(layout: SquadLayout, **workspace: Any) -> Settings:
+    overrides: dict[str, Any] = {"tools": {"approvals": {"jot": "allow"}}}
+    if workspace:
+        overrides["workspace"] = workspace
+    return load_settings(layout.root, overrides=overrides)
+
+
+def _runtime(layout: SquadLayout, settings: Settings, provider: Provider) -> SquadRuntime:
+    return SquadRuntime(layout, settings, provider,
+                        extra_tools=lambda: discover_tools(layout, settings).tools)
+
+
+async def test_a_worktree_sessions_shell_tool_runs_in_its_worktree_and_its_work_is_committed(
+        tmp_path: Path) -> None:
+    layout = _squad(tmp_path)
+    provider = script(lead=[call("jot", FILE="out.txt", TEXT="hello"), text("done")])
+    async with _runtime(layout, _settings(layout), provider) as runtime:
+        result = await runtime.route(RouteRequest(task="Write the greeting", targetAgent="lead",
+                                                  isolation="worktree"))
+    assert result.ok, result.message
+    space = result.workspace
+    assert space is not None and space.state == "committed"
+    tree = layout.worktree(result.session_id or "")
+    assert space.path == str(tree)
+    transcript = layout.transcript(result.session_id or "").read_text()
+    assert str(tree) in transcript  # the tool's `pwd`
+    assert not (layout.repo / "out.txt").exists()
+    assert git(layout.repo, "show", f"{space.branch}:out.txt") == "hello"
+    assert git(layout.repo, "log", "-1", "--format=%an %s", space.branch) == \
+        "Lead Write the greeting"
+    assert git(layout.repo, "rev-list", "--count", "main") == "1"
+
+
+async def test_the_shared_default_works_in_the_repository_root(tmp_path: Path) -> None:
+    layout = _squad(tmp_path)
+    provider = script(lead=[call("jot", FILE="out.txt", TEXT="hi"), text("done")])
+    async with _runtime(layout, _settings(layout), provider) as runtime:
+        result = await runtime.route(RouteRequest(task="t", targetAgent="lead"))
+    assert result.ok and result.workspace is None
+    assert (layout.repo / "out.txt").read_text() == "hi\n"
+
+
+async def test_an_agent_cli_runs_in_the_worktree(tmp_path: Path) -> None:
+    layout = _squad(tmp_path)
+    provider = CommandProvider(["bash", "-c", "cat > /dev/null; pwd > where.txt; echo finished"],
+                               cwd=layout.repo)
+    settings = _settings(layout, isolation="worktree")
+    async with _runtime(layout, settings, provider) as runtime:
+        result = await runtime.route(RouteRequest(task="Say where", targetAgent="lead"))
+    assert result.ok, result.message
+    assert result.workspace is not None
+    assert git(layout.repo, "show", f"{result.workspace.branch}:where.txt") == \
+        result.workspace.path
+    assert not (layout.repo / "where.txt").exists()
+
+
+async def test_a_nested_route_shares_its_callers_worktree(tmp_path: Path) -> None:
+    layout = _squad(tmp_path)
+    provider = script(
+        lead=[call("squad_route", targetAgent="fenster", task="write the nested file"),
+              call("jot", FILE="lead.txt", TEXT="lead"), text("all done")],
+        fenster=[call("jot", FILE="nested.txt", TEXT="fenster"), text("written")])
+    settings = load_settings(layout.root, overrides={
+        "agents": {"lead": {"isolation": "worktree"}}, "tools": {"approvals": {"jot": "allow"}}})
+    async with _runtime(layout, settings, provider) as runtime:
+        result = await runtime.route(RouteRequest(task="Lead the work", targetAgent="lead"))
+    assert result.ok and result.workspace is not None
+    branch = result.workspace.branch
+    assert git(layout.repo, "show", f"{branch}:nested.txt") == "fenster"
+    assert git(layout.repo, "show", f"{branch}:lead.txt") == "lead"
+    assert [r.session_id for r in records.load_all(layout)] == [result.session_id]
+
+
+async def test_continuing_a_session_reuses_its_worktree_and_land_true_lands_it(
+        tmp_path: Path) -> None:
+    layout = _squad(tmp_path)
+    provider = script(lead=[call("jot", FILE="a.txt", TEXT="first"), text("one"),
+                            call("jot", FILE="b.txt", TEXT="second"), text("two")])
+    seen: list[str] = []
+    async with _runtime(layout, _settings(layout, isolation="worktree"), provider) as runtime:
+        runtime.bus.add_listener(lambda event: seen.append(getattr(event, "type", "")))
+        first = await runtime.route(RouteRequest(task="First part", targetAgent="lead"))
+        second = await runtime.route(RouteRequest(task="Second part",
+                                                  sessionId=first.session_id, land=True))
+    assert first.workspace is not None and second.workspace is not None
+    assert first.workspace.branch == second.workspace.branch
+    assert second.workspace.state == "landed"
+    assert git(layout.repo, "log", "--format=%s", "main").splitlines() == [
+        "Second part", "First part", "start"]
+    assert (layout.repo / "a.txt").read_text() == "first\n"
+    assert (layout.repo / "b.txt").read_text() == "second\n"
+    assert [kind for kind in seen if kind.startswith("workspace.")] == [
+        "workspace.created", "workspace.committed", "workspace.committed", "workspace.landed"]
+
+
+async def test_eight_agents_at_once_each_land_their_own_commit_on_a_linear_history(
+        tmp_path: Path) -> None:
+    import anyio
+
+    from tests.runtime.scripted import add_agent
+    layout = _squad(tmp_path)
+    agents = [f"dev{n}" for n in range(8)]
+    for agent in agents:
+        add_agent(layout, agent)
+    provider = script(**{agent: [call("jot", FILE=f"{agent}.txt", TEXT=agent),
+                                 call("jot", FILE=f"{agent}.txt", TEXT=f"{agent} edited"),
+                                 text("done")] for agent in agents})
+    settings = load_settings(layout.root, overrides={
+        "workspace": {"isolation": "worktree", "land": "auto"},
+        "pool": {"max_concurrent": 8}, "tools": {"approvals": {"jot": "allow"}}})
+    results = []
+    async with _runtime(layout, settings, provider) as runtime:
+        async def one(agent: str) -> None:
+            results.append(await runtime.route(RouteRequest(task=f"work of {agent}",
+                                                            targetAgent=agent)))
+        async with anyio.create_task_group() as group:
+            for agent in agents:
+                group.start_soon(one, agent)
+    assert all(r.ok and r.workspace and r.workspace.state == "landed" for r in results), [
+        (r.message, r.workspace) for r in results]
+    subjects = git(layout.repo, "log", "--format=%s", "main").splitlines()
+    assert sorted(subjects[:-1]) == sorted(f"work of {agent}" for agent in agents)
+    assert git(layout.repo, "rev-list", "--merges", "main") == ""
+    for agent in agents:
+        assert (layout.repo / f"{agent}.txt").read_text() == f"{agent} edited\n"

@@ -1,0 +1,130 @@
+"""A session's worktree: made on its own branch, committed by the agent, removed safely."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from squadd.state.layout import SquadLayout
+from squadd.workspaces import Workspaces, charter_isolation
+from tests.workspaces.conftest import Events, git, make_repo, settings_with
+
+
+async def test_session_commits_on_its_own_branch_as_the_agent(
+        squad_repo: SquadLayout, spaces: Workspaces, events: Events) -> None:
+    main_tip = git(squad_repo.repo, "rev-parse", "main")
+    record = await spaces.open("20260101-000000-abcdef12", "lead")
+    assert record is not None
+    tree = Path(record.path)
+    assert record.branch == "squad/lead/abcdef12"
+    assert tree.parent == squad_repo.root / "worktrees"
+    (tree / "new.txt").write_text("hello\n")
+    (tree / ".squad" / "stray.md").parent.mkdir(exist_ok=True)
+    (tree / ".squad" / "stray.md").write_text("never committed\n")
+    await spaces.close(record, title="Add a greeting", display_name="Lead Dev")
+
+    log = git(squad_repo.repo, "log", "-1", "--format=%an|%ae|%B", record.branch)
+    assert log.startswith("Lead Dev|lead@squad.local|Add a greeting")
+    assert "Squad-Session: 20260101-000000-abcdef12" in log
+    files = git(squad_repo.repo, "show", "--name-only", "--format=", record.branch).split()
+    assert files == ["new.txt"]
+    assert record.state == "committed" and len(record.commits) == 1
+    assert "1 file changed" in record.diffstat
+    assert git(squad_repo.repo, "rev-parse", "main") == main_tip
+    assert "worktrees/" in (squad_repo.root / ".gitignore").read_text().split()
+    assert "worktrees" not in git(squad_repo.repo, "status", "--porcelain", "--ignored=no",
+                                  "--untracked-files=all")
+    assert events.types() == ["workspace.created", "workspace.committed"]
+
+
+async def test_a_continued_session_reuses_its_worktree(spaces: Workspaces) -> None:
+    first = await spaces.open("20260101-000000-00000001", "lead")
+    assert first is not None
+    await spaces.close(first, title="nothing yet")
+    again = await spaces.open("20260101-000000-00000001", "lead")
+    assert again is not None and again.path == first.path and again.branch == first.branch
+
+
+async def test_removing_keeps_a_branch_with_unlanded_commits(
+        squad_repo: SquadLayout, spaces: Workspaces) -> None:
+    kept = await spaces.open("20260101-000000-00000002", "lead")
+    empty = await spaces.open("20260101-000000-00000003", "lead")
+    assert kept is not None and empty is not None
+    (Path(kept.path) / "work.txt").write_text("work\n")
+    await spaces.close(kept, title="work")
+    assert await spaces.remove(kept.session_id) is True
+    assert await spaces.remove(empty.session_id) is False
+    branches = git(squad_repo.repo, "branch", "--list", "squad/*")
+    assert kept.branch in branches and empty.branch not in branches
+    assert not Path(kept.path).exists() and not Path(empty.path).exists()
+    assert str(squad_repo.root / "worktrees") not in git(squad_repo.repo, "worktree", "list")
+
+
+async def test_a_folder_that_is_not_a_git_repository_works_shared(
+        tmp_path: Path, events: Events) -> None:
+    from squadd.state.scaffold import init_squad
+    (tmp_path / "plain").mkdir()
+    layout = SquadLayout.at(init_squad(tmp_path / "plain").squad_dir)
+    spaces = Workspaces(layout, settings_with(layout), events)
+    assert await spaces.open("20260101-000000-00000004", "lead") is None
+    assert not (layout.root / "worktrees").exists()
+
+
+async def test_a_repository_without_commits_works_shared(tmp_path: Path, events: Events) -> None:
+    from squadd.state.scaffold import init_squad
+    (tmp_path / "fresh").mkdir()
+    git(tmp_path / "fresh", "init", "--quiet", "-b", "main")
+    layout = SquadLayout.at(init_squad(tmp_path / "fresh").squad_dir)
+    spaces = Workspaces(layout, settings_with(layout), events)
+    assert await spaces.open("20260101-000000-00000005", "lead") is None
+
+
+async def test_past_max_worktrees_a_session_works_shared(tmp_path: Path, events: Events) -> None:
+    layout = make_repo(tmp_path / "r")
+    spaces = Workspaces(layout, settings_with(layout, max_worktrees=1), events)
+    assert await spaces.open("20260101-000000-00000006", "lead") is not None
+    assert await spaces.open("20260101-000000-00000007", "lead") is None
+
+
+async def test_a_failing_setup_is_a_clear_error_and_leaves_no_worktree(
+        tmp_path: Path, events: Events) -> None:
+    import pytest
+
+    from squadd.errors import WorkspaceError
+    layout = make_repo(tmp_path / "r")
+    spaces = Workspaces(layout, settings_with(layout, setup=["echo preparing; exit 3"]), events)
+    with pytest.raises(WorkspaceError, match="exited 3") as caught:
+        await spaces.open("20260101-000000-00000008", "lead")
+    assert "preparing" in str(caught.value)
+    assert await spaces.listing() == []
+    assert "worktrees" not in git(layout.repo, "worktree", "list")
+
+
+def test_isolation_layers_route_over_agent_over_charter_over_settings(
+        squad_repo: SquadLayout, events: Events) -> None:
+    from squadd.config import load_settings
+    settings = load_settings(squad_repo.root, overrides={
+        "workspace": {"isolation": "shared"}, "agents": {"fenster": {"isolation": "worktree"}}})
+    spaces = Workspaces(squad_repo, settings, events)
+    worktree_charter = {"workspace": "isolation: worktree"}
+    assert spaces.isolation_for("lead", None, None) == "shared"
+    assert spaces.isolation_for("lead", worktree_charter, None) == "worktree"
+    assert spaces.isolation_for("fenster", {"workspace": "shared"}, None) == "worktree"
+    assert spaces.isolation_for("fenster", None, "shared") == "shared"
+    assert charter_isolation({"workspace": "Isolation: shared"}) == "shared"
+
+
+async def test_prune_removes_landed_and_stale_worktrees_and_keeps_unlanded_branches(
+        squad_repo: SquadLayout, spaces: Workspaces) -> None:
+    import datetime as dt
+    fresh = await spaces.open("20260101-000000-00000020", "lead")
+    stale = await spaces.open("20260101-000000-00000021", "lead")
+    assert fresh is not None and stale is not None
+    (Path(stale.path) / "kept.txt").write_text("kept\n")
+    await spaces.close(stale, title="unlanded work")
+    assert await spaces.prune() == []  # nothing landed, nothing older than keep_days
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(days=8)
+    done = await spaces.prune(now=later)
+    assert len(done) == 2 and any("branch kept" in line for line in done)
+    assert stale.branch in git(squad_repo.repo, "branch", "--list", "squad/*")
+    assert fresh.branch not in git(squad_repo.repo, "branch", "--list", "squad/*")
+    assert [r.state for r in await spaces.listing()] == ["removed"]
