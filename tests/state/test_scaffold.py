@@ -92,4 +92,5 @@ def test_scaffold_content_parses(repo: Path) -> None:
     routing = (squad / "routing.md").read_text()
     assert "| Work Type | Route To | Examples |" in routing
     ignored = (squad / ".gitignore").read_text().splitlines()
-    assert [line for line in ignored if not line.startswith("#")] == ["run/", "tool-output/", "worktrees/"]
+    assert [line for line in ignored if not line.startswith("#")] == [
+        "run/", "tool-output/", "worktrees/"]
