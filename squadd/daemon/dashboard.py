@@ -183,9 +183,12 @@ async def state(request: Request) -> Response:
     runtime = ctx.runtime
     seq = runtime.bus.last_seq  # read first: an event after this one is streamed, not lost
     report = runtime.snapshot()
+    spaces = {space.session_id: space for space in await runtime.workspaces.listing()}
     sessions = []
     for view in report.sessions[:SESSIONS_SHOWN]:
-        shown = view.model_dump(mode="json")
+        space = spaces.get(view.session_id)
+        shown = (view if space is None else view.model_copy(update={"workspace": space})
+                 ).model_dump(mode="json")
         shown["turns"] = board.turns.get(view.session_id, 0)
         shown["tool"] = board.tool_view(view.session_id)
         sessions.append(shown)

@@ -28,6 +28,7 @@ from tests.daemon.dashboard_support import (
     running_squad,
 )
 from tests.runtime.scripted import call, script, text
+from tests.workspaces.conftest import git
 
 UI = UI_PREFIX
 
@@ -256,3 +257,23 @@ async def test_a_full_pool_shows_at_capacity_and_its_queue_urgent_first(squad: S
     by_id = {s["session_id"]: s for s in state["sessions"]}
     assert [(by_id[i]["agent"], by_id[i]["priority"]) for i in state["queue"]] == [
         ("lead", "urgent"), ("hockney", "normal")]
+
+
+async def test_a_worktree_sessions_branch_and_changes_are_in_the_state(tmp_path: Path) -> None:
+    provider = script(hockney=[call("steps"), text("changed it")])
+    async with running_squad(tmp_path, provider) as squad:
+        repo = squad.runtime.layout.repo
+        git(repo, "init", "--quiet", "-b", "main")
+        (repo / "app.py").write_text("VALUE = 1\n")
+        git(repo, "add", "--all")
+        git(repo, "commit", "--quiet", "-m", "start")
+        squad.gate.release.set()
+        result = await squad.runtime.route(RouteRequest(
+            task="look around", target_agent="hockney", isolation="worktree"))
+        assert result.ok and result.workspace is not None, result.message
+        state = (await squad.http.get(f"{UI}/api/state", headers=auth())).json()
+    [shown] = [s for s in state["sessions"] if s["agent"] == "hockney"]
+    assert shown["workspace"]["branch"] == result.workspace.branch
+    assert shown["workspace"]["target"] == "main"
+    assert shown["workspace"]["path"] == str(squad.runtime.layout.worktree(
+        result.session_id or ""))

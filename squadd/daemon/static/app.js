@@ -11,12 +11,14 @@ const EVENT_TYPES = [
   "agent.idle", "agent.completed", "agent.error", "session.message", "tool.started",
   "tool.updated", "tool.completed", "pool.at_capacity", "pool.empty", "provider.retry",
   "scribe.merged", "scribe.rejected", "scribe.archived", "approval.requested",
-  "approval.resolved", "tools.load_failed", "bus.overflow",
+  "approval.resolved", "tools.load_failed", "bus.overflow", "workspace.created",
+  "workspace.committed", "workspace.landed", "workspace.conflict", "workspace.removed",
 ];
 const REFRESHING = new Set([
   "route.queued", "agent.spawned", "agent.state", "agent.idle", "agent.completed",
   "agent.error", "tool.started", "tool.completed", "pool.empty", "scribe.merged",
-  "approval.requested", "daemon.started",
+  "approval.requested", "daemon.started", "workspace.created", "workspace.committed",
+  "workspace.landed", "workspace.conflict", "workspace.removed",
 ]);
 
 const model = { state: null, lastSeq: 0, tokens: [], feedRows: 0, shownSession: null };
@@ -98,7 +100,21 @@ function sessionRow(s) {
     el("span", { class: "turns" }, `${s.turns} turns`), " ",
     el("span", { class: "tokens" }, `${tokens} tok`), " ",
     el("span", { class: "task" }, s.task.slice(0, 90)),
+    workspaceLine(s.workspace),
     toolLine(s.tool));
+}
+
+// The session's git worktree: its branch, where it stands, and what it changed.
+function workspaceLine(space) {
+  if (!space) return null;
+  const commits = space.commits.length === 1 ? "1 commit" : `${space.commits.length} commits`;
+  return el("div", { class: `workspace ${space.state}` },
+    el("span", { class: "branch" }, space.branch), " ",
+    el("span", { class: `state ${space.state}` }, space.state), " ",
+    el("span", { class: "muted" }, `${commits} ${space.diffstat.trim()}`),
+    space.conflict_paths.length
+      ? el("span", { class: "conflict" }, ` conflict: ${space.conflict_paths.join(", ")}`)
+      : null);
 }
 
 function renderSessions(state) {
