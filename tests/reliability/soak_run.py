@@ -39,6 +39,9 @@ from tests.support.daemon_process import DaemonProcess
 
 AGENTS = ("lead", "backend", "tester")
 SETTLE_BOUND_S = 120.0
+RESTART_BOUND_S = 90.0
+"""How long a restarted daemon may take to answer: its start-up reads the tail of every
+transcript (over 2,000 late in the full run), and CI machines are busy."""
 AIM_BOUND_S = 30.0
 """How long an aimed kill waits for a `bash` call to be handed out before it kills anyway."""
 @dataclass(frozen=True)
@@ -146,7 +149,7 @@ class _Run:
             self.stops.append(dt.datetime.now(dt.UTC))
             self.chaos.begin_epoch()
             await anyio.sleep(self.rng.uniform(0.3, 1.5))  # clients find no daemon meanwhile
-            await anyio.to_thread.run_sync(self.daemon.start)
+            await anyio.to_thread.run_sync(self.daemon.start, RESTART_BOUND_S)
             self.started()
             await self.resume_interrupted()
 
