@@ -177,7 +177,7 @@ class AgentScript:
         if drawn.random() < b.workspace:
             scene = [Step(kind) for kind in SCENE]
             if drawn.random() < b.escape:
-                scene.insert(1, Step(ESCAPE))
+                scene[0] = Step(ESCAPE)
             steps += scene
         return steps
 

@@ -1,11 +1,12 @@
 """The chaos agents' work on the repository with the built-in workspace tools.
 
-A conversation that draws this work owns one file, `soak-work/{task}.txt`: it `write`s it, `read`s
-it back, `edit`s one line (an exact replacement), looks for it with `grep` and `find`, and shows
-it with `bash` (`cat`, `wc -l`). Now and then it also tries to write outside the repository (a
-`..` path, and a path through a symlink in the repo that leads out), which confinement must
-refuse. What each call asks for, and what the file holds after each step, follow from the task
-id alone, so the invariants read the run's transcripts and the files and know what is allowed.
+A conversation that draws this work owns one file, `soak-work/{task}.txt`, and works on it in
+three turns: it `write`s it; `read`s it back and `edit`s one line (an exact replacement); looks
+for it with `grep` and `find` and shows it with `bash` (`cat`, `wc -l`). Now and then its first
+turn also tries to write outside the repository (a `..` path, and a path through a symlink in
+the repo that leads out), which confinement must refuse. What each call asks for, and what the
+file holds after each step, follow from the task id alone, so the invariants read the run's
+transcripts and the files and know what is allowed.
 """
 
 from __future__ import annotations
@@ -23,10 +24,10 @@ ESCAPE_LINK = "soak-escape"
 """A symlink in the repository to `../soak-outside`."""
 SENTINEL = "sentinel.txt"
 """A file in the outside folder that the escape step tries to edit."""
-SCENE = ("ws_write", "ws_read", "ws_edit", "ws_search", "ws_bash")
-"""The steps of the work, in their order."""
-ESCAPE = "ws_escape"
-"""The step that tries to leave the repository (after `ws_write` when drawn)."""
+SCENE = ("ws_write", "ws_edit", "ws_look")
+"""The steps of the work, in their order (one turn each)."""
+ESCAPE = "ws_write_escape"
+"""`ws_write`, and then the calls that try to leave the repository (in its place when drawn)."""
 BASH_PAUSE_S = 0.5
 """How long the `bash` step's command runs before it shows the file: a kill can fall inside."""
 FILE_RE = re.compile(r"^(?P<task>[A-Za-z0-9][A-Za-z0-9.-]*)\.txt$")
@@ -68,28 +69,28 @@ def bash_command(task_id: str) -> str:
 
 
 def scene_calls(kind: str, task_id: str, call_id: str) -> tuple[ToolCallSpec, ...]:
-    """The calls of one step (`kind` in SCENE, or ESCAPE); `call_id` ends with the call's
+    """The calls of one step (`kind` in SCENE, or ESCAPE); each call's id is `call_id` and its
     index in the turn."""
     path = scene_file(task_id)
-    first, second = f"{call_id}-0", f"{call_id}-1"
-    if kind == "ws_write":
-        return (("write", {"path": path, "content": written(task_id)}, first),)
-    if kind == "ws_read":
-        return (("read", {"path": path}, first),)
+    if kind in ("ws_write", ESCAPE):
+        calls: tuple[ToolCallSpec, ...] = (
+            ("write", {"path": path, "content": written(task_id)}, f"{call_id}-0"),)
+        if kind == ESCAPE:
+            calls += (("write", {"path": f"../{OUTSIDE_FOLDER}/{task_id}.txt",
+                                 "content": written(task_id)}, f"{call_id}-1"),
+                      ("edit", {"path": f"{ESCAPE_LINK}/{SENTINEL}", "old": "sentinel",
+                                "new": f"taken by {task_id}"}, f"{call_id}-2"))
+        return calls
     if kind == "ws_edit":
-        return (("edit", {"path": path, "old": edit_old(task_id), "new": edit_new(task_id)},
-                 first),)
-    if kind == "ws_search":
+        return (("read", {"path": path}, f"{call_id}-0"),
+                ("edit", {"path": path, "old": edit_old(task_id), "new": edit_new(task_id)},
+                 f"{call_id}-1"))
+    if kind == "ws_look":
         return (("grep", {"pattern": f"^{re.escape(task_id)} line 2 edited$",
-                          "path": WORKSPACE_FOLDER}, first),
-                ("find", {"pattern": f"{task_id}.txt", "path": WORKSPACE_FOLDER}, second))
-    if kind == "ws_bash":
-        return (("bash", {"command": bash_command(task_id)}, first),)
-    if kind == ESCAPE:
-        return (("write", {"path": f"../{OUTSIDE_FOLDER}/{task_id}.txt",
-                           "content": written(task_id)}, first),
-                ("edit", {"path": f"{ESCAPE_LINK}/{SENTINEL}", "old": "sentinel",
-                          "new": f"taken by {task_id}"}, second))
+                          "path": WORKSPACE_FOLDER}, f"{call_id}-0"),
+                ("find", {"pattern": f"{task_id}.txt", "path": WORKSPACE_FOLDER},
+                 f"{call_id}-1"),
+                ("bash", {"command": bash_command(task_id)}, f"{call_id}-2"))
     raise ValueError(f"{kind!r} is not a workspace step")
 
 
