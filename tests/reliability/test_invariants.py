@@ -263,6 +263,7 @@ def test_a_bash_or_read_that_shows_what_was_never_written_is_a_violation(
     })
     assert len(check.failures) == 1, check.failures
     assert "bash call B-s3-0" in check.failures[0]
+    assert "proved nothing" in workspace_files_whole(layout, {}).failures[-1]
 
 
 def test_anything_written_beside_the_repository_is_a_violation(tmp_path: Path) -> None:
@@ -274,15 +275,16 @@ def test_anything_written_beside_the_repository_is_a_violation(tmp_path: Path) -
     assert before and (outside / SENTINEL).is_file()
     log.write_text("the daemon's output is the harness's\n", encoding="utf-8")
     (layout.repo / "inside.txt").write_text("inside the repository\n", encoding="utf-8")
-    assert outside_untouched(before, around_repo(tmp_path, log), {}).ok
+    refused = ("edit", {"path": f"{ESCAPE_LINK}/{SENTINEL}", "old": "s", "new": "t"},
+               "T-s1-1", "edit refused: it leads out of the workspace", 3, 4)
+    assert outside_untouched(before, around_repo(tmp_path, log), {"s": _session(refused)}).ok
+    assert "proved nothing" in outside_untouched(before, before, {}).failures[0]
     (outside / "nested" / "gone.txt").write_text("made and removed\n", encoding="utf-8")
     (outside / "nested" / "gone.txt").unlink()
     (outside / SENTINEL).write_text("taken\n", encoding="utf-8")
     (tmp_path / "stray.txt").write_text("beside the repository\n", encoding="utf-8")
     escape = ("write", {"path": f"../{OUTSIDE_FOLDER}/T.txt", "content": "x"}, "T-s1-0",
               "ok:created", 1, 2)
-    refused = ("edit", {"path": f"{ESCAPE_LINK}/{SENTINEL}", "old": "s", "new": "t"},
-               "T-s1-1", "edit refused: it leads out of the workspace", 3, 4)
     check = outside_untouched(before, around_repo(tmp_path, log),
                               {"s": _session(escape, refused)})
     assert sorted(check.failures) == sorted([

@@ -293,6 +293,9 @@ def workspace_files_whole(layout: SquadLayout, transcripts: Mapping[str, Transcr
             check.failures.append(f"{path} holds {_shown({actual})}, but its calls could only "
                                   f"leave {_shown(file.states)}")
         edited += actual is not None and "edited" in actual
+    if check.checked == 0:
+        check.failures.append("no workspace tool call was seen: the check proved nothing (is "
+                              "Behaviour.workspace zero?)")
     check.notes = {"files": len(files), "edited": edited, "temp_files_left_by_stops": temps[:20]}
     return check
 
@@ -344,5 +347,8 @@ def outside_untouched(before: Snapshot, after: Snapshot,
             if call.outcome == "success":
                 check.failures.append(f"{call.where} to {path} (outside the repository) "
                                       f"succeeded: {(call.answer or '')[:120]!r}")
+    if escapes == 0:
+        check.failures.append("no write or edit aimed outside the repository was seen: the "
+                              "check proved nothing (is Behaviour.escape zero?)")
     check.notes = {"escape_calls": escapes}
     return check
