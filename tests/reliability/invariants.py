@@ -1,6 +1,7 @@
 """The soak's invariants. Each check reads what a run left behind (transcripts, decisions.md and
 its archive, histories, the chaos server's request log, the process table, .squad/run/) and
 returns a `Check` that names every violation; `assert_all` fails with all of them at once.
+The checks about the built-in workspace tools are in `workspace_invariants`.
 
     checks = [routes_ended(...), transcripts_well_formed(...), ...]
     assert_all(checks)
@@ -227,30 +228,6 @@ def decisions_once(layout: SquadLayout, transcripts: Mapping[str, Transcript],
                               f"wrote: {rejected[:5]}")
     check.notes = {"entries": len(entries), "archived": len(
         parse_decisions(layout.decisions_archive).entries)}
-    return check
-
-
-def workspace_files_whole(layout: SquadLayout, transcripts: Mapping[str, Transcript]) -> Check:
-    """Each successful `write` left its file with exactly its content, and every file the
-    workspace steps made is whole (a kill mid-write leaves it old or new, never cut)."""
-    from tests.support.chaos_agent import WORKSPACE_FILE_RE, WORKSPACE_FOLDER, workspace_content
-
-    check = Check("every built-in write is whole, and there once it succeeded")
-    folder = layout.repo / WORKSPACE_FOLDER
-    for session_id, args in _successes(transcripts, "write"):
-        check.checked += 1
-        path = layout.repo / str(args.get("path"))
-        if not path.is_file() or path.read_text(encoding="utf-8") != args.get("content"):
-            check.failures.append(f"write of {args.get('path')} (session {session_id}) "
-                                  "succeeded, but the file does not hold its content")
-    files = sorted(p for p in folder.iterdir() if not p.name.endswith(".tmp")) \
-        if folder.is_dir() else []
-    for path in files:
-        named = WORKSPACE_FILE_RE.match(path.name)
-        if named is None or path.read_text(encoding="utf-8") != workspace_content(
-                named.group("task"), int(named.group("step"))):
-            check.failures.append(f"{path.name} is not whole: {path.read_bytes()[:80]!r}")
-    check.notes = {"files": len(files)}
     return check
 
 

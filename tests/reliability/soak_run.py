@@ -6,6 +6,7 @@ stop, a final Scribe pass and every invariant. `run_soak` returns the summary an
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import random
 import sys
@@ -22,7 +23,7 @@ from squadd.contracts.sessions import LIVE_STATES
 from squadd.daemon.client import AsyncDaemonClient
 from squadd.daemon.wire import DaemonRequestError
 from squadd.state.layout import SquadLayout
-from tests.reliability import invariants
+from tests.reliability import invariants, workspace_invariants
 from tests.reliability.invariants import Check, RssSample
 from tests.reliability.soak_clients import (
     CliChannel,
@@ -31,63 +32,18 @@ from tests.reliability.soak_clients import (
     mcp_channel,
     run_client,
 )
+from tests.reliability.soak_setup import CONFIG, READ_TIMEOUT_S, around_repo, prepare
 from tests.support.chaos_server import ChaosServer
+from tests.support.chaos_workspace import BASH_PAUSE_S
 from tests.support.daemon_process import DaemonProcess
 
 AGENTS = ("lead", "backend", "tester")
-READ_TIMEOUT_S = 2.0
 SETTLE_BOUND_S = 120.0
-CONFIG = f"""\
-[pool]
-max_concurrent = 8
-
-[route]
-max_depth = 3
-timeout_s = 120.0
-
-[provider]
-read_timeout_s = {READ_TIMEOUT_S}
-connect_timeout_s = 2.0
-max_attempts = 4
-retry_backoff_s = 0.05
-retry_backoff_max_s = 0.5
-max_retry_wait_s = 10.0
-
-[daemon]
-grace_s = 5.0
-
-[scribe]
-debounce_ms = 200
-"""
-PYTHON_TOOL = '''\
-from squadd import tool
-
-
-@tool
-def soak_note(text: str, count: int = 1) -> str:
-    """Repeat TEXT COUNT times (the soak's Python tool)."""
-    return " ".join([text] * count)
-'''
-STALL_TOOL = '''\
-import time
-from squadd import tool
-
-
-@tool(timeout_s=2)
-def soak_stall(text: str) -> str:
-    """Never ends on its own (the soak's runaway Python tool: its timeout must stop it)."""
-    time.sleep(600)
-    return text
-'''
-SHELL_TOOL = """\
-description: Echo a word after a short pause (the soak's shell tool)
-tags: [read]
-parameters:
-  WORD: {type: string, description: the word to echo}
-bash: sleep 0.05; echo soak-shell {WORD}
-"""
-
-
+RESTART_BOUND_S = 90.0
+"""How long a restarted daemon may take to answer: its start-up reads the tail of every
+transcript (over 2,000 late in the full run), and CI machines are busy."""
+AIM_BOUND_S = 30.0
+"""How long an aimed kill waits for a `bash` call to be handed out before it kills anyway."""
 @dataclass(frozen=True)
 class SoakPlan:
     name: str
@@ -100,6 +56,9 @@ class SoakPlan:
     """Tasks a daemon process finishes before its RSS is taken as the warm baseline."""
     graceful_restarts: int = 0
     """SIGTERM stops under load (the daemon's graceful stop), besides the kills."""
+    aimed_kills: int = 0
+    """Of the kills, those that fall just after the model handed out a `bash` call (its
+    command is then likely running): the rest fall anywhere."""
     scribe_every_s: float = 20.0
     seed: int = 8
 
@@ -127,6 +86,9 @@ class _Run:
     processes: list[_Daemon] = field(default_factory=list)
     kills: int = 0
     graceful_exits: list[int] = field(default_factory=list)
+    stops: list[dt.datetime] = field(default_factory=list)
+    """When each stopped daemon was known to be gone (wall clock, as transcripts stamp)."""
+    aimed: Counter[str] = field(default_factory=Counter)
     resumed: Counter[str] = field(default_factory=Counter)
     scribe_passes: int = 0
 
@@ -161,7 +123,9 @@ class _Run:
         """SIGKILL the daemon (and, if planned, SIGTERM it) at random points of the run, start
         it again, and resume what it interrupted."""
         total = self.plan.tasks
-        stops = ["kill"] * self.plan.kills + ["term"] * self.plan.graceful_restarts
+        aimed = min(self.plan.aimed_kills, self.plan.kills)
+        stops = ["aimed"] * aimed + ["kill"] * (self.plan.kills - aimed) + \
+            ["term"] * self.plan.graceful_restarts
         points = sorted((self.rng.randint(int(total * 0.15), int(total * 0.85)), how)
                         for how in stops)
         for point, how in points:
@@ -171,19 +135,33 @@ class _Run:
                 if self.ledger.finished >= point:
                     break
                 await anyio.sleep(0.05)
-            await anyio.sleep(self.rng.uniform(0.0, 1.5))
-            self.processes[-1].end = self.rss()
-            if how == "kill":
-                await anyio.to_thread.run_sync(self.daemon.kill)
-                self.kills += 1
+            if how == "aimed":
+                await self.just_after_a_bash_call()
             else:
+                await anyio.sleep(self.rng.uniform(0.0, 1.5))
+            self.processes[-1].end = self.rss()
+            if how == "term":
                 code = await anyio.to_thread.run_sync(self.daemon.stop)
                 self.graceful_exits.append(code)
+            else:
+                await anyio.to_thread.run_sync(self.daemon.kill)
+                self.kills += 1
+            self.stops.append(dt.datetime.now(dt.UTC))
             self.chaos.begin_epoch()
             await anyio.sleep(self.rng.uniform(0.3, 1.5))  # clients find no daemon meanwhile
-            await anyio.to_thread.run_sync(self.daemon.start)
+            await anyio.to_thread.run_sync(self.daemon.start, RESTART_BOUND_S)
             self.started()
             await self.resume_interrupted()
+
+    async def just_after_a_bash_call(self) -> None:
+        """Return a moment after the model next hands out a `bash` call (within its command's
+        pause), or after `AIM_BOUND_S` when none comes."""
+        seen = self.chaos.handed_out("bash")
+        hit = await anyio.to_thread.run_sync(self.chaos.wait_handed_out, "bash", seen,
+                                             AIM_BOUND_S)
+        self.aimed["after_bash" if hit else "unaimed"] += 1
+        if hit:
+            await anyio.sleep(self.rng.uniform(0.05, BASH_PAUSE_S * 0.6))
 
     async def resume_interrupted(self) -> int:
         """Resume every interrupted session, two over HTTP for one with the CLI."""
@@ -295,11 +273,8 @@ async def run_soak(plan: SoakPlan, tmp_path: Path) -> tuple[dict[str, Any], list
     started = time.monotonic()
     with ChaosServer(seed=plan.seed, agents=AGENTS, read_timeout_s=READ_TIMEOUT_S) as chaos:
         daemon = DaemonProcess.in_new_repo(tmp_path, chaos.url, config=CONFIG, agents=AGENTS)
-        tools = daemon.layout.tools_dir
-        tools.mkdir(parents=True, exist_ok=True)
-        (tools / "soak_note.py").write_text(PYTHON_TOOL, encoding="utf-8")
-        (tools / "soak_stall.py").write_text(STALL_TOOL, encoding="utf-8")
-        (tools / "soak_shell.yaml").write_text(SHELL_TOOL, encoding="utf-8")
+        prepare(daemon.layout, tmp_path)
+        beside = around_repo(tmp_path, daemon.log_path)
         run = _Run(plan, daemon, chaos, Ledger(total=plan.tasks),
                    random.Random(f"{plan.seed}|run"))
         try:
@@ -336,7 +311,10 @@ async def run_soak(plan: SoakPlan, tmp_path: Path) -> tuple[dict[str, Any], list
             invariants.pool_consistent(pool_problems),
             invariants.decisions_once(daemon.layout, transcripts),
             invariants.learnings_once(daemon.layout, transcripts),
-            invariants.workspace_files_whole(daemon.layout, transcripts),
+            workspace_invariants.workspace_files_whole(daemon.layout, transcripts),
+            workspace_invariants.calls_cut_reported(transcripts, run.stops, tools=None),
+            workspace_invariants.outside_untouched(
+                beside, around_repo(tmp_path, daemon.log_path), transcripts),
             invariants.retries_respected(chaos.records),
             invariants.no_processes_left(tmp_path),
             stop_check,
@@ -389,6 +367,7 @@ def _summary(run: _Run, checks: list[Check], *, transcripts_count: int, temp_fil
         "clean_answers": clean,
         "faults_injected": faults,
         "kills_survived": run.kills,
+        "aimed_kills": dict(run.aimed),
         "graceful_restarts": len(run.graceful_exits),
         "resumed": dict(run.resumed),
         "scribe_passes_beside_daemon": run.scribe_passes,

@@ -12,6 +12,7 @@ import httpx
 
 from tests.support.chaos_agent import MAX_TURNS, AgentScript, Behaviour, task_text
 from tests.support.chaos_server import ChaosServer, FaultRates
+from tests.support.chaos_workspace import ESCAPE, SCENE
 
 AGENTS = ("lead", "backend", "tester")
 NO_FAULTS = FaultRates(rate_limited=0, server_error=0, unavailable=0, dropped=0, slow=0,
@@ -92,3 +93,30 @@ def test_without_faults_the_same_conversation_gets_the_same_answer() -> None:
     strip = {"id", "created"}
     assert {k: v for k, v in first.items() if k not in strip} == \
         {k: v for k, v in second.items() if k not in strip}
+
+
+def test_workspace_work_runs_its_calls_in_order_on_one_file_per_task_in_three_turns() -> None:
+    script = AgentScript(seed=2, agents=AGENTS, behaviour=Behaviour(
+        workspace=1.0, escape=1.0, decide=0, remember=0, pair=0, python_tool=0, python_stall=0,
+        shell_tool=0, route_by_depth=(), invalid_args=0, unknown_tool=0), max_depth=3)
+    turn = script.read({"messages": _start("T7")})
+    assert turn is not None
+    assert [step.kind for step in script.plan(turn)] == [ESCAPE, *SCENE[1:]]
+    messages = _start("T7")
+    called: list[tuple[str, str]] = []
+    turns = 0
+    while (turn := script.read({"messages": messages})) is not None and \
+            (action := script.act(turn)).calls:
+        ids = [str(call[2]) for call in action.calls]
+        turns += 1
+        called += [(str(c[0]), str(dict(c[1]).get("path", ""))) for c in action.calls
+                   if isinstance(c[1], dict)]
+        messages.append({"role": "assistant", "tool_calls": [
+            {"id": i, "type": "function", "function": {"name": c[0], "arguments": "{}"}}
+            for i, c in zip(ids, action.calls, strict=True)]})
+        messages += [{"role": "tool", "tool_call_id": i, "content": "ok"} for i in ids]
+    assert called == [("write", "soak-work/T7.txt"), ("write", "../soak-outside/T7.txt"),
+                      ("edit", "soak-escape/sentinel.txt"), ("read", "soak-work/T7.txt"),
+                      ("edit", "soak-work/T7.txt"), ("grep", "soak-work"),
+                      ("find", "soak-work"), ("bash", "")]
+    assert turns == 3

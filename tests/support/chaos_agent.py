@@ -2,7 +2,8 @@
 is asked about which task at which turn, and what it does next.
 
 A conversation's plan (decide, remember, call a custom tool, route to another agent, collect a
-no-wait route's answer, then answer) is drawn from the seed and the task id. The steps already
+no-wait route's answer, work on a file with the built-in workspace tools (`chaos_workspace`),
+then answer) is drawn from the seed and the task id. The steps already
 taken are read back from the tool-call ids in the conversation, so a retried or resumed turn
 takes the same next step, and a step whose call was cut off by a crash is never taken twice.
 Task texts carry `[task ID chain a>b]`: the id makes every decision and learning unique, the
@@ -16,6 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from tests.support.chaos_workspace import ESCAPE, SCENE, invalid_calls, scene_calls
 from tests.support.model_servers import ToolCallSpec
 
 SYSTEM_RE = re.compile(r"^You are ([a-z0-9][a-z0-9._-]*), a Squad agent")
@@ -35,19 +37,6 @@ _PHRASES = ("cache the charter parse", "keep transcripts append-only", "fsync be
 def task_text(task_id: str, chain: tuple[str, ...], what: str) -> str:
     """A task the chaos agents understand."""
     return f"[task {task_id} chain {'>'.join(chain)}] {what}"
-
-
-WORKSPACE_FOLDER = "soak-work"
-WORKSPACE_FILE_RE = re.compile(r"^(?P<task>[A-Za-z0-9][A-Za-z0-9.-]*)-s(?P<step>\d+)\.txt$")
-
-
-def workspace_file(task_id: str, step: int) -> str:
-    """The file a `workspace` step writes (inside the repository)."""
-    return f"{WORKSPACE_FOLDER}/{task_id}-s{step}.txt"
-
-
-def workspace_content(task_id: str, step: int) -> str:
-    return "".join(f"{task_id} s{step} line {n}\n" for n in range(1, 4))
 
 
 def decision_title(task_id: str, step: int) -> str:
@@ -75,7 +64,9 @@ class Behaviour:
     invalid_args: float = 0.04
     unknown_tool: float = 0.03
     workspace: float = 0.2
-    """A file written with the built-in `write` and searched for with `grep` (one turn)."""
+    """Work on a file of the repository with the built-in tools (`chaos_workspace.SCENE`)."""
+    escape: float = 0.3
+    """Of that work: also try to write outside the repository (confinement must refuse)."""
     python_tool_name: str = "soak_note"
     stall_tool_name: str = "soak_stall"
     shell_tool_name: str = "soak_shell"
@@ -84,7 +75,8 @@ class Behaviour:
 @dataclass(frozen=True)
 class Step:
     kind: str
-    """decide, remember, pair, python, stall, shell, workspace, route or collect."""
+    """decide, remember, pair, python, stall, shell, route, collect, or a workspace step
+    (`chaos_workspace.SCENE` and `ESCAPE`)."""
     target: str = ""
     wait: bool = True
     urgent: bool = False
@@ -181,8 +173,12 @@ class AgentScript:
                 steps.append(Step("collect", ref=next(i for i, s in enumerate(steps)
                                                       if s.kind == "route")))
         # Drawn apart and appended, so the rest of the plan is what it was without it.
-        if random.Random(f"{self.seed}|workspace|{turn.task_id}").random() < b.workspace:
-            steps.append(Step("workspace"))
+        drawn = random.Random(f"{self.seed}|workspace|{turn.task_id}")
+        if drawn.random() < b.workspace:
+            scene = [Step(kind) for kind in SCENE]
+            if drawn.random() < b.escape:
+                scene[0] = Step(ESCAPE)
+            steps += scene
         return steps
 
     def act(self, turn: Turn) -> Action:
@@ -192,7 +188,8 @@ class AgentScript:
         if turn.number < MAX_TURNS and index < len(steps):
             draw = rng.random()
             if draw < self.behaviour.invalid_args:
-                return Action(calls=(self._invalid(turn, rng),), fault="invalid_args")
+                return Action(calls=(self._invalid(turn, rng, steps[index].kind),),
+                              fault="invalid_args")
             if draw < self.behaviour.invalid_args + self.behaviour.unknown_tool:
                 name = rng.choice(("squad_teleport", "deploy_everything"))
                 return Action(calls=((name, {"where": "prod"}, f"{turn.task_id}-x{turn.number}"),),
@@ -235,12 +232,8 @@ class AgentScript:
         if step.kind == "shell":
             return ((self.behaviour.shell_tool_name, {"WORD": f"w-{task}-s{index}"},
                      call_id(0)),)
-        if step.kind == "workspace":
-            path = workspace_file(task, index)
-            return (("write", {"path": path, "content": workspace_content(task, index)},
-                     call_id(0)),
-                    ("grep", {"pattern": re.escape(f"{task} s{index} "),
-                              "path": WORKSPACE_FOLDER}, call_id(1)))
+        if step.kind in SCENE or step.kind == ESCAPE:
+            return scene_calls(step.kind, task, f"{task}-s{index}")
         if step.kind == "route":
             child = task_text(f"{task}.{index}", (*turn.chain, step.target),
                               f"help {agent} to {phrase}")
@@ -253,8 +246,11 @@ class AgentScript:
             return ()
         return (("squad_status", {"sessionId": spawned.group(1)}, call_id(0)),)
 
-    def _invalid(self, turn: Turn, rng: random.Random) -> ToolCallSpec:
+    def _invalid(self, turn: Turn, rng: random.Random, kind: str) -> ToolCallSpec:
         agent, call_id = turn.agent, f"{turn.task_id}-x{turn.number}"
+        if kind in SCENE or kind == ESCAPE:
+            name, arguments = rng.choice(invalid_calls(turn.task_id))
+            return (name, arguments, call_id)
         variants: list[tuple[str, dict[str, Any] | str]] = [
             ("squad_decide", {"title": f"Soak bad {turn.task_id}", "agentName": agent}),
             ("squad_memory", {"agentName": agent, "learning": "x", "category": "bogus"}),

@@ -113,6 +113,8 @@ class ChaosServer(OpenAIServer):
         self._log_lock = threading.Lock()
         self._records: list[ChaosRecord] = []
         self._attempts: Counter[str] = Counter()
+        self._handed: Counter[str] = Counter()
+        self._handing = threading.Condition(self._log_lock)
         self._seq = itertools.count()
         self._epoch = 0
         super().__init__(self._respond, keep_bodies=False)
@@ -128,6 +130,17 @@ class ChaosServer(OpenAIServer):
     def records(self) -> list[ChaosRecord]:
         with self._log_lock:
             return list(self._records)
+
+    def handed_out(self, tool: str) -> int:
+        """Calls of `tool` answered cleanly so far: a kill can be aimed just after one."""
+        with self._log_lock:
+            return self._handed[tool]
+
+    def wait_handed_out(self, tool: str, past: int, timeout_s: float) -> bool:
+        """Block until more than `past` calls of `tool` were answered cleanly (True), or
+        `timeout_s` passed (False)."""
+        with self._handing:
+            return self._handing.wait_for(lambda: self._handed[tool] > past, timeout_s)
 
     def fault_counts(self) -> dict[str, int]:
         """Requests by the fault injected ("none": answered cleanly)."""
@@ -183,7 +196,7 @@ class ChaosServer(OpenAIServer):
         if fault == "malformed":
             return Reply(raw=b'{"id": "chatcmpl-chaos", "choices": [{"message": {"rol'),\
                 "malformed", None, None
-        answer, tool_fault = self._agent_reply(turn)
+        answer, tool_fault, names = self._agent_reply(turn)
         if fault == "drop":
             if rng.random() < 0.3:
                 return Reply(drop=True), "drop", None, None
@@ -193,15 +206,20 @@ class ChaosServer(OpenAIServer):
         if fault == "slow":
             return (Reply(body=answer.body, delay_s=self.read_timeout_s + 1.0), "slow", None,
                     None)
+        with self._handing:
+            self._handed.update(names)
+            self._handing.notify_all()
         return answer, tool_fault, None, None
 
-    def _agent_reply(self, turn: Turn | None) -> tuple[Reply, str]:
+    def _agent_reply(self, turn: Turn | None) -> tuple[Reply, str, list[str]]:
+        """The agent's answer, its tool fault, and the names of the tools it calls."""
         if turn is None:
-            return self.text_turn("I only answer soak tasks."), ""
+            return self.text_turn("I only answer soak tasks."), "", []
         action = self.script.act(turn)
         if action.calls:
-            return self.tool_call_turn(*action.calls, text=action.text), action.fault
-        return self.text_turn(action.text or ""), action.fault
+            return (self.tool_call_turn(*action.calls, text=action.text), action.fault,
+                    [call[0] for call in action.calls])
+        return self.text_turn(action.text or ""), action.fault, []
 
 
 @dataclass(frozen=True)

@@ -79,13 +79,14 @@ class DaemonProcess:
                 self.model_url, "--model", "test-model", "--log-level", "warning",
                 *self.extra_args]
 
-    def start(self) -> Self:
-        """Start the daemon and wait until its health endpoint answers with its PID."""
+    def start(self, timeout_s: float = START_TIMEOUT_S) -> Self:
+        """Start the daemon and wait (up to `timeout_s`) until its health endpoint answers with
+        its PID."""
         with self.log_path.open("a") as out:
             self.proc = subprocess.Popen(self.command, cwd=self.layout.repo, env=self.env,
                                          stdin=subprocess.DEVNULL, stdout=out, stderr=out,
                                          text=True)
-        deadline = time.monotonic() + START_TIMEOUT_S
+        deadline = time.monotonic() + timeout_s
         while True:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"the daemon exited ({self.proc.returncode}):\n{self.output}")
@@ -93,7 +94,7 @@ class DaemonProcess:
                 if self.client.health()["pid"] == self.proc.pid:
                     return self
             if time.monotonic() > deadline:
-                raise TimeoutError(f"the daemon did not answer within {START_TIMEOUT_S}s:\n"
+                raise TimeoutError(f"the daemon did not answer within {timeout_s:g}s:\n"
                                    f"{self.output}")
             time.sleep(0.02)
 
