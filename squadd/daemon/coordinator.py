@@ -96,6 +96,27 @@ class Coordinator:
             tg.start_soon(self._watch_workers)
             task_status.started()
 
+    async def report(self) -> dict[str, Any]:
+        """What `squadd status` and `squadd doctor` show: Redis, the workers and their slots,
+        the job streams' lags, the sessions out on workers."""
+        lags: dict[str, dict[str, int]] = {}
+        if self.guard.up:
+            try:
+                with anyio.fail_after(5):
+                    lags = await self.jobs.lags()
+            except (ClusterError, TimeoutError):
+                lags = {}
+        return {
+            "url": self.guard.url, "redis_up": self.guard.up, "redis_outages": self.guard.outages,
+            "local_slots": self.settings.local_slots,
+            "local_free": self.local_free,
+            "workers": [w.model_dump(mode="json") for w in self.workers],
+            "slots": sum(w.slots for w in self.workers),
+            "busy": sum(w.busy for w in self.workers),
+            "remote_sessions": {sid: r.worker for sid, r in self._remote.items()},
+            "jobs": lags, "requests_answered": self.server.handled,
+        }
+
     async def close(self) -> None:
         with anyio.CancelScope(shield=True), anyio.move_on_after(5):
             await self.guard.client.aclose()
