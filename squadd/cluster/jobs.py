@@ -86,14 +86,18 @@ class JobQueue:
 
     async def keep(self, consumer: str, deliveries: list[Delivery]) -> list[Delivery]:
         """Renew the lease of `consumer`'s jobs; returns those it no longer holds (reclaimed
-        by another worker: it must stop them)."""
+        by another worker, or acknowledged: it must stop them). A job is renewed only while
+        this consumer owns it, so a worker that wakes from a pause never takes one back."""
         client = self.guard.client
         lost: list[Delivery] = []
         for delivery in deliveries:
-            claimed: Any = await self.guard.run(lambda d=delivery: client.xclaim(  # type: ignore[misc]
-                d.stream, keys.WORKERS_GROUP, consumer, 0, [d.entry_id], justid=True))
-            if delivery.entry_id not in [str(c) for c in claimed or []]:
+            pending: Any = await self.guard.run(lambda d=delivery: client.xpending_range(  # type: ignore[misc]
+                d.stream, keys.WORKERS_GROUP, min=d.entry_id, max=d.entry_id, count=1))
+            if not pending or str(pending[0].get("consumer")) != consumer:
                 lost.append(delivery)
+                continue
+            await self.guard.run(lambda d=delivery: client.xclaim(  # type: ignore[misc]
+                d.stream, keys.WORKERS_GROUP, consumer, 0, [d.entry_id], justid=True))
         return lost
 
     async def ack(self, stream: str, entry_id: str) -> None:

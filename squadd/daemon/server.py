@@ -297,8 +297,9 @@ class Daemon:
             watch = LoopWatch(functools.partial(_loop_blocked, runtime), LOOP_BLOCKED_AFTER_S)
             watching = anyio.CancelScope()
             await group.start(_beat, watch, watching)
+            coordinating = anyio.CancelScope()
             if self.coordinator is not None:
-                await group.start(self.coordinator.run)
+                await group.start(_coordinate, self.coordinator, coordinating)
             scribe_stop = anyio.Event()
             group.start_soon(functools.partial(run_scribe_worker, self.layout, self.settings,
                                                runtime.bus, stop=scribe_stop))
@@ -320,6 +321,7 @@ class Daemon:
             watching.cancel()
             for server in servers:
                 server.should_exit = True
+            coordinating.cancel()
             if self.coordinator is not None:
                 await self.coordinator.close()
 
@@ -339,6 +341,12 @@ class Daemon:
 
 LOOP_BLOCKED_AFTER_S = 2.0
 """The daemon's event loop not running for this long is logged, with the tools then running."""
+
+
+async def _coordinate(coordinator: Coordinator, scope: anyio.CancelScope, *,
+                      task_status: anyio.abc.TaskStatus[None]) -> None:
+    with scope:
+        await coordinator.run(task_status=task_status)
 
 
 async def _beat(watch: LoopWatch, scope: anyio.CancelScope, *,
