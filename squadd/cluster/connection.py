@@ -87,7 +87,7 @@ class RedisGuard:
         """`operation()`, retried with backoff while Redis is unreachable (bounded)."""
         retrying = tenacity.AsyncRetrying(
             retry=tenacity.retry_if_exception_type(TRANSIENT),
-            wait=tenacity.wait_exponential_jitter(0.05, max=2.0),
+            wait=tenacity.wait_exponential_jitter(multiplier=0.05, max=2.0, jitter=0.05),
             stop=tenacity.stop_after_delay(self.down_s),
             reraise=True,
         )
