@@ -61,9 +61,12 @@ async def test_a_call_found_half_applied_after_a_restart_is_answered_interrupted
 async def test_requests_left_pending_by_a_dead_coordinator_are_served_on_restart(
         guard: RedisGuard) -> None:
     served: list[str] = []
+    both = anyio.Event()
 
     async def handler(req: Request) -> Reply:
         served.append(req.request_id)
+        if len(served) == 2:
+            both.set()
         return Reply(request_id=req.request_id, ok=True)
 
     # A coordinator read two requests into its group, then died before answering.
@@ -80,8 +83,7 @@ async def test_requests_left_pending_by_a_dead_coordinator_are_served_on_restart
     async with anyio.create_task_group() as tg:
         await tg.start(restarted.run)
         with anyio.fail_after(30):
-            while len(served) < 2:
-                await anyio.sleep(0.02)
+            await both.wait()
         tg.cancel_scope.cancel()
     assert served == ["p1", "p2"]
     pending = await guard.client.xpending(keys.REQUESTS, keys.COORDINATOR_GROUP)
