@@ -26,7 +26,7 @@ import structlog
 
 from squadd._version import __version__
 from squadd.cluster import workers
-from squadd.cluster.connection import ClusterError, RedisGuard
+from squadd.cluster.connection import BLOCK_S, ClusterError, RedisGuard
 from squadd.cluster.events import publish_events
 from squadd.cluster.jobs import Delivery, JobQueue
 from squadd.cluster.requests import send
@@ -53,6 +53,7 @@ from squadd.worker.session import (
 )
 
 log = structlog.get_logger("squadd.worker")
+SHORT_BLOCK_S = 0.1
 
 
 @dataclass(eq=False)
@@ -87,6 +88,8 @@ class Worker:
         self._started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
         self.stopping = anyio.Event()
         """Set when the worker stops: waits on the coordinator end at once."""
+        self._lent = 0
+        """Sessions that gave their slot back while a child route runs."""
         self.finished = 0
         """Jobs this worker ran to their end (acknowledged)."""
 
@@ -109,7 +112,10 @@ class Worker:
                 try:
                     delivery = await self.jobs.reclaim(self.name, lease_s=self.cluster.lease_s)
                     if delivery is None:
-                        delivery = await self.jobs.take(self.name)
+                        # A session waiting on a child route wants its slot back soon after
+                        # the child ends: hold this one only briefly while no job comes.
+                        delivery = await self.jobs.take(
+                            self.name, block_s=SHORT_BLOCK_S if self._lent else BLOCK_S)
                 except BaseException:
                     self.slots.release()
                     raise
@@ -249,9 +255,11 @@ class Worker:
             yield
             return
         self.slots.release()
+        self._lent += 1
         try:
             yield
         finally:
+            self._lent -= 1
             ticket = self.slots.enqueue(SlotClass.RETURNING)
             with anyio.CancelScope(shield=True):
                 await self.slots.wait(ticket)

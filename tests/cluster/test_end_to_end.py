@@ -68,3 +68,19 @@ def test_worker_events_reach_the_coordinators_bus_naming_their_worker(tmp_path: 
         assert completed[-1]["worker"] == "w1"
         # The coordinator's own events name no worker.
         assert any(e["type"] == "agent.state" and e.get("worker") is None for e in lines)
+
+
+def test_a_nested_route_on_a_one_slot_worker_does_not_deadlock(tmp_path: Path) -> None:
+    with Cluster(tmp_path) as cluster:
+        cluster.start_worker("w1", slots=1)
+        # The parent holds the only slot; it gives it back while backend's child task runs.
+        result = cluster.daemon.client.route("route:backend:decide:nested", "lead")
+        assert result["ok"], result
+        assert "decided nested" in result["answer"]
+        child = [p.name.removesuffix(".jsonl")
+                 for p in cluster.layout.transcripts_dir.glob("*.jsonl")
+                 if p.name.removesuffix(".jsonl") != result["session_id"]]
+        assert len(child) == 1
+        assert cluster.holder(child[0]) == "w1"
+        meta = cluster.transcript(child[0])[0]
+        assert meta["parent_session_id"] == result["session_id"] and meta["agent"] == "backend"
