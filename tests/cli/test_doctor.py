@@ -85,8 +85,9 @@ def test_doctor_json(squad: SquadLayout, replay_provider: Path) -> None:
     assert code == 0 and data["ok"] is True
     assert [c["name"] for c in data["checks"]] == ["squad dir", "settings", "roster",
                                                    "squad compat", "memory files", "provider",
-                                                   "daemon"]
-    assert all(c["status"] == "ok" for c in data["checks"])
+                                                   "daemon", "cluster"]
+    assert all(c["status"] == "ok" for c in data["checks"][:-1])
+    assert data["checks"][-1]["status"] == "skip"  # one host: no cluster to check
 
 
 def test_checks_can_be_appended_and_share_what_earlier_checks_found(

@@ -49,3 +49,15 @@ def test_a_password_in_the_url_is_refused() -> None:
     with pytest.raises(ConfigError, match="SQUADD_REDIS_PASSWORD"):
         load_settings(overrides={"cluster": {"url": "redis://:hunter2@db:6379/0"}},
                       environ={})
+
+
+def test_doctor_fails_the_cluster_check_when_redis_is_gone(tmp_path: Path) -> None:
+    from squadd.cli.doctor import check_cluster, run_checks
+
+    with RedisServer(tmp_path / "redis") as server:
+        url = server.url
+    (result,) = run_checks(tmp_path, [check_cluster], cluster_url=url)
+    assert result.status == "fail"
+    assert url in result.summary
+    (skipped,) = run_checks(tmp_path, [check_cluster])
+    assert skipped.status == "skip"

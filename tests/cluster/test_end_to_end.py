@@ -44,6 +44,12 @@ def test_routes_spread_across_three_workers_and_squad_tools_reach_the_coordinato
         workers = json.loads(status.stdout)["cluster"]["workers"]
         assert sorted(w["name"] for w in workers) == ["w1", "w2", "w3"]
         assert {w["slots"] for w in workers} == {2}
+        # Doctor sees the same cluster from Redis itself.
+        doctor = cluster.daemon.squadd("doctor", "--json", "--cluster", cluster.redis.url)
+        checks = {c["name"]: c for c in json.loads(doctor.stdout)["checks"]}
+        assert checks["cluster"]["status"] == "ok", checks["cluster"]
+        assert checks["cluster"]["summary"] == "3 workers alive, 6 slots"
+        assert any("squadd:jobs:normal: 0 waiting" in d for d in checks["cluster"]["details"])
         # The coordinator is the one writer: every decision is in its .squad/, once.
         text = cluster.decisions_text()
         for title in titles:
