@@ -32,6 +32,7 @@ from squadd.cluster.jobs import Delivery, JobQueue
 from squadd.cluster.requests import send
 from squadd.cluster.wire import Reply, Request, WorkerBeat
 from squadd.config import Settings
+from squadd.contracts.events import BaseEvent
 from squadd.contracts.messages import ToolSpec, parse_message
 from squadd.providers.base import Provider
 from squadd.runtime.events import EventBus
@@ -88,6 +89,7 @@ class Worker:
         self._started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
         self.stopping = anyio.Event()
         """Set when the worker stops: waits on the coordinator end at once."""
+        self._squad_names: set[str] = set()
         self._lent = 0
         """Sessions that gave their slot back while a child route runs."""
         self.finished = 0
@@ -139,8 +141,15 @@ class Worker:
                 log.warning("heartbeat not sent", error=str(exc))
 
     async def _forward_events(self) -> None:
+        async def next_event() -> BaseEvent | None:
+            event = await subscription.get()
+            # A forwarded squad-tool call is announced by the coordinator's own pipeline.
+            if event is not None and getattr(event, "tool", None) in self._squad_names:
+                return None
+            return event
+
         with self.bus.subscribe() as subscription:
-            await publish_events(self.guard, self.name, subscription.get,
+            await publish_events(self.guard, self.name, next_event,
                                  maxlen=self.cluster.events_maxlen)
 
     async def _keep_leases(self) -> None:
@@ -239,6 +248,7 @@ class Worker:
             SquadToolProxy(ToolSpec.model_validate(spec), forward, on_cancel,
                            around=self._slot_back)
             for spec in body.get("squad_specs", [])]
+        self._squad_names.update(p.name for p in proxies)
         names = [*(p.name for p in proxies), *(t.name for t in self._builtins)]
         custom = await anyio.to_thread.run_sync(lambda: discover_tools(
             self.layout, self.settings, self.bus, builtin_names=names,
