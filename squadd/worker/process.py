@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import secrets
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -188,6 +189,10 @@ class Worker:
                         "duration_s": outcome.duration_s})
                 await self.jobs.ack(delivery.stream, delivery.entry_id)
                 self.finished += 1
+            if running.scope.cancelled_caught and not running.lost:
+                # The coordinator cancelled the session (its transcript says interrupted): the
+                # job is done with; only a job another worker took over is left alone.
+                await self.jobs.ack(delivery.stream, delivery.entry_id)
         except StaleLease as exc:
             log.warning("session given up: its lease moved on", session_id=sid, error=str(exc))
         except ClusterError as exc:
@@ -213,7 +218,10 @@ class Worker:
     async def _claim_and_run(self, running: Running) -> SessionOutcome | None:
         delivery = running.delivery
         job = delivery.job
-        reply = await self._request(running, "claim", f"claim-{delivery.entry_id}-{self.name}",
+        # A new id for each claim: a worker started again under the same name that reclaims
+        # its own job must get the conversation as it is now, not a stored earlier answer.
+        claim_id = f"claim-{delivery.entry_id}-{self.name}-{secrets.token_hex(6)}"
+        reply = await self._request(running, "claim", claim_id,
                                     {"reclaimed": delivery.reclaimed})
         if not reply.ok:  # ended, cancelled or unknown: nothing to run
             log.info("job dropped", session_id=job.session_id, reason=reply.error)

@@ -218,3 +218,26 @@ def test_paused_worker_loses_its_job_and_its_late_results_are_refused(tmp_path: 
         assert epochs == sorted(epochs)
         states = [r["state"] for r in cluster.transcript(session) if r.get("kind") == "state"]
         assert states.count("completed") == 1
+
+
+def test_a_cancelled_session_stops_on_its_worker_and_its_job_is_done_with(
+        tmp_path: Path) -> None:
+    marker = tmp_path / "m2"
+    with Cluster(tmp_path) as cluster:
+        cluster.start_worker("w1", slots=1)
+        started = cluster.daemon.client.route(f"step:{marker}", "lead", wait=False)
+        session = started["session_id"]
+        eventually(Path(f"{marker}.started").exists, "the step tool started on w1")
+        assert cluster.daemon.client.cancel(session)["cancelled"] is True
+        Path(f"{marker}.go").write_text("go")  # the worker hears of the cancel at its next call
+
+        def stopped() -> bool:
+            states = [r["state"] for r in cluster.transcript(session) if r.get("kind") == "state"]
+            return states[-1] == "interrupted"
+        eventually(stopped, "the worker stopped the cancelled session")
+
+        def done_with() -> bool:
+            report = json.loads(cluster.daemon.squadd("status", "--json").stdout)["cluster"]
+            return all(j["pending"] == 0 and j["lag"] == 0 for j in report["jobs"].values())
+        eventually(done_with, "the cancelled session's job was acknowledged")
+        assert not any(r.get("state") == "completed" for r in cluster.transcript(session))
