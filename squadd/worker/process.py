@@ -109,11 +109,17 @@ class Worker:
             task_status.started()
             log.info("worker ready", worker=self.name, slots=self.slots.total,
                      clone=str(self.layout.repo))
+            next_reclaim = 0.0
             while True:
                 ticket = self.slots.enqueue(SlotClass.NORMAL)
                 await self.slots.wait(ticket)
                 try:
-                    delivery = await self.jobs.reclaim(self.name, lease_s=self.cluster.lease_s)
+                    delivery = None
+                    now = anyio.current_time()
+                    if now >= next_reclaim:  # a stale job is looked for a few times a lease
+                        next_reclaim = now + self.cluster.lease_s / 4
+                        delivery = await self.jobs.reclaim(self.name,
+                                                           lease_s=self.cluster.lease_s)
                     if delivery is None:
                         # A session waiting on a child route wants its slot back soon after
                         # the child ends: hold this one only briefly while no job comes.
