@@ -90,3 +90,14 @@ def test_a_nested_route_on_a_one_slot_worker_does_not_deadlock(tmp_path: Path) -
         assert cluster.holder(child[0]) == "w1"
         meta = cluster.transcript(child[0])[0]
         assert meta["parent_session_id"] == result["session_id"] and meta["agent"] == "backend"
+
+
+def test_local_slots_run_sessions_on_the_coordinator_itself(tmp_path: Path) -> None:
+    with Cluster(tmp_path, serve_args=("--local-slots", "1")) as cluster:
+        # No worker at all: the coordinator's own slot runs the session.
+        result = cluster.daemon.client.route("decide:local", "lead")
+        assert result["ok"], result
+        assert result["answer"] == "decided local"
+        assert cluster.holder(result["session_id"]) is None  # never claimed by a worker
+        report = json.loads(cluster.daemon.squadd("status", "--json").stdout)["cluster"]
+        assert report["local_slots"] == 1 and report["workers"] == []

@@ -126,7 +126,8 @@ class Cluster:
     """Redis, the model server, the coordinator and named workers."""
 
     def __init__(self, tmp_path: Path, *, agents: tuple[str, ...] = ("lead", "backend"),
-                 config: str = CLUSTER_CONFIG):
+                 config: str = CLUSTER_CONFIG, serve_args: tuple[str, ...] = ()):
+        self.serve_args = serve_args
         self.tmp = tmp_path
         self.team = ScriptedTeam()
         self.model = OpenAIServer(self.team, keep_bodies=False)
@@ -148,7 +149,8 @@ class Cluster:
 
     def start_coordinator(self) -> DaemonProcess:
         self.coordinator = DaemonProcess(self.layout, self.model.url,
-                                         extra_args=("--cluster", self.redis.url))
+                                         extra_args=("--cluster", self.redis.url,
+                                                     *self.serve_args))
         return self.coordinator.start()
 
     @property
@@ -207,14 +209,16 @@ class Cluster:
         return sorted(p for p in folder.glob("*.md")) if folder.is_dir() else []
 
     def decisions_text(self) -> str:
-        """The decisions in the inbox and in decisions.md, read once the coordinator has
+        """The decisions in the inbox, decisions.md and its archive, read once the coordinator has
         stopped (so its Scribe moves nothing between the two reads)."""
         if self.coordinator is not None and self.coordinator.proc is not None \
                 and self.coordinator.proc.poll() is None:
             self.coordinator.stop()
         texts = [p.read_text() for p in self.inbox()]
-        if self.layout.decisions_md.exists():
-            texts.append(self.layout.decisions_md.read_text())
+        # The Scribe archives older entries once decisions.md grows: they count too.
+        for path in (self.layout.decisions_md, self.layout.decisions_archive):
+            if path.exists():
+                texts.append(path.read_text())
         return "\n".join(texts)
 
     def close(self) -> None:
