@@ -28,7 +28,14 @@ from squadd.cluster.wire import Job, Reply, Request, WorkerBeat
 from squadd.cluster.workers import live_workers
 from squadd.config import ClusterSettings
 from squadd.contracts.events import NullSink
-from squadd.contracts.messages import ToolCall, Usage, UserMessage, message_record
+from squadd.contracts.messages import (
+    ToolCall,
+    ToolMessage,
+    Usage,
+    UserMessage,
+    message_record,
+)
+from squadd.daemon.handover import recovered_results
 from squadd.runtime.planning import RoutePlan, info_from_transcript, load_transcript
 from squadd.runtime.pool import SessionRecord
 from squadd.runtime.runner import RunHere
@@ -273,8 +280,11 @@ class Coordinator:
             epoch = int(await self.guard.run(lambda: client.incr(keys.epoch(sid))))
             self._epochs[sid] = epoch
             self._applied[sid] = (epoch, 0)
+            # From here the earlier holder's requests are stale: a call of its that has no
+            # stored reply now is never applied, and one that has one gets its real result.
+            recovered = await recovered_results(self.guard, transcript.messages, sid, epoch)
             messages = await anyio.to_thread.run_sync(
-                self._hand_over, info, tools, request.worker, epoch)
+                self._hand_over, info, tools, request.worker, epoch, recovered)
         remote = self._remote.get(sid)
         if remote is not None:
             remote.worker = request.worker
@@ -288,9 +298,15 @@ class Coordinator:
             "messages": [message_record(m) for m in messages],
         })
 
-    def _hand_over(self, info: SessionInfo, tools: ToolSet, worker: str,
-                   epoch: int) -> list[Any]:
+    def _hand_over(self, info: SessionInfo, tools: ToolSet, worker: str, epoch: int,
+                   recovered: list[ToolMessage]) -> list[Any]:
         runtime = self.runtime
+        if recovered:
+            writer = TranscriptWriter(runtime.layout.transcript(info.session_id))
+            for message in recovered:
+                writer.add("message", message=message_record(message), recovered=True,
+                           result_type="failure" if message.is_error else "success")
+            writer.flush()
         session = AgentSession(info, layout=runtime.layout, settings=runtime.settings,
                                provider=runtime.provider, invoker=runtime.invoker, tools=tools,
                                sink=NullSink(), files=runtime.files, spares=runtime.spares)
