@@ -6,6 +6,7 @@ restart with tenacity (bounded by `cluster.redis_down_s`) and reports the outage
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -85,10 +86,20 @@ class RedisGuard:
 
     async def run(self, operation: Callable[[], Awaitable[T]]) -> T:
         """`operation()`, retried with backoff while Redis is unreachable (bounded)."""
+        first_failure: list[float] = []
+
+        def gone_too_long(state: tenacity.RetryCallState) -> bool:
+            # Counted from the first failure, not from the call: a blocking read that waited
+            # its full time before Redis went away still gets the whole bound.
+            now = time.monotonic()
+            if not first_failure:
+                first_failure.append(now)
+            return now - first_failure[0] >= self.down_s
+
         retrying = tenacity.AsyncRetrying(
             retry=tenacity.retry_if_exception_type(TRANSIENT),
             wait=tenacity.wait_exponential_jitter(multiplier=0.05, max=2.0, jitter=0.05),
-            stop=tenacity.stop_after_delay(self.down_s),
+            stop=gone_too_long,
             reraise=True,
         )
         try:

@@ -12,6 +12,7 @@ a worker whose job moved on is refused. Events from the workers are relayed onto
 from __future__ import annotations
 
 import functools
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,10 +99,23 @@ class Coordinator:
         """Serve requests, relay events and watch the workers until cancelled."""
         await self.jobs.ensure()
         async with anyio.create_task_group() as tg:
-            await tg.start(self.server.run)
-            tg.start_soon(functools.partial(relay_events, self.guard, self.runtime.bus.publish))
+            tg.start_soon(self._resilient, self.server.run)
+            tg.start_soon(self._resilient, functools.partial(
+                relay_events, self.guard, self.runtime.bus.publish))
             tg.start_soon(self._watch_workers)
             task_status.started()
+
+    async def _resilient(self, loop: Callable[[], Awaitable[None]]) -> None:
+        """Run `loop` again whenever Redis stayed away past its bound: the daemon keeps
+        serving (routes that need Redis fail, naming `cluster.redis_down_s`)."""
+        while True:
+            failed: list[str] = []
+            try:
+                await loop()
+            except* ClusterError as group:
+                failed.append(str(group.exceptions[0]))
+            log.error("cluster loop stopped; starting it again", error=failed[:1])
+            await anyio.sleep(self.settings.heartbeat_s)
 
     async def report(self) -> dict[str, Any]:
         """What `squadd status` and `squadd doctor` show: Redis, the workers and their slots,
@@ -193,11 +207,16 @@ class Coordinator:
             writer.flush()
 
     async def _cancel(self, remote: RemoteSession) -> None:
+        """Tell the workers the session is cancelled (a worker holding it stops at its next
+        request; a claim is refused). Without Redis, the flag stays in memory."""
         remote.cancelled = True
         client = self.guard.client
         sid = remote.plan.info.session_id
-        await self.guard.run(lambda: client.set(keys.cancel(sid), "1",
-                                                 ex=self.settings.reply_ttl_s))
+        try:
+            await self.guard.run(lambda: client.set(keys.cancel(sid), "1",
+                                                     ex=self.settings.reply_ttl_s))
+        except ClusterError as exc:
+            log.warning("cancel not stored in Redis", session_id=sid, error=str(exc))
 
     # Requests.
     async def handle(self, request: Request) -> Reply:

@@ -125,6 +125,11 @@ class Worker:
                         # the child ends: hold this one only briefly while no job comes.
                         delivery = await self.jobs.take(
                             self.name, block_s=SHORT_BLOCK_S if self._lent else BLOCK_S)
+                except ClusterError as exc:  # Redis away past its bound: keep trying
+                    self.slots.release()
+                    log.error("no job taken; trying again", error=str(exc))
+                    await anyio.sleep(self.cluster.heartbeat_s)
+                    continue
                 except BaseException:
                     self.slots.release()
                     raise
@@ -156,8 +161,13 @@ class Worker:
             return event
 
         with self.bus.subscribe() as subscription:
-            await publish_events(self.guard, self.name, next_event,
-                                 maxlen=self.cluster.events_maxlen)
+            while True:
+                try:
+                    await publish_events(self.guard, self.name, next_event,
+                                         maxlen=self.cluster.events_maxlen)
+                except ClusterError as exc:  # events meanwhile are lost (the bus is bounded)
+                    log.error("events not forwarded; trying again", error=str(exc))
+                    await anyio.sleep(self.cluster.heartbeat_s)
 
     async def _keep_leases(self) -> None:
         while True:

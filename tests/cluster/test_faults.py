@@ -241,3 +241,21 @@ def test_a_cancelled_session_stops_on_its_worker_and_its_job_is_done_with(
             return all(j["pending"] == 0 and j["lag"] == 0 for j in report["jobs"].values())
         eventually(done_with, "the cancelled session's job was acknowledged")
         assert not any(r.get("state") == "completed" for r in cluster.transcript(session))
+
+
+def test_redis_gone_past_its_bound_fails_routes_clearly_and_the_daemon_keeps_serving(
+        tmp_path: Path) -> None:
+    from tests.support.cluster import CLUSTER_CONFIG
+
+    config = CLUSTER_CONFIG.replace("redis_down_s = 60.0", "redis_down_s = 1.0")
+    with Cluster(tmp_path, config=config) as cluster:
+        cluster.start_worker("w1", slots=1)
+        cluster.redis.stop()
+        failed = cluster.daemon.client.route("decide:nowhere", "lead")
+        assert failed["ok"] is False
+        assert "cluster.redis_down_s" in failed["error"]
+        assert cluster.daemon.client.health()["pid"] == cluster.daemon.pid
+        cluster.redis.start()  # back: the loops reconnect, and routes run again
+        again = eventually(lambda: (lambda r: r if r["ok"] else None)(
+            cluster.daemon.client.route("decide:back", "lead")), "a route after Redis returned")
+        assert again["answer"] == "decided back"
