@@ -142,8 +142,6 @@ class DaemonSettings(_Section):
     ui_port: int = Field(0, ge=0, le=65535)
 
 
-
-
 class WorkspaceSettings(_Section):
     isolation: Isolation = "shared"
     land: Literal["manual", "auto"] = "manual"
@@ -156,6 +154,30 @@ class WorkspaceSettings(_Section):
     keep_days: float = Field(7.0, ge=0)
     max_worktrees: int = Field(64, ge=1, le=4096)
     min_free_mb: int = Field(512, ge=0)
+
+
+class ClusterSettings(_Section):
+    url: str = ""
+    local_slots: int = Field(0, ge=0, le=4096)
+    max_jobs: int = Field(256, ge=1, le=1_000_000)
+    lease_s: float = Field(30.0, gt=0, le=86400)
+    heartbeat_s: float = Field(5.0, gt=0, le=3600)
+    request_timeout_s: float = Field(10.0, gt=0, le=3600)
+    request_attempts: int = Field(30, ge=1, le=10_000)
+    redis_down_s: float = Field(60.0, gt=0, le=86400)
+    events_maxlen: int = Field(100_000, ge=100, le=100_000_000)
+    reply_ttl_s: int = Field(86400, ge=60)
+
+    @model_validator(mode="after")
+    def _no_password_in_url(self) -> ClusterSettings:
+        if self.url and not re.match(r"^rediss?://", self.url):
+            raise ValueError(f"url {self.url!r} is not a Redis URL: expected "
+                             "redis://HOST:PORT/DB (or rediss:// for TLS)")
+        if re.match(r"^rediss?://[^/@]*:[^/@]*@", self.url):
+            raise ValueError("the Redis URL carries a password: settings may live in .squad/, "
+                             "which is committed; put the password in SQUADD_REDIS_PASSWORD "
+                             "or a SQUADD_REDIS_PASSWORD= line of the secrets file instead")
+        return self
 
 
 class AgentSettings(_Section):
@@ -177,6 +199,7 @@ class Settings(_Section):
     scribe: ScribeSettings = ScribeSettings()
     daemon: DaemonSettings = DaemonSettings()
     workspace: WorkspaceSettings = WorkspaceSettings()
+    cluster: ClusterSettings = ClusterSettings()
     agents: dict[str, AgentSettings] = Field(default_factory=dict)
     variables: dict[str, str] = Field(default_factory=dict)
 

@@ -37,6 +37,7 @@ COMMANDS: dict[str, str] = {
     "top": "squadd.cli.top:top",
     "land": "squadd.cli.workspaces:land",
     "workspaces": "squadd.cli.workspaces:workspaces",
+    "worker": "squadd.cli.worker:worker",
 }
 """Every `squadd` command: name -> "module:attribute". Add new commands here."""
 

@@ -86,6 +86,23 @@ def print_sessions(report: Mapping[str, Any]) -> None:
             f"\npool: {pool.get('running', 0)}/{pool.get('max_concurrent', 0)} running, "
             f"{pool.get('queued', 0)}/{pool.get('max_queued', 0)} queued, "
             f"{pool.get('waiting', 0)} waiting on a route, {pool.get('idle', 0)} at rest")
+    cluster = report.get("cluster")
+    if isinstance(cluster, Mapping):
+        print_cluster(cluster)
+
+
+def print_cluster(cluster: Mapping[str, Any]) -> None:
+    """Cluster mode's lines of `squadd status`: Redis, then one line per worker."""
+    redis = "up" if cluster.get("redis_up") else "UNREACHABLE"
+    workers = cluster.get("workers") or []
+    click.echo(f"cluster: redis {redis} ({cluster.get('url')}, "
+               f"{cluster.get('redis_outages', 0)} outages), {len(workers)} workers, "
+               f"{cluster.get('busy', 0)}/{cluster.get('slots', 0)} slots busy, "
+               f"{cluster.get('local_slots', 0)} local slots")
+    for worker in workers:
+        click.echo(f"  {worker.get('name')}: {worker.get('busy')}/{worker.get('slots')} slots "
+                   f"busy, {worker.get('host')} pid {worker.get('pid')}, "
+                   f"squadd {worker.get('version')}")
 
 
 def state_style(state: str) -> str:

@@ -40,6 +40,8 @@ class DoctorContext:
     start: Path
     layout: SquadLayout | None = None
     settings: Settings | None = None
+    cluster_url: str | None = None
+    """`--cluster URL`: check this cluster (else `[cluster] url`, if set)."""
 
 
 @dataclass(frozen=True)
@@ -164,15 +166,23 @@ def check_memory_files(ctx: DoctorContext) -> CheckResult:
     return check(ctx)
 
 
+def check_cluster(ctx: DoctorContext) -> CheckResult:
+    """Cluster mode: Redis reachable, workers alive, their versions, the streams' lags."""
+    from squadd.cli._doctor_cluster import check_cluster as check
+
+    return check(ctx)
+
+
 CHECKS: list[Check] = [check_squad_dir, check_settings, check_roster, check_squad_compat,
                        check_memory_files,
-                       check_provider, check_daemon]
+                       check_provider, check_daemon, check_cluster]
 """The checks `squadd doctor` runs, in order. Append to add one."""
 
 
-def run_checks(start: Path, checks: list[Check] | None = None) -> list[CheckResult]:
+def run_checks(start: Path, checks: list[Check] | None = None, *,
+               cluster_url: str | None = None) -> list[CheckResult]:
     """Run `checks` (default: `CHECKS`) in order; one that raises is reported as failed."""
-    ctx = DoctorContext(start=start)
+    ctx = DoctorContext(start=start, cluster_url=cluster_url)
     results = []
     for check in CHECKS if checks is None else checks:
         try:
@@ -206,7 +216,10 @@ def _squad_compat_report(directory: Path | None, as_json: bool) -> None:
 @click.option("--squad-compat", "squad_compat_only", is_flag=True,
               help="List everything squadd reads differently from Squad (file:line: level: "
                    "message) instead of running the checks.")
-def doctor(directory: Path | None, as_json: bool, squad_compat_only: bool) -> None:
+@click.option("--cluster", "cluster_url", default=None, metavar="URL",
+              help="Check this cluster's Redis and workers (default: [cluster] url).")
+def doctor(directory: Path | None, as_json: bool, squad_compat_only: bool,
+           cluster_url: str | None) -> None:
     """Check the squad's setup: its folder, settings, roster, Squad compatibility, provider
     and daemon.
 
@@ -221,11 +234,12 @@ def doctor(directory: Path | None, as_json: bool, squad_compat_only: bool) -> No
       squadd doctor --json
       squadd doctor --squad-compat
       squadd doctor --squad-compat --json
+      squadd doctor --cluster redis://redis.internal:6379/0
     """
     if squad_compat_only:
         _squad_compat_report(directory, as_json)
         return
-    results = run_checks((directory or Path.cwd()).resolve())
+    results = run_checks((directory or Path.cwd()).resolve(), cluster_url=cluster_url)
     failed = any(result.status == "fail" for result in results)
     if as_json:
         print_json({"ok": not failed, "checks": [

@@ -23,13 +23,20 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
               help="The dashboard's port (implies --ui; default daemon.ui_port, 0 = any free).")
 @click.option("--detach", is_flag=True,
               help="Run in the background; return once the daemon answers.")
+@click.option("--cluster", "cluster_url", type=TEXT, default=None, metavar="URL",
+              help="Coordinate 'squadd worker's through Redis at URL (redis://HOST:PORT/DB; "
+                   "password: SQUADD_REDIS_PASSWORD or the secrets file).")
+@click.option("--local-slots", type=click.IntRange(0, 4096), default=None, metavar="N",
+              help="In cluster mode, sessions this daemon runs itself (default "
+                   "cluster.local_slots, 0).")
 @click.option("--log-level", type=click.Choice(LOG_LEVELS), default=None,
               help="Console log level (default: info; warning when detached). The JSON log "
                    "file uses daemon.log_level.")
 @provider_options
 @dir_option
 def serve(tcp: str | None, allow_remote: bool, ui: bool | None, ui_port: int | None,
-          detach: bool, log_level: str | None,
+          detach: bool, cluster_url: str | None, local_slots: int | None,
+          log_level: str | None,
           provider_kind: str | None, model: str | None, base_url: str | None,
           replay_file: Path | None, directory: Path | None) -> None:
     """Serve this repo's squad: the HTTP API on .squad/run/squadd.sock, the Scribe, the pool.
@@ -44,6 +51,7 @@ def serve(tcp: str | None, allow_remote: bool, ui: bool | None, ui_port: int | N
           --model llama3.1
       squadd serve --tcp 127.0.0.1:8765
       squadd serve --ui --ui-port 8766 && squadd ui --open
+      squadd serve --cluster redis://redis.internal:6379/0 --local-slots 2
     """
     from squadd.config import load_settings
 
@@ -52,6 +60,13 @@ def serve(tcp: str | None, allow_remote: bool, ui: bool | None, ui_port: int | N
     layers: dict[str, dict[str, object]] = {"provider": dict(overrides)} if overrides else {}
     if ui or ui_port is not None:
         layers["daemon"] = {"ui": True, **({"ui_port": ui_port} if ui_port is not None else {})}
+    cluster: dict[str, object] = {}
+    if cluster_url:
+        cluster["url"] = cluster_url
+    if local_slots is not None:
+        cluster["local_slots"] = local_slots
+    if cluster:
+        layers["cluster"] = cluster
     settings = load_settings(layout.root, overrides=layers or None)
     if detach:
         from squadd.daemon.server import parse_tcp, start_detached
@@ -61,6 +76,8 @@ def serve(tcp: str | None, allow_remote: bool, ui: bool | None, ui_port: int | N
         args = ["--dir", str(layout.repo), "--log-level", log_level or "warning"]
         for flag, value in (("--provider", provider_kind), ("--model", model),
                             ("--base-url", base_url), ("--tcp", tcp),
+                            ("--cluster", cluster_url),
+                            ("--local-slots", None if local_slots is None else str(local_slots)),
                             ("--replay-file", str(replay_file.resolve()) if replay_file else None)):
             if value:
                 args += [flag, value]

@@ -28,6 +28,8 @@ class BaseEvent(BaseModel):
     agent: str | None = None
     seq: int = 0
     """Set by the bus: a number that grows with each published event."""
+    worker: str | None = None
+    """The cluster worker the event happened on (None: on this daemon)."""
 
     @model_validator(mode="before")
     @classmethod

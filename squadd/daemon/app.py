@@ -109,7 +109,11 @@ async def list_sessions(request: Request) -> Response:
             continue
         seen.add(view.session_id)
         sessions.append(view.model_dump(mode="json"))
-    return json_answer({"sessions": sessions, "pool": report.pool.model_dump()})
+    answer: dict[str, Any] = {"sessions": sessions, "pool": report.pool.model_dump()}
+    coordinator = context_of(request).coordinator
+    if coordinator is not None:
+        answer["cluster"] = await coordinator.report()
+    return json_answer(answer)
 
 
 async def get_session(request: Request) -> Response:

@@ -87,8 +87,9 @@ def last_record(path: Path) -> dict[str, Any] | None:
             chunk *= 4
 
 
-def recover_sessions(layout: SquadLayout, *, keep: int) -> Recovered:
-    """Mark crashed sessions interrupted; views of the newest `keep` interrupted ones (blocking)."""
+def recover_sessions(layout: SquadLayout, *, keep: int, cluster: bool = False) -> Recovered:
+    """Mark crashed sessions interrupted; views of the newest `keep` interrupted ones (blocking).
+    With `cluster`, a session a cluster worker holds is left to it (its lease decides)."""
     views: list[SessionView] = []
     marked: list[str] = []
     elsewhere: list[str] = []
@@ -106,7 +107,8 @@ def recover_sessions(layout: SquadLayout, *, keep: int) -> Recovered:
             continue
         if state != "interrupted":
             owner = read_transcript(path).meta.get("owner")
-            if owner_alive(owner) and not is_current(owner):
+            if (owner_alive(owner) and not is_current(owner)) or \
+                    (cluster and isinstance(owner, dict) and "worker" in owner):
                 elsewhere.append(path.name.removesuffix(".jsonl"))
                 continue
             writer = TranscriptWriter(path)

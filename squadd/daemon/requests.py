@@ -10,7 +10,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import structlog
@@ -23,6 +23,9 @@ from squadd.daemon.wire import RECENT_EVENTS_MAX
 from squadd.runtime.events import Subscription
 from squadd.runtime.runtime import SquadRuntime
 from squadd.untrusted import UntrustedInputError, parse_json
+
+if TYPE_CHECKING:
+    from squadd.daemon.coordinator import Coordinator
 
 log = structlog.get_logger("squadd.daemon")
 
@@ -53,6 +56,8 @@ class DaemonContext:
     streams: set[Subscription] = field(default_factory=set)
     recent: deque[BaseEvent] = field(default_factory=lambda: deque(maxlen=RECENT_EVENTS))
     """The latest events, replayed to a stream that asks for `recent=N`."""
+    coordinator: Coordinator | None = None
+    """In cluster mode: the coordinator of the workers (status lists them)."""
 
     def __post_init__(self) -> None:
         self.runtime.bus.add_listener(self.recent.append)

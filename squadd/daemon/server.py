@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.abc
@@ -47,6 +48,9 @@ from squadd.runtime.runtime import SquadRuntime
 from squadd.scribe.worker import run_scribe_worker
 from squadd.state.layout import SquadLayout
 from squadd.tools.custom.variables import redact_log_event
+
+if TYPE_CHECKING:
+    from squadd.daemon.coordinator import Coordinator
 
 log = structlog.get_logger("squadd.daemon")
 
@@ -175,6 +179,8 @@ class Daemon:
         self.settings = settings
         self.tcp = parse_tcp(tcp, allow_remote=allow_remote) if tcp else None
         self.console_level = console_level
+        self.coordinator: Coordinator | None = None
+        """Set in cluster mode: the coordinator of `squadd worker`s (`[cluster] url`)."""
 
     def run(self) -> None:
         layout, settings = self.layout, self.settings
@@ -193,6 +199,10 @@ class Daemon:
                 log.warning("removed files a daemon that did not stop cleanly left behind",
                             files=stale)
             runtime = SquadRuntime.from_settings(layout, settings)
+            if settings.cluster.url:
+                from squadd.daemon.cluster_mode import coordinate
+
+                self.coordinator = coordinate(runtime, settings)
             atomic_write(layout.pid_file, f"{os.getpid()}\n")
             token = None
             if self.tcp is not None:
@@ -238,7 +248,8 @@ class Daemon:
         async with anyio.create_task_group() as outer:
             outer.start_soon(self._watch_signals, request_stop, outer.cancel_scope)
             recovered = await anyio.to_thread.run_sync(functools.partial(
-                recover_sessions, self.layout, keep=self.settings.pool.ended_keep))
+                recover_sessions, self.layout, keep=self.settings.pool.ended_keep,
+                cluster=self.coordinator is not None))
             for view in recovered.views:
                 runtime.pool.remember(view)
             swept = await anyio.to_thread.run_sync(sweep_stale_temp_files, self.layout)
@@ -252,7 +263,8 @@ class Daemon:
                 log.info("sessions another squadd process is running were left alone",
                          sessions=recovered.running_elsewhere)
             async with runtime:
-                context = DaemonContext(runtime=runtime, request_stop=request_stop)
+                context = DaemonContext(runtime=runtime, request_stop=request_stop,
+                                        coordinator=self.coordinator)
                 await self._serve(context, listeners, token, dashboard, stop, reasons)
             outer.cancel_scope.cancel()
 
@@ -285,6 +297,9 @@ class Daemon:
             watch = LoopWatch(functools.partial(_loop_blocked, runtime), LOOP_BLOCKED_AFTER_S)
             watching = anyio.CancelScope()
             await group.start(_beat, watch, watching)
+            coordinating = anyio.CancelScope()
+            if self.coordinator is not None:
+                await group.start(_coordinate, self.coordinator, coordinating)
             scribe_stop = anyio.Event()
             group.start_soon(functools.partial(run_scribe_worker, self.layout, self.settings,
                                                runtime.bus, stop=scribe_stop))
@@ -306,6 +321,9 @@ class Daemon:
             watching.cancel()
             for server in servers:
                 server.should_exit = True
+            coordinating.cancel()
+            if self.coordinator is not None:
+                await self.coordinator.close()
 
     @staticmethod
     async def _watch_signals(request_stop: Callable[[str], None], scope: anyio.CancelScope) -> None:
@@ -323,6 +341,12 @@ class Daemon:
 
 LOOP_BLOCKED_AFTER_S = 2.0
 """The daemon's event loop not running for this long is logged, with the tools then running."""
+
+
+async def _coordinate(coordinator: Coordinator, scope: anyio.CancelScope, *,
+                      task_status: anyio.abc.TaskStatus[None]) -> None:
+    with scope:
+        await coordinator.run(task_status=task_status)
 
 
 async def _beat(watch: LoopWatch, scope: anyio.CancelScope, *,

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import structlog
@@ -46,6 +46,16 @@ from squadd.workspaces import records as workspace_records
 log = structlog.get_logger("squadd.runtime")
 
 ExtraTools = Callable[[], Iterable[Tool[Any]]]
+RunHere = Callable[[], Awaitable[SessionOutcome]]
+
+
+class SessionHost(Protocol):
+    """Where a session's task runs when it may run elsewhere than in this process (the
+    cluster's workers). It gets the session's narrowed tools and its sink, and `run_here`,
+    which runs the task in this process as without a host."""
+
+    async def run(self, plan: RoutePlan, record: SessionRecord, tools: ToolSet,
+                  sink: SessionSink, run_here: RunHere) -> SessionOutcome: ...
 
 
 class RouteRunner:
@@ -70,6 +80,8 @@ class RouteRunner:
         self.workspaces = workspaces
         self._in_use: dict[str, WorkspaceView] = {}
         """The worktree each running session works in (a nested route shares its caller's)."""
+        self.host: SessionHost | None = None
+        """Set (at start-up) when sessions may run elsewhere; None runs every one here."""
 
     async def run(self, plan: RoutePlan, record: SessionRecord, ticket: SlotTicket,
                   entry: OrchestrationEntry) -> RouteResult:
@@ -209,18 +221,25 @@ class RouteRunner:
         tools = session_toolset(tools, plan.available_tools, plan.charter,
                                 session_id=info.session_id)
         record.tools = tools
-        session = AgentSession(
-            info, layout=self.layout, settings=self.settings, provider=self.provider,
-            invoker=self.invoker, tools=tools, sink=sink, files=self.files, spares=self.spares,
-            workspace_dir=Path(workspace.path) if workspace is not None else None,
-        )
-        sink.session = session
-        if plan.continuing:
-            if plan.task is None:  # a resume records no new message: active from here
-                self.pool.activate(record)
-            return await session.continue_with(plan.task, timeout_s=plan.timeout_s)
-        return await session.start(plan.task or info.task, plan.context,
-                                   timeout_s=plan.timeout_s, accepted=plan.recorded)
+
+        async def run_here() -> SessionOutcome:
+            session = AgentSession(
+                info, layout=self.layout, settings=self.settings, provider=self.provider,
+                invoker=self.invoker, tools=tools, sink=sink, files=self.files,
+                spares=self.spares,
+                workspace_dir=Path(workspace.path) if workspace is not None else None,
+            )
+            sink.session = session
+            if plan.continuing:
+                if plan.task is None:  # a resume records no new message: active from here
+                    self.pool.activate(record)
+                return await session.continue_with(plan.task, timeout_s=plan.timeout_s)
+            return await session.start(plan.task or info.task, plan.context,
+                                       timeout_s=plan.timeout_s, accepted=plan.recorded)
+
+        if self.host is not None:
+            return await self.host.run(plan, record, tools, sink, run_here)
+        return await run_here()
 
     async def _end_unstarted(self, plan: RoutePlan, state: str, **fields: str) -> None:
         """Close the transcript the route's acceptance opened, if it did (a continued session

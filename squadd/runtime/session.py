@@ -256,6 +256,14 @@ class AgentSession:
                 self._publish(message)
         return await self._run(messages, task, cancel, timeout_s, prepared=prepared)
 
+    def conversation(self) -> list[Message]:
+        """The conversation a session run elsewhere continues from, as `continue_with` reads
+        it (blocking): an accepted session's prompt and task are written now, and a call a
+        crash cut off gets its stand-in result; all of it fsynced."""
+        messages, _ = self._load_or_prepare()
+        self._writer.flush()
+        return messages
+
     def _load_or_prepare(self) -> tuple[list[Message], bool]:
         transcript = read_transcript(self.layout.transcript(self.session_id))
         if transcript.messages:

@@ -1,0 +1,240 @@
+"""Benchmark: cluster mode's throughput against its bound, and a forwarded squad tool's cost.
+
+A real redis-server, a coordinator (`squadd serve --cluster`, no local slots) and 1, 2 and 4
+`squadd worker` processes with 8 slots each, each with its own clone; the model is an HTTP
+server that answers every turn after 200 ms. Enough routes to keep every slot busy are sent at
+once through the daemon's API; the bound is `slots × workers / 0.2 s` routes per second.
+
+Then the cost of one squad-tool call forwarded through Redis: a session is claimed by this
+script acting as a worker, and `squad_status` is called through the request stream many times
+(round trip p50 / p99); the same call through the coordinator's pipeline in-process is the
+baseline the added latency is measured against.
+
+Prints, as its last line:
+    cluster w1_routes_per_s=… w1_fraction=… w2_… w4_… forwarded_p50_ms=… forwarded_p99_ms=…
+        added_p50_ms=… added_p99_ms=…
+Target: w4_fraction >= 0.9.
+
+    .venv/bin/python scripts/bench/cluster.py [--workers 1,2,4] [--slots 8] [--delay-ms 200]
+        [--rounds 3] [--calls 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))
+from _common import fmt, make_squad, percentile, say
+
+from tests.support.daemon_process import clean_env
+from tests.support.model_servers import OpenAIServer, Reply
+from tests.support.redis_server import RedisServer
+
+READY_TIMEOUT_S = 60.0
+
+
+def git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", "-c", "user.name=Bench", "-c", "user.email=bench@example.com",
+                    *args], cwd=repo, check=True, capture_output=True)
+
+
+class Processes:
+    """The coordinator and workers of one run; all killed at the end."""
+
+    def __init__(self, root: Path, redis_url: str, model_url: str):
+        self.root = root
+        self.redis_url = redis_url
+        self.model_url = model_url
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.env = clean_env(XDG_CONFIG_HOME=str(root / "xdg"), XDG_CACHE_HOME=str(root / "xc"))
+
+    def spawn(self, name: str, argv: list[str], cwd: Path) -> None:
+        log = (self.root / f"{name}.out").open("ab")
+        self.procs.append(subprocess.Popen([sys.executable, "-m", "squadd", *argv], cwd=cwd,
+                                           env=self.env, stdin=subprocess.DEVNULL,
+                                           stdout=log, stderr=log))
+        log.close()
+
+    def wait_for(self, name: str, text: str) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        path = self.root / f"{name}.out"
+        while text not in (path.read_text(errors="replace") if path.exists() else ""):
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{name} did not start: {path.read_text(errors='replace')}")
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)
+                proc.wait(timeout=10)
+
+
+def prepare_repo(root: Path) -> Path:
+    layout = make_squad(root / "repo")
+    (layout.root / "config.toml").write_text(
+        "[daemon]\ngrace_s = 1.0\n[provider]\nmax_attempts = 1\n"
+        "[cluster]\nheartbeat_s = 0.5\n", encoding="utf-8")
+    git(layout.repo, "init", "-q")
+    git(layout.repo, "add", "-A")
+    git(layout.repo, "commit", "-qm", "squad")
+    return layout.repo
+
+
+async def fire(repo: Path, routes: int) -> float:
+    from squadd.daemon.client import AsyncDaemonClient
+    from squadd.state.layout import SquadLayout
+
+    agents = ("fenster", "hockney", "keaton", "mcmanus")
+    failures: list[str] = []
+    async with AsyncDaemonClient(SquadLayout.find(repo), timeout=600.0) as client:
+        async def one(n: int) -> None:
+            result = await client.route(f"job {n}", agents[n % 4])
+            if not result.get("ok"):
+                failures.append(str(result.get("message")))
+
+        started = time.perf_counter()
+        await asyncio.gather(*(one(n) for n in range(routes)))
+        elapsed = time.perf_counter() - started
+    if failures:
+        raise SystemExit(f"{len(failures)} routes failed, e.g. {failures[0]}")
+    return routes / elapsed
+
+
+def throughput(root: Path, workers: int, slots: int, delay_s: float, rounds: int) -> float:
+    model = OpenAIServer(lambda body: Reply(body=OpenAIServer.text_turn("done").body,
+                                            delay_s=delay_s), keep_bodies=False).start()
+    redis = RedisServer(root / "redis").start()
+    repo = prepare_repo(root)
+    procs = Processes(root, redis.url, model.url)
+    try:
+        procs.spawn("coordinator", ["serve", "--cluster", redis.url, "--provider", "openai",
+                                    "--base-url", model.url, "--model", "m",
+                                    "--log-level", "info"], repo)
+        procs.wait_for("coordinator", "squadd serving")
+        for n in range(workers):
+            procs.spawn(f"w{n}", ["worker", "--cluster", redis.url, "--repo", str(repo),
+                                  "--slots", str(slots), "--name", f"w{n}",
+                                  "--workdir", str(root / f"clone-{n}"), "--provider",
+                                  "openai", "--base-url", model.url, "--model", "m"], root)
+        for n in range(workers):
+            procs.wait_for(f"w{n}", "worker ready")
+        routes = workers * slots * rounds
+        asyncio.run(fire(repo, workers * slots))  # warm-up: clones' tools, connections
+        return asyncio.run(fire(repo, routes))
+    finally:
+        procs.close()
+        redis.close()
+        model.close()
+
+
+async def forwarded_calls(root: Path, calls: int) -> tuple[list[float], list[float]]:
+    """Round trips of `squad_status` forwarded through Redis, and the same call in-process."""
+    from squadd.cluster.connection import RedisGuard, connect
+    from squadd.cluster.requests import send
+    from squadd.cluster.wire import Request
+    from squadd.contracts.messages import ToolCall
+    from squadd.daemon.client import AsyncDaemonClient
+    from squadd.state.layout import SquadLayout
+
+    redis = RedisServer(root / "redis").start()
+    model = OpenAIServer(lambda body: OpenAIServer.text_turn("done"), keep_bodies=False).start()
+    repo = prepare_repo(root)
+    procs = Processes(root, redis.url, model.url)
+    client = connect(redis.url)
+    guard = RedisGuard(client, url=redis.url, down_s=30)
+    try:
+        procs.spawn("coordinator", ["serve", "--cluster", redis.url, "--provider", "openai",
+                                    "--base-url", model.url, "--model", "m"], repo)
+        procs.wait_for("coordinator", "squadd serving")
+        async with AsyncDaemonClient(SquadLayout.find(repo), timeout=60.0) as daemon:
+            started = await daemon.route("hold on", "fenster", wait=False)
+        sid = started["session_id"]
+
+        async def request(kind: str, rid: str, epoch: int, body: dict[str, Any]) -> Any:
+            return await send(guard, Request(request_id=rid, kind=kind,  # type: ignore[arg-type]
+                                             session_id=sid, worker="bench", epoch=epoch,
+                                             body=body), timeout_s=10, attempts=3)
+        claim = await request("claim", "bench-claim", 0, {})
+        epoch = int(claim.body["epoch"])
+        forwarded: list[float] = []
+        for n in range(calls):
+            call = ToolCall(id=f"c{n}", name="squad_status", arguments={}).model_dump()
+            t0 = time.perf_counter()
+            reply = await request("tool", f"bench-{n}", epoch, {"call": call})
+            forwarded.append((time.perf_counter() - t0) * 1000)
+            if not reply.ok:
+                raise SystemExit(f"forwarded call failed: {reply.error}")
+        await request("end", "bench-end", epoch, {"status": "completed", "answer": "x"})
+    finally:
+        await client.aclose()
+        procs.close()
+        redis.close()
+        model.close()
+    return forwarded, await local_calls(root / "local", calls)
+
+
+async def local_calls(root: Path, calls: int) -> list[float]:
+    """`squad_status` through an in-process runtime's pipeline: the baseline."""
+    from squadd.config import Settings
+    from squadd.contracts.messages import ToolCall
+    from squadd.providers.replay import ReplayProvider, ReplayScript
+    from squadd.runtime.runtime import SquadRuntime
+    from squadd.state.layout import SquadLayout
+    from squadd.tools.invoke import CallOrigin
+
+    layout = SquadLayout.at(make_squad(root / "repo").root)
+    times: list[float] = []
+    async with SquadRuntime(layout, Settings(), ReplayProvider(ReplayScript())) as runtime:
+        origin = CallOrigin(session_id="bench", agent="fenster")
+        for n in range(calls):
+            t0 = time.perf_counter()
+            result = await runtime.invoker.invoke(
+                runtime.tools, ToolCall(id=f"l{n}", name="squad_status", arguments={}), origin)
+            times.append((time.perf_counter() - t0) * 1000)
+            if not result.ok:
+                raise SystemExit(f"local call failed: {result.text}")
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--workers", default="1,2,4")
+    parser.add_argument("--slots", type=int, default=8)
+    parser.add_argument("--delay-ms", type=float, default=200.0)
+    parser.add_argument("--rounds", type=int, default=10,
+                        help="routes per slot in the measured burst")
+    parser.add_argument("--calls", type=int, default=300)
+    args = parser.parse_args()
+    delay_s = args.delay_ms / 1000
+    parts: list[str] = []
+    for count in (int(n) for n in args.workers.split(",")):
+        with tempfile.TemporaryDirectory(dir=os.environ.get("SQUADD_BENCH_DIR")) as tmp:
+            rate = throughput(Path(tmp), count, args.slots, delay_s, args.rounds)
+        bound = count * args.slots / delay_s
+        say(f"{count} workers x {args.slots} slots: {rate:.1f} routes/s, bound {bound:.1f}")
+        parts.append(f"w{count}_routes_per_s={fmt(rate)} w{count}_fraction={fmt(rate / bound)}")
+    with tempfile.TemporaryDirectory(dir=os.environ.get("SQUADD_BENCH_DIR")) as tmp:
+        forwarded, local = asyncio.run(forwarded_calls(Path(tmp), args.calls))
+    forwarded.sort()
+    local.sort()
+    f50, f99 = percentile(forwarded, 0.5), percentile(forwarded, 0.99)
+    l50, l99 = percentile(local, 0.5), percentile(local, 0.99)
+    say(f"squad_status in-process p50 {l50:.3f} ms p99 {l99:.3f} ms")
+    parts.append(f"forwarded_p50_ms={fmt(f50)} forwarded_p99_ms={fmt(f99)} "
+                 f"added_p50_ms={fmt(f50 - l50)} added_p99_ms={fmt(f99 - l99)}")
+    print("cluster " + " ".join(parts))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,125 @@
+"""`squadd worker`: run session jobs for a coordinator (`squadd serve --cluster`) on this host."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import click
+
+from squadd.cli._provider import provider_options, provider_overrides
+from squadd.cli._squad import TEXT
+
+CLONE_TIMEOUT_S = 600.0
+
+
+def ensure_clone(repo: str, clone: Path) -> None:
+    """Clone `repo` into `clone` the first time; later, bring it up to date (fast-forward
+    only; a clone that cannot be fast-forwarded keeps its commit and says so)."""
+    if (clone / ".git").exists():
+        done = subprocess.run(["git", "-C", str(clone), "pull", "--ff-only", "--quiet"],
+                              capture_output=True, text=True, timeout=CLONE_TIMEOUT_S,
+                              check=False)
+        if done.returncode != 0:
+            click.echo(f"warning: {clone} not updated: {done.stderr.strip()[:300]}", err=True)
+        return
+    clone.parent.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["git", "clone", "--quiet", repo, str(clone)], capture_output=True,
+                          text=True, timeout=CLONE_TIMEOUT_S, check=False)
+    if done.returncode != 0:
+        raise click.ClickException(f"could not clone {repo} into {clone}: "
+                                   f"{done.stderr.strip()[:500]}")
+
+
+@click.command("worker")
+@click.option("--cluster", "cluster_url", type=TEXT, required=True, metavar="URL",
+              help="The coordinator's Redis (redis://HOST:PORT/DB; password: "
+                   "SQUADD_REDIS_PASSWORD or the secrets file).")
+@click.option("--repo", type=TEXT, required=True, metavar="GIT_URL_OR_PATH",
+              help="The repository the coordinator serves; this worker keeps its own clone.")
+@click.option("--slots", type=click.IntRange(1, 4096), default=8, show_default=True,
+              help="Sessions this worker runs at once.")
+@click.option("--name", type=TEXT, default=None,
+              help="This worker's name in status and events (default: host-pid).")
+@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where the clone lives (default: ~/.cache/squadd/workers/NAME/clone).")
+@click.option("--log-level", type=click.Choice(("debug", "info", "warning", "error")),
+              default="info", help="Console log level.")
+@provider_options
+def worker(cluster_url: str, repo: str, slots: int, name: str | None, workdir: Path | None,
+           log_level: str, provider_kind: str | None, model: str | None,
+           base_url: str | None, replay_file: Path | None) -> None:
+    """Take session jobs from the coordinator's Redis and run them here, in a clone.
+
+    The agent loop, model calls and custom and workspace tools run on this host; squad tools
+    and transcripts go to the coordinator, the one writer of .squad/. Stop with Ctrl-C or
+    SIGTERM: sessions running here are picked up by another worker after cluster.lease_s.
+
+    \b
+    Examples:
+      squadd worker --cluster redis://redis.internal:6379/0 \\
+          --repo git@github.com:acme/app.git --slots 8 --name build-1
+    """
+    import socket
+
+    import anyio
+
+    from squadd.config import load_settings
+    from squadd.contracts.names import is_safe_name
+    from squadd.logs import configure_logging
+    from squadd.state.layout import SquadLayout
+    from squadd.tools.custom.variables import redact_log_event
+    from squadd.worker.process import clone_dir
+
+    name = name or f"{socket.gethostname()}-{os.getpid()}"
+    if not is_safe_name(name.lower()):
+        raise click.BadParameter(f"{name!r}: use letters, digits, '.', '_' or '-'",
+                                 param_hint="--name")
+    clone = clone_dir(name, workdir)
+    ensure_clone(repo, clone)
+    layout = SquadLayout.for_repo(clone)
+    layers: dict[str, dict[str, object]] = {"cluster": {"url": cluster_url}}
+    overrides = provider_overrides(provider_kind, base_url, replay_file, model)
+    if overrides:
+        layers["provider"] = dict(overrides)
+    settings = load_settings(layout.root if layout.root.is_dir() else None, overrides=layers)
+    configure_logging(redact=redact_log_event, console_level=log_level)
+    anyio.run(_serve, name, slots, layout, settings,
+              backend_options={"use_uvloop": True})
+
+
+async def _serve(name: str, slots: int, layout: object, settings: object) -> None:
+    import anyio
+
+    from squadd.cluster import workers
+    from squadd.cluster.connection import RedisGuard, connect
+    from squadd.config import Settings
+    from squadd.daemon.cluster_mode import cluster_password
+    from squadd.providers.factory import make_provider
+    from squadd.state.layout import SquadLayout
+    from squadd.worker.process import Worker
+
+    assert isinstance(layout, SquadLayout) and isinstance(settings, Settings)
+    cluster = settings.cluster
+    client = connect(cluster.url, cluster_password(settings))
+    guard = RedisGuard(client, url=cluster.url, down_s=cluster.redis_down_s)
+    provider = make_provider(settings.provider, cwd=layout.repo)
+    the_worker = Worker(name=name, slots=slots, layout=layout, settings=settings,
+                        provider=provider, guard=guard)
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(the_worker.run)
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for _ in signals:
+                    the_worker.stopping.set()
+                    tg.cancel_scope.cancel()
+                    break
+    finally:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+            try:
+                await workers.forget(guard, name)
+            finally:
+                await provider.aclose()
+                await client.aclose()

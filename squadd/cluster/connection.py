@@ -1,0 +1,119 @@
+"""The Redis connection: made from the cluster settings and a password found outside `.squad/`,
+with timeouts on every socket wait, and `RedisGuard`, which retries an operation across a Redis
+restart with tenacity (bounded by `cluster.redis_down_s`) and reports the outage and the return.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import redis.asyncio as aioredis
+import structlog
+import tenacity
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from squadd.errors import SquaddError
+
+log = structlog.get_logger("squadd.cluster")
+T = TypeVar("T")
+
+PASSWORD_ENV = "SQUADD_REDIS_PASSWORD"
+SOCKET_TIMEOUT_S = 30.0
+"""Bound on any one socket read; blocking commands ask for less (see `BLOCK_S`)."""
+CONNECT_TIMEOUT_S = 5.0
+BLOCK_S = 2.0
+"""How long a blocking read (XREADGROUP, BLPOP) waits in Redis before it returns empty."""
+TRANSIENT = (RedisConnectionError, RedisTimeoutError, ConnectionError, OSError)
+
+
+class ClusterError(SquaddError):
+    """The cluster cannot do what was asked (Redis gone past its bound, a refused request)."""
+
+
+def find_password(secrets: Callable[[], dict[str, str]] | None = None) -> str | None:
+    """The Redis password: `SQUADD_REDIS_PASSWORD`, else that line of the secrets file."""
+    value = os.environ.get(PASSWORD_ENV)
+    if value:
+        return value
+    if secrets is not None:
+        return secrets().get(PASSWORD_ENV) or None
+    return None
+
+
+def connect(url: str, password: str | None = None) -> aioredis.Redis:
+    """A client for `url` (no I/O yet); every socket wait is bounded."""
+    if not url:
+        raise ClusterError("no cluster URL: pass --cluster redis://HOST:PORT/DB or set "
+                           "[cluster] url")
+    return aioredis.Redis.from_url(
+        url, password=password, decode_responses=True, socket_timeout=SOCKET_TIMEOUT_S,
+        socket_connect_timeout=CONNECT_TIMEOUT_S, health_check_interval=10,
+        retry_on_timeout=False)
+
+
+class RedisGuard:
+    """Runs Redis operations, retrying through an outage of at most `down_s` seconds.
+
+    `on_change(up, reason)` hears when Redis went away and when it came back (the coordinator
+    turns these into log lines and status; the worker logs them). Past the bound the operation
+    raises `ClusterError`, which names the URL and the setting.
+    """
+
+    def __init__(self, client: aioredis.Redis, *, url: str, down_s: float,
+                 on_change: Callable[[bool, str], None] | None = None):
+        self.client = client
+        self.url = url
+        self.down_s = down_s
+        self.up = True
+        self.outages = 0
+        self._on_change = on_change
+
+    def _mark(self, up: bool, reason: str) -> None:
+        if up == self.up:
+            return
+        self.up = up
+        if not up:
+            self.outages += 1
+            log.warning("redis unreachable; reconnecting", url=self.url, reason=reason)
+        else:
+            log.info("redis reachable again", url=self.url)
+        if self._on_change is not None:
+            self._on_change(up, reason)
+
+    async def run(self, operation: Callable[[], Awaitable[T]]) -> T:
+        """`operation()`, retried with backoff while Redis is unreachable (bounded)."""
+        first_failure: list[float] = []
+
+        def gone_too_long(state: tenacity.RetryCallState) -> bool:
+            # Counted from the first failure, not from the call: a blocking read that waited
+            # its full time before Redis went away still gets the whole bound.
+            now = time.monotonic()
+            if not first_failure:
+                first_failure.append(now)
+            return now - first_failure[0] >= self.down_s
+
+        retrying = tenacity.AsyncRetrying(
+            retry=tenacity.retry_if_exception_type(TRANSIENT),
+            wait=tenacity.wait_exponential_jitter(multiplier=0.05, max=2.0, jitter=0.05),
+            stop=gone_too_long,
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    try:
+                        result = await operation()
+                    except TRANSIENT as exc:
+                        self._mark(False, f"{type(exc).__name__}: {exc}")
+                        raise
+            self._mark(True, "")
+            return result
+        except TRANSIENT as exc:
+            raise ClusterError(
+                f"Redis at {self.url} was unreachable for {self.down_s:g}s "
+                f"(cluster.redis_down_s): {exc}") from exc
+        raise AssertionError("unreachable")  # pragma: no cover (tenacity reraises)

@@ -1,0 +1,133 @@
+"""The job streams: the cluster's admission queue, held in Redis.
+
+The coordinator adds one entry per session to run (urgent or normal stream); workers read them
+in the `workers` consumer group, only as many as they have free slots, urgent first. A job
+stays pending in the group until its worker acknowledges it at the end; a worker keeps its
+pending jobs fresh, and one whose jobs go stale past the lease (it died, or is cut off) loses
+them to `XAUTOCLAIM` by another worker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from redis.exceptions import ResponseError
+
+from squadd.cluster import keys
+from squadd.cluster.connection import BLOCK_S, RedisGuard
+from squadd.cluster.wire import Job
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """A job as one worker got it: the stream and entry id it must acknowledge."""
+
+    stream: str
+    entry_id: str
+    job: Job
+    reclaimed: bool = False
+
+
+async def ensure_group(guard: RedisGuard, stream: str, group: str) -> None:
+    """Create `group` on `stream` (and the stream) unless it exists; it reads from the start."""
+    async def create() -> None:
+        try:
+            await guard.client.xgroup_create(stream, group, id="0", mkstream=True)
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+    await guard.run(create)
+
+
+class JobQueue:
+    """Both job streams, from the coordinator's side (`submit`) and a worker's (the rest)."""
+
+    def __init__(self, guard: RedisGuard):
+        self.guard = guard
+
+    async def ensure(self) -> None:
+        for stream in keys.JOB_STREAMS:
+            await ensure_group(self.guard, stream, keys.WORKERS_GROUP)
+
+    async def submit(self, job: Job) -> str:
+        stream = keys.JOBS_URGENT if job.priority == "urgent" else keys.JOBS_NORMAL
+        client = self.guard.client
+        entry: Any = await self.guard.run(lambda: client.xadd(stream, {"data": job.dump()}))
+        return str(entry)
+
+    async def take(self, consumer: str, *, block_s: float = BLOCK_S) -> Delivery | None:
+        """One new job for `consumer`: an urgent one if any waits, else a normal one (waiting
+        up to `block_s` for it). None when none came."""
+        client = self.guard.client
+        urgent = await self.guard.run(lambda: client.xreadgroup(
+            keys.WORKERS_GROUP, consumer, {keys.JOBS_URGENT: ">"}, count=1))
+        found = _first(urgent)
+        if found is None:
+            normal = await self.guard.run(lambda: client.xreadgroup(
+                keys.WORKERS_GROUP, consumer, {keys.JOBS_NORMAL: ">"}, count=1,
+                block=max(1, int(block_s * 1000))))
+            found = _first(normal)
+        return found
+
+    async def reclaim(self, consumer: str, *, lease_s: float) -> Delivery | None:
+        """One job another worker left idle past `lease_s`, now `consumer`'s (urgent first)."""
+        client = self.guard.client
+        for stream in keys.JOB_STREAMS:
+            result: Any = await self.guard.run(lambda s=stream: client.xautoclaim(  # type: ignore[misc]
+                s, keys.WORKERS_GROUP, consumer, int(lease_s * 1000), "0-0", count=1))
+            entries = result[1] if result else []
+            for entry_id, fields in entries:
+                if fields and "data" in fields:
+                    return Delivery(stream, entry_id, Job.model_validate_json(fields["data"]),
+                                    reclaimed=True)
+                await self.ack(stream, entry_id)  # deleted meanwhile: nothing to run
+        return None
+
+    async def keep(self, consumer: str, deliveries: list[Delivery]) -> list[Delivery]:
+        """Renew the lease of `consumer`'s jobs; returns those it no longer holds (reclaimed
+        by another worker, or acknowledged: it must stop them). A job is renewed only while
+        this consumer owns it, so a worker that wakes from a pause never takes one back."""
+        client = self.guard.client
+        lost: list[Delivery] = []
+        for delivery in deliveries:
+            pending: Any = await self.guard.run(lambda d=delivery: client.xpending_range(  # type: ignore[misc]
+                d.stream, keys.WORKERS_GROUP, min=d.entry_id, max=d.entry_id, count=1))
+            if not pending or str(pending[0].get("consumer")) != consumer:
+                lost.append(delivery)
+                continue
+            await self.guard.run(lambda d=delivery: client.xclaim(  # type: ignore[misc]
+                d.stream, keys.WORKERS_GROUP, consumer, 0, [d.entry_id], justid=True))
+        return lost
+
+    async def ack(self, stream: str, entry_id: str) -> None:
+        client = self.guard.client
+
+        async def done() -> None:
+            async with client.pipeline(transaction=True) as pipe:
+                pipe.xack(stream, keys.WORKERS_GROUP, entry_id)
+                pipe.xdel(stream, entry_id)
+                await pipe.execute()
+        await self.guard.run(done)
+
+    async def lags(self) -> dict[str, dict[str, int]]:
+        """Per job stream: entries not yet delivered (`lag`) and delivered but unacknowledged
+        (`pending`)."""
+        client = self.guard.client
+        report: dict[str, dict[str, int]] = {}
+        for stream in keys.JOB_STREAMS:
+            groups: Any = await self.guard.run(lambda s=stream: client.xinfo_groups(s))  # type: ignore[misc]
+            for group in groups or []:
+                if group.get("name") == keys.WORKERS_GROUP:
+                    report[stream] = {"lag": int(group.get("lag") or 0),
+                                      "pending": int(group.get("pending") or 0)}
+        return report
+
+
+def _first(result: Any) -> Delivery | None:
+    for stream, entries in result or []:
+        for entry_id, fields in entries:
+            if fields and "data" in fields:
+                return Delivery(str(stream), str(entry_id),
+                                Job.model_validate_json(fields["data"]))
+    return None

@@ -1,0 +1,177 @@
+"""The request channel between workers and the coordinator.
+
+A worker adds its request to the `requests` stream and waits on the request's reply box, for
+at most `cluster.request_timeout_s` at a time; no reply yet, it sends the same request again
+(`cluster.request_attempts` times in all). The coordinator reads the stream in its consumer
+group and answers each request id once: the reply is stored, and a repeated request gets the
+stored reply back. Before a request that has an effect (a squad-tool call) is applied, its id
+is written to the `applying` hash; one found there after a coordinator crash, with no stored
+reply, is answered "interrupted, effect unknown" and never applied a second time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Collection
+from typing import Any
+
+import anyio
+import structlog
+from pydantic import ValidationError
+
+from squadd.cluster import keys
+from squadd.cluster.connection import BLOCK_S, ClusterError, RedisGuard
+from squadd.cluster.jobs import ensure_group
+from squadd.cluster.wire import Reply, Request
+
+log = structlog.get_logger("squadd.cluster")
+
+Handler = Callable[[Request], Awaitable[Reply]]
+INTERRUPTED = ("interrupted, effect unknown: the coordinator stopped while it applied this "
+               "call; check before repeating it")
+
+
+async def send(guard: RedisGuard, request: Request, *, timeout_s: float,
+               attempts: int) -> Reply:
+    """Send `request` and wait for its reply, sending it again after each `timeout_s` without
+    one; `ClusterError` after `attempts` sends (or when Redis stays away)."""
+    client = guard.client
+    box = keys.reply_box(request.request_id)
+    data = request.dump()
+    for _ in range(attempts):
+        await guard.run(lambda: client.xadd(keys.REQUESTS, {"data": data}))
+        with anyio.move_on_after(timeout_s):
+            while True:
+                popped: Any = await guard.run(lambda: client.blpop([box], timeout=BLOCK_S))
+                if popped:
+                    return Reply.model_validate_json(popped[1])
+                stored: Any = await guard.run(lambda: client.get(keys.reply(request.request_id)))
+                if stored:
+                    return Reply.model_validate_json(stored)
+    raise ClusterError(
+        f"the coordinator did not answer request {request.request_id} ({request.kind}) after "
+        f"{attempts} tries {timeout_s:g}s apart (cluster.request_attempts, "
+        "cluster.request_timeout_s): is 'squadd serve --cluster' running?")
+
+
+class RequestServer:
+    """The coordinator's side: reads requests in its group, answers each id exactly once."""
+
+    def __init__(self, guard: RedisGuard, handler: Handler, *, reply_ttl_s: int,
+                 redo_safe: Collection[str], concurrency: int = 64):
+        self.guard = guard
+        self.handler = handler
+        self.reply_ttl_s = reply_ttl_s
+        self.redo_safe = frozenset(redo_safe)
+        """Request kinds whose handler is idempotent: safe to run again after a crash."""
+        self._limit = anyio.Semaphore(concurrency)
+        self._in_hand: set[str] = set()
+        self.handled = 0
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+                  ) -> None:
+        """Serve until cancelled: first the requests this consumer held when it last stopped,
+        then new ones."""
+        await ensure_group(self.guard, keys.REQUESTS, keys.COORDINATOR_GROUP)
+        task_status.started()
+        client = self.guard.client
+        backlog, cursor = True, "0"  # our own pending entries first: a restart resumes there
+        async with anyio.create_task_group() as tg:
+            while True:
+                if backlog:
+                    result: Any = await self.guard.run(lambda c=cursor: client.xreadgroup(  # type: ignore[misc]
+                        keys.COORDINATOR_GROUP, keys.COORDINATOR_CONSUMER, {keys.REQUESTS: c},
+                        count=64))
+                else:
+                    result = await self.guard.run(lambda: client.xreadgroup(
+                        keys.COORDINATOR_GROUP, keys.COORDINATOR_CONSUMER, {keys.REQUESTS: ">"},
+                        count=64, block=int(BLOCK_S * 1000)))
+                entries = [entry for _, batch in result or [] for entry in batch]
+                if backlog:
+                    if not entries:
+                        backlog = False
+                        continue
+                    cursor = str(entries[-1][0])
+                for entry_id, fields in entries:
+                    await self._limit.acquire()
+                    tg.start_soon(self._serve_one, str(entry_id), fields)
+
+    async def _serve_one(self, entry_id: str, fields: dict[str, str] | None) -> None:
+        try:
+            await self._answer(entry_id, fields)
+        except ClusterError:
+            raise
+        except Exception:
+            log.exception("request not answered", entry=entry_id)
+        finally:
+            self._limit.release()
+
+    async def _answer(self, entry_id: str, fields: dict[str, str] | None) -> None:
+        client = self.guard.client
+        try:
+            request = Request.model_validate_json((fields or {}).get("data", ""))
+        except ValidationError as exc:
+            log.warning("malformed cluster request dropped", entry=entry_id,
+                        error=str(exc)[:300])
+            await self._done(entry_id)
+            return
+        rid = request.request_id
+        stored: Any = await self.guard.run(lambda: client.get(keys.reply(rid)))
+        if stored:
+            await self._push(rid, stored)
+            await self._done(entry_id)
+            return
+        if rid in self._in_hand:  # a repeat while the first is still being applied
+            await self._done(entry_id)
+            return
+        self._in_hand.add(rid)
+        try:
+            unsafe = request.kind not in self.redo_safe
+            if unsafe:
+                was_applying: Any = await self.guard.run(
+                    lambda: client.hsetnx(keys.APPLYING, rid, entry_id))
+                if not was_applying:
+                    reply = Reply(request_id=rid, ok=False, refused="interrupted",
+                                  error=INTERRUPTED)
+                    await self._store(rid, reply)
+                    await self._done(entry_id)
+                    return
+            reply = await self.handler(request)
+            await self._store(rid, reply)
+            if unsafe:
+                await self.guard.run(lambda: client.hdel(keys.APPLYING, rid))
+            self.handled += 1
+            await self._done(entry_id)
+        finally:
+            self._in_hand.discard(rid)
+
+    async def _store(self, rid: str, reply: Reply) -> None:
+        client = self.guard.client
+        data = reply.dump()
+
+        async def store() -> None:
+            async with client.pipeline(transaction=True) as pipe:
+                pipe.set(keys.reply(rid), data, ex=self.reply_ttl_s)
+                pipe.rpush(keys.reply_box(rid), data)
+                pipe.expire(keys.reply_box(rid), self.reply_ttl_s)
+                await pipe.execute()
+        await self.guard.run(store)
+
+    async def _push(self, rid: str, data: str) -> None:
+        client = self.guard.client
+
+        async def push() -> None:
+            async with client.pipeline(transaction=True) as pipe:
+                pipe.rpush(keys.reply_box(rid), data)
+                pipe.expire(keys.reply_box(rid), self.reply_ttl_s)
+                await pipe.execute()
+        await self.guard.run(push)
+
+    async def _done(self, entry_id: str) -> None:
+        client = self.guard.client
+
+        async def done() -> None:
+            async with client.pipeline(transaction=True) as pipe:
+                pipe.xack(keys.REQUESTS, keys.COORDINATOR_GROUP, entry_id)
+                pipe.xdel(keys.REQUESTS, entry_id)
+                await pipe.execute()
+        await self.guard.run(done)

@@ -1,0 +1,80 @@
+"""What travels through Redis: a session job, a worker's request and the coordinator's reply
+(with the request id that makes a repeated request harmless and the lease epoch that fences a
+worker whose job has moved on), and the envelope of a relayed event (naming its worker).
+
+Each model is stored as one JSON field (`data`) of a stream entry or as a string value.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+RequestKind = Literal["claim", "records", "tool", "end"]
+Refusal = Literal["stale_epoch", "unknown_session", "invalid", "interrupted"]
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    def dump(self) -> str:
+        return self.model_dump_json()
+
+
+class Job(_Wire):
+    """One session to run: the coordinator has written its opening to the transcript."""
+
+    session_id: str
+    agent: str
+    priority: Literal["urgent", "normal"] = "normal"
+    timeout_s: float = Field(gt=0)
+
+
+class Request(_Wire):
+    """A worker's request to the coordinator.
+
+    `claim` (a job delivered to this worker: the coordinator raises the session's epoch and
+    answers with the conversation so far), `records` (transcript records to persist before the
+    worker moves on), `tool` (a squad-tool call to apply), `end` (the session's outcome).
+    """
+
+    request_id: str = Field(min_length=1, max_length=512)
+    kind: RequestKind
+    session_id: str
+    worker: str
+    epoch: int = Field(0, ge=0)
+    """The lease epoch the worker holds (0 for a claim, which gets a new one)."""
+    body: dict[str, Any] = Field(default_factory=dict)
+
+
+class Reply(_Wire):
+    """The coordinator's answer to one request, stored under its id and pushed to its box."""
+
+    request_id: str
+    ok: bool
+    refused: Refusal | None = None
+    error: str | None = None
+    body: dict[str, Any] = Field(default_factory=dict)
+    cancelled: bool = False
+    """The coordinator cancelled the session: the worker stops it."""
+
+
+class EventEnvelope(_Wire):
+    """An event a worker published, as the coordinator's bus relays it."""
+
+    worker: str
+    event: dict[str, Any]
+
+
+class WorkerBeat(_Wire):
+    """A worker's heartbeat value: who it is and how busy."""
+
+    name: str
+    host: str
+    pid: int
+    version: str
+    slots: int
+    busy: int
+    started: str
+    """ISO time the worker started."""

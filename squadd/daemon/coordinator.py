@@ -1,0 +1,426 @@
+"""The coordinator: `squadd serve --cluster` as the single writer for a cluster of workers.
+
+It is the runtime's `SessionHost`: a routed session runs in one of the `--local-slots` here,
+or becomes a job on the Redis job stream that a worker takes. It answers the workers' requests
+(one at a time per request id, see `squadd.cluster.requests`): a claim raises the session's
+lease epoch and hands over the conversation so far; transcript records are appended and fsynced
+before the reply; squad-tool calls go through the one invocation pipeline; the end of a session
+wakes the route that waits for it. Every request but a claim must carry the current epoch, so
+a worker whose job moved on is refused. Events from the workers are relayed onto the bus.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import anyio.abc
+import structlog
+
+from squadd.cluster import keys
+from squadd.cluster.connection import ClusterError, RedisGuard
+from squadd.cluster.events import relay_events
+from squadd.cluster.jobs import JobQueue
+from squadd.cluster.requests import RequestServer
+from squadd.cluster.wire import Job, Reply, Request, WorkerBeat
+from squadd.cluster.workers import live_workers
+from squadd.config import ClusterSettings
+from squadd.contracts.events import NullSink
+from squadd.contracts.messages import (
+    ToolCall,
+    ToolMessage,
+    Usage,
+    UserMessage,
+    message_record,
+)
+from squadd.daemon.handover import recovered_results
+from squadd.runtime.planning import RoutePlan, info_from_transcript, load_transcript
+from squadd.runtime.pool import SessionRecord
+from squadd.runtime.runner import RunHere
+from squadd.runtime.runtime import SquadRuntime
+from squadd.runtime.session import (
+    AgentSession,
+    SessionInfo,
+    SessionOutcome,
+    record_acceptance,
+    session_meta,
+)
+from squadd.runtime.session_sink import SessionSink
+from squadd.state.transcripts import TranscriptWriter, read_transcript
+from squadd.tools.base import CancelSignal, ToolSet
+from squadd.tools.invoke import CallOrigin
+
+log = structlog.get_logger("squadd.coordinator")
+
+REDO_SAFE = ("claim", "records", "end")
+"""Requests whose handling is idempotent (a tool call is not: it is never applied twice)."""
+_ENDED = frozenset({"completed", "error"})
+
+
+@dataclass(eq=False)
+class RemoteSession:
+    """A session this coordinator handed to the workers and whose route waits for it."""
+
+    plan: RoutePlan
+    record: SessionRecord
+    tools: ToolSet
+    sink: SessionSink
+    done: anyio.Event = field(default_factory=anyio.Event)
+    outcome: SessionOutcome | None = None
+    worker: str | None = None
+    cancelled: bool = False
+
+
+class Coordinator:
+    """Runs sessions on the cluster's workers for one runtime, and serves their requests."""
+
+    def __init__(self, runtime: SquadRuntime, settings: ClusterSettings, guard: RedisGuard):
+        self.runtime = runtime
+        self.settings = settings
+        self.guard = guard
+        self.jobs = JobQueue(guard)
+        self.server = RequestServer(guard, self.handle, reply_ttl_s=settings.reply_ttl_s,
+                                    redo_safe=REDO_SAFE)
+        self.local_free = settings.local_slots
+        self.workers: list[WorkerBeat] = []
+        """The live workers, as last seen (refreshed every heartbeat)."""
+        self._remote: dict[str, RemoteSession] = {}
+        self._epochs: dict[str, int] = {}
+        self._applied: dict[str, tuple[int, int]] = {}
+        """Per session, the (epoch, number) of the last transcript record appended."""
+        self._locks: dict[str, anyio.Lock] = {}
+
+    # Lifecycle.
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+                  ) -> None:
+        """Serve requests, relay events and watch the workers until cancelled."""
+        await self.jobs.ensure()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._resilient, self.server.run)
+            tg.start_soon(self._resilient, functools.partial(
+                relay_events, self.guard, self.runtime.bus.publish))
+            tg.start_soon(self._watch_workers)
+            task_status.started()
+
+    async def _resilient(self, loop: Callable[[], Awaitable[None]]) -> None:
+        """Run `loop` again whenever Redis stayed away past its bound: the daemon keeps
+        serving (routes that need Redis fail, naming `cluster.redis_down_s`)."""
+        while True:
+            failed: list[str] = []
+            try:
+                await loop()
+            except* ClusterError as group:
+                failed.append(str(group.exceptions[0]))
+            log.error("cluster loop stopped; starting it again", error=failed[:1])
+            await anyio.sleep(self.settings.heartbeat_s)
+
+    async def report(self) -> dict[str, Any]:
+        """What `squadd status` and `squadd doctor` show: Redis, the workers and their slots,
+        the job streams' lags, the sessions out on workers."""
+        lags: dict[str, dict[str, int]] = {}
+        if self.guard.up:
+            try:
+                with anyio.fail_after(5):
+                    lags = await self.jobs.lags()
+            except (ClusterError, TimeoutError):
+                lags = {}
+        return {
+            "url": self.guard.url, "redis_up": self.guard.up, "redis_outages": self.guard.outages,
+            "local_slots": self.settings.local_slots,
+            "local_free": self.local_free,
+            "workers": [w.model_dump(mode="json") for w in self.workers],
+            "slots": sum(w.slots for w in self.workers),
+            "busy": sum(w.busy for w in self.workers),
+            "remote_sessions": {sid: r.worker for sid, r in self._remote.items()},
+            "jobs": lags, "requests_answered": self.server.handled,
+        }
+
+    async def close(self) -> None:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+            await self.guard.client.aclose()
+
+    async def _watch_workers(self) -> None:
+        while True:
+            try:
+                self.workers = await live_workers(self.guard)
+            except ClusterError as exc:
+                log.warning("workers not listed", error=str(exc))
+            await anyio.sleep(self.settings.heartbeat_s)
+
+    # The runtime's SessionHost.
+    async def run_session(self, plan: RoutePlan, record: SessionRecord, tools: ToolSet,
+                          sink: SessionSink, run_here: RunHere) -> SessionOutcome:
+        if self.local_free > 0:
+            self.local_free -= 1
+            try:
+                return await run_here()
+            finally:
+                self.local_free += 1
+        info = plan.info
+        remote = RemoteSession(plan, record, tools, sink)
+        self._remote[info.session_id] = remote
+        bound = 2 * plan.timeout_s + self.settings.lease_s
+        try:
+            await anyio.to_thread.run_sync(self._open, plan)
+            await self.jobs.submit(Job(session_id=info.session_id, agent=info.agent,
+                                       priority="urgent" if info.priority == "urgent"
+                                       else "normal", timeout_s=plan.timeout_s))
+            with anyio.fail_after(bound):
+                await remote.done.wait()
+        except TimeoutError:
+            await self._cancel(remote)
+            return _failed(info, f"no worker finished it within {bound:g}s (twice "
+                                 "route.timeout_s plus cluster.lease_s); 'squadd status' "
+                                 "lists the live workers")
+        except ClusterError as exc:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                await self._cancel(remote)
+            return _failed(info, str(exc))
+        except BaseException:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                await self._cancel(remote)
+            raise
+        finally:
+            self._remote.pop(info.session_id, None)
+        assert remote.outcome is not None
+        return remote.outcome
+
+
+    def host(self) -> _Host:
+        """This coordinator as the runner's `SessionHost`."""
+        return _Host(self)
+
+    def _open(self, plan: RoutePlan) -> None:
+        """Make the route's start durable before a worker may take it (blocking)."""
+        info = plan.info
+        if not plan.continuing:
+            if not plan.recorded:
+                record_acceptance(self.runtime.layout, info, plan.context)
+            return
+        if plan.task is not None:
+            writer = TranscriptWriter(self.runtime.layout.transcript(info.session_id))
+            writer.add("message", message=message_record(UserMessage(content=plan.task)))
+            writer.add("state", state="queued")
+            writer.flush()
+
+    async def _cancel(self, remote: RemoteSession) -> None:
+        """Tell the workers the session is cancelled (a worker holding it stops at its next
+        request; a claim is refused). Without Redis, the flag stays in memory."""
+        remote.cancelled = True
+        client = self.guard.client
+        sid = remote.plan.info.session_id
+        try:
+            await self.guard.run(lambda: client.set(keys.cancel(sid), "1",
+                                                     ex=self.settings.reply_ttl_s))
+        except ClusterError as exc:
+            log.warning("cancel not stored in Redis", session_id=sid, error=str(exc))
+
+    # Requests.
+    async def handle(self, request: Request) -> Reply:
+        handlers = {"claim": self._claim, "records": self._records, "tool": self._tool,
+                    "end": self._end}
+        try:
+            return await handlers[request.kind](request)
+        except ClusterError:
+            raise
+        except Exception as exc:
+            log.exception("cluster request failed", kind=request.kind,
+                          session_id=request.session_id)
+            return Reply(request_id=request.request_id, ok=False, refused="invalid",
+                         error=f"{type(exc).__name__}: {exc}")
+
+    def _lock(self, session_id: str) -> anyio.Lock:
+        lock = self._locks.get(session_id)
+        if lock is None:
+            lock = self._locks[session_id] = anyio.Lock()
+        return lock
+
+    async def _epoch(self, session_id: str) -> int:
+        known = self._epochs.get(session_id)
+        if known is None:
+            client = self.guard.client
+            stored: Any = await self.guard.run(lambda: client.get(keys.epoch(session_id)))
+            known = int(stored or 0)
+            self._epochs[session_id] = known
+        return known
+
+    async def _stale(self, request: Request) -> Reply | None:
+        current = await self._epoch(request.session_id)
+        if request.epoch == current:
+            return None
+        return Reply(request_id=request.request_id, ok=False, refused="stale_epoch",
+                     error=f"lease epoch {request.epoch} of session {request.session_id} is "
+                           f"stale (now {current}): the job was reclaimed by another worker, "
+                           "so this worker's results are refused")
+
+    async def _cancelled(self, session_id: str) -> bool:
+        remote = self._remote.get(session_id)
+        if remote is not None and remote.cancelled:
+            return True
+        client = self.guard.client
+        return bool(await self.guard.run(lambda: client.exists(keys.cancel(session_id))))
+
+    async def _session(self, session_id: str) -> tuple[SessionInfo, ToolSet] | None:
+        remote = self._remote.get(session_id)
+        if remote is not None:
+            return remote.plan.info, remote.tools
+        # Its route's caller is gone (this coordinator restarted): the session still ends.
+        transcript = await anyio.to_thread.run_sync(load_transcript, self.runtime.layout,
+                                                    session_id)
+        if transcript is None:
+            return None
+        tools = self.runtime.tools
+        if self.runtime.extra_tools is not None:
+            tools = tools.merged(list(await anyio.to_thread.run_sync(self.runtime.extra_tools)))
+        names = transcript.meta.get("tools")
+        if isinstance(names, list):
+            tools = tools.narrowed([str(n) for n in names])
+        return info_from_transcript(transcript), tools
+
+    async def _claim(self, request: Request) -> Reply:
+        sid = request.session_id
+        refuse = functools.partial(Reply, request_id=request.request_id, ok=False)
+        if await self._cancelled(sid):
+            return refuse(refused="invalid", error=f"session {sid} was cancelled")
+        found = await self._session(sid)
+        if found is None:
+            return refuse(refused="unknown_session", error=f"no session {sid}")
+        info, tools = found
+        client = self.guard.client
+        async with self._lock(sid):
+            transcript = await anyio.to_thread.run_sync(
+                read_transcript, self.runtime.layout.transcript(sid))
+            if transcript.last_state in _ENDED:
+                return refuse(refused="invalid",
+                              error=f"session {sid} has ended ({transcript.last_state})")
+            epoch = int(await self.guard.run(lambda: client.incr(keys.epoch(sid))))
+            self._epochs[sid] = epoch
+            self._applied[sid] = (epoch, 0)
+            # From here the earlier holder's requests are stale: a call of its that has no
+            # stored reply now is never applied, and one that has one gets its real result.
+            recovered = await recovered_results(self.guard, transcript.messages, sid, epoch)
+            messages = await anyio.to_thread.run_sync(
+                self._hand_over, info, tools, request.worker, epoch, recovered)
+        remote = self._remote.get(sid)
+        if remote is not None:
+            remote.worker = request.worker
+            if remote.record.state == "creating":
+                self.runtime.pool.activate(remote.record)
+        log.info("session claimed", session_id=sid, worker=request.worker, epoch=epoch)
+        return Reply(request_id=request.request_id, ok=True, body={
+            "epoch": epoch, "info": session_meta(info), "tools": tools.names,
+            "squad_specs": [tool.spec().model_dump(mode="json") for tool in tools
+                            if tool.squad_tool],
+            "messages": [message_record(m) for m in messages],
+        })
+
+    def _hand_over(self, info: SessionInfo, tools: ToolSet, worker: str, epoch: int,
+                   recovered: list[ToolMessage]) -> list[Any]:
+        runtime = self.runtime
+        if recovered:
+            writer = TranscriptWriter(runtime.layout.transcript(info.session_id))
+            for message in recovered:
+                writer.add("message", message=message_record(message), recovered=True,
+                           result_type="failure" if message.is_error else "success")
+            writer.flush()
+        session = AgentSession(info, layout=runtime.layout, settings=runtime.settings,
+                               provider=runtime.provider, invoker=runtime.invoker, tools=tools,
+                               sink=NullSink(), files=runtime.files, spares=runtime.spares)
+        messages = session.conversation()
+        writer = TranscriptWriter(runtime.layout.transcript(info.session_id))
+        writer.add("meta", tools=tools.names, owner={"worker": worker, "epoch": epoch})
+        writer.add("state", state="active", worker=worker, epoch=epoch)
+        writer.flush()
+        return messages
+
+    async def _records(self, request: Request) -> Reply:
+        stale = await self._stale(request)
+        if stale is not None:
+            return stale
+        sid, epoch = request.session_id, request.epoch
+        records = [r for r in request.body.get("records", []) if isinstance(r, dict)]
+        async with self._lock(sid):
+            last = self._applied.get(sid)
+            if last is None:
+                last = await anyio.to_thread.run_sync(self._last_applied, sid)
+            fresh = [r for r in records if (epoch, int(r.get("n", 0))) > last]
+            if fresh:
+                await anyio.to_thread.run_sync(self._append, sid, epoch, fresh)
+                self._applied[sid] = (epoch, max(int(r.get("n", 0)) for r in fresh))
+        remote = self._remote.get(sid)
+        if remote is not None:
+            usage = [r for r in fresh if r.get("kind") == "message"
+                     and "input_tokens" in r]
+            self.runtime.pool.touch(
+                remote.record, input_tokens=sum(int(r.get("input_tokens", 0)) for r in usage),
+                output_tokens=sum(int(r.get("output_tokens", 0)) for r in usage))
+        return Reply(request_id=request.request_id, ok=True,
+                     cancelled=await self._cancelled(sid))
+
+    def _last_applied(self, session_id: str) -> tuple[int, int]:
+        transcript = read_transcript(self.runtime.layout.transcript(session_id))
+        marks = [tuple(r["cluster"]) for r in transcript.records
+                 if isinstance(r.get("cluster"), list) and len(r["cluster"]) == 2]
+        return max((int(m[0]), int(m[1])) for m in marks) if marks else (0, 0)
+
+    def _append(self, session_id: str, epoch: int, records: list[dict[str, Any]]) -> None:
+        writer = TranscriptWriter(self.runtime.layout.transcript(session_id))
+        for record in records:
+            fields = {k: v for k, v in record.items() if k not in ("kind", "n", "ts")}
+            writer.add(str(record.get("kind", "note")), **fields,
+                       cluster=[epoch, int(record.get("n", 0))])
+        writer.flush()
+
+    async def _tool(self, request: Request) -> Reply:
+        stale = await self._stale(request)
+        if stale is not None:
+            return stale
+        found = await self._session(request.session_id)
+        if found is None:
+            return Reply(request_id=request.request_id, ok=False, refused="unknown_session",
+                         error=f"no session {request.session_id}")
+        info, tools = found
+        call = ToolCall.model_validate(request.body.get("call", {}))
+        origin = CallOrigin(session_id=info.session_id, agent=info.agent, depth=info.depth,
+                            lineage=(*info.lineage, info.agent), cancel=CancelSignal())
+        result = await self.runtime.invoker.invoke(tools, call, origin)
+        return Reply(request_id=request.request_id, ok=True,
+                     body={"result": result.model_dump(mode="json")},
+                     cancelled=await self._cancelled(request.session_id))
+
+    async def _end(self, request: Request) -> Reply:
+        stale = await self._stale(request)
+        if stale is not None:
+            return stale
+        body = request.body
+        remote = self._remote.get(request.session_id)
+        if remote is not None and not remote.done.is_set():
+            info = remote.plan.info
+            remote.outcome = SessionOutcome(
+                session_id=info.session_id, agent=info.agent,
+                status=body.get("status", "error"), answer=str(body.get("answer") or ""),
+                error=body.get("error"), turns=int(body.get("turns") or 0),
+                usage=Usage(input_tokens=int(body.get("input_tokens") or 0),
+                            output_tokens=int(body.get("output_tokens") or 0)),
+                duration_s=float(body.get("duration_s") or 0.0), model=info.model)
+            remote.done.set()
+        return Reply(request_id=request.request_id, ok=True)
+
+
+class _Host:
+    """Adapts a `Coordinator` to the runner's `SessionHost` Protocol."""
+
+    def __init__(self, coordinator: Coordinator):
+        self.coordinator = coordinator
+
+    async def run(self, plan: RoutePlan, record: SessionRecord, tools: ToolSet,
+                  sink: SessionSink, run_here: RunHere) -> SessionOutcome:
+        return await self.coordinator.run_session(plan, record, tools, sink, run_here)
+
+
+def _failed(info: SessionInfo, error: str) -> SessionOutcome:
+    return SessionOutcome(session_id=info.session_id, agent=info.agent, status="error",
+                          error=error, model=info.model)

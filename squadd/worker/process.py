@@ -1,0 +1,307 @@
+"""The worker process: heartbeat, slots, job intake, leases, reclaiming, and each job's run.
+
+A worker takes a job only when one of its `--slots` is free: first a job another worker left
+idle past `cluster.lease_s` (`XAUTOCLAIM`), then an urgent one, then a normal one. It claims
+the session from the coordinator (getting a new lease epoch and the conversation so far), runs
+the agent loop with its own provider and its clone's tools, and acknowledges the job when the
+coordinator has the end. While it runs a job it renews the job's lease; a job another worker
+took over is stopped here without a further word. A session waiting on a child route gives its
+slot back until the child is done.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import secrets
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+import structlog
+
+from squadd._version import __version__
+from squadd.cluster import workers
+from squadd.cluster.connection import BLOCK_S, ClusterError, RedisGuard
+from squadd.cluster.events import publish_events
+from squadd.cluster.jobs import Delivery, JobQueue
+from squadd.cluster.requests import send
+from squadd.cluster.wire import Reply, Request, WorkerBeat
+from squadd.config import Settings
+from squadd.contracts.events import BaseEvent
+from squadd.contracts.messages import ToolSpec, parse_message
+from squadd.providers.base import Provider
+from squadd.runtime.events import EventBus
+from squadd.runtime.planning import info_from_transcript
+from squadd.runtime.session import SessionOutcome
+from squadd.runtime.slots import PrioritySlots, SlotClass
+from squadd.state.layout import SquadLayout
+from squadd.state.transcripts import Transcript
+from squadd.tools.base import CancelSignal, Tool, ToolSet
+from squadd.tools.builtin import workspace_tools
+from squadd.tools.custom.discovery import ToolDiscoverer, discover_tools
+from squadd.tools.invoke import ToolInvoker
+from squadd.worker.session import (
+    ForwardingWriter,
+    SquadToolProxy,
+    StaleLease,
+    WorkerSession,
+    checked,
+)
+
+log = structlog.get_logger("squadd.worker")
+SHORT_BLOCK_S = 0.1
+
+
+@dataclass(eq=False)
+class Running:
+    """A job this worker runs now."""
+
+    delivery: Delivery
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    epoch: int = 0
+    lost: bool = False
+    """Another worker took the job over: stop, acknowledge nothing, report nothing."""
+
+
+class Worker:
+    """One `squadd worker`: `await worker.run()` until cancelled."""
+
+    def __init__(self, *, name: str, slots: int, layout: SquadLayout, settings: Settings,
+                 provider: Provider, guard: RedisGuard):
+        self.name = name
+        self.layout = layout
+        self.settings = settings
+        self.cluster = settings.cluster
+        self.provider = provider
+        self.guard = guard
+        self.jobs = JobQueue(guard)
+        self.slots = PrioritySlots(slots)
+        self.bus = EventBus(buffer=settings.daemon.event_buffer)
+        self.invoker = ToolInvoker(layout, settings, self.bus)
+        self._discoverer = ToolDiscoverer()
+        self._builtins: list[Tool[Any]] = list(workspace_tools(settings))
+        self._running: dict[str, Running] = {}
+        self._started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+        self.stopping = anyio.Event()
+        """Set when the worker stops: waits on the coordinator end at once."""
+        self._squad_names: set[str] = set()
+        self._lent = 0
+        """Sessions that gave their slot back while a child route runs."""
+        self.finished = 0
+        """Jobs this worker ran to their end (acknowledged)."""
+
+    # The loops.
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+                  ) -> None:
+        self.bus.bind()
+        await self.jobs.ensure()
+        await self._beat()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._heartbeat)
+            tg.start_soon(self._forward_events)
+            tg.start_soon(self._keep_leases)
+            task_status.started()
+            log.info("worker ready", worker=self.name, slots=self.slots.total,
+                     clone=str(self.layout.repo))
+            next_reclaim = 0.0
+            while True:
+                ticket = self.slots.enqueue(SlotClass.NORMAL)
+                await self.slots.wait(ticket)
+                try:
+                    delivery = None
+                    now = anyio.current_time()
+                    if now >= next_reclaim:  # a stale job is looked for a few times a lease
+                        next_reclaim = now + self.cluster.lease_s / 4
+                        delivery = await self.jobs.reclaim(self.name,
+                                                           lease_s=self.cluster.lease_s)
+                    if delivery is None:
+                        # A session waiting on a child route wants its slot back soon after
+                        # the child ends: hold this one only briefly while no job comes.
+                        delivery = await self.jobs.take(
+                            self.name, block_s=SHORT_BLOCK_S if self._lent else BLOCK_S)
+                except ClusterError as exc:  # Redis away past its bound: keep trying
+                    self.slots.release()
+                    log.error("no job taken; trying again", error=str(exc))
+                    await anyio.sleep(self.cluster.heartbeat_s)
+                    continue
+                except BaseException:
+                    self.slots.release()
+                    raise
+                if delivery is None:
+                    self.slots.release()
+                    continue
+                tg.start_soon(self._run_job, delivery)
+
+    async def _beat(self) -> None:
+        await workers.beat(self.guard, WorkerBeat(
+            name=self.name, host=socket.gethostname(), pid=os.getpid(), version=__version__,
+            slots=self.slots.total, busy=self.slots.in_use, started=self._started),
+            every_s=self.cluster.heartbeat_s)
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await anyio.sleep(self.cluster.heartbeat_s)
+            try:
+                await self._beat()
+            except ClusterError as exc:
+                log.warning("heartbeat not sent", error=str(exc))
+
+    async def _forward_events(self) -> None:
+        async def next_event() -> BaseEvent | None:
+            event = await subscription.get()
+            # A forwarded squad-tool call is announced by the coordinator's own pipeline.
+            if event is not None and getattr(event, "tool", None) in self._squad_names:
+                return None
+            return event
+
+        with self.bus.subscribe() as subscription:
+            while True:
+                try:
+                    await publish_events(self.guard, self.name, next_event,
+                                         maxlen=self.cluster.events_maxlen)
+                except ClusterError as exc:  # events meanwhile are lost (the bus is bounded)
+                    log.error("events not forwarded; trying again", error=str(exc))
+                    await anyio.sleep(self.cluster.heartbeat_s)
+
+    async def _keep_leases(self) -> None:
+        while True:
+            await anyio.sleep(max(0.05, self.cluster.lease_s / 3))
+            held = [r.delivery for r in self._running.values()]
+            if not held:
+                continue
+            try:
+                lost = await self.jobs.keep(self.name, held)
+            except ClusterError as exc:
+                log.warning("leases not renewed", error=str(exc))
+                continue
+            for delivery in lost:
+                running = self._running.get(delivery.entry_id)
+                if running is not None:
+                    log.warning("job taken over by another worker; stopping it",
+                                session_id=delivery.job.session_id)
+                    running.lost = True
+                    running.scope.cancel()
+
+    # One job.
+    async def _run_job(self, delivery: Delivery) -> None:
+        running = Running(delivery)
+        self._running[delivery.entry_id] = running
+        sid = delivery.job.session_id
+        try:
+            with running.scope:
+                outcome = await self._claim_and_run(running)
+                if outcome is not None:
+                    await self._request(running, "end", "end", {
+                        "status": outcome.status, "answer": outcome.answer,
+                        "error": outcome.error, "turns": outcome.turns,
+                        "input_tokens": outcome.usage.input_tokens,
+                        "output_tokens": outcome.usage.output_tokens,
+                        "duration_s": outcome.duration_s})
+                await self.jobs.ack(delivery.stream, delivery.entry_id)
+                self.finished += 1
+            if running.scope.cancelled_caught and not running.lost:
+                # The coordinator cancelled the session (its transcript says interrupted): the
+                # job is done with; only a job another worker took over is left alone.
+                await self.jobs.ack(delivery.stream, delivery.entry_id)
+        except StaleLease as exc:
+            log.warning("session given up: its lease moved on", session_id=sid, error=str(exc))
+        except ClusterError as exc:
+            # The job stays pending: after the lease another worker (or this one) resumes it.
+            log.error("session stopped: the cluster did not answer", session_id=sid,
+                      error=str(exc))
+        finally:
+            self._running.pop(delivery.entry_id, None)
+            self.slots.release()
+
+    async def _request(self, running: Running, kind: str, suffix: str,
+                       body: dict[str, Any]) -> Reply:
+        job = running.delivery.job
+        request = Request(request_id=f"{job.session_id}:{running.epoch}:{suffix}", kind=kind,
+                          session_id=job.session_id, worker=self.name, epoch=running.epoch,
+                          body=body)
+        attempts = self.cluster.request_attempts
+        if kind == "tool":  # a child route may run as long as a route may
+            attempts = max(attempts, int(2 * job.timeout_s / self.cluster.request_timeout_s) + 2)
+        return checked(await send(self.guard, request, timeout_s=self.cluster.request_timeout_s,
+                                  attempts=attempts))
+
+    async def _claim_and_run(self, running: Running) -> SessionOutcome | None:
+        delivery = running.delivery
+        job = delivery.job
+        # A new id for each claim: a worker started again under the same name that reclaims
+        # its own job must get the conversation as it is now, not a stored earlier answer.
+        claim_id = f"claim-{delivery.entry_id}-{self.name}-{secrets.token_hex(6)}"
+        reply = await self._request(running, "claim", claim_id,
+                                    {"reclaimed": delivery.reclaimed})
+        if not reply.ok:  # ended, cancelled or unknown: nothing to run
+            log.info("job dropped", session_id=job.session_id, reason=reply.error)
+            return None
+        body = reply.body
+        running.epoch = int(body["epoch"])
+        transcript = Transcript(session_id=job.session_id, meta=dict(body.get("info") or {}))
+        info = info_from_transcript(transcript)
+        cancel = CancelSignal()
+        outer = running.scope
+
+        def on_cancel() -> None:
+            cancel.set()
+            outer.cancel()
+
+        def forward(kind: str, suffix: str, payload: dict[str, Any]) -> Any:
+            return self._request(running, kind, suffix, payload)
+
+        tools = await self._tools(body, forward, on_cancel)
+        session = WorkerSession(info, layout=self.layout, settings=self.settings,
+                                provider=self.provider, invoker=self.invoker, tools=tools,
+                                sink=self.bus)
+        session.forwarding = ForwardingWriter(forward, on_cancel, self.stopping)
+        messages = [parse_message(m) for m in body.get("messages", [])]
+        log.info("session running", session_id=job.session_id, agent=info.agent,
+                 epoch=running.epoch, reclaimed=delivery.reclaimed)
+        outcome = await session.resume_remote(messages, cancel=cancel, timeout_s=job.timeout_s)
+        return outcome
+
+    async def _tools(self, body: dict[str, Any], forward: Any, on_cancel: Any) -> ToolSet:
+        proxies: list[Tool[Any]] = [
+            SquadToolProxy(ToolSpec.model_validate(spec), forward, on_cancel,
+                           around=self._slot_back)
+            for spec in body.get("squad_specs", [])]
+        self._squad_names.update(p.name for p in proxies)
+        names = [*(p.name for p in proxies), *(t.name for t in self._builtins)]
+        custom = await anyio.to_thread.run_sync(lambda: discover_tools(
+            self.layout, self.settings, self.bus, builtin_names=names,
+            discoverer=self._discoverer).toolset())
+        tools = ToolSet([*proxies, *self._builtins]).merged(custom)
+        allowed = [str(n) for n in body.get("tools", [])]
+        return tools.narrowed(allowed, rule="the coordinator allows this session only "
+                                            + (", ".join(allowed) or "no tools"))
+
+    @asynccontextmanager
+    async def _slot_back(self, tool_name: str) -> AsyncIterator[None]:
+        """While a forwarded `squad_route` runs, its session's slot serves other jobs."""
+        if tool_name != "squad_route":
+            yield
+            return
+        self.slots.release()
+        self._lent += 1
+        try:
+            yield
+        finally:
+            self._lent -= 1
+            ticket = self.slots.enqueue(SlotClass.RETURNING)
+            with anyio.CancelScope(shield=True):
+                await self.slots.wait(ticket)
+
+
+def clone_dir(name: str, workdir: Path | None) -> Path:
+    """Where worker `name` keeps its clone: `--workdir`, else the user's cache."""
+    if workdir is not None:
+        return workdir.resolve()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "squadd" / "workers" / name / "clone"

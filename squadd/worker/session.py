@@ -1,0 +1,152 @@
+"""A session run by a worker: the agent loop of `AgentSession`, with the coordinator as the
+keeper of its transcript and of its squad tools.
+
+`ForwardingWriter` stands in for the transcript writer: a flush sends the pending records to
+the coordinator and returns once it has fsynced them, so the loop advances exactly as it does on
+one host. `SquadToolProxy` forwards a squad-tool call (decide, memory, skill, route, status) to
+the coordinator's invocation pipeline. Every request carries the lease epoch; a refused one
+(`StaleLease`) stops the session without another word from this worker.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import anyio.from_thread
+from pydantic import BaseModel, ConfigDict
+
+from squadd.cluster.connection import ClusterError
+from squadd.cluster.wire import Reply
+from squadd.contracts.messages import Message, ToolSpec
+from squadd.runtime.session import AgentSession, SessionOutcome
+from squadd.state.transcripts import TranscriptWriter
+from squadd.tools.base import CancelSignal, Tool, ToolContext, ToolResult
+
+Send = Callable[[str, str, dict[str, Any]], Awaitable[Reply]]
+"""Send one request (kind, request-id suffix, body) for the session; returns the reply."""
+
+
+class StaleLease(ClusterError):
+    """The coordinator refused this worker's request: the session's job moved on (or was
+    cancelled). The worker stops the session and leaves its job alone."""
+
+
+def checked(reply: Reply) -> Reply:
+    """`reply`, or `StaleLease` when the coordinator refused the epoch or cancelled."""
+    if reply.refused == "stale_epoch":
+        raise StaleLease(reply.error or "stale lease epoch")
+    return reply
+
+
+class ForwardingWriter(TranscriptWriter):
+    """Buffers records like `TranscriptWriter`; `flush` has the coordinator persist them."""
+
+    def __init__(self, send: Send, on_cancel: Callable[[], None], stopping: anyio.Event):
+        self._send = send
+        self._stopping = stopping
+        self._on_cancel = on_cancel
+        self._records: list[dict[str, Any]] = []
+        self._next = 1
+
+    def add(self, kind: str, **fields: Any) -> None:
+        # A JSON round trip now: the record is what a local transcript would hold.
+        record = json.loads(json.dumps({"kind": kind, **fields}, ensure_ascii=False,
+                                       default=str))
+        record["n"] = self._next
+        self._next += 1
+        self._records.append(record)
+
+    @property
+    def pending(self) -> int:
+        return len(self._records)
+
+    def flush(self) -> None:
+        """Send what is pending and wait for the coordinator's fsync (from a worker thread)."""
+        if self._records:
+            anyio.from_thread.run(self.flush_async)
+
+    async def flush_async(self) -> None:
+        if not self._records:
+            return
+        records = list(self._records)
+        first, last = records[0]["n"], records[-1]["n"]
+        # The loop waits for this flush shielded from cancellation (a transcript line must not
+        # be half-sent); a worker that stops ends the wait here instead.
+        replies: list[Reply] = []
+        async with anyio.create_task_group() as tg:
+            async def watch() -> None:
+                await self._stopping.wait()
+                tg.cancel_scope.cancel()
+            tg.start_soon(watch)
+            replies.append(await self._send("records", f"r{first}-{last}", {"records": records}))
+            tg.cancel_scope.cancel()
+        if not replies:
+            raise ClusterError("the worker is stopping; the coordinator did not confirm the "
+                               "transcript records, so the session's lease will move it on")
+        reply = checked(replies[0])
+        if not reply.ok:
+            raise ClusterError(f"the coordinator did not store the transcript records: "
+                               f"{reply.error}")
+        del self._records[:len(records)]
+        if reply.cancelled:
+            self._on_cancel()
+
+
+class WorkerSession(AgentSession):
+    """`AgentSession` whose transcript lives with the coordinator."""
+
+    forwarding: ForwardingWriter
+
+    @property
+    def _writer(self) -> TranscriptWriter:
+        return self.forwarding
+
+    async def resume_remote(self, messages: list[Message], *, cancel: CancelSignal,
+                            timeout_s: float) -> SessionOutcome:
+        """Run the loop from `messages` (the coordinator wrote them, and marked the session
+        active when this worker claimed it)."""
+        return await self._run(messages, None, cancel, timeout_s, prepared=True)
+
+
+class _AnyArgs(BaseModel):
+    """The coordinator validates a squad tool's arguments; here they pass as given."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class SquadToolProxy(Tool[_AnyArgs]):
+    """A squad tool whose calls the coordinator applies (one writer of `.squad/`)."""
+
+    args_model = _AnyArgs
+    squad_tool = True
+
+    def __init__(self, spec: ToolSpec, send: Send, on_cancel: Callable[[], None],
+                 around: Callable[[str], Any] | None = None):
+        self.name = spec.name
+        self.description = spec.description
+        self._parameters = spec.parameters
+        self._send = send
+        self._on_cancel = on_cancel
+        self._around = around
+        """For `squad_route`: an async context manager factory that gives the worker's slot
+        back while the child route runs (as a waiting parent does on one host)."""
+
+    def parameters_schema(self) -> dict[str, Any]:
+        return dict(self._parameters)
+
+    async def run(self, args: _AnyArgs, ctx: ToolContext) -> ToolResult:
+        call = {"id": ctx.call_id, "name": self.name, "arguments": args.model_dump()}
+        if self._around is not None:
+            async with self._around(self.name):
+                reply = await self._send("tool", f"t{ctx.call_id}", {"call": call})
+        else:
+            reply = await self._send("tool", f"t{ctx.call_id}", {"call": call})
+        checked(reply)
+        if reply.cancelled:
+            self._on_cancel()
+        if not reply.ok:
+            return ToolResult.failure(reply.error or "the coordinator refused the call")
+        return ToolResult.model_validate(reply.body.get("result", {}))

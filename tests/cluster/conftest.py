@@ -1,0 +1,27 @@
+"""One real redis-server for the cluster package's tests (emptied before each test)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from squadd.cluster.connection import RedisGuard, connect
+from tests.support.redis_server import RedisServer
+
+
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    with RedisServer(Path(tmp_path_factory.mktemp("redis"))) as server:
+        yield server
+
+
+@pytest.fixture
+async def guard(redis_server: RedisServer) -> AsyncIterator[RedisGuard]:
+    client = connect(redis_server.url)
+    await client.flushdb()
+    try:
+        yield RedisGuard(client, url=redis_server.url, down_s=30)
+    finally:
+        await client.aclose()

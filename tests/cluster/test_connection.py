@@ -1,0 +1,63 @@
+"""Redis going away: operations wait through a restart (reported), and fail clearly past the
+bound."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+
+from squadd.cluster.connection import ClusterError, RedisGuard, connect
+from tests.support.redis_server import RedisServer
+
+
+async def test_a_redis_restart_is_ridden_out_and_reported(tmp_path: Path) -> None:
+    changes: list[bool] = []
+    with RedisServer(tmp_path / "redis") as server:
+        client = connect(server.url)
+        guard = RedisGuard(client, url=server.url, down_s=60,
+                           on_change=lambda up, _reason: changes.append(up))
+        try:
+            await guard.run(lambda: client.set("k", "before"))
+            await anyio.to_thread.run_sync(server.restart)
+            value = await guard.run(lambda: client.get("k"))
+        finally:
+            await client.aclose()
+    assert value == "before"  # the append-only file kept it
+    assert changes == [False, True]
+    assert guard.outages == 1 and guard.up
+
+
+async def test_redis_gone_past_the_bound_fails_with_the_setting_named(tmp_path: Path) -> None:
+    with RedisServer(tmp_path / "redis") as server:
+        url = server.url
+    client = connect(url)  # the server is gone now
+    guard = RedisGuard(client, url=url, down_s=0.3)
+    try:
+        with pytest.raises(ClusterError, match=r"cluster\.redis_down_s"):
+            await guard.run(lambda: client.ping())
+    finally:
+        await client.aclose()
+    assert guard.up is False
+
+
+def test_a_password_in_the_url_is_refused() -> None:
+    from squadd.config import load_settings
+    from squadd.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="SQUADD_REDIS_PASSWORD"):
+        load_settings(overrides={"cluster": {"url": "redis://:hunter2@db:6379/0"}},
+                      environ={})
+
+
+def test_doctor_fails_the_cluster_check_when_redis_is_gone(tmp_path: Path) -> None:
+    from squadd.cli.doctor import check_cluster, run_checks
+
+    with RedisServer(tmp_path / "redis") as server:
+        url = server.url
+    (result,) = run_checks(tmp_path, [check_cluster], cluster_url=url)
+    assert result.status == "fail"
+    assert url in result.summary
+    (skipped,) = run_checks(tmp_path, [check_cluster])
+    assert skipped.status == "skip"

@@ -1,0 +1,47 @@
+"""The job streams: urgent first, one job per free slot, reclaim after the lease."""
+
+from __future__ import annotations
+
+from squadd.cluster.connection import RedisGuard
+from squadd.cluster.jobs import JobQueue
+from squadd.cluster.wire import Job
+
+
+def job(sid: str, priority: str = "normal") -> Job:
+    return Job(session_id=sid, agent="lead", priority=priority, timeout_s=60)  # type: ignore[arg-type]
+
+
+async def test_urgent_jobs_are_taken_before_normal_ones_first_come_first_served(
+        guard: RedisGuard) -> None:
+    queue = JobQueue(guard)
+    await queue.ensure()
+    for sid, priority in (("n1", "normal"), ("n2", "normal"), ("u1", "urgent"),
+                          ("u2", "urgent")):
+        await queue.submit(job(sid, priority))
+    taken = []
+    for _ in range(4):
+        delivery = await queue.take("w1", block_s=0.1)
+        assert delivery is not None
+        taken.append(delivery.job.session_id)
+    assert taken == ["u1", "u2", "n1", "n2"]
+    assert await queue.take("w1", block_s=0.1) is None
+
+
+async def test_a_job_idle_past_its_lease_moves_to_another_worker(guard: RedisGuard) -> None:
+    queue = JobQueue(guard)
+    await queue.ensure()
+    await queue.submit(job("s1"))
+    first = await queue.take("w1", block_s=0.1)
+    assert first is not None
+    # Within the lease the job stays w1's: nobody can claim it.
+    assert await queue.reclaim("w2", lease_s=3600) is None
+    moved = await queue.reclaim("w2", lease_s=0.001)
+    assert moved is not None and moved.reclaimed and moved.job.session_id == "s1"
+    assert moved.entry_id == first.entry_id
+    # w1 learns it lost the job, and renewing does not take it back.
+    assert await queue.keep("w1", [first]) == [first]
+    assert await queue.keep("w2", [moved]) == []
+    await queue.ack(moved.stream, moved.entry_id)
+    assert await queue.reclaim("w3", lease_s=0.001) is None
+    lags = await queue.lags()
+    assert all(entry["pending"] == 0 for entry in lags.values())

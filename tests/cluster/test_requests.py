@@ -1,0 +1,94 @@
+"""The request channel: one answer per request id, and a half-applied call never applied again."""
+
+from __future__ import annotations
+
+import anyio
+
+from squadd.cluster import keys
+from squadd.cluster.connection import RedisGuard
+from squadd.cluster.requests import INTERRUPTED, RequestServer, send
+from squadd.cluster.wire import Reply, Request
+
+
+def request(rid: str, kind: str = "tool") -> Request:
+    return Request(request_id=rid, kind=kind, session_id="s1", worker="w", epoch=1,  # type: ignore[arg-type]
+                   body={"n": rid})
+
+
+async def test_a_repeated_request_gets_the_stored_reply_and_is_applied_once(
+        guard: RedisGuard) -> None:
+    applied: list[str] = []
+
+    async def handler(req: Request) -> Reply:
+        applied.append(req.request_id)
+        return Reply(request_id=req.request_id, ok=True, body={"count": len(applied)})
+
+    server = RequestServer(guard, handler, reply_ttl_s=60, redo_safe=())
+    async with anyio.create_task_group() as tg:
+        await tg.start(server.run)
+        first = await send(guard, request("r1"), timeout_s=5, attempts=3)
+        again = await send(guard, request("r1"), timeout_s=5, attempts=3)
+        other = await send(guard, request("r2"), timeout_s=5, attempts=3)
+        tg.cancel_scope.cancel()
+    assert applied == ["r1", "r2"]
+    assert first.body == again.body == {"count": 1}
+    assert other.body == {"count": 2}
+
+
+async def test_a_call_found_half_applied_after_a_restart_is_answered_interrupted(
+        guard: RedisGuard) -> None:
+    # As a coordinator killed mid-call leaves it: the write-ahead mark, no stored reply.
+    await guard.client.hset(keys.APPLYING, "r-crashed", "1-0")
+    applied: list[str] = []
+
+    async def handler(req: Request) -> Reply:
+        applied.append(req.request_id)
+        return Reply(request_id=req.request_id, ok=True)
+
+    server = RequestServer(guard, handler, reply_ttl_s=60, redo_safe=("records",))
+    async with anyio.create_task_group() as tg:
+        await tg.start(server.run)
+        tool = await send(guard, request("r-crashed"), timeout_s=5, attempts=3)
+        # An idempotent kind is simply done again.
+        await guard.client.hset(keys.APPLYING, "r-records", "1-0")
+        records = await send(guard, request("r-records", "records"), timeout_s=5, attempts=3)
+        tg.cancel_scope.cancel()
+    assert tool.ok is False and tool.refused == "interrupted" and tool.error == INTERRUPTED
+    assert records.ok is True
+    assert applied == ["r-records"]
+
+
+async def test_requests_left_pending_by_a_dead_coordinator_are_served_on_restart(
+        guard: RedisGuard) -> None:
+    served: list[str] = []
+    both = anyio.Event()
+
+    async def handler(req: Request) -> Reply:
+        served.append(req.request_id)
+        if len(served) == 2:
+            both.set()
+        return Reply(request_id=req.request_id, ok=True)
+
+    # A coordinator read two requests into its group, then died before answering.
+    first = RequestServer(guard, handler, reply_ttl_s=60, redo_safe=("records",))
+    async with anyio.create_task_group() as tg:
+        await tg.start(first.run)
+        tg.cancel_scope.cancel()
+    for rid in ("p1", "p2"):
+        await guard.client.xadd(keys.REQUESTS, {"data": request(rid, "records").dump()})
+    taken = await guard.client.xreadgroup(keys.COORDINATOR_GROUP, keys.COORDINATOR_CONSUMER,
+                                          {keys.REQUESTS: ">"}, count=10)
+    assert len(taken[0][1]) == 2
+    restarted = RequestServer(guard, handler, reply_ttl_s=60, redo_safe=("records",))
+    async with anyio.create_task_group() as tg:
+        await tg.start(restarted.run)
+        with anyio.fail_after(30):
+            await both.wait()
+        for _ in range(1500):  # the replies are stored and the entries acknowledged next
+            pending = await guard.client.xpending(keys.REQUESTS, keys.COORDINATOR_GROUP)
+            if pending["pending"] == 0:
+                break
+            await anyio.sleep(0.02)
+        tg.cancel_scope.cancel()
+    assert served == ["p1", "p2"]
+    assert pending["pending"] == 0
