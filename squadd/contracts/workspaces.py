@@ -11,6 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 WorkspaceState = Literal[
+    "spare",       # made ahead, detached at the target's tip: a new session takes it
     "creating",    # the worktree is being added (a crash here is undone at start-up)
     "active",      # the session works in it
     "committing",  # its changes are being committed
@@ -24,7 +25,9 @@ Isolation = Literal["shared", "worktree"]
 
 
 class WorkspaceView(BaseModel):
-    """One session's worktree: where it is, its branch, its commits and how its landing went."""
+    """One session's worktree: where it is, its branch, its commits and how its landing went.
+    A spare worktree (state `spare`) has an id of its own in `session_id`, no agent and no
+    branch: it belongs to no session until one takes it."""
 
     model_config = ConfigDict(extra="ignore")
 

@@ -1,6 +1,8 @@
 """Start-up reconciliation: finish or undo the workspace step a crash cut short.
 
-A worktree being made is removed (its session never started in it); a commit under way is
+A worktree being made is removed (its session never started in it; a spare being made or
+taken is undone the same way); a ready spare is kept, its record dropped if a session took its
+folder; a commit under way is
 read back from git; a landing is rolled forward from its intent when the target may still move
 to the new tip, else rolled back. Worktrees git knows under the squad dir with no record are
 reported as orphans, and records whose worktree vanished are marked removed.
@@ -16,10 +18,10 @@ import structlog
 
 from squadd.contracts.workspaces import WorkspaceView
 from squadd.state.layout import SquadLayout
-from squadd.workspaces import records
+from squadd.workspaces import records, spares
 from squadd.workspaces.git import Git
 from squadd.workspaces.landing import advance, clear_landing_intent, read_intent, roll_back
-from squadd.workspaces.worktrees import describe, unlanded
+from squadd.workspaces.worktrees import describe, undo_create, unlanded
 
 log = structlog.get_logger("squadd.workspaces")
 
@@ -34,17 +36,6 @@ async def registered_worktrees(git: Git, repo: Path) -> list[Path]:
     paths = [Path(line[len("worktree "):]) for line in listed.output.splitlines()
              if line.startswith("worktree ")]
     return [p for p in paths if real_path(p) != repo]
-
-
-async def _undo_create(layout: SquadLayout, git: Git, record: WorkspaceView) -> None:
-    repo = layout.repo
-    await git.ran(repo, "worktree", "unlock", record.path)
-    await git.ran(repo, "worktree", "remove", "--force", record.path)
-    await git.ran(repo, "worktree", "prune")
-    tip = await git.rev(repo, f"refs/heads/{record.branch}")
-    if tip == record.base_commit:  # nothing was ever committed on it
-        await git.ran(repo, "update-ref", "-d", f"refs/heads/{record.branch}", tip)
-    await anyio.to_thread.run_sync(records.drop, layout, record.session_id)
 
 
 async def _recover_landing(layout: SquadLayout, git: Git, record: WorkspaceView) -> str:
@@ -78,8 +69,15 @@ async def reconcile(layout: SquadLayout, git: Git) -> list[str]:
     known: set[Path] = set()
     for record in await anyio.to_thread.run_sync(records.load_all, layout):
         tree = Path(record.path)
+        if record.state == "spare":
+            if await anyio.Path(tree).is_dir():
+                known.add(real_path(tree))
+            else:  # taken by a session a crash cut short: the session's record says the rest
+                await spares.forget_missing(layout, git, record)
+                notes.append(f"{record.session_id}: spare worktree gone, its record dropped")
+            continue
         if record.state == "creating":
-            await _undo_create(layout, git, record)
+            await undo_create(layout, git, record)
             notes.append(f"{record.session_id}: unfinished worktree removed")
             continue
         if record.state == "landing":

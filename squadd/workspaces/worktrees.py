@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +44,14 @@ async def repo_base(git: Git, layout: SquadLayout) -> RepoBase | str:
     """The repository's HEAD, or why worktrees cannot be used there (not a git repository,
     no commit yet, or the squad dir is not in the repository's top folder)."""
     repo = layout.repo
+    # One git call answers all three in the usual case; the slow path below says what failed.
+    both = await git.ran(repo, "rev-parse", "--show-toplevel", "HEAD", "--symbolic-full-name",
+                         "HEAD")
+    lines = both.output.strip().splitlines()
+    if both.ok and len(lines) == 3 and _real(lines[0]) == repo:
+        ref = lines[2].strip()
+        return RepoBase(repo, ref.removeprefix("refs/heads/")
+                        if ref.startswith("refs/heads/") else None, lines[1].strip())
     top = await git.ran(repo, "rev-parse", "--show-toplevel")
     if not top.ok:
         return f"{repo} is not a git repository"
@@ -74,17 +83,24 @@ def ensure_ignored(layout: SquadLayout) -> None:
                          "worktrees/\n")
 
 
-async def create(layout: SquadLayout, git: Git, base: RepoBase, *, session_id: str,
-                 agent: str) -> WorkspaceView:
-    """Add a worktree for the session on a new branch from `base`, and record it `active`."""
+async def new_record(layout: SquadLayout, git: Git, base: RepoBase, *, session_id: str,
+                     agent: str) -> WorkspaceView:
+    """The `creating` record of a session's worktree (not written yet), on a branch name no
+    branch has."""
     await anyio.to_thread.run_sync(ensure_ignored, layout)
-    path = layout.worktree(session_id)
     branch = branch_name(agent, session_id)
     if await git.rev(base.repo, f"refs/heads/{branch}") is not None:
         branch = f"squad/{agent}/{session_id}"
-    record = WorkspaceView(session_id=session_id, agent=agent, branch=branch,
-                           target=base.branch, base_commit=base.commit, path=str(path),
-                           created=records.now_iso())
+    return WorkspaceView(session_id=session_id, agent=agent, branch=branch, target=base.branch,
+                         base_commit=base.commit, path=str(layout.worktree(session_id)),
+                         created=records.now_iso())
+
+
+async def create(layout: SquadLayout, git: Git, base: RepoBase, *, session_id: str,
+                 agent: str) -> WorkspaceView:
+    """Add a worktree for the session on a new branch from `base`, and record it `active`."""
+    record = await new_record(layout, git, base, session_id=session_id, agent=agent)
+    path, branch = Path(record.path), record.branch
     await anyio.to_thread.run_sync(records.save, layout, record)
     records.kill_point("create.before_add")
     await anyio.to_thread.run_sync(lambda: path.parent.mkdir(parents=True, exist_ok=True))
@@ -95,6 +111,24 @@ async def create(layout: SquadLayout, git: Git, base: RepoBase, *, session_id: s
     await anyio.to_thread.run_sync(records.save, layout, record)
     records.kill_point("create.after_record")
     return record
+
+
+async def undo_create(layout: SquadLayout, git: Git, record: WorkspaceView) -> None:
+    """Remove a worktree whose making was cut short (no session worked in it yet), its branch
+    if nothing was committed on it, and its record."""
+    repo, path = layout.repo, Path(record.path)
+    await git.ran(repo, "worktree", "unlock", record.path)
+    await git.ran(repo, "worktree", "remove", "--force", record.path)
+    if await anyio.Path(path).exists() and layout.worktrees_dir in path.parents:
+        # Moved in but not yet known to git under this path (a cut-short `worktree move`):
+        # the folder is ours and holds no work.
+        await anyio.to_thread.run_sync(shutil.rmtree, path)
+    await git.ran(repo, "worktree", "prune")
+    if record.branch:
+        tip = await git.rev(repo, f"refs/heads/{record.branch}")
+        if tip == record.base_commit:  # nothing was ever committed on it
+            await git.ran(repo, "update-ref", "-d", f"refs/heads/{record.branch}", tip)
+    await anyio.to_thread.run_sync(records.drop, layout, record.session_id)
 
 
 async def describe(git: Git, repo: Path, record: WorkspaceView) -> None:
