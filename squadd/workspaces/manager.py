@@ -265,12 +265,13 @@ class Workspaces:
             async with self.landing_queue():
                 record = await anyio.to_thread.run_sync(records.load, self.layout, session_id)
                 assert record is not None
-                if record.state in ("active", "committing") and \
-                        await anyio.Path(record.path).is_dir():
+                closed = record.state in ("active", "committing") and \
+                    await anyio.Path(record.path).is_dir()
+                if closed:
                     await self.close(record, title=f"work of session {session_id}")
                 check = LandCheck(self.settings.land_check, self.settings.land_check_timeout_s)
                 result = await land(self.layout, self.git, record, check=check,
-                                    identity=self.identity(record.agent))
+                                    identity=self.identity(record.agent), checked_clean=closed)
         except (WorkspaceError, LockTimeoutError, TimeoutError) as exc:
             return LandResult(ok=False, session_id=session_id, reason="failed",
                               message=f"landing failed: {exc}")

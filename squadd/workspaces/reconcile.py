@@ -15,8 +15,9 @@ from pathlib import Path
 
 import anyio
 import structlog
+from pydantic import ValidationError
 
-from squadd.contracts.workspaces import WorkspaceView
+from squadd.contracts.workspaces import LandingIntent, WorkspaceView
 from squadd.state.layout import SquadLayout
 from squadd.workspaces import records, spares
 from squadd.workspaces.git import Git
@@ -38,21 +39,34 @@ async def registered_worktrees(git: Git, repo: Path) -> list[Path]:
     return [p for p in paths if real_path(p) != repo]
 
 
+async def _intent(layout: SquadLayout, record: WorkspaceView) -> LandingIntent | None:
+    """The landing's write-ahead intent: in the record, or (written by an older version) in
+    its own file."""
+    if record.landing is not None:
+        return record.landing
+    legacy = await anyio.to_thread.run_sync(read_intent, layout, record.session_id)
+    try:
+        return LandingIntent.model_validate(legacy) if legacy else None
+    except ValidationError:
+        return None
+
+
 async def _recover_landing(layout: SquadLayout, git: Git, record: WorkspaceView) -> str:
-    intent = await anyio.to_thread.run_sync(read_intent, layout, record.session_id)
+    intent = await _intent(layout, record)
     sid = record.session_id
+    record.landing = None
     if intent is None:
         await describe(git, layout.repo, record)
         record.state = "committed" if await unlanded(git, layout.repo, record) else "landed"
         await anyio.to_thread.run_sync(records.save, layout, record)
         return f"{sid}: landing had not begun; {record.state}"
-    old_tip, branch_tip = str(intent["old_tip"]), str(intent["branch_tip"])
-    new_tip = intent.get("new_tip")
-    if intent.get("phase") == "advance" and isinstance(new_tip, str):
+    old_tip, branch_tip, new_tip = intent.old_tip, intent.branch_tip, intent.new_tip
+    if intent.phase == "advance" and new_tip is not None:
         tip = await git.rev(layout.repo, f"refs/heads/{record.target}")
         if tip in (old_tip, new_tip):
             result = await advance(layout, git, record, old_tip=old_tip, new_tip=new_tip,
                                    branch_tip=branch_tip)
+            await clear_landing_intent(layout, sid)
             return f"{sid}: landing resumed: {result.message}"
     await roll_back(git, record, branch_tip)
     record.state, record.message = "committed", "a landing was interrupted and rolled back"
