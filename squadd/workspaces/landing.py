@@ -24,7 +24,7 @@ from squadd.state.intent import clear_intent_file
 from squadd.state.layout import SquadLayout
 from squadd.workspaces import records
 from squadd.workspaces.git import Git, run
-from squadd.workspaces.worktrees import OUTSIDE_SQUAD, describe
+from squadd.workspaces.worktrees import branch_tips, changes, describe
 
 LIST_ATTEMPTS = 5
 MAX_PATHSPEC = 2000
@@ -117,15 +117,6 @@ async def _stopped(layout: SquadLayout, git: Git, record: WorkspaceView, branch_
     return result.model_copy(update={"workspace": record})
 
 
-async def _tips(git: Git, repo: Path, *branches: str) -> dict[str, str]:
-    """The commits the named branches point at (a missing branch is left out), in one call."""
-    refs = [f"refs/heads/{b}" for b in branches]
-    listed = await git.out(repo, "for-each-ref", "--format=%(refname) %(objectname)", *refs,
-                           what="cannot read the branches")
-    found = dict(line.split(" ", 1) for line in listed.splitlines() if " " in line)
-    return {b: found[ref] for b, ref in zip(branches, refs, strict=True) if ref in found}
-
-
 async def land(layout: SquadLayout, git: Git, record: WorkspaceView, *, check: LandCheck,
                identity: dict[str, str], checked_clean: bool = False) -> LandResult:
     """Land `record`'s branch on its target. The caller holds the landing lock; with
@@ -143,12 +134,12 @@ async def land(layout: SquadLayout, git: Git, record: WorkspaceView, *, check: L
     tree = Path(record.path)
     if not await anyio.Path(tree).is_dir():
         return refuse("invalid", f"the worktree of session {sid} is gone")
-    tips = await _tips(git, repo, record.target, record.branch)
+    tips = await branch_tips(git, repo, record.target, record.branch)
     old_tip, branch_tip = tips.get(record.target), tips.get(record.branch)
     if old_tip is None or branch_tip is None:
         return refuse("invalid", f"branch {record.target if old_tip is None else record.branch}"
                                  " no longer exists")
-    if not checked_clean and await git.out(tree, "status", "--porcelain", *OUTSIDE_SQUAD):
+    if not checked_clean and await changes(git, tree):
         return refuse("invalid", f"the worktree of session {sid} has uncommitted changes")
     if not await git.out(repo, "rev-list", "-n", "1", f"{old_tip}..{branch_tip}"):
         return LandResult(ok=True, session_id=sid, reason="nothing", target=record.target,
