@@ -195,10 +195,15 @@ async def advance(layout: SquadLayout, git: Git, record: WorkspaceView, *, old_t
                 message=f"not landed: your working tree {checkout} has uncommitted changes in "
                         f"{', '.join(dirty)}, which the landing would change; commit or stash "
                         f"them, then run squadd land {sid} again"))
-        moved = await git.ran(checkout, "merge", "--ff-only", "--quiet", new_tip)
+        # No auto maintenance spawned on the landing's path: the user's own git runs it.
+        moved = await git.ran(checkout, "-c", "maintenance.auto=false", "merge", "--ff-only",
+                              "--quiet", new_tip)
     else:
         moved = await git.ran(repo, "update-ref", f"refs/heads/{target}", new_tip, old_tip)
-    tip = await git.rev(repo, f"refs/heads/{target}")
+    # A compare-and-swap that succeeded moved the target to new_tip; a merge can succeed
+    # without doing so ("already up to date" when the target moved past it), so read it.
+    tip = new_tip if checkout is None and moved.ok else \
+        await git.rev(repo, f"refs/heads/{target}")
     if tip != new_tip:
         why = moved.tail.strip() if not moved.ok else f"{target} is at {tip}"
         return await _stopped(layout, git, record, branch_tip, LandResult(

@@ -189,7 +189,8 @@ async def commit(layout: SquadLayout, git: Git, record: WorkspaceView, *, author
     await git.out(tree, "add", "--all", *OUTSIDE_SQUAD, what="cannot stage the changes")
     identity = {"GIT_AUTHOR_NAME": author, "GIT_AUTHOR_EMAIL": email,
                 "GIT_COMMITTER_NAME": author, "GIT_COMMITTER_EMAIL": email}
-    await git.out(tree, "commit", "--quiet", "--no-verify", "-m", message, env=identity,
+    await git.out(tree, "-c", "maintenance.auto=false", "commit", "--quiet", "--no-verify",
+                  "-m", message, env=identity,
                   what=f"cannot commit the work of session {record.session_id}")
     records.kill_point("commit.after")
     await describe(git, layout.repo, record)
