@@ -87,12 +87,15 @@ async def take(layout: SquadLayout, git: Git, base: RepoBase, spare: WorkspaceVi
                   what=f"cannot move spare worktree {spare.path} to session {session_id}")
     records.kill_point("spare.after_move")
     await anyio.to_thread.run_sync(records.drop, layout, spare.session_id)
+    what = f"cannot make branch {record.branch} in a spare worktree"
     if spare.base_commit == base.commit:
-        # No start point: git only points HEAD at the new branch, the tree is not read.
-        argv: tuple[str, ...] = ("checkout", "--quiet", "-b", record.branch)
-    else:
-        argv = ("checkout", "--quiet", "-b", record.branch, base.commit)
-    await git.out(path, *argv, what=f"cannot make branch {record.branch} in a spare worktree")
+        # The tree is already right: make the branch (only if no branch has that name) and
+        # point HEAD at it, without `checkout` reading every file's status.
+        await git.out(base.repo, "update-ref", "-m", f"squad: session {session_id}",
+                      f"refs/heads/{record.branch}", base.commit, "", what=what)
+        await git.out(path, "symbolic-ref", "HEAD", f"refs/heads/{record.branch}", what=what)
+    else:  # the target moved since: only the files that differ are rewritten
+        await git.out(path, "checkout", "--quiet", "-b", record.branch, base.commit, what=what)
     records.kill_point("spare.after_branch")
     record.state = "active"
     await anyio.to_thread.run_sync(records.save, layout, record)

@@ -167,6 +167,9 @@ async def describe(git: Git, repo: Path, record: WorkspaceView) -> None:
         return
     upto = tips[record.branch]
     since = tips.get(record.target or "", record.base_commit)
+    if upto == since:  # nothing done on the branch yet (an empty session)
+        record.commits, record.diffstat = [], ""
+        return
     listed = await git.out(repo, "log", "--reverse", "--format=%h %s", f"{since}..{upto}")
     record.commits = [line for line in listed.splitlines() if line]
     record.diffstat = (await git.out(repo, "diff", "--shortstat", f"{since}...{upto}")
