@@ -154,6 +154,7 @@ class WorkspaceSettings(_Section):
     keep_days: float = Field(7.0, ge=0)
     max_worktrees: int = Field(64, ge=1, le=4096)
     min_free_mb: int = Field(512, ge=0)
+    spares: int = Field(1, ge=0, le=64)
 
 
 class ClusterSettings(_Section):

@@ -1,10 +1,13 @@
 """Workspace cost on a repository of 10,000 files: a worktree session and a landing.
 
 Times (p50 of N runs) (1) a route with `isolation = "worktree"` and a one-turn replay model:
-the worktree is made, the session runs and its (empty) end is committed; (2) landing a
-one-file change that must be rebased onto a target that moved. Beside them, the plain git
-commands for the same work on the same repository: `git worktree add`, and `git rebase` +
-`git merge --ff-only`.
+the session gets its worktree, runs and its (empty) end is committed. "create" is the usual
+case, a spare worktree ready (`workspace.spares = 1`: the benchmark waits for the background
+maker before each route, as a route arriving after the last one's spare was replaced would);
+"cold_create" has no spare (`workspace.spares = 0`): the whole tree is checked out on the
+route's path. (2) landing a one-file change that must be rebased onto a target that moved.
+Beside them, the plain git commands for the same work on the same repository: `git worktree
+add`, and `git rebase` + `git merge --ff-only`.
 
     .venv/bin/python scripts/bench/workspace.py [--runs 8] [--files 10000]
 """
@@ -60,18 +63,31 @@ def ms(values: list[float]) -> float:
     return round(percentile(sorted(values), 0.5) * 1000, 1)
 
 
-async def squadd_side(layout: SquadLayout, runs: int) -> tuple[list[float], list[float]]:
-    settings = load_settings(layout.root, overrides={"workspace": {"isolation": "worktree"}})
+async def routes(layout: SquadLayout, runs: int, spares: int) -> tuple[list[float], list[str]]:
+    """Time `runs` worktree routes; with spares, each starts once a spare is ready."""
+    settings = load_settings(layout.root, overrides={"workspace": {"isolation": "worktree",
+                                                                   "spares": spares}})
     provider = ReplayProvider(ReplayScript(default=[ScriptedTurn(text="done")]))
     creates: list[float] = []
     sessions: list[str] = []
     async with SquadRuntime(layout, settings, provider) as runtime:
         for _ in range(runs):
+            if spares:
+                assert await runtime.workspaces.refill_spares() == spares
             started = time.perf_counter()
             result = await runtime.route(RouteRequest(task="nothing", targetAgent="lead"))
             creates.append(time.perf_counter() - started)
             assert result.ok and result.workspace is not None, result.message
             sessions.append(result.session_id or "")
+        await runtime.workspaces.prune()  # the spare left over
+    return creates, sessions
+
+
+async def squadd_side(layout: SquadLayout, runs: int
+                      ) -> tuple[list[float], list[float], list[float]]:
+    cold, _ = await routes(layout, runs, spares=0)
+    creates, sessions = await routes(layout, runs, spares=1)
+    settings = load_settings(layout.root, overrides={"workspace": {"isolation": "worktree"}})
     spaces = Workspaces(layout, settings, NullSink())
     for n, session in enumerate(sessions):  # a one-file change each, all from the same base
         record = await spaces.view(session)
@@ -84,7 +100,7 @@ async def squadd_side(layout: SquadLayout, runs: int) -> tuple[list[float], list
         landed = await spaces.land(session)
         lands.append(time.perf_counter() - started)
         assert landed.ok, landed.message
-    return creates, lands
+    return creates, cold, lands
 
 
 def git_side(layout: SquadLayout, runs: int) -> tuple[list[float], list[float]]:
@@ -117,13 +133,13 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="squadd-bench-ws-") as folder:
         layout = make_repo(Path(folder) / "repo", args.files)
-        creates, lands = anyio.run(squadd_side, layout, args.runs)
+        creates, cold, lands = anyio.run(squadd_side, layout, args.runs)
         plain_creates, plain_lands = git_side(layout, args.runs)
-    create, land = ms(creates), ms(lands)
+    create, cold_create, land = ms(creates), ms(cold), ms(lands)
     plain_create, plain_land = ms(plain_creates), ms(plain_lands)
     print(f"repo of {args.files} files, {args.runs} runs each (p50)", file=sys.stderr)
-    print(f"workspace create_p50_ms={create} land_p50_ms={land} "
-          f"git_create_p50_ms={plain_create} git_land_p50_ms={plain_land} "
+    print(f"workspace create_p50_ms={create} cold_create_p50_ms={cold_create} "
+          f"land_p50_ms={land} git_create_p50_ms={plain_create} git_land_p50_ms={plain_land} "
           f"create_ratio={create / plain_create:.2f} land_ratio={land / plain_land:.2f}")
 
 

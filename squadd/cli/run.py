@@ -77,6 +77,10 @@ async def _run_session(layout: Any, settings: Any, agent: str, task: str, contex
     from squadd.contracts.routes import RouteRequest, RouteResult
     from squadd.runtime.runtime import SquadRuntime
 
+    # One session and out: no spare worktree (it would be made only to be thrown away, and
+    # a daemon's spares are its own to hand out).
+    settings = settings.model_copy(update={
+        "workspace": settings.workspace.model_copy(update={"spares": 0})})
     runtime = SquadRuntime.from_settings(layout, settings)
 
     def show(event: BaseEvent) -> None:

@@ -73,8 +73,8 @@ def _disk(path: Path) -> str:
 
 @click.command("workspaces")
 @click.option("--prune", is_flag=True,
-              help="Remove landed worktrees, and unlanded ones idle past workspace.keep_days "
-                   "(a branch with unlanded commits is kept).")
+              help="Remove landed worktrees, unlanded ones idle past workspace.keep_days "
+                   "(a branch with unlanded commits is kept), and the spare worktrees.")
 @click.option("--remove", "remove_session", type=TEXT, default=None,
               help="Remove this session's worktree (its branch is kept if it has unlanded "
                    "commits).")
@@ -82,7 +82,9 @@ def _disk(path: Path) -> str:
 @dir_option
 def workspaces(prune: bool, remove_session: str | None, as_json: bool,
                directory: Path | None) -> None:
-    """List the sessions' worktrees: branch, session, state, age and disk use."""
+    """List the sessions' worktrees: branch, session, state, age and disk use. Spare
+    worktrees (made ahead for new sessions, workspace.spares) show as state `spare`; --prune
+    removes them too."""
     spaces = _workspaces(directory)
     if prune:
         for line in anyio.run(spaces.prune):
@@ -101,9 +103,9 @@ def workspaces(prune: bool, remove_session: str | None, as_json: bool,
         click.echo("no worktrees", err=True)
         return
     now = dt.datetime.now(dt.UTC)
-    click.echo(f"{'BRANCH':<32} {'SESSION':<26} {'STATE':<10} {'AGE':>5} {'DISK':>8}")
+    click.echo(f"{'BRANCH':<32} {'SESSION':<30} {'STATE':<10} {'AGE':>5} {'DISK':>8}")
     for view in views:
-        click.echo(f"{view.branch:<32} {view.session_id:<26} {view.state:<10} "
+        click.echo(f"{view.branch or '(spare)':<32} {view.session_id:<30} {view.state:<10} "
                    f"{_age(view, now):>5} {_disk(Path(view.path)):>8}")
         if view.message:
             click.echo(f"  {view.message}")

@@ -11,6 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 WorkspaceState = Literal[
+    "spare",       # made ahead, detached at the target's tip: a new session takes it
     "creating",    # the worktree is being added (a crash here is undone at start-up)
     "active",      # the session works in it
     "committing",  # its changes are being committed
@@ -23,8 +24,22 @@ WorkspaceState = Literal[
 Isolation = Literal["shared", "worktree"]
 
 
+class LandingIntent(BaseModel):
+    """A landing under way, written ahead in the session's record: the target's tip and the
+    branch's tip before it began, and (phase `advance`) the rebased tip the target moves to."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    phase: Literal["rebase", "advance"]
+    old_tip: str
+    branch_tip: str
+    new_tip: str | None = None
+
+
 class WorkspaceView(BaseModel):
-    """One session's worktree: where it is, its branch, its commits and how its landing went."""
+    """One session's worktree: where it is, its branch, its commits and how its landing went.
+    A spare worktree (state `spare`) has an id of its own in `session_id`, no agent and no
+    branch: it belongs to no session until one takes it."""
 
     model_config = ConfigDict(extra="ignore")
 
@@ -47,6 +62,8 @@ class WorkspaceView(BaseModel):
     conflict_paths: list[str] = Field(default_factory=list)
     message: str = ""
     """What the last step said: why a landing stopped, or what it did."""
+    landing: LandingIntent | None = None
+    """Set while the state is `landing`: what start-up needs to finish or undo it."""
 
 
 class LandResult(BaseModel):

@@ -115,6 +115,7 @@ class SquadRuntime:
         self._background_done: anyio.Event | None = None
         self._reaper_scope: anyio.CancelScope | None = None
         self._spares_scope: anyio.CancelScope | None = None
+        self._worktree_spares_scope: anyio.CancelScope | None = None
 
     @classmethod
     def from_settings(cls, layout: SquadLayout, settings: Settings, *,
@@ -157,6 +158,7 @@ class SquadRuntime:
         self._background_done.set()
         self._reaper_scope = anyio.CancelScope()
         self._spares_scope = anyio.CancelScope()
+        self._worktree_spares_scope = anyio.CancelScope()
         stack = AsyncExitStack()
         await stack.__aenter__()
         try:
@@ -166,6 +168,7 @@ class SquadRuntime:
             await self._tg.start(self.orchestration.run)
             self._tg.start_soon(self._reap_idle)
             self._tg.start_soon(self._keep_spare_transcripts)
+            self._tg.start_soon(self._keep_spare_worktrees)
         except BaseException:
             await stack.__aexit__(None, None, None)
             raise
@@ -199,6 +202,8 @@ class SquadRuntime:
             self._reaper_scope.cancel()
         if self._spares_scope is not None:
             self._spares_scope.cancel()
+        if self._worktree_spares_scope is not None:
+            self._worktree_spares_scope.cancel()
         self.orchestration.close()
 
     async def settle(self, *, timeout_s: float) -> bool:
@@ -226,6 +231,11 @@ class SquadRuntime:
             while True:
                 await anyio.sleep(interval)
                 self.pool.reap()
+
+    async def _keep_spare_worktrees(self) -> None:
+        """Spare git worktrees made ahead, one at a time (see `Workspaces.keep_spares`)."""
+        with self._worktree_spares_scope or anyio.CancelScope():
+            await self.workspaces.keep_spares()
 
     async def _keep_spare_transcripts(self) -> None:
         """Keep new transcripts' files made ahead, off the routes' path (see `SpareFiles`)."""

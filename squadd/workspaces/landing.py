@@ -3,9 +3,11 @@
 The rebase and the check run in the session's worktree, so the target branch and the user's
 working tree are untouched until the one step that moves the target: a `git merge --ff-only`
 where the target is checked out, else a compare-and-swap `git update-ref`. Nothing is pushed and
-no branch is force-updated. A write-ahead intent (`run/journal/land-{session}.json`) names the
-old tip, the branch's tip and (once known) the new tip, so `recover` can finish or undo a
-landing that a crash cut short: the target ends at its old tip or at the new one.
+no branch is force-updated. The session's record is the write-ahead intent: written (fsynced)
+in state `landing` with the old tip and the branch's tip before the rebase, and with the new
+tip before the target moves, so start-up can finish or undo a landing that a crash cut short:
+the target ends at its old tip or at the new one. (Older versions kept the intent in a file of
+its own, `run/journal/land-{session}.json`: start-up still reads and clears it.)
 """
 
 from __future__ import annotations
@@ -17,15 +19,16 @@ from typing import Any
 
 import anyio
 
-from squadd.contracts.workspaces import LandResult, WorkspaceView
-from squadd.fsio import atomic_write
+from squadd.contracts.workspaces import LandingIntent, LandResult, WorkspaceView
 from squadd.state.intent import clear_intent_file
 from squadd.state.layout import SquadLayout
 from squadd.workspaces import records
 from squadd.workspaces.git import Git, run
-from squadd.workspaces.worktrees import OUTSIDE_SQUAD, describe, unlanded
+from squadd.workspaces.worktrees import branch_tips, changes, describe
 
 LIST_ATTEMPTS = 5
+MAX_PATHSPEC = 2000
+"""Most landed paths named to `git status`; past that the whole tree's status is read."""
 
 
 @dataclass(frozen=True)
@@ -34,11 +37,6 @@ class LandCheck:
 
     command: str = ""
     timeout_s: float = 600.0
-
-
-async def _write_intent(layout: SquadLayout, session_id: str, **fields: Any) -> None:
-    data = json.dumps({"session_id": session_id, **fields}).encode("utf-8")
-    await anyio.to_thread.run_sync(atomic_write, layout.workspace_intent(session_id), data)
 
 
 def read_intent(layout: SquadLayout, session_id: str) -> dict[str, Any] | None:
@@ -76,8 +74,14 @@ async def checked_out_at(git: Git, repo: Path, branch: str) -> Path | None:
     return None
 
 
-async def _dirty_paths(git: Git, tree: Path) -> set[str]:
-    ran = await git.ran(tree, "status", "--porcelain", "-z", "--untracked-files=all")
+async def _dirty_paths(git: Git, tree: Path, among: list[str]) -> set[str]:
+    """The uncommitted paths of `tree`, read among `among` only (a landing touches a few
+    files: the status of the whole tree would read every file of a large repository)."""
+    if not among:
+        return set()
+    spec = [f":(literal){p}" for p in among] if len(among) <= MAX_PATHSPEC else []
+    ran = await git.ran(tree, "status", "--porcelain", "-z", "--untracked-files=all", "--",
+                        *spec)
     if not ran.ok:
         raise ran.error("cannot read the working tree's status")
     status = ran.output  # not stripped: each entry starts with its two status letters
@@ -105,18 +109,19 @@ async def roll_back(git: Git, record: WorkspaceView, branch_tip: str) -> None:
 async def _stopped(layout: SquadLayout, git: Git, record: WorkspaceView, branch_tip: str,
                    result: LandResult) -> LandResult:
     await roll_back(git, record, branch_tip)
-    record.state = "conflict"
+    record.state, record.landing = "conflict", None
     record.conflict_paths = result.conflict_paths
     record.message = result.message
     await describe(git, layout.repo, record)
     await anyio.to_thread.run_sync(records.save, layout, record)
-    await clear_landing_intent(layout, record.session_id)
     return result.model_copy(update={"workspace": record})
 
 
 async def land(layout: SquadLayout, git: Git, record: WorkspaceView, *, check: LandCheck,
-               identity: dict[str, str]) -> LandResult:
-    """Land `record`'s branch on its target. The caller holds the landing lock."""
+               identity: dict[str, str], checked_clean: bool = False) -> LandResult:
+    """Land `record`'s branch on its target. The caller holds the landing lock; with
+    `checked_clean` it has just committed the worktree's changes (so its status is not read
+    again)."""
     sid, repo = record.session_id, layout.repo
 
     def refuse(reason: Any, message: str) -> LandResult:
@@ -129,21 +134,20 @@ async def land(layout: SquadLayout, git: Git, record: WorkspaceView, *, check: L
     tree = Path(record.path)
     if not await anyio.Path(tree).is_dir():
         return refuse("invalid", f"the worktree of session {sid} is gone")
-    old_tip = await git.rev(repo, f"refs/heads/{record.target}")
-    branch_tip = await git.rev(repo, f"refs/heads/{record.branch}")
+    tips = await branch_tips(git, repo, record.target, record.branch)
+    old_tip, branch_tip = tips.get(record.target), tips.get(record.branch)
     if old_tip is None or branch_tip is None:
         return refuse("invalid", f"branch {record.target if old_tip is None else record.branch}"
                                  " no longer exists")
-    if await git.out(tree, "status", "--porcelain", *OUTSIDE_SQUAD):
+    if not checked_clean and await changes(git, tree):
         return refuse("invalid", f"the worktree of session {sid} has uncommitted changes")
-    if not await unlanded(git, repo, record):
+    if not await git.out(repo, "rev-list", "-n", "1", f"{old_tip}..{branch_tip}"):
         return LandResult(ok=True, session_id=sid, reason="nothing", target=record.target,
                           old_tip=old_tip, new_tip=old_tip, workspace=record,
                           message=f"{record.target} already holds every commit of "
                                   f"{record.branch}")
-    await _write_intent(layout, sid, phase="rebase", target=record.target, old_tip=old_tip,
-                        branch_tip=branch_tip)
     record.state = "landing"
+    record.landing = LandingIntent(phase="rebase", old_tip=old_tip, branch_tip=branch_tip)
     await anyio.to_thread.run_sync(records.save, layout, record)
     records.kill_point("land.before_rebase")
     rebased = await git.ran(tree, "rebase", "--quiet", old_tip, env=identity)
@@ -167,8 +171,9 @@ async def land(layout: SquadLayout, git: Git, record: WorkspaceView, *, check: L
                                 f"{record.target} is unchanged").model_copy(
                 update={"check_tail": ran.tail}))
     records.kill_point("land.after_check")
-    await _write_intent(layout, sid, phase="advance", target=record.target, old_tip=old_tip,
-                        branch_tip=branch_tip, new_tip=new_tip)
+    record.landing = LandingIntent(phase="advance", old_tip=old_tip, branch_tip=branch_tip,
+                                   new_tip=new_tip)
+    await anyio.to_thread.run_sync(records.save, layout, record)
     records.kill_point("land.before_advance")
     return await advance(layout, git, record, old_tip=old_tip, new_tip=new_tip,
                          branch_tip=branch_tip)
@@ -180,18 +185,25 @@ async def advance(layout: SquadLayout, git: Git, record: WorkspaceView, *, old_t
     sid, repo, target = record.session_id, layout.repo, record.target or ""
     checkout = await checked_out_at(git, repo, target)
     if checkout is not None:
-        changed = set((await git.out(repo, "diff", "--name-only", old_tip, new_tip)).split("\n"))
-        dirty = sorted(changed & await _dirty_paths(git, checkout))
+        # --no-renames: a renamed file's old path is changed too.
+        changed = [p for p in (await git.out(repo, "diff", "--name-only", "--no-renames",
+                                             old_tip, new_tip)).split("\n") if p]
+        dirty = sorted(set(changed) & await _dirty_paths(git, checkout, changed))
         if dirty:
             return await _stopped(layout, git, record, branch_tip, LandResult(
                 ok=False, session_id=sid, reason="dirty", target=target, conflict_paths=dirty,
                 message=f"not landed: your working tree {checkout} has uncommitted changes in "
                         f"{', '.join(dirty)}, which the landing would change; commit or stash "
                         f"them, then run squadd land {sid} again"))
-        moved = await git.ran(checkout, "merge", "--ff-only", "--quiet", new_tip)
+        # No auto maintenance spawned on the landing's path: the user's own git runs it.
+        moved = await git.ran(checkout, "-c", "maintenance.auto=false", "merge", "--ff-only",
+                              "--quiet", new_tip)
     else:
         moved = await git.ran(repo, "update-ref", f"refs/heads/{target}", new_tip, old_tip)
-    tip = await git.rev(repo, f"refs/heads/{target}")
+    # A compare-and-swap that succeeded moved the target to new_tip; a merge can succeed
+    # without doing so ("already up to date" when the target moved past it), so read it.
+    tip = new_tip if checkout is None and moved.ok else \
+        await git.rev(repo, f"refs/heads/{target}")
     if tip != new_tip:
         why = moved.tail.strip() if not moved.ok else f"{target} is at {tip}"
         return await _stopped(layout, git, record, branch_tip, LandResult(
@@ -199,10 +211,10 @@ async def advance(layout: SquadLayout, git: Git, record: WorkspaceView, *, old_t
             message=f"{target} could not be fast-forwarded: {why}; it is unchanged"))
     records.kill_point("land.after_advance")
     record.state, record.landed_tip, record.conflict_paths = "landed", new_tip, []
+    record.landing = None
     record.message = f"landed on {target} at {new_tip[:12]}"
     await anyio.to_thread.run_sync(records.save, layout, record)
     records.kill_point("land.after_record")
-    await clear_landing_intent(layout, sid)
     return LandResult(ok=True, session_id=sid, target=target, old_tip=old_tip, new_tip=new_tip,
                       message=f"{record.branch} landed on {target}: {old_tip[:12]}.."
                               f"{new_tip[:12]}", workspace=record)

@@ -31,7 +31,7 @@ from squadd.contracts.workspaces import Isolation, LandResult, WorkspaceView
 from squadd.errors import LockTimeoutError, SquaddError, WorkspaceError
 from squadd.fsio import try_lock
 from squadd.state.layout import SquadLayout
-from squadd.workspaces import records, worktrees
+from squadd.workspaces import records, spares, worktrees
 from squadd.workspaces.git import Git, run
 from squadd.workspaces.landing import LandCheck, land
 from squadd.workspaces.reconcile import reconcile
@@ -66,6 +66,8 @@ class Workspaces:
         self._admin = anyio.Lock()
         """Held while git adds or removes a worktree: two `git worktree add` at once can read
         each other's half-made administrative folders."""
+        self._refilling = anyio.Lock()
+        self._spares_wanted = anyio.Event()
         self._agents: dict[str, Isolation] = {
             name: agent.isolation for name, agent in settings.agents.items()
             if agent.isolation is not None}
@@ -101,13 +103,17 @@ class Workspaces:
                 await anyio.to_thread.run_sync(records.save, self.layout, existing)
             return existing
         base = await worktrees.repo_base(self.git, self.layout)
-        why = base if isinstance(base, str) else await self._no_room()
-        if why or isinstance(base, str):
-            log.warning("session works in the shared tree", session_id=session_id, why=why)
-            return None
-        async with self._admin:
-            record = await worktrees.create(self.layout, self.git, base,
-                                            session_id=session_id, agent=agent)
+        record = None if isinstance(base, str) else await self._take_spare(base, session_id,
+                                                                           agent)
+        if record is None:
+            why = base if isinstance(base, str) else await self._no_room()
+            if why or isinstance(base, str):
+                log.warning("session works in the shared tree", session_id=session_id, why=why)
+                return None
+            async with self._admin:
+                record = await worktrees.create(self.layout, self.git, base,
+                                                session_id=session_id, agent=agent)
+        self.want_spares()
         self.sink.publish(WorkspaceCreated(session_id=session_id, agent=agent,
                                            branch=record.branch, path=record.path,
                                            target=record.target))
@@ -118,6 +124,82 @@ class Workspaces:
                 await self.remove(session_id)
             raise
         return record
+
+    async def _take_spare(self, base: worktrees.RepoBase, session_id: str,
+                          agent: str) -> WorkspaceView | None:
+        """The session's worktree made from a ready spare; None when none is ready (or the
+        one found could not be used: it is removed, and the session gets a new worktree)."""
+        if self.settings.spares <= 0:
+            return None
+        # Shielded: a route cancelled mid-way would leave a half-taken spare until restart.
+        with anyio.CancelScope(shield=True):
+            async with self._admin:
+                found = await anyio.to_thread.run_sync(spares.ready, self.layout)
+                if not found:
+                    return None
+                try:
+                    return await spares.take(self.layout, self.git, base, found[0],
+                                             session_id=session_id, agent=agent)
+                except WorkspaceError as exc:
+                    log.warning("spare worktree not usable", spare=found[0].session_id,
+                                error=str(exc))
+                    await self._undo_take(session_id, found[0])
+        return None
+
+    async def _undo_take(self, session_id: str, spare: WorkspaceView) -> None:
+        taken = await anyio.to_thread.run_sync(records.load, self.layout, session_id)
+        if taken is not None:
+            await worktrees.undo_create(self.layout, self.git, taken)
+        if await anyio.to_thread.run_sync(records.load, self.layout, spare.session_id):
+            await worktrees.undo_create(self.layout, self.git, spare)
+
+    # Spare worktrees, made ahead in the background.
+    def want_spares(self) -> None:
+        """Ask the spare maker (`keep_spares`) to make up the spares (no-op without one)."""
+        self._spares_wanted.set()
+
+    async def keep_spares(self) -> None:
+        """Keep `workspace.spares` spare worktrees ready, made one at a time whenever a
+        worktree session opened (and at once when worktrees are the setting), until
+        cancelled. A failure is logged, never raised: sessions then make their own."""
+        if self.settings.spares <= 0:
+            return
+        if self.settings.isolation == "worktree" or "worktree" in self._agents.values():
+            self.want_spares()
+        while True:
+            await self._spares_wanted.wait()
+            self._spares_wanted = anyio.Event()
+            try:
+                await self.refill_spares()
+            except (SquaddError, OSError) as exc:
+                log.warning("spare worktree not made", error=str(exc))
+
+    async def refill_spares(self) -> int:
+        """Make spares until `workspace.spares` are ready, one at a time (none where worktrees
+        cannot be used or `max_worktrees` or the disk leaves no room); returns how many are
+        ready. A spare cut short by cancellation is removed."""
+        async with self._refilling:
+            while True:
+                count = len(await anyio.to_thread.run_sync(spares.ready, self.layout))
+                if count >= self.settings.spares or await self._no_room():
+                    return count
+                base = await worktrees.repo_base(self.git, self.layout)
+                if isinstance(base, str):
+                    return count
+                try:
+                    async with self._admin:
+                        record = await spares.make(self.layout, self.git, base)
+                    await spares.settle(self.layout, self.git, record)
+                except BaseException:
+                    with anyio.CancelScope(shield=True):
+                        await self._forget_unready_spares()
+                    raise
+
+    async def _forget_unready_spares(self) -> None:
+        for record in await anyio.to_thread.run_sync(records.load_all, self.layout):
+            if spares.is_spare(record) and record.state == "creating":
+                async with self._admin:
+                    await worktrees.undo_create(self.layout, self.git, record)
 
     async def _no_room(self) -> str:
         live = [r for r in await anyio.to_thread.run_sync(records.load_all, self.layout)
@@ -183,12 +265,13 @@ class Workspaces:
             async with self.landing_queue():
                 record = await anyio.to_thread.run_sync(records.load, self.layout, session_id)
                 assert record is not None
-                if record.state in ("active", "committing") and \
-                        await anyio.Path(record.path).is_dir():
+                closed = record.state in ("active", "committing") and \
+                    await anyio.Path(record.path).is_dir()
+                if closed:
                     await self.close(record, title=f"work of session {session_id}")
                 check = LandCheck(self.settings.land_check, self.settings.land_check_timeout_s)
                 result = await land(self.layout, self.git, record, check=check,
-                                    identity=self.identity(record.agent))
+                                    identity=self.identity(record.agent), checked_clean=closed)
         except (WorkspaceError, LockTimeoutError, TimeoutError) as exc:
             return LandResult(ok=False, session_id=session_id, reason="failed",
                               message=f"landing failed: {exc}")
@@ -246,15 +329,16 @@ class Workspaces:
         return kept
 
     async def prune(self, *, now: dt.datetime | None = None) -> list[str]:
-        """Remove landed worktrees, and unlanded ones idle past `workspace.keep_days`."""
+        """Remove landed worktrees, unlanded ones idle past `workspace.keep_days`, and the
+        spares (a running daemon makes its spares again when a worktree session next opens)."""
         now = now or dt.datetime.now(dt.UTC)
         done = []
         for record in await self.listing():
             age = now - dt.datetime.fromisoformat(record.updated or record.created)
             stale = age >= dt.timedelta(days=self.settings.keep_days) and record.state in (
                 "committed", "conflict", "active")
-            if record.state == "landed" or stale:
+            if record.state == "landed" or stale or spares.is_spare(record):
                 kept = await self.remove(record.session_id)
-                done.append(f"{record.session_id} {record.branch}: removed"
+                done.append(f"{record.session_id} {record.branch or '(spare)'}: removed"
                             + (" (branch kept: it has unlanded commits)" if kept else ""))
         return done

@@ -1,6 +1,8 @@
 """Start-up reconciliation: finish or undo the workspace step a crash cut short.
 
-A worktree being made is removed (its session never started in it); a commit under way is
+A worktree being made is removed (its session never started in it; a spare being made or
+taken is undone the same way); a ready spare is kept, its record dropped if a session took its
+folder; a commit under way is
 read back from git; a landing is rolled forward from its intent when the target may still move
 to the new tip, else rolled back. Worktrees git knows under the squad dir with no record are
 reported as orphans, and records whose worktree vanished are marked removed.
@@ -13,13 +15,14 @@ from pathlib import Path
 
 import anyio
 import structlog
+from pydantic import ValidationError
 
-from squadd.contracts.workspaces import WorkspaceView
+from squadd.contracts.workspaces import LandingIntent, WorkspaceView
 from squadd.state.layout import SquadLayout
-from squadd.workspaces import records
+from squadd.workspaces import records, spares
 from squadd.workspaces.git import Git
 from squadd.workspaces.landing import advance, clear_landing_intent, read_intent, roll_back
-from squadd.workspaces.worktrees import describe, unlanded
+from squadd.workspaces.worktrees import describe, undo_create, unlanded
 
 log = structlog.get_logger("squadd.workspaces")
 
@@ -36,32 +39,34 @@ async def registered_worktrees(git: Git, repo: Path) -> list[Path]:
     return [p for p in paths if real_path(p) != repo]
 
 
-async def _undo_create(layout: SquadLayout, git: Git, record: WorkspaceView) -> None:
-    repo = layout.repo
-    await git.ran(repo, "worktree", "unlock", record.path)
-    await git.ran(repo, "worktree", "remove", "--force", record.path)
-    await git.ran(repo, "worktree", "prune")
-    tip = await git.rev(repo, f"refs/heads/{record.branch}")
-    if tip == record.base_commit:  # nothing was ever committed on it
-        await git.ran(repo, "update-ref", "-d", f"refs/heads/{record.branch}", tip)
-    await anyio.to_thread.run_sync(records.drop, layout, record.session_id)
+async def _intent(layout: SquadLayout, record: WorkspaceView) -> LandingIntent | None:
+    """The landing's write-ahead intent: in the record, or (written by an older version) in
+    its own file."""
+    if record.landing is not None:
+        return record.landing
+    legacy = await anyio.to_thread.run_sync(read_intent, layout, record.session_id)
+    try:
+        return LandingIntent.model_validate(legacy) if legacy else None
+    except ValidationError:
+        return None
 
 
 async def _recover_landing(layout: SquadLayout, git: Git, record: WorkspaceView) -> str:
-    intent = await anyio.to_thread.run_sync(read_intent, layout, record.session_id)
+    intent = await _intent(layout, record)
     sid = record.session_id
+    record.landing = None
     if intent is None:
         await describe(git, layout.repo, record)
         record.state = "committed" if await unlanded(git, layout.repo, record) else "landed"
         await anyio.to_thread.run_sync(records.save, layout, record)
         return f"{sid}: landing had not begun; {record.state}"
-    old_tip, branch_tip = str(intent["old_tip"]), str(intent["branch_tip"])
-    new_tip = intent.get("new_tip")
-    if intent.get("phase") == "advance" and isinstance(new_tip, str):
+    old_tip, branch_tip, new_tip = intent.old_tip, intent.branch_tip, intent.new_tip
+    if intent.phase == "advance" and new_tip is not None:
         tip = await git.rev(layout.repo, f"refs/heads/{record.target}")
         if tip in (old_tip, new_tip):
             result = await advance(layout, git, record, old_tip=old_tip, new_tip=new_tip,
                                    branch_tip=branch_tip)
+            await clear_landing_intent(layout, sid)
             return f"{sid}: landing resumed: {result.message}"
     await roll_back(git, record, branch_tip)
     record.state, record.message = "committed", "a landing was interrupted and rolled back"
@@ -78,8 +83,15 @@ async def reconcile(layout: SquadLayout, git: Git) -> list[str]:
     known: set[Path] = set()
     for record in await anyio.to_thread.run_sync(records.load_all, layout):
         tree = Path(record.path)
+        if record.state == "spare":
+            if await anyio.Path(tree).is_dir():
+                known.add(real_path(tree))
+            else:  # taken by a session a crash cut short: the session's record says the rest
+                await spares.forget_missing(layout, git, record)
+                notes.append(f"{record.session_id}: spare worktree gone, its record dropped")
+            continue
         if record.state == "creating":
-            await _undo_create(layout, git, record)
+            await undo_create(layout, git, record)
             notes.append(f"{record.session_id}: unfinished worktree removed")
             continue
         if record.state == "landing":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +44,14 @@ async def repo_base(git: Git, layout: SquadLayout) -> RepoBase | str:
     """The repository's HEAD, or why worktrees cannot be used there (not a git repository,
     no commit yet, or the squad dir is not in the repository's top folder)."""
     repo = layout.repo
+    # One git call answers all three in the usual case; the slow path below says what failed.
+    both = await git.ran(repo, "rev-parse", "--show-toplevel", "HEAD", "--symbolic-full-name",
+                         "HEAD")
+    lines = both.output.strip().splitlines()
+    if both.ok and len(lines) == 3 and _real(lines[0]) == repo:
+        ref = lines[2].strip()
+        return RepoBase(repo, ref.removeprefix("refs/heads/")
+                        if ref.startswith("refs/heads/") else None, lines[1].strip())
     top = await git.ran(repo, "rev-parse", "--show-toplevel")
     if not top.ok:
         return f"{repo} is not a git repository"
@@ -74,17 +83,24 @@ def ensure_ignored(layout: SquadLayout) -> None:
                          "worktrees/\n")
 
 
-async def create(layout: SquadLayout, git: Git, base: RepoBase, *, session_id: str,
-                 agent: str) -> WorkspaceView:
-    """Add a worktree for the session on a new branch from `base`, and record it `active`."""
+async def new_record(layout: SquadLayout, git: Git, base: RepoBase, *, session_id: str,
+                     agent: str) -> WorkspaceView:
+    """The `creating` record of a session's worktree (not written yet), on a branch name no
+    branch has."""
     await anyio.to_thread.run_sync(ensure_ignored, layout)
-    path = layout.worktree(session_id)
     branch = branch_name(agent, session_id)
     if await git.rev(base.repo, f"refs/heads/{branch}") is not None:
         branch = f"squad/{agent}/{session_id}"
-    record = WorkspaceView(session_id=session_id, agent=agent, branch=branch,
-                           target=base.branch, base_commit=base.commit, path=str(path),
-                           created=records.now_iso())
+    return WorkspaceView(session_id=session_id, agent=agent, branch=branch, target=base.branch,
+                         base_commit=base.commit, path=str(layout.worktree(session_id)),
+                         created=records.now_iso())
+
+
+async def create(layout: SquadLayout, git: Git, base: RepoBase, *, session_id: str,
+                 agent: str) -> WorkspaceView:
+    """Add a worktree for the session on a new branch from `base`, and record it `active`."""
+    record = await new_record(layout, git, base, session_id=session_id, agent=agent)
+    path, branch = Path(record.path), record.branch
     await anyio.to_thread.run_sync(records.save, layout, record)
     records.kill_point("create.before_add")
     await anyio.to_thread.run_sync(lambda: path.parent.mkdir(parents=True, exist_ok=True))
@@ -97,12 +113,61 @@ async def create(layout: SquadLayout, git: Git, base: RepoBase, *, session_id: s
     return record
 
 
+async def undo_create(layout: SquadLayout, git: Git, record: WorkspaceView) -> None:
+    """Remove a worktree whose making was cut short (no session worked in it yet), its branch
+    if nothing was committed on it, and its record."""
+    repo, path = layout.repo, Path(record.path)
+    await git.ran(repo, "worktree", "unlock", record.path)
+    await git.ran(repo, "worktree", "remove", "--force", record.path)
+    if await anyio.Path(path).exists() and layout.worktrees_dir in path.parents:
+        # Moved in but not yet known to git under this path (a cut-short `worktree move`):
+        # the folder is ours and holds no work.
+        await anyio.to_thread.run_sync(shutil.rmtree, path)
+    await git.ran(repo, "worktree", "prune")
+    if record.branch:
+        tip = await git.rev(repo, f"refs/heads/{record.branch}")
+        if tip == record.base_commit:  # nothing was ever committed on it
+            await git.ran(repo, "update-ref", "-d", f"refs/heads/{record.branch}", tip)
+    await anyio.to_thread.run_sync(records.drop, layout, record.session_id)
+
+
+async def changes(git: Git, tree: Path) -> list[str]:
+    """The worktree's uncommitted paths outside its copy of the squad dir (an untracked folder
+    counts as one). Read as the whole status, filtered here: git reads a status narrowed by
+    an exclude pathspec several times slower on a large tree."""
+    ran = await git.ran(tree, "status", "--porcelain", "-z")
+    if not ran.ok:
+        raise ran.error("cannot read the worktree's changes")
+    found: list[str] = []
+    entries = iter(ran.output.split("\0"))
+    for entry in entries:
+        if len(entry) < 4:
+            continue
+        paths = [entry[3:], next(entries, "")] if entry[0] in "RC" else [entry[3:]]
+        found += [p for p in paths if p and p.split("/", 1)[0] not in SQUAD_DIRNAMES]
+    return found
+
+
+async def branch_tips(git: Git, repo: Path, *branches: str) -> dict[str, str]:
+    """The commits the named branches point at (a missing branch is left out), in one call."""
+    refs = [f"refs/heads/{b}" for b in branches if b]
+    if not refs:
+        return {}
+    listed = await git.out(repo, "for-each-ref", "--format=%(refname) %(objectname)", *refs,
+                           what="cannot read the branches")
+    found = dict(line.split(" ", 1) for line in listed.splitlines() if " " in line)
+    return {ref.removeprefix("refs/heads/"): found[ref] for ref in refs if ref in found}
+
+
 async def describe(git: Git, repo: Path, record: WorkspaceView) -> None:
     """Fill in the branch's commits not on the target, and their diffstat."""
-    upto = f"refs/heads/{record.branch}"
-    since = (f"refs/heads/{record.target}" if record.target and
-             await git.rev(repo, f"refs/heads/{record.target}") else record.base_commit)
-    if await git.rev(repo, upto) is None:
+    tips = await branch_tips(git, repo, record.branch, record.target or "")
+    if record.branch not in tips:
+        record.commits, record.diffstat = [], ""
+        return
+    upto = tips[record.branch]
+    since = tips.get(record.target or "", record.base_commit)
+    if upto == since:  # nothing done on the branch yet (an empty session)
         record.commits, record.diffstat = [], ""
         return
     listed = await git.out(repo, "log", "--reverse", "--format=%h %s", f"{since}..{upto}")
@@ -116,9 +181,7 @@ async def commit(layout: SquadLayout, git: Git, record: WorkspaceView, *, author
     """Commit every change in the worktree (outside its squad dir) on the session's branch;
     False when there was nothing to commit."""
     tree = Path(record.path)
-    status = await git.out(tree, "status", "--porcelain", "--untracked-files=all",
-                           *OUTSIDE_SQUAD, what="cannot read the worktree's changes")
-    if not status:
+    if not await changes(git, tree):
         await describe(git, layout.repo, record)
         record.state = "committed" if record.commits else "active"
         await anyio.to_thread.run_sync(records.save, layout, record)
@@ -129,7 +192,8 @@ async def commit(layout: SquadLayout, git: Git, record: WorkspaceView, *, author
     await git.out(tree, "add", "--all", *OUTSIDE_SQUAD, what="cannot stage the changes")
     identity = {"GIT_AUTHOR_NAME": author, "GIT_AUTHOR_EMAIL": email,
                 "GIT_COMMITTER_NAME": author, "GIT_COMMITTER_EMAIL": email}
-    await git.out(tree, "commit", "--quiet", "--no-verify", "-m", message, env=identity,
+    await git.out(tree, "-c", "maintenance.auto=false", "commit", "--quiet", "--no-verify",
+                  "-m", message, env=identity,
                   what=f"cannot commit the work of session {record.session_id}")
     records.kill_point("commit.after")
     await describe(git, layout.repo, record)
@@ -140,11 +204,11 @@ async def commit(layout: SquadLayout, git: Git, record: WorkspaceView, *, author
 
 async def unlanded(git: Git, repo: Path, record: WorkspaceView) -> list[str]:
     """The branch's commits that the target (or, detached, the base) does not hold."""
-    if await git.rev(repo, f"refs/heads/{record.branch}") is None:
+    tips = await branch_tips(git, repo, record.branch, record.target or "")
+    if record.branch not in tips:
         return []
-    since = (f"refs/heads/{record.target}" if record.target and
-             await git.rev(repo, f"refs/heads/{record.target}") else record.base_commit)
-    listed = await git.out(repo, "rev-list", f"{since}..refs/heads/{record.branch}")
+    since = tips.get(record.target or "", record.base_commit)
+    listed = await git.out(repo, "rev-list", f"{since}..{tips[record.branch]}")
     return listed.split()
 
 

@@ -63,3 +63,23 @@ def test_land_of_an_unknown_session_is_a_clear_error(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["land", "20260101-000000-00000000", "--dir",
                                        str(layout.repo)])
     assert result.exit_code == 1 and "has no worktree to land" in result.output
+
+
+def test_workspaces_lists_a_spare_as_spare_and_prune_removes_it(tmp_path: Path) -> None:
+    layout = make_repo(tmp_path / "repo")
+
+    async def make_spare() -> str:
+        spaces = Workspaces(layout, load_settings(layout.root), NullSink())
+        assert await spaces.refill_spares() == 1
+        [spare] = await spaces.listing()
+        return spare.session_id
+
+    spare = anyio.run(make_spare)
+    runner = CliRunner()
+    listed = runner.invoke(main, ["workspaces", "--dir", str(layout.repo)])
+    assert listed.exit_code == 0
+    [row] = [line for line in listed.output.splitlines() if spare in line]
+    assert row.split()[:3] == ["(spare)", spare, "spare"]
+    pruned = runner.invoke(main, ["workspaces", "--prune", "--dir", str(layout.repo)])
+    assert pruned.exit_code == 0 and f"{spare} (spare): removed" in pruned.output
+    assert "spare-" not in git(layout.repo, "worktree", "list")

@@ -7,6 +7,8 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 from squadd.config import Settings, load_settings
 from squadd.contracts.routes import RouteRequest
 from squadd.providers.base import Provider
@@ -14,7 +16,7 @@ from squadd.providers.command import CommandProvider
 from squadd.runtime.runtime import SquadRuntime
 from squadd.state.layout import SquadLayout
 from squadd.tools.custom.discovery import discover_tools
-from squadd.workspaces import records
+from squadd.workspaces import records, spares
 from tests.runtime.scripted import call, make_squad, script, text
 from tests.workspaces.conftest import git
 
@@ -110,7 +112,8 @@ async def test_a_nested_route_shares_its_callers_worktree(tmp_path: Path) -> Non
     branch = result.workspace.branch
     assert git(layout.repo, "show", f"{branch}:nested.txt") == "fenster"
     assert git(layout.repo, "show", f"{branch}:lead.txt") == "lead"
-    assert [r.session_id for r in records.load_all(layout)] == [result.session_id]
+    assert [r.session_id for r in records.load_all(layout)
+            if not spares.is_spare(r)] == [result.session_id]
 
 
 async def test_continuing_a_session_reuses_its_worktree_and_land_true_lands_it(
@@ -165,3 +168,36 @@ async def test_eight_agents_at_once_each_land_their_own_commit_on_a_linear_histo
     assert git(layout.repo, "rev-list", "--merges", "main") == ""
     for agent in agents:
         assert (layout.repo / f"{agent}.txt").read_text() == f"{agent} edited\n"
+
+
+async def _spare_made(runtime: SquadRuntime) -> list[str]:
+    """Wait (bounded) for the runtime's background maker to have a spare ready."""
+    with anyio.fail_after(120):
+        while True:
+            ready = [r.path for r in await runtime.workspaces.listing() if r.state == "spare"]
+            if ready:
+                return ready
+            await anyio.sleep(0.05)
+
+
+async def test_the_runtime_makes_a_spare_worktree_ahead_and_the_next_session_takes_it(
+        tmp_path: Path) -> None:
+    layout = _squad(tmp_path)
+    provider = script(lead=[call("jot", FILE="out.txt", TEXT="hello"), text("done"),
+                            call("jot", FILE="two.txt", TEXT="again"), text("done")])
+    settings = _settings(layout, isolation="worktree", spares=1)
+    async with _runtime(layout, settings, provider) as runtime:
+        [spare] = await _spare_made(runtime)  # made at start: worktrees are the setting
+        admin = git(Path(spare), "rev-parse", "--absolute-git-dir")
+        first = await runtime.route(RouteRequest(task="Write", targetAgent="lead"))
+        assert first.ok and first.workspace is not None, first.message
+        tree = layout.worktree(first.session_id or "")
+        assert git(tree, "rev-parse", "--absolute-git-dir") == admin  # the spare, moved
+        assert git(layout.repo, "show", f"{first.workspace.branch}:out.txt") == "hello"
+        [again] = await _spare_made(runtime)  # the next one, made after the first was taken
+        assert again != spare
+        admin = git(Path(again), "rev-parse", "--absolute-git-dir")
+        second = await runtime.route(RouteRequest(task="Write again", targetAgent="lead"))
+        assert second.ok and second.workspace is not None, second.message
+        assert git(layout.worktree(second.session_id or ""), "rev-parse",
+                   "--absolute-git-dir") == admin

@@ -22,6 +22,9 @@ KILL_POINTS = [
     "create.before_add", "create.after_add", "create.after_record", "commit.before", "commit.after",
     "land.before_rebase", "land.after_rebase", "land.after_check", "land.before_advance",
     "land.after_advance", "land.after_record",
+    # A spare made ahead, then taken by the session.
+    "spare.before_add", "spare.after_add", "spare.before_move", "spare.after_move",
+    "spare.after_branch",
 ]
 SESSION = "20260101-000000-0000c0de"
 DRIVER = Path(__file__).with_name("crash_driver.py")
@@ -40,9 +43,11 @@ async def test_kill_at_any_step_leaves_the_target_old_or_new_and_loses_nothing(
     repo = layout.repo
     old = git(repo, "rev-parse", "main")
     env = {**os.environ, KILL_ENV: point, "PYTHONPATH": str(Path.cwd())}
+    mode = "spare" if point.startswith("spare.") else ""
     with anyio.fail_after(120):
         done = await anyio.run_process(
-            [sys.executable, str(DRIVER), str(layout.root), SESSION], env=env, check=False)
+            [sys.executable, str(DRIVER), str(layout.root), SESSION, mode], env=env,
+            check=False)
     assert done.returncode == -signal.SIGKILL, done.stderr.decode()[-2000:]
     committed_before = _session_subjects(repo)
 
@@ -60,8 +65,14 @@ async def test_kill_at_any_step_leaves_the_target_old_or_new_and_loses_nothing(
     records = {r.path: r for r in await spaces.listing()}
     for tree in await registered_worktrees(spaces.git, repo):
         assert str(tree) in records, f"worktree {tree} has no session record"
+    for folder in layout.worktrees_dir.glob("*"):
+        assert str(folder) in records, f"folder {folder} is left without a record"
     for record in records.values():
         assert record.state not in ("creating", "committing", "landing")
+        if record.state == "spare":  # a spare kept is whole: detached at main's old tip
+            assert git(Path(record.path), "rev-parse", "HEAD") == old
+            assert git(Path(record.path), "status", "--porcelain") == ""
+            continue
         gitdir = Path(git(Path(record.path), "rev-parse", "--absolute-git-dir"))
         assert not (gitdir / "rebase-merge").exists()
     assert not layout.workspace_intent(SESSION).exists()
@@ -70,10 +81,10 @@ async def test_kill_at_any_step_leaves_the_target_old_or_new_and_loses_nothing(
     if SESSION in {r.session_id for r in records.values()}:
         result = await spaces.land(SESSION)
         assert result.ok, result.message
-        if point.startswith("create."):  # killed before the session did any work
+        if point.startswith(("create.", "spare.")):  # killed before the session's work
             assert result.reason == "nothing"
             return
         assert (repo / "added.txt").read_text() == "added\n"
         assert "TWO" in (repo / "app.txt").read_text()
     else:
-        assert point.startswith("create.")
+        assert point.startswith(("create.", "spare."))

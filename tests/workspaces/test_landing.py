@@ -91,6 +91,32 @@ async def test_a_dirty_user_tree_in_the_landed_paths_is_refused(
     assert (squad_repo.repo / "app.txt").read_text() == "the user's own edit\n"
 
 
+async def test_an_untracked_user_file_where_the_landing_adds_one_is_refused(
+        squad_repo: SquadLayout, spaces: Workspaces) -> None:
+    record = await _work(spaces, "20260101-000000-00000012", {"new [file].txt": "x\n"})
+    (squad_repo.repo / "new [file].txt").write_text("the user's own\n")
+    before = git(squad_repo.repo, "rev-parse", "main")
+    result = await spaces.land(record.session_id)
+    assert not result.ok and result.reason == "dirty"
+    assert result.conflict_paths == ["new [file].txt"]
+    assert git(squad_repo.repo, "rev-parse", "main") == before
+
+
+async def test_a_dirty_user_file_that_the_landing_renames_away_is_refused(
+        squad_repo: SquadLayout, spaces: Workspaces) -> None:
+    record = await spaces.open("20260101-000000-00000013", "lead")
+    assert record is not None
+    git(Path(record.path), "mv", "app.txt", "renamed.txt")
+    await spaces.close(record, title="rename app.txt")
+    (squad_repo.repo / "app.txt").write_text("the user's own edit\n")
+    before = git(squad_repo.repo, "rev-parse", "main")
+    result = await spaces.land(record.session_id)
+    assert not result.ok and result.reason == "dirty", result.message
+    assert result.conflict_paths == ["app.txt"]
+    assert git(squad_repo.repo, "rev-parse", "main") == before
+    assert (squad_repo.repo / "app.txt").read_text() == "the user's own edit\n"
+
+
 async def test_a_dirty_tree_elsewhere_does_not_block_landing(
         squad_repo: SquadLayout, spaces: Workspaces) -> None:
     record = await _work(spaces, "20260101-000000-00000010", {"new.txt": "x\n"})

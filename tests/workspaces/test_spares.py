@@ -1,0 +1,127 @@
+"""Spare worktrees: made ahead, detached at the target's tip, taken by a new session, counted in
+`max_worktrees`, kept or dropped at start-up, and removed by prune."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import anyio
+
+from squadd.contracts.events import NullSink
+from squadd.state.layout import SquadLayout
+from squadd.workspaces import Workspaces
+from squadd.workspaces.spares import SPARE_PREFIX
+from tests.workspaces.conftest import git, settings_with
+
+SESSION = "20260101-000000-5a5e0001"
+
+
+def _admin_name(tree: Path) -> str:
+    """The name of the worktree's folder under the repository's .git/worktrees/ (fixed when
+    git added it, kept through a move)."""
+    return Path(git(tree, "rev-parse", "--absolute-git-dir")).name
+
+
+async def _spares(spaces: Workspaces) -> list[str]:
+    return [r.session_id for r in await spaces.listing() if r.state == "spare"]
+
+
+async def test_a_session_takes_the_ready_spare_and_works_on_its_own_branch(
+        squad_repo: SquadLayout, spaces: Workspaces) -> None:
+    assert await spaces.refill_spares() == 1
+    [spare] = await spaces.listing()
+    assert spare.state == "spare" and spare.session_id.startswith(SPARE_PREFIX)
+    assert spare.branch == "" and spare.agent == ""
+    main_tip = git(squad_repo.repo, "rev-parse", "main")
+    assert git(Path(spare.path), "rev-parse", "HEAD") == main_tip
+    assert git(Path(spare.path), "status", "--porcelain") == ""
+    admin = _admin_name(Path(spare.path))
+
+    record = await spaces.open(SESSION, "lead")
+
+    assert record is not None and record.state == "active"
+    tree = Path(record.path)
+    assert tree == squad_repo.worktree(SESSION)
+    assert _admin_name(tree) == admin  # the spare's worktree, moved, not a new checkout
+    assert not Path(spare.path).exists()
+    assert git(tree, "symbolic-ref", "HEAD") == f"refs/heads/{record.branch}"
+    assert git(tree, "rev-parse", "HEAD") == main_tip
+    assert [r.session_id for r in await spaces.listing()] == [SESSION]
+    (tree / "new.txt").write_text("new\n")
+    await spaces.close(record, title="work in a taken spare")
+    landed = await spaces.land(SESSION)
+    assert landed.ok, landed.message
+    assert (squad_repo.repo / "new.txt").read_text() == "new\n"
+
+
+async def test_a_spare_behind_the_target_is_brought_to_the_targets_tip(
+        squad_repo: SquadLayout, spaces: Workspaces) -> None:
+    assert await spaces.refill_spares() == 1
+    (squad_repo.repo / "app.txt").write_text("moved on\n")
+    git(squad_repo.repo, "commit", "--quiet", "-am", "main moves after the spare was made")
+    record = await spaces.open(SESSION, "lead")
+    assert record is not None
+    tree = Path(record.path)
+    assert record.base_commit == git(squad_repo.repo, "rev-parse", "main")
+    assert git(tree, "rev-parse", "HEAD") == record.base_commit
+    assert (tree / "app.txt").read_text() == "moved on\n"
+    assert git(tree, "status", "--porcelain") == ""
+
+
+async def test_spares_count_in_max_worktrees_and_never_take_a_sessions_place(
+        squad_repo: SquadLayout) -> None:
+    spaces = Workspaces(squad_repo, settings_with(squad_repo, max_worktrees=2, spares=1),
+                        NullSink())
+    assert await spaces.refill_spares() == 1
+    first = await spaces.open("20260101-000000-00000a01", "lead")  # takes the spare
+    assert first is not None
+    assert await spaces.refill_spares() == 1  # one session + one spare = 2
+    second = await spaces.open("20260101-000000-00000a02", "lead")  # takes it too
+    assert second is not None
+    assert await spaces.refill_spares() == 0  # no room left for a spare
+    assert len(git(squad_repo.repo, "worktree", "list").splitlines()) == 3  # main + 2
+
+
+async def test_no_spare_is_made_when_spares_is_0(squad_repo: SquadLayout) -> None:
+    spaces = Workspaces(squad_repo, settings_with(squad_repo, spares=0), NullSink())
+    assert await spaces.refill_spares() == 0
+    assert await spaces.listing() == []
+    with anyio.fail_after(5):  # the background maker ends at once: nothing to keep
+        await spaces.keep_spares()
+
+
+async def test_an_unusable_spare_is_removed_and_the_session_gets_a_new_worktree(
+        squad_repo: SquadLayout, spaces: Workspaces) -> None:
+    assert await spaces.refill_spares() == 1
+    [spare] = await spaces.listing()
+    # Its administrative folder gone: git no longer knows the spare, so it cannot be moved.
+    shutil.rmtree(squad_repo.repo / ".git" / "worktrees" / _admin_name(Path(spare.path)))
+    record = await spaces.open(SESSION, "lead")
+    assert record is not None and record.state == "active"
+    assert git(Path(record.path), "symbolic-ref", "HEAD") == f"refs/heads/{record.branch}"
+    assert [r.session_id for r in await spaces.listing()] == [SESSION]
+    assert not Path(spare.path).exists()
+
+
+async def test_start_up_keeps_a_ready_spare_and_drops_one_whose_folder_is_gone(
+        squad_repo: SquadLayout) -> None:
+    spaces = Workspaces(squad_repo, settings_with(squad_repo, spares=2), NullSink())
+    assert await spaces.refill_spares() == 2
+    gone, kept = await spaces.listing()
+    shutil.rmtree(gone.path)
+    notes = await spaces.reconcile()
+    assert any(gone.session_id in note for note in notes)
+    assert not any("orphan" in note for note in notes)
+    assert await _spares(spaces) == [kept.session_id]
+    assert gone.path not in git(squad_repo.repo, "worktree", "list")
+
+
+async def test_prune_removes_the_spares(squad_repo: SquadLayout, spaces: Workspaces) -> None:
+    assert await spaces.refill_spares() == 1
+    [spare] = await spaces.listing()
+    done = await spaces.prune()
+    assert done == [f"{spare.session_id} (spare): removed"]
+    assert await spaces.listing() == []
+    assert not Path(spare.path).exists()
+    assert spare.path not in git(squad_repo.repo, "worktree", "list")
