@@ -6,11 +6,17 @@ is the leader's pid. When the leader exits, what it left running is killed at on
 deadline passes, a cancel signal fires or the caller is cancelled, the group gets SIGTERM, then
 SIGKILL after a grace. The leader's exit is awaited through a pidfd (no polling where Linux has
 one), and the leader is always reaped.
+
+A squadd killed with SIGKILL cannot stop its groups. So every command carries its squadd's
+identity in its environment (`SQUADD_OWNER=pid:start`, inherited by its descendants), and the
+next squadd to start stops the groups whose owner is gone (`stop_orphans`). A process that
+clears its environment, or belongs to another user, is not found.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import subprocess
@@ -33,6 +39,74 @@ POLL_S = 0.02
 """Only where pidfds are missing: how often the leader's exit is polled (without reaping)."""
 
 Ending = Literal["exited", "timeout", "cancelled"]
+
+OWNER_VAR = "SQUADD_OWNER"
+"""In every command's environment: `pid:start` of the squadd process that started it."""
+PROC = Path("/proc")
+_ENVIRON_BYTES = 1 << 20
+
+
+def process_start(pid: int, proc: Path = PROC) -> str | None:
+    """The start time of process `pid` in clock ticks since boot, or None when it is gone
+    (or the system has no /proc). With the pid it names one process for good: a pid the
+    system gives again belongs to a process with another start time."""
+    try:
+        stat = (proc / str(pid) / "stat").read_text(encoding="ascii", errors="replace")
+    except (FileNotFoundError, ProcessLookupError, NotADirectoryError, PermissionError):
+        return None
+    fields = stat.rpartition(")")[2].split()
+    # After "pid (comm)": state is field 3, so starttime (field 22) is the 20th here.
+    if len(fields) < 20 or fields[0] in ("Z", "X"):
+        return None
+    return fields[19]
+
+
+@functools.cache
+def _mark_of(pid: int) -> str:
+    return f"{pid}:{process_start(pid) or ''}"
+
+
+def owner_mark() -> str:
+    """This process's `SQUADD_OWNER` value (keyed by pid: a forked child is its own owner)."""
+    return _mark_of(os.getpid())
+
+
+def _owner_in(environ: bytes) -> tuple[int, str] | None:
+    for entry in environ.split(b"\0"):
+        if entry.startswith(OWNER_VAR.encode() + b"="):
+            pid, _, start = entry[len(OWNER_VAR) + 1:].decode("ascii", "replace").partition(":")
+            return (int(pid), start) if pid.isdigit() and start else None
+    return None
+
+
+def stop_orphans(proc: Path = PROC) -> list[int]:
+    """SIGKILL the process groups of commands whose squadd is gone (killed before it could stop
+    them), and return the pids found. Commands of a squadd that still runs are left alone."""
+    if not proc.is_dir():
+        return []
+    found: list[int] = []
+    own, own_group = os.getpid(), os.getpgrp()
+    # Started by a command of a squadd now gone (an agent's `squadd serve` elsewhere): this
+    # process carries that mark too, and so may its own children. They are not orphans.
+    inherited = _owner_in(f"{OWNER_VAR}={os.environ.get(OWNER_VAR, '')}".encode())
+    for entry in proc.iterdir():
+        if not entry.name.isdigit() or int(entry.name) == own:
+            continue
+        try:
+            with open(entry / "environ", "rb") as handle:
+                owner = _owner_in(handle.read(_ENVIRON_BYTES))
+        except OSError:  # gone meanwhile, or another user's
+            continue
+        if owner is None or owner == inherited or process_start(owner[0], proc) == owner[1]:
+            continue
+        pid = int(entry.name)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            group = os.getpgid(pid)
+            if group != own_group:
+                signal_group(group, signal.SIGKILL)
+            os.kill(pid, signal.SIGKILL)  # one that left its group, or shares ours
+            found.append(pid)
+    return found
 
 
 class ByteSink(Protocol):
@@ -184,7 +258,9 @@ async def run_group(
         stdin=subprocess.PIPE if command.stdin is not None else subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE if stderr is not None else subprocess.STDOUT,
-        cwd=command.cwd, env=command.env, start_new_session=True)
+        cwd=command.cwd, start_new_session=True,
+        env={**(command.env if command.env is not None else os.environ),
+             OWNER_VAR: owner_mark()})
     pgid = process.pid  # start_new_session: the leader's pid is the group id
     ending: Ending = "exited"
     finished = False

@@ -44,6 +44,7 @@ from squadd.errors import ConfigError, DaemonAlreadyRunningError, DaemonError, D
 from squadd.fsio import atomic_write, try_lock
 from squadd.logs import configure_logging
 from squadd.loop_watch import LoopWatch
+from squadd.procs import stop_orphans
 from squadd.runtime.runtime import SquadRuntime
 from squadd.scribe.worker import run_scribe_worker
 from squadd.state.layout import SquadLayout
@@ -252,6 +253,9 @@ class Daemon:
                 cluster=self.coordinator is not None))
             for view in recovered.views:
                 runtime.pool.remember(view)
+            orphans = await anyio.to_thread.run_sync(stop_orphans)
+            if orphans:
+                log.warning("stopped commands a killed squadd left running", pids=orphans)
             swept = await anyio.to_thread.run_sync(sweep_stale_temp_files, self.layout)
             if swept:
                 log.info("removed temp files a crash left mid-write", files=len(swept))

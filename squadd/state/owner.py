@@ -12,21 +12,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from squadd.procs import process_start
+
 PROC = Path("/proc")
-
-
-def process_start(pid: int) -> str | None:
-    """The start time of process `pid` in clock ticks since boot, or None when it is gone
-    (or the system has no /proc)."""
-    try:
-        stat = (PROC / str(pid) / "stat").read_text(encoding="ascii", errors="replace")
-    except (FileNotFoundError, ProcessLookupError, NotADirectoryError, PermissionError):
-        return None
-    fields = stat.rpartition(")")[2].split()
-    # After "pid (comm)": state is field 3, so starttime (field 22) is the 20th here.
-    if len(fields) < 20 or fields[0] in ("Z", "X"):
-        return None
-    return fields[19]
 
 
 @functools.cache

@@ -139,10 +139,14 @@ async def test_a_timeout_kills_the_tool_and_all_it_started(
 
 async def test_a_cancelled_call_kills_its_worker(layout: SquadLayout, tmp_path: Path,
                                                  workers: list[int]) -> None:
-    write(layout.tools_dir, "parent_of_sleepers.py", RUNAWAYS["parent_of_sleepers"])
+    # Only the cancel may end this call: with the 2 s timeout of the runaways, a busy machine
+    # could spend it all starting the worker, and the call would end before it began.
+    source = RUNAWAYS["parent_of_sleepers"].replace("@tool(timeout_s=2)", "@tool(timeout_s=600)")
+    assert "timeout_s=600" in source
+    write(layout.tools_dir, "parent_of_sleepers.py", source)
     found = discover(layout)
     pidfile = tmp_path / "pids"
-    with anyio.fail_after(60):
+    with anyio.fail_after(120):
         async with anyio.create_task_group() as group:
             group.start_soon(call, layout, found.toolset(), "parent_of_sleepers",
                              {"pidfile": str(pidfile)})

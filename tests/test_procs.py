@@ -1,0 +1,73 @@
+"""Commands a killed squadd left running: found by the owner mark in their environment and
+stopped by the next squadd (`procs.stop_orphans`); a live squadd's commands are left alone."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import psutil
+
+from squadd.procs import OWNER_VAR, owner_mark, process_start, stop_orphans
+
+# A stand-in squadd: runs a command through the one runner (whose leader starts a grandchild),
+# prints the pids, and waits to be killed.
+OWNER = textwrap.dedent("""
+    import anyio, sys
+    from squadd.procs import Command, run_group
+
+    class Out:
+        async def write(self, data: bytes) -> None:
+            sys.stdout.write(data.decode()); sys.stdout.flush()
+
+    async def main() -> None:
+        script = "sleep 300 & echo $$ $!; wait"
+        await run_group(Command(["sh", "-c", script], None, None), Out(),
+                        deadline=anyio.current_time() + 600)
+
+    anyio.run(main)
+""")
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _start_owner() -> tuple[subprocess.Popen[str], list[int]]:
+    owner = subprocess.Popen([sys.executable, "-c", OWNER], stdout=subprocess.PIPE, text=True)
+    assert owner.stdout is not None
+    pids = [int(p) for p in owner.stdout.readline().split()]
+    assert len(pids) == 2, pids
+    return owner, pids
+
+
+def test_a_killed_owners_commands_are_stopped_and_a_live_owners_are_not() -> None:
+    owner, (leader, grandchild) = _start_owner()
+    try:
+        environ = Path(f"/proc/{grandchild}/environ").read_bytes().split(b"\0")
+        assert f"{OWNER_VAR}={owner.pid}:{process_start(owner.pid)}".encode() in environ
+        assert leader not in stop_orphans() and not _gone(grandchild)  # its squadd runs
+        owner.send_signal(signal.SIGKILL)
+        owner.wait(timeout=30)
+        assert not _gone(leader) and not _gone(grandchild)  # nobody stopped them
+        assert {leader, grandchild} <= set(stop_orphans())
+        psutil.wait_procs([psutil.Process(p) for p in (leader, grandchild) if not _gone(p)],
+                          timeout=30)
+        assert _gone(leader) and _gone(grandchild)
+    finally:
+        owner.kill()
+        owner.wait(timeout=30)
+        for pid in (leader, grandchild):
+            if not _gone(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_the_mark_names_this_process() -> None:
+    assert owner_mark() == f"{os.getpid()}:{process_start(os.getpid())}"
