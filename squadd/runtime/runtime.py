@@ -45,6 +45,7 @@ from squadd.runtime.session import record_acceptance
 from squadd.runtime.slots import SlotLimiter, SlotTicket
 from squadd.state.charters import Charter
 from squadd.state.layout import SquadLayout
+from squadd.state.skills import summary_cache
 from squadd.state.transcripts import SpareFiles
 from squadd.tools.base import ToolSet
 from squadd.tools.builtin import workspace_tools
@@ -102,6 +103,8 @@ class SquadRuntime:
         # tests) share no cache, no spare file, no discovered tool.
         self.files = file_cache(layout)
         """The prompt's files (charters, histories, decisions.md), by stat signature."""
+        self.skill_summaries = summary_cache()
+        """The skills' index lines in the prompt, by stat signature."""
         self.secrets = secrets if secrets is not None else SecretRegistry()
         """Secret values this runtime's tools were given: its owner's log processor
         (`secrets.redact_log_event`) redacts them."""
@@ -110,8 +113,8 @@ class SquadRuntime:
         self.runner = RouteRunner(
             layout=layout, settings=settings, provider=provider, bus=self.bus,
             invoker=self.invoker, pool=self.pool, orchestration=self.orchestration,
-            tools=self.tools, extra_tools=extra_tools, files=self.files, spares=self.spares,
-            workspaces=self.workspaces)
+            tools=self.tools, extra_tools=extra_tools, files=self.files,
+            summaries=self.skill_summaries, spares=self.spares, workspaces=self.workspaces)
         self._charters = CharterCache(layout)
         self._owns_provider = owns_provider
         self._stack: AsyncExitStack | None = None
