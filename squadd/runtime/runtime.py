@@ -49,6 +49,7 @@ from squadd.state.skills import summary_cache
 from squadd.state.transcripts import SpareFiles
 from squadd.tools.base import ToolSet
 from squadd.tools.builtin import workspace_tools
+from squadd.tools.custom.python_calls import SpareWorkers
 from squadd.tools.custom.variables import SecretRegistry, SquadVariables
 from squadd.tools.invoke import ToolInvoker
 from squadd.tools.squad import file_tools
@@ -84,6 +85,7 @@ class SquadRuntime:
         limiter: SlotLimiter | None = None,
         owns_provider: bool = False,
         secrets: SecretRegistry | None = None,
+        python_workers: SpareWorkers | None = None,
     ):
         self.layout = layout
         self.settings = settings
@@ -105,6 +107,8 @@ class SquadRuntime:
         """The prompt's files (charters, histories, decisions.md), by stat signature."""
         self.skill_summaries = summary_cache()
         """The skills' index lines in the prompt, by stat signature."""
+        self.python_workers = python_workers
+        """The spare processes its Python tools' calls start from, ended with the runtime."""
         self.secrets = secrets if secrets is not None else SecretRegistry()
         """Secret values this runtime's tools were given: its owner's log processor
         (`secrets.redact_log_event`) redacts them."""
@@ -160,7 +164,8 @@ class SquadRuntime:
             return ToolSet(bind_agent_tools(found, runtime), found.unavailable)
 
         runtime = cls(layout, settings, provider, bus=bus, invoker=invoker,
-                      extra_tools=custom_tools, owns_provider=True, secrets=secrets)
+                      extra_tools=custom_tools, owns_provider=True, secrets=secrets,
+                      python_workers=discoverer.workers)
         return runtime
 
     # Lifecycle.
@@ -199,6 +204,9 @@ class SquadRuntime:
             if self._owns_provider:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(5):
                     await self.provider.aclose()
+            if self.python_workers is not None:  # killed at once; reaped in a thread
+                with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+                    await anyio.to_thread.run_sync(self.python_workers.close)
 
     async def shutdown(self, *, grace_s: float) -> None:
         """Stop admitting; give running sessions `grace_s` to end, then interrupt the rest."""
