@@ -2,8 +2,8 @@
 JSON lines to a rotating file (the daemon's `.squad/run/squadd.log`).
 
 Call `configure_logging` once at process start; library code only calls `structlog.get_logger`.
-The caller passes the processor that redacts secrets (`squadd.tools.custom.variables.
-redact_log_event`): it is required, so no process can log without it.
+The caller passes the processor that redacts secrets (`SecretRegistry.redact_log_event` of the
+registry its runtime's resolvers fill): it is required, so no process can log without it.
 """
 
 from __future__ import annotations

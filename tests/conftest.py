@@ -45,10 +45,20 @@ def _pool_invariants(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[SessionPo
 
 
 @pytest.fixture(autouse=True)
-def _no_spare_workers_left() -> Iterator[None]:
-    """A Python tool's spare worker process does not outlive the test that started it."""
+def _no_spare_workers_left(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A Python tool's spare worker process does not outlive the test that started it: every
+    spare pool the test made (one per tool discoverer) is closed when it ends."""
+    pools: list[python_calls.SpareWorkers] = []
+    build = python_calls.SpareWorkers.__init__
+
+    def tracked(self: python_calls.SpareWorkers, *args: Any, **kwargs: Any) -> None:
+        build(self, *args, **kwargs)
+        pools.append(self)
+
+    monkeypatch.setattr(python_calls.SpareWorkers, "__init__", tracked)
     yield
-    python_calls.SPARES.close()
+    for pool in pools:
+        pool.close()
 
 
 @pytest.fixture

@@ -51,12 +51,12 @@ def test_the_daemon_logs_a_stall_with_the_tools_running(squad: SquadLayout,
                                                         tmp_path: Path) -> None:
     from squadd.logs import configure_logging
     from squadd.runtime.runtime import SquadRuntime
-    from squadd.tools.custom.variables import redact_log_event
+    from squadd.tools.custom.variables import SecretRegistry
 
     log_file = tmp_path / "daemon.log"
     saved, root = structlog.get_config(), logging.getLogger()
     handlers, level = list(root.handlers), root.level
-    configure_logging(redact=redact_log_event, console=False, json_file=log_file,
+    configure_logging(redact=SecretRegistry().redact_log_event, console=False, json_file=log_file,
                       file_level="warning")
     try:
         runtime = SquadRuntime.from_settings(squad, Settings.model_validate(

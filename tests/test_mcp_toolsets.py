@@ -1,6 +1,7 @@
 """A charter's `## Tools` and a session's `availableTools` hold for every way in: MCP as an
-agent (`SQUADD_AGENT`) and from a session (`SQUADD_SESSION_ID`), and the daemon's tool API.
-A real `squadd serve`, a real `squadd mcp` under the SDK's stdio client."""
+agent (`SQUADD_AGENT`) and from a session (`SQUADD_SESSION_ID`). A real `squadd serve`, a real
+`squadd mcp` under the SDK's stdio client. The daemon's tool API holds callers to the same rules
+in process: tests/daemon/test_tool_api.py."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from squadd.daemon.wire import DaemonRequestError
 from tests.support.daemon_process import FAST_CONFIG, DaemonProcess
 from tests.support.model_servers import OpenAIServer
 from tests.test_mcp import call, mcp_session, text_of
@@ -56,15 +56,6 @@ async def test_an_agent_over_mcp_gets_only_its_charters_tools(
     assert not any(daemon.layout.inbox_dir.glob("tester-sneak*"))
 
 
-def test_the_tool_api_refuses_a_call_outside_the_agents_tools(daemon: DaemonProcess) -> None:
-    result = daemon.client.call_tool("squad_decide", DECIDE, agent="tester")
-    assert result["result_type"] == "failure" and "## Tools" in result["text"]
-    assert daemon.client.call_tool("squad_status", {}, agent="tester")["result_type"] == \
-        "success"
-    # A person (no agent) is held to no charter.
-    assert daemon.client.call_tool("squad_status", {})["result_type"] == "success"
-
-
 async def test_calls_from_a_session_keep_to_its_available_tools_and_identity(
         daemon: DaemonProcess, model_server: OpenAIServer) -> None:
     model_server.script(OpenAIServer.text_turn("ready"))
@@ -95,9 +86,3 @@ async def test_calls_from_a_session_keep_to_its_available_tools_and_identity(
     sent = model_server.requests[-1].body
     assert {tool["function"]["name"] for tool in sent["tools"]} == {"squad_status",
                                                                      "squad_route"}
-
-
-def test_an_unknown_session_is_refused(daemon: DaemonProcess) -> None:
-    with pytest.raises(DaemonRequestError) as caught:
-        daemon.client.call_tool("squad_status", {}, session_id="20260101-000000-00000000")
-    assert caught.value.status == 404 and "no session" in str(caught.value)

@@ -94,5 +94,6 @@ async def test_two_runtimes_in_one_process_share_no_cache_or_spare_files(
     b = SquadRuntime(second, Settings(), provider)
     assert a.files is not b.files and a.spares is not b.spares
     assert a._charters is not b._charters and a.router is not b.router
+    assert a.skill_summaries is not b.skill_summaries and a.secrets is not b.secrets
     a.files.get(first.charter("lead"))
     assert len(a.files) == 1 and len(b.files) == 0

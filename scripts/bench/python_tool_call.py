@@ -30,7 +30,6 @@ from squadd.config import Settings
 from squadd.contracts.messages import ToolCall
 from squadd.state.layout import SquadLayout
 from squadd.tools.base import ToolSet
-from squadd.tools.custom import python_calls
 from squadd.tools.custom.discovery import ToolDiscoverer
 from squadd.tools.invoke import CallOrigin, ToolInvoker
 
@@ -72,13 +71,14 @@ async def run(calls: int, gap_s: float) -> dict[str, list[float]]:
         (layout.tools_dir / "echo.py").write_text(ECHO, encoding="utf-8")
         settings = Settings()
         invoker = ToolInvoker(layout, settings)
-        from_file = ToolDiscoverer().discover(layout, settings).toolset()
+        discoverer = ToolDiscoverer()
+        from_file = discoverer.discover(layout, settings).toolset()
         results = {"inprocess": await _timed(invoker, ToolSet([echo]), calls, 0.0)}
         await anyio.sleep(1.0)  # the spare discovery started is ready
         results["warm"] = await _timed(invoker, from_file, calls, gap_s)
         results["back_to_back"] = await _timed(invoker, from_file, calls, 0.0)
-        python_calls.SPARES.close()
-        python_calls.SPARES.keep = 0
+        discoverer.workers.close()
+        discoverer.workers.keep = 0
         results["cold"] = await _timed(invoker, from_file, calls, gap_s)
         return results
 

@@ -16,8 +16,8 @@ import timeit
 from pathlib import Path
 
 from squadd.runtime.prompt import skills_index
-from squadd.state import skills
 from squadd.state.layout import SquadLayout
+from squadd.state.skills import summary_cache
 
 ROUNDS = 5
 CALLS = 20
@@ -41,13 +41,13 @@ def main() -> None:
     count = parser.parse_args().skills
     with tempfile.TemporaryDirectory() as tmp:
         layout = make_skills(Path(tmp) / "repo", count)
-        assert skills_index(layout).count("\n") == count - 1
+        summaries = summary_cache()  # as a runtime keeps it
+        assert skills_index(layout, summaries).count("\n") == count - 1
 
         def cold() -> None:
-            skills._SUMMARIES = skills._Summaries()
-            skills_index(layout)
+            skills_index(layout)  # no cache: every file parsed again
 
-        warm_s = min(timeit.repeat(lambda: skills_index(layout), number=CALLS,
+        warm_s = min(timeit.repeat(lambda: skills_index(layout, summaries), number=CALLS,
                                    repeat=ROUNDS)) / CALLS
         cold_s = min(timeit.repeat(cold, number=CALLS, repeat=ROUNDS)) / CALLS
     print(f"skills_index skills={count} warm_ms={warm_s * 1e3:.3f} cold_ms={cold_s * 1e3:.3f}")

@@ -55,14 +55,15 @@ def mcp(agent: str | None, session_id: str | None, log_level: str,
 
     from squadd.logs import configure_logging
     from squadd.mcp_server import serve_stdio
-    from squadd.tools.custom.variables import redact_log_event
+    from squadd.tools.custom.variables import SecretRegistry
 
     layout = find_layout(directory)
     if agent is not None:
         agent = safe_name(agent)
     if session_id is not None:
         session_id = safe_id(session_id)
-    configure_logging(redact=redact_log_event, console_level=log_level)
+    # Every call runs in the daemon, which resolves (and redacts) the secrets: none come here.
+    configure_logging(redact=SecretRegistry().redact_log_event, console_level=log_level)
     anyio.run(functools.partial(serve_stdio, layout, agent=agent, session_id=session_id))
 
 

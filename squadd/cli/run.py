@@ -42,14 +42,17 @@ def run(agent: str, task: str, context: str | None, as_json: bool, verbose: bool
     """
     from squadd.config import load_settings
     from squadd.logs import configure_logging
-    from squadd.tools.custom.variables import redact_log_event
+    from squadd.tools.custom.variables import SecretRegistry
 
     # Progress is shown from events; log lines would repeat it (and must never reach stdout).
-    configure_logging(redact=redact_log_event, console_level="info" if verbose else "error")
+    known_secrets = SecretRegistry()  # the session's runtime remembers its secrets here
+    configure_logging(redact=known_secrets.redact_log_event,
+                      console_level="info" if verbose else "error")
     layout = find_layout(directory)
     overrides = provider_overrides(provider_kind, base_url, replay_file)
     settings = load_settings(layout.root, overrides={"provider": overrides} if overrides else None)
-    outcome = anyio.run(_run_session, layout, settings, agent, task, context, model, as_json)
+    outcome = anyio.run(_run_session, layout, settings, known_secrets, agent, task, context,
+                        model, as_json)
     if as_json:
         print_json(outcome)
     elif outcome["status"] == "completed":
@@ -62,8 +65,8 @@ def run(agent: str, task: str, context: str | None, as_json: bool, verbose: bool
         sys.exit(1)
 
 
-async def _run_session(layout: Any, settings: Any, agent: str, task: str, context: str | None,
-                       model: str | None, quiet: bool) -> dict[str, Any]:
+async def _run_session(layout: Any, settings: Any, known_secrets: Any, agent: str, task: str,
+                       context: str | None, model: str | None, quiet: bool) -> dict[str, Any]:
     from pydantic import ValidationError
 
     from squadd.contracts.events import (
@@ -81,7 +84,7 @@ async def _run_session(layout: Any, settings: Any, agent: str, task: str, contex
     # a daemon's spares are its own to hand out).
     settings = settings.model_copy(update={
         "workspace": settings.workspace.model_copy(update={"spares": 0})})
-    runtime = SquadRuntime.from_settings(layout, settings)
+    runtime = SquadRuntime.from_settings(layout, settings, secrets=known_secrets)
 
     def show(event: BaseEvent) -> None:
         if quiet:

@@ -34,11 +34,13 @@ def scribe(as_json: bool, dry_run: bool, watch: bool, directory: Path | None) ->
     if watch and dry_run:
         raise click.UsageError("--watch and --dry-run do not go together: a dry run is one pass")
     from squadd.logs import configure_logging
-    from squadd.tools.custom.variables import redact_log_event
+    from squadd.tools.custom.variables import SecretRegistry
 
     # A pass reports what it merged and rejected itself; log lines would only repeat it. A
-    # watcher has no report at the end: its failures are logged on stderr.
-    configure_logging(redact=redact_log_event, console_level="warning" if watch else "error")
+    # watcher has no report at the end: its failures are logged on stderr. No tool runs here,
+    # so no secret is resolved: the registry stays empty, the processor is required all the same.
+    configure_logging(redact=SecretRegistry().redact_log_event,
+                      console_level="warning" if watch else "error")
     try:
         layout = find_layout(directory)
         settings = load_settings(layout.root)

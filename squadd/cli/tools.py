@@ -29,7 +29,7 @@ from squadd.tools.custom.discovery import Discovery, discover_tools
 from squadd.tools.custom.python_tools import ToolDefinitionError, check_tool_name
 from squadd.tools.custom.shell_show import yaml_details
 from squadd.tools.custom.shell_tools import ShellTool, ToolTestOutcome, run_tool_tests
-from squadd.tools.custom.variables import SquadVariables
+from squadd.tools.custom.variables import SecretRegistry, SquadVariables
 from squadd.tools.invoke import CallOrigin, ToolInvoker, Unattended, redact, redact_any
 from squadd.tools.policy import approval_policy
 from squadd.untrusted import UntrustedInputError, parse_json, shown_name
@@ -40,14 +40,17 @@ def tools() -> None:
     """List, inspect, run, test and create custom tools (.squad/tools/*.py, *.yaml)."""
 
 
-def _load(directory: Path | None) -> tuple[SquadLayout, Settings, list[Tool[Any]], Discovery]:
+def _load(directory: Path | None
+          ) -> tuple[SquadLayout, Settings, list[Tool[Any]], Discovery, SecretRegistry]:
+    """The squad, its settings, the built-in and the discovered tools, and the registry whose
+    secrets this command's log lines are redacted of (its invoker's resolver fills it)."""
     from squadd.logs import configure_logging
     from squadd.tools.builtin import WORKSPACE_TOOL_NAMES, workspace_tools
-    from squadd.tools.custom.variables import redact_log_event
     from squadd.tools.squad import SQUAD_TOOL_NAMES, file_tools
 
     # Load failures are listed by the commands themselves; log lines would only repeat them.
-    configure_logging(redact=redact_log_event, console_level="error")
+    known_secrets = SecretRegistry()
+    configure_logging(redact=known_secrets.redact_log_event, console_level="error")
     layout = find_layout(directory)
     settings = load_settings(layout.root)
     builtins = [*file_tools(layout, settings), *workspace_tools(settings)]
@@ -55,7 +58,7 @@ def _load(directory: Path | None) -> tuple[SquadLayout, Settings, list[Tool[Any]
     # the daemon, though only the squad tools that need no pool can run here.
     found = discover_tools(layout, settings,
                            builtin_names=(*SQUAD_TOOL_NAMES, *WORKSPACE_TOOL_NAMES))
-    return layout, settings, builtins, found
+    return layout, settings, builtins, found, known_secrets
 
 
 def _rows(builtins: list[Tool[Any]], found: Discovery) -> list[dict[str, Any]]:
@@ -95,7 +98,7 @@ def list_tools(as_json: bool, directory: Path | None) -> None:
     with the reason, and every other tool still loads. A tool that cannot run on this machine
     is unavailable; a key squadd cannot honour here is a warning on its tool.
     """
-    _, _, builtins, found = _load(directory)
+    _, _, builtins, found, _ = _load(directory)
     rows = _rows(builtins, found)
     if as_json:
         print_json({"tools": rows, "dirs": [
@@ -126,7 +129,7 @@ def list_tools(as_json: bool, directory: Path | None) -> None:
 def show(name: str, directory: Path | None) -> None:
     """Print tool NAME as the model sees it: its description and the JSON schema of its
     arguments, with where it comes from and its approval policy."""
-    _, settings, builtins, found = _load(directory)
+    _, settings, builtins, found, _ = _load(directory)
     tool = _find(name, builtins, found)
     policy = approval_policy(tool, settings.tools.approvals)
     shown = {
@@ -230,12 +233,14 @@ class _Progress:
             click.echo(click.style(f"  … {event.message}{share}", fg="cyan"), err=True)
 
 
-def _invoker(layout: SquadLayout, settings: Settings, *, approvals: bool) -> ToolInvoker:
+def _invoker(layout: SquadLayout, settings: Settings, known_secrets: SecretRegistry, *,
+             approvals: bool) -> ToolInvoker:
     # Without asking (`tools test`), running the tool's own tests is what the person asked
     # for: its `ask` calls run, `deny` still refuses.
     gate = TerminalApprovals(settings) if approvals else Unattended(settings, approve_asks=True)
     return ToolInvoker(layout, settings, _Progress(),
-                       variables=SquadVariables(layout, settings), approvals=gate)
+                       variables=SquadVariables(layout, settings, registry=known_secrets),
+                       approvals=gate)
 
 
 CALL_HELP = """Run tool NAME through the full pipeline and print its result.
@@ -259,12 +264,12 @@ def call(name: str, pairs: tuple[str, ...], raw_json: str | None, as_json: bool,
          directory: Path | None) -> None:
     from squadd.contracts.messages import ToolCall
 
-    layout, settings, builtins, found = _load(directory)
+    layout, settings, builtins, found, known_secrets = _load(directory)
     tool = _find(name, builtins, found)
     arguments = parse_arguments(tool, pairs, raw_json)
     session = "cli-" + time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     toolset = ToolSet(builtins).merged(found.tools)
-    invoker = _invoker(layout, settings, approvals=True)
+    invoker = _invoker(layout, settings, known_secrets, approvals=True)
     result = anyio.run(invoker.invoke, toolset, ToolCall(id="call-1", name=name,
                                                          arguments=arguments),
                        CallOrigin(session_id=session, agent="cli"))
@@ -284,7 +289,7 @@ def call(name: str, pairs: tuple[str, ...], raw_json: str | None, as_json: bool,
 @dir_option
 def test(name: str | None, directory: Path | None) -> None:
     """Run the `tests:` of YAML tool NAME (default: of every YAML tool that has tests)."""
-    layout, settings, builtins, found = _load(directory)
+    layout, settings, builtins, found, known_secrets = _load(directory)
     if name is not None:
         chosen = _find(name, builtins, found)
         if not isinstance(chosen, ShellTool):
@@ -297,7 +302,7 @@ def test(name: str | None, directory: Path | None) -> None:
     if not targets:
         click.echo("No YAML tool here has tests: add a 'tests:' section to one.")
         return
-    invoker = _invoker(layout, settings, approvals=False)
+    invoker = _invoker(layout, settings, known_secrets, approvals=False)
 
     def report(outcome: ToolTestOutcome) -> None:
         mark = click.style("PASS", fg="green") if outcome.passed else \

@@ -70,7 +70,7 @@ def worker(cluster_url: str, repo: str, slots: int, name: str | None, workdir: P
     from squadd.contracts.names import is_safe_name
     from squadd.logs import configure_logging
     from squadd.state.layout import SquadLayout
-    from squadd.tools.custom.variables import redact_log_event
+    from squadd.tools.custom.variables import SecretRegistry
     from squadd.worker.process import clone_dir
 
     name = name or f"{socket.gethostname()}-{os.getpid()}"
@@ -85,7 +85,9 @@ def worker(cluster_url: str, repo: str, slots: int, name: str | None, workdir: P
     if overrides:
         layers["provider"] = dict(overrides)
     settings = load_settings(layout.root if layout.root.is_dir() else None, overrides=layers)
-    configure_logging(redact=redact_log_event, console_level=log_level)
+    # The worker's tools read their variables from the environment (no resolver remembers
+    # secrets here): the registry stays empty; the processor is required all the same.
+    configure_logging(redact=SecretRegistry().redact_log_event, console_level=log_level)
     anyio.run(_serve, name, slots, layout, settings,
               backend_options={"use_uvloop": True})
 

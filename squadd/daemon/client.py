@@ -300,8 +300,13 @@ class AsyncDaemonClient(_Base):
     (`subscribe_raw` yields dicts). Use it as an async context manager, or `aclose()` it."""
 
     def __init__(self, layout: SquadLayout, *, tcp: str | None = None, token: str | None = None,
-                 timeout: float | None = None):
+                 timeout: float | None = None,
+                 transport: httpx.AsyncBaseTransport | None = None):
+        """`transport` replaces the socket (or TCP) connection, as httpx's own `transport=`
+        does: e.g. `httpx.ASGITransport(app=create_app(context))` talks to an app in this
+        process."""
         super().__init__(layout, tcp=tcp, token=token, timeout=timeout)
+        self._transport = transport
         self._http: httpx.AsyncClient | None = None
 
     @classmethod
@@ -310,10 +315,13 @@ class AsyncDaemonClient(_Base):
 
     def _client(self) -> httpx.AsyncClient:
         if self._http is None:
-            base, uds = self._transport_target()
-            self._http = httpx.AsyncClient(
-                base_url=base, transport=httpx.AsyncHTTPTransport(uds=uds),
-                headers=self._headers(), timeout=DEFAULT_TIMEOUT_S)
+            if self._transport is not None:
+                base, transport = "http://squadd", self._transport
+            else:
+                base, uds = self._transport_target()
+                transport = httpx.AsyncHTTPTransport(uds=uds)
+            self._http = httpx.AsyncClient(base_url=base, transport=transport,
+                                           headers=self._headers(), timeout=DEFAULT_TIMEOUT_S)
         return self._http
 
     async def _send(self, call: Call) -> Any:

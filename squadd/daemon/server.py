@@ -48,7 +48,7 @@ from squadd.procs import stop_orphans
 from squadd.runtime.runtime import SquadRuntime
 from squadd.scribe.worker import run_scribe_worker
 from squadd.state.layout import SquadLayout
-from squadd.tools.custom.variables import redact_log_event
+from squadd.tools.custom.variables import SecretRegistry
 
 if TYPE_CHECKING:
     from squadd.daemon.coordinator import Coordinator
@@ -191,7 +191,9 @@ class Daemon:
         address: SocketAddress | None = None
         served = False
         try:
-            configure_logging(redact=redact_log_event, console_level=self.console_level,
+            known_secrets = SecretRegistry()  # the runtime's, redacted from every log line
+            configure_logging(redact=known_secrets.redact_log_event,
+                              console_level=self.console_level,
                               json_file=layout.log_file, file_level=settings.daemon.log_level,
                               max_bytes=settings.daemon.log_max_bytes,
                               backups=settings.daemon.log_backups)
@@ -199,7 +201,7 @@ class Daemon:
             if stale:
                 log.warning("removed files a daemon that did not stop cleanly left behind",
                             files=stale)
-            runtime = SquadRuntime.from_settings(layout, settings)
+            runtime = SquadRuntime.from_settings(layout, settings, secrets=known_secrets)
             if settings.cluster.url:
                 from squadd.daemon.cluster_mode import coordinate
 

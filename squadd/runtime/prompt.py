@@ -59,10 +59,10 @@ class PromptParts:
     skills: str
 
 
-def skills_index(layout: SquadLayout) -> str:
+def skills_index(layout: SquadLayout, summaries: StatCache[str] | None = None) -> str:
     """One line per skill: `- {name}: {description from its front matter}`."""
     lines = [f"- {s.name}: {s.summary}" if s.summary else f"- {s.name}"
-             for s in list_skills(layout)]
+             for s in list_skills(layout, summaries)]
     return "\n".join(lines)
 
 
@@ -73,10 +73,12 @@ def file_cache(layout: SquadLayout, limit: int = 256) -> StatCache[str]:
 
 
 def gather(layout: SquadLayout, agent: str, context: str | None,
-           files: StatCache[str] | None = None) -> PromptParts:
+           files: StatCache[str] | None = None,
+           summaries: StatCache[str] | None = None) -> PromptParts:
     """Read everything the prompt needs (blocking: call from a worker thread), through the
-    owner's `files` cache when it has one. A file that cannot be read safely (a symlink out
-    of the repository, a FIFO) is left out with a note, and logged with the reason."""
+    owner's `files` cache and skill `summaries` (`skills.summary_cache()`) when it has them.
+    A file that cannot be read safely (a symlink out of the repository, a FIFO) is left out
+    with a note, and logged with the reason."""
     cache = files if files is not None else file_cache(layout, limit=4)
 
     def read(where: Callable[[], Path], what: str) -> str:
@@ -93,7 +95,7 @@ def gather(layout: SquadLayout, agent: str, context: str | None,
         history=read(lambda: layout.history(agent), "history"),
         decisions=read(lambda: layout.decisions_md, "decisions"),
         context=context or "",
-        skills=skills_index(layout),
+        skills=skills_index(layout, summaries),
     )
 
 

@@ -65,7 +65,8 @@ class RouteRunner:
                  bus: EventBus, invoker: ToolInvoker, pool: SessionPool,
                  orchestration: OrchestrationLog, tools: ToolSet,
                  extra_tools: ExtraTools | None, files: StatCache[str] | None = None,
-                 spares: SpareFiles | None = None, workspaces: Workspaces | None = None):
+                 summaries: StatCache[str] | None = None, spares: SpareFiles | None = None,
+                 workspaces: Workspaces | None = None):
         self.layout = layout
         self.settings = settings
         self.provider = provider
@@ -76,6 +77,7 @@ class RouteRunner:
         self.tools = tools
         self.extra_tools = extra_tools
         self.files = files
+        self.summaries = summaries
         self.spares = spares
         self.workspaces = workspaces
         self._in_use: dict[str, WorkspaceView] = {}
@@ -226,7 +228,7 @@ class RouteRunner:
             session = AgentSession(
                 info, layout=self.layout, settings=self.settings, provider=self.provider,
                 invoker=self.invoker, tools=tools, sink=sink, files=self.files,
-                spares=self.spares,
+                summaries=self.summaries, spares=self.spares,
                 workspace_dir=Path(workspace.path) if workspace is not None else None,
             )
             sink.session = session

@@ -45,9 +45,12 @@ from squadd.runtime.session import record_acceptance
 from squadd.runtime.slots import SlotLimiter, SlotTicket
 from squadd.state.charters import Charter
 from squadd.state.layout import SquadLayout
+from squadd.state.skills import summary_cache
 from squadd.state.transcripts import SpareFiles
 from squadd.tools.base import ToolSet
 from squadd.tools.builtin import workspace_tools
+from squadd.tools.custom.python_calls import SpareWorkers
+from squadd.tools.custom.variables import SecretRegistry, SquadVariables
 from squadd.tools.invoke import ToolInvoker
 from squadd.tools.squad import file_tools
 from squadd.tools.squad.route import SquadRoute
@@ -81,6 +84,8 @@ class SquadRuntime:
         extra_tools: ExtraTools | None = None,
         limiter: SlotLimiter | None = None,
         owns_provider: bool = False,
+        secrets: SecretRegistry | None = None,
+        python_workers: SpareWorkers | None = None,
     ):
         self.layout = layout
         self.settings = settings
@@ -100,13 +105,20 @@ class SquadRuntime:
         # tests) share no cache, no spare file, no discovered tool.
         self.files = file_cache(layout)
         """The prompt's files (charters, histories, decisions.md), by stat signature."""
+        self.skill_summaries = summary_cache()
+        """The skills' index lines in the prompt, by stat signature."""
+        self.python_workers = python_workers
+        """The spare processes its Python tools' calls start from, ended with the runtime."""
+        self.secrets = secrets if secrets is not None else SecretRegistry()
+        """Secret values this runtime's tools were given: its owner's log processor
+        (`secrets.redact_log_event`) redacts them."""
         self.spares = SpareFiles(layout.sessions_dir)
         """New transcripts' files, made ahead by a background task."""
         self.runner = RouteRunner(
             layout=layout, settings=settings, provider=provider, bus=self.bus,
             invoker=self.invoker, pool=self.pool, orchestration=self.orchestration,
-            tools=self.tools, extra_tools=extra_tools, files=self.files, spares=self.spares,
-            workspaces=self.workspaces)
+            tools=self.tools, extra_tools=extra_tools, files=self.files,
+            summaries=self.skill_summaries, spares=self.spares, workspaces=self.workspaces)
         self._charters = CharterCache(layout)
         self._owns_provider = owns_provider
         self._stack: AsyncExitStack | None = None
@@ -119,21 +131,25 @@ class SquadRuntime:
 
     @classmethod
     def from_settings(cls, layout: SquadLayout, settings: Settings, *,
-                      bus: EventBus | None = None) -> SquadRuntime:
+                      bus: EventBus | None = None,
+                      secrets: SecretRegistry | None = None) -> SquadRuntime:
         """The runtime as `squadd serve` and `squadd run` use it (not started: `async with`
         it): the provider the settings name, with its retries as events; the invoker with the
         project's variables and secrets and the approval broker; and the custom tools
-        discovered at each session start (`.squad/tools/`, the user's, `tools.extra_dirs`)."""
+        discovered at each session start (`.squad/tools/`, the user's, `tools.extra_dirs`).
+        `secrets` is the registry the caller's log processor redacts (a new one if not given:
+        then `runtime.secrets.redact_log_event` is the processor to log with)."""
         from squadd.providers.factory import make_provider
         from squadd.tools.custom.agent_tools import bind_agent_tools
         from squadd.tools.custom.approvals import ApprovalBroker
         from squadd.tools.custom.discovery import ToolDiscoverer, discover_tools
-        from squadd.tools.custom.variables import SquadVariables
 
         bus = bus if bus is not None else EventBus(buffer=settings.daemon.event_buffer)
         provider = make_provider(settings.provider, on_retry=retry_publisher(bus),
                                  cwd=layout.repo)
-        invoker = ToolInvoker(layout, settings, bus, variables=SquadVariables(layout, settings),
+        secrets = secrets if secrets is not None else SecretRegistry()
+        invoker = ToolInvoker(layout, settings, bus,
+                              variables=SquadVariables(layout, settings, registry=secrets),
                               approvals=ApprovalBroker(settings, bus))
         discoverer = ToolDiscoverer()  # this runtime's: loaded tool files, by stat
         runtime: SquadRuntime | None = None
@@ -148,7 +164,8 @@ class SquadRuntime:
             return ToolSet(bind_agent_tools(found, runtime), found.unavailable)
 
         runtime = cls(layout, settings, provider, bus=bus, invoker=invoker,
-                      extra_tools=custom_tools, owns_provider=True)
+                      extra_tools=custom_tools, owns_provider=True, secrets=secrets,
+                      python_workers=discoverer.workers)
         return runtime
 
     # Lifecycle.
@@ -187,6 +204,9 @@ class SquadRuntime:
             if self._owns_provider:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(5):
                     await self.provider.aclose()
+            if self.python_workers is not None:  # killed at once; reaped in a thread
+                with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+                    await anyio.to_thread.run_sync(self.python_workers.close)
 
     async def shutdown(self, *, grace_s: float) -> None:
         """Stop admitting; give running sessions `grace_s` to end, then interrupt the rest."""

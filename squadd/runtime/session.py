@@ -177,12 +177,15 @@ class AgentSession:
         tools: ToolSet,
         sink: EventSink,
         files: StatCache[str] | None = None,
+        summaries: StatCache[str] | None = None,
         spares: SpareFiles | None = None,
         workspace_dir: Path | None = None,
     ):
         self.info = info
         self.files = files
         """The owner's cache of the prompt's files (None: read them each time)."""
+        self.summaries = summaries
+        """The owner's cache of the skills' index lines (None: read them each time)."""
         self.spares = spares
         self.workspace_dir = workspace_dir
         """The session's git worktree (None: it works in the repository root)."""
@@ -229,7 +232,7 @@ class AgentSession:
         """Read the prompt's files, then write and fsync all the provider is about to see
         (blocking: one trip to a worker thread)."""
         info = self.info
-        parts = gather(self.layout, info.agent, context, self.files)
+        parts = gather(self.layout, info.agent, context, self.files, self.summaries)
         system = SystemMessage(content=build_system_prompt(info.agent, parts, self.settings.prompt))
         user = UserMessage(content=task)
         writer = self._writer

@@ -15,6 +15,8 @@ from collections.abc import Callable
 
 ENV = "SQUADD_CRASH_AT"
 _reached: Counter[str] = Counter()
+"""Times each point was reached while `SQUADD_CRASH_AT` names it. The count is the process's,
+as the variable and the kill are: it is touched only in a process a test means to kill."""
 
 
 def crash_point(name: str, before: Callable[[], object] | None = None) -> None:

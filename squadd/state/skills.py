@@ -10,7 +10,6 @@ line). Every path comes from `SquadLayout`, which keeps it inside its folder.
 from __future__ import annotations
 
 import re
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import yaml
 from squadd.contracts.names import safe_name
 from squadd.errors import LimitExceededError, NotFoundError, PathEscapeError, StateError
 from squadd.fsio import atomic_write, file_lock
+from squadd.statcache import StatCache
 from squadd.state.layout import SkillSource, SquadLayout
 
 SKILL_FILE = "SKILL.md"
@@ -69,34 +69,6 @@ def summary_of(text: str) -> str:
     return line if len(line) <= SUMMARY_CHARS else line[:SUMMARY_CHARS - 1] + "…"
 
 
-class _Summaries:
-    """Index lines keyed by (path, mtime_ns, size, inode): every prompt lists the skills, and
-    parsing front matter again for unchanged files would cost each spawn. Bounded, thread-safe."""
-
-    LIMIT = 512
-
-    def __init__(self) -> None:
-        self._entries: dict[Path, tuple[tuple[int, int, int], str]] = {}
-        self._lock = threading.Lock()
-
-    def of(self, path: Path) -> str:
-        try:
-            st = path.stat()
-        except OSError:
-            return ""
-        key = (st.st_mtime_ns, st.st_size, st.st_ino)
-        with self._lock:
-            hit = self._entries.get(path)
-        if hit is not None and hit[0] == key:
-            return hit[1]
-        summary = summary_of(_head(path))
-        with self._lock:
-            if len(self._entries) >= self.LIMIT:
-                self._entries.pop(next(iter(self._entries)))
-            self._entries[path] = (key, summary)
-        return summary
-
-
 def _head(path: Path) -> str:
     try:
         with path.open("rb") as handle:
@@ -105,19 +77,38 @@ def _head(path: Path) -> str:
         return ""
 
 
-_SUMMARIES = _Summaries()
+def _summary_of_file(path: Path) -> str:
+    return summary_of(_head(path))
 
 
-def _scan(layout: SquadLayout, source: SkillSource) -> list[SkillInfo]:
-    return [SkillInfo(name, path, source, _SUMMARIES.of(path))
+def summary_cache(limit: int = 512) -> StatCache[str]:
+    """Skills' index lines by the file's stat signature, for an owner that lists the skills
+    often (every prompt does: parsing front matter again for unchanged files would cost each
+    spawn). Each owner (a `SquadRuntime`) makes its own."""
+    return StatCache(_summary_of_file, limit=limit)
+
+
+def _summary(path: Path, summaries: StatCache[str] | None) -> str:
+    if summaries is None:
+        return _summary_of_file(path)
+    try:
+        return summaries.get(path)
+    except OSError:
+        return ""
+
+
+def _scan(layout: SquadLayout, source: SkillSource,
+          summaries: StatCache[str] | None) -> list[SkillInfo]:
+    return [SkillInfo(name, path, source, _summary(path, summaries))
             for name, path in layout.skill_files(source)]
 
 
-def list_skills(layout: SquadLayout) -> list[SkillInfo]:
-    """Every skill, sorted by name; of two with the same name, the earlier folder's wins."""
+def list_skills(layout: SquadLayout, summaries: StatCache[str] | None = None) -> list[SkillInfo]:
+    """Every skill, sorted by name; of two with the same name, the earlier folder's wins.
+    `summaries` (`summary_cache()`) keeps the index lines between calls."""
     chosen: dict[str, SkillInfo] = {}
     for source, _folder in layout.skill_roots():
-        for info in _scan(layout, source):
+        for info in _scan(layout, source, summaries):
             first = chosen.get(info.name)
             if first is None:
                 chosen[info.name] = info

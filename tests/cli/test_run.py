@@ -1,4 +1,5 @@
-"""`squadd run` end to end: a real process against the suite's OpenAI-compatible HTTP server."""
+"""`squadd run` against the suite's OpenAI-compatible HTTP server: a whole session as a real
+process, and the ways a run is refused in this process through click's runner."""
 
 from __future__ import annotations
 
@@ -6,8 +7,12 @@ import json
 import os
 import subprocess
 import sys
+import traceback
 from pathlib import Path
 
+from click.testing import CliRunner, Result
+
+from squadd.cli import main
 from squadd.state.transcripts import read_transcript
 from tests.support.model_servers import OpenAIServer
 
@@ -19,10 +24,14 @@ def squadd(repo: Path, *args: str, timeout: float = 60) -> subprocess.CompletedP
 
 
 def _repo(tmp_path: Path) -> Path:
+    """A repo after `squadd init` and `squadd agent add fenster` (run in this process)."""
     repo = tmp_path / "repo"
     repo.mkdir()
-    assert squadd(repo, "init").returncode == 0
-    assert squadd(repo, "agent", "add", "fenster", "--role", "Core developer").returncode == 0
+    runner = CliRunner()
+    assert runner.invoke(main, ["init", "--dir", str(repo)]).exit_code == 0
+    added = runner.invoke(main, ["agent", "add", "fenster", "--role", "Core developer",
+                                 "--dir", str(repo)])
+    assert added.exit_code == 0, added.output
     return repo
 
 
@@ -71,20 +80,29 @@ def test_run_decides_remembers_answers_and_memory_reaches_the_next_session(
         assert "Auth lives in src/auth" in system_prompt
 
 
+def run_here(repo: Path, *args: str) -> Result:
+    """`squadd run ARGS --dir REPO` in this process."""
+    result = CliRunner().invoke(main, ["run", *args, "--dir", str(repo)], env={"NO_COLOR": "1"})
+    # A traceback in process is an exception other than the exit click makes.
+    assert result.exception is None or isinstance(result.exception, SystemExit), \
+        "".join(traceback.format_exception(result.exception))
+    return result
+
+
 def test_run_unknown_agent_fails_cleanly(tmp_path: Path) -> None:
     repo = _repo(tmp_path)
-    result = squadd(repo, "run", "ghost", "x", "--provider", "openai",
-                    "--base-url", "http://127.0.0.1:9/v1")
-    assert result.returncode == 1
+    result = run_here(repo, "ghost", "x", "--provider", "openai",
+                      "--base-url", "http://127.0.0.1:9/v1")
+    assert result.exit_code == 1
     assert 'unknown agent "ghost"' in result.stderr and "fenster" in result.stderr
     assert "Traceback" not in result.stderr
 
 
 def test_run_refuses_a_route_its_model_refuses_with_an_error_line(tmp_path: Path) -> None:
     repo = _repo(tmp_path)
-    result = squadd(repo, "run", "x" * 70, "t", "--json", "--provider", "openai",
-                    "--base-url", "http://127.0.0.1:9/v1")
-    assert result.returncode == 1 and "Traceback" not in result.stderr
+    result = run_here(repo, "x" * 70, "t", "--json", "--provider", "openai",
+                      "--base-url", "http://127.0.0.1:9/v1")
+    assert result.exit_code == 1 and "Traceback" not in result.stderr
     outcome = json.loads(result.stdout)
     assert outcome["reason"] == "invalid" and outcome["session_id"] is None
     assert outcome["error"].startswith("invalid route: AGENT: ")
@@ -94,9 +112,9 @@ def test_run_with_rejected_key_fails_without_retry(tmp_path: Path) -> None:
     repo = _repo(tmp_path)
     with OpenAIServer() as server:
         server.script(OpenAIServer.error(401, "Incorrect API key provided"))
-        result = squadd(repo, "run", "fenster", "x", "--provider", "openai",
-                        "--base-url", server.url)
-        assert result.returncode == 1
+        result = run_here(repo, "fenster", "x", "--provider", "openai",
+                          "--base-url", server.url)
+        assert result.exit_code == 1
         assert "401" in result.stderr and "Incorrect API key provided" in result.stderr
         assert len(server.requests) == 1
         assert "Traceback" not in result.stderr and result.stdout == ""

@@ -25,8 +25,8 @@ def squad(tmp_path: Path, model_server: OpenAIServer) -> tuple[SquadLayout, str]
 @asynccontextmanager
 async def api(squad: tuple[SquadLayout, str]) -> AsyncIterator[httpx.AsyncClient]:
     # Entered in the test itself: the runtime's task group lives and ends in one task.
-    async with api_in_process(*squad) as (client, _):
-        yield client
+    async with api_in_process(*squad) as daemon:
+        yield daemon.http
 
 
 async def test_health_answers_in_process(

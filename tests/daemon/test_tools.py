@@ -1,5 +1,6 @@
-"""Custom tools and approvals in the daemon: a project tool file is listed and callable, and a
-tool that must be approved waits for `squadd approve|deny ID`."""
+"""Custom tools in a real daemon process: a tool that must be approved waits for `squadd
+approve|deny ID`, and `squadd stop` (or kill -9) ends the daemon while a tool runs away. Listing
+and calling tools through the API runs in process: tests/daemon/test_tool_api.py."""
 
 from __future__ import annotations
 
@@ -45,35 +46,6 @@ def daemon(tmp_path: Path, model_server: OpenAIServer) -> Iterator[DaemonProcess
     (process.layout.root / "tools" / "shout.py").write_text(SHOUT, encoding="utf-8")
     with process:
         yield process
-
-
-def test_a_project_tool_is_listed_with_its_file_and_runs(daemon: DaemonProcess) -> None:
-    tools = {tool["name"]: tool for tool in daemon.client.tools()}
-    shout = tools["shout"]
-    assert shout["source"] == "project" and shout["squad_tool"] is False
-    assert shout["file"] == str(daemon.layout.root / "tools" / "shout.py")
-    assert shout["parameters"]["properties"]["text"]["type"] == "string"
-    assert daemon.client.call_tool("shout", {"text": "hey"})["text"] == "HEY!"
-
-
-def test_the_workspace_tools_are_offered_and_run_in_the_repository(
-        daemon: DaemonProcess) -> None:
-    tools = {tool["name"]: tool for tool in daemon.client.tools()}
-    for name in ("read", "write", "edit", "find", "grep", "bash"):
-        assert tools[name]["source"] == "builtin", name
-    (daemon.layout.repo / "notes.txt").write_text("alpha\nbeta\n", encoding="utf-8")
-    found = daemon.client.call_tool("grep", {"pattern": "bet"})
-    assert found["result_type"] == "success" and found["text"] == "notes.txt:2:beta"
-
-
-def test_a_broken_tool_file_is_reported_and_the_others_still_load(
-        daemon: DaemonProcess) -> None:
-    broken = daemon.layout.root / "tools" / "broken.py"
-    broken.write_text("def oops(:\n", encoding="utf-8")
-    names = [tool["name"] for tool in daemon.client.tools()]
-    assert "shout" in names and "squad_route" in names
-    failed = list(daemon.client.events(types=["tools.load_failed"], recent=5, follow=False))
-    assert [event["file"] for event in failed] == [str(broken)]
 
 
 def _call_in_background(daemon: DaemonProcess, title: str) -> tuple[threading.Thread,

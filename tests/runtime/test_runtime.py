@@ -353,3 +353,27 @@ async def test_in_a_session_a_tool_outside_its_set_is_refused_naming_the_rule(
     assert len(charter_refusals) == 2
     route_results = _tool_results(layout, by_route.session_id or "")
     assert "availableTools" in route_results[1] and "may not be used" in route_results[1]
+
+
+async def test_each_runtime_keeps_its_own_spare_python_worker_and_ends_it_on_exit(
+        layout: SquadLayout) -> None:
+    from squadd.config import Settings
+    from squadd.state.owner import process_start
+
+    layout.tools_dir.mkdir(parents=True, exist_ok=True)
+    (layout.tools_dir / "echo.py").write_text(
+        'from squadd import tool\n\n\n@tool\ndef echo(text: str) -> str:\n'
+        '    """Say it back."""\n    return text\n', encoding="utf-8")
+    configured = Settings.model_validate({"provider": {"kind": "openai",
+                                                       "base_url": "http://127.0.0.1:9"}})
+    first = SquadRuntime.from_settings(layout, configured)
+    second = SquadRuntime.from_settings(layout, configured)
+    assert first.python_workers is not None and second.python_workers is not None
+    assert first.extra_tools is not None
+    async with first:
+        found = await anyio.to_thread.run_sync(first.extra_tools)  # discovery starts a spare
+        assert "echo" in [tool.name for tool in found]
+        [spare] = first.python_workers.waiting()
+        assert second.python_workers.waiting() == []
+    assert first.python_workers.waiting() == []
+    assert process_start(spare) is None  # killed and reaped when the runtime ended

@@ -12,6 +12,7 @@ from squadd.state.skills import (
     front_matter,
     list_skills,
     read_skill,
+    summary_cache,
     summary_of,
     with_confidence,
     write_skill,
@@ -130,10 +131,13 @@ def test_oversized_empty_or_badly_named_skills_are_refused_and_nothing_written(
 
 
 def test_a_rewritten_skill_shows_its_new_description(squad: SquadLayout) -> None:
+    summaries = summary_cache()
     write_skill(squad, "deploy", "---\ndescription: Old way.\n---\n")
-    assert [s.summary for s in list_skills(squad)] == ["Old way."]
+    assert [s.summary for s in list_skills(squad, summaries)] == ["Old way."]
+    assert len(summaries) == 1
     write_skill(squad, "deploy", "---\ndescription: New way.\n---\n")  # same size
-    assert [s.summary for s in list_skills(squad)] == ["New way."]
+    assert [s.summary for s in list_skills(squad, summaries)] == ["New way."]
+    assert [s.summary for s in list_skills(squad)] == ["New way."]  # no cache: read again
 
 
 def test_a_skill_file_symlinked_out_of_the_squad_is_not_listed(squad: SquadLayout,

@@ -17,11 +17,14 @@ WORKSPACE_TOOL_NAMES = ("read", "write", "edit", "find", "grep", "bash")
 
 
 def workspace_tools(settings: Settings) -> list[Tool[Any]]:
-    """The six workspace tools, with the limits of `settings`."""
+    """The six workspace tools, with the limits of `settings`; write and edit share one set of
+    per-file locks (the owner's: two runtimes share none)."""
     from squadd.tools.builtin.bash import Bash
+    from squadd.tools.builtin.common import FileLocks
     from squadd.tools.builtin.edit import Edit
     from squadd.tools.builtin.files import Read, Write
     from squadd.tools.builtin.search import Find, Grep
 
-    return [Read(settings), Write(settings), Edit(settings), Find(settings), Grep(settings),
-            Bash(settings)]
+    locks = FileLocks()
+    return [Read(settings), Write(settings, locks), Edit(settings, locks), Find(settings),
+            Grep(settings), Bash(settings)]

@@ -1,4 +1,4 @@
-"""What the workspace tools share: their base class, the per-file lock, text decoding, writing.
+"""What the workspace tools share: their base class, the per-file locks, text decoding, writing.
 
 Writes go through `squadd.fsio.atomic_write_at`, addressed by the parent folder's descriptor,
 so the file lands in the folder that was checked, whatever happens to the names around it
@@ -30,9 +30,12 @@ class WorkspaceTool(Tool[ArgsT]):
     on_checked: Callable[[Parts], None] | None = None
     """Test seam: called between a path's check and its opening."""
 
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: Settings, locks: FileLocks | None = None):
+        """`locks` are shared by the tools of one set (`workspace_tools` makes them), so that
+        its write and edit calls on one file run one after the other."""
         self.settings = settings
         self.limits = settings.workspace_tools
+        self.locks = locks if locks is not None else FileLocks()
 
     def workspace(self, ctx: ToolContext) -> Workspace:
         return Workspace(ctx.workspace, on_checked=self.on_checked)
@@ -59,8 +62,6 @@ class FileLocks:
             else:
                 self._locks[key] = (lock, users - 1)
 
-
-FILE_LOCKS = FileLocks()
 
 
 def is_binary(head: bytes) -> bool:

@@ -2,7 +2,7 @@
 
 `old` must match exactly once (or `replace_all`); when it is absent or ambiguous the call fails
 with the candidate line numbers, so the model can read them and try again. Edits to one file run
-one at a time (`FILE_LOCKS`), and the file is replaced atomically.
+one at a time (the tool set's `FileLocks`), and the file is replaced atomically.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from squadd.tools.base import ToolContext, ToolResult
 from squadd.tools.builtin.common import (
-    FILE_LOCKS,
     WorkspaceTool,
     is_binary,
     read_regular,
@@ -91,7 +90,7 @@ class Edit(WorkspaceTool[EditArgs]):
         workspace = self.workspace(ctx)
         try:
             parts = workspace.writable(args.path, self.limits)
-            async with FILE_LOCKS.hold(workspace, parts):
+            async with self.locks.hold(workspace, parts):
                 return await anyio.to_thread.run_sync(self._edit, workspace, parts, args)
         except PathRefused as exc:
             return ToolResult.failure(f"edit refused: {exc}")

@@ -12,7 +12,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from squadd.tools.base import ToolContext, ToolResult
 from squadd.tools.builtin.common import (
-    FILE_LOCKS,
     WorkspaceTool,
     is_binary,
     read_regular,
@@ -128,7 +127,7 @@ class Write(WorkspaceTool[WriteArgs]):
         workspace = self.workspace(ctx)
         try:
             parts = workspace.writable(args.path, self.limits)
-            async with FILE_LOCKS.hold(workspace, parts):
+            async with self.locks.hold(workspace, parts):
                 created = await anyio.to_thread.run_sync(write_regular, workspace, parts, data)
         except PathRefused as exc:
             return ToolResult.failure(f"write refused: {exc}")

@@ -32,7 +32,7 @@ from squadd.errors import StateError
 from squadd.state.layout import SquadLayout, read_inside
 from squadd.tools.base import Tool, ToolSet, ToolSource
 from squadd.tools.custom.agent_tools import PromptTool, enabled, load_agent_tool
-from squadd.tools.custom.python_calls import warm_up
+from squadd.tools.custom.python_calls import SpareWorkers
 from squadd.tools.custom.python_tools import PythonTool, ToolDefinitionError, check_tool_name
 from squadd.tools.custom.shell_schema import MAX_FILE_BYTES, ShellToolError
 from squadd.tools.custom.shell_tools import link_shell_tools, load_shell_tool
@@ -243,12 +243,18 @@ def _stat_key(path: Path) -> tuple[int, int, int, int]:
 
 
 class ToolDiscoverer:
-    """Discovery with a cache of loaded files, keyed by (inode, size, mtime, ctime)."""
+    """Discovery with a cache of loaded files, keyed by (inode, size, mtime, ctime), and the
+    spare worker processes its Python tools' calls start from (`close()` ends them)."""
 
-    def __init__(self) -> None:
+    def __init__(self, workers: SpareWorkers | None = None) -> None:
+        self.workers = workers if workers is not None else SpareWorkers()
         self._lock = threading.Lock()
         self._files: dict[Path, _Loaded] = {}
         self._reported: dict[Path, str] = {}
+
+    def close(self) -> None:
+        """End the spare worker processes (blocking: it reaps them)."""
+        self.workers.close()
 
     def discover(self, layout: SquadLayout, settings: Settings, sink: EventSink | None = None,
                  *, builtin_names: Iterable[str] = (),
@@ -301,7 +307,7 @@ class ToolDiscoverer:
             del self._files[gone]
         self._report(failures, sink)
         if any(isinstance(tool, PythonTool) for tool in tools):
-            warm_up()  # their first call finds a worker process started
+            self.workers.warm_up()  # their first call finds a worker process started
         return Discovery(tuple(tools), tuple(shadowed), tuple(failures), tuple(skipped),
                          tuple(dirs))
 
@@ -332,7 +338,10 @@ class ToolDiscoverer:
             return loaded
         try:
             if path.suffix == ".py":
-                loaded.tools = list(load_python_file(path, source, data=data))
+                python_tools = load_python_file(path, source, data=data)
+                for python_tool in python_tools:
+                    python_tool.workers = self.workers
+                loaded.tools = list(python_tools)
             elif ((text := _utf8_or_none(data)) is not None
                   and (agent_tool := load_agent_tool(path, source=source, text=text)) is not None):
                 loaded.tools = [agent_tool]

@@ -7,12 +7,13 @@ over a socket pair; `ctx.progress(...)`, `ctx.confirm(...)` and reports of a blo
 come back the same way, so events and the approval flow work as for any tool.
 
 One worker is kept started ahead (its imports done), so a call usually skips the start-up;
-each worker serves one call only, so no state leaks from one call to the next.
+each worker serves one call only, so no state leaks from one call to the next. The spares are
+their owner's (`SpareWorkers`, one per `ToolDiscoverer`, so one per runtime): two runtimes in one
+process share none.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import json
 import os
@@ -21,6 +22,7 @@ import socket
 import subprocess
 import sys
 import threading
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -81,13 +83,16 @@ def kill_group(worker: Worker) -> None:
 
 
 class SpareWorkers:
-    """Workers started ahead of time, shared by every event loop of the process."""
+    """Workers started ahead of time for one owner's Python tools (any of its event loops and
+    threads may take one). Those still waiting are killed by `close()`, else when the pool is
+    dropped or the process exits."""
 
     def __init__(self, keep: int = SPARE_WORKERS):
         self.keep = keep
         self._spares: list[Worker] = []
         self._ended: list[Worker] = []
         self._lock = threading.Lock()
+        self._finalizer = weakref.finalize(self, _kill_all, self._spares, self._ended)
 
     def bury(self, worker: Worker) -> None:
         """A killed worker, reaped now if it has gone, else at the next `take` (no call waits
@@ -99,7 +104,7 @@ class SpareWorkers:
     def take(self) -> Worker | None:
         """A started worker still waiting for its call, or None."""
         with self._lock:
-            self._ended = [w for w in self._ended if w.process.poll() is None]
+            self._ended[:] = [w for w in self._ended if w.process.poll() is None]
             while self._spares:
                 worker = self._spares.pop()
                 if worker.process.poll() is None:
@@ -117,31 +122,43 @@ class SpareWorkers:
             with self._lock:
                 self._spares.append(worker)
 
+    def warm_up(self) -> None:
+        """Have a worker ready for the first call (blocking; discovery calls it)."""
+        if self.keep:
+            with contextlib.suppress(OSError):  # no process to spare now: calls start their own
+                self.refill()
+
+    def waiting(self) -> list[int]:
+        """The pids of the workers waiting for a call."""
+        with self._lock:
+            return [worker.process.pid for worker in self._spares]
+
     def close(self) -> None:
         with self._lock:
-            spares, self._spares = self._spares + self._ended, []
-            self._ended = []
-        for worker in spares:
-            kill_group(worker)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                worker.process.wait(_REAP_WITHIN_S)
+            workers = [*self._spares, *self._ended]
+            self._spares.clear()
+            self._ended.clear()
+        _kill_all(workers, [], reap_within_s=_REAP_WITHIN_S)
 
 
-SPARES = SpareWorkers()
-atexit.register(SPARES.close)
+def _kill_all(spares: list[Worker], ended: list[Worker], reap_within_s: float = 0.0) -> None:
+    """Kill (and reap, waiting up to `reap_within_s` each) every worker in both lists, and
+    empty them."""
+    workers = [*spares, *ended]
+    spares.clear()
+    ended.clear()
+    for worker in workers:
+        kill_group(worker)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            worker.process.wait(reap_within_s)
 
 
-def warm_up() -> None:
-    """Have a worker ready for the first call (blocking; discovery calls it)."""
-    if SPARES.keep:
-        with contextlib.suppress(OSError):  # no process to spare now: calls start their own
-            SPARES.refill()
-
-
-async def call_in_worker(tool: PythonTool, args: BaseModel, ctx: ToolContext) -> ToolOutput:
-    """Run `tool` (from `tool.file`) in a worker process; kill it when the call ends."""
+async def call_in_worker(tool: PythonTool, args: BaseModel, ctx: ToolContext,
+                         spares: SpareWorkers | None) -> ToolOutput:
+    """Run `tool` (from `tool.file`) in a worker process, a spare one when `spares` has one;
+    kill it when the call ends."""
     assert tool.file is not None
-    worker = SPARES.take()
+    worker = spares.take() if spares is not None else None
     if worker is None:
         worker = await anyio.to_thread.run_sync(spawn_worker)
     request = {
@@ -156,13 +173,14 @@ async def call_in_worker(tool: PythonTool, args: BaseModel, ctx: ToolContext) ->
     try:
         stream = await UNIXSocketStream.from_socket(worker.sock)
         async with stream, anyio.create_task_group() as group:
-            if SPARES.keep:  # the next call's worker starts while this call runs
-                group.start_soon(_refill)
+            if spares is not None and spares.keep:  # the next call's starts meanwhile
+                group.start_soon(_refill, spares)
             output = await _converse(tool, stream, request, ctx, worker)
         return output
     finally:
         kill_group(worker)
-        SPARES.bury(worker)
+        if spares is not None:
+            spares.bury(worker)
 
 
 async def _converse(tool: PythonTool, stream: UNIXSocketStream, request: dict[str, Any],
@@ -226,9 +244,9 @@ def _relog(tool: PythonTool, message: dict[str, Any]) -> None:
     logger.log(level if isinstance(level, int) else 20, event, tool=tool.name, **fields)
 
 
-async def _refill() -> None:
+async def _refill(spares: SpareWorkers) -> None:
     with contextlib.suppress(OSError):  # no process to spare now: the next call starts one
-        await anyio.to_thread.run_sync(SPARES.refill)
+        await anyio.to_thread.run_sync(spares.refill)
 
 
 def _output(message: dict[str, Any]) -> ToolOutput:

@@ -18,7 +18,7 @@ import types
 import typing
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Annotated, Any, overload
+from typing import TYPE_CHECKING, Annotated, Any, overload
 
 import anyio
 import anyio.from_thread
@@ -27,6 +27,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from squadd.tools.base import Tool, ToolContext, ToolOutput, VariableSpec
 from squadd.tools.custom.docstrings import parse_docstring
+
+if TYPE_CHECKING:
+    from squadd.tools.custom.python_calls import SpareWorkers
 
 TOOL_NAME_RULE = "^[A-Za-z0-9_-]{1,64}$"
 TOOL_NAME_RE = re.compile(TOOL_NAME_RULE)
@@ -148,6 +151,8 @@ class PythonTool(Tool[BaseModel]):
         self.variables = variables
         self.timeout_s = timeout_s
         self.module: str = getattr(func, "__module__", "") or ""
+        self.workers: SpareWorkers | None = None
+        """The discoverer's spare worker processes, which calls from a file start from."""
         self.function_name: str = getattr(func, "__name__", name)
         self.is_async = inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(
             getattr(type(func), "__call__", None))  # noqa: B004 (an async callable object)
@@ -173,7 +178,7 @@ class PythonTool(Tool[BaseModel]):
         if self.file is not None:
             from squadd.tools.custom.python_calls import call_in_worker
 
-            return await call_in_worker(self, args, ctx)
+            return await call_in_worker(self, args, ctx, self.workers)
         return await self.run_here(args, ctx)
 
     async def run_here(self, args: BaseModel, ctx: ToolContext) -> ToolOutput:

@@ -19,7 +19,6 @@ import shlex
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
-from weakref import WeakKeyDictionary
 
 from squadd.tools.custom.shell_scan import PLACEHOLDER_RE as PLACEHOLDER_RE
 from squadd.tools.custom.shell_scan import Command, Hit, Scan, Word, scan, scan_words
@@ -96,6 +95,7 @@ def _check(found: Scan, kinds: Mapping[str, str], *, shell: bool) -> None:
             constructs.extend(command_constructs(command))
             constructs.extend(_runs_written_file(command, written))
     constructs.sort(key=lambda item: item[1])
+    memo: dict[int, _Facts] = {}  # by id of the command, alive in `found` meanwhile
     for hit in found.hits:
         kind = kinds.get(hit.name, "string")
         if hit.context == "arith":
@@ -113,10 +113,10 @@ def _check(found: Scan, kinds: Mapping[str, str], *, shell: bool) -> None:
                            "reach it through a variable; declare the parameter with 'type: "
                            "number', or do without it (e.g. 'test X -gt 10' instead of "
                            "'(( X > 10 ))')")
-        _check_word(hit, kind, shell=shell)
+        _check_word(hit, kind, shell=shell, memo=memo)
 
 
-def _check_word(hit: Hit, kind: str, *, shell: bool) -> None:
+def _check_word(hit: Hit, kind: str, *, shell: bool, memo: dict[int, _Facts]) -> None:
     command, word = hit.command, hit.word
     assert command is not None and word is not None
     if kind == "array" and (word.text != f"{{{hit.name}}}" or word.redirect
@@ -139,7 +139,7 @@ def _check_word(hit: Hit, kind: str, *, shell: bool) -> None:
         raise _refusal(hit, "would be the command that runs: name the program in the "
                        "template and pass the value as an argument")
     name = words[name_at].literal
-    facts = _facts(command)
+    facts = _facts(command, memo)
     if shell and name in NAMING_BUILTINS | {"printf"} and (
             name != "printf" or (facts.dash_v is not None and facts.dash_v < position)):
         raise _refusal(hit, f"names a variable for '{name}', and bash evaluates subscripts "
@@ -162,11 +162,9 @@ class _Facts:
     """For each wrapper: the index of the first plain word after it."""
 
 
-_FACTS: WeakKeyDictionary[Command, _Facts] = WeakKeyDictionary()
-
-
-def _facts(command: Command) -> _Facts:
-    cached = _FACTS.get(command)
+def _facts(command: Command, memo: dict[int, _Facts]) -> _Facts:
+    """The command's facts, found once per check (`memo`: by id of the command)."""
+    cached = memo.get(id(command))
     if cached is not None:
         return cached
     words = command.arguments()
@@ -182,7 +180,7 @@ def _facts(command: Command) -> _Facts:
             following = index
     dash_v = next((i for i, w in enumerate(words) if w.literal == "-v"), None)
     facts = _Facts(runners, dash_v, plain_after)
-    _FACTS[command] = facts
+    memo[id(command)] = facts
     return facts
 
 

@@ -3,6 +3,10 @@
 Text variables: the environment, then `.squad/config.toml [variables]` (the project file only),
 then the user's secrets file. Secret variables: the environment, then the secrets file, which
 must be the user's own and mode 0600. Never from `.squad/`, which is committed to git.
+
+Each owner (a `SquadRuntime`, a command) has one `SecretRegistry`: its resolvers remember the
+secret values they hand out there, and the owner's log processor (`registry.redact_log_event`,
+given to `configure_logging`) redacts them. Two runtimes in one process share nothing.
 """
 
 from __future__ import annotations
@@ -199,13 +203,14 @@ class SquadVariables:
     """The resolver the daemon and `squadd tools call` use (a `VariableResolver`)."""
 
     def __init__(self, layout: SquadLayout | None, settings: Settings, *,
-                 environ: Mapping[str, str] | None = None,
-                 registry: SecretRegistry | None = None):
-        """`environ` is where variables are looked up (default: the process environment)."""
+                 registry: SecretRegistry, environ: Mapping[str, str] | None = None):
+        """`registry` remembers every secret handed out, for the owner's log redaction (it is
+        required: a resolver whose secrets no log processor knows would leak them);
+        `environ` is where variables are looked up (default: the process environment)."""
         self.environ = os.environ if environ is None else environ
         self.project = ProjectVariables(layout.config_toml if layout is not None else None)
         self.secrets_file = SecretsFile(secrets_file_path(settings))
-        self.registry = registry if registry is not None else KNOWN_SECRETS
+        self.registry = registry
 
     def resolve(self, specs: tuple[VariableSpec, ...]) -> ResolvedVariables:
         values: dict[str, str] = {}
@@ -254,7 +259,13 @@ class SquadVariables:
 
 
 class SecretRegistry:
-    """Secret values resolved so far, so that log records can be redacted wherever they go."""
+    """Secret values one owner's resolvers have handed out, so that its log records can be
+    redacted wherever they go. Bounded and thread-safe (tools resolve in worker threads).
+
+        secrets = SecretRegistry()
+        configure_logging(redact=secrets.redact_log_event)
+        runtime = SquadRuntime.from_settings(layout, settings, secrets=secrets)
+    """
 
     MAX_VALUES = 1024
 
@@ -277,23 +288,17 @@ class SecretRegistry:
     def redact(self, text: str) -> str:
         return redact(text, self.snapshot())
 
-
-KNOWN_SECRETS = SecretRegistry()
-"""Every secret value a resolver has handed out in this process (for the log processor)."""
-
-
-def redact_log_event(logger: Any, method: str,
-                     event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
-    """A structlog processor: replace known secret values in every string of a log record.
-
-    Put it after `format_exc_info` (so tracebacks are redacted too) and before the renderer.
-    """
-    secrets = KNOWN_SECRETS.snapshot()
-    if not secrets:
+    def redact_log_event(self, logger: Any, method: str,
+                         event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+        """A structlog processor: replace this registry's secret values in every string of a
+        log record. Put it after `format_exc_info` (so tracebacks are redacted too) and before
+        the renderer."""
+        secrets = self.snapshot()
+        if not secrets:
+            return event_dict
+        for key, value in list(event_dict.items()):
+            event_dict[key] = _redact_value(value, secrets)
         return event_dict
-    for key, value in list(event_dict.items()):
-        event_dict[key] = _redact_value(value, secrets)
-    return event_dict
 
 
 def _redact_value(value: Any, secrets: Mapping[str, str]) -> Any:

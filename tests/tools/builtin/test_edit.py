@@ -7,6 +7,9 @@ from pathlib import Path
 
 import anyio
 
+from squadd.config import Settings
+from squadd.tools.builtin import workspace_tools
+from squadd.tools.builtin.common import WorkspaceTool
 from squadd.tools.builtin.confine import Parts
 from tests.tools.builtin.conftest import Calls
 
@@ -93,3 +96,12 @@ async def test_edits_to_one_file_are_serialized(calls: Calls, repo: Path) -> Non
     assert all(r.ok for r in results), [r.text for r in results]
     assert (repo / "shared.txt").read_text(encoding="utf-8") == "ALPHA\nBETA\n"
     assert entered == ["read", "write", "read", "write"]
+
+
+def test_write_and_edit_of_one_tool_set_share_their_file_locks_and_two_sets_share_none() -> None:
+    first = {tool.name: tool for tool in workspace_tools(Settings())}
+    second = {tool.name: tool for tool in workspace_tools(Settings())}
+    assert isinstance(first["write"], WorkspaceTool) and isinstance(first["edit"], WorkspaceTool)
+    assert isinstance(second["write"], WorkspaceTool)
+    assert first["write"].locks is first["edit"].locks
+    assert first["write"].locks is not second["write"].locks

@@ -21,7 +21,7 @@ from squadd.runtime.session import AgentSession, SessionInfo
 from squadd.state.layout import SquadLayout
 from squadd.state.transcripts import read_transcript
 from squadd.tools.custom.discovery import Discovery, ToolDiscoverer
-from squadd.tools.custom.variables import SquadVariables, default_secrets_file
+from squadd.tools.custom.variables import SecretRegistry, SquadVariables, default_secrets_file
 from squadd.tools.invoke import ToolInvoker
 
 from .conftest import Recorder, write
@@ -60,11 +60,13 @@ steps:
 
 
 async def _run_session(layout: SquadLayout, found: Discovery, turns: list[dict[str, Any]],
-                       settings: Settings, sink: Recorder) -> str:
+                       settings: Settings, sink: Recorder,
+                       known_secrets: SecretRegistry | None = None) -> str:
     bus = EventBus()
     bus.add_listener(sink.publish)
     provider = ReplayProvider(ReplayScript.model_validate({"default": turns}))
-    invoker = ToolInvoker(layout, settings, bus, variables=SquadVariables(layout, settings))
+    variables = SquadVariables(layout, settings, registry=known_secrets or SecretRegistry())
+    invoker = ToolInvoker(layout, settings, bus, variables=variables)
     info = SessionInfo(session_id="e2e-1", agent="fenster", model="replay", task="go")
     session = AgentSession(info, layout=layout, settings=settings, provider=provider,
                            invoker=invoker, tools=found.toolset(), sink=bus)
@@ -135,15 +137,21 @@ def leaky(ctx: ToolContext) -> dict:
 
 
 @pytest.fixture
-def json_log(layout: SquadLayout) -> Iterator[Path]:
-    """squadd's real logging setup, writing JSON lines to .squad/run/squadd.log."""
+def known_secrets() -> SecretRegistry:
+    return SecretRegistry()
+
+
+@pytest.fixture
+def json_log(layout: SquadLayout, known_secrets: SecretRegistry) -> Iterator[Path]:
+    """squadd's real logging setup, writing JSON lines to .squad/run/squadd.log, redacting the
+    secrets `known_secrets` is told of."""
     from squadd.logs import configure_logging
-    from squadd.tools.custom.variables import redact_log_event
 
     saved = structlog.get_config()
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
-    configure_logging(redact=redact_log_event, console=False, json_file=layout.log_file,
+    configure_logging(redact=known_secrets.redact_log_event, console=False,
+                      json_file=layout.log_file,
                       file_level="debug")
     yield layout.log_file
     for handler in list(root.handlers):
@@ -156,7 +164,7 @@ def json_log(layout: SquadLayout) -> Iterator[Path]:
 
 
 async def test_a_secret_printed_by_tools_is_found_nowhere_under_the_squad_dir(
-        layout: SquadLayout, json_log: Path) -> None:
+        layout: SquadLayout, json_log: Path, known_secrets: SecretRegistry) -> None:
     secrets = default_secrets_file()
     secrets.parent.mkdir(parents=True, exist_ok=True)
     secrets.write_text(f"API_TOKEN={SECRET}\n", encoding="utf-8")
@@ -172,7 +180,7 @@ async def test_a_secret_printed_by_tools_is_found_nowhere_under_the_squad_dir(
         {"tool_calls": [{"name": "leaky_shell", "arguments": {"LINES": 5000}},
                         {"name": "leaky", "arguments": {}}]},
         {"text": "done"},
-    ], settings, sink)
+    ], settings, sink, known_secrets)
 
     messages = [m for m in read_transcript(layout.transcript(session_id)).messages
                 if m["role"] == "tool"]

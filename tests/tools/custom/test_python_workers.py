@@ -21,6 +21,8 @@ from squadd.contracts.events import ToolUpdated
 from squadd.state.layout import SquadLayout
 from squadd.state.owner import process_start
 from squadd.tools.custom import python_calls
+from squadd.tools.custom.discovery import Discovery, ToolDiscoverer
+from squadd.tools.custom.python_tools import PythonTool
 from squadd.tools.invoke import ResolvedVariables
 
 from .conftest import Recorder, call, discover, write
@@ -99,7 +101,8 @@ async def _all_gone(pids: list[int]) -> bool:
 
 @pytest.fixture
 def workers(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
-    """The pids of the worker processes started from here on (a fresh spare pool)."""
+    """The pids of the worker processes started from here on (each discovery has a fresh
+    spare pool of its own)."""
     started: list[int] = []
     spawn = python_calls.spawn_worker
 
@@ -109,15 +112,13 @@ def workers(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
         return worker
 
     monkeypatch.setattr(python_calls, "spawn_worker", recorded)
-    spares = python_calls.SpareWorkers()
-    monkeypatch.setattr(python_calls, "SPARES", spares)
     yield started
-    spares.close()
 
 
-def _used(started: list[int]) -> list[int]:
+def _used(started: list[int], found: Discovery) -> list[int]:
     """Workers started that are not waiting as the spare for the next call."""
-    waiting = {w.process.pid for w in python_calls.SPARES._spares}
+    waiting = {pid for tool in found.tools if isinstance(tool, PythonTool) and tool.workers
+               for pid in tool.workers.waiting()}
     return [pid for pid in started if pid not in waiting]
 
 
@@ -132,7 +133,7 @@ async def test_a_timeout_kills_the_tool_and_all_it_started(
     assert not result.ok and result.text == f"{name} timed out after 2s and was stopped"
     # The tool's own pids, when it got as far as writing them (a busy machine may take the
     # whole budget to start the worker: the worker is killed all the same).
-    pids = _used(workers) + (_pids(pidfile) if pidfile.exists() else [])
+    pids = _used(workers, found) + (_pids(pidfile) if pidfile.exists() else [])
     assert pids and os.getpid() not in pids
     assert await _all_gone(pids)
 
@@ -155,7 +156,7 @@ async def test_a_cancelled_call_kills_its_worker(layout: SquadLayout, tmp_path: 
             group.cancel_scope.cancel()
     pids = _pids(pidfile)
     assert pids[0] in workers
-    assert await _all_gone([*pids, *_used(workers)])
+    assert await _all_gone([*pids, *_used(workers, found)])
 
 
 async def test_a_blocked_event_loop_is_reported_with_the_tools_name(
@@ -239,9 +240,7 @@ async def test_progress_confirm_variables_and_results_cross_the_process_boundary
     assert not vanishing.ok and "exited with status 7" in vanishing.text
 
 
-async def test_no_spare_worker_still_runs_the_call(layout: SquadLayout,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(python_calls, "SPARES", python_calls.SpareWorkers(keep=0))
+async def test_no_spare_worker_still_runs_the_call(layout: SquadLayout) -> None:
     write(layout.tools_dir, "echo.py", '''
         from squadd import tool
 
@@ -249,8 +248,10 @@ async def test_no_spare_worker_still_runs_the_call(layout: SquadLayout,
         def echo(text: str) -> str:
             return text
         ''')
-    result = await call(layout, discover(layout, Settings()).toolset(), "echo", {"text": "hi"})
-    assert result.ok and result.text == "hi"
+    spares = python_calls.SpareWorkers(keep=0)
+    found = ToolDiscoverer(spares).discover(layout, Settings())
+    result = await call(layout, found.toolset(), "echo", {"text": "hi"})
+    assert result.ok and result.text == "hi" and spares.waiting() == []
 
 
 def test_a_worker_whose_daemon_died_while_it_started_ends_itself() -> None:

@@ -57,7 +57,7 @@ async def test_parallel_steps_run_together_and_wait_for_joins_them(layout: Squad
                 f"[ -e {marks}/left ] && [ -e {marks}/right ] && [ -e {marks}/also ] && break; "
                 f"sleep 0.05; done; [ -e {marks}/left ] && [ -e {marks}/right ] && "
                 f"[ -e {marks}/also ] && echo {name}")
-    tool = shell_tool({"description": "d", "tags": ["run"], "timeout": 120, "steps": [
+    tool = shell_tool({"description": "d", "tags": ["run"], "timeout": "120s", "steps": [
         {"name": "left", "bash": step("left")},
         {"name": "right", "parallel": True, "bash": step("right")},
         {"name": "also", "parallel": True, "bash": step("also")},

@@ -16,6 +16,7 @@ from squadd.state.layout import SquadLayout
 from squadd.tools.base import ToolResult, ToolSet
 from squadd.tools.custom.approvals import ApprovalBroker
 from squadd.tools.custom.variables import (
+    SecretRegistry,
     SecretsFile,
     SquadVariables,
     VariableValueError,
@@ -26,6 +27,11 @@ from tests.tools.custom.conftest import Recorder, call, shell_tool
 DEPLOY = {"description": "Deploy", "bash": "printenv DEPLOY_TOKEN || echo unset",
           "tags": ["run"],
           "variables": [{"name": "DEPLOY_TOKEN", "type": "secret", "scoped": True}]}
+def _resolver(layout: SquadLayout, settings: Settings) -> SquadVariables:
+    """The variables resolver, with a registry of its own for the secrets it hands out."""
+    return SquadVariables(layout, settings, registry=SecretRegistry())
+
+
 PEEK = {"description": "Peek at the environment", "bash": "printenv DEPLOY_TOKEN || echo unset",
         "tags": ["read"]}
 
@@ -37,7 +43,7 @@ async def test_a_scoped_variable_is_hidden_from_tools_that_do_not_declare_it(
     declared = {**DEPLOY, "variables": [{**DEPLOY["variables"][0], "scoped": scoped}]}  # type: ignore[index]
     tools = ToolSet([shell_tool(declared, name="deploy"), shell_tool(PEEK, name="peek")])
     settings = Settings()
-    variables = SquadVariables(layout, settings)
+    variables = _resolver(layout, settings)
     peek = await call(layout, tools, "peek", variables=variables)
     deploy = await call(layout, tools, "deploy", variables=variables)
     assert peek.ok and deploy.ok
@@ -74,7 +80,7 @@ async def test_a_missing_variable_is_asked_for_and_the_call_runs_once_it_is_set(
 
     async def run_call() -> None:
         results.append(await call(layout, tool, "deploy", settings=settings, sink=recorder,
-                                  variables=SquadVariables(layout, settings),
+                                  variables=_resolver(layout, settings),
                                   approvals=broker))
 
     async with anyio.create_task_group() as group:
@@ -100,7 +106,7 @@ async def test_a_variable_nobody_sets_fails_clearly_at_the_timeout(
     recorder = Recorder()
     broker = ApprovalBroker(settings, recorder)
     result = await call(layout, shell_tool(DEPLOY, name="deploy"), "deploy", settings=settings,
-                        sink=recorder, variables=SquadVariables(layout, settings),
+                        sink=recorder, variables=_resolver(layout, settings),
                         approvals=broker)
     assert not result.ok
     assert result.text.startswith("deploy cannot run: no value for DEPLOY_TOKEN within 0.05 s "
@@ -115,7 +121,7 @@ async def test_without_a_broker_a_missing_variable_fails_at_once(layout: SquadLa
     settings = _settings(tmp_path)
     recorder = Recorder()
     result = await call(layout, shell_tool(DEPLOY, name="deploy"), "deploy", settings=settings,
-                        sink=recorder, variables=SquadVariables(layout, settings))
+                        sink=recorder, variables=_resolver(layout, settings))
     assert not result.ok and "required secret DEPLOY_TOKEN" in result.text
     assert recorder.of(VariableRequested) == []
 

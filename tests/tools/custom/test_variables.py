@@ -13,12 +13,7 @@ import structlog
 from squadd.config import Settings, ToolsSettings
 from squadd.state.layout import SquadLayout
 from squadd.tools.base import VariableSpec
-from squadd.tools.custom.variables import (
-    KNOWN_SECRETS,
-    SquadVariables,
-    default_secrets_file,
-    redact_log_event,
-)
+from squadd.tools.custom.variables import SecretRegistry, SquadVariables, default_secrets_file
 from squadd.tools.invoke import VariablesMissing
 
 TEXT = VariableSpec(name="REGION", type="text")
@@ -33,6 +28,13 @@ def _secrets_file(text: str, mode: int = 0o600) -> Path:
     return path
 
 
+def _resolver(layout: SquadLayout, settings: Settings | None = None,
+              environ: dict[str, str] | None = None) -> SquadVariables:
+    """A resolver with a registry of its own, looking in `environ` (empty by default)."""
+    return SquadVariables(layout, settings or Settings(), registry=SecretRegistry(),
+                          environ=environ or {})
+
+
 def _project(layout: SquadLayout, text: str) -> None:
     layout.config_toml.write_text(text, encoding="utf-8")
 
@@ -42,18 +44,18 @@ def test_text_comes_from_env_then_project_config_then_secrets_file(layout: Squad
     _secrets_file("REGION=from-secrets\nOTHER=o\n")
     port = VariableSpec(name="PORT")
     other = VariableSpec(name="OTHER")
-    resolver = SquadVariables(layout, Settings(), environ={})
+    resolver = _resolver(layout)
     resolved = resolver.resolve((TEXT, port, other))
     assert resolved.values == {"REGION": "from-config", "PORT": "8080", "OTHER": "o"}
     assert resolved.secrets == {}
-    env = SquadVariables(layout, Settings(), environ={"REGION": "from-env"})
+    env = _resolver(layout, environ={"REGION": "from-env"})
     assert env.resolve((TEXT,)).values == {"REGION": "from-env"}
 
 
 def test_secrets_come_from_env_or_secrets_file_never_from_the_project(
         layout: SquadLayout) -> None:
     _project(layout, '[variables]\nAPI_TOKEN = "committed-to-git"\n')
-    resolver = SquadVariables(layout, Settings(), environ={})
+    resolver = _resolver(layout)
     with pytest.raises(VariablesMissing) as missing:
         resolver.resolve((SECRET,))
     message = str(missing.value)
@@ -72,7 +74,7 @@ def test_a_secrets_file_others_can_read_is_refused_with_the_reason(
         layout: SquadLayout, mode: int, who: str) -> None:
     path = _secrets_file("API_TOKEN=hidden\n", mode)
     with pytest.raises(VariablesMissing) as missing:
-        SquadVariables(layout, Settings(), environ={}).resolve((SECRET,))
+        _resolver(layout).resolve((SECRET,))
     message = str(missing.value)
     assert f"mode {mode:04o}, so {who} can access it" in message
     assert f"chmod 600 {path}" in message and "hidden" not in message
@@ -81,7 +83,7 @@ def test_a_secrets_file_others_can_read_is_refused_with_the_reason(
 def test_a_malformed_secrets_file_names_the_line_not_its_content(layout: SquadLayout) -> None:
     _secrets_file("API_TOKEN=fine\nthis line leaks-a-secret\n")
     with pytest.raises(VariablesMissing) as missing:
-        SquadVariables(layout, Settings(), environ={}).resolve((SECRET,))
+        _resolver(layout).resolve((SECRET,))
     assert "line 2: expected NAME=value" in str(missing.value)
     assert "leaks-a-secret" not in str(missing.value)
 
@@ -91,18 +93,18 @@ def test_the_secrets_file_setting_is_honoured(layout: SquadLayout, tmp_path: Pat
     path.write_text("API_TOKEN=v\n", encoding="utf-8")
     path.chmod(0o600)
     settings = Settings(tools=ToolsSettings(secrets_file=str(path)))
-    assert SquadVariables(layout, settings, environ={}).resolve((SECRET,)).secrets == {
+    assert _resolver(layout, settings).resolve((SECRET,)).secrets == {
         "API_TOKEN": "v"}
 
 
 def test_optional_missing_variables_are_left_out(layout: SquadLayout) -> None:
     optional = VariableSpec(name="MAYBE", required=False)
-    assert SquadVariables(layout, Settings(), environ={}).resolve((optional,)).values == {}
+    assert _resolver(layout).resolve((optional,)).values == {}
 
 
 def test_all_missing_variables_are_named_at_once(layout: SquadLayout) -> None:
     with pytest.raises(VariablesMissing) as missing:
-        SquadVariables(layout, Settings(), environ={}).resolve((TEXT, SECRET))
+        _resolver(layout).resolve((TEXT, SECRET))
     message = str(missing.value)
     assert "required variable REGION" in message and "required secret API_TOKEN" in message
     assert "under [variables]" in message
@@ -110,12 +112,13 @@ def test_all_missing_variables_are_named_at_once(layout: SquadLayout) -> None:
 
 def test_log_records_have_resolved_secrets_redacted(layout: SquadLayout) -> None:
     _secrets_file("API_TOKEN=tok-123-secret\n")
-    SquadVariables(layout, Settings(), environ={}).resolve((SECRET,))
-    assert KNOWN_SECRETS.snapshot()["API_TOKEN"] == "tok-123-secret"
+    known = SecretRegistry()
+    SquadVariables(layout, Settings(), registry=known, environ={}).resolve((SECRET,))
+    assert known.snapshot()["API_TOKEN"] == "tok-123-secret"
     out = io.StringIO()
     logger = structlog.wrap_logger(
         structlog.PrintLogger(out),
-        processors=[structlog.processors.format_exc_info, redact_log_event,
+        processors=[structlog.processors.format_exc_info, known.redact_log_event,
                     structlog.processors.JSONRenderer()])
     try:
         raise RuntimeError("call failed with tok-123-secret")
@@ -126,3 +129,21 @@ def test_log_records_have_resolved_secrets_redacted(layout: SquadLayout) -> None
     record = json.loads(line)
     assert record["headers"]["auth"] == "Bearer [secret:API_TOKEN]"
     assert "[secret:API_TOKEN]" in record["exception"]
+
+
+def test_two_runtimes_in_one_process_keep_their_secrets_apart(
+        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    from squadd.runtime.runtime import SquadRuntime
+
+    settings = Settings.model_validate({"provider": {"kind": "openai",
+                                                     "base_url": "http://127.0.0.1:9"}})
+    first = SquadRuntime.from_settings(layout, settings)
+    second = SquadRuntime.from_settings(layout, settings)
+    for runtime, token in ((first, "first-runtime-token"), (second, "second-runtime-token")):
+        monkeypatch.setenv("API_TOKEN", token)
+        assert runtime.invoker.variables.resolve((SECRET,)).secrets == {"API_TOKEN": token}
+    assert first.secrets.snapshot() == {"API_TOKEN": "first-runtime-token"}
+    assert second.secrets.snapshot() == {"API_TOKEN": "second-runtime-token"}
+    record = {"event": "saw first-runtime-token and second-runtime-token"}
+    assert first.secrets.redact_log_event(None, "info", dict(record))["event"] == \
+        "saw [secret:API_TOKEN] and second-runtime-token"

@@ -1,0 +1,51 @@
+"""The API on a real daemon's Unix socket: the process answers as itself, and an event stream
+whose client hangs up is noticed by the server and dropped. Everything else the API does runs
+in process (tests/daemon/test_app.py); lifecycle and signals are in tests/daemon/test_server.py.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support.daemon_process import FAST_CONFIG, DaemonProcess
+from tests.support.model_servers import OpenAIServer
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
+    with OpenAIServer() as server, DaemonProcess.in_new_repo(
+            tmp_path_factory.mktemp("socket"), server.url, config=FAST_CONFIG) as process:
+        yield process
+
+
+def test_health_over_the_socket_names_the_daemon_process(daemon: DaemonProcess) -> None:
+    with httpx.Client(transport=httpx.HTTPTransport(uds=str(daemon.layout.socket)),
+                      base_url="http://squadd", timeout=30) as http:
+        response = http.get("/v1/health")
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "application/json"
+    health = response.json()
+    assert health["pid"] == daemon.pid and health["repo"] == str(daemon.layout.repo)
+    assert daemon.client.health()["pid"] == daemon.pid  # squadd's own client, same socket
+
+
+def test_an_event_stream_ends_on_the_server_when_its_client_hangs_up(
+        daemon: DaemonProcess) -> None:
+    seen: list[Any] = []
+    with daemon.client.subscribe(types=["tool.*"]) as stream:
+        assert daemon.client.health()["event_streams"] == 1
+        daemon.client.call_tool("squad_status", {})
+        for event in stream:
+            seen.append(event)
+            if event["type"] == "tool.completed":
+                break
+    assert [e["type"] for e in seen] == ["tool.started", "tool.completed"]
+    deadline = time.monotonic() + 15
+    while daemon.client.health()["event_streams"] != 0:  # noticed at the next write at most
+        assert time.monotonic() < deadline, "the event stream outlived its client"
+        time.sleep(0.1)
