@@ -93,6 +93,8 @@ class Worker:
         self._squad_names: set[str] = set()
         self._lent = 0
         """Sessions that gave their slot back while a child route runs."""
+        self._reading = False
+        """Whether the job reader holds a slot while it waits for a job (not work: not busy)."""
         self.finished = 0
         """Jobs this worker ran to their end (acknowledged)."""
 
@@ -113,6 +115,7 @@ class Worker:
             while True:
                 ticket = self.slots.enqueue(SlotClass.NORMAL)
                 await self.slots.wait(ticket)
+                self._reading = True  # this slot waits for a job: free, as others see it
                 try:
                     delivery = None
                     now = anyio.current_time()
@@ -133,6 +136,8 @@ class Worker:
                 except BaseException:
                     self.slots.release()
                     raise
+                finally:
+                    self._reading = False
                 if delivery is None:
                     self.slots.release()
                     continue
@@ -141,7 +146,8 @@ class Worker:
     async def _beat(self) -> None:
         await workers.beat(self.guard, WorkerBeat(
             name=self.name, host=socket.gethostname(), pid=os.getpid(), version=__version__,
-            slots=self.slots.total, busy=self.slots.in_use, started=self._started),
+            slots=self.slots.total, busy=self.slots.in_use - int(self._reading),
+            started=self._started),
             every_s=self.cluster.heartbeat_s)
 
     async def _heartbeat(self) -> None:

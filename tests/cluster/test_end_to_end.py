@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -44,6 +45,13 @@ def test_routes_spread_across_three_workers_and_squad_tools_reach_the_coordinato
         workers = json.loads(status.stdout)["cluster"]["workers"]
         assert sorted(w["name"] for w in workers) == ["w1", "w2", "w3"]
         assert {w["slots"] for w in workers} == {2}
+        # With every route answered, no slot is busy: a reader waiting for a job is not work.
+        deadline = time.monotonic() + 60
+        while any(w["busy"] for w in workers) and time.monotonic() < deadline:
+            time.sleep(0.2)
+            workers = json.loads(cluster.daemon.squadd("status", "--json").stdout)[
+                "cluster"]["workers"]
+        assert [w["busy"] for w in workers] == [0, 0, 0], workers
         # Doctor sees the same cluster from Redis itself.
         doctor = cluster.daemon.squadd("doctor", "--json", "--cluster", cluster.redis.url)
         checks = {c["name"]: c for c in json.loads(doctor.stdout)["checks"]}
