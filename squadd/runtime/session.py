@@ -13,7 +13,7 @@ import dataclasses
 import datetime as dt
 import secrets
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -180,12 +180,16 @@ class AgentSession:
         summaries: StatCache[str] | None = None,
         spares: SpareFiles | None = None,
         workspace_dir: Path | None = None,
+        tools_source: Callable[[], ToolSet] | None = None,
     ):
         self.info = info
         self.files = files
         """The owner's cache of the prompt's files (None: read them each time)."""
         self.summaries = summaries
         """The owner's cache of the skills' index lines (None: read them each time)."""
+        self._tools_source = tools_source
+        """Makes the session's tool set (custom tools are discovered on disk): called once,
+        in the session's first worker-thread trip, before `tools` is used."""
         self.spares = spares
         self.workspace_dir = workspace_dir
         """The session's git worktree (None: it works in the repository root)."""
@@ -223,10 +227,23 @@ class AgentSession:
                     accepted: bool = False) -> SessionOutcome:
         """A new session: write its meta (unless `record_acceptance` did), system prompt and
         task, then run it."""
-        messages = await anyio.to_thread.run_sync(self._prepare, task, context, accepted)
+        messages = await anyio.to_thread.run_sync(self._first_prepare, task, context, accepted)
         for message in messages:
             self._publish(message)
         return await self._run(messages, None, cancel, timeout_s, prepared=True)
+
+    def _resolve_tools(self) -> None:
+        """The tool set from `tools_source`, if it has one (blocking: it reads tool files)."""
+        source, self._tools_source = self._tools_source, None
+        if source is not None:
+            self.tools = source()
+            self._specs = self.tools.specs()
+
+    def _first_prepare(self, task: str, context: str | None, accepted: bool) -> list[Message]:
+        self._resolve_tools()
+        if accepted:  # this process wrote the whole transcript since: it ends with a newline
+            self._writer.ends_clean()
+        return self._prepare(task, context, accepted)
 
     def _prepare(self, task: str, context: str | None, accepted: bool) -> list[Message]:
         """Read the prompt's files, then write and fsync all the provider is about to see
@@ -268,6 +285,7 @@ class AgentSession:
         return messages
 
     def _load_or_prepare(self) -> tuple[list[Message], bool]:
+        self._resolve_tools()
         transcript = read_transcript(self.layout.transcript(self.session_id))
         if transcript.messages:
             return self._load_messages(transcript), False

@@ -184,6 +184,11 @@ class TranscriptWriter:
     def pending(self) -> int:
         return len(self._pending)
 
+    def ends_clean(self) -> None:
+        """Tell the writer the file ends with a whole line (its caller wrote all of it), so
+        its first append need not read the file's last byte to check for a torn line."""
+        self._needs_fence = False
+
     def flush(self) -> None:
         """Append what is pending and fsync it (call in a worker thread from async code)."""
         if not self._pending:
