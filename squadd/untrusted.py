@@ -14,8 +14,6 @@ import re
 from functools import lru_cache
 from typing import Any
 
-from pydantic_core import SchemaError, SchemaValidator, core_schema
-
 MAX_JSON_DEPTH = 100
 """Deepest nesting of arrays and objects accepted in JSON from outside (no real call nests so)."""
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -150,6 +148,9 @@ class LinearPattern:
     text whatever the pattern, so a pattern or a text from outside cannot stall the loop."""
 
     def __init__(self, pattern: str):
+        # Imported here: the command line imports this module, and most commands never need it.
+        from pydantic_core import SchemaError, SchemaValidator, core_schema
+
         try:
             self._validator = SchemaValidator(core_schema.str_schema(pattern=pattern))
         except SchemaError as exc:
