@@ -27,10 +27,13 @@ def serve(tmp_path: Path) -> Iterator[tuple[str, list[bytes], list[bytes]]]:
     stop = threading.Event()
 
     def loop() -> None:
-        while not stop.is_set():
+        while True:
             try:
                 conn, _ = server.accept()
             except OSError:
+                return
+            if stop.is_set():
+                conn.close()
                 return
             with conn:
                 data = b""
@@ -51,8 +54,11 @@ def serve(tmp_path: Path) -> Iterator[tuple[str, list[bytes], list[bytes]]]:
     thread.start()
     yield path, answers, received
     stop.set()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as wake:  # out of accept()
+        wake.connect(path)
+        wake.sendall(b"\r\n\r\n")
+    thread.join(10)
     server.close()
-    thread.join(5)
 
 
 def call(socket_path: str, **extra: object) -> Any:
