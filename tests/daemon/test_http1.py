@@ -56,7 +56,6 @@ def serve(tmp_path: Path) -> Iterator[tuple[str, list[bytes], list[bytes]]]:
     stop.set()
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as wake:  # out of accept()
         wake.connect(path)
-        wake.sendall(b"\r\n\r\n")
     thread.join(10)
     server.close()
 
