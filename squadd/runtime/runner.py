@@ -36,6 +36,7 @@ from squadd.runtime.session import (
 from squadd.runtime.session_sink import SessionSink
 from squadd.runtime.slots import SlotTicket
 from squadd.statcache import StatCache
+from squadd.state.journal import GroupCommit
 from squadd.state.layout import SquadLayout
 from squadd.state.transcripts import SpareFiles
 from squadd.tools.base import Tool, ToolSet
@@ -66,7 +67,7 @@ class RouteRunner:
                  orchestration: OrchestrationLog, tools: ToolSet,
                  extra_tools: ExtraTools | None, files: StatCache[str] | None = None,
                  summaries: StatCache[str] | None = None, spares: SpareFiles | None = None,
-                 workspaces: Workspaces | None = None):
+                 workspaces: Workspaces | None = None, commits: GroupCommit | None = None):
         self.layout = layout
         self.settings = settings
         self.provider = provider
@@ -84,6 +85,7 @@ class RouteRunner:
         """The worktree each running session works in (a nested route shares its caller's)."""
         self.host: SessionHost | None = None
         """Set (at start-up) when sessions may run elsewhere; None runs every one here."""
+        self.commits = commits
 
     async def run(self, plan: RoutePlan, record: SessionRecord, ticket: SlotTicket,
                   entry: OrchestrationEntry) -> RouteResult:
@@ -239,7 +241,7 @@ class RouteRunner:
                 info, layout=self.layout, settings=self.settings, provider=self.provider,
                 invoker=self.invoker, tools=known if known is not None else self.tools,
                 sink=sink, files=self.files, summaries=self.summaries, spares=self.spares,
-                tools_source=session_tools if known is None else None,
+                tools_source=session_tools if known is None else None, commits=self.commits,
                 workspace_dir=Path(workspace.path) if workspace is not None else None,
             )
             sink.session = session
@@ -255,8 +257,8 @@ class RouteRunner:
         return await run_here()
 
     async def _end_unstarted(self, plan: RoutePlan, state: str, **fields: str) -> None:
-        """Close the transcript the route's acceptance opened, if it did (a continued session
-        keeps its own last state: its new task was never written)."""
+        """Close the transcript the route's acceptance opened, or end the continuation it
+        recorded as queued, if it did."""
         if not plan.recorded:
             return
         try:
