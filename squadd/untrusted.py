@@ -116,11 +116,13 @@ def _surrogate_error(what: str, path: str) -> UntrustedInputError:
 
 def has_surrogate(text: str) -> bool:
     """True when `text` holds a lone surrogate (it cannot be written as UTF-8)."""
-    return _SURROGATE.search(text) is not None
+    return not text.isascii() and _SURROGATE.search(text) is not None
 
 
 def mend_text(text: str) -> str:
     """`text` with every unpaired surrogate replaced by U+FFFD, as a UTF-8 decoder would."""
+    if text.isascii():  # the common case, answered from the string's header
+        return text
     return _SURROGATE.sub("\ufffd", text) if _SURROGATE.search(text) else text
 
 
