@@ -52,7 +52,7 @@ _datasync = getattr(os, "fdatasync", os.fsync)
 class _Job:
     writer: TranscriptWriter
     done: anyio.Event = field(default_factory=anyio.Event)
-    error: OSError | None = None
+    error: Exception | None = None
 
 
 class GroupCommit:
@@ -79,8 +79,9 @@ class GroupCommit:
         return self._wake is not None
 
     async def commit(self, writer: TranscriptWriter) -> None:
-        """Make `writer`'s pending records durable, batched with other sessions' (`OSError`
-        when they could not be written). Callers shield it from cancellation."""
+        """Make `writer`'s pending records durable, batched with other sessions' (what writing
+        them raised, e.g. `OSError`, when they could not be). Callers shield it from
+        cancellation."""
         if not writer.pending:
             return
         if self._wake is None:
@@ -142,7 +143,7 @@ class GroupCommit:
         for job in batch:
             try:
                 done = job.writer.append_unsynced()
-            except OSError as exc:
+            except Exception as exc:  # its session hears it (as a flush of its own would raise)
                 job.error = exc
                 continue
             if done is not None:
@@ -163,7 +164,10 @@ class GroupCommit:
         self.batches += 1
         self._touched.update(done.path for _job, done in appended)
         if self._size >= self.checkpoint_bytes:
-            self._checkpoint()
+            try:
+                self._checkpoint()
+            except OSError as exc:  # the journal still holds it all: try again next batch
+                log.warning("journal checkpoint failed", error=str(exc))
 
     def _journal(self, data: bytes) -> None:
         if self._fd is None:
@@ -210,7 +214,7 @@ class GroupCommit:
 async def _flush_alone(job: _Job) -> None:
     try:
         await anyio.to_thread.run_sync(job.writer.flush)
-    except OSError as exc:
+    except Exception as exc:  # its session hears it
         job.error = exc
     job.done.set()
 
