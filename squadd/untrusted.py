@@ -14,8 +14,6 @@ import re
 from functools import lru_cache
 from typing import Any
 
-from pydantic_core import SchemaError, SchemaValidator, core_schema
-
 MAX_JSON_DEPTH = 100
 """Deepest nesting of arrays and objects accepted in JSON from outside (no real call nests so)."""
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -118,11 +116,13 @@ def _surrogate_error(what: str, path: str) -> UntrustedInputError:
 
 def has_surrogate(text: str) -> bool:
     """True when `text` holds a lone surrogate (it cannot be written as UTF-8)."""
-    return _SURROGATE.search(text) is not None
+    return not text.isascii() and _SURROGATE.search(text) is not None
 
 
 def mend_text(text: str) -> str:
     """`text` with every unpaired surrogate replaced by U+FFFD, as a UTF-8 decoder would."""
+    if text.isascii():  # the common case, answered from the string's header
+        return text
     return _SURROGATE.sub("\ufffd", text) if _SURROGATE.search(text) else text
 
 
@@ -150,6 +150,9 @@ class LinearPattern:
     text whatever the pattern, so a pattern or a text from outside cannot stall the loop."""
 
     def __init__(self, pattern: str):
+        # Imported here: the command line imports this module, and most commands never need it.
+        from pydantic_core import SchemaError, SchemaValidator, core_schema
+
         try:
             self._validator = SchemaValidator(core_schema.str_schema(pattern=pattern))
         except SchemaError as exc:

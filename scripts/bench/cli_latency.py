@@ -2,8 +2,10 @@
 
 It makes a squad in a temp repo, starts `squadd serve` (the `replay` provider, so no network),
 routes a few tasks so the table has rows, then times `--runs` runs of the installed `squadd`
-console script (the one in this venv) from fork to exit. Prints
-`cli_latency p50_ms=… p90_ms=… max_ms=…` as its last line. Target (issue 6): p50 <= 250 ms.
+console script (the one in this venv) from fork to exit, each run followed by one run of
+`python -c pass` (the interpreter's own start-up, on the same machine at the same moment). Prints
+`cli_latency p50_ms=… p90_ms=… max_ms=… python_p50_ms=… ratio_vs_python=…` as its last line.
+Targets: p50 <= 150 ms, ratio_vs_python <= 3.
 
     .venv/bin/python scripts/bench/cli_latency.py [--runs 30]
 """
@@ -73,13 +75,16 @@ def main() -> None:
                 for index in range(ROUTES):
                     client.route(f"warm-up task {index}", "fenster")
             command = [str(squadd_script()), "status"]
-            timings = []
+            timings, pythons = [], []
             for _ in range(args.runs):
                 started = time.perf_counter()
                 done = subprocess.run(command, cwd=repo, capture_output=True, check=False)
                 timings.append((time.perf_counter() - started) * 1000)
                 if done.returncode != 0:
                     sys.exit(f"squadd status failed: {done.stderr.decode()}")
+                started = time.perf_counter()
+                subprocess.run([sys.executable, "-c", "pass"], cwd=repo, check=True)
+                pythons.append((time.perf_counter() - started) * 1000)
         finally:
             daemon.send_signal(signal.SIGTERM)
             try:
@@ -89,8 +94,10 @@ def main() -> None:
                 daemon.wait(10)
     ordered = sorted(timings)
     print(f"runs={len(ordered)} rows={ROUTES} command='squadd status'")
-    print(f"cli_latency p50_ms={statistics.median(ordered):.1f} "
-          f"p90_ms={percentile(ordered, 0.9):.1f} max_ms={ordered[-1]:.1f}")
+    p50, python_p50 = statistics.median(ordered), statistics.median(pythons)
+    print(f"cli_latency p50_ms={p50:.1f} p90_ms={percentile(ordered, 0.9):.1f} "
+          f"max_ms={ordered[-1]:.1f} python_p50_ms={python_p50:.1f} "
+          f"ratio_vs_python={p50 / python_p50:.2f}")
 
 
 if __name__ == "__main__":

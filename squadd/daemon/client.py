@@ -9,8 +9,9 @@ Answers are the daemon's JSON as plain dicts, shaped like `squadd.contracts`' mo
     DaemonError             the daemon did not answer in time, or dropped the connection
 
 A route that cannot run (pool full, unknown agent) is not an exception: `route` returns the
-`RouteResult` with `ok: false` and its `reason`, as the `squad_route` tool does. Only httpx is
-imported up front, so that `squadd status` starts fast (pydantic only when a route is sent).
+`RouteResult` with `ok: false` and its `reason`, as the `squad_route` tool does. The blocking
+client's calls need only the standard library (`_http1`); httpx is imported for event streams
+and the async client, pydantic only when a route is sent, so that `squadd status` starts fast.
 """
 
 from __future__ import annotations
@@ -20,8 +21,7 @@ from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import httpx
-
+from squadd.daemon._http1 import ExchangeError, exchange
 from squadd.daemon._unix import SocketAddress
 from squadd.daemon.wire import (
     API,
@@ -39,6 +39,8 @@ from squadd.errors import DaemonError, DaemonNotRunningError
 from squadd.state.layout import SquadLayout
 
 if TYPE_CHECKING:
+    import httpx
+
     from squadd.contracts.events import Event
 
 __all__ = [
@@ -51,8 +53,16 @@ def not_running(layout: SquadLayout) -> DaemonNotRunningError:
         f"no squadd daemon is running for {layout.repo}: start one with 'squadd serve'")
 
 
-_REQUEST_ERRORS = (httpx.HTTPError, httpx.InvalidURL)
-"""What sending a request can raise: a failed exchange, or a URL httpx refuses (too long)."""
+def _request_errors() -> tuple[type[Exception], ...]:
+    """What sending a request through httpx can raise: a failed exchange, or a URL it refuses
+    (too long). (An `except` clause evaluates this only when something was raised.)"""
+    import httpx
+
+    return (httpx.HTTPError, httpx.InvalidURL)
+
+
+def _limit(call: Call, cap: float | None) -> float:
+    return call.timeout if cap is None else min(call.timeout, cap)
 
 
 class _Base:
@@ -79,10 +89,27 @@ class _Base:
         return {TOKEN_HEADER: f"Bearer {self.token}"} if self.token else {}
 
     def _timeout(self, call: Call) -> httpx.Timeout:
-        limit = call.timeout if self.timeout is None else min(call.timeout, self.timeout)
+        import httpx
+
+        limit = _limit(call, self.timeout)
         return httpx.Timeout(limit, connect=min(limit, 5.0))
 
-    def _failed(self, call: Call, exc: httpx.HTTPError | httpx.InvalidURL) -> DaemonError:
+    def _exchange_failed(self, call: Call, exc: ExchangeError) -> DaemonError:
+        path = call.path if len(call.path) <= 120 else call.path[:117] + "..."
+        if exc.kind == "invalid":
+            return DaemonError(f"{call.method} {path} cannot be sent: {exc} (a name or id that "
+                               "long is not one squadd made)")
+        if exc.kind == "connect":
+            return not_running(self.layout)
+        if exc.kind == "timeout":
+            return DaemonError(f"the daemon did not answer {call.method} {path} in time "
+                               f"({_limit(call, self.timeout):g}s)")
+        return DaemonError(f"the connection to the daemon broke during {call.method} "
+                           f"{path}: {exc} (did the daemon stop? 'squadd status' tells)")
+
+    def _failed(self, call: Call, exc: Exception) -> DaemonError:
+        import httpx
+
         path = call.path if len(call.path) <= 120 else call.path[:117] + "..."
         if isinstance(exc, httpx.InvalidURL):
             return DaemonError(f"{call.method} {path} cannot be sent: {exc} (a name or id that "
@@ -137,6 +164,9 @@ class DaemonClient(_Base):
         return cls(SquadLayout.find(start), **options)
 
     def _client(self) -> httpx.Client:
+        """The httpx client, for event streams only."""
+        import httpx
+
         if self._http is None:
             base, uds = self._transport_target()
             self._http = httpx.Client(base_url=base, transport=httpx.HTTPTransport(uds=uds),
@@ -144,12 +174,16 @@ class DaemonClient(_Base):
         return self._http
 
     def _send(self, call: Call) -> Any:
+        _base, uds = self._transport_target()
+        limit = _limit(call, self.timeout)
         try:
-            response = self._client().request(call.method, call.path, params=call.params,
-                                              json=call.body, timeout=self._timeout(call))
-        except _REQUEST_ERRORS as exc:
-            raise self._failed(call, exc) from None
-        return read_answer(call, response)
+            answer = exchange(uds=uds, tcp=self.tcp, method=call.method, path=call.path,
+                              params=call.params or None, body=call.body,
+                              headers=self._headers(), timeout=limit,
+                              connect_timeout=min(limit, 5.0))
+        except ExchangeError as exc:
+            raise self._exchange_failed(call, exc) from None
+        return read_answer(call, answer)
 
     def close(self) -> None:
         if self._http is not None:
@@ -277,7 +311,7 @@ class DaemonClient(_Base):
                     if parser.subscribed:
                         break
                 yield _iter_events(lines, parser)
-        except _REQUEST_ERRORS as exc:
+        except _request_errors() as exc:
             raise self._failed(call, exc) from None
 
     def events(self, *, types: Sequence[str] | None = None, session_id: str | None = None,
@@ -314,6 +348,8 @@ class AsyncDaemonClient(_Base):
         return cls(SquadLayout.find(start), **options)
 
     def _client(self) -> httpx.AsyncClient:
+        import httpx
+
         if self._http is None:
             if self._transport is not None:
                 base, transport = "http://squadd", self._transport
@@ -329,7 +365,7 @@ class AsyncDaemonClient(_Base):
             response = await self._client().request(
                 call.method, call.path, params=call.params, json=call.body,
                 timeout=self._timeout(call))
-        except _REQUEST_ERRORS as exc:
+        except _request_errors() as exc:
             raise self._failed(call, exc) from None
         return read_answer(call, response)
 
@@ -435,7 +471,7 @@ class AsyncDaemonClient(_Base):
                     if parser.subscribed:
                         break
                 yield _aiter_events(lines, parser)
-        except _REQUEST_ERRORS as exc:
+        except _request_errors() as exc:
             raise self._failed(call, exc) from None
 
     @asynccontextmanager

@@ -20,6 +20,7 @@ from typing import Any
 
 from squadd.contracts.sessions import SessionView
 from squadd.runtime.planning import view_from_transcript
+from squadd.state.journal import replay_journals
 from squadd.state.layout import SquadLayout
 from squadd.state.owner import is_current, owner_alive
 from squadd.state.transcripts import TranscriptWriter, list_transcripts, read_transcript
@@ -89,7 +90,9 @@ def last_record(path: Path) -> dict[str, Any] | None:
 
 def recover_sessions(layout: SquadLayout, *, keep: int, cluster: bool = False) -> Recovered:
     """Mark crashed sessions interrupted; views of the newest `keep` interrupted ones (blocking).
-    With `cluster`, a session a cluster worker holds is left to it (its lease decides)."""
+    With `cluster`, a session a cluster worker holds is left to it (its lease decides). First,
+    what a crashed runtime's journal holds and its transcripts lack is put back."""
+    replay_journals(layout)
     views: list[SessionView] = []
     marked: list[str] = []
     elsewhere: list[str] = []

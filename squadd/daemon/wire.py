@@ -2,7 +2,7 @@
 is read (or turned into `DaemonRequestError`), and how a Server-Sent Events stream is parsed.
 
 Both `client.DaemonClient` and `client.AsyncDaemonClient` build their requests from `Calls`;
-the daemon's app shares the stream constants. Only the standard library and httpx are used.
+the daemon's app shares the stream constants. Only the standard library is used.
 """
 
 from __future__ import annotations
@@ -10,10 +10,8 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote
-
-import httpx
 
 from squadd.errors import DaemonError
 
@@ -152,7 +150,19 @@ class Calls:
         return Call("GET", f"{API}/events", params, timeout=SSE_READ_TIMEOUT_S)
 
 
-def read_answer(call: Call, response: httpx.Response) -> Any:
+class Response(Protocol):
+    """What `read_answer` reads: an httpx response, or the blocking client's `Answer`."""
+
+    @property
+    def status_code(self) -> int: ...
+
+    @property
+    def text(self) -> str: ...
+
+    def json(self) -> Any: ...
+
+
+def read_answer(call: Call, response: Response) -> Any:
     """The JSON of a good answer (or of a structured result); else `DaemonRequestError`."""
     try:
         payload = response.json()

@@ -36,6 +36,7 @@ from squadd.runtime.session import (
 from squadd.runtime.session_sink import SessionSink
 from squadd.runtime.slots import SlotTicket
 from squadd.statcache import StatCache
+from squadd.state.journal import GroupCommit
 from squadd.state.layout import SquadLayout
 from squadd.state.transcripts import SpareFiles
 from squadd.tools.base import Tool, ToolSet
@@ -66,7 +67,7 @@ class RouteRunner:
                  orchestration: OrchestrationLog, tools: ToolSet,
                  extra_tools: ExtraTools | None, files: StatCache[str] | None = None,
                  summaries: StatCache[str] | None = None, spares: SpareFiles | None = None,
-                 workspaces: Workspaces | None = None):
+                 workspaces: Workspaces | None = None, commits: GroupCommit | None = None):
         self.layout = layout
         self.settings = settings
         self.provider = provider
@@ -84,6 +85,7 @@ class RouteRunner:
         """The worktree each running session works in (a nested route shares its caller's)."""
         self.host: SessionHost | None = None
         """Set (at start-up) when sessions may run elsewhere; None runs every one here."""
+        self.commits = commits
 
     async def run(self, plan: RoutePlan, record: SessionRecord, ticket: SlotTicket,
                   entry: OrchestrationEntry) -> RouteResult:
@@ -211,24 +213,35 @@ class RouteRunner:
             requested_by=info.requested_by, model=info.model,
             parent_session_id=info.parent_session_id,
         ))
-        tools = self.tools
-        if self.extra_tools is not None:
-            extras = await anyio.to_thread.run_sync(self.extra_tools)
-            tools = tools.merged(extras if isinstance(extras, ToolSet) else list(extras))
         sink = SessionSink(self.bus, self.pool, record)
-        if info.available_tools is not None and plan.continuing:
-            # The route that made the session set its tools; a later task only narrows them.
-            tools = session_toolset(tools, info.available_tools, None,
+
+        def session_tools() -> ToolSet:
+            """The built-in tools, the custom ones found on disk now, narrowed by the route,
+            the session's first route and the charter (blocking: run in the session's first
+            worker-thread trip, with its prompt's reads and first write)."""
+            tools = self.tools
+            if self.extra_tools is not None:
+                extras = self.extra_tools()
+                tools = tools.merged(extras if isinstance(extras, ToolSet) else list(extras))
+            if info.available_tools is not None and plan.continuing:
+                # The route that made the session set its tools; a later task only narrows them.
+                tools = session_toolset(tools, info.available_tools, None,
+                                        session_id=info.session_id)
+            tools = session_toolset(tools, plan.available_tools, plan.charter,
                                     session_id=info.session_id)
-        tools = session_toolset(tools, plan.available_tools, plan.charter,
-                                session_id=info.session_id)
-        record.tools = tools
+            record.tools = tools
+            return tools
+
+        known: ToolSet | None = None
+        if self.host is not None:  # the host is handed the session's tools: find them now
+            known = await anyio.to_thread.run_sync(session_tools)
 
         async def run_here() -> SessionOutcome:
             session = AgentSession(
                 info, layout=self.layout, settings=self.settings, provider=self.provider,
-                invoker=self.invoker, tools=tools, sink=sink, files=self.files,
-                summaries=self.summaries, spares=self.spares,
+                invoker=self.invoker, tools=known if known is not None else self.tools,
+                sink=sink, files=self.files, summaries=self.summaries, spares=self.spares,
+                tools_source=session_tools if known is None else None, commits=self.commits,
                 workspace_dir=Path(workspace.path) if workspace is not None else None,
             )
             sink.session = session
@@ -239,13 +252,13 @@ class RouteRunner:
             return await session.start(plan.task or info.task, plan.context,
                                        timeout_s=plan.timeout_s, accepted=plan.recorded)
 
-        if self.host is not None:
-            return await self.host.run(plan, record, tools, sink, run_here)
+        if self.host is not None and known is not None:
+            return await self.host.run(plan, record, known, sink, run_here)
         return await run_here()
 
     async def _end_unstarted(self, plan: RoutePlan, state: str, **fields: str) -> None:
-        """Close the transcript the route's acceptance opened, if it did (a continued session
-        keeps its own last state: its new task was never written)."""
+        """Close the transcript the route's acceptance opened, or end the continuation it
+        recorded as queued, if it did."""
         if not plan.recorded:
             return
         try:

@@ -8,6 +8,7 @@ as `async with SquadRuntime(...) as runtime:`.
 
 from __future__ import annotations
 
+import functools
 from contextlib import AsyncExitStack
 
 import anyio
@@ -18,7 +19,13 @@ from squadd.config import Settings
 from squadd.contracts.events import EventSink, ProviderRetry
 from squadd.contracts.routes import RouteOrigin, RouteRequest, RouteResult
 from squadd.contracts.sessions import LIVE_STATES, SessionView, StatusReport
-from squadd.errors import InvalidNameError, NotFoundError, PoolFullError, RouteError
+from squadd.errors import (
+    InvalidNameError,
+    NotFoundError,
+    PoolFullError,
+    RouteError,
+    SquaddError,
+)
 from squadd.providers.base import Provider, RetryCallback, RetryInfo
 from squadd.runtime.callers import CallScope, scope_call
 from squadd.runtime.events import EventBus
@@ -41,9 +48,10 @@ from squadd.runtime.pool import SessionPool, SessionRecord
 from squadd.runtime.prompt import file_cache
 from squadd.runtime.router import Router
 from squadd.runtime.runner import ExtraTools, RouteRunner
-from squadd.runtime.session import record_acceptance
+from squadd.runtime.session import acceptance_writer, continuation_writer
 from squadd.runtime.slots import SlotLimiter, SlotTicket
 from squadd.state.charters import Charter
+from squadd.state.journal import GroupCommit, replay_journals
 from squadd.state.layout import SquadLayout
 from squadd.state.skills import summary_cache
 from squadd.state.transcripts import SpareFiles
@@ -114,11 +122,14 @@ class SquadRuntime:
         (`secrets.redact_log_event`) redacts them."""
         self.spares = SpareFiles(layout.sessions_dir)
         """New transcripts' files, made ahead by a background task."""
+        self.commits = GroupCommit(layout)
+        """Makes sessions' transcript records durable together, one journal sync a batch."""
         self.runner = RouteRunner(
             layout=layout, settings=settings, provider=provider, bus=self.bus,
             invoker=self.invoker, pool=self.pool, orchestration=self.orchestration,
             tools=self.tools, extra_tools=extra_tools, files=self.files,
-            summaries=self.skill_summaries, spares=self.spares, workspaces=self.workspaces)
+            summaries=self.skill_summaries, spares=self.spares, workspaces=self.workspaces,
+            commits=self.commits)
         self._charters = CharterCache(layout)
         self._owns_provider = owns_provider
         self._stack: AsyncExitStack | None = None
@@ -179,9 +190,12 @@ class SquadRuntime:
         stack = AsyncExitStack()
         await stack.__aenter__()
         try:
+            # What a crashed runtime journaled and its transcripts lack, before anyone reads them.
+            await anyio.to_thread.run_sync(replay_journals, self.layout)
             for note in await self.workspaces.reconcile():
                 log.warning("workspace reconciled at start", note=note)
             self._tg = await stack.enter_async_context(anyio.create_task_group())
+            await self._tg.start(self.commits.run)
             await self._tg.start(self.orchestration.run)
             self._tg.start_soon(self._reap_idle)
             self._tg.start_soon(self._keep_spare_transcripts)
@@ -225,6 +239,7 @@ class SquadRuntime:
         if self._worktree_spares_scope is not None:
             self._worktree_spares_scope.cancel()
         self.orchestration.close()
+        self.commits.close()
 
     async def settle(self, *, timeout_s: float) -> bool:
         """Wait until no session has a task in hand; False if some still do after `timeout_s`."""
@@ -426,19 +441,29 @@ class SquadRuntime:
         except RouteError as exc:
             return RouteResult(ok=False, reason="shutting_down", message=str(exc),
                                error=str(exc), agent=plan.info.agent)
-        if not wait and not plan.continuing:
-            # The caller gets the session id before the session starts: from here on a crash
-            # must not make it vanish. (A waiting caller gets the id only with the result.)
+        if not wait:
+            # The caller hears of the route before its session starts: from here on a crash
+            # must not make it vanish, nor the new task of a session it continues. (A waiting
+            # caller gets the id only with the result.)
+            info, context, task = plan.info, plan.context, plan.task
+            if plan.continuing and task is not None:
+                make = functools.partial(continuation_writer, self.layout, info.session_id,
+                                         task, context)
+            elif not plan.continuing:
+                make = functools.partial(acceptance_writer, self.layout, info, context,
+                                         self.spares)
+            else:  # a resume adds no task: the transcript already has all it needs
+                make = None
             try:
-                with anyio.CancelScope(shield=True):
-                    await anyio.to_thread.run_sync(record_acceptance, self.layout, plan.info,
-                                                   plan.context, self.spares)
-            except OSError as exc:
+                if make is not None:
+                    with anyio.CancelScope(shield=True):
+                        await self.commits.commit(await anyio.to_thread.run_sync(make))
+            except (OSError, SquaddError) as exc:
                 self.pool.withdraw(record, ticket)
                 message = f"the route could not be recorded, so it was not started: {exc}"
                 return RouteResult(ok=False, reason="failed", message=message, error=message,
                                    agent=plan.info.agent)
-            plan.recorded = True
+            plan.recorded = make is not None
         record.scope = anyio.CancelScope()
         entry = self.orchestration.new_entry(
             agent=plan.info.agent, session_id=plan.info.session_id, task=plan.task or

@@ -13,7 +13,7 @@ import dataclasses
 import datetime as dt
 import secrets
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -40,6 +40,7 @@ from squadd.runtime.conversation import name_calls, paired, used_call_ids
 from squadd.runtime.prompt import build_system_prompt, gather
 from squadd.statcache import StatCache
 from squadd.state.charters import Charter
+from squadd.state.journal import GroupCommit
 from squadd.state.layout import SquadLayout
 from squadd.state.owner import current_owner
 from squadd.state.transcripts import SpareFiles, Transcript, TranscriptWriter, read_transcript
@@ -141,17 +142,51 @@ def session_meta(info: SessionInfo) -> dict[str, Any]:
                                 if info.available_tools is not None else None)}
 
 
-def record_acceptance(layout: SquadLayout, info: SessionInfo, context: str | None,
-                      spares: SpareFiles | None = None) -> None:
-    """Make an accepted route durable before its caller hears it was accepted (blocking):
-    its meta (with the context) and a `queued` state, fsynced. A daemon that dies before the
-    session starts leaves this transcript; recovery marks it interrupted, and resuming it
-    starts the task from the beginning."""
+def acceptance_writer(layout: SquadLayout, info: SessionInfo, context: str | None,
+                      spares: SpareFiles | None = None) -> TranscriptWriter:
+    """What makes an accepted route durable before its caller hears it was accepted (blocking:
+    the path is checked): its meta (with the context) and a `queued` state. A daemon that dies
+    before the session starts leaves this transcript; recovery marks it interrupted, and
+    resuming it starts the task from the beginning."""
     writer = TranscriptWriter(layout.transcript(info.session_id), spares)
     writer.add("meta", **session_meta(info), context=context, created=_now_iso(),
                owner=current_owner())
     writer.add("state", state="queued")
-    writer.flush()
+    return writer
+
+
+def record_acceptance(layout: SquadLayout, info: SessionInfo, context: str | None,
+                      spares: SpareFiles | None = None) -> None:
+    """`acceptance_writer`'s records, written and fsynced at once (blocking)."""
+    acceptance_writer(layout, info, context, spares).flush()
+
+
+def continuation_writer(layout: SquadLayout, session_id: str, task: str,
+                        context: str | None) -> TranscriptWriter:
+    """What makes an accepted continuation (a new task for a session at rest) durable before
+    its caller hears it was accepted (blocking): a `queued` state with the task. If the daemon
+    dies before the task starts, recovery marks the session interrupted and resuming it runs
+    this task (see `pending_task`)."""
+    writer = TranscriptWriter(layout.transcript(session_id))
+    writer.add("state", state="queued", task=task, context=context)
+    return writer
+
+
+def pending_task(transcript: Transcript) -> str | None:
+    """The task of a continuation that was accepted and never started: a `queued` state with a
+    task after the last message, not ended since (by a timeout or an error)."""
+    pending: str | None = None
+    for record in transcript.records:
+        kind = record.get("kind")
+        if kind == "message":
+            pending = None
+        elif kind == "state":
+            state = record.get("state")
+            if state == "queued" and isinstance(record.get("task"), str):
+                pending = record["task"]
+            elif state in ("error", "completed"):
+                pending = None
+    return pending
 
 
 def record_unstarted_end(layout: SquadLayout, session_id: str, state: str,
@@ -180,12 +215,19 @@ class AgentSession:
         summaries: StatCache[str] | None = None,
         spares: SpareFiles | None = None,
         workspace_dir: Path | None = None,
+        tools_source: Callable[[], ToolSet] | None = None,
+        commits: GroupCommit | None = None,
     ):
         self.info = info
         self.files = files
         """The owner's cache of the prompt's files (None: read them each time)."""
         self.summaries = summaries
         """The owner's cache of the skills' index lines (None: read them each time)."""
+        self.commits = commits
+        """The owner's group-commit writer (None: each flush syncs by itself)."""
+        self._tools_source = tools_source
+        """Makes the session's tool set (custom tools are discovered on disk): called once,
+        in the session's first worker-thread trip, before `tools` is used."""
         self.spares = spares
         self.workspace_dir = workspace_dir
         """The session's git worktree (None: it works in the repository root)."""
@@ -223,10 +265,24 @@ class AgentSession:
                     accepted: bool = False) -> SessionOutcome:
         """A new session: write its meta (unless `record_acceptance` did), system prompt and
         task, then run it."""
-        messages = await anyio.to_thread.run_sync(self._prepare, task, context, accepted)
+        messages = await anyio.to_thread.run_sync(self._first_prepare, task, context, accepted)
+        await self._flush()
         for message in messages:
             self._publish(message)
         return await self._run(messages, None, cancel, timeout_s, prepared=True)
+
+    def _resolve_tools(self) -> None:
+        """The tool set from `tools_source`, if it has one (blocking: it reads tool files)."""
+        source, self._tools_source = self._tools_source, None
+        if source is not None:
+            self.tools = source()
+            self._specs = self.tools.specs()
+
+    def _first_prepare(self, task: str, context: str | None, accepted: bool) -> list[Message]:
+        self._resolve_tools()
+        if accepted:  # this process wrote the whole transcript since: it ends with a newline
+            self._writer.ends_clean()
+        return self._prepare(task, context, accepted)
 
     def _prepare(self, task: str, context: str | None, accepted: bool) -> list[Message]:
         """Read the prompt's files, then write and fsync all the provider is about to see
@@ -244,7 +300,8 @@ class AgentSession:
         writer.add("message", message=message_record(system))
         writer.add("message", message=message_record(user))
         writer.add("state", state="active")
-        writer.flush()
+        if self.commits is None:  # else the caller commits them with other sessions' records
+            writer.flush()
         return [system, user]
 
     async def continue_with(self, task: str | None, *,
@@ -253,28 +310,40 @@ class AgentSession:
         """Continue from the transcript: with a new task, or (None) resuming an interrupted one.
         A session accepted but never started (its daemon stopped while it was queued) starts
         from its recorded task and context."""
-        messages, prepared = await anyio.to_thread.run_sync(self._load_or_prepare)
+        messages, prepared, pending = await anyio.to_thread.run_sync(self._load_or_prepare)
+        await self._flush()
         if prepared:
             for message in messages:
                 self._publish(message)
+        if task is None and pending is not None:  # resuming a continuation that never started
+            task = pending
         return await self._run(messages, task, cancel, timeout_s, prepared=prepared)
 
     def conversation(self) -> list[Message]:
         """The conversation a session run elsewhere continues from, as `continue_with` reads
-        it (blocking): an accepted session's prompt and task are written now, and a call a
-        crash cut off gets its stand-in result; all of it fsynced."""
-        messages, _ = self._load_or_prepare()
+        it (blocking): an accepted session's prompt and task are written now, a call a crash
+        cut off gets its stand-in result, and a continuation accepted but never started its
+        task; all of it fsynced."""
+        messages, _, pending = self._load_or_prepare()
+        if pending is not None:
+            user = UserMessage(content=pending)
+            messages.append(user)
+            self._writer.add("message", message=message_record(user))
         self._writer.flush()
         return messages
 
-    def _load_or_prepare(self) -> tuple[list[Message], bool]:
-        transcript = read_transcript(self.layout.transcript(self.session_id))
+    def _load_or_prepare(self) -> tuple[list[Message], bool, str | None]:
+        """The conversation so far, whether it was just started from its recorded task, and
+        the task of a continuation accepted but never started."""
+        self._resolve_tools()
+        writer = self._writer  # made here, off the loop: its path check touches the disk
+        transcript = read_transcript(writer.path)
         if transcript.messages:
-            return self._load_messages(transcript), False
+            return self._load_messages(transcript), False, pending_task(transcript)
         meta = transcript.meta
         context = meta.get("context")
         return self._prepare(str(meta.get("task") or self.info.task),
-                             context if isinstance(context, str) else None, True), True
+                             context if isinstance(context, str) else None, True), True, None
 
     def _load_messages(self, transcript: Transcript) -> list[Message]:
         """The conversation so far, every call answered (a stand-in, recorded, for a call a
@@ -299,7 +368,10 @@ class AgentSession:
     async def _flush(self) -> None:
         if self._writer.pending:
             with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(self._writer.flush)
+                if self.commits is not None:
+                    await self.commits.commit(self._writer)
+                else:
+                    await anyio.to_thread.run_sync(self._writer.flush)
 
     def mark(self, state: str, **fields: Any) -> None:
         """Record a state change in the transcript (flushed with the next write)."""

@@ -313,6 +313,12 @@ class SquadLayout:
         return self._p("run", "transcripts")
 
     @property
+    def transcript_journals_dir(self) -> Path:
+        """`run/transcripts/.journal/`: each runtime's group-commit journal of transcript
+        records (see `squadd.state.journal`)."""
+        return self._p("run", "transcripts", ".journal")
+
+    @property
     def sessions_dir(self) -> Path:
         """The folder of squadd's transcripts (the same as `transcripts_dir`)."""
         return self.transcripts_dir

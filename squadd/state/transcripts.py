@@ -184,10 +184,23 @@ class TranscriptWriter:
     def pending(self) -> int:
         return len(self._pending)
 
+    def ends_clean(self) -> None:
+        """Tell the writer the file ends with a whole line (its caller wrote all of it), so
+        its first append need not read the file's last byte to check for a torn line."""
+        self._needs_fence = False
+
     def flush(self) -> None:
         """Append what is pending and fsync it (call in a worker thread from async code)."""
+        self._write(sync=True)
+
+    def append_unsynced(self) -> Appended | None:
+        """Append what is pending without syncing it (blocking), for a group commit that makes
+        it durable (see `squadd.state.journal`); what was written, or None when nothing was."""
+        return self._write(sync=False)
+
+    def _write(self, *, sync: bool) -> Appended | None:
         if not self._pending:
-            return
+            return None
         payload = "\n".join(self._pending) + "\n"
         self._pending.clear()
         created = False
@@ -217,11 +230,24 @@ class TranscriptWriter:
             written = 0
             while written < len(data):
                 written += os.write(fd, data[written:])
-            os.fsync(fd)
+            end = os.lseek(fd, 0, os.SEEK_CUR)  # O_APPEND: the end of what was just written
+            if sync:
+                os.fsync(fd)
         finally:
             os.close(fd)
-        if created:
+        if created and sync:
             fsync_dir(self.path.parent)
+        return Appended(self.path, end, data, created)
+
+
+@dataclass(frozen=True)
+class Appended:
+    """Records a writer appended: the file, the offset their last byte ends at, the bytes."""
+
+    path: Path
+    end: int
+    data: bytes
+    created: bool
 
 
 def _ends_torn(path: Path) -> bool:

@@ -1,0 +1,167 @@
+"""One HTTP/1.1 exchange with the daemon over its Unix socket (or TCP), standard library only.
+
+The blocking client's calls are one request and one answer each, so it needs no connection
+pool and no HTTP library: importing httpx (and what it pulls in) costs a short command such as
+`squadd status` several times the interpreter's own start-up. Each exchange opens a
+connection, sends the request with `Connection: close`, reads the answer (`Content-Length`,
+chunked, or up to the close) and closes. Streams (`/v1/events`) still go through httpx.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlencode
+
+MAX_TARGET_BYTES = 65536
+"""The longest request target sent; a longer one is refused before connecting."""
+MAX_HEAD_BYTES = 65536
+"""The most an answer's status line and headers may take."""
+MAX_BODY_BYTES = 256 * 1024 * 1024
+"""The most an answer's body may take (the daemon's answers are bounded far below this)."""
+
+
+class ExchangeError(Exception):
+    """An exchange that failed; `kind` says how: `invalid` (the request cannot be sent),
+    `connect` (nothing listens), `timeout` (no answer in time), or `broken`."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The daemon's answer: its status code and body (what `read_answer` reads)."""
+
+    status_code: int
+    content: bytes
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", errors="replace")
+
+    def json(self) -> Any:
+        return json.loads(self.content)
+
+
+def exchange(*, uds: str | None, tcp: str | None, method: str, path: str,
+             params: dict[str, str] | None, body: Any, headers: dict[str, str],
+             timeout: float, connect_timeout: float) -> Answer:
+    """Send one request and read its answer (`ExchangeError` when that fails)."""
+    target = path + ("?" + urlencode(params) if params else "")
+    if len(target) > MAX_TARGET_BYTES:
+        raise ExchangeError("invalid", f"the URL is {len(target)} characters, over the "
+                                       f"{MAX_TARGET_BYTES} a request may take")
+    payload = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
+    lines = [f"{method} {target} HTTP/1.1", f"Host: {tcp or 'squadd'}", "Connection: close",
+             "Accept: application/json", *(f"{k}: {v}" for k, v in headers.items())]
+    if body is not None:
+        lines += ["Content-Type: application/json", f"Content-Length: {len(payload)}"]
+    request = ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8") + payload
+    sock = _connect(uds, tcp, connect_timeout)
+    try:
+        sock.settimeout(timeout)
+        sock.sendall(request)
+        return _read_answer(sock)
+    except TimeoutError:
+        raise ExchangeError("timeout", f"no answer within {timeout:g}s") from None
+    except OSError as exc:
+        raise ExchangeError("broken", str(exc) or type(exc).__name__) from None
+    except ValueError as exc:  # a length or chunk size that is not a number
+        raise ExchangeError("broken", f"a malformed answer: {exc}") from None
+    finally:
+        sock.close()
+
+
+def _connect(uds: str | None, tcp: str | None, timeout: float) -> socket.socket:
+    if uds is not None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        address: Any = uds
+    else:
+        host, _, port = (tcp or "").rpartition(":")
+        if not host or not port.isdigit():
+            raise ExchangeError("invalid", f"{tcp!r} is not HOST:PORT")
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET,
+                             socket.SOCK_STREAM)
+        address = (host.strip("[]"), int(port))
+    sock.settimeout(timeout)
+    try:
+        sock.connect(address)
+    except TimeoutError:
+        sock.close()
+        raise ExchangeError("timeout", f"no connection within {timeout:g}s") from None
+    except OSError as exc:
+        sock.close()
+        raise ExchangeError("connect", str(exc)) from None
+    return sock
+
+
+class _Reader:
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self.buffer = b""
+        self.closed = False
+
+    def _more(self) -> None:
+        chunk = self.sock.recv(65536)
+        if not chunk:
+            self.closed = True
+        self.buffer += chunk
+
+    def until(self, marker: bytes, limit: int) -> bytes:
+        while (end := self.buffer.find(marker)) < 0:
+            if len(self.buffer) > limit or self.closed:
+                raise ExchangeError("broken", "the answer ended or grew too long before "
+                                              f"{marker!r}")
+            self._more()
+        found, self.buffer = self.buffer[:end], self.buffer[end + len(marker):]
+        return found
+
+    def exactly(self, count: int) -> bytes:
+        while len(self.buffer) < count:
+            if self.closed:
+                raise ExchangeError("broken", f"the answer ended {count - len(self.buffer)} "
+                                              "bytes short")
+            self._more()
+        found, self.buffer = self.buffer[:count], self.buffer[count:]
+        return found
+
+    def rest(self) -> bytes:
+        while not self.closed:
+            if len(self.buffer) > MAX_BODY_BYTES:
+                raise ExchangeError("broken", "the answer is too long")
+            self._more()
+        return self.buffer
+
+
+def _read_answer(sock: socket.socket) -> Answer:
+    reader = _Reader(sock)
+    head = reader.until(b"\r\n\r\n", MAX_HEAD_BYTES).decode("latin-1").split("\r\n")
+    parts = head[0].split(" ", 2)
+    if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
+        raise ExchangeError("broken", f"not an HTTP answer: {head[0][:100]!r}")
+    fields: dict[str, str] = {}
+    for line in head[1:]:
+        name, _, value = line.partition(":")
+        fields[name.strip().lower()] = value.strip()
+    if "chunked" in fields.get("transfer-encoding", "").lower():
+        body = b""
+        while True:
+            size = int(reader.until(b"\r\n", 1024).split(b";")[0].strip() or b"0", 16)
+            if size == 0:
+                break
+            if len(body) + size > MAX_BODY_BYTES:
+                raise ExchangeError("broken", "the answer is too long")
+            body += reader.exactly(size)
+            reader.exactly(2)
+    elif "content-length" in fields:
+        length = int(fields["content-length"])
+        if length > MAX_BODY_BYTES:
+            raise ExchangeError("broken", "the answer is too long")
+        body = reader.exactly(length)
+    else:
+        body = reader.rest()
+    return Answer(int(parts[1]), body)

@@ -1,0 +1,334 @@
+"""Group commit for transcript records: many sessions' appends made durable by one fsync.
+
+A runtime's sessions hand their pending transcript records to `GroupCommit.commit` and wait.
+A writer task takes every record waiting, in one worker-thread trip appends each session's
+records to its transcript (no fsync there), writes the same bytes to this runtime's journal
+(`run/transcripts/.journal/{pid}-{token}.log`, one JSON line per append: the transcript's path
+in the squad, the offset its bytes end at, the bytes) and syncs the journal once. Only then
+is anyone woken: no session advances, and no caller hears of an accepted route, before its
+records are durable. Records that arrive while a batch is being written form the next batch.
+
+The transcripts stay where and as they were (readers see the appended bytes at once: the
+journal only makes them durable). A checkpoint (when the journal passes
+`CHECKPOINT_BYTES`, and at close) fsyncs every transcript written since the last one and the
+folder, then empties the journal; a clean close removes it. After a crash, `replay_journals`
+(run before the sessions are recovered) appends to each transcript whatever tail of a
+journaled append it lacks (a power cut can lose unsynced file data, a SIGKILL cannot), then
+syncs and deletes the journal. A journal is replayed only when no process holds its lock:
+its owner is gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio
+import structlog
+from anyio.abc import TaskStatus
+
+from squadd.errors import InvalidNameError
+from squadd.fsio import fsync_dir
+from squadd.state.layout import SquadLayout, safe_id
+from squadd.state.transcripts import Appended, TranscriptWriter
+
+log = structlog.get_logger("squadd.journal")
+
+CHECKPOINT_BYTES = 8 * 1024 * 1024
+"""Journal size past which the transcripts are synced and the journal emptied."""
+JOURNAL_SUFFIX = ".log"
+_FOLDERS = (("run", "transcripts"), ("sessions",))
+"""Where a journaled transcript may live, relative to the squad root."""
+
+_datasync = getattr(os, "fdatasync", os.fsync)
+
+
+@dataclass
+class _Job:
+    writer: TranscriptWriter
+    done: anyio.Event = field(default_factory=anyio.Event)
+    error: Exception | None = None
+
+
+class GroupCommit:
+    """One runtime's group-commit writer: `run()` it in a task group, `commit()` from sessions,
+    `close()` to drain it. Without a running writer, `commit` syncs the writer by itself."""
+
+    def __init__(self, layout: SquadLayout, *, checkpoint_bytes: int = CHECKPOINT_BYTES):
+        self.layout = layout
+        self.checkpoint_bytes = checkpoint_bytes
+        self._queue: list[_Job] = []
+        """Waiting appends. Bounded by the callers: each session (and each route being
+        accepted) waits for its commit before it queues another."""
+        self._wake: anyio.Event | None = None
+        self._closing = False
+        self._fd: int | None = None
+        self.path: Path | None = None
+        self._size = 0
+        self._touched: set[Path] = set()
+        self.batches = 0
+        """Batches committed (one journal sync each): for tests and benchmarks."""
+
+    @property
+    def running(self) -> bool:
+        return self._wake is not None
+
+    async def commit(self, writer: TranscriptWriter) -> None:
+        """Make `writer`'s pending records durable, batched with other sessions' (what writing
+        them raised, e.g. `OSError`, when they could not be). Callers shield it from
+        cancellation."""
+        if not writer.pending:
+            return
+        if self._wake is None:
+            await anyio.to_thread.run_sync(writer.flush)
+            return
+        job = _Job(writer)
+        self._queue.append(job)
+        self._wake.set()
+        await job.done.wait()
+        if job.error is not None:
+            raise job.error
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Commit batches until `close()`; what is queued then is committed first."""
+        await anyio.to_thread.run_sync(self._open)
+        self._wake = wake = anyio.Event()
+        task_status.started()
+        try:
+            while True:
+                if not self._queue:
+                    if self._closing:
+                        break
+                    await wake.wait()
+                    self._wake = wake = anyio.Event()
+                    continue
+                batch, self._queue = self._queue, []
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(self._commit, batch)
+                for job in batch:
+                    job.done.set()
+        finally:
+            self._wake = None
+            with anyio.CancelScope(shield=True):
+                for job in self._queue:  # none after a clean close; a cancelled run syncs each
+                    await _flush_alone(job)
+                self._queue = []
+                await anyio.to_thread.run_sync(self._close_journal)
+
+    def close(self) -> None:
+        """Commit what is queued now, then let `run()` end (and remove the journal)."""
+        self._closing = True
+        if self._wake is not None:
+            self._wake.set()
+
+    # Blocking parts, in worker threads.
+    def _open(self) -> None:
+        folder = self.layout.transcript_journals_dir
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{os.getpid()}-{secrets.token_hex(4)}{JOURNAL_SUFFIX}"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC,
+                     0o644)
+        fcntl.flock(fd, fcntl.LOCK_EX)  # held while this runtime lives: "not to be replayed"
+        fsync_dir(folder)
+        self._fd, self.path = fd, path
+
+    def _commit(self, batch: list[_Job]) -> None:
+        lines: list[bytes] = []
+        appended: list[tuple[_Job, Appended]] = []
+        for job in batch:
+            try:
+                done = job.writer.append_unsynced()
+            except Exception as exc:  # its session hears it (as a flush of its own would raise)
+                job.error = exc
+                continue
+            if done is not None:
+                appended.append((job, done))
+                lines.append(_journal_line(self.layout, done))
+        if not lines:
+            return
+        try:
+            self._journal(b"".join(lines))
+        except OSError as exc:  # the journal failed: sync each transcript instead
+            log.warning("journal not written; syncing transcripts one by one", error=str(exc))
+            for job, done in appended:
+                try:
+                    _sync_file(done.path, done.created)
+                except OSError as sync_error:
+                    job.error = sync_error
+            return
+        self.batches += 1
+        self._touched.update(done.path for _job, done in appended)
+        if self._size >= self.checkpoint_bytes:
+            try:
+                self._checkpoint()
+            except OSError as exc:  # the journal still holds it all: try again next batch
+                log.warning("journal checkpoint failed", error=str(exc))
+
+    def _journal(self, data: bytes) -> None:
+        if self._fd is None:
+            raise OSError("the journal is closed")
+        written = 0
+        while written < len(data):
+            written += os.write(self._fd, data[written:])
+        _datasync(self._fd)
+        self._size += len(data)
+
+    def _checkpoint(self) -> None:
+        """Sync every transcript written since the last checkpoint, then empty the journal."""
+        folders: set[Path] = set()
+        for path in self._touched:
+            with contextlib.suppress(FileNotFoundError):
+                _sync_file(path, created=False)
+            folders.add(path.parent)
+        for folder in folders:
+            with contextlib.suppress(FileNotFoundError):
+                fsync_dir(folder)
+        self._touched.clear()
+        if self._fd is not None:
+            os.ftruncate(self._fd, 0)
+            os.fsync(self._fd)
+        self._size = 0
+
+    def _close_journal(self) -> None:
+        if self._fd is None:
+            return
+        try:
+            self._checkpoint()
+        except OSError as exc:  # left in place: the next start replays it
+            log.warning("journal not checkpointed at close", error=str(exc))
+            os.close(self._fd)
+            self._fd = None
+            return
+        os.close(self._fd)
+        self._fd = None
+        if self.path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
+
+
+async def _flush_alone(job: _Job) -> None:
+    try:
+        await anyio.to_thread.run_sync(job.writer.flush)
+    except Exception as exc:  # its session hears it
+        job.error = exc
+    job.done.set()
+
+
+def _sync_file(path: Path, created: bool) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    if created:
+        fsync_dir(path.parent)
+
+
+def _journal_line(layout: SquadLayout, done: Appended) -> bytes:
+    where = os.path.relpath(done.path, layout.root)
+    record = {"t": where, "end": done.end, "data": done.data.decode("utf-8")}
+    return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+
+
+@dataclass
+class Replayed:
+    journals: int = 0
+    """Journals of ended runtimes read (and removed)."""
+    restored: list[str] = field(default_factory=list)
+    """Transcripts (paths in the squad) that lacked journaled bytes and got them back."""
+
+
+def replay_journals(layout: SquadLayout) -> Replayed:
+    """Restore what ended runtimes' journals hold and their transcripts lack (blocking)."""
+    replayed = Replayed()
+    folder = layout.transcript_journals_dir
+    try:
+        names = sorted(entry.name for entry in os.scandir(folder)
+                       if entry.name.endswith(JOURNAL_SUFFIX))
+    except FileNotFoundError:
+        return replayed
+    for name in names:
+        path = folder / name
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # its runtime is alive
+            with os.fdopen(os.dup(fd), "rb") as handle:
+                restored = _replay(layout, handle.read())
+            path.unlink()
+            replayed.journals += 1
+            replayed.restored.extend(r for r in restored if r not in replayed.restored)
+        finally:
+            os.close(fd)
+    if replayed.journals:
+        fsync_dir(folder)
+        log.info("transcript journals replayed", journals=replayed.journals,
+                 restored=len(replayed.restored))
+    return replayed
+
+
+def _replay(layout: SquadLayout, text: bytes) -> list[str]:
+    restored: list[str] = []
+    synced: set[Path] = set()
+    for raw in text.split(b"\n"):
+        try:
+            record = json.loads(raw)
+            where, end, data = record["t"], int(record["end"]), record["data"].encode("utf-8")
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue  # a torn last line (or not one of ours)
+        target = _transcript_at(layout, where)
+        if target is None:
+            continue
+        try:
+            size = target.stat().st_size
+        except FileNotFoundError:
+            size = 0
+        start = end - len(data)
+        if size >= end:
+            continue
+        if size < start:
+            log.warning("transcript shorter than its journal says; left alone", path=where,
+                        size=size, journaled_from=start)
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            tail = data[size - start:]
+            written = 0
+            while written < len(tail):
+                written += os.write(fd, tail[written:])
+        finally:
+            os.close(fd)
+        synced.add(target)
+        if where not in restored:
+            restored.append(where)
+    for target in synced:
+        _sync_file(target, created=True)
+    return restored
+
+
+def _transcript_at(layout: SquadLayout, where: object) -> Path | None:
+    """The transcript a journal line names, if it is one (a `{id}.jsonl` directly inside
+    `run/transcripts/` or `sessions/`): nothing else is ever written from a journal."""
+    if not isinstance(where, str):
+        return None
+    *folder, name = Path(where).parts or ("",)
+    if tuple(folder) not in _FOLDERS or not name.endswith(".jsonl"):
+        return None
+    try:
+        safe_id(name.removesuffix(".jsonl"))
+    except InvalidNameError:
+        return None
+    base = layout.transcripts_dir if tuple(folder) == _FOLDERS[0] \
+        else layout.legacy_transcripts_dir
+    return base / name

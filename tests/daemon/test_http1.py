@@ -1,0 +1,106 @@
+"""The blocking client's HTTP/1.1 exchange against a real Unix socket server that answers with
+bytes the test chooses: chunked bodies, cut-off answers, silence."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from squadd.daemon._http1 import ExchangeError, exchange
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator[tuple[str, list[bytes], list[bytes]]]:
+    """A socket path, the answers to send (one per connection), and the requests received."""
+    path = str(tmp_path / "s.sock")
+    answers: list[bytes] = []
+    received: list[bytes] = []
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(4)
+    stop = threading.Event()
+
+    def loop() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            if stop.is_set():
+                conn.close()
+                return
+            with conn:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    data += conn.recv(65536)
+                head, _, rest = data.partition(b"\r\n\r\n")
+                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                               if line.lower().startswith(b"content-length:")), 0)
+                while len(rest) < length:
+                    rest += conn.recv(65536)
+                received.append(head + b"\r\n\r\n" + rest)
+                if answers:
+                    conn.sendall(answers.pop(0))
+                else:
+                    stop.wait(5)  # silence: the client's timeout must end the exchange
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    yield path, answers, received
+    stop.set()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as wake:  # out of accept()
+        wake.connect(path)
+    thread.join(10)
+    server.close()
+
+
+def call(socket_path: str, **extra: object) -> Any:
+    options: dict[str, object] = dict(uds=socket_path, tcp=None, method="POST", path="/v1/x",
+                                      params={"a": "1 2"}, body={"task": "é"}, headers={},
+                                      timeout=5.0, connect_timeout=5.0)
+    options.update(extra)
+    return exchange(**options)  # type: ignore[arg-type]
+
+
+def test_a_chunked_answer_is_joined_and_the_request_carries_its_json(serve) -> None:
+    path, answers, received = serve
+    answers.append(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+                   b"5\r\n{\"ok\"\r\n6\r\n: true\r\n1\r\n}\r\n0\r\n\r\n")
+    answer = call(path)
+    assert answer.status_code == 200 and answer.json() == {"ok": True}
+    request = received[0]
+    assert request.startswith(b"POST /v1/x?a=1+2 HTTP/1.1\r\n")
+    head, _, body = request.partition(b"\r\n\r\n")
+    assert json.loads(body) == {"task": "é"}
+    assert f"Content-Length: {len(body)}\r\n".encode() in head + b"\r\n"
+
+
+def test_an_answer_cut_short_is_a_broken_exchange(serve) -> None:
+    path, answers, _ = serve
+    answers.append(b"HTTP/1.1 200 OK\r\ncontent-length: 50\r\n\r\n{\"ok\"")
+    with pytest.raises(ExchangeError) as caught:
+        call(path)
+    assert caught.value.kind == "broken" and "45 bytes short" in str(caught.value)
+
+
+def test_silence_ends_in_a_timeout_and_nothing_listening_in_connect(serve,
+                                                                    tmp_path: Path) -> None:
+    path, _, _ = serve
+    with pytest.raises(ExchangeError) as caught:
+        call(path, timeout=0.2)
+    assert caught.value.kind == "timeout"
+    with pytest.raises(ExchangeError) as missing:
+        call(str(tmp_path / "nobody.sock"))
+    assert missing.value.kind == "connect"
+
+
+def test_a_target_too_long_is_refused_before_connecting(tmp_path: Path) -> None:
+    with pytest.raises(ExchangeError) as caught:
+        call(str(tmp_path / "nobody.sock"), path="/v1/" + "x" * 70_000)
+    assert caught.value.kind == "invalid"

@@ -1,0 +1,175 @@
+"""The group-commit writer: concurrent sessions' records share one journal sync, nobody is
+woken before that sync, and a journal left by a killed process gives back what a power cut
+took from the transcripts."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import anyio
+import pytest
+
+from squadd.state import journal as journal_module
+from squadd.state.journal import GroupCommit, replay_journals
+from squadd.state.layout import SquadLayout
+from squadd.state.transcripts import TranscriptWriter, read_transcript
+from tests._helpers import REPO_ROOT
+
+
+@pytest.fixture
+def layout(tmp_path: Path) -> SquadLayout:
+    root = tmp_path / "repo" / ".squad"
+    root.mkdir(parents=True)
+    return SquadLayout.at(root)
+
+
+def writer_for(layout: SquadLayout, session: str, text: str) -> TranscriptWriter:
+    writer = TranscriptWriter(layout.transcripts_dir / f"{session}.jsonl")
+    writer.add("message", message={"role": "user", "content": text})
+    return writer
+
+
+async def test_records_waiting_together_share_one_sync_and_nobody_wakes_before_it(
+        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    entered = threading.Event()
+    release = threading.Event()
+    syncs: list[int] = []
+    real = journal_module._datasync
+
+    def held_sync(fd: int) -> None:
+        syncs.append(fd)
+        entered.set()
+        if not release.wait(30):  # the test releases it; never a hang
+            raise OSError("never released")
+        real(fd)
+
+    monkeypatch.setattr(journal_module, "_datasync", held_sync)
+    commits = GroupCommit(layout)
+    woken: list[str] = []
+    all_woken = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        await tg.start(commits.run)
+
+        async def session(name: str) -> None:
+            await commits.commit(writer_for(layout, name, f"hello from {name}"))
+            woken.append(name)
+            if len(woken) == 9:
+                all_woken.set()
+
+        tg.start_soon(session, "first")
+        await anyio.to_thread.run_sync(entered.wait, 30)  # batch one is in its sync, held
+        for n in range(8):  # these queue behind it: they form batch two
+            tg.start_soon(session, f"s{n}")
+        await anyio.wait_all_tasks_blocked()
+        assert woken == []  # the first is not answered before its sync ended
+        release.set()
+        with anyio.fail_after(30):
+            await all_woken.wait()
+        commits.close()
+    assert woken[0] == "first"
+    assert len(syncs) == 2 and commits.batches == 2  # nine sessions, two journal syncs
+    for name in ["first", *(f"s{n}" for n in range(8))]:
+        messages = read_transcript(layout.transcripts_dir / f"{name}.jsonl").messages
+        assert messages == [{"role": "user", "content": f"hello from {name}"}]
+    assert not list(layout.transcript_journals_dir.iterdir())  # a clean close removes it
+
+
+async def test_a_write_that_fails_is_raised_to_its_session_only(layout: SquadLayout) -> None:
+    commits = GroupCommit(layout)
+    (layout.transcripts_dir / "blocked.jsonl").mkdir(parents=True)  # a folder: cannot append
+    errors: dict[str, BaseException] = {}
+    async with anyio.create_task_group() as tg:
+        await tg.start(commits.run)
+
+        async def session(name: str) -> None:
+            try:
+                await commits.commit(writer_for(layout, name, "x"))
+            except OSError as exc:
+                errors[name] = exc
+
+        async with anyio.create_task_group() as sessions:
+            sessions.start_soon(session, "blocked")
+            sessions.start_soon(session, "fine")
+        commits.close()
+    assert list(errors) == ["blocked"]
+    assert read_transcript(layout.transcripts_dir / "fine.jsonl").messages
+
+
+# The child commits records through a group commit, says so, and waits to be killed: its
+# journal stays behind, locked until the kill.
+CHILD = """
+import sys
+from pathlib import Path
+import anyio
+from squadd.state.journal import GroupCommit
+from squadd.state.layout import SquadLayout
+from squadd.state.transcripts import TranscriptWriter
+
+layout = SquadLayout.at(Path(sys.argv[1]))
+
+async def main():
+    commits = GroupCommit(layout)
+    async with anyio.create_task_group() as tg:
+        await tg.start(commits.run)
+        for turn in range(3):
+            for name in ("a", "b"):
+                writer = TranscriptWriter(layout.transcripts_dir / f"{name}.jsonl")
+                writer.add("message", message={"role": "user", "content": f"{name} {turn}"})
+                await commits.commit(writer)
+        print("committed", flush=True)
+        await anyio.to_thread.run_sync(sys.stdin.readline)
+
+anyio.run(main)
+"""
+
+
+def test_a_killed_writers_journal_restores_what_a_power_cut_took(layout: SquadLayout) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(layout.root)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "committed"
+        assert replay_journals(layout).journals == 0  # its owner is alive: left alone
+        child.send_signal(signal.SIGKILL)
+        child.wait(60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(10)
+    a, b = layout.transcripts_dir / "a.jsonl", layout.transcripts_dir / "b.jsonl"
+    whole_a = a.read_bytes()
+    # A power cut loses what was never synced: b.jsonl entirely, and a.jsonl's last record
+    # and a half.
+    lines = whole_a.split(b"\n")
+    os.truncate(a, len(lines[0]) + 1 + len(lines[1]) // 2)
+    b.unlink()
+
+    replayed = replay_journals(layout)
+    assert replayed.journals == 1
+    assert sorted(replayed.restored) == ["run/transcripts/a.jsonl", "run/transcripts/b.jsonl"]
+    assert a.read_bytes() == whole_a
+    assert [m["content"] for m in read_transcript(b).messages] == ["b 0", "b 1", "b 2"]
+    assert not list(layout.transcript_journals_dir.iterdir())
+    assert replay_journals(layout).journals == 0  # replayed once, then gone
+
+
+def test_a_journal_line_naming_anything_but_a_transcript_is_ignored(
+        layout: SquadLayout) -> None:
+    folder = layout.transcript_journals_dir
+    folder.mkdir(parents=True)
+    (folder / "1-dead.log").write_text(
+        '{"t":"../../outside.jsonl","end":3,"data":"ab\\n"}\n'
+        '{"t":"team.md","end":3,"data":"ab\\n"}\n'
+        '{"t":"run/transcripts/ok.jsonl","end":3,"data":"ab\\n"}\n'
+        '{"t":"run/transcripts/torn.jsonl","end":', encoding="utf-8")
+    replayed = replay_journals(layout)
+    assert replayed.restored == ["run/transcripts/ok.jsonl"]
+    assert not (layout.root / "team.md").exists()
+    assert not (layout.repo / "outside.jsonl").exists()
+    assert not (layout.root.parent.parent / "outside.jsonl").exists()
