@@ -54,7 +54,10 @@ class HeldModel:
 
 async def _load(socket_path: Path, model: HeldModel) -> tuple[list[httpx.Response],
                                                             list[dict[str, Any]]]:
-    limits = httpx.Limits(max_connections=ROUTES + 10, max_keepalive_connections=ROUTES + 10)
+    # No connection is kept for reuse: a kept one the server closes for idleness just as the
+    # client picks it again fails with "disconnected" (a race of HTTP keep-alive, not of the
+    # daemon), and on a loaded machine the refused routes' connections sit idle long enough.
+    limits = httpx.Limits(max_connections=ROUTES + 10, max_keepalive_connections=0)
     responses: list[httpx.Response] = []
     health_seen: list[dict[str, Any]] = []
     async with httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=str(socket_path),
