@@ -12,11 +12,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import structlog
+from pydantic import ValidationError
 from redis.exceptions import ResponseError
 
 from squadd.cluster import keys
 from squadd.cluster.connection import BLOCK_S, RedisGuard
 from squadd.cluster.wire import Job
+
+log = structlog.get_logger("squadd.cluster")
 
 
 @dataclass(frozen=True)
@@ -68,7 +72,7 @@ class JobQueue:
                 keys.WORKERS_GROUP, consumer, {keys.JOBS_NORMAL: ">"}, count=1,
                 block=max(1, int(block_s * 1000))))
             found = _first(normal)
-        return found
+        return await self._valid(found)
 
     async def reclaim(self, consumer: str, *, lease_s: float) -> Delivery | None:
         """One job another worker left idle past `lease_s`, now `consumer`'s (urgent first)."""
@@ -78,11 +82,26 @@ class JobQueue:
                 s, keys.WORKERS_GROUP, consumer, int(lease_s * 1000), "0-0", count=1))
             entries = result[1] if result else []
             for entry_id, fields in entries:
-                if fields and "data" in fields:
-                    return Delivery(stream, entry_id, Job.model_validate_json(fields["data"]),
-                                    reclaimed=True)
-                await self.ack(stream, entry_id)  # deleted meanwhile: nothing to run
+                found = await self._valid((stream, str(entry_id), fields, True))
+                if found is not None:
+                    return found
         return None
+
+    async def _valid(self, entry: _Entry | None) -> Delivery | None:
+        """The delivery of `entry`; an entry with no job in it (deleted meanwhile, or not a
+        job at all) is acknowledged and dropped, so no worker takes it again."""
+        if entry is None:
+            return None
+        stream, entry_id, fields, reclaimed = entry
+        try:
+            return Delivery(stream, entry_id, Job.model_validate_json((fields or {})["data"]),
+                            reclaimed=reclaimed)
+        except (KeyError, ValidationError) as exc:
+            if fields:
+                log.warning("malformed job dropped", stream=stream, entry=entry_id,
+                            error=str(exc)[:300])
+            await self.ack(stream, entry_id)
+            return None
 
     async def keep(self, consumer: str, deliveries: list[Delivery]) -> list[Delivery]:
         """Renew the lease of `consumer`'s jobs; returns those it no longer holds (reclaimed
@@ -124,10 +143,12 @@ class JobQueue:
         return report
 
 
-def _first(result: Any) -> Delivery | None:
+_Entry = tuple[str, str, dict[str, str] | None, bool]
+"""A job stream entry as read: stream, entry id, fields, and whether it was reclaimed."""
+
+
+def _first(result: Any) -> _Entry | None:
     for stream, entries in result or []:
         for entry_id, fields in entries:
-            if fields and "data" in fields:
-                return Delivery(str(stream), str(entry_id),
-                                Job.model_validate_json(fields["data"]))
+            return str(stream), str(entry_id), fields, False
     return None
