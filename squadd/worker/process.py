@@ -221,9 +221,24 @@ class Worker:
             # The job stays pending: after the lease another worker (or this one) resumes it.
             log.error("session stopped: the cluster did not answer", session_id=sid,
                       error=str(exc))
+        except Exception as exc:  # a fault in this job must not stop the worker's other jobs
+            log.exception("session failed on this worker", session_id=sid)
+            await self._give_up(running, f"worker {self.name} failed to run the session: "
+                                         f"{type(exc).__name__}: {exc}")
         finally:
             self._running.pop(delivery.entry_id, None)
             self.slots.release()
+
+    async def _give_up(self, running: Running, error: str) -> None:
+        """End the session with `error` (its route learns it now, not after its bound) and
+        drop its job; one whose end is refused stays pending and moves on after the lease."""
+        delivery = running.delivery
+        try:
+            await self._request(running, "end", "end", {"status": "error", "error": error})
+            await self.jobs.ack(delivery.stream, delivery.entry_id)
+        except Exception as exc:  # the job stays pending: after the lease it moves on
+            log.error("failed session not ended", session_id=delivery.job.session_id,
+                      error=f"{type(exc).__name__}: {exc}")
 
     async def _request(self, running: Running, kind: str, suffix: str,
                        body: dict[str, Any]) -> Reply:
