@@ -9,6 +9,7 @@ them to `XAUTOCLAIM` by another worker.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,11 +65,11 @@ class JobQueue:
         """One new job for `consumer`: an urgent one if any waits, else a normal one (waiting
         up to `block_s` for it). None when none came."""
         client = self.guard.client
-        urgent = await self.guard.run(lambda: client.xreadgroup(
+        urgent = await self._grouped(lambda: client.xreadgroup(
             keys.WORKERS_GROUP, consumer, {keys.JOBS_URGENT: ">"}, count=1))
         found = _first(urgent)
         if found is None:
-            normal = await self.guard.run(lambda: client.xreadgroup(
+            normal = await self._grouped(lambda: client.xreadgroup(
                 keys.WORKERS_GROUP, consumer, {keys.JOBS_NORMAL: ">"}, count=1,
                 block=max(1, int(block_s * 1000))))
             found = _first(normal)
@@ -78,7 +79,7 @@ class JobQueue:
         """One job another worker left idle past `lease_s`, now `consumer`'s (urgent first)."""
         client = self.guard.client
         for stream in keys.JOB_STREAMS:
-            result: Any = await self.guard.run(lambda s=stream: client.xautoclaim(  # type: ignore[misc]
+            result: Any = await self._grouped(lambda s=stream: client.xautoclaim(  # type: ignore[misc]
                 s, keys.WORKERS_GROUP, consumer, int(lease_s * 1000), "0-0", count=1))
             entries = result[1] if result else []
             for entry_id, fields in entries:
@@ -86,6 +87,19 @@ class JobQueue:
                 if found is not None:
                     return found
         return None
+
+    async def _grouped(self, read: Callable[[], Awaitable[Any]]) -> Any:
+        """`read()` of the job streams in the workers' group; None when Redis has lost the
+        group (it restarted without its data, or was flushed), which is made again."""
+        try:
+            return await self.guard.run(read)
+        except ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            log.warning("the job streams' group is gone from Redis; making it again",
+                        error=str(exc))
+            await self.ensure()
+            return None
 
     async def _valid(self, entry: _Entry | None) -> Delivery | None:
         """The delivery of `entry`; an entry with no job in it (deleted meanwhile, or not a

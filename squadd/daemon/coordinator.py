@@ -106,14 +106,15 @@ class Coordinator:
             task_status.started()
 
     async def _resilient(self, loop: Callable[[], Awaitable[None]]) -> None:
-        """Run `loop` again whenever Redis stayed away past its bound: the daemon keeps
-        serving (routes that need Redis fail, naming `cluster.redis_down_s`)."""
+        """Run `loop` again whenever it stops: Redis stayed away past its bound (routes that
+        need Redis fail, naming `cluster.redis_down_s`) or refused a command (it lost its
+        data: the loop makes its group again). The daemon keeps serving."""
         while True:
             failed: list[str] = []
             try:
                 await loop()
-            except* ClusterError as group:
-                failed.append(str(group.exceptions[0]))
+            except* Exception as group:
+                failed.extend(f"{type(e).__name__}: {e}" for e in group.exceptions[:1])
             log.error("cluster loop stopped; starting it again", error=failed[:1])
             await anyio.sleep(self.settings.heartbeat_s)
 

@@ -65,3 +65,17 @@ async def test_an_entry_that_is_no_job_is_dropped_not_handed_out_again(
     assert await queue.reclaim("w2", lease_s=0.001) is None
     lags = await queue.lags()
     assert all(entry["pending"] == 0 for entry in lags.values()), lags
+
+
+async def test_jobs_are_taken_again_after_redis_lost_the_group(guard: RedisGuard) -> None:
+    queue = JobQueue(guard)
+    await queue.ensure()
+    await guard.client.flushdb()  # as a Redis restarted without its data leaves it
+    await queue.submit(job("after"))
+    delivery = await queue.take("w1", block_s=0.1)
+    assert delivery is not None and delivery.job.session_id == "after"
+    await guard.client.flushdb()
+    assert await queue.reclaim("w2", lease_s=0.001) is None
+    await queue.submit(job("later"))
+    delivery = await queue.take("w2", block_s=0.1)
+    assert delivery is not None and delivery.job.session_id == "later"
