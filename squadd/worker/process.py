@@ -128,9 +128,9 @@ class Worker:
                         # the child ends: hold this one only briefly while no job comes.
                         delivery = await self.jobs.take(
                             self.name, block_s=SHORT_BLOCK_S if self._lent else BLOCK_S)
-                except ClusterError as exc:  # Redis away past its bound: keep trying
+                except Exception as exc:  # Redis away past its bound, or a refusal: keep trying
                     self.slots.release()
-                    log.error("no job taken; trying again", error=str(exc))
+                    log.error("no job taken; trying again", error=f"{type(exc).__name__}: {exc}")
                     await anyio.sleep(self.cluster.heartbeat_s)
                     continue
                 except BaseException:
@@ -155,8 +155,8 @@ class Worker:
             await anyio.sleep(self.cluster.heartbeat_s)
             try:
                 await self._beat()
-            except ClusterError as exc:
-                log.warning("heartbeat not sent", error=str(exc))
+            except Exception as exc:  # Redis away past its bound, or a refusal: next beat
+                log.warning("heartbeat not sent", error=f"{type(exc).__name__}: {exc}")
 
     async def _forward_events(self) -> None:
         async def next_event() -> BaseEvent | None:
@@ -171,8 +171,9 @@ class Worker:
                 try:
                     await publish_events(self.guard, self.name, next_event,
                                          maxlen=self.cluster.events_maxlen)
-                except ClusterError as exc:  # events meanwhile are lost (the bus is bounded)
-                    log.error("events not forwarded; trying again", error=str(exc))
+                except Exception as exc:  # events meanwhile are lost (the bus is bounded)
+                    log.error("events not forwarded; trying again",
+                              error=f"{type(exc).__name__}: {exc}")
                     await anyio.sleep(self.cluster.heartbeat_s)
 
     async def _keep_leases(self) -> None:
@@ -183,8 +184,8 @@ class Worker:
                 continue
             try:
                 lost = await self.jobs.keep(self.name, held)
-            except ClusterError as exc:
-                log.warning("leases not renewed", error=str(exc))
+            except Exception as exc:  # Redis away past its bound, or a refusal: next round
+                log.warning("leases not renewed", error=f"{type(exc).__name__}: {exc}")
                 continue
             for delivery in lost:
                 running = self._running.get(delivery.entry_id)

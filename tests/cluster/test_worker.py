@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import anyio
+import structlog.testing
 
 from squadd.cluster import keys
 from squadd.cluster.connection import RedisGuard
@@ -16,6 +17,13 @@ from squadd.config import load_settings
 from squadd.providers.replay import ReplayProvider, ReplayScript
 from squadd.state.layout import SquadLayout
 from squadd.worker.process import Worker
+
+
+def make_worker(guard: RedisGuard, repo: Path) -> Worker:
+    settings = load_settings(None, overrides={"cluster": {
+        "url": guard.url, "heartbeat_s": 0.1, "lease_s": 60.0, "request_timeout_s": 5.0}})
+    return Worker(name="w1", slots=1, layout=SquadLayout.for_repo(repo), settings=settings,
+                  provider=ReplayProvider(ReplayScript(default=[])), guard=guard)
 
 
 async def test_a_job_that_fails_unexpectedly_is_ended_and_the_worker_takes_the_next(
@@ -34,11 +42,7 @@ async def test_a_job_that_fails_unexpectedly_is_ended_and_the_worker_takes_the_n
                          error="cancelled")
         return Reply(request_id=request.request_id, ok=True)
 
-    settings = load_settings(None, overrides={"cluster": {
-        "url": guard.url, "heartbeat_s": 0.5, "lease_s": 60.0, "request_timeout_s": 5.0}})
-    worker = Worker(name="w1", slots=1, layout=SquadLayout.for_repo(tmp_path),
-                    settings=settings, provider=ReplayProvider(ReplayScript(default=[])),
-                    guard=guard)
+    worker = make_worker(guard, tmp_path)
     queue = JobQueue(guard)
     server = RequestServer(guard, coordinator, reply_ttl_s=60, redo_safe=())
     async with anyio.create_task_group() as tg:
@@ -58,3 +62,34 @@ async def test_a_job_that_fails_unexpectedly_is_ended_and_the_worker_takes_the_n
     left = await guard.client.xrange(keys.JOBS_NORMAL)
     assert [Job.model_validate_json(fields["data"]).session_id for _, fields in left] \
         in (["later"], []), left
+
+
+async def test_the_job_intake_goes_on_after_redis_refuses_a_read(
+        guard: RedisGuard, tmp_path: Path) -> None:
+    claimed = anyio.Event()
+
+    async def coordinator(request: Request) -> Reply:
+        if request.kind == "claim":
+            claimed.set()
+        return Reply(request_id=request.request_id, ok=False, refused="invalid",
+                     error="cancelled")
+
+    worker = make_worker(guard, tmp_path)
+    server = RequestServer(guard, coordinator, reply_ttl_s=60, redo_safe=())
+    async with anyio.create_task_group() as tg:
+        await tg.start(server.run)
+        await tg.start(worker.run)
+        with structlog.testing.capture_logs() as logs:
+            # Something else wrote the urgent stream's key: every read of it is refused.
+            await guard.client.delete(keys.JOBS_URGENT)
+            await guard.client.set(keys.JOBS_URGENT, "not a stream")
+            for _ in range(6000):  # until the worker has met the refusal (bounded)
+                if any(e["event"] == "no job taken; trying again" for e in logs):
+                    break
+                await anyio.sleep(0.01)
+            await guard.client.delete(keys.JOBS_URGENT)
+        assert any("WRONGTYPE" in str(e.get("error")) for e in logs), logs
+        await JobQueue(guard).submit(Job(session_id="s1", agent="lead", timeout_s=60))
+        with anyio.fail_after(60):
+            await claimed.wait()
+        tg.cancel_scope.cancel()
