@@ -145,11 +145,14 @@ class JobQueue:
 
     async def lags(self) -> dict[str, dict[str, int]]:
         """Per job stream: entries not yet delivered (`lag`) and delivered but unacknowledged
-        (`pending`)."""
+        (`pending`). A stream Redis does not hold (yet, or any more) is left out."""
         client = self.guard.client
         report: dict[str, dict[str, int]] = {}
         for stream in keys.JOB_STREAMS:
-            groups: Any = await self.guard.run(lambda s=stream: client.xinfo_groups(s))  # type: ignore[misc]
+            try:
+                groups: Any = await self.guard.run(lambda s=stream: client.xinfo_groups(s))  # type: ignore[misc]
+            except ResponseError:  # no such key, or not a stream
+                continue
             for group in groups or []:
                 if group.get("name") == keys.WORKERS_GROUP:
                     report[stream] = {"lag": int(group.get("lag") or 0),

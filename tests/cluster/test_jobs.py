@@ -79,3 +79,12 @@ async def test_jobs_are_taken_again_after_redis_lost_the_group(guard: RedisGuard
     await queue.submit(job("later"))
     delivery = await queue.take("w2", block_s=0.1)
     assert delivery is not None and delivery.job.session_id == "later"
+
+
+async def test_lags_leave_out_a_stream_redis_does_not_hold(guard: RedisGuard) -> None:
+    queue = JobQueue(guard)
+    assert await queue.lags() == {}  # nothing made yet (as `squadd doctor` may find it)
+    await queue.ensure()
+    await queue.submit(job("s1"))
+    await guard.client.delete(keys.JOBS_URGENT)
+    assert await queue.lags() == {keys.JOBS_NORMAL: {"lag": 1, "pending": 0}}
