@@ -33,7 +33,6 @@ from squadd.contracts.messages import (
     ToolCall,
     ToolMessage,
     Usage,
-    UserMessage,
     message_record,
 )
 from squadd.daemon.handover import recovered_results
@@ -45,6 +44,7 @@ from squadd.runtime.session import (
     AgentSession,
     SessionInfo,
     SessionOutcome,
+    continuation_writer,
     record_acceptance,
     session_meta,
 )
@@ -195,17 +195,16 @@ class Coordinator:
         return _Host(self)
 
     def _open(self, plan: RoutePlan) -> None:
-        """Make the route's start durable before a worker may take it (blocking)."""
-        info = plan.info
-        if not plan.continuing:
-            if not plan.recorded:
-                record_acceptance(self.runtime.layout, info, plan.context)
+        """Make the route's start durable before a worker may take it, unless its acceptance
+        did (blocking). A continuation's task is recorded as accepted; the claim's
+        `conversation()` makes it the next user message, as a local resume would."""
+        if plan.recorded:
             return
-        if plan.task is not None:
-            writer = TranscriptWriter(self.runtime.layout.transcript(info.session_id))
-            writer.add("message", message=message_record(UserMessage(content=plan.task)))
-            writer.add("state", state="queued")
-            writer.flush()
+        layout, info = self.runtime.layout, plan.info
+        if not plan.continuing:
+            record_acceptance(layout, info, plan.context)
+        elif plan.task is not None:
+            continuation_writer(layout, info.session_id, plan.task, plan.context).flush()
 
     async def _cancel(self, remote: RemoteSession) -> None:
         """Tell the workers the session is cancelled (a worker holding it stops at its next
