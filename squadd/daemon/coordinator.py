@@ -407,7 +407,17 @@ class Coordinator:
                             output_tokens=int(body.get("output_tokens") or 0)),
                 duration_s=float(body.get("duration_s") or 0.0), model=info.model)
             remote.done.set()
+        self._forget(request.session_id)
         return Reply(request_id=request.request_id, ok=True)
+
+    def _forget(self, session_id: str) -> None:
+        """Drop what is kept here for a session that ended: a late request of its reads the
+        epoch from Redis and the last record applied from the transcript again."""
+        self._epochs.pop(session_id, None)
+        self._applied.pop(session_id, None)
+        lock = self._locks.get(session_id)
+        if lock is not None and not lock.locked() and not lock.statistics().tasks_waiting:
+            del self._locks[session_id]
 
 
 class _Host:

@@ -13,6 +13,8 @@ from squadd.config import load_settings
 from squadd.daemon.coordinator import Coordinator
 from squadd.providers.replay import ReplayProvider, ReplayScript
 from squadd.runtime.runtime import SquadRuntime
+from squadd.runtime.session import SessionInfo, record_acceptance
+from squadd.state.transcripts import read_transcript
 from tests.support.daemon_process import make_repo
 from tests.support.redis_server import RedisServer
 
@@ -42,3 +44,32 @@ async def test_requests_are_answered_again_after_redis_lost_its_data(tmp_path: P
                 tg.cancel_scope.cancel()
         finally:
             await client.aclose()
+
+
+async def test_an_ended_session_leaves_nothing_behind_and_late_records_stay_applied_once(
+        tmp_path: Path) -> None:
+    layout = make_repo(tmp_path / "repo")
+    settings = load_settings(layout.root, environ={})
+    with RedisServer(tmp_path / "redis") as server:
+        client = connect(server.url)
+        guard = RedisGuard(client, url=server.url, down_s=10)
+        runtime = SquadRuntime(layout, settings, ReplayProvider(ReplayScript()))
+        coordinator = Coordinator(runtime, settings.cluster, guard)
+        record_acceptance(layout, SessionInfo(session_id="s1", agent="lead", model="m",
+                                              task="t"), None)
+        records = Request(request_id="s1:0:r1-1", kind="records", session_id="s1",
+                          worker="w1", body={"records": [{"kind": "note", "n": 1, "text": "x"}]})
+        try:
+            async with runtime:
+                assert (await coordinator.handle(records)).ok
+                assert (await coordinator.handle(Request(
+                    request_id="s1:0:end", kind="end", session_id="s1", worker="w1"))).ok
+                kept = (coordinator._epochs, coordinator._applied, coordinator._locks)
+                assert kept == ({}, {}, {})
+                # The same records again, late: the transcript already has them.
+                assert (await coordinator.handle(records)).ok
+        finally:
+            await client.aclose()
+    notes = [r for r in read_transcript(layout.transcript("s1")).records
+             if r.get("kind") == "note"]
+    assert [r["cluster"] for r in notes] == [[0, 1]]
