@@ -4,8 +4,10 @@ unexpected way ends with an error and the worker goes on to the next job."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import anyio
+import pytest
 import structlog.testing
 
 from squadd.cluster import keys
@@ -17,6 +19,7 @@ from squadd.config import load_settings
 from squadd.providers.replay import ReplayProvider, ReplayScript
 from squadd.state.layout import SquadLayout
 from squadd.worker.process import Worker
+from squadd.worker.session import ForwardingWriter, StaleLease, checked
 
 
 def make_worker(guard: RedisGuard, repo: Path) -> Worker:
@@ -93,3 +96,16 @@ async def test_the_job_intake_goes_on_after_redis_refuses_a_read(
         with anyio.fail_after(60):
             await claimed.wait()
         tg.cancel_scope.cancel()
+
+
+async def test_a_refused_transcript_flush_raises_stale_lease_itself() -> None:
+    async def refuse(kind: str, suffix: str, body: dict[str, Any]) -> Reply:
+        return checked(Reply(request_id=suffix, ok=False, refused="stale_epoch",
+                             error="lease epoch 1 is stale"))
+
+    writer = ForwardingWriter(refuse, lambda: None, anyio.Event())
+    writer.add("note", text="x")
+    # The session's caller tells a lease that moved on from an outage by this type.
+    with pytest.raises(StaleLease, match="stale"):
+        await writer.flush_async()
+    assert writer.pending == 1  # nothing was confirmed, so nothing is dropped
