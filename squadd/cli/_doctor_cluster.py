@@ -48,9 +48,7 @@ async def _probe(url: str, ctx: DoctorContext) -> dict[str, Any]:
         with anyio.fail_after(PROBE_TIMEOUT_S):
             info: Any = await guard.run(lambda: client.info("server"))
             workers = await live_workers(guard)
-            lags: dict[str, dict[str, int]] = {}
-            if await guard.run(lambda: client.exists(*keys.JOB_STREAMS)):
-                lags = await JobQueue(guard).lags()
+            lags = await JobQueue(guard).lags()
             requests: Any = await guard.run(lambda: client.xlen(keys.REQUESTS))
             return {"redis_version": info.get("redis_version", "?"), "workers": workers,
                     "lags": lags, "requests": int(requests or 0)}

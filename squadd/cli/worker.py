@@ -6,11 +6,16 @@ import os
 import signal
 import subprocess
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from squadd.cli._provider import provider_options, provider_overrides
 from squadd.cli._squad import TEXT
+
+if TYPE_CHECKING:
+    from squadd.config import Settings
+    from squadd.state.layout import SquadLayout
 
 CLONE_TIMEOUT_S = 600.0
 
@@ -92,18 +97,15 @@ def worker(cluster_url: str, repo: str, slots: int, name: str | None, workdir: P
               backend_options={"use_uvloop": True})
 
 
-async def _serve(name: str, slots: int, layout: object, settings: object) -> None:
+async def _serve(name: str, slots: int, layout: SquadLayout, settings: Settings) -> None:
     import anyio
 
     from squadd.cluster import workers
     from squadd.cluster.connection import RedisGuard, connect
-    from squadd.config import Settings
     from squadd.daemon.cluster_mode import cluster_password
     from squadd.providers.factory import make_provider
-    from squadd.state.layout import SquadLayout
     from squadd.worker.process import Worker
 
-    assert isinstance(layout, SquadLayout) and isinstance(settings, Settings)
     cluster = settings.cluster
     client = connect(cluster.url, cluster_password(settings))
     guard = RedisGuard(client, url=cluster.url, down_s=cluster.redis_down_s)

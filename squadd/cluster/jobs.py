@@ -9,14 +9,19 @@ them to `XAUTOCLAIM` by another worker.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import structlog
+from pydantic import ValidationError
 from redis.exceptions import ResponseError
 
 from squadd.cluster import keys
 from squadd.cluster.connection import BLOCK_S, RedisGuard
 from squadd.cluster.wire import Job
+
+log = structlog.get_logger("squadd.cluster")
 
 
 @dataclass(frozen=True)
@@ -60,29 +65,57 @@ class JobQueue:
         """One new job for `consumer`: an urgent one if any waits, else a normal one (waiting
         up to `block_s` for it). None when none came."""
         client = self.guard.client
-        urgent = await self.guard.run(lambda: client.xreadgroup(
+        urgent = await self._grouped(lambda: client.xreadgroup(
             keys.WORKERS_GROUP, consumer, {keys.JOBS_URGENT: ">"}, count=1))
         found = _first(urgent)
         if found is None:
-            normal = await self.guard.run(lambda: client.xreadgroup(
+            normal = await self._grouped(lambda: client.xreadgroup(
                 keys.WORKERS_GROUP, consumer, {keys.JOBS_NORMAL: ">"}, count=1,
                 block=max(1, int(block_s * 1000))))
             found = _first(normal)
-        return found
+        return await self._valid(found)
 
     async def reclaim(self, consumer: str, *, lease_s: float) -> Delivery | None:
         """One job another worker left idle past `lease_s`, now `consumer`'s (urgent first)."""
         client = self.guard.client
         for stream in keys.JOB_STREAMS:
-            result: Any = await self.guard.run(lambda s=stream: client.xautoclaim(  # type: ignore[misc]
+            result: Any = await self._grouped(lambda s=stream: client.xautoclaim(  # type: ignore[misc]
                 s, keys.WORKERS_GROUP, consumer, int(lease_s * 1000), "0-0", count=1))
             entries = result[1] if result else []
             for entry_id, fields in entries:
-                if fields and "data" in fields:
-                    return Delivery(stream, entry_id, Job.model_validate_json(fields["data"]),
-                                    reclaimed=True)
-                await self.ack(stream, entry_id)  # deleted meanwhile: nothing to run
+                found = await self._valid((stream, str(entry_id), fields, True))
+                if found is not None:
+                    return found
         return None
+
+    async def _grouped(self, read: Callable[[], Awaitable[Any]]) -> Any:
+        """`read()` of the job streams in the workers' group; None when Redis has lost the
+        group (it restarted without its data, or was flushed), which is made again."""
+        try:
+            return await self.guard.run(read)
+        except ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            log.warning("the job streams' group is gone from Redis; making it again",
+                        error=str(exc))
+            await self.ensure()
+            return None
+
+    async def _valid(self, entry: _Entry | None) -> Delivery | None:
+        """The delivery of `entry`; an entry with no job in it (deleted meanwhile, or not a
+        job at all) is acknowledged and dropped, so no worker takes it again."""
+        if entry is None:
+            return None
+        stream, entry_id, fields, reclaimed = entry
+        try:
+            return Delivery(stream, entry_id, Job.model_validate_json((fields or {})["data"]),
+                            reclaimed=reclaimed)
+        except (KeyError, ValidationError) as exc:
+            if fields:
+                log.warning("malformed job dropped", stream=stream, entry=entry_id,
+                            error=str(exc)[:300])
+            await self.ack(stream, entry_id)
+            return None
 
     async def keep(self, consumer: str, deliveries: list[Delivery]) -> list[Delivery]:
         """Renew the lease of `consumer`'s jobs; returns those it no longer holds (reclaimed
@@ -112,11 +145,14 @@ class JobQueue:
 
     async def lags(self) -> dict[str, dict[str, int]]:
         """Per job stream: entries not yet delivered (`lag`) and delivered but unacknowledged
-        (`pending`)."""
+        (`pending`). A stream Redis does not hold (yet, or any more) is left out."""
         client = self.guard.client
         report: dict[str, dict[str, int]] = {}
         for stream in keys.JOB_STREAMS:
-            groups: Any = await self.guard.run(lambda s=stream: client.xinfo_groups(s))  # type: ignore[misc]
+            try:
+                groups: Any = await self.guard.run(lambda s=stream: client.xinfo_groups(s))  # type: ignore[misc]
+            except ResponseError:  # no such key, or not a stream
+                continue
             for group in groups or []:
                 if group.get("name") == keys.WORKERS_GROUP:
                     report[stream] = {"lag": int(group.get("lag") or 0),
@@ -124,10 +160,12 @@ class JobQueue:
         return report
 
 
-def _first(result: Any) -> Delivery | None:
+_Entry = tuple[str, str, dict[str, str] | None, bool]
+"""A job stream entry as read: stream, entry id, fields, and whether it was reclaimed."""
+
+
+def _first(result: Any) -> _Entry | None:
     for stream, entries in result or []:
         for entry_id, fields in entries:
-            if fields and "data" in fields:
-                return Delivery(str(stream), str(entry_id),
-                                Job.model_validate_json(fields["data"]))
+            return str(stream), str(entry_id), fields, False
     return None

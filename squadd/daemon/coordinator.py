@@ -33,7 +33,6 @@ from squadd.contracts.messages import (
     ToolCall,
     ToolMessage,
     Usage,
-    UserMessage,
     message_record,
 )
 from squadd.daemon.handover import recovered_results
@@ -45,6 +44,7 @@ from squadd.runtime.session import (
     AgentSession,
     SessionInfo,
     SessionOutcome,
+    continuation_writer,
     record_acceptance,
     session_meta,
 )
@@ -106,14 +106,15 @@ class Coordinator:
             task_status.started()
 
     async def _resilient(self, loop: Callable[[], Awaitable[None]]) -> None:
-        """Run `loop` again whenever Redis stayed away past its bound: the daemon keeps
-        serving (routes that need Redis fail, naming `cluster.redis_down_s`)."""
+        """Run `loop` again whenever it stops: Redis stayed away past its bound (routes that
+        need Redis fail, naming `cluster.redis_down_s`) or refused a command (it lost its
+        data: the loop makes its group again). The daemon keeps serving."""
         while True:
             failed: list[str] = []
             try:
                 await loop()
-            except* ClusterError as group:
-                failed.append(str(group.exceptions[0]))
+            except* Exception as group:
+                failed.extend(f"{type(e).__name__}: {e}" for e in group.exceptions[:1])
             log.error("cluster loop stopped; starting it again", error=failed[:1])
             await anyio.sleep(self.settings.heartbeat_s)
 
@@ -194,17 +195,16 @@ class Coordinator:
         return _Host(self)
 
     def _open(self, plan: RoutePlan) -> None:
-        """Make the route's start durable before a worker may take it (blocking)."""
-        info = plan.info
-        if not plan.continuing:
-            if not plan.recorded:
-                record_acceptance(self.runtime.layout, info, plan.context)
+        """Make the route's start durable before a worker may take it, unless its acceptance
+        did (blocking). A continuation's task is recorded as accepted; the claim's
+        `conversation()` makes it the next user message, as a local resume would."""
+        if plan.recorded:
             return
-        if plan.task is not None:
-            writer = TranscriptWriter(self.runtime.layout.transcript(info.session_id))
-            writer.add("message", message=message_record(UserMessage(content=plan.task)))
-            writer.add("state", state="queued")
-            writer.flush()
+        layout, info = self.runtime.layout, plan.info
+        if not plan.continuing:
+            record_acceptance(layout, info, plan.context)
+        elif plan.task is not None:
+            continuation_writer(layout, info.session_id, plan.task, plan.context).flush()
 
     async def _cancel(self, remote: RemoteSession) -> None:
         """Tell the workers the session is cancelled (a worker holding it stops at its next
@@ -407,7 +407,17 @@ class Coordinator:
                             output_tokens=int(body.get("output_tokens") or 0)),
                 duration_s=float(body.get("duration_s") or 0.0), model=info.model)
             remote.done.set()
+        self._forget(request.session_id)
         return Reply(request_id=request.request_id, ok=True)
+
+    def _forget(self, session_id: str) -> None:
+        """Drop what is kept here for a session that ended: a late request of its reads the
+        epoch from Redis and the last record applied from the transcript again."""
+        self._epochs.pop(session_id, None)
+        self._applied.pop(session_id, None)
+        lock = self._locks.get(session_id)
+        if lock is not None and not lock.locked() and not lock.statistics().tasks_waiting:
+            del self._locks[session_id]
 
 
 class _Host:

@@ -18,7 +18,7 @@ from squadd.tools.base import ToolResult
 
 
 async def recovered_results(guard: RedisGuard, messages: list[dict[str, Any]],
-                        session_id: str, epoch: int) -> list[ToolMessage]:
+                            session_id: str, epoch: int) -> list[ToolMessage]:
     """Results of the squad-tool calls an earlier holder made, that were applied here, but
     that it did not live to record (they are recorded now instead of a stand-in)."""
     answered = {m.get("tool_call_id") for m in messages if m.get("role") == "tool"}
@@ -28,16 +28,19 @@ async def recovered_results(guard: RedisGuard, messages: list[dict[str, Any]],
     client = guard.client
     found: list[ToolMessage] = []
     for call in dangling:
-        for earlier in range(epoch - 1, 0, -1):
-            rid = f"{session_id}:{earlier}:t{call['id']}"
-            stored: Any = await guard.run(lambda r=rid: client.get(keys.reply(r)))  # type: ignore[misc]
-            if not stored:
-                continue
-            reply = Reply.model_validate_json(stored)
-            if reply.ok and isinstance(reply.body.get("result"), dict):
-                result = ToolResult.model_validate(reply.body["result"])
-                found.append(ToolMessage(tool_call_id=str(call["id"]),
-                                         name=str(call.get("name", "")),
-                                         content=result.text, is_error=not result.ok))
-            break
+        # The reply the latest earlier holder got, if any: one round trip for all the epochs.
+        names = [keys.reply(f"{session_id}:{earlier}:t{call['id']}")
+                 for earlier in range(epoch - 1, 0, -1)]
+        if not names:
+            continue
+        stored: Any = await guard.run(lambda n=names: client.mget(n))  # type: ignore[misc]
+        latest = next((value for value in stored or [] if value), None)
+        if latest is None:
+            continue
+        reply = Reply.model_validate_json(latest)
+        if reply.ok and isinstance(reply.body.get("result"), dict):
+            result = ToolResult.model_validate(reply.body["result"])
+            found.append(ToolMessage(tool_call_id=str(call["id"]),
+                                     name=str(call.get("name", "")),
+                                     content=result.text, is_error=not result.ok))
     return found

@@ -128,9 +128,9 @@ class Worker:
                         # the child ends: hold this one only briefly while no job comes.
                         delivery = await self.jobs.take(
                             self.name, block_s=SHORT_BLOCK_S if self._lent else BLOCK_S)
-                except ClusterError as exc:  # Redis away past its bound: keep trying
+                except Exception as exc:  # Redis away past its bound, or a refusal: keep trying
                     self.slots.release()
-                    log.error("no job taken; trying again", error=str(exc))
+                    log.error("no job taken; trying again", error=f"{type(exc).__name__}: {exc}")
                     await anyio.sleep(self.cluster.heartbeat_s)
                     continue
                 except BaseException:
@@ -155,8 +155,8 @@ class Worker:
             await anyio.sleep(self.cluster.heartbeat_s)
             try:
                 await self._beat()
-            except ClusterError as exc:
-                log.warning("heartbeat not sent", error=str(exc))
+            except Exception as exc:  # Redis away past its bound, or a refusal: next beat
+                log.warning("heartbeat not sent", error=f"{type(exc).__name__}: {exc}")
 
     async def _forward_events(self) -> None:
         async def next_event() -> BaseEvent | None:
@@ -171,8 +171,9 @@ class Worker:
                 try:
                     await publish_events(self.guard, self.name, next_event,
                                          maxlen=self.cluster.events_maxlen)
-                except ClusterError as exc:  # events meanwhile are lost (the bus is bounded)
-                    log.error("events not forwarded; trying again", error=str(exc))
+                except Exception as exc:  # events meanwhile are lost (the bus is bounded)
+                    log.error("events not forwarded; trying again",
+                              error=f"{type(exc).__name__}: {exc}")
                     await anyio.sleep(self.cluster.heartbeat_s)
 
     async def _keep_leases(self) -> None:
@@ -183,8 +184,8 @@ class Worker:
                 continue
             try:
                 lost = await self.jobs.keep(self.name, held)
-            except ClusterError as exc:
-                log.warning("leases not renewed", error=str(exc))
+            except Exception as exc:  # Redis away past its bound, or a refusal: next round
+                log.warning("leases not renewed", error=f"{type(exc).__name__}: {exc}")
                 continue
             for delivery in lost:
                 running = self._running.get(delivery.entry_id)
@@ -221,9 +222,24 @@ class Worker:
             # The job stays pending: after the lease another worker (or this one) resumes it.
             log.error("session stopped: the cluster did not answer", session_id=sid,
                       error=str(exc))
+        except Exception as exc:  # a fault in this job must not stop the worker's other jobs
+            log.exception("session failed on this worker", session_id=sid)
+            await self._give_up(running, f"worker {self.name} failed to run the session: "
+                                         f"{type(exc).__name__}: {exc}")
         finally:
             self._running.pop(delivery.entry_id, None)
             self.slots.release()
+
+    async def _give_up(self, running: Running, error: str) -> None:
+        """End the session with `error` (its route learns it now, not after its bound) and
+        drop its job; one whose end is refused stays pending and moves on after the lease."""
+        delivery = running.delivery
+        try:
+            await self._request(running, "end", "end", {"status": "error", "error": error})
+            await self.jobs.ack(delivery.stream, delivery.entry_id)
+        except Exception as exc:  # the job stays pending: after the lease it moves on
+            log.error("failed session not ended", session_id=delivery.job.session_id,
+                      error=f"{type(exc).__name__}: {exc}")
 
     async def _request(self, running: Running, kind: str, suffix: str,
                        body: dict[str, Any]) -> Reply:

@@ -76,13 +76,20 @@ class ForwardingWriter(TranscriptWriter):
         # The loop waits for this flush shielded from cancellation (a transcript line must not
         # be half-sent); a worker that stops ends the wait here instead.
         replies: list[Reply] = []
-        async with anyio.create_task_group() as tg:
-            async def watch() -> None:
-                await self._stopping.wait()
+        try:
+            async with anyio.create_task_group() as tg:
+                async def watch() -> None:
+                    await self._stopping.wait()
+                    tg.cancel_scope.cancel()
+                tg.start_soon(watch)
+                replies.append(await self._send("records", f"r{first}-{last}",
+                                                {"records": records}))
                 tg.cancel_scope.cancel()
-            tg.start_soon(watch)
-            replies.append(await self._send("records", f"r{first}-{last}", {"records": records}))
-            tg.cancel_scope.cancel()
+        except BaseExceptionGroup as group:  # the send's own failure (StaleLease, ClusterError)
+            failure = group.exceptions[0] if len(group.exceptions) == 1 else None
+            if isinstance(failure, Exception):
+                raise failure from None
+            raise
         if not replies:
             raise ClusterError("the worker is stopping; the coordinator did not confirm the "
                                "transcript records, so the session's lease will move it on")

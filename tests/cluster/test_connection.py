@@ -61,3 +61,13 @@ def test_doctor_fails_the_cluster_check_when_redis_is_gone(tmp_path: Path) -> No
     assert url in result.summary
     (skipped,) = run_checks(tmp_path, [check_cluster])
     assert skipped.status == "skip"
+
+
+def test_doctor_on_a_redis_no_coordinator_used_yet_warns_of_no_worker(tmp_path: Path) -> None:
+    from squadd.cli.doctor import check_cluster, run_checks
+
+    with RedisServer(tmp_path / "redis") as server:
+        (result,) = run_checks(tmp_path, [check_cluster], cluster_url=server.url)
+    assert result.status == "warn", result
+    assert result.summary == "Redis reachable, but no worker is alive"
+    assert not any("squadd:jobs:" in d for d in result.details), result.details

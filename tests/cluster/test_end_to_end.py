@@ -109,3 +109,27 @@ def test_local_slots_run_sessions_on_the_coordinator_itself(tmp_path: Path) -> N
         assert cluster.holder(result["session_id"]) is None  # never claimed by a worker
         report = json.loads(cluster.daemon.squadd("status", "--json").stdout)["cluster"]
         assert report["local_slots"] == 1 and report["workers"] == []
+
+
+def test_a_session_continued_on_the_cluster_gets_its_new_task_once(tmp_path: Path) -> None:
+    with Cluster(tmp_path) as cluster:
+        cluster.start_worker("w1", slots=1)
+        first = cluster.daemon.client.route("first task", "lead")
+        assert first["ok"], first
+        session = first["session_id"]
+        waited = cluster.daemon.client.route("second task", "lead", session_id=session)
+        assert waited["ok"] and waited["answer"] == "answer: second task", waited
+        sent = cluster.daemon.client.route("third task", "lead", session_id=session,
+                                           wait=False)
+        assert sent["ok"], sent
+        deadline = time.monotonic() + 90
+        while len([r for r in cluster.transcript(session) if r.get("state") == "completed"]) < 3:
+            assert time.monotonic() < deadline, cluster.transcript(session)
+            time.sleep(0.1)
+        users = [r["message"]["content"] for r in cluster.transcript(session)
+                 if r.get("kind") == "message" and r["message"]["role"] == "user"]
+        assert users == ["first task", "second task", "third task"], users
+        # Each task was recorded once as accepted (the claim made it the user message).
+        queued = [r.get("task") for r in cluster.transcript(session)
+                  if r.get("kind") == "state" and r["state"] == "queued"]
+        assert queued == [None, "second task", "third task"], queued

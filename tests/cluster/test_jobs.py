@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from squadd.cluster import keys
 from squadd.cluster.connection import RedisGuard
 from squadd.cluster.jobs import JobQueue
 from squadd.cluster.wire import Job
@@ -45,3 +46,45 @@ async def test_a_job_idle_past_its_lease_moves_to_another_worker(guard: RedisGua
     assert await queue.reclaim("w3", lease_s=0.001) is None
     lags = await queue.lags()
     assert all(entry["pending"] == 0 for entry in lags.values())
+
+
+async def test_an_entry_that_is_no_job_is_dropped_not_handed_out_again(
+        guard: RedisGuard) -> None:
+    queue = JobQueue(guard)
+    await queue.ensure()
+    # Not a job: a worker that took it would fail on it every time it came back.
+    await guard.client.xadd(keys.JOBS_NORMAL, {"data": '{"session_id": "bad"}'})
+    await guard.client.xadd(keys.JOBS_URGENT, {"other": "field"})
+    await queue.submit(job("good"))
+    assert await queue.take("w1", block_s=0.1) is None  # the urgent non-job
+    assert await queue.take("w1", block_s=0.1) is None  # the normal one without timeout_s
+    delivery = await queue.take("w1", block_s=0.1)
+    assert delivery is not None and delivery.job.session_id == "good"
+    # Neither stays pending, so nobody reclaims them after the lease.
+    await queue.ack(delivery.stream, delivery.entry_id)
+    assert await queue.reclaim("w2", lease_s=0.001) is None
+    lags = await queue.lags()
+    assert all(entry["pending"] == 0 for entry in lags.values()), lags
+
+
+async def test_jobs_are_taken_again_after_redis_lost_the_group(guard: RedisGuard) -> None:
+    queue = JobQueue(guard)
+    await queue.ensure()
+    await guard.client.flushdb()  # as a Redis restarted without its data leaves it
+    await queue.submit(job("after"))
+    delivery = await queue.take("w1", block_s=0.1)
+    assert delivery is not None and delivery.job.session_id == "after"
+    await guard.client.flushdb()
+    assert await queue.reclaim("w2", lease_s=0.001) is None
+    await queue.submit(job("later"))
+    delivery = await queue.take("w2", block_s=0.1)
+    assert delivery is not None and delivery.job.session_id == "later"
+
+
+async def test_lags_leave_out_a_stream_redis_does_not_hold(guard: RedisGuard) -> None:
+    queue = JobQueue(guard)
+    assert await queue.lags() == {}  # nothing made yet (as `squadd doctor` may find it)
+    await queue.ensure()
+    await queue.submit(job("s1"))
+    await guard.client.delete(keys.JOBS_URGENT)
+    assert await queue.lags() == {keys.JOBS_NORMAL: {"lag": 1, "pending": 0}}

@@ -1,0 +1,111 @@
+"""The worker's job loop, in this process against a real redis-server: a job that fails in an
+unexpected way ends with an error and the worker goes on to the next job."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+import structlog.testing
+
+from squadd.cluster import keys
+from squadd.cluster.connection import RedisGuard
+from squadd.cluster.jobs import JobQueue
+from squadd.cluster.requests import RequestServer
+from squadd.cluster.wire import Job, Reply, Request
+from squadd.config import load_settings
+from squadd.providers.replay import ReplayProvider, ReplayScript
+from squadd.state.layout import SquadLayout
+from squadd.worker.process import Worker
+from squadd.worker.session import ForwardingWriter, StaleLease, checked
+
+
+def make_worker(guard: RedisGuard, repo: Path) -> Worker:
+    settings = load_settings(None, overrides={"cluster": {
+        "url": guard.url, "heartbeat_s": 0.1, "lease_s": 60.0, "request_timeout_s": 5.0}})
+    return Worker(name="w1", slots=1, layout=SquadLayout.for_repo(repo), settings=settings,
+                  provider=ReplayProvider(ReplayScript(default=[])), guard=guard)
+
+
+async def test_a_job_that_fails_unexpectedly_is_ended_and_the_worker_takes_the_next(
+        guard: RedisGuard, tmp_path: Path) -> None:
+    seen: list[Request] = []
+    later_claimed = anyio.Event()
+
+    async def coordinator(request: Request) -> Reply:
+        seen.append(request)
+        if request.kind == "claim" and request.session_id == "broken":
+            # A claim answer without the epoch: the worker cannot run the session.
+            return Reply(request_id=request.request_id, ok=True, body={})
+        if request.kind == "claim":
+            later_claimed.set()
+            return Reply(request_id=request.request_id, ok=False, refused="invalid",
+                         error="cancelled")
+        return Reply(request_id=request.request_id, ok=True)
+
+    worker = make_worker(guard, tmp_path)
+    queue = JobQueue(guard)
+    server = RequestServer(guard, coordinator, reply_ttl_s=60, redo_safe=())
+    async with anyio.create_task_group() as tg:
+        await tg.start(server.run)
+        await tg.start(worker.run)
+        await queue.submit(Job(session_id="broken", agent="lead", timeout_s=60))
+        await queue.submit(Job(session_id="later", agent="lead", timeout_s=60))
+        with anyio.fail_after(60):
+            await later_claimed.wait()
+        tg.cancel_scope.cancel()
+    ends = [r for r in seen if r.kind == "end"]
+    assert [r.session_id for r in ends] == ["broken"]
+    assert ends[0].body["status"] == "error"
+    assert "KeyError" in ends[0].body["error"] and "w1" in ends[0].body["error"]
+    # The broken session's job is done with (one slot: before the later one was taken), so
+    # no other worker takes it up again.
+    left = await guard.client.xrange(keys.JOBS_NORMAL)
+    assert [Job.model_validate_json(fields["data"]).session_id for _, fields in left] \
+        in (["later"], []), left
+
+
+async def test_the_job_intake_goes_on_after_redis_refuses_a_read(
+        guard: RedisGuard, tmp_path: Path) -> None:
+    claimed = anyio.Event()
+
+    async def coordinator(request: Request) -> Reply:
+        if request.kind == "claim":
+            claimed.set()
+        return Reply(request_id=request.request_id, ok=False, refused="invalid",
+                     error="cancelled")
+
+    worker = make_worker(guard, tmp_path)
+    server = RequestServer(guard, coordinator, reply_ttl_s=60, redo_safe=())
+    async with anyio.create_task_group() as tg:
+        await tg.start(server.run)
+        await tg.start(worker.run)
+        with structlog.testing.capture_logs() as logs:
+            # Something else wrote the urgent stream's key: every read of it is refused.
+            await guard.client.delete(keys.JOBS_URGENT)
+            await guard.client.set(keys.JOBS_URGENT, "not a stream")
+            for _ in range(6000):  # until the worker has met the refusal (bounded)
+                if any(e["event"] == "no job taken; trying again" for e in logs):
+                    break
+                await anyio.sleep(0.01)
+            await guard.client.delete(keys.JOBS_URGENT)
+        assert any("WRONGTYPE" in str(e.get("error")) for e in logs), logs
+        await JobQueue(guard).submit(Job(session_id="s1", agent="lead", timeout_s=60))
+        with anyio.fail_after(60):
+            await claimed.wait()
+        tg.cancel_scope.cancel()
+
+
+async def test_a_refused_transcript_flush_raises_stale_lease_itself() -> None:
+    async def refuse(kind: str, suffix: str, body: dict[str, Any]) -> Reply:
+        return checked(Reply(request_id=suffix, ok=False, refused="stale_epoch",
+                             error="lease epoch 1 is stale"))
+
+    writer = ForwardingWriter(refuse, lambda: None, anyio.Event())
+    writer.add("note", text="x")
+    # The session's caller tells a lease that moved on from an outage by this type.
+    with pytest.raises(StaleLease, match="stale"):
+        await writer.flush_async()
+    assert writer.pending == 1  # nothing was confirmed, so nothing is dropped
