@@ -70,6 +70,9 @@ class GroupCommit:
         self._fd: int | None = None
         self.path: Path | None = None
         self._size = 0
+        self._torn = False
+        """A write failed part way: the journal may end inside a line, so the next write
+        starts a new one (else replay could not parse its first line)."""
         self._touched: set[Path] = set()
         self.batches = 0
         """Batches committed (one journal sync each): for tests and benchmarks."""
@@ -172,11 +175,17 @@ class GroupCommit:
     def _journal(self, data: bytes) -> None:
         if self._fd is None:
             raise OSError("the journal is closed")
+        if self._torn:
+            data = b"\n" + data
+        self._torn = True
         written = 0
-        while written < len(data):
-            written += os.write(self._fd, data[written:])
+        try:
+            while written < len(data):
+                written += os.write(self._fd, data[written:])
+        finally:
+            self._size += written
+        self._torn = False
         _datasync(self._fd)
-        self._size += len(data)
 
     def _checkpoint(self) -> None:
         """Sync every transcript written since the last checkpoint, then empty the journal."""

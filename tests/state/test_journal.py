@@ -173,3 +173,33 @@ def test_a_journal_line_naming_anything_but_a_transcript_is_ignored(
     assert not (layout.root / "team.md").exists()
     assert not (layout.repo / "outside.jsonl").exists()
     assert not (layout.root.parent.parent / "outside.jsonl").exists()
+
+
+async def test_a_journal_write_that_failed_part_way_does_not_hide_the_next_batch(
+        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    commits = GroupCommit(layout)
+    real_write = os.write
+    failures: list[int] = []
+
+    def half_then_full_disk(fd: int, data: bytes) -> int:
+        if fd == commits._fd and not failures:  # the first journal write: half, then ENOSPC
+            failures.append(real_write(fd, data[: len(data) // 2]))
+            raise OSError(28, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(journal_module.os, "write", half_then_full_disk)
+    async with anyio.create_task_group() as tg:
+        await tg.start(commits.run)
+        await commits.commit(writer_for(layout, "a", "first"))  # synced file by file instead
+        await commits.commit(writer_for(layout, "b", "second"))  # journaled
+        assert commits.path is not None
+        left = commits.path.read_bytes()  # what a kill would leave behind
+        commits.close()
+    assert failures and commits.batches == 1
+    (layout.transcript_journals_dir / "1-dead.log").write_bytes(left)
+    (layout.transcripts_dir / "b.jsonl").unlink()  # a power cut took its unsynced bytes
+
+    assert replay_journals(layout).restored == ["run/transcripts/b.jsonl"]
+    assert read_transcript(layout.transcripts_dir / "b.jsonl").messages == [
+        {"role": "user", "content": "second"}]
+
