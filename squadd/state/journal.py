@@ -25,6 +25,7 @@ import fcntl
 import json
 import os
 import secrets
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -267,14 +268,21 @@ def replay_journals(layout: SquadLayout) -> Replayed:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except FileNotFoundError:
             continue
+        except OSError as exc:  # e.g. a link (never ours): left alone
+            log.warning("transcript journal not replayed", journal=name, error=str(exc))
+            continue
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 continue  # its runtime is alive
-            with os.fdopen(os.dup(fd), "rb") as handle:
-                restored = _replay(layout, handle.read())
-            path.unlink()
+            try:
+                with os.fdopen(os.dup(fd), "rb") as handle:
+                    restored = _replay(layout, handle.read())
+                path.unlink()
+            except OSError as exc:  # left in place; the daemon still starts
+                log.warning("transcript journal not replayed", journal=name, error=str(exc))
+                continue
             replayed.journals += 1
             replayed.restored.extend(r for r in restored if r not in replayed.restored)
         finally:
@@ -293,17 +301,22 @@ def _replay(layout: SquadLayout, text: bytes) -> list[str]:
         try:
             record = json.loads(raw)
             where, end, data = record["t"], int(record["end"]), record["data"].encode("utf-8")
-        except (ValueError, KeyError, TypeError, AttributeError):
-            continue  # a torn last line (or not one of ours)
+        except (ValueError, KeyError, TypeError, AttributeError, OverflowError):
+            continue  # a torn line (or not one of ours)
         target = _transcript_at(layout, where)
         if target is None:
             continue
         try:
-            size = target.stat().st_size
+            found = os.lstat(target)
         except FileNotFoundError:
             size = 0
+        else:
+            if not stat.S_ISREG(found.st_mode):  # a link or a folder: never written through
+                log.warning("journaled transcript is not a file; left alone", path=where)
+                continue
+            size = found.st_size
         start = end - len(data)
-        if size >= end:
+        if start < 0 or size >= end:  # not one of ours, or the transcript has it all
             continue
         if size < start:
             log.warning("transcript shorter than its journal says; left alone", path=where,

@@ -203,3 +203,24 @@ async def test_a_journal_write_that_failed_part_way_does_not_hide_the_next_batch
     assert read_transcript(layout.transcripts_dir / "b.jsonl").messages == [
         {"role": "user", "content": "second"}]
 
+
+def test_hostile_journals_and_lines_are_skipped_and_the_rest_replayed(
+        layout: SquadLayout) -> None:
+    folder = layout.transcript_journals_dir
+    folder.mkdir(parents=True)
+    (folder / "0-folder.log").mkdir()  # cannot be read
+    (folder / "0-link.log").symlink_to(folder / "1-dead.log")  # never followed
+    (folder / "1-dead.log").write_text(
+        '{"t":"run/transcripts/inf.jsonl","end":Infinity,"data":"ab\\n"}\n'
+        '{"t":"run/transcripts/neg.jsonl","end":2,"data":"abcd\\n"}\n'
+        '{"t":"run/transcripts/link.jsonl","end":3,"data":"ab\\n"}\n'
+        '{"t":"run/transcripts/ok.jsonl","end":3,"data":"ab\\n"}\n', encoding="utf-8")
+    outside = layout.repo / "outside.jsonl"
+    outside.write_bytes(b"")
+    (layout.transcripts_dir / "link.jsonl").symlink_to(outside)  # written through: never
+    replayed = replay_journals(layout)
+    assert replayed.journals == 1
+    assert replayed.restored == ["run/transcripts/ok.jsonl"]
+    assert not (layout.transcripts_dir / "inf.jsonl").exists()
+    assert not (layout.transcripts_dir / "neg.jsonl").exists()
+    assert outside.read_bytes() == b""
