@@ -8,7 +8,6 @@ as `async with SquadRuntime(...) as runtime:`.
 
 from __future__ import annotations
 
-import functools
 from contextlib import AsyncExitStack
 
 import anyio
@@ -48,7 +47,6 @@ from squadd.runtime.pool import SessionPool, SessionRecord
 from squadd.runtime.prompt import file_cache
 from squadd.runtime.router import Router
 from squadd.runtime.runner import ExtraTools, RouteRunner
-from squadd.runtime.session import acceptance_writer, continuation_writer
 from squadd.runtime.slots import SlotLimiter, SlotTicket
 from squadd.state.charters import Charter
 from squadd.state.journal import GroupCommit, replay_journals
@@ -437,25 +435,18 @@ class SquadRuntime:
             # The caller hears of the route before its session starts: from here on a crash
             # must not make it vanish, nor the new task of a session it continues. (A waiting
             # caller gets the id only with the result.)
-            info, context, task = plan.info, plan.context, plan.task
-            if plan.continuing and task is not None:
-                make = functools.partial(continuation_writer, self.layout, info.session_id,
-                                         task, context)
-            elif not plan.continuing:
-                make = functools.partial(acceptance_writer, self.layout, info, context,
-                                         self.spares)
-            else:  # a resume adds no task: the transcript already has all it needs
-                make = None
             try:
-                if make is not None:
-                    with anyio.CancelScope(shield=True):
-                        await self.commits.commit(await anyio.to_thread.run_sync(make))
+                with anyio.CancelScope(shield=True):
+                    writer = await anyio.to_thread.run_sync(plan.acceptance, self.layout,
+                                                            self.spares)
+                    if writer is not None:
+                        await self.commits.commit(writer)
             except (OSError, SquaddError) as exc:
                 self.pool.withdraw(record, ticket)
                 message = f"the route could not be recorded, so it was not started: {exc}"
                 return RouteResult(ok=False, reason="failed", message=message, error=message,
                                    agent=plan.info.agent)
-            plan.recorded = make is not None
+            plan.recorded = writer is not None
         record.scope = anyio.CancelScope()
         entry = self.orchestration.new_entry(
             agent=plan.info.agent, session_id=plan.info.session_id, task=plan.task or
