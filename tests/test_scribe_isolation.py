@@ -134,7 +134,8 @@ def test_a_failing_pass_backs_off_and_logs_its_traceback_once(
 
     monkeypatch.setattr(scribe_worker, "merge_inbox", broken)
     settings = Settings(scribe=ScribeSettings(poll_interval_s=2.0, max_backoff_s=10.0))
-    failures = scribe_worker._Failures()
+    failures = scribe_worker._Failures(settings.scribe.poll_interval_s,
+                                       settings.scribe.max_backoff_s)
     waits = []
 
     async def passes() -> None:
