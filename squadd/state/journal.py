@@ -112,8 +112,13 @@ class GroupCommit:
                     self._wake = wake = anyio.Event()
                     continue
                 batch, self._queue = self._queue, []
-                with anyio.CancelScope(shield=True):
-                    await anyio.to_thread.run_sync(self._commit, batch)
+                try:
+                    with anyio.CancelScope(shield=True):
+                        await anyio.to_thread.run_sync(self._commit, batch)
+                except Exception as exc:  # a bug: its sessions hear it, the writer goes on
+                    log.exception("group commit failed")
+                    for job in batch:
+                        job.error = job.error or exc
                 for job in batch:
                     job.done.set()
         finally:

@@ -17,7 +17,7 @@ import pytest
 from squadd.state import journal as journal_module
 from squadd.state.journal import GroupCommit, replay_journals
 from squadd.state.layout import SquadLayout
-from squadd.state.transcripts import TranscriptWriter, read_transcript
+from squadd.state.transcripts import Appended, TranscriptWriter, read_transcript
 from tests._helpers import REPO_ROOT
 
 
@@ -224,3 +224,28 @@ def test_hostile_journals_and_lines_are_skipped_and_the_rest_replayed(
     assert not (layout.transcripts_dir / "inf.jsonl").exists()
     assert not (layout.transcripts_dir / "neg.jsonl").exists()
     assert outside.read_bytes() == b""
+
+
+async def test_a_batch_that_fails_unexpectedly_is_raised_to_its_sessions_and_the_writer_goes_on(
+        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    real_line = journal_module._journal_line
+    broken: list[str] = []
+
+    def line_once_broken(at: SquadLayout, done: Appended) -> bytes:
+        if not broken:
+            broken.append(done.path.name)
+            raise RuntimeError("a bug in the batch")
+        return real_line(at, done)
+
+    monkeypatch.setattr(journal_module, "_journal_line", line_once_broken)
+    commits = GroupCommit(layout)
+    with anyio.fail_after(30):  # never a hang
+        async with anyio.create_task_group() as tg:
+            await tg.start(commits.run)
+            with pytest.raises(RuntimeError, match="a bug in the batch"):
+                await commits.commit(writer_for(layout, "a", "first"))
+            await commits.commit(writer_for(layout, "b", "second"))  # the writer still runs
+            commits.close()
+    assert broken == ["a.jsonl"] and commits.batches == 1
+    assert read_transcript(layout.transcripts_dir / "b.jsonl").messages == [
+        {"role": "user", "content": "second"}]
