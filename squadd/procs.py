@@ -99,13 +99,15 @@ def stop_orphans(proc: Path = PROC) -> list[int]:
             continue
         if owner is None or owner == inherited or process_start(owner[0], proc) == owner[1]:
             continue
-        pid = int(entry.name)
+        found.append(int(entry.name))
+    # Killed only once all are found: a group killed mid-scan would hide its other members
+    # (a killed process's environ reads empty) from the list.
+    for pid in found:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             group = os.getpgid(pid)
             if group != own_group:
                 signal_group(group, signal.SIGKILL)
             os.kill(pid, signal.SIGKILL)  # one that left its group, or shares ours
-            found.append(pid)
     return found
 
 

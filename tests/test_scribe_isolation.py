@@ -11,6 +11,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+import structlog.testing
 
 from squadd.cli.doctor import run_checks
 from squadd.config import ScribeSettings, Settings
@@ -124,7 +125,7 @@ def test_the_doctor_and_squad_memory_name_the_bad_file(team: SquadLayout) -> Non
 
 
 def test_a_failing_pass_backs_off_and_logs_its_traceback_once(
-    squad: SquadLayout, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch,
+    squad: SquadLayout, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     calls: list[Path] = []
 
@@ -134,7 +135,8 @@ def test_a_failing_pass_backs_off_and_logs_its_traceback_once(
 
     monkeypatch.setattr(scribe_worker, "merge_inbox", broken)
     settings = Settings(scribe=ScribeSettings(poll_interval_s=2.0, max_backoff_s=10.0))
-    failures = scribe_worker._Failures()
+    failures = scribe_worker._Failures(settings.scribe.poll_interval_s,
+                                       settings.scribe.max_backoff_s)
     waits = []
 
     async def passes() -> None:
@@ -142,12 +144,12 @@ def test_a_failing_pass_backs_off_and_logs_its_traceback_once(
             assert await scribe_worker._run_pass(squad, settings, Sink(), None, failures) is None
             waits.append(failures.wait)
 
-    with caplog.at_level(logging.WARNING):
+    with structlog.testing.capture_logs() as logged:
         anyio.run(passes)
 
     assert len(calls) == 5
     assert waits == [2.0, 4.0, 8.0, 10.0, 10.0]
-    with_traceback = [r for r in caplog.records if r.exc_info]
+    with_traceback = [entry for entry in logged if entry.get("exc_info")]
     assert len(with_traceback) == 1
-    message = caplog.records[-1].getMessage()
-    assert "scribe.pass_failed_again" in message and "'in_a_row': 5" in message
+    assert logged[-1]["event"] == "scribe.pass_failed_again"
+    assert logged[-1]["in_a_row"] == 5

@@ -20,13 +20,19 @@ from squadd.contracts.sessions import LIVE_STATES, SessionState, SessionView
 from squadd.contracts.workspaces import Isolation
 from squadd.errors import InvalidNameError, StateError
 from squadd.runtime.router import Router
-from squadd.runtime.session import SessionInfo, choose_model, new_session_id
+from squadd.runtime.session import (
+    SessionInfo,
+    acceptance_writer,
+    choose_model,
+    continuation_writer,
+    new_session_id,
+)
 from squadd.statcache import StatCache
 from squadd.state.charters import Charter, parse_charter, roster
 from squadd.state.layout import SquadLayout, safe_id
 from squadd.state.members import folder_for
 from squadd.state.owner import is_current, owner_alive
-from squadd.state.transcripts import Transcript, read_transcript
+from squadd.state.transcripts import SpareFiles, Transcript, TranscriptWriter, read_transcript
 
 log = structlog.get_logger("squadd.planning")
 
@@ -59,6 +65,17 @@ class RoutePlan:
     """The route's `isolation` (None: the agent's or the settings')."""
     land: bool = False
     """Land the session's worktree branch when its task ends."""
+
+    def acceptance(self, layout: SquadLayout,
+                   spares: SpareFiles | None = None) -> TranscriptWriter | None:
+        """What must be durable before the caller hears the route was accepted (blocking): a
+        new session's acceptance, a continuation's queued task, or nothing for a resume (its
+        transcript already has all it needs)."""
+        if not self.continuing:
+            return acceptance_writer(layout, self.info, self.context, spares)
+        if self.task is not None:
+            return continuation_writer(layout, self.info.session_id, self.task, self.context)
+        return None
 
 
 class CharterCache:

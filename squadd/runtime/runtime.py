@@ -8,7 +8,6 @@ as `async with SquadRuntime(...) as runtime:`.
 
 from __future__ import annotations
 
-import functools
 from contextlib import AsyncExitStack
 
 import anyio
@@ -48,7 +47,6 @@ from squadd.runtime.pool import SessionPool, SessionRecord
 from squadd.runtime.prompt import file_cache
 from squadd.runtime.router import Router
 from squadd.runtime.runner import ExtraTools, RouteRunner
-from squadd.runtime.session import acceptance_writer, continuation_writer
 from squadd.runtime.slots import SlotLimiter, SlotTicket
 from squadd.state.charters import Charter
 from squadd.state.journal import GroupCommit, replay_journals
@@ -136,9 +134,7 @@ class SquadRuntime:
         self._tg: TaskGroup | None = None
         self._background = 0
         self._background_done: anyio.Event | None = None
-        self._reaper_scope: anyio.CancelScope | None = None
-        self._spares_scope: anyio.CancelScope | None = None
-        self._worktree_spares_scope: anyio.CancelScope | None = None
+        self._upkeep_scope: anyio.CancelScope | None = None
 
     @classmethod
     def from_settings(cls, layout: SquadLayout, settings: Settings, *,
@@ -184,9 +180,7 @@ class SquadRuntime:
         self.bus.bind()  # events published from worker threads are handed to this loop
         self._background_done = anyio.Event()
         self._background_done.set()
-        self._reaper_scope = anyio.CancelScope()
-        self._spares_scope = anyio.CancelScope()
-        self._worktree_spares_scope = anyio.CancelScope()
+        self._upkeep_scope = anyio.CancelScope()
         stack = AsyncExitStack()
         await stack.__aenter__()
         try:
@@ -197,9 +191,7 @@ class SquadRuntime:
             self._tg = await stack.enter_async_context(anyio.create_task_group())
             await self._tg.start(self.commits.run)
             await self._tg.start(self.orchestration.run)
-            self._tg.start_soon(self._reap_idle)
-            self._tg.start_soon(self._keep_spare_transcripts)
-            self._tg.start_soon(self._keep_spare_worktrees)
+            self._tg.start_soon(self._upkeep, self._upkeep_scope)
         except BaseException:
             await stack.__aexit__(None, None, None)
             raise
@@ -232,12 +224,8 @@ class SquadRuntime:
         if self._background_done is not None:
             with anyio.move_on_after(max(10.0, grace_s)):
                 await self._background_done.wait()
-        if self._reaper_scope is not None:
-            self._reaper_scope.cancel()
-        if self._spares_scope is not None:
-            self._spares_scope.cancel()
-        if self._worktree_spares_scope is not None:
-            self._worktree_spares_scope.cancel()
+        if self._upkeep_scope is not None:
+            self._upkeep_scope.cancel()
         self.orchestration.close()
         self.commits.close()
 
@@ -260,31 +248,33 @@ class SquadRuntime:
             for event in events:
                 tg.start_soon(wait_one, event)
 
+    async def _upkeep(self, scope: anyio.CancelScope) -> None:
+        """Idle sessions reaped, and spare transcript files and git worktrees made ahead
+        (see `Workspaces.keep_spares`), until `shutdown` cancels `scope`."""
+        with scope:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._reap_idle)
+                tg.start_soon(self._keep_spare_transcripts)
+                tg.start_soon(self.workspaces.keep_spares)
+
     async def _reap_idle(self) -> None:
         interval = min(5.0, max(0.05, self.settings.pool.idle_timeout_s / 4))
-        with self._reaper_scope or anyio.CancelScope():
-            while True:
-                await anyio.sleep(interval)
-                self.pool.reap()
-
-    async def _keep_spare_worktrees(self) -> None:
-        """Spare git worktrees made ahead, one at a time (see `Workspaces.keep_spares`)."""
-        with self._worktree_spares_scope or anyio.CancelScope():
-            await self.workspaces.keep_spares()
+        while True:
+            await anyio.sleep(interval)
+            self.pool.reap()
 
     async def _keep_spare_transcripts(self) -> None:
         """Keep new transcripts' files made ahead, off the routes' path (see `SpareFiles`)."""
         spares = self.spares
         wanted = min(1024, 2 * (self.settings.pool.max_concurrent + 32))
-        with self._spares_scope or anyio.CancelScope():
-            while spares.usable:
-                if len(spares) < wanted // 2:
-                    try:
-                        await anyio.to_thread.run_sync(spares.refill, wanted)
-                    except OSError as exc:  # a full disk: sessions create their own files
-                        log.warning("spare transcript files not made", error=str(exc))
-                        await anyio.sleep(5)
-                await anyio.sleep(SPARE_CHECK_S)
+        while spares.usable:
+            if len(spares) < wanted // 2:
+                try:
+                    await anyio.to_thread.run_sync(spares.refill, wanted)
+                except OSError as exc:  # a full disk: sessions create their own files
+                    log.warning("spare transcript files not made", error=str(exc))
+                    await anyio.sleep(5)
+            await anyio.sleep(SPARE_CHECK_S)
 
     # The API.
     async def route(self, request: RouteRequest, *,
@@ -445,25 +435,18 @@ class SquadRuntime:
             # The caller hears of the route before its session starts: from here on a crash
             # must not make it vanish, nor the new task of a session it continues. (A waiting
             # caller gets the id only with the result.)
-            info, context, task = plan.info, plan.context, plan.task
-            if plan.continuing and task is not None:
-                make = functools.partial(continuation_writer, self.layout, info.session_id,
-                                         task, context)
-            elif not plan.continuing:
-                make = functools.partial(acceptance_writer, self.layout, info, context,
-                                         self.spares)
-            else:  # a resume adds no task: the transcript already has all it needs
-                make = None
             try:
-                if make is not None:
-                    with anyio.CancelScope(shield=True):
-                        await self.commits.commit(await anyio.to_thread.run_sync(make))
+                with anyio.CancelScope(shield=True):
+                    writer = await anyio.to_thread.run_sync(plan.acceptance, self.layout,
+                                                            self.spares)
+                    if writer is not None:
+                        await self.commits.commit(writer)
             except (OSError, SquaddError) as exc:
                 self.pool.withdraw(record, ticket)
                 message = f"the route could not be recorded, so it was not started: {exc}"
                 return RouteResult(ok=False, reason="failed", message=message, error=message,
                                    agent=plan.info.agent)
-            plan.recorded = make is not None
+            plan.recorded = writer is not None
         record.scope = anyio.CancelScope()
         entry = self.orchestration.new_entry(
             agent=plan.info.agent, session_id=plan.info.session_id, task=plan.task or

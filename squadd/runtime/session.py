@@ -377,10 +377,6 @@ class AgentSession:
         """Record a state change in the transcript (flushed with the next write)."""
         self._writer.add("state", state=state, **fields)
 
-    async def mark_now(self, state: str, **fields: Any) -> None:
-        self.mark(state, **fields)
-        await self._flush()
-
     async def _run(self, messages: list[Message], task: str | None,
                    cancel: CancelSignal | None, timeout_s: float | None, *,
                    prepared: bool = False) -> SessionOutcome:

@@ -122,7 +122,7 @@ async def _merge_loop(
     retry_after: float | None = None
     first = True
     memory = ScribeMemory()
-    failures = _Failures()
+    failures = _Failures(settings.scribe.poll_interval_s, settings.scribe.max_backoff_s)
     while not stop.is_set():
         with anyio.move_on_after(retry_after):
             await wake.event.wait()
@@ -149,7 +149,7 @@ async def _merge_loop(
 class _Failures:
     """Failed passes in a row, for the back-off, and the last failure, to log it once."""
 
-    def __init__(self, base_s: float = 2.0, max_s: float = 300.0) -> None:
+    def __init__(self, base_s: float, max_s: float) -> None:
         self.count = 0
         self.last = ""
         self.base_s = base_s
@@ -173,12 +173,8 @@ class _Failures:
 
 
 async def _run_pass(layout: SquadLayout, settings: Settings, sink: EventSink,
-                    memory: ScribeMemory | None = None,
-                    failures: _Failures | None = None) -> ScribeReport | None:
+                    memory: ScribeMemory | None, failures: _Failures) -> ScribeReport | None:
     collected = _ListSink()
-    failures = failures or _Failures()
-    failures.base_s = settings.scribe.poll_interval_s
-    failures.max_s = settings.scribe.max_backoff_s
     try:
         report = await anyio.to_thread.run_sync(
             functools.partial(merge_inbox, layout, settings, collected, memory=memory))

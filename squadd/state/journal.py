@@ -25,6 +25,7 @@ import fcntl
 import json
 import os
 import secrets
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -70,6 +71,9 @@ class GroupCommit:
         self._fd: int | None = None
         self.path: Path | None = None
         self._size = 0
+        self._torn = False
+        """A write failed part way: the journal may end inside a line, so the next write
+        starts a new one (else replay could not parse its first line)."""
         self._touched: set[Path] = set()
         self.batches = 0
         """Batches committed (one journal sync each): for tests and benchmarks."""
@@ -108,8 +112,13 @@ class GroupCommit:
                     self._wake = wake = anyio.Event()
                     continue
                 batch, self._queue = self._queue, []
-                with anyio.CancelScope(shield=True):
-                    await anyio.to_thread.run_sync(self._commit, batch)
+                try:
+                    with anyio.CancelScope(shield=True):
+                        await anyio.to_thread.run_sync(self._commit, batch)
+                except Exception as exc:  # a bug: its sessions hear it, the writer goes on
+                    log.exception("group commit failed")
+                    for job in batch:
+                        job.error = job.error or exc
                 for job in batch:
                     job.done.set()
         finally:
@@ -172,11 +181,17 @@ class GroupCommit:
     def _journal(self, data: bytes) -> None:
         if self._fd is None:
             raise OSError("the journal is closed")
+        if self._torn:
+            data = b"\n" + data
+        self._torn = True
         written = 0
-        while written < len(data):
-            written += os.write(self._fd, data[written:])
+        try:
+            while written < len(data):
+                written += os.write(self._fd, data[written:])
+        finally:
+            self._size += written
+        self._torn = False
         _datasync(self._fd)
-        self._size += len(data)
 
     def _checkpoint(self) -> None:
         """Sync every transcript written since the last checkpoint, then empty the journal."""
@@ -258,14 +273,21 @@ def replay_journals(layout: SquadLayout) -> Replayed:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except FileNotFoundError:
             continue
+        except OSError as exc:  # e.g. a link (never ours): left alone
+            log.warning("transcript journal not replayed", journal=name, error=str(exc))
+            continue
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 continue  # its runtime is alive
-            with os.fdopen(os.dup(fd), "rb") as handle:
-                restored = _replay(layout, handle.read())
-            path.unlink()
+            try:
+                with os.fdopen(os.dup(fd), "rb") as handle:
+                    restored = _replay(layout, handle.read())
+                path.unlink()
+            except OSError as exc:  # left in place; the daemon still starts
+                log.warning("transcript journal not replayed", journal=name, error=str(exc))
+                continue
             replayed.journals += 1
             replayed.restored.extend(r for r in restored if r not in replayed.restored)
         finally:
@@ -284,17 +306,22 @@ def _replay(layout: SquadLayout, text: bytes) -> list[str]:
         try:
             record = json.loads(raw)
             where, end, data = record["t"], int(record["end"]), record["data"].encode("utf-8")
-        except (ValueError, KeyError, TypeError, AttributeError):
-            continue  # a torn last line (or not one of ours)
+        except (ValueError, KeyError, TypeError, AttributeError, OverflowError):
+            continue  # a torn line (or not one of ours)
         target = _transcript_at(layout, where)
         if target is None:
             continue
         try:
-            size = target.stat().st_size
+            found = os.lstat(target)
         except FileNotFoundError:
             size = 0
+        else:
+            if not stat.S_ISREG(found.st_mode):  # a link or a folder: never written through
+                log.warning("journaled transcript is not a file; left alone", path=where)
+                continue
+            size = found.st_size
         start = end - len(data)
-        if size >= end:
+        if start < 0 or size >= end:  # not one of ours, or the transcript has it all
             continue
         if size < start:
             log.warning("transcript shorter than its journal says; left alone", path=where,

@@ -9,12 +9,9 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
-from squadd.procs import process_start
-
-PROC = Path("/proc")
+from squadd.procs import PROC, process_start
 
 
 @functools.cache

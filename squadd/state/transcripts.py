@@ -228,8 +228,12 @@ class TranscriptWriter:
                 self._needs_fence = False
             data = payload.encode("utf-8")
             written = 0
-            while written < len(data):
-                written += os.write(fd, data[written:])
+            try:
+                while written < len(data):
+                    written += os.write(fd, data[written:])
+            except OSError:  # part of a line may be on disk: the next append checks for it
+                self._needs_fence = None
+                raise
             end = os.lseek(fd, 0, os.SEEK_CUR)  # O_APPEND: the end of what was just written
             if sync:
                 os.fsync(fd)

@@ -17,7 +17,7 @@ import pytest
 from squadd.state import journal as journal_module
 from squadd.state.journal import GroupCommit, replay_journals
 from squadd.state.layout import SquadLayout
-from squadd.state.transcripts import TranscriptWriter, read_transcript
+from squadd.state.transcripts import Appended, TranscriptWriter, read_transcript
 from tests._helpers import REPO_ROOT
 
 
@@ -173,3 +173,79 @@ def test_a_journal_line_naming_anything_but_a_transcript_is_ignored(
     assert not (layout.root / "team.md").exists()
     assert not (layout.repo / "outside.jsonl").exists()
     assert not (layout.root.parent.parent / "outside.jsonl").exists()
+
+
+async def test_a_journal_write_that_failed_part_way_does_not_hide_the_next_batch(
+        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    commits = GroupCommit(layout)
+    real_write = os.write
+    failures: list[int] = []
+
+    def half_then_full_disk(fd: int, data: bytes) -> int:
+        if fd == commits._fd and not failures:  # the first journal write: half, then ENOSPC
+            failures.append(real_write(fd, data[: len(data) // 2]))
+            raise OSError(28, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(journal_module.os, "write", half_then_full_disk)
+    async with anyio.create_task_group() as tg:
+        await tg.start(commits.run)
+        await commits.commit(writer_for(layout, "a", "first"))  # synced file by file instead
+        await commits.commit(writer_for(layout, "b", "second"))  # journaled
+        assert commits.path is not None
+        left = commits.path.read_bytes()  # what a kill would leave behind
+        commits.close()
+    assert failures and commits.batches == 1
+    (layout.transcript_journals_dir / "1-dead.log").write_bytes(left)
+    (layout.transcripts_dir / "b.jsonl").unlink()  # a power cut took its unsynced bytes
+
+    assert replay_journals(layout).restored == ["run/transcripts/b.jsonl"]
+    assert read_transcript(layout.transcripts_dir / "b.jsonl").messages == [
+        {"role": "user", "content": "second"}]
+
+
+def test_hostile_journals_and_lines_are_skipped_and_the_rest_replayed(
+        layout: SquadLayout) -> None:
+    folder = layout.transcript_journals_dir
+    folder.mkdir(parents=True)
+    (folder / "0-folder.log").mkdir()  # cannot be read
+    (folder / "0-link.log").symlink_to(folder / "1-dead.log")  # never followed
+    (folder / "1-dead.log").write_text(
+        '{"t":"run/transcripts/inf.jsonl","end":Infinity,"data":"ab\\n"}\n'
+        '{"t":"run/transcripts/neg.jsonl","end":2,"data":"abcd\\n"}\n'
+        '{"t":"run/transcripts/link.jsonl","end":3,"data":"ab\\n"}\n'
+        '{"t":"run/transcripts/ok.jsonl","end":3,"data":"ab\\n"}\n', encoding="utf-8")
+    outside = layout.repo / "outside.jsonl"
+    outside.write_bytes(b"")
+    (layout.transcripts_dir / "link.jsonl").symlink_to(outside)  # written through: never
+    replayed = replay_journals(layout)
+    assert replayed.journals == 1
+    assert replayed.restored == ["run/transcripts/ok.jsonl"]
+    assert not (layout.transcripts_dir / "inf.jsonl").exists()
+    assert not (layout.transcripts_dir / "neg.jsonl").exists()
+    assert outside.read_bytes() == b""
+
+
+async def test_a_batch_that_fails_unexpectedly_is_raised_to_its_sessions_and_the_writer_goes_on(
+        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    real_line = journal_module._journal_line
+    broken: list[str] = []
+
+    def line_once_broken(at: SquadLayout, done: Appended) -> bytes:
+        if not broken:
+            broken.append(done.path.name)
+            raise RuntimeError("a bug in the batch")
+        return real_line(at, done)
+
+    monkeypatch.setattr(journal_module, "_journal_line", line_once_broken)
+    commits = GroupCommit(layout)
+    with anyio.fail_after(30):  # never a hang
+        async with anyio.create_task_group() as tg:
+            await tg.start(commits.run)
+            with pytest.raises(RuntimeError, match="a bug in the batch"):
+                await commits.commit(writer_for(layout, "a", "first"))
+            await commits.commit(writer_for(layout, "b", "second"))  # the writer still runs
+            commits.close()
+    assert broken == ["a.jsonl"] and commits.batches == 1
+    assert read_transcript(layout.transcripts_dir / "b.jsonl").messages == [
+        {"role": "user", "content": "second"}]

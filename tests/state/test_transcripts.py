@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
+from squadd.state import transcripts as transcripts_module
 from squadd.state.transcripts import TranscriptWriter, read_transcript
 
 
@@ -44,6 +46,32 @@ def test_torn_last_line_is_skipped_and_fenced_off(tmp_path: Path) -> None:
     assert [m["content"] for m in transcript.messages] == ["one", "two"]
     assert transcript.torn_lines == 1
 
+
+
+def test_a_write_that_failed_part_way_is_fenced_off_from_the_next(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "s.jsonl"
+    writer = TranscriptWriter(path)
+    writer.add("state", state="active")
+    writer.flush()
+    real_write = os.write
+    failed: list[int] = []
+
+    def half_then_full_disk(fd: int, data: bytes) -> int:
+        if not failed:
+            failed.append(real_write(fd, data[: len(data) // 2]))
+            raise OSError(28, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(transcripts_module.os, "write", half_then_full_disk)
+    writer.add("message", message={"role": "user", "content": "lost to the full disk"})
+    with pytest.raises(OSError):
+        writer.flush()
+    writer.add("state", state="error", error="disk full")
+    writer.flush()
+    transcript = read_transcript(path)
+    assert [s["state"] for s in transcript.states] == ["active", "error"]
+    assert transcript.torn_lines == 1
 
 def test_a_new_transcript_takes_a_spare_file_made_ahead(tmp_path: Path) -> None:
     from squadd.state.transcripts import SPARES_DIRNAME, SpareFiles
