@@ -242,18 +242,24 @@ class Workspaces:
     @asynccontextmanager
     async def landing_queue(self, timeout_s: float = LANDING_LOCK_TIMEOUT_S
                             ) -> AsyncIterator[None]:
-        """Wait for the repository's turn to land (`TimeoutError` after `timeout_s`)."""
-        async with self._queue:
-            fd = None
-            with anyio.fail_after(timeout_s):
+        """Wait for the repository's turn to land (`TimeoutError` after `timeout_s`, whether
+        the landing ahead is this process's or another's)."""
+        fd = None
+        with anyio.fail_after(timeout_s):
+            await self._queue.acquire()
+            try:
                 while fd is None:
                     fd = await anyio.to_thread.run_sync(try_lock, self.layout.landing_lock)
                     if fd is None:
                         await anyio.sleep(LOCK_POLL_S)
-            try:
-                yield
-            finally:
-                os.close(fd)
+            except BaseException:
+                self._queue.release()
+                raise
+        try:
+            yield
+        finally:
+            os.close(fd)
+            self._queue.release()
 
     async def land(self, session_id: str) -> LandResult:
         """Land the session's branch (its pending changes committed first), in turn."""

@@ -160,3 +160,26 @@ async def test_sixteen_sessions_land_one_at_a_time_through_the_queue(
     assert git(squad_repo.repo, "rev-list", "--count", f"{start}..main") == "16"
     assert git(squad_repo.repo, "rev-list", "--merges", "main") == ""
     assert events.types().count("workspace.landed") == 16
+
+
+async def test_the_landing_queue_timeout_bounds_the_wait_behind_a_landing_in_this_process(
+        spaces: Workspaces) -> None:
+    holding, release = anyio.Event(), anyio.Event()
+
+    async def hold() -> None:
+        async with spaces.landing_queue():
+            holding.set()
+            await release.wait()
+
+    timed_out = False
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(hold)
+        await holding.wait()
+        with anyio.move_on_after(30):  # a guard only: the queue's own timeout ends the wait
+            try:
+                async with spaces.landing_queue(timeout_s=0.2):
+                    pass
+            except TimeoutError:
+                timed_out = True
+        release.set()
+    assert timed_out
