@@ -161,7 +161,8 @@ class Workspaces:
     async def keep_spares(self) -> None:
         """Keep `workspace.spares` spare worktrees ready, made one at a time whenever a
         worktree session opened (and at once when worktrees are the setting), until
-        cancelled. A failure is logged, never raised: sessions then make their own."""
+        cancelled. A failure is logged, never raised (this runs in the runtime's task group,
+        which an escaping error would end): sessions then make their own."""
         if self.settings.spares <= 0:
             return
         if self.settings.isolation == "worktree" or "worktree" in self._agents.values():
@@ -173,6 +174,8 @@ class Workspaces:
                 await self.refill_spares()
             except (SquaddError, OSError) as exc:
                 log.warning("spare worktree not made", error=str(exc))
+            except Exception:
+                log.exception("spare worktree not made: unexpected error")
 
     async def refill_spares(self) -> int:
         """Make spares until `workspace.spares` are ready, one at a time (none where worktrees

@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import anyio
+import pytest
 
 from squadd.contracts.events import NullSink
 from squadd.state.layout import SquadLayout
@@ -125,3 +126,27 @@ async def test_prune_removes_the_spares(squad_repo: SquadLayout, spaces: Workspa
     assert await spaces.listing() == []
     assert not Path(spare.path).exists()
     assert spare.path not in git(squad_repo.repo, "worktree", "list")
+
+
+async def test_the_spare_maker_logs_an_unexpected_failure_and_keeps_serving(
+        squad_repo: SquadLayout, spaces: Workspaces, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    failed, refilled = anyio.Event(), anyio.Event()
+
+    async def refill() -> int:
+        calls.append(len(calls))
+        if len(calls) == 1:
+            failed.set()
+            raise RuntimeError("a bug in the spare maker")
+        refilled.set()
+        return 0
+
+    monkeypatch.setattr(spaces, "refill_spares", refill)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(spaces.keep_spares)  # worktrees are the setting: it refills at once
+        with anyio.fail_after(30):
+            await failed.wait()
+            spaces.want_spares()
+            await refilled.wait()
+        tg.cancel_scope.cancel()
+    assert calls == [0, 1]
