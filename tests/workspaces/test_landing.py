@@ -7,7 +7,7 @@ from pathlib import Path
 
 import anyio
 
-from squadd.contracts.workspaces import WorkspaceView
+from squadd.contracts.workspaces import LandResult, WorkspaceView
 from squadd.state.layout import SquadLayout
 from squadd.workspaces import Workspaces
 from tests.workspaces.conftest import Events, git, make_repo, settings_with
@@ -20,6 +20,16 @@ async def _work(spaces: Workspaces, session: str, files: dict[str, str]) -> Work
         (Path(record.path) / name).write_text(text)
     await spaces.close(record, title=f"edit by {session}")
     return record
+
+
+async def _refused_as_dirty(layout: SquadLayout, spaces: Workspaces,
+                           record: WorkspaceView) -> LandResult:
+    """Land `record`: refused as `dirty`, with the target left where it was."""
+    before = git(layout.repo, "rev-parse", "main")
+    result = await spaces.land(record.session_id)
+    assert not result.ok and result.reason == "dirty", result.message
+    assert git(layout.repo, "rev-parse", "main") == before
+    return result
 
 
 def _no_rebase_in_progress(layout: SquadLayout, record: WorkspaceView) -> None:
@@ -83,11 +93,8 @@ async def test_a_dirty_user_tree_in_the_landed_paths_is_refused(
         squad_repo: SquadLayout, spaces: Workspaces) -> None:
     record = await _work(spaces, "20260101-000000-0000000f", {"app.txt": "changed\n"})
     (squad_repo.repo / "app.txt").write_text("the user's own edit\n")
-    before = git(squad_repo.repo, "rev-parse", "main")
-    result = await spaces.land(record.session_id)
-    assert not result.ok and result.reason == "dirty"
+    result = await _refused_as_dirty(squad_repo, spaces, record)
     assert "app.txt" in result.message and "commit or stash" in result.message
-    assert git(squad_repo.repo, "rev-parse", "main") == before
     assert (squad_repo.repo / "app.txt").read_text() == "the user's own edit\n"
 
 
@@ -95,11 +102,8 @@ async def test_an_untracked_user_file_where_the_landing_adds_one_is_refused(
         squad_repo: SquadLayout, spaces: Workspaces) -> None:
     record = await _work(spaces, "20260101-000000-00000012", {"new [file].txt": "x\n"})
     (squad_repo.repo / "new [file].txt").write_text("the user's own\n")
-    before = git(squad_repo.repo, "rev-parse", "main")
-    result = await spaces.land(record.session_id)
-    assert not result.ok and result.reason == "dirty"
+    result = await _refused_as_dirty(squad_repo, spaces, record)
     assert result.conflict_paths == ["new [file].txt"]
-    assert git(squad_repo.repo, "rev-parse", "main") == before
 
 
 async def test_a_dirty_user_file_that_the_landing_renames_away_is_refused(
@@ -109,11 +113,8 @@ async def test_a_dirty_user_file_that_the_landing_renames_away_is_refused(
     git(Path(record.path), "mv", "app.txt", "renamed.txt")
     await spaces.close(record, title="rename app.txt")
     (squad_repo.repo / "app.txt").write_text("the user's own edit\n")
-    before = git(squad_repo.repo, "rev-parse", "main")
-    result = await spaces.land(record.session_id)
-    assert not result.ok and result.reason == "dirty", result.message
+    result = await _refused_as_dirty(squad_repo, spaces, record)
     assert result.conflict_paths == ["app.txt"]
-    assert git(squad_repo.repo, "rev-parse", "main") == before
     assert (squad_repo.repo / "app.txt").read_text() == "the user's own edit\n"
 
 
