@@ -40,8 +40,8 @@ AGENTS = {"backend": ("Add the rate limiter", "src/limiter.py",
 
 def git(cwd: Path, *args: str) -> str:
     return subprocess.run(["git", "-c", "user.name=You", "-c", "user.email=you@example.com",
-                           *args], cwd=cwd, check=True, capture_output=True,
-                          text=True).stdout.strip()
+                           *args], cwd=cwd, check=True, capture_output=True, text=True,
+                          timeout=60).stdout.strip()
 
 
 def setup(repo: Path) -> SquadLayout:

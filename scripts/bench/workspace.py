@@ -40,7 +40,7 @@ IDENTITY = ["-c", "user.name=Bench", "-c", "user.email=bench@example.com"]
 
 def git(cwd: Path, *args: str) -> str:
     return subprocess.run(["git", *IDENTITY, *args], cwd=cwd, check=True, capture_output=True,
-                          text=True).stdout.strip()
+                          text=True, timeout=600).stdout.strip()
 
 
 def make_repo(path: Path, files: int) -> SquadLayout:

@@ -7,8 +7,10 @@ repository-wide landing lock as the daemon's landing queue, so they never overla
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
+import stat
 import sys
 from pathlib import Path
 
@@ -64,10 +66,13 @@ def _age(view: WorkspaceView, now: dt.datetime) -> str:
 
 
 def _disk(path: Path) -> str:
+    """The bytes of the worktree's regular files (symlinks not followed), one lstat each."""
     total = 0
     for item in path.rglob("*") if path.is_dir() else ():
-        if item.is_file() and not item.is_symlink():
-            total += item.stat().st_size
+        with contextlib.suppress(FileNotFoundError):
+            info = item.lstat()
+            if stat.S_ISREG(info.st_mode):
+                total += info.st_size
     return f"{total / (1 << 20):.1f}M"
 
 

@@ -7,12 +7,12 @@ no branch is force-updated. The session's record is the write-ahead intent: writ
 in state `landing` with the old tip and the branch's tip before the rebase, and with the new
 tip before the target moves, so start-up can finish or undo a landing that a crash cut short:
 the target ends at its old tip or at the new one. (Older versions kept the intent in a file of
-its own, `run/journal/land-{session}.json`: start-up still reads and clears it.)
+its own, `run/journal/land-{session}.json`: start-up reconciliation still reads and clears
+it.)
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,6 @@ from typing import Any
 import anyio
 
 from squadd.contracts.workspaces import LandingIntent, LandResult, WorkspaceView
-from squadd.state.intent import clear_intent_file
 from squadd.state.layout import SquadLayout
 from squadd.workspaces import records
 from squadd.workspaces.git import Git, run
@@ -37,20 +36,6 @@ class LandCheck:
 
     command: str = ""
     timeout_s: float = 600.0
-
-
-def read_intent(layout: SquadLayout, session_id: str) -> dict[str, Any] | None:
-    try:
-        data = json.loads(layout.workspace_intent(session_id).read_bytes())
-    except FileNotFoundError:
-        return None
-    except ValueError:  # atomic_write never leaves half an intent: damaged by hand
-        return None
-    return data if isinstance(data, dict) else None
-
-
-async def clear_landing_intent(layout: SquadLayout, session_id: str) -> None:
-    await anyio.to_thread.run_sync(clear_intent_file, layout.workspace_intent(session_id))
 
 
 async def checked_out_at(git: Git, repo: Path, branch: str) -> Path | None:

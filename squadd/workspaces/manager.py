@@ -161,7 +161,8 @@ class Workspaces:
     async def keep_spares(self) -> None:
         """Keep `workspace.spares` spare worktrees ready, made one at a time whenever a
         worktree session opened (and at once when worktrees are the setting), until
-        cancelled. A failure is logged, never raised: sessions then make their own."""
+        cancelled. A failure is logged, never raised (this runs in the runtime's task group,
+        which an escaping error would end): sessions then make their own."""
         if self.settings.spares <= 0:
             return
         if self.settings.isolation == "worktree" or "worktree" in self._agents.values():
@@ -173,6 +174,8 @@ class Workspaces:
                 await self.refill_spares()
             except (SquaddError, OSError) as exc:
                 log.warning("spare worktree not made", error=str(exc))
+            except Exception:
+                log.exception("spare worktree not made: unexpected error")
 
     async def refill_spares(self) -> int:
         """Make spares until `workspace.spares` are ready, one at a time (none where worktrees
@@ -242,18 +245,24 @@ class Workspaces:
     @asynccontextmanager
     async def landing_queue(self, timeout_s: float = LANDING_LOCK_TIMEOUT_S
                             ) -> AsyncIterator[None]:
-        """Wait for the repository's turn to land (`TimeoutError` after `timeout_s`)."""
-        async with self._queue:
-            fd = None
-            with anyio.fail_after(timeout_s):
+        """Wait for the repository's turn to land (`TimeoutError` after `timeout_s`, whether
+        the landing ahead is this process's or another's)."""
+        fd = None
+        with anyio.fail_after(timeout_s):
+            await self._queue.acquire()
+            try:
                 while fd is None:
                     fd = await anyio.to_thread.run_sync(try_lock, self.layout.landing_lock)
                     if fd is None:
                         await anyio.sleep(LOCK_POLL_S)
-            try:
-                yield
-            finally:
-                os.close(fd)
+            except BaseException:
+                self._queue.release()
+                raise
+        try:
+            yield
+        finally:
+            os.close(fd)
+            self._queue.release()
 
     async def land(self, session_id: str) -> LandResult:
         """Land the session's branch (its pending changes committed first), in turn."""

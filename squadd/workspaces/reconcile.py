@@ -15,13 +15,13 @@ from pathlib import Path
 
 import anyio
 import structlog
-from pydantic import ValidationError
 
 from squadd.contracts.workspaces import LandingIntent, WorkspaceView
+from squadd.state.intent import clear_intent_file
 from squadd.state.layout import SquadLayout
 from squadd.workspaces import records, spares
 from squadd.workspaces.git import Git
-from squadd.workspaces.landing import advance, clear_landing_intent, read_intent, roll_back
+from squadd.workspaces.landing import advance, roll_back
 from squadd.workspaces.worktrees import describe, undo_create, unlanded
 
 log = structlog.get_logger("squadd.workspaces")
@@ -39,16 +39,26 @@ async def registered_worktrees(git: Git, repo: Path) -> list[Path]:
     return [p for p in paths if real_path(p) != repo]
 
 
+def _legacy_intent(layout: SquadLayout, session_id: str) -> LandingIntent | None:
+    """A landing's intent in a file of its own, as older versions wrote it."""
+    try:
+        return LandingIntent.model_validate_json(
+            layout.workspace_intent(session_id).read_bytes())
+    except (FileNotFoundError, ValueError):  # none, or damaged by hand (written atomically)
+        return None
+
+
+async def clear_landing_intent(layout: SquadLayout, session_id: str) -> None:
+    """Remove an older version's intent file of the session, if any."""
+    await anyio.to_thread.run_sync(clear_intent_file, layout.workspace_intent(session_id))
+
+
 async def _intent(layout: SquadLayout, record: WorkspaceView) -> LandingIntent | None:
     """The landing's write-ahead intent: in the record, or (written by an older version) in
     its own file."""
     if record.landing is not None:
         return record.landing
-    legacy = await anyio.to_thread.run_sync(read_intent, layout, record.session_id)
-    try:
-        return LandingIntent.model_validate(legacy) if legacy else None
-    except ValidationError:
-        return None
+    return await anyio.to_thread.run_sync(_legacy_intent, layout, record.session_id)
 
 
 async def _recover_landing(layout: SquadLayout, git: Git, record: WorkspaceView) -> str:

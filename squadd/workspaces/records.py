@@ -12,8 +12,6 @@ import os
 import signal
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from squadd.contracts.workspaces import WorkspaceView
 from squadd.fsio import atomic_write
 from squadd.state.layout import SquadLayout
@@ -41,12 +39,13 @@ def save(layout: SquadLayout, record: WorkspaceView) -> WorkspaceView:
 
 
 def load(layout: SquadLayout, session_id: str) -> WorkspaceView | None:
-    path = layout.workspace_record(session_id)
+    return _read(layout.workspace_record(session_id))
+
+
+def _read(path: Path) -> WorkspaceView | None:
     try:
         return WorkspaceView.model_validate_json(path.read_bytes())
-    except FileNotFoundError:
-        return None
-    except (ValidationError, ValueError):
+    except (FileNotFoundError, ValueError):  # none, or damaged (a ValidationError is one)
         return None
 
 
@@ -55,11 +54,12 @@ def drop(layout: SquadLayout, session_id: str) -> None:
 
 
 def load_all(layout: SquadLayout) -> list[WorkspaceView]:
-    """Every readable record, oldest first (a damaged one is skipped, not fatal)."""
+    """Every readable record, oldest first (a damaged one, or a file that is not a record,
+    is skipped, not fatal)."""
     folder = layout.workspaces_dir
     records = []
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else ():
-        record = load(layout, Path(path).stem)
-        if record is not None:
+        record = _read(path)
+        if record is not None and record.session_id == path.stem:
             records.append(record)
     return sorted(records, key=lambda r: r.created)

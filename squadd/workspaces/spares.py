@@ -46,8 +46,9 @@ def ready(layout: SquadLayout) -> list[WorkspaceView]:
 
 
 async def make(layout: SquadLayout, git: Git, base: RepoBase) -> WorkspaceView:
-    """Add a spare worktree detached at `base.commit`; record it `spare` once its index is
-    settled. The caller holds the lock under which worktrees are added."""
+    """Add a spare worktree detached at `base.commit`, without its files yet (`settle`
+    checks them out): the caller holds the lock under which worktrees are added, which a
+    session that opens waits for, only while git makes the worktree's administrative files."""
     await anyio.to_thread.run_sync(ensure_ignored, layout)
     sid = spare_id()
     path = layout.worktree(sid)
@@ -56,14 +57,18 @@ async def make(layout: SquadLayout, git: Git, base: RepoBase) -> WorkspaceView:
     await anyio.to_thread.run_sync(records.save, layout, record)
     records.kill_point("spare.before_add")
     await anyio.to_thread.run_sync(lambda: path.parent.mkdir(parents=True, exist_ok=True))
-    await git.out(base.repo, "worktree", "add", "--quiet", "--lock", "--detach", str(path),
-                  base.commit, what="cannot make a spare worktree")
+    await git.out(base.repo, "worktree", "add", "--quiet", "--lock", "--detach",
+                  "--no-checkout", str(path), base.commit, what="cannot make a spare worktree")
     records.kill_point("spare.after_add")
     return record
 
 
 async def settle(layout: SquadLayout, git: Git, record: WorkspaceView) -> WorkspaceView:
-    """Refresh the new spare's index (see `INDEX_SETTLE_S`) and mark it ready to be taken."""
+    """Check out the new spare's files, refresh its index (see `INDEX_SETTLE_S`) and mark it
+    ready to be taken. Only the spare's own folder and index are written: no lock is held."""
+    await git.out(Path(record.path), "checkout", "--quiet", "--force",
+                  what="cannot check out a spare worktree")
+    records.kill_point("spare.after_checkout")
     await anyio.sleep(INDEX_SETTLE_S)
     # update-index takes the index lock whatever GIT_OPTIONAL_LOCKS says: it must write.
     await git.out(Path(record.path), "update-index", "-q", "--refresh",

@@ -23,7 +23,8 @@ KILL_POINTS = [
     "land.before_rebase", "land.after_rebase", "land.after_check", "land.before_advance",
     "land.after_advance", "land.after_record",
     # A spare made ahead, then taken by the session.
-    "spare.before_add", "spare.after_add", "spare.before_move", "spare.after_move",
+    "spare.before_add", "spare.after_add", "spare.after_checkout", "spare.before_move",
+    "spare.after_move",
     "spare.after_branch",
 ]
 SESSION = "20260101-000000-0000c0de"

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import itertools
+import json
 from pathlib import Path
 
 import anyio
 
-from squadd.contracts.workspaces import WorkspaceView
+from squadd.contracts.workspaces import LandResult, WorkspaceView
 from squadd.state.layout import SquadLayout
-from squadd.workspaces import Workspaces
+from squadd.workspaces import Workspaces, records
 from tests.workspaces.conftest import Events, git, make_repo, settings_with
 
 
@@ -20,6 +21,16 @@ async def _work(spaces: Workspaces, session: str, files: dict[str, str]) -> Work
         (Path(record.path) / name).write_text(text)
     await spaces.close(record, title=f"edit by {session}")
     return record
+
+
+async def _refused_as_dirty(layout: SquadLayout, spaces: Workspaces,
+                           record: WorkspaceView) -> LandResult:
+    """Land `record`: refused as `dirty`, with the target left where it was."""
+    before = git(layout.repo, "rev-parse", "main")
+    result = await spaces.land(record.session_id)
+    assert not result.ok and result.reason == "dirty", result.message
+    assert git(layout.repo, "rev-parse", "main") == before
+    return result
 
 
 def _no_rebase_in_progress(layout: SquadLayout, record: WorkspaceView) -> None:
@@ -83,11 +94,8 @@ async def test_a_dirty_user_tree_in_the_landed_paths_is_refused(
         squad_repo: SquadLayout, spaces: Workspaces) -> None:
     record = await _work(spaces, "20260101-000000-0000000f", {"app.txt": "changed\n"})
     (squad_repo.repo / "app.txt").write_text("the user's own edit\n")
-    before = git(squad_repo.repo, "rev-parse", "main")
-    result = await spaces.land(record.session_id)
-    assert not result.ok and result.reason == "dirty"
+    result = await _refused_as_dirty(squad_repo, spaces, record)
     assert "app.txt" in result.message and "commit or stash" in result.message
-    assert git(squad_repo.repo, "rev-parse", "main") == before
     assert (squad_repo.repo / "app.txt").read_text() == "the user's own edit\n"
 
 
@@ -95,11 +103,8 @@ async def test_an_untracked_user_file_where_the_landing_adds_one_is_refused(
         squad_repo: SquadLayout, spaces: Workspaces) -> None:
     record = await _work(spaces, "20260101-000000-00000012", {"new [file].txt": "x\n"})
     (squad_repo.repo / "new [file].txt").write_text("the user's own\n")
-    before = git(squad_repo.repo, "rev-parse", "main")
-    result = await spaces.land(record.session_id)
-    assert not result.ok and result.reason == "dirty"
+    result = await _refused_as_dirty(squad_repo, spaces, record)
     assert result.conflict_paths == ["new [file].txt"]
-    assert git(squad_repo.repo, "rev-parse", "main") == before
 
 
 async def test_a_dirty_user_file_that_the_landing_renames_away_is_refused(
@@ -109,11 +114,8 @@ async def test_a_dirty_user_file_that_the_landing_renames_away_is_refused(
     git(Path(record.path), "mv", "app.txt", "renamed.txt")
     await spaces.close(record, title="rename app.txt")
     (squad_repo.repo / "app.txt").write_text("the user's own edit\n")
-    before = git(squad_repo.repo, "rev-parse", "main")
-    result = await spaces.land(record.session_id)
-    assert not result.ok and result.reason == "dirty", result.message
+    result = await _refused_as_dirty(squad_repo, spaces, record)
     assert result.conflict_paths == ["app.txt"]
-    assert git(squad_repo.repo, "rev-parse", "main") == before
     assert (squad_repo.repo / "app.txt").read_text() == "the user's own edit\n"
 
 
@@ -160,3 +162,50 @@ async def test_sixteen_sessions_land_one_at_a_time_through_the_queue(
     assert git(squad_repo.repo, "rev-list", "--count", f"{start}..main") == "16"
     assert git(squad_repo.repo, "rev-list", "--merges", "main") == ""
     assert events.types().count("workspace.landed") == 16
+
+
+async def test_the_landing_queue_timeout_bounds_the_wait_behind_a_landing_in_this_process(
+        spaces: Workspaces) -> None:
+    holding, release = anyio.Event(), anyio.Event()
+
+    async def hold() -> None:
+        async with spaces.landing_queue():
+            holding.set()
+            await release.wait()
+
+    timed_out = False
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(hold)
+        await holding.wait()
+        with anyio.move_on_after(30):  # a guard only: the queue's own timeout ends the wait
+            try:
+                async with spaces.landing_queue(timeout_s=0.2):
+                    pass
+            except TimeoutError:
+                timed_out = True
+        release.set()
+    assert timed_out
+
+
+async def test_start_up_finishes_a_landing_from_an_older_versions_intent_file(
+        squad_repo: SquadLayout, spaces: Workspaces) -> None:
+    """Older versions kept a landing's intent in a file of its own (the record said only
+    `landing`): start-up still moves the target to the new tip it names, and clears it."""
+    record = await _work(spaces, "20260101-000000-00000030", {"new.txt": "x\n"})
+    old_tip = git(squad_repo.repo, "rev-parse", "main")
+    branch_tip = git(squad_repo.repo, "rev-parse", record.branch)
+    record.state = "landing"
+    records.save(squad_repo, record)
+    intent = squad_repo.workspace_intent(record.session_id)
+    intent.parent.mkdir(parents=True, exist_ok=True)
+    intent.write_text(json.dumps({  # as an older version wrote it, at its advance step
+        "session_id": record.session_id, "phase": "advance", "target": "main",
+        "old_tip": old_tip, "branch_tip": branch_tip, "new_tip": branch_tip}))
+
+    notes = await spaces.reconcile()
+
+    assert any("landing resumed" in note for note in notes), notes
+    assert git(squad_repo.repo, "rev-parse", "main") == branch_tip
+    landed = await spaces.view(record.session_id)
+    assert landed is not None and landed.state == "landed"
+    assert not intent.exists()

@@ -4,13 +4,16 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 
 import anyio
+import pytest
 
 from squadd.contracts.events import NullSink
 from squadd.state.layout import SquadLayout
 from squadd.workspaces import Workspaces
+from squadd.workspaces.git import Ran
 from squadd.workspaces.spares import SPARE_PREFIX
 from tests.workspaces.conftest import git, settings_with
 
@@ -125,3 +128,65 @@ async def test_prune_removes_the_spares(squad_repo: SquadLayout, spaces: Workspa
     assert await spaces.listing() == []
     assert not Path(spare.path).exists()
     assert spare.path not in git(squad_repo.repo, "worktree", "list")
+
+
+async def test_the_spare_maker_logs_an_unexpected_failure_and_keeps_serving(
+        squad_repo: SquadLayout, spaces: Workspaces, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    failed, refilled = anyio.Event(), anyio.Event()
+
+    async def refill() -> int:
+        calls.append(len(calls))
+        if len(calls) == 1:
+            failed.set()
+            raise RuntimeError("a bug in the spare maker")
+        refilled.set()
+        return 0
+
+    monkeypatch.setattr(spaces, "refill_spares", refill)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(spaces.keep_spares)  # worktrees are the setting: it refills at once
+        with anyio.fail_after(30):
+            await failed.wait()
+            spaces.want_spares()
+            await refilled.wait()
+        tg.cancel_scope.cancel()
+    assert calls == [0, 1]
+
+
+async def test_a_session_opens_while_a_spare_is_being_checked_out(
+        squad_repo: SquadLayout, spaces: Workspaces, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The spare maker's lock is held while git adds a worktree, never while it writes a
+    whole tree's files: a session does not wait for a spare's checkout."""
+    writing, release = anyio.Event(), anyio.Event()
+    spares_dir = str(squad_repo.worktrees_dir / SPARE_PREFIX)
+    ran = spaces.git.ran
+
+    async def gated(cwd: Path, *args: str, env: Mapping[str, str] | None = None) -> Ran:
+        adding = "add" in args and "--no-checkout" not in args and \
+            any(a.startswith(spares_dir) for a in args)
+        if adding or (str(cwd).startswith(spares_dir) and "checkout" in args):
+            writing.set()  # the spare's files are being written: held until the session opened
+            await release.wait()
+        return await ran(cwd, *args, env=env)
+
+    opened = anyio.Event()
+    released_before_open: list[bool] = []
+
+    async def let_go() -> None:
+        with anyio.move_on_after(30):  # a guard only: a maker holding the lock would hang
+            await opened.wait()
+        released_before_open.append(not opened.is_set())
+        release.set()
+
+    monkeypatch.setattr(spaces.git, "ran", gated)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(spaces.refill_spares)
+        tg.start_soon(let_go)
+        with anyio.fail_after(60):
+            await writing.wait()
+        record = await spaces.open(SESSION, "lead")
+        opened.set()
+    assert released_before_open == [False]
+    assert record is not None and record.state == "active"
+    assert await _spares(spaces) != []  # the spare was made too, after the session opened

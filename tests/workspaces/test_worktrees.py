@@ -128,3 +128,15 @@ async def test_prune_removes_landed_and_stale_worktrees_and_keeps_unlanded_branc
     assert stale.branch in git(squad_repo.repo, "branch", "--list", "squad/*")
     assert fresh.branch not in git(squad_repo.repo, "branch", "--list", "squad/*")
     assert [r.state for r in await spaces.listing()] == ["removed"]
+
+
+async def test_a_stray_file_among_the_records_is_skipped_not_fatal(
+        squad_repo: SquadLayout, spaces: Workspaces) -> None:
+    record = await spaces.open("20260101-000000-00000040", "lead")
+    assert record is not None
+    folder = squad_repo.workspaces_dir
+    (folder / "notes (copy).json").write_text("{}")  # not a session id: not a record
+    (folder / "20260101-000000-00000041.json").write_text(  # a record under another's name
+        (folder / f"{record.session_id}.json").read_text())
+    assert [r.session_id for r in await spaces.listing()] == [record.session_id]
+    assert not any("00000041" in note for note in await spaces.reconcile())
