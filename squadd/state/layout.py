@@ -374,10 +374,6 @@ class SquadLayout:
     def workspace_record(self, session_id: str) -> Path:
         return self._p("run", "workspaces", safe_id(session_id) + ".json")
 
-    def workspace_intent(self, session_id: str) -> Path:
-        """The write-ahead intent of a landing under way (cleared when it is done or undone)."""
-        return self._p("run", "journal", "land-" + safe_id(session_id) + ".json")
-
     def workspace_output(self, session_id: str, step: str) -> Path:
         """The full output of a workspace command (setup, land check) of a session."""
         return self._p("run", "workspaces", f"{safe_id(session_id)}.{safe_id(step)}.txt")

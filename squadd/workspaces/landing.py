@@ -6,9 +6,7 @@ where the target is checked out, else a compare-and-swap `git update-ref`. Nothi
 no branch is force-updated. The session's record is the write-ahead intent: written (fsynced)
 in state `landing` with the old tip and the branch's tip before the rebase, and with the new
 tip before the target moves, so start-up can finish or undo a landing that a crash cut short:
-the target ends at its old tip or at the new one. (Older versions kept the intent in a file of
-its own, `run/journal/land-{session}.json`: start-up reconciliation still reads and clears
-it.)
+the target ends at its old tip or at the new one.
 """
 
 from __future__ import annotations

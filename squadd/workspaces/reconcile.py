@@ -16,8 +16,7 @@ from pathlib import Path
 import anyio
 import structlog
 
-from squadd.contracts.workspaces import LandingIntent, WorkspaceView
-from squadd.state.intent import clear_intent_file
+from squadd.contracts.workspaces import WorkspaceView
 from squadd.state.layout import SquadLayout
 from squadd.workspaces import records, spares
 from squadd.workspaces.git import Git
@@ -39,30 +38,8 @@ async def registered_worktrees(git: Git, repo: Path) -> list[Path]:
     return [p for p in paths if real_path(p) != repo]
 
 
-def _legacy_intent(layout: SquadLayout, session_id: str) -> LandingIntent | None:
-    """A landing's intent in a file of its own, as older versions wrote it."""
-    try:
-        return LandingIntent.model_validate_json(
-            layout.workspace_intent(session_id).read_bytes())
-    except (FileNotFoundError, ValueError):  # none, or damaged by hand (written atomically)
-        return None
-
-
-async def clear_landing_intent(layout: SquadLayout, session_id: str) -> None:
-    """Remove an older version's intent file of the session, if any."""
-    await anyio.to_thread.run_sync(clear_intent_file, layout.workspace_intent(session_id))
-
-
-async def _intent(layout: SquadLayout, record: WorkspaceView) -> LandingIntent | None:
-    """The landing's write-ahead intent: in the record, or (written by an older version) in
-    its own file."""
-    if record.landing is not None:
-        return record.landing
-    return await anyio.to_thread.run_sync(_legacy_intent, layout, record.session_id)
-
-
 async def _recover_landing(layout: SquadLayout, git: Git, record: WorkspaceView) -> str:
-    intent = await _intent(layout, record)
+    intent = record.landing
     sid = record.session_id
     record.landing = None
     if intent is None:
@@ -76,13 +53,11 @@ async def _recover_landing(layout: SquadLayout, git: Git, record: WorkspaceView)
         if tip in (old_tip, new_tip):
             result = await advance(layout, git, record, old_tip=old_tip, new_tip=new_tip,
                                    branch_tip=branch_tip)
-            await clear_landing_intent(layout, sid)
             return f"{sid}: landing resumed: {result.message}"
     await roll_back(git, record, branch_tip)
     record.state, record.message = "committed", "a landing was interrupted and rolled back"
     await describe(git, layout.repo, record)
     await anyio.to_thread.run_sync(records.save, layout, record)
-    await clear_landing_intent(layout, sid)
     return f"{sid}: landing rolled back; {record.branch} is at {branch_tip[:12]}"
 
 
@@ -111,8 +86,6 @@ async def reconcile(layout: SquadLayout, git: Git) -> list[str]:
             record.state = "committed" if record.commits else "active"
             await anyio.to_thread.run_sync(records.save, layout, record)
             notes.append(f"{record.session_id}: commit checked: {record.state}")
-        elif layout.workspace_intent(record.session_id).exists():
-            await clear_landing_intent(layout, record.session_id)
         if record.state != "removed" and not await anyio.Path(tree).is_dir():
             await git.ran(layout.repo, "worktree", "prune")
             record.state, record.message = "removed", "its worktree was gone at start-up"

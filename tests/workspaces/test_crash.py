@@ -76,7 +76,6 @@ async def test_kill_at_any_step_leaves_the_target_old_or_new_and_loses_nothing(
             continue
         gitdir = Path(git(Path(record.path), "rev-parse", "--absolute-git-dir"))
         assert not (gitdir / "rebase-merge").exists()
-    assert not layout.workspace_intent(SESSION).exists()
 
     # What the session did is not lost: landing it now (again) puts it on main.
     if SESSION in {r.session_id for r in records.values()}:

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import itertools
-import json
 from pathlib import Path
 
 import anyio
 
 from squadd.contracts.workspaces import LandResult, WorkspaceView
 from squadd.state.layout import SquadLayout
-from squadd.workspaces import Workspaces, records
+from squadd.workspaces import Workspaces
 from tests.workspaces.conftest import Events, git, make_repo, settings_with
 
 
@@ -186,26 +185,3 @@ async def test_the_landing_queue_timeout_bounds_the_wait_behind_a_landing_in_thi
         release.set()
     assert timed_out
 
-
-async def test_start_up_finishes_a_landing_from_an_older_versions_intent_file(
-        squad_repo: SquadLayout, spaces: Workspaces) -> None:
-    """Older versions kept a landing's intent in a file of its own (the record said only
-    `landing`): start-up still moves the target to the new tip it names, and clears it."""
-    record = await _work(spaces, "20260101-000000-00000030", {"new.txt": "x\n"})
-    old_tip = git(squad_repo.repo, "rev-parse", "main")
-    branch_tip = git(squad_repo.repo, "rev-parse", record.branch)
-    record.state = "landing"
-    records.save(squad_repo, record)
-    intent = squad_repo.workspace_intent(record.session_id)
-    intent.parent.mkdir(parents=True, exist_ok=True)
-    intent.write_text(json.dumps({  # as an older version wrote it, at its advance step
-        "session_id": record.session_id, "phase": "advance", "target": "main",
-        "old_tip": old_tip, "branch_tip": branch_tip, "new_tip": branch_tip}))
-
-    notes = await spaces.reconcile()
-
-    assert any("landing resumed" in note for note in notes), notes
-    assert git(squad_repo.repo, "rev-parse", "main") == branch_tip
-    landed = await spaces.view(record.session_id)
-    assert landed is not None and landed.state == "landed"
-    assert not intent.exists()
