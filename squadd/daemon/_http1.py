@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
@@ -63,9 +64,10 @@ def exchange(*, uds: str | None, tcp: str | None, method: str, path: str,
     request = ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8") + payload
     sock = _connect(uds, tcp, connect_timeout)
     try:
+        deadline = time.monotonic() + timeout
         sock.settimeout(timeout)
         sock.sendall(request)
-        return _read_answer(sock)
+        return _read_answer(_Reader(sock, deadline))
     except TimeoutError:
         raise ExchangeError("timeout", f"no answer within {timeout:g}s") from None
     except OSError as exc:
@@ -100,12 +102,20 @@ def _connect(uds: str | None, tcp: str | None, timeout: float) -> socket.socket:
 
 
 class _Reader:
-    def __init__(self, sock: socket.socket):
+    """The answer's bytes as they arrive, all by `deadline` (a `time.monotonic()` value): a
+    daemon that trickles its answer cannot stretch the exchange past its timeout."""
+
+    def __init__(self, sock: socket.socket, deadline: float):
         self.sock = sock
+        self.deadline = deadline
         self.buffer = b""
         self.closed = False
 
     def _more(self) -> None:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError
+        self.sock.settimeout(left)
         chunk = self.sock.recv(65536)
         if not chunk:
             self.closed = True
@@ -137,8 +147,7 @@ class _Reader:
         return self.buffer
 
 
-def _read_answer(sock: socket.socket) -> Answer:
-    reader = _Reader(sock)
+def _read_answer(reader: _Reader) -> Answer:
     head = reader.until(b"\r\n\r\n", MAX_HEAD_BYTES).decode("latin-1").split("\r\n")
     parts = head[0].split(" ", 2)
     if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
