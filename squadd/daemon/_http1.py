@@ -72,7 +72,7 @@ def exchange(*, uds: str | None, tcp: str | None, method: str, path: str,
         raise ExchangeError("timeout", f"no answer within {timeout:g}s") from None
     except OSError as exc:
         raise ExchangeError("broken", str(exc) or type(exc).__name__) from None
-    except ValueError as exc:  # a length or chunk size that is not a number
+    except ValueError as exc:  # e.g. a status code `int` refuses
         raise ExchangeError("broken", f"a malformed answer: {exc}") from None
     finally:
         sock.close()
@@ -147,6 +147,15 @@ class _Reader:
         return self.buffer
 
 
+def _count(text: bytes | str, base: int = 10) -> int:
+    """A length or chunk size: digits only (no sign, space or `_`, which `int` would take)."""
+    digits = "0123456789abcdefABCDEF"[:10 if base == 10 else 22]
+    raw = text.decode("latin-1") if isinstance(text, bytes) else text
+    if not raw or raw.strip(digits):
+        raise ExchangeError("broken", f"a malformed answer: {raw[:40]!r} is not a length")
+    return int(raw, base)
+
+
 def _read_answer(reader: _Reader) -> Answer:
     head = reader.until(b"\r\n\r\n", MAX_HEAD_BYTES).decode("latin-1").split("\r\n")
     parts = head[0].split(" ", 2)
@@ -159,7 +168,7 @@ def _read_answer(reader: _Reader) -> Answer:
     if "chunked" in fields.get("transfer-encoding", "").lower():
         body = b""
         while True:
-            size = int(reader.until(b"\r\n", 1024).split(b";")[0].strip() or b"0", 16)
+            size = _count(reader.until(b"\r\n", 1024).split(b";")[0].strip(), 16)
             if size == 0:
                 break
             if len(body) + size > MAX_BODY_BYTES:
@@ -167,7 +176,7 @@ def _read_answer(reader: _Reader) -> Answer:
             body += reader.exactly(size)
             reader.exactly(2)
     elif "content-length" in fields:
-        length = int(fields["content-length"])
+        length = _count(fields["content-length"])
         if length > MAX_BODY_BYTES:
             raise ExchangeError("broken", "the answer is too long")
         body = reader.exactly(length)

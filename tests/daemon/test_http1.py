@@ -138,3 +138,16 @@ def test_an_answer_trickled_byte_by_byte_still_ends_at_the_timeout(tmp_path: Pat
         thread.join(10)
         server.close()
 
+
+@pytest.mark.parametrize("head", [
+    b"HTTP/1.1 200 OK\r\ncontent-length: -3\r\n\r\n{}",
+    b"HTTP/1.1 200 OK\r\ncontent-length: +2\r\n\r\n{}",
+    b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n-2\r\n{}\r\n0\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n\r\n{}\r\n0\r\n\r\n",
+])
+def test_a_length_that_is_not_plain_digits_is_a_malformed_answer(serve, head: bytes) -> None:
+    path, answers, _ = serve
+    answers.append(head)
+    with pytest.raises(ExchangeError) as caught:
+        call(path)
+    assert caught.value.kind == "broken" and "malformed" in str(caught.value)
