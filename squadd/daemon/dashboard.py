@@ -182,13 +182,10 @@ async def state(request: Request) -> Response:
     ctx, board = context_of(request), dashboard_of(request)
     runtime = ctx.runtime
     seq = runtime.bus.last_seq  # read first: an event after this one is streamed, not lost
-    report = runtime.snapshot()
-    spaces = {space.session_id: space for space in await runtime.workspaces.listing()}
+    report = await runtime.status(include_destroyed=True)  # views taken before its first await
     sessions = []
     for view in report.sessions[:SESSIONS_SHOWN]:
-        space = spaces.get(view.session_id)
-        shown = (view if space is None else view.model_copy(update={"workspace": space})
-                 ).model_dump(mode="json")
+        shown = view.model_dump(mode="json")
         shown["turns"] = board.turns.get(view.session_id, 0)
         shown["tool"] = board.tool_view(view.session_id)
         sessions.append(shown)
