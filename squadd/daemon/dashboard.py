@@ -15,6 +15,7 @@ import re
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from importlib.resources import files
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -43,6 +44,7 @@ from squadd.daemon.requests import (
 from squadd.daemon.streams import MAX_EVENT_STREAMS, sse_stream
 from squadd.daemon.ui_guard import DashboardGuard
 from squadd.errors import InvalidNameError
+from squadd.statcache import StatCache
 from squadd.state.decisions import parse_decisions
 from squadd.state.layout import safe_id
 from squadd.state.transcripts import read_transcript
@@ -85,6 +87,9 @@ class Dashboard:
     tools: OrderedDict[str, ToolNow] = field(default_factory=OrderedDict)
     token_points: deque[dict[str, Any]] = field(
         default_factory=lambda: deque(maxlen=TOKEN_POINTS))
+    decisions: StatCache[list[dict[str, Any]]] = field(
+        default_factory=lambda: StatCache(_decision_views, limit=1))
+    """The latest decisions as shown, parsed again only when decisions.md changes."""
 
     @property
     def link(self) -> str:
@@ -153,8 +158,16 @@ async def static(request: Request) -> Response:
     return Response(text, media_type=_CONTENT_TYPES[name[name.rfind("."):]])
 
 
-def _decisions(ctx: DaemonContext) -> list[dict[str, Any]]:
-    entries = parse_decisions(ctx.runtime.layout.decisions_md).entries[-DECISIONS_SHOWN:]
+def _decisions(ctx: DaemonContext, board: Dashboard) -> list[dict[str, Any]]:
+    """The latest decisions, newest first: a stat per call while decisions.md is unchanged."""
+    try:
+        return board.decisions.get(ctx.runtime.layout.decisions_md)
+    except FileNotFoundError:
+        return []
+
+
+def _decision_views(path: Path) -> list[dict[str, Any]]:
+    entries = parse_decisions(path).entries[-DECISIONS_SHOWN:]
     return [{"title": e.title, "date": e.date.isoformat() if e.date else None, "by": e.by,
              "category": e.category, "body": _prose(e.body)} for e in reversed(entries)]
 
@@ -192,7 +205,7 @@ async def state(request: Request) -> Response:
     queue = sorted((s for s in sessions if s["state"] == "queued"),
                    key=lambda s: (s["priority"] != "urgent", s["created"] or ""))
     pool = report.pool
-    decisions = await anyio.to_thread.run_sync(_decisions, ctx)
+    decisions = await anyio.to_thread.run_sync(_decisions, ctx, board)
     return json_answer({
         "seq": seq, "repo": str(runtime.layout.repo), "pool": pool.model_dump(),
         "at_capacity": pool.running >= pool.max_concurrent, "sessions": sessions,
