@@ -21,7 +21,7 @@ from typing import Any
 import anyio
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.routing import Route
 
 from squadd.contracts.events import (
@@ -41,7 +41,7 @@ from squadd.daemon.requests import (
     guarded,
     json_answer,
 )
-from squadd.daemon.streams import MAX_EVENT_STREAMS, sse_stream
+from squadd.daemon.streams import open_stream, stream_response
 from squadd.daemon.ui_guard import DashboardGuard
 from squadd.errors import InvalidNameError
 from squadd.statcache import StatCache
@@ -243,23 +243,16 @@ async def events(request: Request) -> Response:
     first; when some are no longer kept, a `reset` event says to fetch the state again."""
     ctx = context_of(request)
     last = _last_event_id(request)
-    if ctx.stopping:
-        raise ApiError(503, "squadd is stopping")
-    if len(ctx.streams) >= MAX_EVENT_STREAMS:
-        raise ApiError(503, f"{MAX_EVENT_STREAMS} event streams are open already")
-    subscription = ctx.runtime.bus.subscribe()
+    subscription = open_stream(ctx)
     replay: list[BaseEvent] = []
     reset = False
     if last is not None:
         replay = [e for e in ctx.recent if e.seq > last]
         oldest_kept = replay[0].seq if replay else ctx.runtime.bus.last_seq + 1
         reset = oldest_kept > last + 1 or last > ctx.runtime.bus.last_seq
-    ctx.streams.add(subscription)
     prelude = [f"event: reset\ndata: {{\"seq\": {ctx.runtime.bus.last_seq}}}\n\n"] if reset \
         else []
-    return StreamingResponse(sse_stream(ctx, subscription, replay, prelude),
-                             media_type="text/event-stream",
-                             headers={"x-accel-buffering": "no"})
+    return stream_response(ctx, subscription, replay, prelude)
 
 
 def dashboard_app(context: DaemonContext, board: Dashboard, approve: Handler) -> DashboardGuard:

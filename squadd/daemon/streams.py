@@ -60,20 +60,35 @@ async def events(request: Request) -> Response:
     if reserve not in (None, "route"):
         raise ApiError(422, f"query parameter reserve={reserve[:40]!r}: the only reserve is "
                             "'route'")
-    if ctx.stopping:
-        raise ApiError(503, "squadd is stopping")
     limit = MAX_EVENT_STREAMS + (ROUTE_STREAM_RESERVE if reserve == "route" else 0)
-    if len(ctx.streams) >= limit:
-        raise ApiError(503, f"{len(ctx.streams)} event streams are open already; close one "
-                            "first", limit=limit)
-    # Subscribe and copy the recent events in one step: no event is missed or sent twice.
-    subscription = ctx.runtime.bus.subscribe(types=types, session_id=session_id)
+    subscription = open_stream(ctx, limit, types=types, session_id=session_id)
+    # Subscribed and the recent events copied in one step: no event is missed or sent twice.
     replay = [e for e in ctx.recent if event_matches(e, types, session_id)][-recent_count:] \
         if recent_count else []
     if not follow:
         subscription.close()
+    return stream_response(ctx, subscription, replay)
+
+
+def open_stream(ctx: DaemonContext, limit: int = MAX_EVENT_STREAMS, *,
+                types: list[str] | None = None, session_id: str | None = None) -> Subscription:
+    """Subscribe one more event stream (the API's or the dashboard's) and count it as open;
+    503 while squadd stops or when `limit` streams are open already."""
+    if ctx.stopping:
+        raise ApiError(503, "squadd is stopping")
+    if len(ctx.streams) >= limit:
+        raise ApiError(503, f"{len(ctx.streams)} event streams are open already; close one "
+                            "first", limit=limit)
+    subscription = ctx.runtime.bus.subscribe(types=types, session_id=session_id)
     ctx.streams.add(subscription)
-    return StreamingResponse(sse_stream(ctx, subscription, replay), media_type="text/event-stream",
+    return subscription
+
+
+def stream_response(ctx: DaemonContext, subscription: Subscription, replay: list[BaseEvent],
+                    prelude: list[str] | None = None) -> StreamingResponse:
+    """The SSE answer for a stream `open_stream` admitted (see `sse_stream`)."""
+    return StreamingResponse(sse_stream(ctx, subscription, replay, prelude),
+                             media_type="text/event-stream",
                              headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
 
 
