@@ -27,12 +27,14 @@ from starlette.routing import Route
 from squadd.contracts.events import (
     AgentCompleted,
     AgentSpawned,
+    AgentStateChanged,
     BaseEvent,
     SessionMessage,
     ToolCompleted,
     ToolStarted,
     ToolUpdated,
 )
+from squadd.contracts.sessions import LIVE_STATES
 from squadd.daemon.requests import (
     ApiError,
     DaemonContext,
@@ -113,6 +115,10 @@ class Dashboard:
             now = self.tools.get(session)
             if now is not None and now.call_id == event.call_id:
                 del self.tools[session]
+        elif isinstance(event, AgentStateChanged) and session and \
+                event.state not in LIVE_STATES:
+            # A task that ended (cancelled mid-call, say) ran its last tool, completed or not.
+            self.tools.pop(session, None)
         elif isinstance(event, AgentCompleted):
             self.token_points.append({
                 "ts": event.ts.isoformat(), "agent": event.agent or "?",

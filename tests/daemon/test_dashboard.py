@@ -164,6 +164,23 @@ async def test_the_state_shows_the_tree_the_tool_progress_and_the_turns(squad: S
 
 
 @with_squad
+async def test_a_session_cancelled_mid_tool_shows_no_tool_running(squad: Squad) -> None:
+    started = await squad.runtime.route(RouteRequest(task="two steps", target_agent="fenster",
+                                                     wait_for_result=False))
+    assert started.ok and started.session_id
+    with anyio.fail_after(20):
+        await squad.gate.halfway.wait()
+    state = (await squad.http.get(f"{UI}/api/state", headers=auth())).json()
+    shown = {s["session_id"]: s for s in state["sessions"]}[started.session_id]
+    assert shown["tool"]["tool"] == "steps"
+    assert await squad.runtime.cancel(started.session_id)
+    await squad.runtime.settle(timeout_s=20)
+    state = (await squad.http.get(f"{UI}/api/state", headers=auth())).json()
+    shown = {s["session_id"]: s for s in state["sessions"]}[started.session_id]
+    assert shown["state"] != "active" and shown["tool"] is None, shown
+
+
+@with_squad
 async def test_decisions_are_parsed_again_only_when_the_file_changes(squad: Squad) -> None:
     import squadd.daemon.dashboard as dashboard
 
