@@ -42,14 +42,12 @@ from squadd.daemon.requests import (
     context_of,
     guarded,
     json_answer,
+    transcript_records,
 )
 from squadd.daemon.streams import open_stream, stream_response
 from squadd.daemon.ui_guard import DashboardGuard
-from squadd.errors import InvalidNameError
 from squadd.statcache import StatCache
 from squadd.state.decisions import parse_decisions
-from squadd.state.layout import safe_id
-from squadd.state.transcripts import read_transcript
 
 __all__ = ["UI_PREFIX", "Dashboard", "dashboard_app"]
 
@@ -226,11 +224,7 @@ async def session(request: Request) -> Response:
     view = await ctx.runtime.session(session_id)
     if view is None:
         raise ApiError(404, f"no session {session_id[:80]}")
-    try:
-        path = ctx.runtime.layout.transcript(safe_id(session_id))
-        records = (await anyio.to_thread.run_sync(read_transcript, path)).records
-    except (FileNotFoundError, InvalidNameError):
-        records = []
+    records = await transcript_records(ctx.runtime, session_id)
     return json_answer({"session": view.model_dump(mode="json"),
                         "transcript": records[-TRANSCRIPT_TAIL:], "total": len(records)})
 
