@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from squadd.contracts.events import EVENT_TYPES, BaseEvent, event_matches, type_matches
 from squadd.daemon.requests import (
@@ -84,12 +85,32 @@ def open_stream(ctx: DaemonContext, limit: int = MAX_EVENT_STREAMS, *,
     return subscription
 
 
+class _EventStream(StreamingResponse):
+    """An SSE answer that lets go of its subscription however it ends, also when the client
+    is gone before the first frame (the body, a generator, then never even starts)."""
+
+    def __init__(self, ctx: DaemonContext, subscription: Subscription,
+                 frames: AsyncIterator[str]):
+        super().__init__(frames, media_type="text/event-stream",
+                         headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
+        self._ctx, self._subscription = ctx, subscription
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            _release(self._ctx, self._subscription)
+
+
+def _release(ctx: DaemonContext, subscription: Subscription) -> None:
+    ctx.streams.discard(subscription)
+    subscription.close()
+
+
 def stream_response(ctx: DaemonContext, subscription: Subscription, replay: list[BaseEvent],
                     prelude: list[str] | None = None) -> StreamingResponse:
     """The SSE answer for a stream `open_stream` admitted (see `sse_stream`)."""
-    return StreamingResponse(sse_stream(ctx, subscription, replay, prelude),
-                             media_type="text/event-stream",
-                             headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
+    return _EventStream(ctx, subscription, sse_stream(subscription, replay, prelude))
 
 
 def _frame(event: BaseEvent) -> str:
@@ -97,24 +118,21 @@ def _frame(event: BaseEvent) -> str:
     return f"id: {event.seq}\nevent: {kind}\ndata: {event.model_dump_json()}\n\n"
 
 
-async def sse_stream(ctx: DaemonContext, subscription: Subscription, replay: list[BaseEvent],
+async def sse_stream(subscription: Subscription, replay: list[BaseEvent],
                      prelude: list[str] | None = None) -> AsyncIterator[str]:
     """The frames of one event stream: `prelude` (ready-made frames), `replay`, then the live
-    events with heartbeats, until the subscription closes; it is then forgotten."""
-    try:
-        yield f": {SUBSCRIBED}\n\n"
-        for frame in prelude or ():
-            yield frame
-        for past in replay:
-            yield _frame(past)
-        while True:
-            event = await subscription.get(within=SSE_HEARTBEAT_S)
-            if event is None:
-                if subscription.closed:
-                    return
-                yield ": ping\n\n"
-                continue
-            yield _frame(event)
-    finally:
-        ctx.streams.discard(subscription)
-        subscription.close()
+    events with heartbeats, until the subscription closes (`stream_response` then forgets
+    it)."""
+    yield f": {SUBSCRIBED}\n\n"
+    for frame in prelude or ():
+        yield frame
+    for past in replay:
+        yield _frame(past)
+    while True:
+        event = await subscription.get(within=SSE_HEARTBEAT_S)
+        if event is None:
+            if subscription.closed:
+                return
+            yield ": ping\n\n"
+            continue
+        yield _frame(event)
