@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
@@ -63,14 +64,15 @@ def exchange(*, uds: str | None, tcp: str | None, method: str, path: str,
     request = ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8") + payload
     sock = _connect(uds, tcp, connect_timeout)
     try:
+        deadline = time.monotonic() + timeout
         sock.settimeout(timeout)
         sock.sendall(request)
-        return _read_answer(sock)
+        return _read_answer(_Reader(sock, deadline))
     except TimeoutError:
         raise ExchangeError("timeout", f"no answer within {timeout:g}s") from None
     except OSError as exc:
         raise ExchangeError("broken", str(exc) or type(exc).__name__) from None
-    except ValueError as exc:  # a length or chunk size that is not a number
+    except ValueError as exc:  # e.g. a status code `int` refuses
         raise ExchangeError("broken", f"a malformed answer: {exc}") from None
     finally:
         sock.close()
@@ -100,12 +102,20 @@ def _connect(uds: str | None, tcp: str | None, timeout: float) -> socket.socket:
 
 
 class _Reader:
-    def __init__(self, sock: socket.socket):
+    """The answer's bytes as they arrive, all by `deadline` (a `time.monotonic()` value): a
+    daemon that trickles its answer cannot stretch the exchange past its timeout."""
+
+    def __init__(self, sock: socket.socket, deadline: float):
         self.sock = sock
+        self.deadline = deadline
         self.buffer = b""
         self.closed = False
 
     def _more(self) -> None:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError
+        self.sock.settimeout(left)
         chunk = self.sock.recv(65536)
         if not chunk:
             self.closed = True
@@ -137,8 +147,16 @@ class _Reader:
         return self.buffer
 
 
-def _read_answer(sock: socket.socket) -> Answer:
-    reader = _Reader(sock)
+def _count(text: bytes | str, base: int = 10) -> int:
+    """A length or chunk size: digits only (no sign, space or `_`, which `int` would take)."""
+    digits = "0123456789abcdefABCDEF"[:10 if base == 10 else 22]
+    raw = text.decode("latin-1") if isinstance(text, bytes) else text
+    if not raw or raw.strip(digits):
+        raise ExchangeError("broken", f"a malformed answer: {raw[:40]!r} is not a length")
+    return int(raw, base)
+
+
+def _read_answer(reader: _Reader) -> Answer:
     head = reader.until(b"\r\n\r\n", MAX_HEAD_BYTES).decode("latin-1").split("\r\n")
     parts = head[0].split(" ", 2)
     if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
@@ -150,7 +168,7 @@ def _read_answer(sock: socket.socket) -> Answer:
     if "chunked" in fields.get("transfer-encoding", "").lower():
         body = b""
         while True:
-            size = int(reader.until(b"\r\n", 1024).split(b";")[0].strip() or b"0", 16)
+            size = _count(reader.until(b"\r\n", 1024).split(b";")[0].strip(), 16)
             if size == 0:
                 break
             if len(body) + size > MAX_BODY_BYTES:
@@ -158,7 +176,7 @@ def _read_answer(sock: socket.socket) -> Answer:
             body += reader.exactly(size)
             reader.exactly(2)
     elif "content-length" in fields:
-        length = int(fields["content-length"])
+        length = _count(fields["content-length"])
         if length > MAX_BODY_BYTES:
             raise ExchangeError("broken", "the answer is too long")
         body = reader.exactly(length)

@@ -40,13 +40,13 @@ from squadd.daemon.requests import (
     json_answer,
     object_body,
     query_count,
+    transcript_records,
 )
 from squadd.daemon.streams import events
 from squadd.errors import InvalidNameError
 from squadd.runtime.callers import OUTSIDE_SESSION, CallerError, CallScope
 from squadd.runtime.runtime import SquadRuntime
 from squadd.state.layout import safe_id
-from squadd.state.transcripts import read_transcript
 from squadd.tools.base import Tool, ToolSet
 from squadd.tools.custom.variables import VariableValueError, secrets_file_path, store_variable
 
@@ -126,12 +126,7 @@ async def get_session(request: Request) -> Response:
         raise ApiError(404, f"no session {session_id}: 'squadd sessions list' shows them")
     data: dict[str, Any] = {"session": view.model_dump(mode="json")}
     if with_transcript:
-        try:
-            path = runtime.layout.transcript(safe_id(session_id))
-            transcript = await anyio.to_thread.run_sync(read_transcript, path)
-            records = transcript.records
-        except (FileNotFoundError, InvalidNameError):
-            records = []
+        records = await transcript_records(runtime, session_id)
         data["transcript"] = records[-tail:] if tail is not None else records
     return json_answer(data)
 

@@ -95,6 +95,7 @@ class _Base:
         return httpx.Timeout(limit, connect=min(limit, 5.0))
 
     def _exchange_failed(self, call: Call, exc: ExchangeError) -> DaemonError:
+        """The `DaemonError` for an exchange that failed, by how it failed (`exc.kind`)."""
         path = call.path if len(call.path) <= 120 else call.path[:117] + "..."
         if exc.kind == "invalid":
             return DaemonError(f"{call.method} {path} cannot be sent: {exc} (a name or id that "
@@ -108,19 +109,13 @@ class _Base:
                            f"{path}: {exc} (did the daemon stop? 'squadd status' tells)")
 
     def _failed(self, call: Call, exc: Exception) -> DaemonError:
+        """The same for a request httpx sent (event streams, the async client)."""
         import httpx
 
-        path = call.path if len(call.path) <= 120 else call.path[:117] + "..."
-        if isinstance(exc, httpx.InvalidURL):
-            return DaemonError(f"{call.method} {path} cannot be sent: {exc} (a name or id that "
-                               "long is not one squadd made)")
-        if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
-            return not_running(self.layout)
-        if isinstance(exc, httpx.TimeoutException):
-            return DaemonError(f"the daemon did not answer {call.method} {path} in time "
-                               f"({self._timeout(call).read:g}s)")
-        return DaemonError(f"the connection to the daemon broke during {call.method} "
-                           f"{path}: {exc} (did the daemon stop? 'squadd status' tells)")
+        kind = ("invalid" if isinstance(exc, httpx.InvalidURL)
+                else "connect" if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)
+                else "timeout" if isinstance(exc, httpx.TimeoutException) else "broken")
+        return self._exchange_failed(call, ExchangeError(kind, str(exc)))
 
     def _close_address(self) -> None:
         if self._address is not None:

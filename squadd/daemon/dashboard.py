@@ -15,23 +15,26 @@ import re
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from importlib.resources import files
+from pathlib import Path
 from typing import Any
 
 import anyio
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.routing import Route
 
 from squadd.contracts.events import (
     AgentCompleted,
     AgentSpawned,
+    AgentStateChanged,
     BaseEvent,
     SessionMessage,
     ToolCompleted,
     ToolStarted,
     ToolUpdated,
 )
+from squadd.contracts.sessions import LIVE_STATES
 from squadd.daemon.requests import (
     ApiError,
     DaemonContext,
@@ -39,13 +42,12 @@ from squadd.daemon.requests import (
     context_of,
     guarded,
     json_answer,
+    transcript_records,
 )
-from squadd.daemon.streams import MAX_EVENT_STREAMS, sse_stream
+from squadd.daemon.streams import open_stream, stream_response
 from squadd.daemon.ui_guard import DashboardGuard
-from squadd.errors import InvalidNameError
+from squadd.statcache import StatCache
 from squadd.state.decisions import parse_decisions
-from squadd.state.layout import safe_id
-from squadd.state.transcripts import read_transcript
 
 __all__ = ["UI_PREFIX", "Dashboard", "dashboard_app"]
 
@@ -85,6 +87,9 @@ class Dashboard:
     tools: OrderedDict[str, ToolNow] = field(default_factory=OrderedDict)
     token_points: deque[dict[str, Any]] = field(
         default_factory=lambda: deque(maxlen=TOKEN_POINTS))
+    decisions: StatCache[list[dict[str, Any]]] = field(
+        default_factory=lambda: StatCache(_decision_views, limit=1))
+    """The latest decisions as shown, parsed again only when decisions.md changes."""
 
     @property
     def link(self) -> str:
@@ -108,6 +113,10 @@ class Dashboard:
             now = self.tools.get(session)
             if now is not None and now.call_id == event.call_id:
                 del self.tools[session]
+        elif isinstance(event, AgentStateChanged) and session and \
+                event.state not in LIVE_STATES:
+            # A task that ended (cancelled mid-call, say) ran its last tool, completed or not.
+            self.tools.pop(session, None)
         elif isinstance(event, AgentCompleted):
             self.token_points.append({
                 "ts": event.ts.isoformat(), "agent": event.agent or "?",
@@ -153,8 +162,16 @@ async def static(request: Request) -> Response:
     return Response(text, media_type=_CONTENT_TYPES[name[name.rfind("."):]])
 
 
-def _decisions(ctx: DaemonContext) -> list[dict[str, Any]]:
-    entries = parse_decisions(ctx.runtime.layout.decisions_md).entries[-DECISIONS_SHOWN:]
+def _decisions(ctx: DaemonContext, board: Dashboard) -> list[dict[str, Any]]:
+    """The latest decisions, newest first: a stat per call while decisions.md is unchanged."""
+    try:
+        return board.decisions.get(ctx.runtime.layout.decisions_md)
+    except FileNotFoundError:
+        return []
+
+
+def _decision_views(path: Path) -> list[dict[str, Any]]:
+    entries = parse_decisions(path).entries[-DECISIONS_SHOWN:]
     return [{"title": e.title, "date": e.date.isoformat() if e.date else None, "by": e.by,
              "category": e.category, "body": _prose(e.body)} for e in reversed(entries)]
 
@@ -182,20 +199,17 @@ async def state(request: Request) -> Response:
     ctx, board = context_of(request), dashboard_of(request)
     runtime = ctx.runtime
     seq = runtime.bus.last_seq  # read first: an event after this one is streamed, not lost
-    report = runtime.snapshot()
-    spaces = {space.session_id: space for space in await runtime.workspaces.listing()}
+    report = await runtime.status(include_destroyed=True)  # views taken before its first await
     sessions = []
     for view in report.sessions[:SESSIONS_SHOWN]:
-        space = spaces.get(view.session_id)
-        shown = (view if space is None else view.model_copy(update={"workspace": space})
-                 ).model_dump(mode="json")
+        shown = view.model_dump(mode="json")
         shown["turns"] = board.turns.get(view.session_id, 0)
         shown["tool"] = board.tool_view(view.session_id)
         sessions.append(shown)
     queue = sorted((s for s in sessions if s["state"] == "queued"),
                    key=lambda s: (s["priority"] != "urgent", s["created"] or ""))
     pool = report.pool
-    decisions = await anyio.to_thread.run_sync(_decisions, ctx)
+    decisions = await anyio.to_thread.run_sync(_decisions, ctx, board)
     return json_answer({
         "seq": seq, "repo": str(runtime.layout.repo), "pool": pool.model_dump(),
         "at_capacity": pool.running >= pool.max_concurrent, "sessions": sessions,
@@ -210,11 +224,7 @@ async def session(request: Request) -> Response:
     view = await ctx.runtime.session(session_id)
     if view is None:
         raise ApiError(404, f"no session {session_id[:80]}")
-    try:
-        path = ctx.runtime.layout.transcript(safe_id(session_id))
-        records = (await anyio.to_thread.run_sync(read_transcript, path)).records
-    except (FileNotFoundError, InvalidNameError):
-        records = []
+    records = await transcript_records(ctx.runtime, session_id)
     return json_answer({"session": view.model_dump(mode="json"),
                         "transcript": records[-TRANSCRIPT_TAIL:], "total": len(records)})
 
@@ -233,23 +243,16 @@ async def events(request: Request) -> Response:
     first; when some are no longer kept, a `reset` event says to fetch the state again."""
     ctx = context_of(request)
     last = _last_event_id(request)
-    if ctx.stopping:
-        raise ApiError(503, "squadd is stopping")
-    if len(ctx.streams) >= MAX_EVENT_STREAMS:
-        raise ApiError(503, f"{MAX_EVENT_STREAMS} event streams are open already")
-    subscription = ctx.runtime.bus.subscribe()
+    subscription = open_stream(ctx)
     replay: list[BaseEvent] = []
     reset = False
     if last is not None:
         replay = [e for e in ctx.recent if e.seq > last]
         oldest_kept = replay[0].seq if replay else ctx.runtime.bus.last_seq + 1
         reset = oldest_kept > last + 1 or last > ctx.runtime.bus.last_seq
-    ctx.streams.add(subscription)
     prelude = [f"event: reset\ndata: {{\"seq\": {ctx.runtime.bus.last_seq}}}\n\n"] if reset \
         else []
-    return StreamingResponse(sse_stream(ctx, subscription, replay, prelude),
-                             media_type="text/event-stream",
-                             headers={"x-accel-buffering": "no"})
+    return stream_response(ctx, subscription, replay, prelude)
 
 
 def dashboard_app(context: DaemonContext, board: Dashboard, approve: Handler) -> DashboardGuard:

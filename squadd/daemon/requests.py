@@ -20,8 +20,11 @@ from starlette.responses import JSONResponse, Response
 
 from squadd.contracts.events import BaseEvent
 from squadd.daemon.wire import RECENT_EVENTS_MAX
+from squadd.errors import InvalidNameError
 from squadd.runtime.events import Subscription
 from squadd.runtime.runtime import SquadRuntime
+from squadd.state.layout import safe_id
+from squadd.state.transcripts import read_transcript
 from squadd.untrusted import UntrustedInputError, parse_json
 
 if TYPE_CHECKING:
@@ -178,3 +181,13 @@ def query_count(request: Request, name: str, *, limit: int) -> int | None:
         raise ApiError(422, f"query parameter {name}={raw[:40]!r} must be a whole number")
     digits = raw.lstrip("0") or "0"  # no int() of a 5000-digit string: past the limit anyway
     return limit if len(digits) > len(str(limit)) else min(int(digits), limit)
+
+
+async def transcript_records(runtime: SquadRuntime, session_id: str) -> list[dict[str, Any]]:
+    """The records of a session's transcript (none when it has no file, or its id could not
+    name one), read off the event loop."""
+    try:
+        path = runtime.layout.transcript(safe_id(session_id))
+        return (await anyio.to_thread.run_sync(read_transcript, path)).records
+    except (FileNotFoundError, InvalidNameError):
+        return []

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from squadd.contracts.events import EVENT_TYPES, BaseEvent, event_matches, type_matches
 from squadd.daemon.requests import (
@@ -60,21 +61,56 @@ async def events(request: Request) -> Response:
     if reserve not in (None, "route"):
         raise ApiError(422, f"query parameter reserve={reserve[:40]!r}: the only reserve is "
                             "'route'")
-    if ctx.stopping:
-        raise ApiError(503, "squadd is stopping")
     limit = MAX_EVENT_STREAMS + (ROUTE_STREAM_RESERVE if reserve == "route" else 0)
-    if len(ctx.streams) >= limit:
-        raise ApiError(503, f"{len(ctx.streams)} event streams are open already; close one "
-                            "first", limit=limit)
-    # Subscribe and copy the recent events in one step: no event is missed or sent twice.
-    subscription = ctx.runtime.bus.subscribe(types=types, session_id=session_id)
+    subscription = open_stream(ctx, limit, types=types, session_id=session_id)
+    # Subscribed and the recent events copied in one step: no event is missed or sent twice.
     replay = [e for e in ctx.recent if event_matches(e, types, session_id)][-recent_count:] \
         if recent_count else []
     if not follow:
         subscription.close()
+    return stream_response(ctx, subscription, replay)
+
+
+def open_stream(ctx: DaemonContext, limit: int = MAX_EVENT_STREAMS, *,
+                types: list[str] | None = None, session_id: str | None = None) -> Subscription:
+    """Subscribe one more event stream (the API's or the dashboard's) and count it as open;
+    503 while squadd stops or when `limit` streams are open already."""
+    if ctx.stopping:
+        raise ApiError(503, "squadd is stopping")
+    if len(ctx.streams) >= limit:
+        raise ApiError(503, f"{len(ctx.streams)} event streams are open already; close one "
+                            "first", limit=limit)
+    subscription = ctx.runtime.bus.subscribe(types=types, session_id=session_id)
     ctx.streams.add(subscription)
-    return StreamingResponse(sse_stream(ctx, subscription, replay), media_type="text/event-stream",
-                             headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
+    return subscription
+
+
+class _EventStream(StreamingResponse):
+    """An SSE answer that lets go of its subscription however it ends, also when the client
+    is gone before the first frame (the body, a generator, then never even starts)."""
+
+    def __init__(self, ctx: DaemonContext, subscription: Subscription,
+                 frames: AsyncIterator[str]):
+        super().__init__(frames, media_type="text/event-stream",
+                         headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
+        self._ctx, self._subscription = ctx, subscription
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            _release(self._ctx, self._subscription)
+
+
+def _release(ctx: DaemonContext, subscription: Subscription) -> None:
+    ctx.streams.discard(subscription)
+    subscription.close()
+
+
+def stream_response(ctx: DaemonContext, subscription: Subscription, replay: list[BaseEvent],
+                    prelude: list[str] | None = None) -> StreamingResponse:
+    """The SSE answer for a stream `open_stream` admitted (see `sse_stream`)."""
+    return _EventStream(ctx, subscription, sse_stream(subscription, replay, prelude))
 
 
 def _frame(event: BaseEvent) -> str:
@@ -82,24 +118,21 @@ def _frame(event: BaseEvent) -> str:
     return f"id: {event.seq}\nevent: {kind}\ndata: {event.model_dump_json()}\n\n"
 
 
-async def sse_stream(ctx: DaemonContext, subscription: Subscription, replay: list[BaseEvent],
+async def sse_stream(subscription: Subscription, replay: list[BaseEvent],
                      prelude: list[str] | None = None) -> AsyncIterator[str]:
     """The frames of one event stream: `prelude` (ready-made frames), `replay`, then the live
-    events with heartbeats, until the subscription closes; it is then forgotten."""
-    try:
-        yield f": {SUBSCRIBED}\n\n"
-        for frame in prelude or ():
-            yield frame
-        for past in replay:
-            yield _frame(past)
-        while True:
-            event = await subscription.get(within=SSE_HEARTBEAT_S)
-            if event is None:
-                if subscription.closed:
-                    return
-                yield ": ping\n\n"
-                continue
-            yield _frame(event)
-    finally:
-        ctx.streams.discard(subscription)
-        subscription.close()
+    events with heartbeats, until the subscription closes (`stream_response` then forgets
+    it)."""
+    yield f": {SUBSCRIBED}\n\n"
+    for frame in prelude or ():
+        yield frame
+    for past in replay:
+        yield _frame(past)
+    while True:
+        event = await subscription.get(within=SSE_HEARTBEAT_S)
+        if event is None:
+            if subscription.closed:
+                return
+            yield ": ping\n\n"
+            continue
+        yield _frame(event)

@@ -164,6 +164,54 @@ async def test_the_state_shows_the_tree_the_tool_progress_and_the_turns(squad: S
 
 
 @with_squad
+async def test_a_session_cancelled_mid_tool_shows_no_tool_running(squad: Squad) -> None:
+    started = await squad.runtime.route(RouteRequest(task="two steps", target_agent="fenster",
+                                                     wait_for_result=False))
+    assert started.ok and started.session_id
+    with anyio.fail_after(20):
+        await squad.gate.halfway.wait()
+    state = (await squad.http.get(f"{UI}/api/state", headers=auth())).json()
+    shown = {s["session_id"]: s for s in state["sessions"]}[started.session_id]
+    assert shown["tool"]["tool"] == "steps"
+    assert await squad.runtime.cancel(started.session_id)
+    await squad.runtime.settle(timeout_s=20)
+    state = (await squad.http.get(f"{UI}/api/state", headers=auth())).json()
+    shown = {s["session_id"]: s for s in state["sessions"]}[started.session_id]
+    assert shown["state"] != "active" and shown["tool"] is None, shown
+
+
+@with_squad
+async def test_decisions_are_parsed_again_only_when_the_file_changes(squad: Squad) -> None:
+    import squadd.daemon.dashboard as dashboard
+
+    path = squad.runtime.layout.decisions_md
+    path.write_text("# Decisions\n\n### 2026-01-02: Keep the queue bounded\n"
+                    "**By:** lead\n\nA bound on every queue.\n")
+    parsed: list[Path] = []
+
+    def counted(file: Path) -> Any:
+        parsed.append(file)
+        return real(file)
+
+    real = dashboard.parse_decisions
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(dashboard, "parse_decisions", counted)
+        for _ in range(3):
+            state = (await squad.http.get(f"{UI}/api/state", headers=auth())).json()
+            assert [d["title"] for d in state["decisions"]] == ["Keep the queue bounded"]
+        assert len(parsed) == 1
+        path.write_text(path.read_text() + "\n### 2026-01-03: Fsync the journal\n"
+                        "**By:** lead\n\nAppend and fsync.\n")
+        state = (await squad.http.get(f"{UI}/api/state", headers=auth())).json()
+        assert [d["title"] for d in state["decisions"]] == [
+            "Fsync the journal", "Keep the queue bounded"]
+        assert len(parsed) == 2
+        path.unlink()
+        state = (await squad.http.get(f"{UI}/api/state", headers=auth())).json()
+        assert state["decisions"] == []
+
+
+@with_squad
 async def test_approve_on_the_page_answers_through_the_api_handler(squad: Squad) -> None:
     routed = await squad.runtime.route(RouteRequest(task="ship it", target_agent="hockney",
                                                     wait_for_result=False))

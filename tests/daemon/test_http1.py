@@ -104,3 +104,50 @@ def test_a_target_too_long_is_refused_before_connecting(tmp_path: Path) -> None:
     with pytest.raises(ExchangeError) as caught:
         call(str(tmp_path / "nobody.sock"), path="/v1/" + "x" * 70_000)
     assert caught.value.kind == "invalid"
+
+
+def test_an_answer_trickled_byte_by_byte_still_ends_at_the_timeout(tmp_path: Path) -> None:
+    """Each byte comes well within the timeout, so only a deadline over the whole answer ends
+    the exchange; the server gives up (and closes) long after that deadline."""
+    path = str(tmp_path / "slow.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(1)
+    done = threading.Event()
+
+    def trickle() -> None:
+        conn, _ = server.accept()
+        with conn:
+            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 1000\r\n\r\n")
+            for _ in range(400):  # 20 s at most, ended early once the client hangs up
+                if done.wait(0.05):
+                    return
+                try:
+                    conn.sendall(b" ")
+                except OSError:
+                    return
+
+    thread = threading.Thread(target=trickle, daemon=True)
+    thread.start()
+    try:
+        with pytest.raises(ExchangeError) as caught:
+            call(path, timeout=0.5)
+        assert caught.value.kind == "timeout"
+    finally:
+        done.set()
+        thread.join(10)
+        server.close()
+
+
+@pytest.mark.parametrize("head", [
+    b"HTTP/1.1 200 OK\r\ncontent-length: -3\r\n\r\n{}",
+    b"HTTP/1.1 200 OK\r\ncontent-length: +2\r\n\r\n{}",
+    b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n-2\r\n{}\r\n0\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n\r\n{}\r\n0\r\n\r\n",
+])
+def test_a_length_that_is_not_plain_digits_is_a_malformed_answer(serve, head: bytes) -> None:
+    path, answers, _ = serve
+    answers.append(head)
+    with pytest.raises(ExchangeError) as caught:
+        call(path)
+    assert caught.value.kind == "broken" and "malformed" in str(caught.value)
