@@ -49,10 +49,8 @@ MAX_ARGUMENT_VALUES = 1_000_000
 def squad_tool_descriptions() -> list[dict[str, Any]]:
     """The five squad tools and the workspace tools as `GET /v1/tools` describes them, without
     a daemon: what a client is offered while none runs (each call then says to start one)."""
-    from squadd.tools.builtin.bash import Bash
-    from squadd.tools.builtin.edit import Edit
-    from squadd.tools.builtin.files import Read, Write
-    from squadd.tools.builtin.search import Find, Grep
+    from squadd.config import Settings
+    from squadd.tools.builtin import workspace_tools
     from squadd.tools.squad.decide import SquadDecide
     from squadd.tools.squad.memory import SquadMemory
     from squadd.tools.squad.route import SquadRoute
@@ -60,13 +58,17 @@ def squad_tool_descriptions() -> list[dict[str, Any]]:
     from squadd.tools.squad.status import SquadStatus
 
     described = []
-    tools: tuple[type[Tool[Any]], ...] = (SquadRoute, SquadDecide, SquadMemory, SquadStatus,
-                                          SquadSkill, Read, Write, Edit, Find, Grep, Bash)
-    for tool in tools:
+    squad: tuple[type[Tool[Any]], ...] = (SquadRoute, SquadDecide, SquadMemory, SquadStatus,
+                                          SquadSkill)
+    for tool in squad:  # classes: an instance needs the daemon's layout and runtime
         schema = tool.args_model.model_json_schema()
         schema.pop("title", None)
         described.append({"name": tool.name, "label": tool.label,
                           "description": tool.description, "parameters": schema})
+    for builtin in workspace_tools(Settings()):  # the same list the runtime offers
+        spec = builtin.spec()
+        described.append({"name": builtin.name, "label": builtin.label,
+                          "description": spec.description, "parameters": spec.parameters})
     return described
 
 
