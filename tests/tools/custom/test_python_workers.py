@@ -15,6 +15,7 @@ from typing import Any
 
 import anyio
 import pytest
+import structlog.testing
 
 from squadd.config import Settings
 from squadd.contracts.events import ToolUpdated
@@ -264,3 +265,23 @@ def test_a_worker_whose_daemon_died_while_it_started_ends_itself() -> None:
             pass_fds=(theirs.fileno(),), start_new_session=True)
         theirs.close()
         assert worker.wait(60) == -signal.SIGKILL
+
+
+async def test_a_tool_logging_a_field_named_like_squadds_own_still_runs(
+        layout: SquadLayout) -> None:
+    """A tool's log line comes back to be logged under the tool's name: a `tool` field of its
+    own must not collide with that and fail the call."""
+    write(layout.tools_dir, "fetcher.py", '''
+        import structlog
+        from squadd import tool
+
+        @tool
+        def fetch() -> str:
+            structlog.get_logger("tooldev").info("fetched", tool="curl", pages=2)
+            return "done"
+        ''')
+    with structlog.testing.capture_logs() as logs:
+        result = await call(layout, discover(layout).toolset(), "fetcher")
+    assert result.ok and result.text == "done", result.text
+    [line] = [entry for entry in logs if entry.get("event") == "fetched"]
+    assert line["tool"] == "fetcher" and line["pages"] == 2
