@@ -26,7 +26,7 @@ from squadd.tools.custom.discovery import Discovery, ToolDiscoverer
 from squadd.tools.custom.python_tools import PythonTool
 from squadd.tools.invoke import ResolvedVariables
 
-from .conftest import Recorder, call, discover, write
+from .conftest import Answering, Recorder, call, discover, write
 
 RUNAWAYS = {
     "sync_sleep": '''
@@ -206,17 +206,7 @@ async def test_progress_confirm_variables_and_results_cross_the_process_boundary
         def vanishing() -> str:
             os._exit(7)
         ''')
-    asked: list[str] = []
-
-    class Gate:
-        async def check(self, *args: Any) -> None:
-            return None
-
-        def confirm_fn(self, tool: Any, ctx: Any) -> Any:
-            async def confirm(question: str) -> bool:
-                asked.append(question)
-                return question == "go on?"
-            return confirm
+    gate = Answering(lambda question: question == "go on?")
 
     class Variables:
         def resolve(self, specs: Any) -> ResolvedVariables:
@@ -225,8 +215,8 @@ async def test_progress_confirm_variables_and_results_cross_the_process_boundary
     tools = discover(layout).toolset()
     sink = Recorder()
     chatty = await call(layout, tools, "chatty_chatty", {"n": 21}, sink=sink,
-                        approvals=Gate(), variables=Variables())
-    careful = await call(layout, tools, "chatty_careful", approvals=Gate())
+                        approvals=gate, variables=Variables())
+    careful = await call(layout, tools, "chatty_careful", approvals=gate)
     broken = await call(layout, tools, "chatty_broken")
     vanishing = await call(layout, tools, "chatty_vanishing")
     assert chatty.ok, chatty.text
@@ -236,7 +226,7 @@ async def test_progress_confirm_variables_and_results_cross_the_process_boundary
     [update] = sink.of(ToolUpdated)
     assert update.message == "halfway" and update.fraction == 0.5
     assert not careful.ok and careful.text == "stopped by the user" and careful.details["asked"]
-    assert asked == ["go on?", "delete it?"]
+    assert gate.asked == ["go on?", "delete it?"]
     assert not broken.ok and broken.text == "chatty_broken failed: ValueError: bad input"
     assert not vanishing.ok and "exited with status 7" in vanishing.text
 
