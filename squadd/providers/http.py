@@ -149,12 +149,10 @@ class JsonEndpoint:
         declared = response.headers.get("content-length", "")
         if declared.isascii() and declared.isdigit() and int(declared) > limit:
             raise self._too_large(response.status_code, f"it declares {declared} bytes")
-        body = bytearray()
-        async for chunk in response.aiter_bytes():
-            body += chunk
-            if len(body) > limit:
-                raise self._too_large(response.status_code, "it went on past that")
-        return bytes(body)
+        body = await _read_up_to(response, limit + 1)
+        if len(body) > limit:
+            raise self._too_large(response.status_code, "it went on past that")
+        return body
 
     def _too_large(self, status: int, how: str) -> ProviderError:
         return ProviderError(

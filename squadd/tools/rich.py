@@ -40,7 +40,7 @@ def is_rich(value: object) -> bool:
         isinstance(part, Mapping) and part.get("type") in ("text", "image") for part in content)
 
 
-def rich_result(value: Mapping[str, Any], *, failed: bool = False) -> ToolResult:
+def rich_result(value: Mapping[str, Any]) -> ToolResult:
     """The `ToolResult` of a rich-shaped value (check `is_rich` first); `RichResultError` when
     a part is malformed."""
     texts: list[str] = []
@@ -65,8 +65,8 @@ def rich_result(value: Mapping[str, Any], *, failed: bool = False) -> ToolResult
         details = {}
     if not isinstance(details, Mapping):
         raise RichResultError(f"'details' must be an object, got {type(details).__name__}")
-    return ToolResult(result_type="failure" if failed else "success", text="\n".join(texts),
-                      details=dict(details), images=tuple(images))
+    return ToolResult(result_type="success", text="\n".join(texts), details=dict(details),
+                      images=tuple(images))
 
 
 def _image(part: Mapping[str, Any], where: str) -> ImagePart:
@@ -92,8 +92,9 @@ def bounded_details(details: Mapping[str, Any]) -> dict[str, Any]:
         text = json.dumps(details, default=str, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError):
         return {"unrecordable": True}
-    if len(text.encode("utf-8")) > MAX_DETAILS_BYTES:
-        return {"omitted_bytes": len(text.encode("utf-8")),
+    size = len(text.encode("utf-8"))
+    if size > MAX_DETAILS_BYTES:
+        return {"omitted_bytes": size,
                 "keys": sorted(str(k) for k in details)[:50]}
     plain: dict[str, Any] = json.loads(text)
     return plain

@@ -48,13 +48,9 @@ def cut(text: str, *, max_lines: int, max_bytes: int) -> Cut:
     return Cut(head, True, total_lines, total_bytes, kept_lines, kept_bytes)
 
 
-def spill_path(layout: SquadLayout, session_id: str, call_id: str) -> Path:
-    return layout.tool_output(session_id, call_id)
-
-
 def spill(layout: SquadLayout, session_id: str, call_id: str, text: str) -> Path:
     """Write the full output of a call to its tool-output file and return the path."""
-    path = spill_path(layout, session_id, call_id)
+    path = layout.tool_output(session_id, call_id)
     atomic_write(path, text)
     return path
 
@@ -67,19 +63,3 @@ def truncation_note(piece: Cut, path: Path, layout: SquadLayout) -> str:
         "read it with a file tool or narrow the command.]"
     )
 
-
-def limit_output(
-    layout: SquadLayout,
-    session_id: str,
-    call_id: str,
-    text: str,
-    *,
-    max_lines: int,
-    max_bytes: int,
-) -> tuple[str, Path | None]:
-    """The model's view of `text`, spilling the full output when it is over a limit."""
-    piece = cut(text, max_lines=max_lines, max_bytes=max_bytes)
-    if not piece.truncated:
-        return text, None
-    path = spill(layout, session_id, call_id, text)
-    return piece.text + truncation_note(piece, path, layout), path

@@ -51,16 +51,21 @@ class Capture:
         return httpx.Response(200, json=self.answer)
 
 
-async def test_openai_gets_images_as_data_urls_after_the_turns_tool_messages() -> None:
+async def _openai_body(messages: list[Message]) -> dict[str, Any]:
+    """The request body the OpenAI provider sends for `messages`."""
     capture = Capture({"choices": [{"message": {"role": "assistant", "content": "ok"},
                                     "finish_reason": "stop"}]})
     provider = OpenAIProvider(base_url="http://model.test/v1", model="m", timeout=TIMEOUT,
                               policy=FAST_RETRIES, transport=httpx.MockTransport(capture))
     request = ask()
-    request.messages = _conversation()
+    request.messages = messages
     await provider.complete(request)
     await provider.aclose()
-    messages = capture.bodies[0]["messages"]
+    return capture.bodies[0]
+
+
+async def test_openai_gets_images_as_data_urls_after_the_turns_tool_messages() -> None:
+    messages = (await _openai_body(_conversation()))["messages"]
     assert [m["role"] for m in messages] == [
         "system", "user", "assistant", "tool", "tool", "user", "user"]
     # tool messages stay text, so every tool message answers its call before anything else
@@ -76,15 +81,7 @@ async def test_openai_gets_images_as_data_urls_after_the_turns_tool_messages() -
 
 
 async def test_openai_images_of_the_last_turn_are_sent_too() -> None:
-    capture = Capture({"choices": [{"message": {"role": "assistant", "content": "ok"},
-                                    "finish_reason": "stop"}]})
-    provider = OpenAIProvider(base_url="http://model.test/v1", model="m", timeout=TIMEOUT,
-                              policy=FAST_RETRIES, transport=httpx.MockTransport(capture))
-    request = ask()
-    request.messages = _conversation()[:-1]
-    await provider.complete(request)
-    await provider.aclose()
-    last = capture.bodies[0]["messages"][-1]
+    last = (await _openai_body(_conversation()[:-1]))["messages"][-1]
     assert last["role"] == "user" and len(last["content"]) == 6
 
 

@@ -110,6 +110,8 @@ async def test_success_result_and_events_in_order(layout: SquadLayout) -> None:
     assert kinds == [ToolStarted, ToolUpdated, ToolCompleted]
     update = sink.events[1]
     assert isinstance(update, ToolUpdated) and update.fraction == 0.5
+    assert "full_output" not in result.details
+    assert not (layout.root / "tool-output").exists()  # within the limits: nothing spilled
 
 
 async def test_invalid_args_list_each_bad_field(layout: SquadLayout) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from squadd.state.layout import SquadLayout
-from squadd.tools.truncate import cut, limit_output
+from squadd.tools.truncate import cut, spill, truncation_note
 
 
 def test_short_text_is_untouched() -> None:
@@ -26,14 +26,11 @@ def test_cut_never_splits_a_utf8_character() -> None:
     assert piece.truncated and piece.text == "é" * 25
 
 
-def test_limit_output_spills_the_whole_text(layout: SquadLayout) -> None:
+def test_spill_writes_the_whole_text_and_the_note_names_it(layout: SquadLayout) -> None:
     text = "z" * 5000
-    view, path = limit_output(layout, "s-9", "c-1", text, max_lines=10, max_bytes=1000)
-    assert path is not None and path.read_text(encoding="utf-8") == text
+    piece = cut(text, max_lines=10, max_bytes=1000)
+    path = spill(layout, "s-9", "c-1", text)
+    assert path.read_text(encoding="utf-8") == text
+    view = piece.text + truncation_note(piece, path, layout)
     assert view.startswith("z" * 1000) and "1000 of 5000 bytes" in view
-
-
-def test_limit_output_writes_nothing_when_within_limits(layout: SquadLayout) -> None:
-    view, path = limit_output(layout, "s-9", "c-1", "ok", max_lines=10, max_bytes=1000)
-    assert (view, path) == ("ok", None)
-    assert not (layout.root / "tool-output").exists()
+    assert ".squad/tool-output/s-9/c-1.txt" in view

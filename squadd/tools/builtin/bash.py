@@ -21,14 +21,11 @@ from squadd.config import Settings
 from squadd.state.layout import SquadLayout
 from squadd.tools.base import ProgressFn, ToolContext, ToolResult
 from squadd.tools.builtin.common import WorkspaceTool
-from squadd.tools.custom.shell_output import Block, OutputSink, assemble, render, view_of
+from squadd.tools.custom.shell_output import Block, OutputSink, model_view
 from squadd.tools.custom.shell_process import DRAIN_S, KILL_GRACE_S, Command, run_command
 from squadd.tools.custom.shell_tools import _safe
-from squadd.tools.truncate import truncation_note
 
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
-STATUS_ROOM_LINES = 4
-STATUS_ROOM_BYTES = 512
 PROGRESS_CHARS = 400
 
 
@@ -100,19 +97,12 @@ class Bash(WorkspaceTool[BashArgs]):
             finally:
                 with anyio.CancelScope(shield=True):
                     await sink.close()
-            text, complete, total_bytes, total_lines = render([Block(sink=sink)])
-            view, piece = view_of(
-                text, complete, total_bytes, total_lines,
-                max_lines=max(1, limits.max_output_lines - STATUS_ROOM_LINES),
-                max_bytes=max(256, limits.max_output_bytes - STATUS_ROOM_BYTES))
+            view, full_output = await model_view([Block(sink=sink)], layout, session, call,
+                                                 limits)
             details: dict[str, Any] = {"exit_code": outcome.exit_code,
                                        "timed_out": outcome.timed_out}
-            if piece.truncated:
-                final = layout.tool_output(session, call)
-                scratch = layout.tool_output_part(session, call, "all")
-                await anyio.to_thread.run_sync(assemble, [Block(sink=sink)], final, scratch)
-                view += truncation_note(piece, final, layout)
-                details["full_output"] = str(final)
+            if full_output is not None:
+                details["full_output"] = str(full_output)
         finally:
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(sink.discard)

@@ -33,8 +33,15 @@ class EditArgs(BaseModel):
     replace_all: bool = Field(False, description="Replace every occurrence, not just one")
 
 
-def _line_of(text: str, index: int) -> int:
-    return text.count("\n", 0, index) + 1
+def _lines_of(text: str, indexes: list[int]) -> list[int]:
+    """The line number of each of `indexes` (ascending), counted in one pass over `text`."""
+    numbers: list[int] = []
+    line, counted = 1, 0
+    for index in indexes:
+        line += text.count("\n", counted, index)
+        counted = index
+        numbers.append(line)
+    return numbers
 
 
 def _occurrences(text: str, old: str) -> list[int]:
@@ -114,7 +121,7 @@ class Edit(WorkspaceTool[EditArgs]):
         if not found:
             return ToolResult.failure(_absent(before, args.old, where))
         if len(found) > 1 and not args.replace_all:
-            lines = [_line_of(before, index) for index in found]
+            lines = _lines_of(before, found)
             return ToolResult.failure(
                 f"old matches {len(found)} times in {where} (at lines {_numbers(lines)}): "
                 "add surrounding lines to old so it matches once, or pass replace_all=true "
@@ -127,7 +134,7 @@ class Edit(WorkspaceTool[EditArgs]):
                 f"{self.limits.max_write_bytes} (workspace_tools.max_write_bytes)")
         write_regular(workspace, parts, encoded, mode=mode)
         count = len(found) if args.replace_all else 1
-        lines = [_line_of(before, index) for index in found[:count]]
+        lines = _lines_of(before, found[:count])
         plural = "" if count == 1 else "s"
         return ToolResult.success(
             f"edited {where}: replaced {count} occurrence{plural} (line{plural} "

@@ -10,6 +10,7 @@ through the confined walk before it is shown.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import re
@@ -194,8 +195,10 @@ async def _rg_search(workspace: Workspace, files: list[Parts], args: GrepArgs,
 
 async def _rg_batch(workspace: Workspace, batch: list[Parts], args: GrepArgs,
                     search: Search, max_bytes: int) -> bool:
+    # --no-messages: a file gone since the listing would cost a line on stderr, which is read
+    # only at the end; enough of them would fill the pipe and stall rg. Pattern errors still show.
     command = ["rg", "--json", "--text", "--no-config", "--no-ignore", "--hidden",
-               "--no-follow", "--max-count", str(search.limit + 1)]
+               "--no-follow", "--no-messages", "--max-count", str(search.limit + 1)]
     if args.ignore_case:
         command.append("--ignore-case")
     command += ["-e", args.pattern, "--", *(shown(parts) for parts in batch)]
@@ -214,7 +217,10 @@ async def _rg_batch(workspace: Workspace, batch: list[Parts], args: GrepArgs,
             hit = _rg_match(json.loads(line), order)
             if hit is not None:
                 found.append(hit)
-        errors = await process.stderr.receive() if await process.wait() == 2 else b""
+        errors = b""
+        if await process.wait() == 2:  # an error: a bad pattern, or files it could not read
+            with contextlib.suppress(anyio.EndOfStream):
+                errors = await process.stderr.receive()
     finally:
         with anyio.CancelScope(shield=True):
             if process.returncode is None:

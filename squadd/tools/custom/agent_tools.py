@@ -19,7 +19,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from squadd.contracts.routes import MAX_ROUTE_TIMEOUT_S, RouteOrigin, RouteRequest, SquadService
+from squadd.contracts.routes import MAX_ROUTE_TIMEOUT_S, RouteRequest, SquadService
 from squadd.tools.base import Tool, ToolContext, ToolResult, ToolSource, VariableSpec
 from squadd.tools.custom.python_tools import check_tool_name, default_label
 from squadd.tools.custom.shell_durations import Bounds, parse_duration
@@ -29,6 +29,7 @@ from squadd.tools.custom.shell_schema import (
     ShellToolError,
     parameters_model,
 )
+from squadd.tools.squad.route import route_for
 from squadd.untrusted import UntrustedInputError, check_document
 
 KINDS = ("agent", "prompt")
@@ -251,13 +252,7 @@ class AgentTool(PromptTool):
             session_id=session_id if isinstance(session_id, str) and session_id else None,
             available_tools=spec.available_tools, timeout_s=spec.timeout_s,
             requested_by=ctx.agent)
-        origin = RouteOrigin(session_id=ctx.session_id, agent=ctx.agent, depth=ctx.depth,
-                             lineage=ctx.lineage)
-        result = await self.service.route(request, origin=origin)
-        details = result.model_dump(exclude_none=True, exclude={"message", "answer"})
-        if result.ok:
-            return ToolResult.success(result.message, **details)
-        return ToolResult.failure(result.message, **details)
+        return await route_for(self.service, request, ctx)
 
 
 def enabled(spec: AgentToolFile, environ: Mapping[str, str] | None = None) -> bool:

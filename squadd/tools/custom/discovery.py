@@ -283,7 +283,7 @@ class ToolDiscoverer:
                     continue
                 skipped.extend(loaded.skipped)
                 for tool in loaded.tools:
-                    if isinstance(tool, PromptTool) and not enabled(tool.spec_file):
+                    if isinstance(tool, PromptTool) and not enabled(tool.spec_file, environ):
                         skipped.append(Skipped(tool.name, path, folder.source,
                                                f"optional: {tool.spec_file.optional} is not "
                                                "true, 1 or yes"))

@@ -239,9 +239,10 @@ def _relog(tool: PythonTool, message: dict[str, Any]) -> None:
     event = str(fields.pop("event", ""))
     for reserved in ("level", "logger", "timestamp"):
         fields.pop(reserved, None)
+    fields["tool"] = tool.name  # squadd's name for it, over any `tool` field of the tool's own
     level = message.get("level")
     logger = structlog.get_logger(str(message.get("logger") or "squadd.tools"))
-    logger.log(level if isinstance(level, int) else 20, event, tool=tool.name, **fields)
+    logger.log(level if isinstance(level, int) else 20, event, **fields)
 
 
 async def _refill(spares: SpareWorkers) -> None:

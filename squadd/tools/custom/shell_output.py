@@ -3,7 +3,7 @@
 A shell tool's output never sits in memory whole: each command's output streams through a
 `StreamRedactor` into a part file, keeping the first bytes for the model. `assemble` joins the
 parts into the call's spill file (`tool-output/{session}/{call}.txt`) when the model can't see
-all of it.
+all of it; `model_view` is what a shell tool (or `bash`) shows the model of its output.
 """
 
 from __future__ import annotations
@@ -18,8 +18,10 @@ from typing import BinaryIO
 
 import anyio
 
+from squadd.config import ToolsSettings
 from squadd.fsio import fsync_dir
-from squadd.tools.truncate import Cut, cut
+from squadd.state.layout import SquadLayout
+from squadd.tools.truncate import Cut, cut, truncation_note
 
 COPY_CHUNK = 1 << 20
 
@@ -210,3 +212,25 @@ def view_of(text: str, complete: bool, total_bytes: int, total_lines: int, *,
         return text, piece
     return piece.text, Cut(piece.text, True, total_lines, total_bytes, piece.kept_lines,
                            piece.kept_bytes)
+
+
+STATUS_ROOM_LINES = 4
+STATUS_ROOM_BYTES = 512
+"""Room kept within the output limits for the status line a tool adds after its output."""
+
+
+async def model_view(blocks: Sequence[Block], layout: SquadLayout, session_id: str,
+                     call_id: str, limits: ToolsSettings) -> tuple[str, Path | None]:
+    """What the model sees of `blocks`: their head within the output limits (less room for a
+    status line). When that is not all of it, the whole is assembled into the call's spill file
+    and a note names it; that file's path comes back too (else None)."""
+    text, complete, total_bytes, total_lines = render(blocks)
+    view, piece = view_of(text, complete, total_bytes, total_lines,
+                          max_lines=max(1, limits.max_output_lines - STATUS_ROOM_LINES),
+                          max_bytes=max(256, limits.max_output_bytes - STATUS_ROOM_BYTES))
+    if not piece.truncated:
+        return view, None
+    final = layout.tool_output(session_id, call_id)
+    scratch = layout.tool_output_part(session_id, call_id, "all")
+    await anyio.to_thread.run_sync(assemble, blocks, final, scratch)
+    return view + truncation_note(piece, final, layout), final

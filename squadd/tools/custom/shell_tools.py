@@ -32,7 +32,7 @@ from squadd.tools.custom.python_tools import (
 )
 from squadd.tools.custom.shell_checks import tool_warnings
 from squadd.tools.custom.shell_keys import InteractiveOptions
-from squadd.tools.custom.shell_output import assemble, render, view_of
+from squadd.tools.custom.shell_output import model_view
 from squadd.tools.custom.shell_process import DRAIN_S, KILL_GRACE_S
 from squadd.tools.custom.shell_run import CLEANUP_S, CallPlace, PlanReport, PlanRunner
 from squadd.tools.custom.shell_schema import (
@@ -45,13 +45,10 @@ from squadd.tools.custom.shell_schema import (
 )
 from squadd.tools.custom.shell_template import PLACEHOLDER_RE, TemplateError, substitute_text
 from squadd.tools.invoke import CallOrigin, ToolInvoker
-from squadd.tools.truncate import truncation_note
 
 log = structlog.get_logger("squadd.tools")
 
-STATUS_ROOM_LINES = 4
 _STRICTNESS = {"allow": 0, "ask": 1, "deny": 2}
-STATUS_ROOM_BYTES = 512
 
 
 def _safe(value: str, kind: str) -> str:
@@ -200,24 +197,15 @@ class ShellTool(Tool[BaseModel]):
                 await anyio.to_thread.run_sync(_discard, place)
 
     async def _result(self, report: PlanReport, place: CallPlace) -> ToolResult:
-        limits = self.settings.tools
-        text, complete, total_bytes, total_lines = render(report.blocks)
-        view, piece = view_of(
-            text, complete, total_bytes, total_lines,
-            max_lines=max(1, limits.max_output_lines - STATUS_ROOM_LINES),
-            max_bytes=max(256, limits.max_output_bytes - STATUS_ROOM_BYTES))
+        view, full_output = await model_view(report.blocks, place.layout, place.session_id,
+                                             place.call_id, self.settings.tools)
         details: dict[str, Any] = {
             "exit_code": report.exit_code,
             "steps": [{"name": s.name, "status": s.status, "exit_code": s.exit_code}
                       for s in report.steps],
         }
-        if piece.truncated:
-            layout = place.layout
-            final = layout.tool_output(place.session_id, place.call_id)
-            scratch = layout.tool_output_part(place.session_id, place.call_id, "all")
-            await anyio.to_thread.run_sync(assemble, report.blocks, final, scratch)
-            view = view + truncation_note(piece, final, layout)
-            details["full_output"] = str(final)
+        if full_output is not None:
+            details["full_output"] = str(full_output)
         body = view.rstrip("\n") if view.strip() else "(no output)"
         status = self._status(report)
         text = f"{body}\n{status}" if status else body

@@ -30,11 +30,16 @@ class SquadRoute(Tool[RouteRequest]):
 
     async def run(self, args: RouteRequest, ctx: ToolContext) -> ToolResult:
         # who asks is the calling session's agent, whatever the arguments said
-        request = args.model_copy(update={"requested_by": ctx.agent})
-        origin = RouteOrigin(session_id=ctx.session_id, agent=ctx.agent, depth=ctx.depth,
-                             lineage=ctx.lineage)
-        result = await self.service.route(request, origin=origin)
-        details = result.model_dump(exclude_none=True, exclude={"message", "answer"})
-        if result.ok:
-            return ToolResult.success(result.message, **details)
-        return ToolResult.failure(result.message, **details)
+        return await route_for(self.service, args.model_copy(update={"requested_by": ctx.agent}),
+                               ctx)
+
+
+async def route_for(service: SquadService, request: RouteRequest, ctx: ToolContext) -> ToolResult:
+    """Route `request` on behalf of the calling session `ctx`; the outcome as a tool result."""
+    origin = RouteOrigin(session_id=ctx.session_id, agent=ctx.agent, depth=ctx.depth,
+                         lineage=ctx.lineage)
+    result = await service.route(request, origin=origin)
+    details = result.model_dump(exclude_none=True, exclude={"message", "answer"})
+    if result.ok:
+        return ToolResult.success(result.message, **details)
+    return ToolResult.failure(result.message, **details)

@@ -105,3 +105,26 @@ def test_write_and_edit_of_one_tool_set_share_their_file_locks_and_two_sets_shar
     assert isinstance(second["write"], WorkspaceTool)
     assert first["write"].locks is first["edit"].locks
     assert first["write"].locks is not second["write"].locks
+
+
+async def test_many_matches_in_a_big_file_are_numbered_in_one_pass(repo: Path) -> None:
+    """Each match's line number was counted from the top of the file: a million matches of a
+    2 MB file took hours, in a thread no timeout can stop. They are counted in one pass."""
+    from squadd.tools.builtin.confine import Workspace
+    from squadd.tools.builtin.edit import Edit, EditArgs
+
+    (repo / "big.txt").write_text("x\n" * 1_000_000, encoding="utf-8")
+    edit = Edit(Settings())
+    workspace = Workspace(repo)
+    ambiguous = EditArgs(path="big.txt", old="x", new="y")
+    every = EditArgs(path="big.txt", old="x", new="y", replace_all=True)
+    with anyio.fail_after(120):  # a stall is hours; this only turns it into a failure
+        refused = await anyio.to_thread.run_sync(edit._edit, workspace, ("big.txt",),
+                                                 ambiguous, abandon_on_cancel=True)
+        done = await anyio.to_thread.run_sync(edit._edit, workspace, ("big.txt",), every,
+                                              abandon_on_cancel=True)
+    assert not refused.ok
+    assert "old matches 1000000 times in big.txt (at lines 1, 2, 3," in refused.text
+    assert done.ok and done.details["replaced"] == 1_000_000
+    assert "(lines 1, 2, 3," in done.text and "more)" in done.text
+    assert (repo / "big.txt").read_text(encoding="utf-8") == "y\n" * 1_000_000

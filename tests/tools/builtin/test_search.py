@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
+import anyio
 import pytest
 
 from squadd.config import Settings
 from squadd.state.layout import SquadLayout
 from squadd.tools.builtin.confine import Workspace
 from squadd.tools.builtin.listing import glob_matches
-from squadd.tools.builtin.search import confirmed
+from squadd.tools.builtin.search import GrepArgs, Search, _rg_search, confirmed
 from tests.tools.builtin.conftest import Calls, git
 
 HAS_RG = shutil.which("rg") is not None
@@ -157,3 +159,17 @@ def test_a_line_rg_reports_is_shown_only_if_the_confined_file_holds_it(
     batch = [("kept.txt",), ("swapped.txt",)]
     reported = [(0, 1, "needle inside"), (1, 1, "needle outside"), (0, 1, "forged")]
     assert confirmed(workspace, batch, reported, 1 << 20) == [(0, 1, "needle inside")]
+
+
+@pytest.mark.skipif(not HAS_RG, reason="rg is not on PATH")
+async def test_rg_complaining_about_many_vanished_files_does_not_stall_the_search(
+        repo: Path) -> None:
+    """Files listed but gone by the time rg opens them each cost a line on rg's stderr: more
+    than a pipe holds must not leave rg blocked on stderr while grep waits on its stdout."""
+    (repo / "kept.txt").write_text("needle\n", encoding="utf-8")
+    gone = [(f"vanished-{'x' * 200}-{n}.txt",) for n in range(999)]
+    search = Search(re.compile("needle"), 10, 500)
+    args = GrepArgs(pattern="needle")
+    with anyio.fail_after(120):  # a stall is forever; this only turns it into a failure
+        assert await _rg_search(Workspace(repo), [*gone, ("kept.txt",)], args, search, 1 << 20)
+    assert search.matches == [(("kept.txt",), 1, "needle")]

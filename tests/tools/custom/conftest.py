@@ -4,6 +4,7 @@ real pipeline, and record the events."""
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from squadd.config import Settings
 from squadd.contracts.events import BaseEvent
 from squadd.contracts.messages import ToolCall
 from squadd.state.layout import SquadLayout
-from squadd.tools.base import Tool, ToolResult, ToolSet
+from squadd.tools.base import ConfirmFn, Tool, ToolContext, ToolResult, ToolSet
 from squadd.tools.custom.discovery import Discovery, ToolDiscoverer
 from squadd.tools.custom.shell_schema import ShellToolFile
 from squadd.tools.custom.shell_tools import ShellTool
@@ -43,6 +44,24 @@ class Recorder:
 
     def of(self, kind: type[BaseEvent]) -> list[Any]:
         return [e for e in self.events if isinstance(e, kind)]
+
+
+class Answering:
+    """An approval gate that lets every call run and answers each `ctx.confirm` question with
+    `answer(question)`, keeping the questions in `asked`."""
+
+    def __init__(self, answer: Callable[[str], bool]):
+        self.answer = answer
+        self.asked: list[str] = []
+
+    async def check(self, *args: Any) -> None:
+        return None
+
+    def confirm_fn(self, tool: Tool[Any], ctx: ToolContext) -> ConfirmFn:
+        async def confirm(question: str) -> bool:
+            self.asked.append(question)
+            return self.answer(question)
+        return confirm
 
 
 def write(folder: Path, name: str, text: str) -> Path:

@@ -107,6 +107,8 @@ def test_optional_tool_exists_only_while_its_flag_is_on(tmp_path: Path,
     off = discover(layout)
     assert off.get("checklist") is None
     assert [s.reason for s in off.skipped] == ["optional: RELEASES_ON is not true, 1 or yes"]
+    # the flag is read where discovery looks up its environment
+    assert discover(layout, environ={"RELEASES_ON": "1"}).get("checklist") is not None
     monkeypatch.setenv("RELEASES_ON", "Yes")
     assert discover(layout).get("checklist") is not None
 

@@ -17,7 +17,7 @@ from squadd.tools.base import VariableSpec
 from squadd.tools.custom.docstrings import parse_docstring
 from squadd.tools.custom.python_tools import ToolDefinitionError
 
-from .conftest import Recorder, call
+from .conftest import Answering, Recorder, call
 
 
 def test_schema_comes_from_signature_docstring_defaults_and_constraints() -> None:
@@ -135,24 +135,14 @@ async def test_sync_tools_run_in_a_worker_thread_and_report_progress(
 
 
 async def test_sync_tool_can_confirm_through_the_approval_flow(layout: SquadLayout) -> None:
-    asked: list[str] = []
-
-    class Gate:
-        async def check(self, *args: Any) -> None:
-            return None
-
-        def confirm_fn(self, tool: Any, ctx: Any) -> Any:
-            async def confirm(question: str) -> bool:
-                asked.append(question)
-                return False
-            return confirm
+    gate = Answering(lambda question: False)
 
     @tool
     def careful(ctx: ToolContext) -> str:
         return "went ahead" if ctx.confirm_sync("really?") else "stopped"
 
-    result = await call(layout, careful, "careful", approvals=Gate())
-    assert result.text == "stopped" and asked == ["really?"]
+    result = await call(layout, careful, "careful", approvals=gate)
+    assert result.text == "stopped" and gate.asked == ["really?"]
 
 
 def test_requires_approval_and_variables_are_declared_on_the_tool() -> None:

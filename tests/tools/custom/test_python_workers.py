@@ -15,6 +15,7 @@ from typing import Any
 
 import anyio
 import pytest
+import structlog.testing
 
 from squadd.config import Settings
 from squadd.contracts.events import ToolUpdated
@@ -25,7 +26,7 @@ from squadd.tools.custom.discovery import Discovery, ToolDiscoverer
 from squadd.tools.custom.python_tools import PythonTool
 from squadd.tools.invoke import ResolvedVariables
 
-from .conftest import Recorder, call, discover, write
+from .conftest import Answering, Recorder, call, discover, write
 
 RUNAWAYS = {
     "sync_sleep": '''
@@ -205,17 +206,7 @@ async def test_progress_confirm_variables_and_results_cross_the_process_boundary
         def vanishing() -> str:
             os._exit(7)
         ''')
-    asked: list[str] = []
-
-    class Gate:
-        async def check(self, *args: Any) -> None:
-            return None
-
-        def confirm_fn(self, tool: Any, ctx: Any) -> Any:
-            async def confirm(question: str) -> bool:
-                asked.append(question)
-                return question == "go on?"
-            return confirm
+    gate = Answering(lambda question: question == "go on?")
 
     class Variables:
         def resolve(self, specs: Any) -> ResolvedVariables:
@@ -224,8 +215,8 @@ async def test_progress_confirm_variables_and_results_cross_the_process_boundary
     tools = discover(layout).toolset()
     sink = Recorder()
     chatty = await call(layout, tools, "chatty_chatty", {"n": 21}, sink=sink,
-                        approvals=Gate(), variables=Variables())
-    careful = await call(layout, tools, "chatty_careful", approvals=Gate())
+                        approvals=gate, variables=Variables())
+    careful = await call(layout, tools, "chatty_careful", approvals=gate)
     broken = await call(layout, tools, "chatty_broken")
     vanishing = await call(layout, tools, "chatty_vanishing")
     assert chatty.ok, chatty.text
@@ -235,7 +226,7 @@ async def test_progress_confirm_variables_and_results_cross_the_process_boundary
     [update] = sink.of(ToolUpdated)
     assert update.message == "halfway" and update.fraction == 0.5
     assert not careful.ok and careful.text == "stopped by the user" and careful.details["asked"]
-    assert asked == ["go on?", "delete it?"]
+    assert gate.asked == ["go on?", "delete it?"]
     assert not broken.ok and broken.text == "chatty_broken failed: ValueError: bad input"
     assert not vanishing.ok and "exited with status 7" in vanishing.text
 
@@ -264,3 +255,23 @@ def test_a_worker_whose_daemon_died_while_it_started_ends_itself() -> None:
             pass_fds=(theirs.fileno(),), start_new_session=True)
         theirs.close()
         assert worker.wait(60) == -signal.SIGKILL
+
+
+async def test_a_tool_logging_a_field_named_like_squadds_own_still_runs(
+        layout: SquadLayout) -> None:
+    """A tool's log line comes back to be logged under the tool's name: a `tool` field of its
+    own must not collide with that and fail the call."""
+    write(layout.tools_dir, "fetcher.py", '''
+        import structlog
+        from squadd import tool
+
+        @tool
+        def fetch() -> str:
+            structlog.get_logger("tooldev").info("fetched", tool="curl", pages=2)
+            return "done"
+        ''')
+    with structlog.testing.capture_logs() as logs:
+        result = await call(layout, discover(layout).toolset(), "fetcher")
+    assert result.ok and result.text == "done", result.text
+    [line] = [entry for entry in logs if entry.get("event") == "fetched"]
+    assert line["tool"] == "fetcher" and line["pages"] == 2
