@@ -44,6 +44,8 @@ NOTE_ALLOWANCE_BYTES = 1024
 NOTE_ALLOWANCE_LINES = 8
 """Room left for the truncation note in a result whose tool already spilled its output."""
 MAX_SCOPED_NAMES = 4096
+INTERRUPTED_SUMMARY = (
+    "interrupted: the session was cancelled while {tool} ran; its effect is unknown")
 """Scoped variable names an invoker remembers (names, never values)."""
 
 
@@ -264,6 +266,17 @@ class ToolInvoker:
                 )
             else:
                 result, secrets = await self._run(tools, tool, call, origin, announce)
+        except anyio.get_cancelled_exc_class():
+            # The session is being cancelled: say the call ended, so no watcher sees a tool
+            # still running, then let the cancellation go on.
+            announce(secrets)
+            self.sink.publish(ToolCompleted(
+                session_id=origin.session_id, agent=origin.agent, tool=call.name,
+                call_id=call.id, result_type="failure",
+                summary=INTERRUPTED_SUMMARY.format(tool=call.name),
+                duration_s=round(time.monotonic() - started, 6), details={"interrupted": True},
+            ))
+            raise
         except Exception as exc:  # the pipeline's promise: a tool never raises into the loop
             log.exception("tool pipeline failed", tool=call.name, call_id=call.id)
             result = ToolResult.failure(f"{call.name} failed: {type(exc).__name__}: {exc}")

@@ -227,6 +227,33 @@ async def test_cancellation_propagates_and_sets_the_signal(layout: SquadLayout) 
     assert origin.cancel.cancelled
 
 
+async def test_a_cancelled_call_still_reports_that_it_ended(layout: SquadLayout) -> None:
+    """Watchers pair tool.started with tool.completed: a call cut by the session's cancellation
+    must not look as if it were still running."""
+    running = anyio.Event()
+
+    class Parked(Sleepy):
+        timeout_s = None  # only the session's cancellation ends it
+
+        async def run(self, args: EchoArgs, ctx: ToolContext) -> ToolOutput:
+            running.set()
+            return await super().run(args, ctx)
+
+    invoker, sink = _invoker(layout)
+    origin = CallOrigin(session_id="s-3", agent="fenster")
+    with anyio.CancelScope() as scope:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(invoker.invoke, ToolSet([Parked()]), _call("sleepy", text="x"), origin)
+            with anyio.fail_after(10):
+                await running.wait()
+            scope.cancel()
+    assert [type(e) for e in sink.events] == [ToolStarted, ToolCompleted]
+    done = sink.events[-1]
+    assert isinstance(done, ToolCompleted) and done.result_type == "failure"
+    assert done.call_id == "call_1" and done.summary.startswith("interrupted")
+    assert done.details == {"interrupted": True}
+
+
 def test_toolset_narrowing_by_names_and_globs() -> None:
     tools = ToolSet([Echo(), Boom(), Sleepy()])
     assert tools.narrowed(["echo", "s*"]).names == ["echo", "sleepy"]
