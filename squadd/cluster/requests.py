@@ -26,6 +26,10 @@ from squadd.cluster.wire import Reply, Request
 log = structlog.get_logger("squadd.cluster")
 
 Handler = Callable[[Request], Awaitable[Reply]]
+MIN_CONCURRENCY = 64
+"""Requests answered at once when the cluster's sessions need no more (`RequestServer.fit`)."""
+HEADROOM = 16
+"""Places beyond one per session, for a stale worker's requests and the odd repeat."""
 INTERRUPTED = ("interrupted, effect unknown: the coordinator stopped while it applied this "
                "call; check before repeating it")
 
@@ -57,15 +61,28 @@ class RequestServer:
     """The coordinator's side: reads requests in its group, answers each id exactly once."""
 
     def __init__(self, guard: RedisGuard, handler: Handler, *, reply_ttl_s: int,
-                 redo_safe: Collection[str], concurrency: int = 64):
+                 redo_safe: Collection[str], concurrency: int = MIN_CONCURRENCY):
         self.guard = guard
         self.handler = handler
         self.reply_ttl_s = reply_ttl_s
         self.redo_safe = frozenset(redo_safe)
         """Request kinds whose handler is idempotent: safe to run again after a crash."""
-        self._limit = anyio.Semaphore(concurrency)
+        self._floor = concurrency
+        self._limit = anyio.CapacityLimiter(concurrency)
         self._in_hand: set[str] = set()
         self.handled = 0
+
+    @property
+    def concurrency(self) -> int:
+        """How many requests are answered at once, at most."""
+        return int(self._limit.total_tokens)
+
+    def fit(self, sessions: int) -> None:
+        """Make room for one request of each of `sessions` sessions at once (never below the
+        floor given at construction). A squad_route that waits holds its request until the
+        session it started ends, and that session's own requests need room too: with fewer
+        places than sessions that can wait, the waiting ones would starve the rest for good."""
+        self._limit.total_tokens = max(self._floor, sessions + HEADROOM)
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
                   ) -> None:
@@ -92,10 +109,12 @@ class RequestServer:
                         continue
                     cursor = str(entries[-1][0])
                 for entry_id, fields in entries:
-                    await self._limit.acquire()
-                    tg.start_soon(self._serve_one, str(entry_id), fields)
+                    place = object()  # taken here, given back by the task that answers
+                    await self._limit.acquire_on_behalf_of(place)
+                    tg.start_soon(self._serve_one, place, str(entry_id), fields)
 
-    async def _serve_one(self, entry_id: str, fields: dict[str, str] | None) -> None:
+    async def _serve_one(self, place: object, entry_id: str,
+                         fields: dict[str, str] | None) -> None:
         try:
             await self._answer(entry_id, fields)
         except ClusterError:
@@ -103,7 +122,7 @@ class RequestServer:
         except Exception:
             log.exception("request not answered", entry=entry_id)
         finally:
-            self._limit.release()
+            self._limit.release_on_behalf_of(place)
 
     async def _answer(self, entry_id: str, fields: dict[str, str] | None) -> None:
         client = self.guard.client

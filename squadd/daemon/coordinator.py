@@ -147,6 +147,8 @@ class Coordinator:
         while True:
             try:
                 self.workers = await live_workers(self.guard)
+                # Every session out on a worker may hold one request while it waits.
+                self.server.fit(max(sum(w.slots for w in self.workers), len(self._remote)))
             except ClusterError as exc:
                 log.warning("workers not listed", error=str(exc))
             await anyio.sleep(self.settings.heartbeat_s)

@@ -6,7 +6,13 @@ import anyio
 
 from squadd.cluster import keys
 from squadd.cluster.connection import RedisGuard
-from squadd.cluster.requests import INTERRUPTED, RequestServer, send
+from squadd.cluster.requests import (
+    HEADROOM,
+    INTERRUPTED,
+    MIN_CONCURRENCY,
+    RequestServer,
+    send,
+)
 from squadd.cluster.wire import Reply, Request
 
 
@@ -92,3 +98,47 @@ async def test_requests_left_pending_by_a_dead_coordinator_are_served_on_restart
         tg.cancel_scope.cancel()
     assert served == ["p1", "p2"]
     assert pending["pending"] == 0
+
+
+async def test_a_request_that_waits_on_another_session_leaves_room_for_that_sessions_requests(
+        guard: RedisGuard) -> None:
+    parent_waiting, child_served = anyio.Event(), anyio.Event()
+
+    async def handler(req: Request) -> Reply:
+        if req.request_id == "parent":  # as a squad_route waits for the session it started
+            parent_waiting.set()
+            await child_served.wait()
+        else:
+            child_served.set()
+        return Reply(request_id=req.request_id, ok=True)
+
+    # One place only, as if the floor were all taken by waiting parents; then the coordinator
+    # makes room for the sessions its workers can run.
+    server = RequestServer(guard, handler, reply_ttl_s=60, redo_safe=(), concurrency=1)
+    server.fit(sessions=2)
+    assert server.concurrency == 2 + HEADROOM
+    replies: list[Reply] = []
+    parent_answered = anyio.Event()
+
+    async def send_parent() -> None:
+        replies.append(await send(guard, request("parent"), timeout_s=30, attempts=1))
+        parent_answered.set()
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(server.run)
+        tg.start_soon(send_parent)
+        with anyio.fail_after(30):
+            await parent_waiting.wait()
+            child = await send(guard, request("child", "records"), timeout_s=30, attempts=1)
+            await parent_answered.wait()
+        tg.cancel_scope.cancel()
+    assert child.ok and [r.request_id for r in replies] == ["parent"]
+
+
+def test_room_follows_the_sessions_but_never_drops_below_the_floor(guard: RedisGuard) -> None:
+    server = RequestServer(guard, lambda req: None, reply_ttl_s=60, redo_safe=())  # type: ignore[arg-type,return-value]
+    assert server.concurrency == MIN_CONCURRENCY
+    server.fit(sessions=200)
+    assert server.concurrency == 200 + HEADROOM
+    server.fit(sessions=3)
+    assert server.concurrency == MIN_CONCURRENCY
