@@ -281,7 +281,7 @@ class Workspaces:
                 check = LandCheck(self.settings.land_check, self.settings.land_check_timeout_s)
                 result = await land(self.layout, self.git, record, check=check,
                                     identity=self.identity(record.agent), checked_clean=closed)
-        except (WorkspaceError, LockTimeoutError, TimeoutError) as exc:
+        except (WorkspaceError, LockTimeoutError, TimeoutError, OSError) as exc:
             return LandResult(ok=False, session_id=session_id, reason="failed",
                               message=f"landing failed: {exc}")
         self._announce(result)
@@ -343,11 +343,26 @@ class Workspaces:
         now = now or dt.datetime.now(dt.UTC)
         done = []
         for record in await self.listing():
-            age = now - dt.datetime.fromisoformat(record.updated or record.created)
-            stale = age >= dt.timedelta(days=self.settings.keep_days) and record.state in (
-                "committed", "conflict", "active")
+            age = _age(record, now)
+            stale = age is not None and age >= dt.timedelta(days=self.settings.keep_days) \
+                and record.state in ("committed", "conflict", "active")
             if record.state == "landed" or stale or spares.is_spare(record):
                 kept = await self.remove(record.session_id)
                 done.append(f"{record.session_id} {record.branch or '(spare)'}: removed"
                             + (" (branch kept: it has unlanded commits)" if kept else ""))
         return done
+
+
+def _age(record: WorkspaceView, now: dt.datetime) -> dt.timedelta | None:
+    """How long since `record` last changed; None (never stale) for a time squadd cannot read,
+    e.g. one edited by hand, which is logged rather than allowed to stop the prune."""
+    stamp = record.updated or record.created
+    try:
+        moment = dt.datetime.fromisoformat(stamp)
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=dt.UTC)
+        return now - moment
+    except (ValueError, TypeError):
+        log.warning("workspace record has an unreadable time; not pruned for age",
+                    session_id=record.session_id, time=stamp[:64])
+        return None

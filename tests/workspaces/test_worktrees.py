@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from squadd.state.layout import SquadLayout
@@ -128,6 +129,23 @@ async def test_prune_removes_landed_and_stale_worktrees_and_keeps_unlanded_branc
     assert stale.branch in git(squad_repo.repo, "branch", "--list", "squad/*")
     assert fresh.branch not in git(squad_repo.repo, "branch", "--list", "squad/*")
     assert [r.state for r in await spaces.listing()] == ["removed"]
+
+
+async def test_a_record_with_a_time_edited_by_hand_does_not_stop_the_prune(
+        squad_repo: SquadLayout, spaces: Workspaces) -> None:
+    import datetime as dt
+
+    odd = await spaces.open("20260101-000000-00000022", "lead")
+    landed = await spaces.open("20260101-000000-00000023", "lead")
+    assert odd is not None and landed is not None
+    for record, changes in ((odd, {"updated": "last tuesday"}),
+                            (landed, {"state": "landed", "updated": "2026-01-01T00:00:00"})):
+        path = squad_repo.workspace_record(record.session_id)
+        path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(days=30)
+    done = await spaces.prune(now=later)  # the naive time is read as UTC, the odd one kept
+    assert [line.split()[0] for line in done] == [landed.session_id]
+    assert {r.session_id: r.state for r in await spaces.listing()}[odd.session_id] == "active"
 
 
 async def test_a_stray_file_among_the_records_is_skipped_not_fatal(
