@@ -1,6 +1,6 @@
 """Input squadd does not control, made safe to hold: JSON parsed with a nesting limit and without
 NaN, text checked (or mended) for unpaired surrogates, regular expressions run in linear time,
-and file names shown readably.
+delimited spans replaced in linear time, and file names shown readably.
 
 The HTTP API, MCP, the command line, model answers and the files squadd reads all use these, so
 a hostile value gets the same clear error wherever it enters.
@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
@@ -135,6 +136,25 @@ def mend(value: Any) -> Any:
     if isinstance(value, list):
         return [mend(v) for v in value]
     return value
+
+
+def replace_spans(text: str, opening: str, closing: str, replace: Callable[[str], str]) -> str:
+    """`text` with each span from `opening` to the nearest `closing` after it (both included)
+    replaced by `replace(span)`, left to right, as `re.sub` of the lazy `opening.*?closing`
+    (with DOTALL) does; an unclosed `opening` is left as it is. One pass with `str.find`: the
+    lazy pattern rescans the rest of the text from each unclosed opening, quadratic in a
+    hostile text."""
+    parts: list[str] = []
+    done = 0
+    while (start := text.find(opening, done)) >= 0:
+        end = text.find(closing, start + len(opening))
+        if end < 0:  # unclosed, and so is every opening after it
+            break
+        end += len(closing)
+        parts += (text[done:start], replace(text[start:end]))
+        done = end
+    parts.append(text[done:])
+    return "".join(parts)
 
 
 def shown_name(name: str) -> str:

@@ -4,6 +4,7 @@ mended, YAML/TOML documents bounded, file names shown as text."""
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
@@ -14,6 +15,7 @@ from squadd.untrusted import (
     has_surrogate,
     mend,
     parse_json,
+    replace_spans,
     shown_name,
 )
 
@@ -84,3 +86,22 @@ def test_check_document_refuses_non_finite_numbers_and_alias_bombs() -> None:
 def test_shown_name_turns_undecodable_bytes_into_replacement_characters() -> None:
     assert shown_name(os.fsdecode(b"lead-\xff.md")) == "lead-\ufffd.md"
     assert shown_name("plain.md") == "plain.md"
+
+
+@pytest.mark.parametrize(("text", "opening", "closing"), [
+    ("a\n<!-- one\ntwo -->\nb", "<!--", "-->"),
+    ("<!---->x<!-- -->y", "<!--", "-->"),
+    ("<!-->still open\n-->z", "<!--", "-->"),          # `<!-->` does not close itself
+    ("x<!-- never closed\n| a | b |", "<!--", "-->"),  # unclosed: left as text
+    ("<!-- a --><!-- b\nc\n--> <!-- d", "<!--", "-->"),
+    ("", "<!--", "-->"),
+    ("Fenster (lead) (x(y) z) ((", "(", ")"),
+])
+def test_spans_are_replaced_as_the_lazy_pattern_does(text: str, opening: str,
+                                                      closing: str) -> None:
+    def replace(span: str) -> str:
+        return f"[{span.count(chr(10))}]"
+
+    lazy = re.sub(f"{re.escape(opening)}.*?{re.escape(closing)}",
+                  lambda m: replace(m.group(0)), text, flags=re.DOTALL)
+    assert replace_spans(text, opening, closing, replace) == lazy

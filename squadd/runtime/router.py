@@ -27,6 +27,7 @@ from squadd.errors import StateError
 from squadd.statcache import StatCache
 from squadd.state.layout import SquadLayout
 from squadd.state.members import Member, cells, data_lines, parse_members, plain_words
+from squadd.untrusted import replace_spans
 
 _WORK_COLUMNS = ("work type", "work", "area", "domain")
 _AGENT_COLUMNS = ("route to", "agent", "owner")
@@ -106,7 +107,7 @@ def resolve_agent_cell(cell: str, names: dict[str, str] | None = None) -> str:
     cleaned = cell.replace("`", " ").replace("*", " ").replace("@", " ")
     first = ""
     for part in re.split(r"[,/+&;]|\band\b|\bor\b", cleaned):
-        plain = plain_words(re.sub(r"\(.*?\)", " ", part))
+        plain = plain_words(replace_spans(part, "(", ")", lambda _: " "))
         if not plain:
             continue
         if plain in names:

@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from typing import Literal
 
 from squadd.contracts.names import is_safe_name
+from squadd.untrusted import replace_spans
 
 MEMBERS_HEADING = "## Members"
 StatusKind = Literal["active", "silent", "monitor", "other"]
 _SEPARATOR_RE = re.compile(r"^\|[\s:|-]+\|?$")
 _CHARTER_FOLDER_RE = re.compile(r"agents/([^/\s`)\]]+)/charter\.md", re.IGNORECASE)
 _FENCE_RE = re.compile(r"^\s*(```|~~~)")
-_COMMENT_RE = re.compile(r"<!--.*?-->", re.DOTALL)
 _KNOWN_COLUMNS = ("name", "role", "charter", "status")
 
 
@@ -128,8 +128,9 @@ def members_span(lines: list[str]) -> tuple[int, int] | None:
 
 
 def _blank_comments(text: str) -> str:
-    """HTML comments replaced by blank lines, so line numbers stay true."""
-    return _COMMENT_RE.sub(lambda m: "\n" * m.group(0).count("\n"), text)
+    """HTML comments replaced by blank lines, so line numbers stay true (an unclosed `<!--` is
+    text)."""
+    return replace_spans(text, "<!--", "-->", lambda span: "\n" * span.count("\n"))
 
 
 def data_lines(text: str) -> list[str]:
