@@ -82,5 +82,3 @@ def test_a_decorated_members_heading_is_read() -> None:
     team = "## 👥 Team Members\n\n| Name | Role |\n|--|--|\n| Ann | Tester |\n\n## Notes\n"
     assert member_names(team) == ["ann"]
     assert "| Bob | Ops |" in add_member_row(team, name="bob", role="Ops").split("## Notes")[0]
-
-
