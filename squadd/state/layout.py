@@ -383,6 +383,11 @@ class SquadLayout:
         """Held while a branch lands: one landing at a time per repository."""
         return self._p("run", "landing.lock")
 
+    @property
+    def worktrees_lock(self) -> Path:
+        """Held while git adds, moves or removes a worktree, by every squadd process."""
+        return self._p("run", "worktrees.lock")
+
     # Daemon runtime files (git-ignored): run/ and tool-output/.
     @property
     def log_dir(self) -> Path:

@@ -3,7 +3,8 @@ worktree (or reuse it), commit at its end, land it through the one landing queue
 start, and list and prune.
 
 The landing queue is an in-process lock plus the repository's ``run/landing.lock`` flock, so
-landings from the daemon and from `squadd land` never overlap.
+landings from the daemon and from `squadd land` never overlap; adding, moving and removing
+worktrees is likewise serialised by ``run/worktrees.lock``.
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ log = structlog.get_logger("squadd.workspaces")
 LOCK_POLL_S = 0.05
 LANDING_LOCK_TIMEOUT_S = 3600.0
 """Longest wait for another process's landing (a land check may run the test suite)."""
+ADMIN_LOCK_TIMEOUT_S = 300.0
+"""Longest wait to add, move or remove a worktree while another process does (each git
+command has its own `workspace.git_timeout_s`)."""
 RECONCILE_WAIT_S = 10.0
 """Longest wait at start-up for a landing another process is doing."""
 
@@ -64,8 +68,6 @@ class Workspaces:
         self.git = Git(self.settings.git_timeout_s)
         self._queue = anyio.Lock()
         self._admin = anyio.Lock()
-        """Held while git adds or removes a worktree: two `git worktree add` at once can read
-        each other's half-made administrative folders."""
         self._refilling = anyio.Lock()
         self._spares_wanted = anyio.Event()
         self._agents: dict[str, Isolation] = {
@@ -110,7 +112,7 @@ class Workspaces:
             if why or isinstance(base, str):
                 log.warning("session works in the shared tree", session_id=session_id, why=why)
                 return None
-            async with self._admin:
+            async with self.admin():
                 record = await worktrees.create(self.layout, self.git, base,
                                                 session_id=session_id, agent=agent)
         self.want_spares()
@@ -133,7 +135,7 @@ class Workspaces:
             return None
         # Shielded: a route cancelled mid-way would leave a half-taken spare until restart.
         with anyio.CancelScope(shield=True):
-            async with self._admin:
+            async with self.admin():
                 found = await anyio.to_thread.run_sync(spares.ready, self.layout)
                 if not found:
                     return None
@@ -190,7 +192,7 @@ class Workspaces:
                 if isinstance(base, str):
                     return count
                 try:
-                    async with self._admin:
+                    async with self.admin():
                         record = await spares.make(self.layout, self.git, base)
                     await spares.settle(self.layout, self.git, record)
                 except BaseException:
@@ -201,7 +203,7 @@ class Workspaces:
     async def _forget_unready_spares(self) -> None:
         for record in await anyio.to_thread.run_sync(records.load_all, self.layout):
             if spares.is_spare(record) and record.state == "creating":
-                async with self._admin:
+                async with self.admin():
                     await worktrees.undo_create(self.layout, self.git, record)
 
     async def _no_room(self) -> str:
@@ -247,22 +249,22 @@ class Workspaces:
                             ) -> AsyncIterator[None]:
         """Wait for the repository's turn to land (`TimeoutError` after `timeout_s`, whether
         the landing ahead is this process's or another's)."""
-        fd = None
-        with anyio.fail_after(timeout_s):
-            await self._queue.acquire()
-            try:
-                while fd is None:
-                    fd = await anyio.to_thread.run_sync(try_lock, self.layout.landing_lock)
-                    if fd is None:
-                        await anyio.sleep(LOCK_POLL_S)
-            except BaseException:
-                self._queue.release()
-                raise
-        try:
+        async with _turn(self._queue, self.layout.landing_lock, timeout_s):
             yield
-        finally:
-            os.close(fd)
-            self._queue.release()
+
+    @asynccontextmanager
+    async def admin(self, timeout_s: float = ADMIN_LOCK_TIMEOUT_S) -> AsyncIterator[None]:
+        """Hold the right to add, move or remove worktrees, in this process and in any other
+        (`squadd workspaces --prune` beside the daemon): two git worktree commands at once can
+        read each other's half-made administrative folders, and a spare being taken must not
+        be removed under it. `WorkspaceError` after `timeout_s`."""
+        try:
+            async with _turn(self._admin, self.layout.worktrees_lock, timeout_s):
+                yield
+        except TimeoutError:
+            raise WorkspaceError(
+                f"worktrees are busy: another squadd has held {self.layout.worktrees_lock} for "
+                f"{timeout_s:g}s (a git command stuck?)") from None
 
     async def land(self, session_id: str) -> LandResult:
         """Land the session's branch (its pending changes committed first), in turn."""
@@ -307,12 +309,13 @@ class Workspaces:
         if not (self.layout.workspaces_dir.is_dir() or self.layout.worktrees_dir.is_dir()):
             return []
         try:
-            async with self.landing_queue(RECONCILE_WAIT_S):
+            async with self.landing_queue(RECONCILE_WAIT_S), \
+                    _turn(self._admin, self.layout.worktrees_lock, RECONCILE_WAIT_S):
                 return await reconcile(self.layout, self.git)
         except TimeoutError:
-            # A `squadd land` holds the queue: what it does is its own to finish.
-            return [f"not reconciled: another process was landing for {RECONCILE_WAIT_S:g}s; "
-                    "run the daemon again once it is done"]
+            # A `squadd land` or `squadd workspaces` is at work: its work is its own to finish.
+            return [f"not reconciled: another process was landing or changing worktrees for "
+                    f"{RECONCILE_WAIT_S:g}s; run the daemon again once it is done"]
 
     # Housekeeping.
     async def view(self, session_id: str) -> WorkspaceView | None:
@@ -331,7 +334,7 @@ class Workspaces:
         record = await anyio.to_thread.run_sync(records.load, self.layout, session_id)
         if record is None:
             return None
-        async with self._admin:
+        async with self.admin():
             kept = await worktrees.remove(self.layout, self.git, record)
         self.sink.publish(WorkspaceRemoved(session_id=session_id, agent=record.agent,
                                            branch=record.branch, branch_kept=kept))
@@ -366,3 +369,25 @@ def _age(record: WorkspaceView, now: dt.datetime) -> dt.timedelta | None:
         log.warning("workspace record has an unreadable time; not pruned for age",
                     session_id=record.session_id, time=stamp[:64])
         return None
+
+
+@asynccontextmanager
+async def _turn(lock: anyio.Lock, path: Path, timeout_s: float) -> AsyncIterator[None]:
+    """This process's `lock`, then the `flock` on `path` that other processes take too, polled
+    (`TimeoutError` after `timeout_s` in all)."""
+    fd = None
+    with anyio.fail_after(timeout_s):
+        await lock.acquire()
+        try:
+            while fd is None:
+                fd = await anyio.to_thread.run_sync(try_lock, path)
+                if fd is None:
+                    await anyio.sleep(LOCK_POLL_S)
+        except BaseException:
+            lock.release()
+            raise
+    try:
+        yield
+    finally:
+        os.close(fd)
+        lock.release()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from squadd.state.layout import SquadLayout
 from squadd.workspaces import Workspaces, charter_isolation
 from tests.workspaces.conftest import Events, git, make_repo, settings_with
@@ -158,3 +160,43 @@ async def test_a_stray_file_among_the_records_is_skipped_not_fatal(
         (folder / f"{record.session_id}.json").read_text())
     assert [r.session_id for r in await spaces.listing()] == [record.session_id]
     assert not any("00000041" in note for note in await spaces.reconcile())
+
+
+async def test_worktree_changes_wait_for_another_process_holding_the_worktrees_lock(
+        squad_repo: SquadLayout, spaces: Workspaces, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    import anyio
+
+    from squadd.errors import WorkspaceError
+    from squadd.fsio import try_lock
+    from squadd.workspaces import manager
+    record = await spaces.open("20260101-000000-00000050", "lead")
+    assert record is not None
+    refused = anyio.Event()
+
+    def watched_try_lock(path: Path) -> int | None:
+        fd = try_lock(path)
+        if fd is None and path == squad_repo.worktrees_lock:
+            refused.set()
+        return fd
+
+    monkeypatch.setattr(manager, "try_lock", watched_try_lock)
+    held = try_lock(squad_repo.worktrees_lock)  # as `squadd workspaces --prune` holds it
+    assert held is not None
+    try:
+        with pytest.raises(WorkspaceError, match="worktrees are busy"):
+            async with spaces.admin(timeout_s=0.2):
+                pass
+        refused = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(spaces.remove, record.session_id)
+            with anyio.fail_after(30):
+                await refused.wait()  # remove() found the lock taken and waits for it
+            assert Path(record.path).is_dir()
+            os.close(held)
+            held = None
+    finally:
+        if held is not None:
+            os.close(held)
+    assert not Path(record.path).exists()
