@@ -27,6 +27,8 @@ REFRESH_S = 0.2
 """Structural events within this long are folded into one snapshot fetch."""
 RECONNECT_S = 1.0
 TRANSCRIPT_TAIL = 200
+MAX_SHOWN_DEPTH = 16
+"""Deepest indent of a nested session in the table (deeper ones are still listed)."""
 _REFRESHING = frozenset({
     "route.queued", "agent.spawned", "agent.state", "agent.idle", "agent.completed",
     "agent.error", "tool.started", "tool.completed", "pool.empty", "pool.at_capacity",
@@ -35,21 +37,27 @@ _REFRESHING = frozenset({
 
 
 def session_order(sessions: list[dict[str, Any]]) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(depth, session) in tree order: each session under the one whose route started it."""
+    """(depth, session) in tree order: each session under the one whose route started it.
+    Every session is listed once, however deep its chain (the depth shown stops at
+    `MAX_SHOWN_DEPTH`) and even when hand-edited parents make a loop."""
     ids = {s["session_id"] for s in sessions}
     children: dict[str, list[dict[str, Any]]] = {}
     for s in sessions:
         parent = s.get("parent_session_id")
         children.setdefault(parent if isinstance(parent, str) and parent in ids else "",
                             []).append(s)
-
-    def walk(parent: str, depth: int) -> Iterator[tuple[int, dict[str, Any]]]:
-        for s in children.get(parent, []):
-            yield depth, s
-            if depth < 16:
-                yield from walk(s["session_id"], depth + 1)
-
-    return walk("", 0)
+    seen: set[str] = set()
+    # The roots first; then whatever only a loop of parents reaches, each as a root.
+    for root in [*children.get("", []), *sessions]:
+        stack = [(0, root)]
+        while stack:
+            depth, s = stack.pop()
+            if s["session_id"] in seen:
+                continue
+            seen.add(s["session_id"])
+            yield min(depth, MAX_SHOWN_DEPTH), s
+            below = children.get(s["session_id"], [])
+            stack.extend((depth + 1, child) for child in reversed(below))
 
 
 def tool_cell(tool: dict[str, Any] | None) -> str:
