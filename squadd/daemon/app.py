@@ -48,7 +48,13 @@ from squadd.runtime.callers import OUTSIDE_SESSION, CallerError, CallScope
 from squadd.runtime.runtime import SquadRuntime
 from squadd.state.layout import safe_id
 from squadd.tools.base import Tool, ToolSet
-from squadd.tools.custom.variables import VariableValueError, secrets_file_path, store_variable
+from squadd.tools.custom.approvals import ApprovalBroker
+from squadd.tools.custom.variables import (
+    SquadVariables,
+    VariableValueError,
+    secrets_file_path,
+    store_variable,
+)
 
 __all__ = ["BearerAuth", "DaemonContext", "create_app"]
 
@@ -265,8 +271,9 @@ async def resolve_approval(request: Request) -> Response:
     if not isinstance(reason, str):
         raise ApiError(422, "reason: must be a string",
                        fields=[{"field": "reason", "message": "must be a string"}])
-    resolve = getattr(getattr(runtime.invoker, "approvals", None), "resolve", None)
-    if resolve is None or not resolve(approval_id, approved, reason):
+    broker = runtime.invoker.approvals
+    if not isinstance(broker, ApprovalBroker) or not broker.resolve(approval_id, approved,
+                                                                     reason):
         raise ApiError(404, f"no pending approval {approval_id}: it was answered, timed out, "
                             "or never existed ('squadd events --type approval.*' shows them)")
     return json_answer({"approval_id": approval_id, "approved": approved})
@@ -293,14 +300,15 @@ async def set_variable(request: Request) -> Response:
     if not isinstance(value, str):
         raise ApiError(422, "value: required, a string",
                        fields=[{"field": "value", "message": "must be a string"}])
-    resolver = getattr(runtime.invoker.variables, "secrets_file", None)
-    path = getattr(resolver, "path", None) or secrets_file_path(runtime.settings)
+    resolver = runtime.invoker.variables
+    path = resolver.secrets_file.path if isinstance(resolver, SquadVariables) \
+        else secrets_file_path(runtime.settings)
     try:
         await anyio.to_thread.run_sync(store_variable, path, name, value)
     except VariableValueError as exc:
         raise ApiError(422, str(exc)) from None
-    provided = getattr(runtime.invoker.approvals, "provided", None)
-    woken = provided(name) if provided is not None else 0
+    broker = runtime.invoker.approvals
+    woken = broker.provided(name) if isinstance(broker, ApprovalBroker) else 0
     return json_answer({"name": name, "stored_in": str(path), "waiting_calls": woken})
 
 

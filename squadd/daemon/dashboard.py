@@ -48,6 +48,7 @@ from squadd.daemon.streams import open_stream, stream_response
 from squadd.daemon.ui_guard import DashboardGuard
 from squadd.statcache import StatCache
 from squadd.state.decisions import parse_decisions
+from squadd.tools.custom.approvals import ApprovalBroker
 
 __all__ = ["UI_PREFIX", "Dashboard", "dashboard_app"]
 
@@ -184,14 +185,14 @@ def _prose(body: str) -> str:
 
 
 def _approvals(ctx: DaemonContext) -> list[dict[str, Any]]:
-    pending = getattr(getattr(ctx.runtime.invoker, "approvals", None), "pending", None)
-    if pending is None:
+    broker = ctx.runtime.invoker.approvals
+    if not isinstance(broker, ApprovalBroker):
         return []
     return [{"approval_id": p.approval_id, "tool": p.tool, "arguments": p.arguments,
              "question": p.question, "session_id": p.session_id, "agent": p.agent,
              "timeout_s": p.timeout_s,
              "created": dt.datetime.fromtimestamp(p.created, dt.UTC).isoformat()}
-            for p in pending()]
+            for p in broker.pending()]
 
 
 async def state(request: Request) -> Response:
