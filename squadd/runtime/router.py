@@ -26,7 +26,14 @@ from squadd.contracts.names import is_safe_name
 from squadd.errors import StateError
 from squadd.statcache import StatCache
 from squadd.state.layout import SquadLayout
-from squadd.state.members import Member, cells, data_lines, parse_members, plain_words
+from squadd.state.members import (
+    Member,
+    blank_comments,
+    cells,
+    data_lines,
+    parse_members,
+    plain_words,
+)
 from squadd.untrusted import replace_spans
 
 _WORK_COLUMNS = ("work type", "work", "area", "domain")
@@ -147,11 +154,16 @@ class Table:
 
 
 def tables(text: str) -> list[Table]:
-    """Every table of `text` outside HTML comments and code fences."""
+    """Every table of `text` outside HTML comments and code fences. A line that only held a
+    comment (a row commented out) does not end the table it sits in."""
     found: list[Table] = []
     current: Table | None = None
+    text = text.replace("\r\n", "\n")
+    written, uncommented = text.split("\n"), blank_comments(text).split("\n")
     for number, raw in enumerate(data_lines(text), start=1):
         line = raw.strip()
+        if written[number - 1].strip() and not uncommented[number - 1].strip():
+            continue  # it only held a comment: not a blank line
         if not line.startswith("|"):
             current = None
             continue

@@ -127,7 +127,7 @@ def members_span(lines: list[str]) -> tuple[int, int] | None:
     return start, end
 
 
-def _blank_comments(text: str) -> str:
+def blank_comments(text: str) -> str:
     """HTML comments replaced by blank lines, so line numbers stay true (an unclosed `<!--` is
     text)."""
     return replace_spans(text, "<!--", "-->", lambda span: "\n" * span.count("\n"))
@@ -136,7 +136,7 @@ def _blank_comments(text: str) -> str:
 def data_lines(text: str) -> list[str]:
     """The lines of `text` with HTML comments and fenced code blanked: template examples
     are not data, for Squad's readers or squadd's."""
-    lines = _blank_comments(text.replace("\r\n", "\n")).split("\n")
+    lines = blank_comments(text.replace("\r\n", "\n")).split("\n")
     fenced = False
     out = []
     for line in lines:

@@ -32,6 +32,14 @@ def test_table_rows_become_rules_and_comments_are_ignored() -> None:
         ("Frontend, CSS", "keaton")]
 
 
+def test_a_row_commented_out_inside_a_table_does_not_end_it() -> None:
+    text = ("| Work Type | Route To |\n|---|---|\n<!-- | Docs | nobody | -->\n"
+            "| Backend | Fenster |\n<!--\n| Old | nobody |\n-->\n| Tests | Hockney |\n\n"
+            "| a table | after a blank line |\n| Frontend | keaton |\n")
+    rules = parse_routing(text)
+    assert [(r.agent, r.line) for r in rules] == [("fenster", 4), ("hockney", 8)]
+
+
 def test_words_drop_stopwords_and_fold_plurals() -> None:
     assert words("Write the tests for queries and APIs") == {"write", "test", "query", "api"}
 
