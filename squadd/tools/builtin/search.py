@@ -4,7 +4,8 @@ Both engines of `grep` search the same list of files in the same order with the 
 (binary files skipped, files over `workspace_tools.max_read_bytes` skipped, lines split on
 "\\n"), so `rg` and the Python fallback give the same results; `rg` is only faster. A pattern
 `rg` cannot parse but Python can is searched with Python. Every line `rg` reports is read back
-through the confined walk before it is shown.
+through the confined walk before it is shown. The Python fallback matches in the linear-time
+engine whenever the pattern fits it, and stops at the call's timeout either way.
 """
 
 from __future__ import annotations
@@ -17,17 +18,18 @@ import re
 import shutil
 import subprocess
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 from anyio.streams.buffered import BufferedByteReceiveStream
 from pydantic import BaseModel, ConfigDict, Field
 
-from squadd.tools.base import ToolContext, ToolResult
+from squadd.tools.base import CancelSignal, ToolContext, ToolResult
 from squadd.tools.builtin.common import WorkspaceTool, is_binary
 from squadd.tools.builtin.confine import Parts, PathRefused, Workspace, read_fd, shown
 from squadd.tools.builtin.files import cut_line
 from squadd.tools.builtin.listing import Listing, glob_matches, list_files
+from squadd.untrusted import LinearPattern, UntrustedInputError, linear_pattern
 
 RG_BATCH = 1000
 """Files per `rg` run (their names go on its command line)."""
@@ -79,14 +81,21 @@ class Find(WorkspaceTool[FindArgs]):
         return ToolResult.success(text, matches=len(found))
 
 
+class Matcher(Protocol):
+    def search(self, text: str) -> object:
+        """Truthy when the pattern matches somewhere in `text`."""
+
+
 @dataclass
 class Search:
     """One grep call's question and what it has found so far."""
 
-    regex: re.Pattern[str]
+    regex: Matcher
     limit: int
     max_line_chars: int
     matches: list[tuple[Parts, int, str]] = field(default_factory=list)
+    cancel: CancelSignal = field(default_factory=CancelSignal)
+    """Set when the call ends (its timeout, the session's cancellation): the search stops."""
 
     @property
     def full(self) -> bool:
@@ -125,14 +134,17 @@ class Grep(WorkspaceTool[GrepArgs]):
                  if args.glob is None or glob_matches(args.glob, listing.relative(parts))]
         searched = [parts for parts, size in files if size <= self.limits.max_read_bytes]
         skipped = len(files) - len(searched)
-        search = Search(regex, self.limits.max_matches, self.limits.max_line_chars)
+        search = Search(_linear(args) or regex, self.limits.max_matches,
+                        self.limits.max_line_chars, cancel=ctx.cancel)
         engine = self.engine()
         if engine == "rg" and not await _rg_search(workspace, searched, args, search,
                                                    self.limits.max_read_bytes):
             engine = "python"  # rg could not parse the pattern; Python could
             search.matches.clear()
         if engine == "python":
-            await anyio.to_thread.run_sync(_python_search, workspace, searched, search)
+            # Given up on when the call ends: the thread then stops at its next line.
+            await anyio.to_thread.run_sync(_python_search, workspace, searched, search,
+                                           abandon_on_cancel=True)
         return _report(args, base, listing, search, skipped, engine,
                        self.limits.max_read_bytes)
 
@@ -158,8 +170,19 @@ def _line_text(raw: bytes) -> str:
     return raw.rstrip(b"\r").decode("utf-8", errors="replace")
 
 
+def _linear(args: GrepArgs) -> LinearPattern | None:
+    """The pattern in the linear-time engine, where it fits (no look-around, no
+    backreferences): a pattern that backtracks for ever in Python's engine is then harmless."""
+    try:
+        return linear_pattern(("(?i)" if args.ignore_case else "") + args.pattern)
+    except UntrustedInputError:
+        return None
+
+
 def _python_search(workspace: Workspace, files: list[Parts], search: Search) -> None:
     for parts in files:
+        if search.cancel.cancelled:
+            return
         try:
             fd, info = workspace.open_file(parts)
         except PathRefused:
@@ -174,6 +197,8 @@ def _python_search(workspace: Workspace, files: list[Parts], search: Search) -> 
         if lines and lines[-1] == b"":
             lines.pop()
         for number, raw in enumerate(lines, start=1):
+            if search.cancel.cancelled:
+                return
             if search.regex.search(raw.decode("utf-8", errors="replace")):
                 search.matches.append((parts, number, _line_text(raw)))
                 if search.full:

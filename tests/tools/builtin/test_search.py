@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import re
 import shutil
+import threading
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -173,3 +175,54 @@ async def test_rg_complaining_about_many_vanished_files_does_not_stall_the_searc
     with anyio.fail_after(120):  # a stall is forever; this only turns it into a failure
         assert await _rg_search(Workspace(repo), [*gone, ("kept.txt",)], args, search, 1 << 20)
     assert search.matches == [(("kept.txt",), 1, "needle")]
+
+
+async def test_a_pattern_that_backtracks_for_ever_in_python_is_matched_in_linear_time(
+        repo: Path) -> None:
+    (repo / "a.txt").write_text("a" * 64 + "!\nfound: aaab\n", encoding="utf-8")
+    calls = _calls(repo, "python")
+    with anyio.fail_after(60):  # Python's own engine would take 2**64 steps on line 1
+        result = await calls("grep", pattern="(a+)+b")
+    assert result.ok and result.text == "a.txt:2:found: aaab"
+
+
+async def test_a_python_search_stuck_on_a_line_ends_at_the_timeout_and_then_stops(
+        repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from squadd.tools.builtin import search
+
+    (repo / "a.txt").write_text("x\n" * 1000, encoding="utf-8")
+    entered, release = threading.Event(), threading.Event()
+    lines_tried: list[str] = []
+
+    class Stuck:  # as a look-around pattern stuck backtracking in Python's engine
+        def search(self, text: str) -> object:
+            lines_tried.append(text)
+            entered.set()
+            release.wait(120)  # bounded only so that a failing run ends
+            return None
+
+    finished = threading.Event()
+    searching = search._python_search
+
+    def watched(*args: Any) -> None:
+        try:
+            searching(*args)
+        finally:
+            finished.set()
+
+    monkeypatch.setattr(search, "_linear", lambda args: Stuck())
+    monkeypatch.setattr(search, "_python_search", watched)
+    settings = Settings.model_validate({"workspace_tools": {"grep": "python"},
+                                        "tools": {"timeout_s": 1}})
+    calls = Calls(SquadLayout.at(repo / ".squad"), settings)
+    try:
+        with anyio.fail_after(60):
+            result = await calls("grep", pattern="x")
+        still_stuck = not release.is_set()
+    finally:
+        release.set()
+    assert entered.is_set() and still_stuck
+    assert not result.ok and "grep timed out after 1s" in result.text
+    # The abandoned thread sees that the call ended before its next line.
+    assert await anyio.to_thread.run_sync(finished.wait, 60)
+    assert len(lines_tried) == 1
