@@ -217,6 +217,7 @@ class AgentSession:
         workspace_dir: Path | None = None,
         tools_source: Callable[[], ToolSet] | None = None,
         commits: GroupCommit | None = None,
+        writer: TranscriptWriter | None = None,
     ):
         self.info = info
         self.files = files
@@ -239,7 +240,9 @@ class AgentSession:
         self.sink = sink
         self.usage = Usage()
         self.turns = 0
-        self._transcript: TranscriptWriter | None = None
+        self._transcript = writer
+        """Where the transcript's records go: given (a worker's session forwards them to its
+        coordinator), else the session's own file, made on first use."""
         self._specs = tools.specs()
 
     @property
@@ -269,6 +272,13 @@ class AgentSession:
         await self._flush()
         for message in messages:
             self._publish(message)
+        return await self._run(messages, None, cancel, timeout_s, prepared=True)
+
+    async def run_from(self, messages: list[Message], *, cancel: CancelSignal | None = None,
+                       timeout_s: float | None = None) -> SessionOutcome:
+        """Run the loop from `messages`, which the session's writer already holds, the session
+        marked active (a worker's session: its coordinator wrote them when the job was
+        claimed)."""
         return await self._run(messages, None, cancel, timeout_s, prepared=True)
 
     def _resolve_tools(self) -> None:

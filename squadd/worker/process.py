@@ -38,7 +38,7 @@ from squadd.contracts.messages import ToolSpec, parse_message
 from squadd.providers.base import Provider
 from squadd.runtime.events import EventBus
 from squadd.runtime.planning import info_from_transcript
-from squadd.runtime.session import SessionOutcome
+from squadd.runtime.session import AgentSession, SessionOutcome
 from squadd.runtime.slots import PrioritySlots, SlotClass
 from squadd.state.layout import SquadLayout
 from squadd.state.transcripts import Transcript
@@ -50,7 +50,6 @@ from squadd.worker.session import (
     ForwardingWriter,
     SquadToolProxy,
     StaleLease,
-    WorkerSession,
     checked,
 )
 
@@ -279,14 +278,14 @@ class Worker:
             return self._request(running, kind, suffix, payload)
 
         tools = await self._tools(body, forward, on_cancel)
-        session = WorkerSession(info, layout=self.layout, settings=self.settings,
-                                provider=self.provider, invoker=self.invoker, tools=tools,
-                                sink=self.bus)
-        session.forwarding = ForwardingWriter(forward, on_cancel, self.stopping)
+        session = AgentSession(info, layout=self.layout, settings=self.settings,
+                               provider=self.provider, invoker=self.invoker, tools=tools,
+                               sink=self.bus,
+                               writer=ForwardingWriter(forward, on_cancel, self.stopping))
         messages = [parse_message(m) for m in body.get("messages", [])]
         log.info("session running", session_id=job.session_id, agent=info.agent,
                  epoch=running.epoch, reclaimed=delivery.reclaimed)
-        outcome = await session.resume_remote(messages, cancel=cancel, timeout_s=job.timeout_s)
+        outcome = await session.run_from(messages, cancel=cancel, timeout_s=job.timeout_s)
         return outcome
 
     async def _tools(self, body: dict[str, Any], forward: Any, on_cancel: Any) -> ToolSet:

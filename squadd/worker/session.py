@@ -1,11 +1,12 @@
-"""A session run by a worker: the agent loop of `AgentSession`, with the coordinator as the
-keeper of its transcript and of its squad tools.
+"""What a worker gives `AgentSession` so that the coordinator keeps its transcript and applies
+its squad tools.
 
-`ForwardingWriter` stands in for the transcript writer: a flush sends the pending records to
-the coordinator and returns once it has fsynced them, so the loop advances exactly as it does on
-one host. `SquadToolProxy` forwards a squad-tool call (decide, memory, skill, route, status) to
-the coordinator's invocation pipeline. Every request carries the lease epoch; a refused one
-(`StaleLease`) stops the session without another word from this worker.
+`ForwardingWriter` is the session's transcript writer (`AgentSession(writer=...)`): a flush
+sends the pending records to the coordinator and returns once it has fsynced them, so the loop
+advances exactly as it does on one host. `SquadToolProxy` forwards a squad-tool call (decide,
+memory, skill, route, status) to the coordinator's invocation pipeline. Every request carries
+the lease epoch; a refused one (`StaleLease`) stops the session without another word from this
+worker.
 """
 
 from __future__ import annotations
@@ -20,10 +21,9 @@ from pydantic import BaseModel, ConfigDict
 
 from squadd.cluster.connection import ClusterError
 from squadd.cluster.wire import Reply
-from squadd.contracts.messages import Message, ToolSpec
-from squadd.runtime.session import AgentSession, SessionOutcome
+from squadd.contracts.messages import ToolSpec
 from squadd.state.transcripts import TranscriptWriter
-from squadd.tools.base import CancelSignal, Tool, ToolContext, ToolResult
+from squadd.tools.base import Tool, ToolContext, ToolResult
 
 Send = Callable[[str, str, dict[str, Any]], Awaitable[Reply]]
 """Send one request (kind, request-id suffix, body) for the session; returns the reply."""
@@ -100,22 +100,6 @@ class ForwardingWriter(TranscriptWriter):
         del self._records[:len(records)]
         if reply.cancelled:
             self._on_cancel()
-
-
-class WorkerSession(AgentSession):
-    """`AgentSession` whose transcript lives with the coordinator."""
-
-    forwarding: ForwardingWriter
-
-    @property
-    def _writer(self) -> TranscriptWriter:
-        return self.forwarding
-
-    async def resume_remote(self, messages: list[Message], *, cancel: CancelSignal,
-                            timeout_s: float) -> SessionOutcome:
-        """Run the loop from `messages` (the coordinator wrote them, and marked the session
-        active when this worker claimed it)."""
-        return await self._run(messages, None, cancel, timeout_s, prepared=True)
 
 
 class _AnyArgs(BaseModel):
