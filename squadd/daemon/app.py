@@ -132,8 +132,7 @@ async def get_session(request: Request) -> Response:
         raise ApiError(404, f"no session {session_id}: 'squadd sessions list' shows them")
     data: dict[str, Any] = {"session": view.model_dump(mode="json")}
     if with_transcript:
-        records = await transcript_records(runtime, session_id)
-        data["transcript"] = records[-tail:] if tail is not None else records
+        data["transcript"], _ = await transcript_records(runtime, session_id, tail)
     return json_answer(data)
 
 

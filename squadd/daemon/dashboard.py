@@ -225,9 +225,9 @@ async def session(request: Request) -> Response:
     view = await ctx.runtime.session(session_id)
     if view is None:
         raise ApiError(404, f"no session {session_id[:80]}")
-    records = await transcript_records(ctx.runtime, session_id)
+    records, total = await transcript_records(ctx.runtime, session_id, TRANSCRIPT_TAIL)
     return json_answer({"session": view.model_dump(mode="json"),
-                        "transcript": records[-TRANSCRIPT_TAIL:], "total": len(records)})
+                        "transcript": records, "total": total})
 
 
 def _last_event_id(request: Request) -> int | None:

@@ -24,7 +24,7 @@ from squadd.errors import InvalidNameError
 from squadd.runtime.events import Subscription
 from squadd.runtime.runtime import SquadRuntime
 from squadd.state.layout import safe_id
-from squadd.state.transcripts import read_transcript
+from squadd.state.transcripts import read_tail, read_transcript
 from squadd.untrusted import UntrustedInputError, parse_json
 
 if TYPE_CHECKING:
@@ -183,11 +183,15 @@ def query_count(request: Request, name: str, *, limit: int) -> int | None:
     return limit if len(digits) > len(str(limit)) else min(int(digits), limit)
 
 
-async def transcript_records(runtime: SquadRuntime, session_id: str) -> list[dict[str, Any]]:
-    """The records of a session's transcript (none when it has no file, or its id could not
-    name one), read off the event loop."""
+async def transcript_records(runtime: SquadRuntime, session_id: str, tail: int | None = None,
+                             ) -> tuple[list[dict[str, Any]], int]:
+    """The records of a session's transcript, or its last `tail` ones, and how many it holds
+    (none when it has no file, or its id could not name one), read off the event loop."""
     try:
         path = runtime.layout.transcript(safe_id(session_id))
-        return (await anyio.to_thread.run_sync(read_transcript, path)).records
+        if tail is not None:
+            return await anyio.to_thread.run_sync(read_tail, path, tail)
+        records = (await anyio.to_thread.run_sync(read_transcript, path)).records
+        return records, len(records)
     except (FileNotFoundError, InvalidNameError):
-        return []
+        return [], 0

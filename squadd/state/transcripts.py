@@ -299,12 +299,8 @@ def read_transcript(path: Path) -> Transcript:
             line = raw.strip()
             if not line:
                 continue
-            try:
-                record = json.loads(line)
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                transcript.torn_lines += 1
-                continue
-            if not isinstance(record, dict):
+            record = _record(line)
+            if record is None:
                 transcript.torn_lines += 1
                 continue
             transcript.records.append(record)
@@ -316,6 +312,31 @@ def read_transcript(path: Path) -> Transcript:
             elif kind == "state":
                 transcript.states.append(record)
     return transcript
+
+
+def _record(line: bytes) -> dict[str, Any] | None:
+    """The record a transcript line holds; None for a torn or foreign line."""
+    try:
+        record = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def read_tail(path: Path, count: int) -> tuple[list[dict[str, Any]], int]:
+    """The last `count` records of a transcript, and how many lines it holds in all (blocking).
+    Only the kept lines are parsed, so showing the end of a long transcript costs a read of
+    it, not a parse; a torn line counts in the total but is not shown."""
+    kept: deque[bytes] = deque(maxlen=max(count, 0))
+    total = 0
+    with path.open("rb") as handle:
+        for raw in handle:
+            line = raw.strip()
+            if line:
+                total += 1
+                kept.append(line)
+    records = [record for line in kept if (record := _record(line)) is not None]
+    return records, total
 
 
 def list_transcripts(layout: SquadLayout) -> list[Path]:

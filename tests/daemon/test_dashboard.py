@@ -16,7 +16,7 @@ import pytest
 
 from squadd.contracts.events import ApprovalRequested, ToolUpdated
 from squadd.contracts.routes import RouteRequest
-from squadd.daemon.dashboard import UI_PREFIX
+from squadd.daemon.dashboard import TRANSCRIPT_TAIL, UI_PREFIX
 from squadd.daemon.ui_guard import DASHBOARD_HEADERS
 from tests.daemon.dashboard_support import (
     SECRET,
@@ -161,6 +161,9 @@ async def test_the_state_shows_the_tree_the_tool_progress_and_the_turns(squad: S
     contents = [r["message"].get("content") for r in transcript["transcript"]
                 if r["kind"] == "message"]
     assert "both steps done" in contents and contents[-1] == "steps done"
+    whole = squad.runtime.layout.transcript(child["session_id"]).read_text().splitlines()
+    assert transcript["total"] == len(whole) and len(transcript["transcript"]) == min(
+        len(whole), TRANSCRIPT_TAIL)
 
 
 @with_squad

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from squadd.state import transcripts as transcripts_module
-from squadd.state.transcripts import TranscriptWriter, read_transcript
+from squadd.state.transcripts import TranscriptWriter, read_tail, read_transcript
 
 
 def test_records_round_trip(tmp_path: Path) -> None:
@@ -186,3 +186,21 @@ def test_a_spare_moves_in_one_step_and_never_over_an_existing_file(tmp_path: Pat
     assert _rename_noreplace(source, target) is True
     assert target.exists() and not source.exists()
     assert _rename_noreplace(source, tmp_path / "other.jsonl") == "taken"
+
+
+def test_the_tail_is_the_last_records_as_a_whole_read_gives_them(tmp_path: Path) -> None:
+    path = tmp_path / "s-2.jsonl"
+    writer = TranscriptWriter(path)
+    for n in range(300):
+        writer.add("message", message={"role": "user", "content": f"task {n}"})
+    writer.flush()
+    with path.open("ab") as handle:  # a line a crash tore mid-file, then more records
+        handle.write(b'{"kind": "mess\n')
+    writer.add("state", state="idle")
+    writer.flush()
+    whole = read_transcript(path)
+    records, total = read_tail(path, 3)
+    assert records == whole.records[-2:]  # the torn line is one of the last three
+    assert total == len(whole.records) + whole.torn_lines == 302
+    assert read_tail(path, 1000) == (whole.records, 302)
+    assert read_tail(path, 0) == ([], 302)
