@@ -36,18 +36,12 @@ from squadd.contracts.messages import (
     message_record,
 )
 from squadd.daemon.handover import recovered_results
+from squadd.runtime.acceptance import continuation_writer, record_acceptance
 from squadd.runtime.planning import RoutePlan, info_from_transcript, load_transcript
 from squadd.runtime.pool import SessionRecord
 from squadd.runtime.runner import RunHere
 from squadd.runtime.runtime import SquadRuntime
-from squadd.runtime.session import (
-    AgentSession,
-    SessionInfo,
-    SessionOutcome,
-    continuation_writer,
-    record_acceptance,
-    session_meta,
-)
+from squadd.runtime.session import AgentSession, SessionInfo, SessionOutcome, session_meta
 from squadd.runtime.session_sink import SessionSink
 from squadd.state.transcripts import TranscriptWriter, read_transcript
 from squadd.tools.base import CancelSignal, ToolSet

@@ -23,16 +23,12 @@ from squadd.contracts.routes import RouteResult
 from squadd.contracts.workspaces import WorkspaceView
 from squadd.errors import SquaddError
 from squadd.providers.base import Provider
+from squadd.runtime.acceptance import record_unstarted_end
 from squadd.runtime.events import EventBus
 from squadd.runtime.orchestration import OrchestrationEntry, OrchestrationLog
 from squadd.runtime.planning import RoutePlan
 from squadd.runtime.pool import SessionPool, SessionRecord
-from squadd.runtime.session import (
-    AgentSession,
-    SessionOutcome,
-    record_unstarted_end,
-    session_toolset,
-)
+from squadd.runtime.session import AgentSession, SessionOutcome, session_toolset
 from squadd.runtime.session_sink import SessionSink
 from squadd.runtime.slots import SlotTicket
 from squadd.statcache import StatCache

@@ -128,7 +128,7 @@ class SessionInfo:
     """The `availableTools` of the route that made the session: its later tasks keep to them."""
 
 
-def _now_iso() -> str:
+def now_iso() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
 
 
@@ -140,36 +140,6 @@ def session_meta(info: SessionInfo) -> dict[str, Any]:
             "lineage": list(info.lineage), "priority": info.priority,
             "available_tools": (list(info.available_tools)
                                 if info.available_tools is not None else None)}
-
-
-def acceptance_writer(layout: SquadLayout, info: SessionInfo, context: str | None,
-                      spares: SpareFiles | None = None) -> TranscriptWriter:
-    """What makes an accepted route durable before its caller hears it was accepted (blocking:
-    the path is checked): its meta (with the context) and a `queued` state. A daemon that dies
-    before the session starts leaves this transcript; recovery marks it interrupted, and
-    resuming it starts the task from the beginning."""
-    writer = TranscriptWriter(layout.transcript(info.session_id), spares)
-    writer.add("meta", **session_meta(info), context=context, created=_now_iso(),
-               owner=current_owner())
-    writer.add("state", state="queued")
-    return writer
-
-
-def record_acceptance(layout: SquadLayout, info: SessionInfo, context: str | None,
-                      spares: SpareFiles | None = None) -> None:
-    """`acceptance_writer`'s records, written and fsynced at once (blocking)."""
-    acceptance_writer(layout, info, context, spares).flush()
-
-
-def continuation_writer(layout: SquadLayout, session_id: str, task: str,
-                        context: str | None) -> TranscriptWriter:
-    """What makes an accepted continuation (a new task for a session at rest) durable before
-    its caller hears it was accepted (blocking): a `queued` state with the task. If the daemon
-    dies before the task starts, recovery marks the session interrupted and resuming it runs
-    this task (see `pending_task`)."""
-    writer = TranscriptWriter(layout.transcript(session_id))
-    writer.add("state", state="queued", task=task, context=context)
-    return writer
 
 
 def pending_task(transcript: Transcript) -> str | None:
@@ -187,15 +157,6 @@ def pending_task(transcript: Transcript) -> str | None:
             elif state in ("error", "completed"):
                 pending = None
     return pending
-
-
-def record_unstarted_end(layout: SquadLayout, session_id: str, state: str,
-                         **fields: Any) -> None:
-    """The end of an accepted route whose session never started (its wait for a slot timed
-    out or was cancelled), appended to its transcript (blocking)."""
-    writer = TranscriptWriter(layout.transcript(session_id))
-    writer.add("state", state=state, **fields)
-    writer.flush()
 
 
 class AgentSession:
@@ -266,8 +227,8 @@ class AgentSession:
                     cancel: CancelSignal | None = None,
                     timeout_s: float | None = None,
                     accepted: bool = False) -> SessionOutcome:
-        """A new session: write its meta (unless `record_acceptance` did), system prompt and
-        task, then run it."""
+        """A new session: write its meta (unless the route's acceptance did), system prompt
+        and task, then run it."""
         messages = await anyio.to_thread.run_sync(self._first_prepare, task, context, accepted)
         await self._flush()
         for message in messages:
@@ -306,7 +267,7 @@ class AgentSession:
             writer.add("meta", tools=self.tools.names, owner=current_owner())
         else:
             writer.add("meta", **{**session_meta(info), "task": task},
-                       tools=self.tools.names, created=_now_iso(), owner=current_owner())
+                       tools=self.tools.names, created=now_iso(), owner=current_owner())
         writer.add("message", message=message_record(system))
         writer.add("message", message=message_record(user))
         writer.add("state", state="active")

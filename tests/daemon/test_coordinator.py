@@ -12,8 +12,9 @@ from squadd.cluster.wire import Request
 from squadd.config import load_settings
 from squadd.daemon.coordinator import Coordinator
 from squadd.providers.replay import ReplayProvider, ReplayScript
+from squadd.runtime.acceptance import record_acceptance
 from squadd.runtime.runtime import SquadRuntime
-from squadd.runtime.session import SessionInfo, record_acceptance
+from squadd.runtime.session import SessionInfo
 from squadd.state.transcripts import read_transcript
 from tests.support.daemon_process import make_repo
 from tests.support.redis_server import RedisServer
