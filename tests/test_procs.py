@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import psutil
@@ -45,6 +46,12 @@ def _start_owner() -> tuple[subprocess.Popen[str], list[int]]:
     assert owner.stdout is not None
     pids = [int(p) for p in owner.stdout.readline().split()]
     assert len(pids) == 2, pids
+    # `$!` is printed as soon as `sleep` is forked: until it has exec'd, /proc shows an
+    # environment in the making (read empty mid-exec), so wait for the command it became.
+    deadline = time.monotonic() + 60
+    while psutil.Process(pids[1]).cmdline()[:1] != ["sleep"]:
+        assert time.monotonic() < deadline, "the grandchild never became `sleep`"
+        time.sleep(0.01)
     return owner, pids
 
 
