@@ -43,6 +43,7 @@ log = structlog.get_logger("squadd.journal")
 CHECKPOINT_BYTES = 8 * 1024 * 1024
 """Journal size past which the transcripts are synced and the journal emptied."""
 JOURNAL_SUFFIX = ".log"
+_OPEN_ATTEMPTS = 5
 _FOLDERS = (("run", "transcripts"), ("sessions",))
 """Where a journaled transcript may live, relative to the squad root."""
 
@@ -139,12 +140,20 @@ class GroupCommit:
     def _open(self) -> None:
         folder = self.layout.transcript_journals_dir
         folder.mkdir(parents=True, exist_ok=True)
-        path = folder / f"{os.getpid()}-{secrets.token_hex(4)}{JOURNAL_SUFFIX}"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC,
-                     0o644)
-        fcntl.flock(fd, fcntl.LOCK_EX)  # held while this runtime lives: "not to be replayed"
-        fsync_dir(folder)
-        self._fd, self.path = fd, path
+        for _attempt in range(_OPEN_ATTEMPTS):
+            path = folder / f"{os.getpid()}-{secrets.token_hex(4)}{JOURNAL_SUFFIX}"
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC,
+                         0o644)
+            # Until it is locked, a replay in another process may take the new file for an
+            # ended runtime's and remove it: then this one is not the journal, and another is
+            # made. Once locked (held while this runtime lives) it is never replayed.
+            if _lock_if_still_at(fd, path):
+                fsync_dir(folder)
+                self._fd, self.path = fd, path
+                return
+            os.close(fd)
+        raise OSError(f"no transcript journal could be made in {folder}: each new one was "
+                      "removed by a replay before it was locked")
 
     def _commit(self, batch: list[_Job]) -> None:
         lines: list[bytes] = []
@@ -224,6 +233,20 @@ class GroupCommit:
         if self.path is not None:
             with contextlib.suppress(FileNotFoundError):
                 self.path.unlink()
+
+
+def _lock_if_still_at(fd: int, path: Path) -> bool:
+    """Lock `fd`'s file if nobody holds it and `path` still names it (True), else False."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:  # a replay holds it, and will remove it
+        return False
+    try:
+        named = path.stat()
+    except FileNotFoundError:  # a replay removed it before the lock
+        return False
+    held = os.fstat(fd)
+    return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
 
 
 async def _flush_alone(job: _Job) -> None:

@@ -249,3 +249,28 @@ async def test_a_batch_that_fails_unexpectedly_is_raised_to_its_sessions_and_the
     assert broken == ["a.jsonl"] and commits.batches == 1
     assert read_transcript(layout.transcripts_dir / "b.jsonl").messages == [
         {"role": "user", "content": "second"}]
+
+
+async def test_a_journal_a_replay_removes_before_it_is_locked_is_made_again(
+        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Another process's replay runs between this runtime's creating its journal and locking
+    # it: the file looks like an ended runtime's (nobody holds it), so the replay removes it.
+    real_flock = journal_module.fcntl.flock
+    replays: list[int] = []
+
+    def replay_first(fd: int, operation: int) -> None:
+        if not replays:
+            replays.append(-1)  # the replay's own locking goes straight through
+            replays[0] = replay_journals(layout).journals
+        real_flock(fd, operation)
+
+    monkeypatch.setattr(journal_module.fcntl, "flock", replay_first)
+    commits = GroupCommit(layout)
+    async with anyio.create_task_group() as tg:
+        await tg.start(commits.run)
+        await commits.commit(writer_for(layout, "a", "kept"))
+        assert commits.path is not None
+        journaled = commits.path.read_bytes()  # what a power cut would replay from
+        commits.close()
+    assert replays == [1]  # the replay did take the first file
+    assert b'"t":"run/transcripts/a.jsonl"' in journaled
