@@ -282,7 +282,11 @@ class Replayed:
 
 
 def replay_journals(layout: SquadLayout) -> Replayed:
-    """Restore what ended runtimes' journals hold and their transcripts lack (blocking)."""
+    """Restore what ended runtimes' journals hold and their transcripts lack (blocking).
+
+    All their lines are applied together, each transcript's in the order of its offsets: a
+    transcript one runtime wrote and another continued has its appends in two journals, and
+    the later one's cannot be put back before the earlier one's."""
     replayed = Replayed()
     folder = layout.transcript_journals_dir
     try:
@@ -290,81 +294,117 @@ def replay_journals(layout: SquadLayout) -> Replayed:
                        if entry.name.endswith(JOURNAL_SUFFIX))
     except FileNotFoundError:
         return replayed
-    for name in names:
-        path = folder / name
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except FileNotFoundError:
-            continue
-        except OSError as exc:  # e.g. a link (never ours): left alone
-            log.warning("transcript journal not replayed", journal=name, error=str(exc))
-            continue
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                continue  # its runtime is alive
+    held: list[tuple[str, int]] = []
+    """Journals of ended runtimes, locked until they are replayed and removed."""
+    try:
+        lines: list[bytes] = []
+        for name in names:
+            fd = _ended_journal(folder / name)
+            if fd is None:
+                continue
             try:
                 with os.fdopen(os.dup(fd), "rb") as handle:
-                    restored = _replay(layout, handle.read())
-                path.unlink()
+                    lines.extend(handle.read().split(b"\n"))
             except OSError as exc:  # left in place; the daemon still starts
                 log.warning("transcript journal not replayed", journal=name, error=str(exc))
+                os.close(fd)
                 continue
-            replayed.journals += 1
-            replayed.restored.extend(r for r in restored if r not in replayed.restored)
-        finally:
+            held.append((name, fd))
+        if not held:
+            return replayed
+        try:
+            replayed.restored = _replay(layout, lines)
+            for name, _fd in held:
+                (folder / name).unlink()
+        except OSError as exc:  # what is left is replayed at the next start
+            log.warning("transcript journals not replayed", journals=[n for n, _ in held],
+                        error=str(exc))
+            return replayed
+    finally:
+        for _name, fd in held:
             os.close(fd)
-    if replayed.journals:
-        fsync_dir(folder)
-        log.info("transcript journals replayed", journals=replayed.journals,
-                 restored=len(replayed.restored))
+    replayed.journals = len(held)
+    fsync_dir(folder)
+    log.info("transcript journals replayed", journals=replayed.journals,
+             restored=len(replayed.restored))
     return replayed
 
 
-def _replay(layout: SquadLayout, text: bytes) -> list[str]:
-    restored: list[str] = []
-    synced: set[Path] = set()
-    for raw in text.split(b"\n"):
+def _ended_journal(path: Path) -> int | None:
+    """`path` opened and locked if it is a journal no live runtime holds; else None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:  # e.g. a link (never ours): left alone
+        log.warning("transcript journal not replayed", journal=path.name, error=str(exc))
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:  # its runtime is alive
+        os.close(fd)
+        return None
+    return fd
+
+
+@dataclass(frozen=True)
+class _Line:
+    where: str
+    target: Path
+    start: int
+    data: bytes
+
+
+def _replay(layout: SquadLayout, raw_lines: list[bytes]) -> list[str]:
+    lines: list[_Line] = []
+    for raw in raw_lines:
         try:
             record = json.loads(raw)
             where, end, data = record["t"], int(record["end"]), record["data"].encode("utf-8")
         except (ValueError, KeyError, TypeError, AttributeError, OverflowError):
             continue  # a torn line (or not one of ours)
         target = _transcript_at(layout, where)
-        if target is None:
-            continue
-        try:
-            found = os.lstat(target)
-        except FileNotFoundError:
-            size = 0
-        else:
-            if not stat.S_ISREG(found.st_mode):  # a link or a folder: never written through
-                log.warning("journaled transcript is not a file; left alone", path=where)
-                continue
-            size = found.st_size
-        start = end - len(data)
-        if start < 0 or size >= end:  # not one of ours, or the transcript has it all
-            continue
-        if size < start:
-            log.warning("transcript shorter than its journal says; left alone", path=where,
-                        size=size, journaled_from=start)
-            continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            tail = data[size - start:]
-            written = 0
-            while written < len(tail):
-                written += os.write(fd, tail[written:])
-        finally:
-            os.close(fd)
-        synced.add(target)
-        if where not in restored:
-            restored.append(where)
-    for target in synced:
+        if target is not None and end >= len(data):  # else not one of ours
+            lines.append(_Line(where, target, end - len(data), data))
+    lines.sort(key=lambda line: (line.where, line.start))
+    restored: dict[str, Path] = {}
+    for line in lines:
+        if _restore(line):
+            restored[line.where] = line.target
+    for target in restored.values():
         _sync_file(target, created=True)
-    return restored
+    return list(restored)
+
+
+def _restore(line: _Line) -> bool:
+    """Append the part of `line` its transcript lacks; False when it lacks none (or cannot
+    take it: it is not a file, or it lacks more than this line)."""
+    end = line.start + len(line.data)
+    try:
+        found = os.lstat(line.target)
+    except FileNotFoundError:
+        size = 0
+    else:
+        if not stat.S_ISREG(found.st_mode):  # a link or a folder: never written through
+            log.warning("journaled transcript is not a file; left alone", path=line.where)
+            return False
+        size = found.st_size
+    if size >= end:  # the transcript has it all
+        return False
+    if size < line.start:
+        log.warning("transcript shorter than its journal says; left alone", path=line.where,
+                    size=size, journaled_from=line.start)
+        return False
+    line.target.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(line.target, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    try:
+        tail = line.data[size - line.start:]
+        written = 0
+        while written < len(tail):
+            written += os.write(fd, tail[written:])
+    finally:
+        os.close(fd)
+    return True
 
 
 def _transcript_at(layout: SquadLayout, where: object) -> Path | None:

@@ -4,6 +4,7 @@ took from the transcripts."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -274,3 +275,25 @@ async def test_a_journal_a_replay_removes_before_it_is_locked_is_made_again(
         commits.close()
     assert replays == [1]  # the replay did take the first file
     assert b'"t":"run/transcripts/a.jsonl"' in journaled
+
+
+def test_a_transcript_continued_by_a_second_runtime_is_replayed_from_both_journals_in_order(
+        layout: SquadLayout) -> None:
+    # One runtime wrote the first record, another continued the session; both were killed
+    # and a power cut took the transcript's unsynced bytes. The later journal's name sorts
+    # first, so its line is met before the one it follows.
+    first = b'{"kind":"meta","agent":"a"}\n'
+    second = b'{"kind":"state","state":"completed"}\n'
+    folder = layout.transcript_journals_dir
+    folder.mkdir(parents=True)
+    (folder / "1-later.log").write_text(json.dumps(
+        {"t": "run/transcripts/s.jsonl", "end": len(first) + len(second),
+         "data": second.decode()}) + "\n", encoding="utf-8")
+    (folder / "2-earlier.log").write_text(json.dumps(
+        {"t": "run/transcripts/s.jsonl", "end": len(first), "data": first.decode()}) + "\n",
+        encoding="utf-8")
+
+    replayed = replay_journals(layout)
+    assert replayed.journals == 2 and replayed.restored == ["run/transcripts/s.jsonl"]
+    assert (layout.transcripts_dir / "s.jsonl").read_bytes() == first + second
+    assert not list(folder.iterdir())
