@@ -147,8 +147,14 @@ class GroupCommit:
             # Until it is locked, a replay in another process may take the new file for an
             # ended runtime's and remove it: then this one is not the journal, and another is
             # made. Once locked (held while this runtime lives) it is never replayed.
-            if _lock_if_still_at(fd, path):
-                fsync_dir(folder)
+            try:
+                locked = _lock_if_still_at(fd, path)
+                if locked:
+                    fsync_dir(folder)
+            except BaseException:
+                os.close(fd)
+                raise
+            if locked:
                 self._fd, self.path = fd, path
                 return
             os.close(fd)

@@ -4,6 +4,7 @@ took from the transcripts."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -297,3 +298,25 @@ def test_a_transcript_continued_by_a_second_runtime_is_replayed_from_both_journa
     assert replayed.journals == 2 and replayed.restored == ["run/transcripts/s.jsonl"]
     assert (layout.transcripts_dir / "s.jsonl").read_bytes() == first + second
     assert not list(folder.iterdir())
+
+
+async def test_a_journal_that_cannot_be_locked_fails_the_start_and_is_not_left_open(
+        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_locks(fd: int, operation: int) -> None:
+        raise OSError(37, "No locks available")
+
+    monkeypatch.setattr(journal_module.fcntl, "flock", no_locks)
+    def open_files() -> set[str]:
+        names = set()
+        for fd in Path("/proc/self/fd").iterdir():
+            with contextlib.suppress(FileNotFoundError):  # the listing's own, closed since
+                names.add(f"{fd.name} {fd.readlink()}")
+        return names
+
+    open_before = open_files()
+    commits = GroupCommit(layout)
+    async with anyio.create_task_group() as tg:
+        with pytest.raises(OSError, match="No locks available"):
+            await tg.start(commits.run)
+    assert not commits.running
+    assert [name for name in open_files() - open_before if name.endswith(".log")] == []
