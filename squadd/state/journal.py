@@ -374,11 +374,13 @@ def _replay(layout: SquadLayout, raw_lines: list[bytes]) -> list[str]:
             lines.append(_Line(where, target, end - len(data), data))
     lines.sort(key=lambda line: (line.where, line.start))
     restored: dict[str, Path] = {}
-    for line in lines:
-        if _restore(line):
-            restored[line.where] = line.target
-    for target in restored.values():
-        _sync_file(target, created=True)
+    try:
+        for line in lines:
+            if _restore(line):
+                restored[line.where] = line.target
+    finally:  # what was put back is durable even when a later line fails: a replay next time
+        for target in restored.values():  # finds it whole, and so neither writes nor syncs it
+            _sync_file(target, created=True)
     return list(restored)
 
 

@@ -320,3 +320,32 @@ async def test_a_journal_that_cannot_be_locked_fails_the_start_and_is_not_left_o
             await tg.start(commits.run)
     assert not commits.running
     assert [name for name in open_files() - open_before if name.endswith(".log")] == []
+
+
+def test_what_a_failed_replay_put_back_is_synced_and_the_journals_kept(
+        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = layout.transcript_journals_dir
+    folder.mkdir(parents=True)
+    (folder / "1-dead.log").write_text(
+        '{"t":"run/transcripts/a.jsonl","end":3,"data":"ab\\n"}\n'
+        '{"t":"run/transcripts/b.jsonl","end":3,"data":"cd\\n"}\n', encoding="utf-8")
+    real_restore, real_sync = journal_module._restore, journal_module._sync_file
+    synced: list[str] = []
+
+    def full_disk_for_b(line: journal_module._Line) -> bool:
+        if line.target.name == "b.jsonl":
+            raise OSError(28, "No space left on device")
+        return real_restore(line)
+
+    def recorded_sync(path: Path, created: bool) -> None:
+        synced.append(path.name)
+        real_sync(path, created)
+
+    monkeypatch.setattr(journal_module, "_restore", full_disk_for_b)
+    monkeypatch.setattr(journal_module, "_sync_file", recorded_sync)
+    assert replay_journals(layout).journals == 0
+    # a.jsonl was put back: the next replay finds it whole and skips it, so only this one
+    # can make it durable.
+    assert (layout.transcripts_dir / "a.jsonl").read_bytes() == b"ab\n"
+    assert synced == ["a.jsonl"]
+    assert (folder / "1-dead.log").exists()  # replayed again at the next start
