@@ -386,7 +386,8 @@ def _replay(layout: SquadLayout, raw_lines: list[bytes]) -> list[str]:
 
 def _restore(line: _Line) -> bool:
     """Append the part of `line` its transcript lacks; False when it lacks none (or cannot
-    take it: it is not a file, or it lacks more than this line)."""
+    take it: it is not a file, it lacks more than this line, or what it holds of the line's
+    place is not the line)."""
     end = line.start + len(line.data)
     try:
         found = os.lstat(line.target)
@@ -404,8 +405,15 @@ def _restore(line: _Line) -> bool:
                     size=size, journaled_from=line.start)
         return False
     line.target.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(line.target, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    fd = os.open(line.target, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     try:
+        # The part it holds must be this line's: after a replay that failed, recovery may
+        # have appended its own record where the lost bytes were.
+        held = line.data[:size - line.start]
+        if held and os.pread(fd, len(held), line.start) != held:
+            log.warning("transcript was written past its journaled bytes; left alone",
+                        path=line.where)
+            return False
         tail = line.data[size - line.start:]
         written = 0
         while written < len(tail):

@@ -349,3 +349,28 @@ def test_what_a_failed_replay_put_back_is_synced_and_the_journals_kept(
     assert (layout.transcripts_dir / "a.jsonl").read_bytes() == b"ab\n"
     assert synced == ["a.jsonl"]
     assert (folder / "1-dead.log").exists()  # replayed again at the next start
+
+
+def test_a_transcript_written_where_its_lost_bytes_were_is_not_patched_with_their_rest(
+        layout: SquadLayout) -> None:
+    # A power cut took "ab\ncd\n"; the replay then failed, and recovery appended its own
+    # record where those bytes were. Appending "cd\n" after it would put a torn half-line
+    # and a message after the record that ended the session.
+    folder = layout.transcript_journals_dir
+    folder.mkdir(parents=True)
+    (folder / "1-dead.log").write_text(
+        '{"t":"run/transcripts/s.jsonl","end":6,"data":"ab\\ncd\\n"}\n', encoding="utf-8")
+    (layout.transcripts_dir / "s.jsonl").write_bytes(b"xy\n")
+    assert replay_journals(layout).restored == []
+    assert (layout.transcripts_dir / "s.jsonl").read_bytes() == b"xy\n"
+
+
+def test_a_transcript_holding_the_head_of_its_lost_bytes_gets_the_rest(
+        layout: SquadLayout) -> None:
+    folder = layout.transcript_journals_dir
+    folder.mkdir(parents=True)
+    (folder / "1-dead.log").write_text(
+        '{"t":"run/transcripts/s.jsonl","end":9,"data":"ab\\ncd\\n"}\n', encoding="utf-8")
+    (layout.transcripts_dir / "s.jsonl").write_bytes(b"00\nab\nc")
+    assert replay_journals(layout).restored == ["run/transcripts/s.jsonl"]
+    assert (layout.transcripts_dir / "s.jsonl").read_bytes() == b"00\nab\ncd\n"
