@@ -29,7 +29,8 @@ from squadd import tool
 from squadd.config import Settings
 from squadd.providers.replay import ReplayProvider, ReplayScript, ScriptedCall, ScriptedTurn
 from squadd.runtime.events import EventBus
-from squadd.runtime.session import AgentSession, SessionInfo, choose_model, session_toolset
+from squadd.runtime.session import AgentSession
+from squadd.runtime.session_info import SessionInfo, choose_model, session_toolset
 from squadd.statcache import StatCache, text_cache
 from squadd.state.charters import read_charter
 from squadd.state.layout import SquadLayout

@@ -41,7 +41,8 @@ from squadd.runtime.planning import RoutePlan, info_from_transcript, load_transc
 from squadd.runtime.pool import SessionRecord
 from squadd.runtime.runner import RunHere
 from squadd.runtime.runtime import SquadRuntime
-from squadd.runtime.session import AgentSession, SessionInfo, SessionOutcome, session_meta
+from squadd.runtime.session import AgentSession, SessionOutcome
+from squadd.runtime.session_info import SessionInfo, session_meta
 from squadd.runtime.session_sink import SessionSink
 from squadd.state.transcripts import TranscriptWriter, read_transcript
 from squadd.tools.base import CancelSignal, ToolSet

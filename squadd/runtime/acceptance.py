@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from squadd.runtime.session import SessionInfo, now_iso, session_meta
+from squadd.runtime.session_info import SessionInfo, now_iso, session_meta
 from squadd.state.layout import SquadLayout
 from squadd.state.owner import current_owner
 from squadd.state.transcripts import SpareFiles, TranscriptWriter

@@ -16,7 +16,7 @@ import anyio
 from squadd.errors import SquaddError
 from squadd.runtime.planning import info_from_transcript, load_transcript
 from squadd.runtime.pool import SessionPool
-from squadd.runtime.session import SessionInfo, charter_toolset, session_toolset
+from squadd.runtime.session_info import SessionInfo, charter_toolset, session_toolset
 from squadd.state.charters import Charter
 from squadd.state.layout import SquadLayout
 from squadd.tools.base import ToolSet

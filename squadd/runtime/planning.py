@@ -21,7 +21,7 @@ from squadd.contracts.workspaces import Isolation
 from squadd.errors import InvalidNameError, StateError
 from squadd.runtime.acceptance import acceptance_writer, continuation_writer
 from squadd.runtime.router import Router
-from squadd.runtime.session import SessionInfo, choose_model, new_session_id
+from squadd.runtime.session_info import SessionInfo, choose_model, new_session_id
 from squadd.statcache import StatCache
 from squadd.state.charters import Charter, parse_charter, roster
 from squadd.state.layout import SquadLayout, safe_id

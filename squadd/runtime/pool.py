@@ -29,7 +29,7 @@ from squadd.contracts.events import (
 )
 from squadd.contracts.sessions import LIVE_STATES, PoolTotals, SessionState, SessionView
 from squadd.errors import PoolFullError, RouteError
-from squadd.runtime.session import SessionInfo
+from squadd.runtime.session_info import SessionInfo
 from squadd.runtime.slots import PrioritySlots, SlotClass, SlotLimiter, SlotTicket
 from squadd.tools.base import ToolSet
 

@@ -28,7 +28,8 @@ from squadd.runtime.events import EventBus
 from squadd.runtime.orchestration import OrchestrationEntry, OrchestrationLog
 from squadd.runtime.planning import RoutePlan
 from squadd.runtime.pool import SessionPool, SessionRecord
-from squadd.runtime.session import AgentSession, SessionOutcome, session_toolset
+from squadd.runtime.session import AgentSession, SessionOutcome
+from squadd.runtime.session_info import session_toolset
 from squadd.runtime.session_sink import SessionSink
 from squadd.runtime.slots import SlotTicket
 from squadd.statcache import StatCache

@@ -10,10 +10,9 @@ in memory: continuing it re-reads its transcript.
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import secrets
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -38,8 +37,8 @@ from squadd.errors import ProviderError, SquaddError
 from squadd.providers.base import CompletionRequest, Provider
 from squadd.runtime.conversation import name_calls, paired, used_call_ids
 from squadd.runtime.prompt import build_system_prompt, gather
+from squadd.runtime.session_info import SessionInfo, now_iso, session_meta
 from squadd.statcache import StatCache
-from squadd.state.charters import Charter
 from squadd.state.journal import GroupCommit
 from squadd.state.layout import SquadLayout
 from squadd.state.owner import current_owner
@@ -57,47 +56,6 @@ def new_message_id() -> str:
     return "msg-" + secrets.token_hex(6)
 
 
-def new_session_id() -> str:
-    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(4)
-
-
-def choose_model(route_model: str | None, charter: Charter | None, settings: Settings,
-                 agent: str, provider_default: str) -> str:
-    """route `model` > charter `Preferred:` > `[agents.{name}] model` > provider default."""
-    if route_model:
-        return route_model
-    if charter is not None and charter.model:
-        return charter.model
-    configured = settings.agents.get(agent)
-    if configured is not None and configured.model:
-        return configured.model
-    return settings.provider.model or provider_default
-
-
-def session_toolset(tools: ToolSet, available: Iterable[str] | None,
-                    charter: Charter | None, *, session_id: str | None = None) -> ToolSet:
-    """The caller's `availableTools` narrow the set; the charter's `## Tools` narrows it further.
-    A tool either rule leaves out is refused with the rule named."""
-    if available is not None:
-        allowed = list(available)
-        whose = f"session {session_id}" if session_id else "this session"
-        narrowed = tools.narrowed(allowed, rule=(
-            f"the route that started {whose} allows only {', '.join(allowed) or 'no tools'} "
-            "(availableTools)"))
-    else:
-        narrowed = tools
-    return charter_toolset(narrowed, charter)
-
-
-def charter_toolset(tools: ToolSet, charter: Charter | None) -> ToolSet:
-    """`tools` narrowed by the charter's `## Tools` (all of them when it has none)."""
-    if charter is None or charter.tools is None:
-        return tools
-    return tools.narrowed(charter.tools, rule=(
-        f"{charter.agent}'s charter allows only {', '.join(charter.tools) or 'no tools'} "
-        f"(## Tools in agents/{charter.agent}/charter.md)"))
-
-
 @dataclass
 class SessionOutcome:
     session_id: str
@@ -109,37 +67,6 @@ class SessionOutcome:
     usage: Usage = field(default_factory=Usage)
     duration_s: float = 0.0
     model: str = ""
-
-
-@dataclass
-class SessionInfo:
-    """What a session is, fixed at creation."""
-
-    session_id: str
-    agent: str
-    model: str
-    task: str
-    parent_session_id: str | None = None
-    requested_by: str | None = None
-    depth: int = 0
-    lineage: tuple[str, ...] = ()
-    priority: str = "normal"
-    available_tools: tuple[str, ...] | None = None
-    """The `availableTools` of the route that made the session: its later tasks keep to them."""
-
-
-def now_iso() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
-
-
-def session_meta(info: SessionInfo) -> dict[str, Any]:
-    """What a transcript's meta record says about its session."""
-    return {"session_id": info.session_id, "agent": info.agent, "model": info.model,
-            "task": info.task, "parent_session_id": info.parent_session_id,
-            "requested_by": info.requested_by, "depth": info.depth,
-            "lineage": list(info.lineage), "priority": info.priority,
-            "available_tools": (list(info.available_tools)
-                                if info.available_tools is not None else None)}
 
 
 def pending_task(transcript: Transcript) -> str | None:

@@ -43,6 +43,7 @@ log = structlog.get_logger("squadd.journal")
 CHECKPOINT_BYTES = 8 * 1024 * 1024
 """Journal size past which the transcripts are synced and the journal emptied."""
 JOURNAL_SUFFIX = ".log"
+_OPEN_ATTEMPTS = 5
 _FOLDERS = (("run", "transcripts"), ("sessions",))
 """Where a journaled transcript may live, relative to the squad root."""
 
@@ -139,12 +140,26 @@ class GroupCommit:
     def _open(self) -> None:
         folder = self.layout.transcript_journals_dir
         folder.mkdir(parents=True, exist_ok=True)
-        path = folder / f"{os.getpid()}-{secrets.token_hex(4)}{JOURNAL_SUFFIX}"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC,
-                     0o644)
-        fcntl.flock(fd, fcntl.LOCK_EX)  # held while this runtime lives: "not to be replayed"
-        fsync_dir(folder)
-        self._fd, self.path = fd, path
+        for _attempt in range(_OPEN_ATTEMPTS):
+            path = folder / f"{os.getpid()}-{secrets.token_hex(4)}{JOURNAL_SUFFIX}"
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC,
+                         0o644)
+            # Until it is locked, a replay in another process may take the new file for an
+            # ended runtime's and remove it: then this one is not the journal, and another is
+            # made. Once locked (held while this runtime lives) it is never replayed.
+            try:
+                locked = _lock_if_still_at(fd, path)
+                if locked:
+                    fsync_dir(folder)
+            except BaseException:
+                os.close(fd)
+                raise
+            if locked:
+                self._fd, self.path = fd, path
+                return
+            os.close(fd)
+        raise OSError(f"no transcript journal could be made in {folder}: each new one was "
+                      "removed by a replay before it was locked")
 
     def _commit(self, batch: list[_Job]) -> None:
         lines: list[bytes] = []
@@ -226,6 +241,20 @@ class GroupCommit:
                 self.path.unlink()
 
 
+def _lock_if_still_at(fd: int, path: Path) -> bool:
+    """Lock `fd`'s file if nobody holds it and `path` still names it (True), else False."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:  # a replay holds it, and will remove it
+        return False
+    try:
+        named = path.stat()
+    except FileNotFoundError:  # a replay removed it before the lock
+        return False
+    held = os.fstat(fd)
+    return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
+
+
 async def _flush_alone(job: _Job) -> None:
     try:
         await anyio.to_thread.run_sync(job.writer.flush)
@@ -259,7 +288,11 @@ class Replayed:
 
 
 def replay_journals(layout: SquadLayout) -> Replayed:
-    """Restore what ended runtimes' journals hold and their transcripts lack (blocking)."""
+    """Restore what ended runtimes' journals hold and their transcripts lack (blocking).
+
+    All their lines are applied together, each transcript's in the order of its offsets: a
+    transcript one runtime wrote and another continued has its appends in two journals, and
+    the later one's cannot be put back before the earlier one's."""
     replayed = Replayed()
     folder = layout.transcript_journals_dir
     try:
@@ -267,81 +300,127 @@ def replay_journals(layout: SquadLayout) -> Replayed:
                        if entry.name.endswith(JOURNAL_SUFFIX))
     except FileNotFoundError:
         return replayed
-    for name in names:
-        path = folder / name
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except FileNotFoundError:
-            continue
-        except OSError as exc:  # e.g. a link (never ours): left alone
-            log.warning("transcript journal not replayed", journal=name, error=str(exc))
-            continue
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                continue  # its runtime is alive
+    held: list[tuple[str, int]] = []
+    """Journals of ended runtimes, locked until they are replayed and removed."""
+    try:
+        lines: list[bytes] = []
+        for name in names:
+            fd = _ended_journal(folder / name)
+            if fd is None:
+                continue
             try:
                 with os.fdopen(os.dup(fd), "rb") as handle:
-                    restored = _replay(layout, handle.read())
-                path.unlink()
+                    lines.extend(handle.read().split(b"\n"))
             except OSError as exc:  # left in place; the daemon still starts
                 log.warning("transcript journal not replayed", journal=name, error=str(exc))
+                os.close(fd)
                 continue
-            replayed.journals += 1
-            replayed.restored.extend(r for r in restored if r not in replayed.restored)
-        finally:
+            held.append((name, fd))
+        if not held:
+            return replayed
+        try:
+            replayed.restored = _replay(layout, lines)
+            for name, _fd in held:
+                (folder / name).unlink()
+        except OSError as exc:  # what is left is replayed at the next start
+            log.warning("transcript journals not replayed", journals=[n for n, _ in held],
+                        error=str(exc))
+            return replayed
+    finally:
+        for _name, fd in held:
             os.close(fd)
-    if replayed.journals:
-        fsync_dir(folder)
-        log.info("transcript journals replayed", journals=replayed.journals,
-                 restored=len(replayed.restored))
+    replayed.journals = len(held)
+    fsync_dir(folder)
+    log.info("transcript journals replayed", journals=replayed.journals,
+             restored=len(replayed.restored))
     return replayed
 
 
-def _replay(layout: SquadLayout, text: bytes) -> list[str]:
-    restored: list[str] = []
-    synced: set[Path] = set()
-    for raw in text.split(b"\n"):
+def _ended_journal(path: Path) -> int | None:
+    """`path` opened and locked if it is a journal no live runtime holds; else None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:  # e.g. a link (never ours): left alone
+        log.warning("transcript journal not replayed", journal=path.name, error=str(exc))
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:  # its runtime is alive
+        os.close(fd)
+        return None
+    return fd
+
+
+@dataclass(frozen=True)
+class _Line:
+    where: str
+    target: Path
+    start: int
+    data: bytes
+
+
+def _replay(layout: SquadLayout, raw_lines: list[bytes]) -> list[str]:
+    lines: list[_Line] = []
+    for raw in raw_lines:
         try:
             record = json.loads(raw)
             where, end, data = record["t"], int(record["end"]), record["data"].encode("utf-8")
         except (ValueError, KeyError, TypeError, AttributeError, OverflowError):
             continue  # a torn line (or not one of ours)
         target = _transcript_at(layout, where)
-        if target is None:
-            continue
-        try:
-            found = os.lstat(target)
-        except FileNotFoundError:
-            size = 0
-        else:
-            if not stat.S_ISREG(found.st_mode):  # a link or a folder: never written through
-                log.warning("journaled transcript is not a file; left alone", path=where)
-                continue
-            size = found.st_size
-        start = end - len(data)
-        if start < 0 or size >= end:  # not one of ours, or the transcript has it all
-            continue
-        if size < start:
-            log.warning("transcript shorter than its journal says; left alone", path=where,
-                        size=size, journaled_from=start)
-            continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            tail = data[size - start:]
-            written = 0
-            while written < len(tail):
-                written += os.write(fd, tail[written:])
-        finally:
-            os.close(fd)
-        synced.add(target)
-        if where not in restored:
-            restored.append(where)
-    for target in synced:
-        _sync_file(target, created=True)
-    return restored
+        if target is not None and end >= len(data):  # else not one of ours
+            lines.append(_Line(where, target, end - len(data), data))
+    lines.sort(key=lambda line: (line.where, line.start))
+    restored: dict[str, Path] = {}
+    try:
+        for line in lines:
+            if _restore(line):
+                restored[line.where] = line.target
+    finally:  # what was put back is durable even when a later line fails: a replay next time
+        for target in restored.values():  # finds it whole, and so neither writes nor syncs it
+            _sync_file(target, created=True)
+    return list(restored)
+
+
+def _restore(line: _Line) -> bool:
+    """Append the part of `line` its transcript lacks; False when it lacks none (or cannot
+    take it: it is not a file, it lacks more than this line, or what it holds of the line's
+    place is not the line)."""
+    end = line.start + len(line.data)
+    try:
+        found = os.lstat(line.target)
+    except FileNotFoundError:
+        size = 0
+    else:
+        if not stat.S_ISREG(found.st_mode):  # a link or a folder: never written through
+            log.warning("journaled transcript is not a file; left alone", path=line.where)
+            return False
+        size = found.st_size
+    if size >= end:  # the transcript has it all
+        return False
+    if size < line.start:
+        log.warning("transcript shorter than its journal says; left alone", path=line.where,
+                    size=size, journaled_from=line.start)
+        return False
+    line.target.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(line.target, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    try:
+        # The part it holds must be this line's: after a replay that failed, recovery may
+        # have appended its own record where the lost bytes were.
+        held = line.data[:size - line.start]
+        if held and os.pread(fd, len(held), line.start) != held:
+            log.warning("transcript was written past its journaled bytes; left alone",
+                        path=line.where)
+            return False
+        tail = line.data[size - line.start:]
+        written = 0
+        while written < len(tail):
+            written += os.write(fd, tail[written:])
+    finally:
+        os.close(fd)
+    return True
 
 
 def _transcript_at(layout: SquadLayout, where: object) -> Path | None:

@@ -14,7 +14,7 @@ from squadd.daemon.coordinator import Coordinator
 from squadd.providers.replay import ReplayProvider, ReplayScript
 from squadd.runtime.acceptance import record_acceptance
 from squadd.runtime.runtime import SquadRuntime
-from squadd.runtime.session import SessionInfo
+from squadd.runtime.session_info import SessionInfo
 from squadd.state.transcripts import read_transcript
 from tests.support.daemon_process import make_repo
 from tests.support.redis_server import RedisServer

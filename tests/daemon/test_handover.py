@@ -16,7 +16,7 @@ from squadd.providers.replay import ReplayProvider, ReplayScript
 from squadd.runtime.acceptance import record_acceptance
 from squadd.runtime.conversation import INTERRUPTED_TOOL_TEXT
 from squadd.runtime.runtime import SquadRuntime
-from squadd.runtime.session import SessionInfo
+from squadd.runtime.session_info import SessionInfo
 from squadd.state.transcripts import TranscriptWriter
 from squadd.tools.base import ToolResult
 from tests.support.daemon_process import make_repo

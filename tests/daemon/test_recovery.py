@@ -15,7 +15,7 @@ import pytest
 from squadd.daemon.recovery import CRASH_REASON, last_record, recover_sessions
 from squadd.runtime.acceptance import record_acceptance
 from squadd.runtime.planning import view_from_transcript
-from squadd.runtime.session import SessionInfo
+from squadd.runtime.session_info import SessionInfo
 from squadd.state.layout import SquadLayout
 from squadd.state.owner import current_owner, process_start
 from squadd.state.transcripts import list_transcripts, read_transcript

@@ -15,7 +15,7 @@ from squadd.contracts.routes import RouteRequest, RouteResult
 from squadd.runtime import runner as runner_module
 from squadd.runtime.pool import SessionPool, SessionRecord
 from squadd.runtime.runtime import SquadRuntime
-from squadd.runtime.session import SessionInfo
+from squadd.runtime.session_info import SessionInfo
 from squadd.state.layout import SquadLayout
 from squadd.state.transcripts import read_transcript
 from squadd.tools.base import ToolResult

@@ -17,12 +17,8 @@ from squadd.errors import NotFoundError, ProviderError
 from squadd.providers.base import CompletionRequest
 from squadd.providers.replay import ReplayProvider, parse_script
 from squadd.runtime.conversation import INTERRUPTED_TOOL_TEXT, NOT_STARTED_TOOL_TEXT
-from squadd.runtime.session import (
-    AgentSession,
-    SessionInfo,
-    choose_model,
-    session_toolset,
-)
+from squadd.runtime.session import AgentSession
+from squadd.runtime.session_info import SessionInfo, choose_model, session_toolset
 from squadd.state.charters import parse_charter, read_charter
 from squadd.state.layout import SquadLayout
 from squadd.state.transcripts import TranscriptWriter, read_transcript

@@ -15,10 +15,8 @@ import pytest
 from squadd.config import Settings
 from squadd.providers.replay import ReplayProvider, parse_script
 from squadd.runtime.conversation import INTERRUPTED_TOOL_TEXT, NOT_STARTED_TOOL_TEXT
-from squadd.runtime.session import (
-    AgentSession,
-    SessionInfo,
-)
+from squadd.runtime.session import AgentSession
+from squadd.runtime.session_info import SessionInfo
 from squadd.state.layout import SquadLayout
 from squadd.state.transcripts import read_transcript
 from squadd.tools.base import ToolSet
@@ -45,7 +43,8 @@ import anyio
 from squadd import tool
 from squadd.config import Settings
 from squadd.providers.replay import ReplayProvider, parse_script
-from squadd.runtime.session import AgentSession, SessionInfo
+from squadd.runtime.session import AgentSession
+from squadd.runtime.session_info import SessionInfo
 from squadd.state.layout import SquadLayout
 from squadd.tools.base import ToolSet
 from squadd.tools.invoke import ToolInvoker

@@ -4,6 +4,8 @@ took from the transcripts."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -249,3 +251,126 @@ async def test_a_batch_that_fails_unexpectedly_is_raised_to_its_sessions_and_the
     assert broken == ["a.jsonl"] and commits.batches == 1
     assert read_transcript(layout.transcripts_dir / "b.jsonl").messages == [
         {"role": "user", "content": "second"}]
+
+
+async def test_a_journal_a_replay_removes_before_it_is_locked_is_made_again(
+        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Another process's replay runs between this runtime's creating its journal and locking
+    # it: the file looks like an ended runtime's (nobody holds it), so the replay removes it.
+    real_flock = journal_module.fcntl.flock
+    replays: list[int] = []
+
+    def replay_first(fd: int, operation: int) -> None:
+        if not replays:
+            replays.append(-1)  # the replay's own locking goes straight through
+            replays[0] = replay_journals(layout).journals
+        real_flock(fd, operation)
+
+    monkeypatch.setattr(journal_module.fcntl, "flock", replay_first)
+    commits = GroupCommit(layout)
+    async with anyio.create_task_group() as tg:
+        await tg.start(commits.run)
+        await commits.commit(writer_for(layout, "a", "kept"))
+        assert commits.path is not None
+        journaled = commits.path.read_bytes()  # what a power cut would replay from
+        commits.close()
+    assert replays == [1]  # the replay did take the first file
+    assert b'"t":"run/transcripts/a.jsonl"' in journaled
+
+
+def test_a_transcript_continued_by_a_second_runtime_is_replayed_from_both_journals_in_order(
+        layout: SquadLayout) -> None:
+    # One runtime wrote the first record, another continued the session; both were killed
+    # and a power cut took the transcript's unsynced bytes. The later journal's name sorts
+    # first, so its line is met before the one it follows.
+    first = b'{"kind":"meta","agent":"a"}\n'
+    second = b'{"kind":"state","state":"completed"}\n'
+    folder = layout.transcript_journals_dir
+    folder.mkdir(parents=True)
+    (folder / "1-later.log").write_text(json.dumps(
+        {"t": "run/transcripts/s.jsonl", "end": len(first) + len(second),
+         "data": second.decode()}) + "\n", encoding="utf-8")
+    (folder / "2-earlier.log").write_text(json.dumps(
+        {"t": "run/transcripts/s.jsonl", "end": len(first), "data": first.decode()}) + "\n",
+        encoding="utf-8")
+
+    replayed = replay_journals(layout)
+    assert replayed.journals == 2 and replayed.restored == ["run/transcripts/s.jsonl"]
+    assert (layout.transcripts_dir / "s.jsonl").read_bytes() == first + second
+    assert not list(folder.iterdir())
+
+
+async def test_a_journal_that_cannot_be_locked_fails_the_start_and_is_not_left_open(
+        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_locks(fd: int, operation: int) -> None:
+        raise OSError(37, "No locks available")
+
+    monkeypatch.setattr(journal_module.fcntl, "flock", no_locks)
+    def open_files() -> set[str]:
+        names = set()
+        for fd in Path("/proc/self/fd").iterdir():
+            with contextlib.suppress(FileNotFoundError):  # the listing's own, closed since
+                names.add(f"{fd.name} {fd.readlink()}")
+        return names
+
+    open_before = open_files()
+    commits = GroupCommit(layout)
+    async with anyio.create_task_group() as tg:
+        with pytest.raises(OSError, match="No locks available"):
+            await tg.start(commits.run)
+    assert not commits.running
+    assert [name for name in open_files() - open_before if name.endswith(".log")] == []
+
+
+def test_what_a_failed_replay_put_back_is_synced_and_the_journals_kept(
+        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = layout.transcript_journals_dir
+    folder.mkdir(parents=True)
+    (folder / "1-dead.log").write_text(
+        '{"t":"run/transcripts/a.jsonl","end":3,"data":"ab\\n"}\n'
+        '{"t":"run/transcripts/b.jsonl","end":3,"data":"cd\\n"}\n', encoding="utf-8")
+    real_restore, real_sync = journal_module._restore, journal_module._sync_file
+    synced: list[str] = []
+
+    def full_disk_for_b(line: journal_module._Line) -> bool:
+        if line.target.name == "b.jsonl":
+            raise OSError(28, "No space left on device")
+        return real_restore(line)
+
+    def recorded_sync(path: Path, created: bool) -> None:
+        synced.append(path.name)
+        real_sync(path, created)
+
+    monkeypatch.setattr(journal_module, "_restore", full_disk_for_b)
+    monkeypatch.setattr(journal_module, "_sync_file", recorded_sync)
+    assert replay_journals(layout).journals == 0
+    # a.jsonl was put back: the next replay finds it whole and skips it, so only this one
+    # can make it durable.
+    assert (layout.transcripts_dir / "a.jsonl").read_bytes() == b"ab\n"
+    assert synced == ["a.jsonl"]
+    assert (folder / "1-dead.log").exists()  # replayed again at the next start
+
+
+def test_a_transcript_written_where_its_lost_bytes_were_is_not_patched_with_their_rest(
+        layout: SquadLayout) -> None:
+    # A power cut took "ab\ncd\n"; the replay then failed, and recovery appended its own
+    # record where those bytes were. Appending "cd\n" after it would put a torn half-line
+    # and a message after the record that ended the session.
+    folder = layout.transcript_journals_dir
+    folder.mkdir(parents=True)
+    (folder / "1-dead.log").write_text(
+        '{"t":"run/transcripts/s.jsonl","end":6,"data":"ab\\ncd\\n"}\n', encoding="utf-8")
+    (layout.transcripts_dir / "s.jsonl").write_bytes(b"xy\n")
+    assert replay_journals(layout).restored == []
+    assert (layout.transcripts_dir / "s.jsonl").read_bytes() == b"xy\n"
+
+
+def test_a_transcript_holding_the_head_of_its_lost_bytes_gets_the_rest(
+        layout: SquadLayout) -> None:
+    folder = layout.transcript_journals_dir
+    folder.mkdir(parents=True)
+    (folder / "1-dead.log").write_text(
+        '{"t":"run/transcripts/s.jsonl","end":9,"data":"ab\\ncd\\n"}\n', encoding="utf-8")
+    (layout.transcripts_dir / "s.jsonl").write_bytes(b"00\nab\nc")
+    assert replay_journals(layout).restored == ["run/transcripts/s.jsonl"]
+    assert (layout.transcripts_dir / "s.jsonl").read_bytes() == b"00\nab\ncd\n"

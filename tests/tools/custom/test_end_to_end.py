@@ -17,7 +17,8 @@ from squadd.config import Settings, ToolsSettings
 from squadd.contracts.events import ToolCompleted, ToolStarted, ToolUpdated
 from squadd.providers.replay import ReplayProvider, ReplayScript
 from squadd.runtime.events import EventBus
-from squadd.runtime.session import AgentSession, SessionInfo
+from squadd.runtime.session import AgentSession
+from squadd.runtime.session_info import SessionInfo
 from squadd.state.layout import SquadLayout
 from squadd.state.transcripts import read_transcript
 from squadd.tools.custom.discovery import Discovery, ToolDiscoverer
