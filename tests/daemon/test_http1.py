@@ -151,3 +151,15 @@ def test_a_length_that_is_not_plain_digits_is_a_malformed_answer(serve, head: by
     with pytest.raises(ExchangeError) as caught:
         call(path)
     assert caught.value.kind == "broken" and "malformed" in str(caught.value)
+
+
+def test_a_long_answer_in_many_chunks_arrives_whole_and_in_order(serve) -> None:
+    """Thousands of chunks, split across many reads, with the chunk extensions the spec
+    allows: the body is their bytes in order, nothing lost or repeated at a read boundary."""
+    path, answers, _ = serve
+    pieces = [f"{i:05d}".encode() * (1 + i % 700) for i in range(3000)]
+    answers.append(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+                   + b"".join(b"%x;n=%d\r\n%s\r\n" % (len(p), i, p) for i, p in enumerate(pieces))
+                   + b"0\r\n\r\n")
+    answer = call(path, timeout=60.0)
+    assert answer.content == b"".join(pieces)
