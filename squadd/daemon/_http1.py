@@ -18,6 +18,8 @@ from urllib.parse import urlencode
 
 MAX_TARGET_BYTES = 65536
 """The longest request target sent; a longer one is refused before connecting."""
+TOO_LONG = "a name or id that long is not one squadd made"
+"""The hint a `DaemonError` for a request target too long gives."""
 MAX_HEAD_BYTES = 65536
 """The most an answer's status line and headers may take."""
 MAX_BODY_BYTES = 256 * 1024 * 1024
@@ -55,7 +57,12 @@ def exchange(*, uds: str | None, tcp: str | None, method: str, path: str,
     target = path + ("?" + urlencode(params) if params else "")
     if len(target) > MAX_TARGET_BYTES:
         raise ExchangeError("invalid", f"the URL is {len(target)} characters, over the "
-                                       f"{MAX_TARGET_BYTES} a request may take")
+                                       f"{MAX_TARGET_BYTES} a request may take ({TOO_LONG})")
+    if any(c in target for c in " \r\n"):
+        raise ExchangeError("invalid", f"the URL {target[:100]!r} holds a space or line break")
+    for name, value in headers.items():
+        if any(c in name + value for c in "\r\n"):  # named, not shown: it may be the token
+            raise ExchangeError("invalid", f"the {name!r} header holds a line break")
     payload = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
     lines = [f"{method} {target} HTTP/1.1", f"Host: {tcp or 'squadd'}", "Connection: close",
              "Accept: application/json", *(f"{k}: {v}" for k, v in headers.items())]
@@ -67,7 +74,7 @@ def exchange(*, uds: str | None, tcp: str | None, method: str, path: str,
         deadline = time.monotonic() + timeout
         sock.settimeout(timeout)
         sock.sendall(request)
-        return _read_answer(_Reader(sock, deadline))
+        return _read_answer(_Reader(sock, deadline), method)
     except TimeoutError:
         raise ExchangeError("timeout", f"no answer within {timeout:g}s") from None
     except OSError as exc:
@@ -161,16 +168,31 @@ def _count(text: bytes | str, base: int = 10) -> int:
     return int(raw, base)
 
 
-def _read_answer(reader: _Reader) -> Answer:
+def _read_head(reader: _Reader) -> tuple[int, dict[str, str]]:
+    """A status line and its fields; a field sent twice is joined with ", " (RFC 9110 5.3)."""
     head = reader.until(b"\r\n\r\n", MAX_HEAD_BYTES).decode("latin-1").split("\r\n")
     parts = head[0].split(" ", 2)
-    if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
+    if (len(parts) < 2 or not parts[0].startswith("HTTP/1.") or len(parts[1]) != 3
+            or not parts[1].isascii() or not parts[1].isdigit()):
         raise ExchangeError("broken", f"not an HTTP answer: {head[0][:100]!r}")
     fields: dict[str, str] = {}
     for line in head[1:]:
         name, _, value = line.partition(":")
-        fields[name.strip().lower()] = value.strip()
-    if "chunked" in fields.get("transfer-encoding", "").lower():
+        name, value = name.strip().lower(), value.strip()
+        fields[name] = f"{fields[name]}, {value}" if name in fields else value
+    return int(parts[1]), fields
+
+
+def _read_answer(reader: _Reader, method: str) -> Answer:
+    """The final answer, its body framed as RFC 9112 6.3 says: interim (1xx) answers are
+    skipped, and an answer to HEAD, a 204 or a 304 has no body whatever its fields say."""
+    status, fields = _read_head(reader)
+    while 100 <= status < 200:
+        status, fields = _read_head(reader)
+    codings = [c.strip().lower() for c in fields.get("transfer-encoding", "").split(",")]
+    if method == "HEAD" or status in (204, 304):
+        body = b""
+    elif codings[-1] == "chunked":
         chunks: list[bytes] = []
         total = 0
         while size := _count(reader.until(b"\r\n", 1024).split(b";")[0].strip(), 16):
@@ -180,11 +202,15 @@ def _read_answer(reader: _Reader) -> Answer:
             chunks.append(reader.exactly(size))
             reader.exactly(2)
         body = b"".join(chunks)
-    elif "content-length" in fields:
-        length = _count(fields["content-length"])
+    elif "content-length" in fields and "transfer-encoding" not in fields:
+        lengths = {value.strip() for value in fields["content-length"].split(",")}
+        if len(lengths) != 1:
+            raise ExchangeError("broken", "a malformed answer: Content-Length "
+                                          f"{fields['content-length'][:40]!r} disagrees")
+        length = _count(lengths.pop())
         if length > MAX_BODY_BYTES:
             raise ExchangeError("broken", "the answer is too long")
         body = reader.exactly(length)
-    else:
+    else:  # no length given, or a coding other than chunked last: the body ends at the close
         body = reader.rest()
-    return Answer(int(parts[1]), body)
+    return Answer(status, body)

@@ -21,7 +21,7 @@ from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from squadd.daemon._http1 import ExchangeError, exchange
+from squadd.daemon._http1 import TOO_LONG, ExchangeError, exchange
 from squadd.daemon._unix import SocketAddress
 from squadd.daemon.wire import (
     API,
@@ -98,8 +98,7 @@ class _Base:
         """The `DaemonError` for an exchange that failed, by how it failed (`exc.kind`)."""
         path = call.path if len(call.path) <= 120 else call.path[:117] + "..."
         if exc.kind == "invalid":
-            return DaemonError(f"{call.method} {path} cannot be sent: {exc} (a name or id that "
-                               "long is not one squadd made)")
+            return DaemonError(f"{call.method} {path} cannot be sent: {exc}")
         if exc.kind == "connect":
             return not_running(self.layout)
         if exc.kind == "timeout":
@@ -112,8 +111,9 @@ class _Base:
         """The same for a request httpx sent (event streams, the async client)."""
         import httpx
 
-        kind = ("invalid" if isinstance(exc, httpx.InvalidURL)
-                else "connect" if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)
+        if isinstance(exc, httpx.InvalidURL):
+            return self._exchange_failed(call, ExchangeError("invalid", f"{exc} ({TOO_LONG})"))
+        kind = ("connect" if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)
                 else "timeout" if isinstance(exc, httpx.TimeoutException) else "broken")
         return self._exchange_failed(call, ExchangeError(kind, str(exc)))
 

@@ -163,3 +163,67 @@ def test_a_long_answer_in_many_chunks_arrives_whole_and_in_order(serve) -> None:
                    + b"0\r\n\r\n")
     answer = call(path, timeout=60.0)
     assert answer.content == b"".join(pieces)
+
+
+def test_interim_answers_are_skipped_and_a_field_sent_twice_must_agree(serve) -> None:
+    """RFC 9110 15.2: a client must read 1xx answers it did not ask for; RFC 9112 6.3: two
+    Content-Length values that differ are an error (the last one is not taken on trust)."""
+    path, answers, _ = serve
+    answers.append(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\n"
+                   b"HTTP/1.1 201 Created\r\ncontent-length: 2\r\n\r\n{}")
+    answers.append(b"HTTP/1.1 200 OK\r\ncontent-length: 9\r\ncontent-length: 2\r\n\r\n{}")
+    answer = call(path)
+    assert answer.status_code == 201 and answer.json() == {}
+    with pytest.raises(ExchangeError) as caught:
+        call(path)
+    assert caught.value.kind == "broken" and "disagrees" in str(caught.value)
+
+
+def test_a_coding_after_chunked_leaves_the_body_as_sent_until_the_close(serve) -> None:
+    path, answers, _ = serve
+    answers.append(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked, x-other\r\n\r\n"
+                   b"2\r\n{}\r\n0\r\n\r\n")
+    assert call(path).content == b"2\r\n{}\r\n0\r\n\r\n"
+
+
+@pytest.mark.parametrize(("method", "status"), [("GET", 204), ("GET", 304), ("HEAD", 200)])
+def test_an_answer_without_a_body_ends_at_its_head_not_at_the_close(
+        tmp_path: Path, method: str, status: int) -> None:
+    """The server sends the head (with a length it must be ignored, RFC 9112 6.3) and keeps the
+    connection open until the test ends: a client waiting for the body or the close would
+    time out instead."""
+    path = str(tmp_path / "open.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(1)
+    done = threading.Event()
+
+    def answer_and_hold() -> None:
+        conn, _ = server.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 %d X\r\ncontent-length: 10\r\n\r\n" % status)
+            done.wait(30)
+
+    thread = threading.Thread(target=answer_and_hold, daemon=True)
+    thread.start()
+    try:
+        answer = call(path, method=method, body=None, timeout=20.0)
+        assert answer.status_code == status and answer.content == b""
+    finally:
+        done.set()
+        thread.join(10)
+        server.close()
+
+
+@pytest.mark.parametrize(("extra", "named"), [
+    ({"path": "/v1/a b"}, "URL"),
+    ({"path": "/v1/a\r\nX-Injected: 1"}, "URL"),
+    ({"headers": {"authorization": "Bearer secret\r\nX-Injected: 1"}}, "'authorization'"),
+])
+def test_a_request_that_would_split_its_own_lines_is_refused_before_connecting(
+        tmp_path: Path, extra: dict[str, object], named: str) -> None:
+    with pytest.raises(ExchangeError) as caught:
+        call(str(tmp_path / "nobody.sock"), **extra)
+    assert caught.value.kind == "invalid" and named in str(caught.value)
+    assert "secret" not in str(caught.value)
