@@ -200,7 +200,9 @@ def _read_answer(reader: _Reader, method: str) -> Answer:
             if total > MAX_BODY_BYTES:
                 raise ExchangeError("broken", "the answer is too long")
             chunks.append(reader.exactly(size))
-            reader.exactly(2)
+            if reader.exactly(2) != b"\r\n":
+                raise ExchangeError("broken", "a malformed answer: a chunk of "
+                                              f"{size} bytes does not end there")
         body = b"".join(chunks)
     elif "content-length" in fields and "transfer-encoding" not in fields:
         lengths = {value.strip() for value in fields["content-length"].split(",")}

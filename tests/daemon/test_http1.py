@@ -144,6 +144,8 @@ def test_an_answer_trickled_byte_by_byte_still_ends_at_the_timeout(tmp_path: Pat
     b"HTTP/1.1 200 OK\r\ncontent-length: +2\r\n\r\n{}",
     b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n-2\r\n{}\r\n0\r\n\r\n",
     b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n\r\n{}\r\n0\r\n\r\n",
+    # a chunk longer than its size: the bytes past it are not quietly dropped
+    b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\n{}XY0\r\n\r\n",
 ])
 def test_a_length_that_is_not_plain_digits_is_a_malformed_answer(serve, head: bytes) -> None:
     path, answers, _ = serve
