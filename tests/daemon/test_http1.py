@@ -147,7 +147,7 @@ def test_an_answer_trickled_byte_by_byte_still_ends_at_the_timeout(tmp_path: Pat
     # a chunk longer than its size: the bytes past it are not quietly dropped
     b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\n{}XY0\r\n\r\n",
 ])
-def test_a_length_that_is_not_plain_digits_is_a_malformed_answer(serve, head: bytes) -> None:
+def test_a_malformed_length_or_chunk_is_a_broken_exchange(serve, head: bytes) -> None:
     path, answers, _ = serve
     answers.append(head)
     with pytest.raises(ExchangeError) as caught:
