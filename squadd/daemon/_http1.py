@@ -73,7 +73,15 @@ def exchange(*, uds: str | None, tcp: str | None, method: str, path: str,
     try:
         deadline = time.monotonic() + timeout
         sock.settimeout(timeout)
-        sock.sendall(request)
+        try:
+            sock.sendall(request)
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            # The daemon may answer before it has read the whole request (a 413 for a body
+            # over its limit) and close: that answer, if it came, says more than the pipe.
+            try:
+                return _read_answer(_Reader(sock, deadline), method)
+            except (ExchangeError, OSError):
+                raise exc from None
         return _read_answer(_Reader(sock, deadline), method)
     except TimeoutError:
         raise ExchangeError("timeout", f"no answer within {timeout:g}s") from None

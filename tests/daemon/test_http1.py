@@ -229,3 +229,40 @@ def test_a_request_that_would_split_its_own_lines_is_refused_before_connecting(
         call(str(tmp_path / "nobody.sock"), **extra)
     assert caught.value.kind == "invalid" and named in str(caught.value)
     assert "secret" not in str(caught.value)
+
+
+@pytest.mark.parametrize("answered", [True, False])
+def test_an_answer_sent_before_the_request_was_read_is_read_despite_the_broken_pipe(
+        tmp_path: Path, answered: bool) -> None:
+    """The server reads only the head, answers (as a 413 for a body over its limit does) and
+    closes: the client's send then breaks, and the answer is what it reports. With no answer,
+    the broken pipe is."""
+    path = str(tmp_path / "early.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(1)
+    error = b'{"error":"request body is over the 4194304-byte limit"}'
+
+    def answer_early() -> None:
+        conn, _ = server.accept()
+        with conn:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += conn.recv(65536)
+            if answered:
+                conn.sendall(b"HTTP/1.1 413 Content Too Large\r\nconnection: close\r\n"
+                             b"content-length: %d\r\n\r\n%s" % (len(error), error))
+
+    thread = threading.Thread(target=answer_early, daemon=True)
+    thread.start()
+    try:
+        if answered:
+            answer = call(path, body={"task": "x" * (16 << 20)})
+            assert answer.status_code == 413 and answer.content == error
+        else:
+            with pytest.raises(ExchangeError) as caught:
+                call(path, body={"task": "x" * (16 << 20)})
+            assert caught.value.kind == "broken" and "pipe" in str(caught.value).lower()
+    finally:
+        thread.join(10)
+        server.close()
