@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import socket
+import struct
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -96,6 +97,11 @@ def exchange(*, uds: str | None, tcp: str | None, method: str, path: str,
 def _connect(uds: str | None, tcp: str | None, timeout: float) -> socket.socket:
     if uds is not None:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        # A Unix socket whose backlog is full (the daemon busy, not gone) fails a connect with a
+        # Python timeout at once (EAGAIN); a blocking one waits for room, up to SO_SNDTIMEO.
+        seconds = max(timeout, 1e-6)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO,
+                        struct.pack("@ll", int(seconds), int(seconds % 1 * 1_000_000)))
         address: Any = uds
     else:
         host, _, port = (tcp or "").rpartition(":")
@@ -103,13 +109,14 @@ def _connect(uds: str | None, tcp: str | None, timeout: float) -> socket.socket:
             raise ExchangeError("invalid", f"{tcp!r} is not HOST:PORT")
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET,
                              socket.SOCK_STREAM)
+        sock.settimeout(timeout)
         address = (host.strip("[]"), int(port))
-    sock.settimeout(timeout)
     try:
         sock.connect(address)
-    except TimeoutError:
+    except (TimeoutError, BlockingIOError):
         sock.close()
-        raise ExchangeError("timeout", f"no connection within {timeout:g}s") from None
+        busy = " (its socket's backlog is full: the daemon is busy)" if uds is not None else ""
+        raise ExchangeError("timeout", f"no connection within {timeout:g}s{busy}") from None
     except OSError as exc:
         sock.close()
         raise ExchangeError("connect", str(exc)) from None

@@ -102,8 +102,7 @@ class _Base:
         if exc.kind == "connect":
             return not_running(self.layout)
         if exc.kind == "timeout":
-            return DaemonError(f"the daemon did not answer {call.method} {path} in time "
-                               f"({_limit(call, self.timeout):g}s)")
+            return DaemonError(f"the daemon did not answer {call.method} {path} in time: {exc}")
         return DaemonError(f"the connection to the daemon broke during {call.method} "
                            f"{path}: {exc} (did the daemon stop? 'squadd status' tells)")
 
@@ -113,9 +112,12 @@ class _Base:
 
         if isinstance(exc, httpx.InvalidURL):
             return self._exchange_failed(call, ExchangeError("invalid", f"{exc} ({TOO_LONG})"))
-        kind = ("connect" if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)
-                else "timeout" if isinstance(exc, httpx.TimeoutException) else "broken")
-        return self._exchange_failed(call, ExchangeError(kind, str(exc)))
+        if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+            return not_running(self.layout)
+        if isinstance(exc, httpx.TimeoutException):
+            return self._exchange_failed(call, ExchangeError(
+                "timeout", f"no answer within {_limit(call, self.timeout):g}s"))
+        return self._exchange_failed(call, ExchangeError("broken", str(exc)))
 
     def _close_address(self) -> None:
         if self._address is not None:

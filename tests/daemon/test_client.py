@@ -35,6 +35,22 @@ def test_a_stale_socket_nobody_listens_on_means_not_running(squad: SquadLayout) 
     assert str(caught.value) == _expected(squad)
 
 
+def test_a_daemon_whose_socket_backlog_is_full_is_busy_not_gone(squad: SquadLayout) -> None:
+    """A listener that accepts nothing, its backlog (of one) taken: the client waits for room
+    up to its timeout, then says the daemon is busy; it does not say none runs."""
+    squad.run_dir.mkdir(parents=True, exist_ok=True)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener, \
+            socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as queued:
+        listener.bind(str(squad.socket))
+        listener.listen(0)
+        queued.setblocking(False)
+        queued.connect(str(squad.socket))
+        with DaemonClient(squad, timeout=0.5) as client, pytest.raises(DaemonError) as caught:
+            client.health()
+    assert not isinstance(caught.value, DaemonNotRunningError)
+    assert "in time" in str(caught.value) and "busy" in str(caught.value)
+
+
 async def test_the_async_client_says_the_same(squad: SquadLayout) -> None:
     async with AsyncDaemonClient(squad) as client:
         with pytest.raises(DaemonNotRunningError) as caught:
