@@ -72,6 +72,13 @@ def _response(status: int, body: object | None = None, text: str = "") -> httpx.
     return httpx.Response(status, text=text)
 
 
+@pytest.mark.parametrize("text", ['{"sessions": [', "", "[" * 100_000])
+def test_a_good_status_whose_body_is_not_json_is_a_daemon_error(text: str) -> None:
+    """Cut short, empty or nested past the parser: never `None` handed on as the answer."""
+    with pytest.raises(DaemonError, match="is not JSON"):
+        read_answer(Calls.status(None, False), _response(200, text=text))
+
+
 def test_a_structured_route_failure_is_returned_not_raised() -> None:
     call = Calls.route({"task": "x"})
     full = {"ok": False, "reason": "pool_full", "error": "pool full: ...", "message": "m"}
