@@ -199,7 +199,7 @@ class SSEParser:
             text, self.data = "\n".join(self.data), []
             try:
                 event = json.loads(text)
-            except ValueError:
+            except (ValueError, RecursionError):  # not an event: the stream goes on
                 return None
             return event if isinstance(event, dict) else None
         if line.startswith(":"):

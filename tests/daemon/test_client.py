@@ -97,10 +97,11 @@ def test_an_error_answer_raises_with_the_daemons_message() -> None:
 def test_sse_parser_joins_data_lines_and_notes_the_subscription() -> None:
     parser = SSEParser()
     lines = [": subscribed", "", "id: 3", "event: tool.started", 'data: {"type":',
-             'data: "tool.started", "seq": 3}', "", ": ping", "", "data: not json", ""]
+             'data: "tool.started", "seq": 3}', "", ": ping", "", "data: not json", "",
+             "data: " + "[" * 100_000, "", 'data: {"seq": 4}', ""]
     events = [event for line in lines if (event := parser.feed(line)) is not None]
     assert parser.subscribed
-    assert events == [{"type": "tool.started", "seq": 3}]
+    assert events == [{"type": "tool.started", "seq": 3}, {"seq": 4}]
 
 
 def test_an_id_too_long_for_a_url_is_a_daemon_error_not_a_crash(squad: SquadLayout) -> None:
