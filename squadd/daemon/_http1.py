@@ -68,7 +68,9 @@ def exchange(*, uds: str | None, tcp: str | None, method: str, path: str,
     lines = [f"{method} {target} HTTP/1.1", f"Host: {tcp or 'squadd'}", "Connection: close",
              "Accept: application/json", *(f"{k}: {v}" for k, v in headers.items())]
     if body is not None:
-        lines += ["Content-Type: application/json", f"Content-Length: {len(payload)}"]
+        lines.append("Content-Type: application/json")
+    if body is not None or method in ("POST", "PUT", "PATCH"):  # RFC 9110 8.6: a POST says 0
+        lines.append(f"Content-Length: {len(payload)}")
     request = ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8") + payload
     sock = _connect(uds, tcp, connect_timeout)
     try:

@@ -266,3 +266,13 @@ def test_an_answer_sent_before_the_request_was_read_is_read_despite_the_broken_p
     finally:
         thread.join(10)
         server.close()
+
+
+def test_a_post_without_a_body_says_its_length_is_zero_and_a_get_says_nothing(serve) -> None:
+    path, answers, received = serve
+    answers += [b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}"] * 2
+    call(path, method="POST", body=None, params=None)
+    call(path, method="GET", body=None, params=None)
+    post, get = (request.lower() for request in received)
+    assert b"\r\ncontent-length: 0\r\n" in post and b"content-type" not in post
+    assert b"content-length" not in get
