@@ -29,7 +29,8 @@ MAX_BODY_BYTES = 256 * 1024 * 1024
 
 class ExchangeError(Exception):
     """An exchange that failed; `kind` says how: `invalid` (the request cannot be sent),
-    `connect` (nothing listens), `timeout` (no answer in time), or `broken`."""
+    `connect` (nothing listens), `timeout` (no connection or no answer in time), or
+    `broken`."""
 
     def __init__(self, kind: str, message: str):
         super().__init__(message)
@@ -71,7 +72,11 @@ def exchange(*, uds: str | None, tcp: str | None, method: str, path: str,
         lines.append("Content-Type: application/json")
     if body is not None or method in ("POST", "PUT", "PATCH"):  # RFC 9110 8.6: a POST says 0
         lines.append(f"Content-Length: {len(payload)}")
-    request = ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8") + payload
+    try:
+        request = ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8") + payload
+    except UnicodeEncodeError as exc:  # a lone surrogate: undecodable bytes from argv or env
+        raise ExchangeError("invalid", f"the request holds {exc.object[exc.start:exc.end]!r}, "
+                                       "which is no character") from None
     sock = _connect(uds, tcp, connect_timeout)
     try:
         deadline = time.monotonic() + timeout
@@ -90,7 +95,7 @@ def exchange(*, uds: str | None, tcp: str | None, method: str, path: str,
         raise ExchangeError("timeout", f"no answer within {timeout:g}s") from None
     except OSError as exc:
         raise ExchangeError("broken", str(exc) or type(exc).__name__) from None
-    except ValueError as exc:  # e.g. a status code `int` refuses
+    except ValueError as exc:  # defensive: the checks above leave `int` nothing to refuse
         raise ExchangeError("broken", f"a malformed answer: {exc}") from None
     finally:
         sock.close()

@@ -276,3 +276,10 @@ def test_a_post_without_a_body_says_its_length_is_zero_and_a_get_says_nothing(se
     post, get = (request.lower() for request in received)
     assert b"\r\ncontent-length: 0\r\n" in post and b"content-type" not in post
     assert b"content-length" not in get
+
+
+def test_a_header_from_undecodable_bytes_is_refused_not_a_crash(tmp_path: Path) -> None:
+    """A token read from an environment holding bytes that are not UTF-8 (a lone surrogate)."""
+    with pytest.raises(ExchangeError) as caught:
+        call(str(tmp_path / "nobody.sock"), headers={"authorization": "Bearer \udcff"})
+    assert caught.value.kind == "invalid" and "no character" in str(caught.value)
