@@ -21,7 +21,7 @@ from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from squadd.daemon._http1 import ExchangeError, exchange
+from squadd.daemon._http1 import TOO_LONG, ExchangeError, exchange
 from squadd.daemon._unix import SocketAddress
 from squadd.daemon.wire import (
     API,
@@ -98,13 +98,11 @@ class _Base:
         """The `DaemonError` for an exchange that failed, by how it failed (`exc.kind`)."""
         path = call.path if len(call.path) <= 120 else call.path[:117] + "..."
         if exc.kind == "invalid":
-            return DaemonError(f"{call.method} {path} cannot be sent: {exc} (a name or id that "
-                               "long is not one squadd made)")
+            return DaemonError(f"{call.method} {path} cannot be sent: {exc}")
         if exc.kind == "connect":
             return not_running(self.layout)
         if exc.kind == "timeout":
-            return DaemonError(f"the daemon did not answer {call.method} {path} in time "
-                               f"({_limit(call, self.timeout):g}s)")
+            return DaemonError(f"the daemon did not answer {call.method} {path} in time: {exc}")
         return DaemonError(f"the connection to the daemon broke during {call.method} "
                            f"{path}: {exc} (did the daemon stop? 'squadd status' tells)")
 
@@ -112,10 +110,14 @@ class _Base:
         """The same for a request httpx sent (event streams, the async client)."""
         import httpx
 
-        kind = ("invalid" if isinstance(exc, httpx.InvalidURL)
-                else "connect" if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)
-                else "timeout" if isinstance(exc, httpx.TimeoutException) else "broken")
-        return self._exchange_failed(call, ExchangeError(kind, str(exc)))
+        if isinstance(exc, httpx.InvalidURL):
+            return self._exchange_failed(call, ExchangeError("invalid", f"{exc} ({TOO_LONG})"))
+        if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+            return not_running(self.layout)
+        if isinstance(exc, httpx.TimeoutException):
+            return self._exchange_failed(call, ExchangeError(
+                "timeout", f"no answer within {_limit(call, self.timeout):g}s"))
+        return self._exchange_failed(call, ExchangeError("broken", str(exc)))
 
     def _close_address(self) -> None:
         if self._address is not None:

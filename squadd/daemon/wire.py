@@ -166,9 +166,13 @@ def read_answer(call: Call, response: Response) -> Any:
     """The JSON of a good answer (or of a structured result); else `DaemonRequestError`."""
     try:
         payload = response.json()
-    except ValueError:
+    except (ValueError, RecursionError):
         payload = None
     if response.status_code < 400:
+        if payload is None:  # the daemon answers JSON: this one was cut short or garbled
+            raise DaemonError(f"the daemon's answer to {call.method} {call.path} is not JSON: "
+                              f"{response.text[:200]!r} (did the daemon stop? 'squadd status' "
+                              "tells)")
         return payload
     if call.result_key and isinstance(payload, dict) and call.result_key in payload:
         return payload
@@ -195,7 +199,7 @@ class SSEParser:
             text, self.data = "\n".join(self.data), []
             try:
                 event = json.loads(text)
-            except ValueError:
+            except (ValueError, RecursionError):  # not an event: the stream goes on
                 return None
             return event if isinstance(event, dict) else None
         if line.startswith(":"):

@@ -44,9 +44,10 @@ NOTE_ALLOWANCE_BYTES = 1024
 NOTE_ALLOWANCE_LINES = 8
 """Room left for the truncation note in a result whose tool already spilled its output."""
 MAX_SCOPED_NAMES = 4096
+"""Scoped variable names an invoker remembers (names, never values)."""
 INTERRUPTED_SUMMARY = (
     "interrupted: the session was cancelled while {tool} ran; its effect is unknown")
-"""Scoped variable names an invoker remembers (names, never values)."""
+"""The `tool.completed` summary of a call its session's cancellation cut short."""
 
 
 class VariablesMissing(Exception):

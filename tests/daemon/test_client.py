@@ -35,6 +35,22 @@ def test_a_stale_socket_nobody_listens_on_means_not_running(squad: SquadLayout) 
     assert str(caught.value) == _expected(squad)
 
 
+def test_a_daemon_whose_socket_backlog_is_full_is_busy_not_gone(squad: SquadLayout) -> None:
+    """A listener that accepts nothing, its backlog (of one) taken: the client waits for room
+    up to its timeout, then says the daemon is busy; it does not say none runs."""
+    squad.run_dir.mkdir(parents=True, exist_ok=True)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener, \
+            socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as queued:
+        listener.bind(str(squad.socket))
+        listener.listen(0)
+        queued.setblocking(False)
+        queued.connect(str(squad.socket))
+        with DaemonClient(squad, timeout=0.5) as client, pytest.raises(DaemonError) as caught:
+            client.health()
+    assert not isinstance(caught.value, DaemonNotRunningError)
+    assert "in time" in str(caught.value) and "busy" in str(caught.value)
+
+
 async def test_the_async_client_says_the_same(squad: SquadLayout) -> None:
     async with AsyncDaemonClient(squad) as client:
         with pytest.raises(DaemonNotRunningError) as caught:
@@ -56,6 +72,13 @@ def _response(status: int, body: object | None = None, text: str = "") -> httpx.
     return httpx.Response(status, text=text)
 
 
+@pytest.mark.parametrize("text", ['{"sessions": [', "", "[" * 100_000])
+def test_a_good_status_whose_body_is_not_json_is_a_daemon_error(text: str) -> None:
+    """Cut short, empty or nested past the parser: never `None` handed on as the answer."""
+    with pytest.raises(DaemonError, match="is not JSON"):
+        read_answer(Calls.status(None, False), _response(200, text=text))
+
+
 def test_a_structured_route_failure_is_returned_not_raised() -> None:
     call = Calls.route({"task": "x"})
     full = {"ok": False, "reason": "pool_full", "error": "pool full: ...", "message": "m"}
@@ -74,10 +97,11 @@ def test_an_error_answer_raises_with_the_daemons_message() -> None:
 def test_sse_parser_joins_data_lines_and_notes_the_subscription() -> None:
     parser = SSEParser()
     lines = [": subscribed", "", "id: 3", "event: tool.started", 'data: {"type":',
-             'data: "tool.started", "seq": 3}', "", ": ping", "", "data: not json", ""]
+             'data: "tool.started", "seq": 3}', "", ": ping", "", "data: not json", "",
+             "data: " + "[" * 100_000, "", 'data: {"seq": 4}', ""]
     events = [event for line in lines if (event := parser.feed(line)) is not None]
     assert parser.subscribed
-    assert events == [{"type": "tool.started", "seq": 3}]
+    assert events == [{"type": "tool.started", "seq": 3}, {"seq": 4}]
 
 
 def test_an_id_too_long_for_a_url_is_a_daemon_error_not_a_crash(squad: SquadLayout) -> None:

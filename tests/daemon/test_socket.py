@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+from squadd.daemon.wire import DaemonRequestError
 from tests.support.daemon_process import FAST_CONFIG, DaemonProcess
 from tests.support.model_servers import OpenAIServer
 
@@ -49,3 +50,12 @@ def test_an_event_stream_ends_on_the_server_when_its_client_hangs_up(
     while daemon.client.health()["event_streams"] != 0:  # noticed at the next write at most
         assert time.monotonic() < deadline, "the event stream outlived its client"
         time.sleep(0.1)
+
+
+def test_a_body_over_the_limit_gets_the_daemons_413_not_a_broken_pipe(
+        daemon: DaemonProcess) -> None:
+    """The daemon refuses the body from its Content-Length and closes without reading it; the
+    blocking client still reports the daemon's own answer."""
+    with pytest.raises(DaemonRequestError) as caught:
+        daemon.client.route("x" * (8 << 20), "lead", wait=False)
+    assert caught.value.status == 413 and "limit" in str(caught.value)
