@@ -134,8 +134,9 @@ async def undo_create(layout: SquadLayout, git: Git, record: WorkspaceView) -> N
 async def changes(git: Git, tree: Path) -> list[str]:
     """The worktree's uncommitted paths outside its copy of the squad dir (an untracked folder
     counts as one). Read as the whole status, filtered here: git reads a status narrowed by
-    an exclude pathspec several times slower on a large tree."""
-    ran = await git.ran(tree, "status", "--porcelain", "-z")
+    an exclude pathspec several times slower on a large tree. Untracked files are asked for:
+    a user's `status.showUntrackedFiles = no` would hide a session's new files."""
+    ran = await git.ran(tree, "status", "--porcelain", "-z", "--untracked-files=normal")
     if not ran.ok:
         raise ran.error("cannot read the worktree's changes")
     found: list[str] = []

@@ -200,3 +200,17 @@ async def test_worktree_changes_wait_for_another_process_holding_the_worktrees_l
         if held is not None:
             os.close(held)
     assert not Path(record.path).exists()
+
+
+async def test_new_files_are_committed_when_the_users_git_hides_untracked_files(
+        squad_repo: SquadLayout, spaces: Workspaces) -> None:
+    """`status.showUntrackedFiles = no` (common in large repositories) must not make a
+    session's new files look like no change: they would never be committed, then pruned."""
+    git(squad_repo.repo, "config", "status.showUntrackedFiles", "no")
+    record = await spaces.open("20260101-000000-0000f11e", "lead")
+    assert record is not None
+    (Path(record.path) / "only-new.txt").write_text("new\n")
+    await spaces.close(record, title="a new file only")
+    assert record.state == "committed"
+    files = git(squad_repo.repo, "show", "--name-only", "--format=", record.branch).split()
+    assert files == ["only-new.txt"]
