@@ -18,7 +18,7 @@ import anyio
 import structlog
 
 from squadd.contracts.workspaces import WorkspaceView
-from squadd.errors import WorkspaceError
+from squadd.errors import SquaddError, WorkspaceError
 from squadd.fsio import append_fsync, file_lock, read_text
 from squadd.state.layout import SQUAD_DIRNAMES, SquadLayout
 from squadd.workspaces import records
@@ -119,7 +119,7 @@ async def undo_create(layout: SquadLayout, git: Git, record: WorkspaceView) -> N
     repo, path = layout.repo, Path(record.path)
     await git.ran(repo, "worktree", "unlock", record.path)
     await git.ran(repo, "worktree", "remove", "--force", record.path)
-    if await anyio.Path(path).exists() and layout.worktrees_dir in path.parents:
+    if await anyio.to_thread.run_sync(_own_folder, layout, record):
         # Moved in but not yet known to git under this path (a cut-short `worktree move`):
         # the folder is ours and holds no work.
         await anyio.to_thread.run_sync(shutil.rmtree, path)
@@ -129,6 +129,18 @@ async def undo_create(layout: SquadLayout, git: Git, record: WorkspaceView) -> N
         if tip == record.base_commit:  # nothing was ever committed on it
             await git.ran(repo, "update-ref", "-d", f"refs/heads/{record.branch}", tip)
     await anyio.to_thread.run_sync(records.drop, layout, record.session_id)
+
+
+def _own_folder(layout: SquadLayout, record: WorkspaceView) -> bool:
+    """Whether the record's path is a real folder at the very place squadd makes this
+    session's worktree: a record edited by hand (`worktrees/../../src`, a symlink there) never
+    gets a user's folder deleted."""
+    path = Path(record.path)
+    try:
+        own = path == layout.worktree(record.session_id)
+    except SquaddError:  # not a session id squadd would have made
+        return False
+    return own and path.is_dir() and not path.is_symlink()
 
 
 async def changes(git: Git, tree: Path) -> list[str]:

@@ -214,3 +214,29 @@ async def test_new_files_are_committed_when_the_users_git_hides_untracked_files(
     assert record.state == "committed"
     files = git(squad_repo.repo, "show", "--name-only", "--format=", record.branch).split()
     assert files == ["only-new.txt"]
+
+
+@pytest.mark.parametrize("how", ["dotdot", "symlink"])
+async def test_start_up_never_deletes_user_files_named_by_a_hand_edited_record(
+        squad_repo: SquadLayout, spaces: Workspaces, how: str) -> None:
+    """Undoing a cut-short worktree deletes only the folder squadd itself would have made for
+    that session: not a path that merely reads as under worktrees/, nor a symlink there."""
+    from squadd.contracts.workspaces import WorkspaceView
+    from squadd.workspaces import records
+    user = squad_repo.repo / "src"
+    user.mkdir()
+    (user / "keep.txt").write_text("the user's work\n")
+    sid = "20260101-000000-0000bad1"
+    squad_repo.worktrees_dir.mkdir(parents=True, exist_ok=True)
+    if how == "dotdot":
+        path = squad_repo.worktrees_dir / ".." / ".." / "src"
+    else:
+        path = squad_repo.worktree(sid)
+        path.symlink_to(user, target_is_directory=True)
+    records.save(squad_repo, WorkspaceView(
+        session_id=sid, agent="lead", branch="squad/lead/0000bad1", target="main",
+        base_commit=git(squad_repo.repo, "rev-parse", "main"), path=str(path),
+        state="creating"))
+    await spaces.reconcile()
+    assert (user / "keep.txt").read_text() == "the user's work\n"
+    assert await spaces.listing() == []
