@@ -119,7 +119,7 @@ async def undo_create(layout: SquadLayout, git: Git, record: WorkspaceView) -> N
     repo, path = layout.repo, Path(record.path)
     await git.ran(repo, "worktree", "unlock", record.path)
     await git.ran(repo, "worktree", "remove", "--force", record.path)
-    if await anyio.to_thread.run_sync(_own_folder, layout, record):
+    if await anyio.to_thread.run_sync(own_folder, layout, record):
         # Moved in but not yet known to git under this path (a cut-short `worktree move`):
         # the folder is ours and holds no work.
         await anyio.to_thread.run_sync(shutil.rmtree, path)
@@ -131,7 +131,7 @@ async def undo_create(layout: SquadLayout, git: Git, record: WorkspaceView) -> N
     await anyio.to_thread.run_sync(records.drop, layout, record.session_id)
 
 
-def _own_folder(layout: SquadLayout, record: WorkspaceView) -> bool:
+def own_folder(layout: SquadLayout, record: WorkspaceView) -> bool:
     """Whether the record's path is a real folder at the very place squadd makes this
     session's worktree: a record edited by hand (`worktrees/../../src`, a symlink there) never
     gets a user's folder deleted."""
