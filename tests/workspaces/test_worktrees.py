@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from squadd.contracts.workspaces import WorkspaceView
 from squadd.state.layout import SquadLayout
 from squadd.workspaces import Workspaces, charter_isolation
 from tests.workspaces.conftest import Events, git, make_repo, settings_with
@@ -221,7 +222,6 @@ async def test_start_up_never_deletes_user_files_named_by_a_hand_edited_record(
         squad_repo: SquadLayout, spaces: Workspaces, how: str) -> None:
     """Undoing a cut-short worktree deletes only the folder squadd itself would have made for
     that session: not a path that merely reads as under worktrees/, nor a symlink there."""
-    from squadd.contracts.workspaces import WorkspaceView
     from squadd.workspaces import records
     user = squad_repo.repo / "src"
     user.mkdir()
@@ -240,3 +240,77 @@ async def test_start_up_never_deletes_user_files_named_by_a_hand_edited_record(
     await spaces.reconcile()
     assert (user / "keep.txt").read_text() == "the user's work\n"
     assert await spaces.listing() == []
+
+
+async def _landed(layout: SquadLayout, spaces: Workspaces, session: str) -> Path:
+    record = await spaces.open(session, "lead")
+    assert record is not None
+    (Path(record.path) / f"{session}.txt").write_text("landed work\n")
+    await spaces.close(record, title="work to land")
+    assert (await spaces.land(session)).ok
+    return Path(record.path)
+
+
+async def test_prune_leaves_a_worktree_that_a_session_continued_after_the_listing(
+        squad_repo: SquadLayout, spaces: Workspaces, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`squadd workspaces --prune` beside the daemon: a landed worktree that the daemon
+    reopens for a continued session between the prune's listing and its removal is kept."""
+    from squadd.contracts.events import NullSink
+    session = "20260101-000000-00000060"
+    tree = await _landed(squad_repo, spaces, session)
+    daemon = Workspaces(squad_repo, settings_with(squad_repo), NullSink())
+    listing = spaces.listing
+
+    async def listed_then_continued() -> list[WorkspaceView]:
+        seen = await listing()
+        assert await daemon.open(session, "lead") is not None  # the session works in it again
+        (tree / "uncommitted.txt").write_text("the continued session's work\n")
+        return seen
+
+    monkeypatch.setattr(spaces, "listing", listed_then_continued)
+    assert await spaces.prune() == []
+    assert (tree / "uncommitted.txt").read_text() == "the continued session's work\n"
+    assert {r.session_id: r.state for r in await listing()} == {session: "active"}
+
+
+async def test_a_continued_session_waits_for_a_prune_holding_the_worktrees_lock(
+        squad_repo: SquadLayout, spaces: Workspaces, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Making a landed worktree active again happens under the worktrees lock, so a prune in
+    another process never removes it between its reading and its use."""
+    import os
+
+    import anyio
+
+    from squadd.fsio import try_lock
+    from squadd.workspaces import manager
+    session = "20260101-000000-00000061"
+    await _landed(squad_repo, spaces, session)
+    stepped, refused = anyio.Event(), anyio.Event()
+
+    def watched_try_lock(path: Path) -> int | None:
+        fd = try_lock(path)
+        if fd is None and path == squad_repo.worktrees_lock:
+            refused.set()
+            stepped.set()
+        return fd
+
+    async def reopen() -> None:
+        await spaces.open(session, "lead")
+        stepped.set()
+
+    monkeypatch.setattr(manager, "try_lock", watched_try_lock)
+    held = try_lock(squad_repo.worktrees_lock)  # as `squadd workspaces --prune` holds it
+    assert held is not None
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reopen)
+            with anyio.fail_after(30):
+                await stepped.wait()
+            assert refused.is_set()  # open() waits for the lock before it reactivates
+            assert (await spaces.view(session) or pytest.fail("no record")).state == "landed"
+            os.close(held)
+            held = None
+    finally:
+        if held is not None:
+            os.close(held)
+    assert (await spaces.view(session) or pytest.fail("no record")).state == "active"
