@@ -21,7 +21,7 @@ from squadd.contracts.workspaces import LandingIntent, LandResult, WorkspaceView
 from squadd.state.layout import SquadLayout
 from squadd.workspaces import records
 from squadd.workspaces.git import Git, run
-from squadd.workspaces.worktrees import branch_tips, changes, describe
+from squadd.workspaces.worktrees import branch_tips, changes, describe, status_paths
 
 LIST_ATTEMPTS = 5
 MAX_PATHSPEC = 2000
@@ -67,16 +67,7 @@ async def _dirty_paths(git: Git, tree: Path, among: list[str]) -> set[str]:
                         *spec)
     if not ran.ok:
         raise ran.error("cannot read the working tree's status")
-    status = ran.output  # not stripped: each entry starts with its two status letters
-    paths: set[str] = set()
-    entries = iter(status.split("\0"))
-    for entry in entries:
-        if len(entry) < 4:
-            continue
-        paths.add(entry[3:])
-        if entry[0] in "RC":  # a rename names its source next
-            paths.add(next(entries, ""))
-    return paths
+    return set(status_paths(ran.output))
 
 
 async def roll_back(git: Git, record: WorkspaceView, branch_tip: str) -> None:

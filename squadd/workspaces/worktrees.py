@@ -151,13 +151,19 @@ async def changes(git: Git, tree: Path) -> list[str]:
     ran = await git.ran(tree, "status", "--porcelain", "-z", "--untracked-files=normal")
     if not ran.ok:
         raise ran.error("cannot read the worktree's changes")
+    return [p for p in status_paths(ran.output) if p.split("/", 1)[0] not in SQUAD_DIRNAMES]
+
+
+def status_paths(status: str) -> list[str]:
+    """The paths named by `git status --porcelain -z` output (not stripped: each entry starts
+    with its two status letters); a rename or copy names its source too."""
     found: list[str] = []
-    entries = iter(ran.output.split("\0"))
+    entries = iter(status.split("\0"))
     for entry in entries:
         if len(entry) < 4:
             continue
-        paths = [entry[3:], next(entries, "")] if entry[0] in "RC" else [entry[3:]]
-        found += [p for p in paths if p and p.split("/", 1)[0] not in SQUAD_DIRNAMES]
+        found += [p for p in ([entry[3:], next(entries, "")] if entry[0] in "RC"
+                              else [entry[3:]]) if p]
     return found
 
 
