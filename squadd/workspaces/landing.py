@@ -159,9 +159,12 @@ async def advance(layout: SquadLayout, git: Git, record: WorkspaceView, *, old_t
     sid, repo, target = record.session_id, layout.repo, record.target or ""
     checkout = await checked_out_at(git, repo, target)
     if checkout is not None:
-        # --no-renames: a renamed file's old path is changed too.
-        changed = [p for p in (await git.out(repo, "diff", "--name-only", "--no-renames",
-                                             old_tip, new_tip)).split("\n") if p]
+        # --no-renames: a renamed file's old path is changed too; -z, not stripped: names as
+        # they are (as the status reads them), not quoted.
+        diff = await git.ran(repo, "diff", "--name-only", "--no-renames", "-z", old_tip, new_tip)
+        if not diff.ok:
+            raise diff.error("cannot read the landed paths")
+        changed = [p for p in diff.output.split("\0") if p]
         dirty = sorted(set(changed) & await _dirty_paths(git, checkout, changed))
         if dirty:
             return await _stopped(layout, git, record, branch_tip, LandResult(

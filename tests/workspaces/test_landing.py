@@ -106,6 +106,18 @@ async def test_an_untracked_user_file_where_the_landing_adds_one_is_refused(
     assert result.conflict_paths == ["new [file].txt"]
 
 
+async def test_a_dirty_user_file_with_a_name_git_would_quote_is_refused(
+        squad_repo: SquadLayout, spaces: Workspaces) -> None:
+    """`git diff --name-only` quotes such names ("caf\\303\\251.txt"): read raw, they match
+    the user's status, and the landing is refused as dirty, naming the file as it is."""
+    names = ["café.txt", 'say "hi".txt', "tab\there.txt", " leading space.txt"]
+    record = await _work(spaces, "20260101-000000-00000014", dict.fromkeys(names, "x\n"))
+    for name in names:
+        (squad_repo.repo / name).write_text("the user's own\n")
+    result = await _refused_as_dirty(squad_repo, spaces, record)
+    assert result.conflict_paths == sorted(names)
+
+
 async def test_a_dirty_user_file_that_the_landing_renames_away_is_refused(
         squad_repo: SquadLayout, spaces: Workspaces) -> None:
     record = await spaces.open("20260101-000000-00000013", "lead")
