@@ -68,9 +68,16 @@ def _real(path: str) -> Path:
     return Path(os.path.realpath(path))
 
 
-def branch_name(agent: str, session_id: str) -> str:
-    short = _SHORT_RE.search(session_id)
-    return f"squad/{agent}/{short.group() if short else session_id}"
+def branch_name(agent: str, session_id: str, *, short: bool = True) -> str:
+    """`squad/{agent}/{session-short}` (the whole session id without `short`)."""
+    found = _SHORT_RE.search(session_id) if short else None
+    return f"squad/{_ref_part(agent)}/{found.group() if found else _ref_part(session_id)}"
+
+
+def _ref_part(name: str) -> str:
+    """`name` as a part of a branch name: agent and session ids are valid ones, except that
+    git refuses a part ending in `.lock` (`build.lock` becomes `build-lock`)."""
+    return name[:-len(".lock")] + "-lock" if name.endswith(".lock") else name
 
 
 def ensure_ignored(layout: SquadLayout) -> None:
@@ -90,7 +97,7 @@ async def new_record(layout: SquadLayout, git: Git, base: RepoBase, *, session_i
     await anyio.to_thread.run_sync(ensure_ignored, layout)
     branch = branch_name(agent, session_id)
     if await git.rev(base.repo, f"refs/heads/{branch}") is not None:
-        branch = f"squad/{agent}/{session_id}"
+        branch = branch_name(agent, session_id, short=False)
     return WorkspaceView(session_id=session_id, agent=agent, branch=branch, target=base.branch,
                          base_commit=base.commit, path=str(layout.worktree(session_id)),
                          created=records.now_iso())

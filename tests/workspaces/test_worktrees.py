@@ -314,3 +314,19 @@ async def test_a_continued_session_waits_for_a_prune_holding_the_worktrees_lock(
         if held is not None:
             os.close(held)
     assert (await spaces.view(session) or pytest.fail("no record")).state == "active"
+
+
+@pytest.mark.parametrize("spares", [0, 1])
+async def test_an_agent_named_like_a_git_lock_file_still_gets_a_worktree(
+        squad_repo: SquadLayout, spares: int) -> None:
+    """`build.lock` is a valid agent name but not a valid ref component: the branch name is
+    made valid, the worktree is made, and its work commits on that branch."""
+    from squadd.contracts.events import NullSink
+    spaces = Workspaces(squad_repo, settings_with(squad_repo, spares=spares), NullSink())
+    assert await spaces.refill_spares() == spares
+    record = await spaces.open("20260101-000000-00000070", "build.lock")
+    assert record is not None and record.state == "active"
+    assert record.branch == "squad/build-lock/00000070"
+    (Path(record.path) / "built.txt").write_text("built\n")
+    await spaces.close(record, title="build")
+    assert git(squad_repo.repo, "show", "--name-only", "--format=", record.branch) == "built.txt"
