@@ -111,8 +111,16 @@ async def create(layout: SquadLayout, git: Git, base: RepoBase, *, session_id: s
     await anyio.to_thread.run_sync(records.save, layout, record)
     records.kill_point("create.before_add")
     await anyio.to_thread.run_sync(lambda: path.parent.mkdir(parents=True, exist_ok=True))
-    await git.out(base.repo, "worktree", "add", "--quiet", "--lock", "-b", branch, str(path),
-                  base.commit, what=f"cannot make the worktree of session {session_id}")
+    try:
+        await git.out(base.repo, "worktree", "add", "--quiet", "--lock", "-b", branch,
+                      str(path), base.commit, what=f"cannot make the worktree of session "
+                                                    f"{session_id}")
+    except WorkspaceError:
+        # It may have been made before git failed (a failing post-checkout hook): undone
+        # now, not left `creating` (counted in max_worktrees) until the next start-up.
+        with anyio.CancelScope(shield=True):
+            await undo_create(layout, git, record)
+        raise
     records.kill_point("create.after_add")
     record.state = "active"
     await anyio.to_thread.run_sync(records.save, layout, record)
@@ -139,15 +147,17 @@ async def undo_create(layout: SquadLayout, git: Git, record: WorkspaceView) -> N
 
 
 def own_folder(layout: SquadLayout, record: WorkspaceView) -> bool:
-    """Whether the record's path is a real folder at the very place squadd makes this
-    session's worktree: a record edited by hand (`worktrees/../../src`, a symlink there) never
-    gets a user's folder deleted."""
+    """Whether the record's path is a worktree (a real folder with git's `.git` file) at the
+    very place squadd makes this session's: a record edited by hand (`worktrees/../../src`, a
+    symlink there) or a folder someone else put there never gets deleted."""
     path = Path(record.path)
     try:
         own = path == layout.worktree(record.session_id)
     except SquaddError:  # not a session id squadd would have made
         return False
-    return own and path.is_dir() and not path.is_symlink()
+    dotgit = path / ".git"
+    return own and path.is_dir() and not path.is_symlink() and dotgit.is_file() and \
+        not dotgit.is_symlink()
 
 
 async def changes(git: Git, tree: Path) -> list[str]:

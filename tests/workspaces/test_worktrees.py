@@ -330,3 +330,40 @@ async def test_an_agent_named_like_a_git_lock_file_still_gets_a_worktree(
     (Path(record.path) / "built.txt").write_text("built\n")
     await spaces.close(record, title="build")
     assert git(squad_repo.repo, "show", "--name-only", "--format=", record.branch) == "built.txt"
+
+
+async def test_a_failed_worktree_add_leaves_no_worktree_branch_or_record(
+        squad_repo: SquadLayout) -> None:
+    """A user's post-checkout hook that fails makes `git worktree add` fail after it made the
+    worktree: the session's open fails, and nothing of it is left to count or to clean up."""
+    from squadd.contracts.events import NullSink
+    from squadd.errors import WorkspaceError
+    spaces = Workspaces(squad_repo, settings_with(squad_repo, spares=0), NullSink())
+    hook = squad_repo.repo / ".git" / "hooks" / "post-checkout"
+    hook.write_text("#!/bin/sh\nexit 3\n")
+    hook.chmod(0o755)
+    with pytest.raises(WorkspaceError, match="cannot make the worktree"):
+        await spaces.open("20260101-000000-00000080", "lead")
+    assert await spaces.listing() == []
+    assert str(squad_repo.worktrees_dir) not in git(squad_repo.repo, "worktree", "list")
+    assert git(squad_repo.repo, "branch", "--list", "squad/*") == ""
+    hook.unlink()
+    assert await spaces.open("20260101-000000-00000080", "lead") is not None
+
+
+async def test_a_folder_already_at_a_new_worktrees_place_is_never_deleted(
+        squad_repo: SquadLayout) -> None:
+    """git refuses to add a worktree over a folder that is there already; neither that
+    failure nor start-up deletes the folder, which squadd did not make."""
+    from squadd.contracts.events import NullSink
+    from squadd.errors import WorkspaceError
+    spaces = Workspaces(squad_repo, settings_with(squad_repo, spares=0), NullSink())
+    sid = "20260101-000000-00000081"
+    there = squad_repo.worktree(sid)
+    there.mkdir(parents=True)
+    (there / "notes.txt").write_text("someone's notes\n")
+    with pytest.raises(WorkspaceError, match="cannot make the worktree"):
+        await spaces.open(sid, "lead")
+    await spaces.reconcile()
+    assert (there / "notes.txt").read_text() == "someone's notes\n"
+    assert await spaces.listing() == []
