@@ -213,8 +213,9 @@ class Workspaces:
                     raise
 
     async def _forget_unready_spares(self) -> None:
-        for record in await anyio.to_thread.run_sync(records.load_all, self.layout):
-            if spares.is_spare(record) and record.state == "creating":
+        for record in await anyio.to_thread.run_sync(
+                lambda: records.load_all(self.layout, prefix=spares.SPARE_PREFIX)):
+            if record.state == "creating":
                 async with self.admin():
                     await worktrees.undo_create(self.layout, self.git, record)
 

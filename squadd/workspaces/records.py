@@ -8,6 +8,7 @@ a crash the record says which step was under way; start-up reconciliation finish
 from __future__ import annotations
 
 import datetime as dt
+import glob
 import os
 import signal
 from pathlib import Path
@@ -53,12 +54,13 @@ def drop(layout: SquadLayout, session_id: str) -> None:
     layout.workspace_record(session_id).unlink(missing_ok=True)
 
 
-def load_all(layout: SquadLayout) -> list[WorkspaceView]:
-    """Every readable record, oldest first (a damaged one, or a file that is not a record,
-    is skipped, not fatal)."""
+def load_all(layout: SquadLayout, *, prefix: str = "") -> list[WorkspaceView]:
+    """Every readable record (only those whose id starts with `prefix`: the others are not
+    read), oldest first (a damaged one, or a file that is not a record, is skipped, not
+    fatal)."""
     folder = layout.workspaces_dir
     records = []
-    for path in sorted(folder.glob("*.json")) if folder.is_dir() else ():
+    for path in sorted(folder.glob(f"{glob.escape(prefix)}*.json")) if folder.is_dir() else ():
         record = _read(path)
         if record is not None and record.session_id == path.stem:
             records.append(record)

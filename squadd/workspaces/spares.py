@@ -41,8 +41,9 @@ def spare_id() -> str:
 
 def ready(layout: SquadLayout) -> list[WorkspaceView]:
     """The spares ready to be taken, oldest first (only at their own folder: a record edited
-    to name another session's worktree never hands that worktree to a new session)."""
-    return [r for r in records.load_all(layout) if r.state == "spare" and is_spare(r)
+    to name another session's worktree never hands that worktree to a new session). Only the
+    spares' records are read, not every session's, on the path of a session's opening."""
+    return [r for r in records.load_all(layout, prefix=SPARE_PREFIX) if r.state == "spare"
             and own_folder(layout, r)]
 
 
