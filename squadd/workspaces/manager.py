@@ -390,15 +390,12 @@ def _age(record: WorkspaceView, now: dt.datetime) -> dt.timedelta | None:
     """How long since `record` last changed; None (never stale) for a time squadd cannot read,
     e.g. one edited by hand, which is logged rather than allowed to stop the prune."""
     stamp = record.updated or record.created
-    try:
-        moment = dt.datetime.fromisoformat(stamp)
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=dt.UTC)
-        return now - moment
-    except (ValueError, TypeError):
+    moment = records.parse_time(stamp)
+    if moment is None:
         log.warning("workspace record has an unreadable time; not pruned for age",
                     session_id=record.session_id, time=stamp[:64])
         return None
+    return now - moment
 
 
 @asynccontextmanager

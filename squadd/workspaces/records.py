@@ -31,6 +31,16 @@ def now_iso() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
+def parse_time(stamp: str) -> dt.datetime | None:
+    """A record's time (ISO 8601; one without a zone is UTC), or None when it is not one
+    (edited by hand)."""
+    try:
+        moment = dt.datetime.fromisoformat(stamp)
+    except (ValueError, TypeError):
+        return None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=dt.UTC)
+
+
 def save(layout: SquadLayout, record: WorkspaceView) -> WorkspaceView:
     """Write `record` durably (atomic replace + fsync), stamping its `updated` time."""
     record.updated = now_iso()
