@@ -367,3 +367,29 @@ async def test_a_folder_already_at_a_new_worktrees_place_is_never_deleted(
     await spaces.reconcile()
     assert (there / "notes.txt").read_text() == "someone's notes\n"
     assert await spaces.listing() == []
+
+
+async def test_a_record_start_up_cannot_bring_back_is_left_and_does_not_stop_the_start(
+        squad_repo: SquadLayout, spaces: Workspaces) -> None:
+    """A landing intent whose tips were edited by hand: git cannot put the branch back there.
+    Start-up says so, leaves that record and its branch as they are, and reconciles the
+    others."""
+    bad, other = "20260101-000000-00000090", "20260101-000000-00000091"
+    for session in (bad, other):
+        record = await spaces.open(session, "lead")
+        assert record is not None
+        (Path(record.path) / f"{session}.txt").write_text("work\n")
+        await spaces.close(record, title="work")
+    tip = git(squad_repo.repo, "rev-parse", f"squad/lead/{bad[-8:]}")
+    for session, changes in ((bad, {"state": "landing", "landing": {
+            "phase": "rebase", "old_tip": "0" * 40, "branch_tip": "0" * 40}}),
+                             (other, {"state": "committing"})):
+        path = squad_repo.workspace_record(session)
+        path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+    notes = await spaces.reconcile()
+    assert any(note.startswith(f"{bad}: not reconciled, left landing") for note in notes)
+    assert f"{other}: commit checked: committed" in notes
+    assert not any("orphan" in note for note in notes)
+    assert git(squad_repo.repo, "rev-parse", f"squad/lead/{bad[-8:]}") == tip
+    assert {r.session_id: r.state for r in await spaces.listing()} == {
+        bad: "landing", other: "committed"}
