@@ -126,8 +126,8 @@ async def land(layout: SquadLayout, git: Git, record: WorkspaceView, *, check: L
     records.kill_point("land.before_rebase")
     rebased = await git.ran(tree, "rebase", "--quiet", old_tip, env=identity)
     if not rebased.ok:
-        conflicted = await git.ran(tree, "diff", "--name-only", "--diff-filter=U")
-        paths = sorted(p for p in conflicted.output.splitlines() if p)
+        conflicted = await git.ran(tree, "diff", "--name-only", "--diff-filter=U", "-z")
+        paths = sorted(p for p in conflicted.output.split("\0") if p)
         why = f"conflicts in {', '.join(paths)}" if paths else rebased.tail.strip()
         return await _stopped(layout, git, record, branch_tip, refuse(
             "conflict", f"{record.branch} does not rebase cleanly onto {record.target}: "

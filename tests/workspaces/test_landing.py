@@ -60,6 +60,18 @@ async def test_two_sessions_edit_the_same_line_first_lands_second_reports_the_co
     assert events.types()[-2:] == ["workspace.landed", "workspace.conflict"]
 
 
+async def test_a_conflict_in_a_file_whose_name_git_would_quote_names_it_as_it_is(
+        tmp_path: Path, events: Events) -> None:
+    layout = make_repo(tmp_path / "r", {"café.txt": "one\n"})
+    spaces = Workspaces(layout, settings_with(layout), events)
+    first = await _work(spaces, "20260101-000000-00000015", {"café.txt": "first\n"})
+    second = await _work(spaces, "20260101-000000-00000016", {"café.txt": "second\n"})
+    assert (await spaces.land(first.session_id)).ok
+    refused = await spaces.land(second.session_id)
+    assert not refused.ok and refused.reason == "conflict"
+    assert refused.conflict_paths == ["café.txt"] and "café.txt" in refused.message
+
+
 async def test_two_sessions_on_different_files_both_land_with_a_linear_history(
         squad_repo: SquadLayout, spaces: Workspaces) -> None:
     start = git(squad_repo.repo, "rev-parse", "main")
