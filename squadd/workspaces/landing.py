@@ -24,8 +24,9 @@ from squadd.workspaces.git import Git, run
 from squadd.workspaces.worktrees import branch_tips, changes, describe, status_paths
 
 LIST_ATTEMPTS = 5
-MAX_PATHSPEC = 2000
-"""Most landed paths named to `git status`; past that the whole tree's status is read."""
+MAX_PATHSPEC_BYTES = 256 << 10
+"""Most bytes of landed paths named to `git status` (a command line is bounded: ARG_MAX);
+past that the whole tree's status is read."""
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,9 @@ async def _dirty_paths(git: Git, tree: Path, among: list[str]) -> set[str]:
     files: the status of the whole tree would read every file of a large repository)."""
     if not among:
         return set()
-    spec = [f":(literal){p}" for p in among] if len(among) <= MAX_PATHSPEC else []
+    spec = [f":(literal){p}" for p in among]
+    if sum(len(p.encode()) + 1 for p in spec) > MAX_PATHSPEC_BYTES:
+        spec = []
     ran = await git.ran(tree, "status", "--porcelain", "-z", "--untracked-files=all", "--",
                         *spec)
     if not ran.ok:

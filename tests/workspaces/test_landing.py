@@ -6,6 +6,7 @@ import itertools
 from pathlib import Path
 
 import anyio
+import pytest
 
 from squadd.contracts.workspaces import LandResult, WorkspaceView
 from squadd.state.layout import SquadLayout
@@ -140,6 +141,20 @@ async def test_a_dirty_user_file_that_the_landing_renames_away_is_refused(
     result = await _refused_as_dirty(squad_repo, spaces, record)
     assert result.conflict_paths == ["app.txt"]
     assert (squad_repo.repo / "app.txt").read_text() == "the user's own edit\n"
+
+
+async def test_past_the_pathspec_budget_the_whole_status_still_finds_the_dirty_file(
+        squad_repo: SquadLayout, spaces: Workspaces, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Landed paths too long for one command line: the user's whole status is read instead,
+    and a dirty file among them is still refused."""
+    from squadd.workspaces import landing
+    files = {f"{'d' * 200}{n}.txt": f"{n}\n" for n in range(8)}
+    record = await _work(spaces, "20260101-000000-00000017", files)
+    monkeypatch.setattr(landing, "MAX_PATHSPEC_BYTES", 1000)  # 8 paths of 200+ bytes pass it
+    [name, *_] = sorted(files)
+    (squad_repo.repo / name).write_text("the user's own\n")
+    result = await _refused_as_dirty(squad_repo, spaces, record)
+    assert result.conflict_paths == [name]
 
 
 async def test_a_dirty_tree_elsewhere_does_not_block_landing(
