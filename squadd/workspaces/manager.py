@@ -127,8 +127,8 @@ class Workspaces:
 
     async def _reopen(self, session_id: str) -> WorkspaceView | None:
         """A continued session's worktree, made active again; None when it is gone. Read and
-        written under the worktrees lock: a prune beside it either removed it first or sees
-        it active."""
+        written (its `updated` time too: in use, not idle) under the worktrees lock: a prune
+        beside it either removed it first or sees it active and fresh."""
         async with self.admin():
             record = await anyio.to_thread.run_sync(records.load, self.layout, session_id)
             if record is None or record.state == "removed" or \
@@ -136,7 +136,7 @@ class Workspaces:
                 return None
             if record.state in ("committed", "landed", "conflict"):
                 record.state = "active"
-                await anyio.to_thread.run_sync(records.save, self.layout, record)
+            await anyio.to_thread.run_sync(records.save, self.layout, record)
             return record
 
     async def _take_spare(self, base: worktrees.RepoBase, session_id: str,

@@ -393,3 +393,21 @@ async def test_a_record_start_up_cannot_bring_back_is_left_and_does_not_stop_the
     assert git(squad_repo.repo, "rev-parse", f"squad/lead/{bad[-8:]}") == tip
     assert {r.session_id: r.state for r in await spaces.listing()} == {
         bad: "landing", other: "committed"}
+
+
+async def test_a_session_continued_after_keep_days_is_not_pruned_while_it_works(
+        squad_repo: SquadLayout, spaces: Workspaces) -> None:
+    """An active worktree idle past keep_days, then continued: its reopening marks it in use,
+    so a prune right after leaves it."""
+    import datetime as dt
+    session = "20260101-000000-00000062"
+    record = await spaces.open(session, "lead")
+    assert record is not None
+    path = squad_repo.workspace_record(session)
+    path.write_text(json.dumps({**json.loads(path.read_text()),
+                                "created": "2025-01-01T00:00:00+00:00",
+                                "updated": "2025-01-01T00:00:00+00:00"}))
+    assert await spaces.open(session, "lead") is not None  # continued after a long idle
+    (Path(record.path) / "draft.txt").write_text("work in progress\n")
+    assert await spaces.prune(now=dt.datetime.now(dt.UTC)) == []
+    assert (Path(record.path) / "draft.txt").read_text() == "work in progress\n"
