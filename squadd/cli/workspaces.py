@@ -21,7 +21,9 @@ from squadd.cli._squad import TEXT, dir_option, find_layout
 from squadd.config import load_settings
 from squadd.contracts.events import NullSink
 from squadd.contracts.workspaces import WorkspaceView
-from squadd.workspaces import Workspaces
+from squadd.state.layout import SquadLayout
+from squadd.workspaces import Workspaces, records
+from squadd.workspaces.worktrees import own_folder
 
 
 def _workspaces(directory: Path | None) -> Workspaces:
@@ -55,20 +57,23 @@ def land(session: str, as_json: bool, directory: Path | None) -> None:
 
 
 def _age(view: WorkspaceView, now: dt.datetime) -> str:
-    try:
-        seconds = (now - dt.datetime.fromisoformat(view.created)).total_seconds()
-    except ValueError:
+    created = records.parse_time(view.created)
+    if created is None:
         return "?"
+    seconds = (now - created).total_seconds()
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size:
             return f"{int(seconds // size)}{unit}"
     return f"{int(seconds)}s"
 
 
-def _disk(path: Path) -> str:
-    """The bytes of the worktree's regular files (symlinks not followed), one lstat each."""
+def _disk(layout: SquadLayout, view: WorkspaceView) -> str:
+    """The bytes of the worktree's regular files (symlinks not followed), one lstat each;
+    "-" for a record whose path is not its own worktree (edited by hand: never walk `/`)."""
+    if not own_folder(layout, view):
+        return "-"
     total = 0
-    for item in path.rglob("*") if path.is_dir() else ():
+    for item in Path(view.path).rglob("*"):
         with contextlib.suppress(FileNotFoundError):
             info = item.lstat()
             if stat.S_ISREG(info.st_mode):
@@ -111,6 +116,6 @@ def workspaces(prune: bool, remove_session: str | None, as_json: bool,
     click.echo(f"{'BRANCH':<32} {'SESSION':<30} {'STATE':<10} {'AGE':>5} {'DISK':>8}")
     for view in views:
         click.echo(f"{view.branch or '(spare)':<32} {view.session_id:<30} {view.state:<10} "
-                   f"{_age(view, now):>5} {_disk(Path(view.path)):>8}")
+                   f"{_age(view, now):>5} {_disk(spaces.layout, view):>8}")
         if view.message:
             click.echo(f"  {view.message}")

@@ -21,11 +21,12 @@ from squadd.contracts.workspaces import LandingIntent, LandResult, WorkspaceView
 from squadd.state.layout import SquadLayout
 from squadd.workspaces import records
 from squadd.workspaces.git import Git, run
-from squadd.workspaces.worktrees import branch_tips, changes, describe
+from squadd.workspaces.worktrees import branch_tips, changes, describe, status_paths
 
 LIST_ATTEMPTS = 5
-MAX_PATHSPEC = 2000
-"""Most landed paths named to `git status`; past that the whole tree's status is read."""
+MAX_PATHSPEC_BYTES = 256 << 10
+"""Most bytes of landed paths named to `git status` (a command line is bounded: ARG_MAX);
+past that the whole tree's status is read."""
 
 
 @dataclass(frozen=True)
@@ -62,21 +63,14 @@ async def _dirty_paths(git: Git, tree: Path, among: list[str]) -> set[str]:
     files: the status of the whole tree would read every file of a large repository)."""
     if not among:
         return set()
-    spec = [f":(literal){p}" for p in among] if len(among) <= MAX_PATHSPEC else []
+    spec = [f":(literal){p}" for p in among]
+    if sum(len(p.encode()) + 1 for p in spec) > MAX_PATHSPEC_BYTES:
+        spec = []
     ran = await git.ran(tree, "status", "--porcelain", "-z", "--untracked-files=all", "--",
                         *spec)
     if not ran.ok:
         raise ran.error("cannot read the working tree's status")
-    status = ran.output  # not stripped: each entry starts with its two status letters
-    paths: set[str] = set()
-    entries = iter(status.split("\0"))
-    for entry in entries:
-        if len(entry) < 4:
-            continue
-        paths.add(entry[3:])
-        if entry[0] in "RC":  # a rename names its source next
-            paths.add(next(entries, ""))
-    return paths
+    return set(status_paths(ran.output))
 
 
 async def roll_back(git: Git, record: WorkspaceView, branch_tip: str) -> None:
@@ -135,8 +129,8 @@ async def land(layout: SquadLayout, git: Git, record: WorkspaceView, *, check: L
     records.kill_point("land.before_rebase")
     rebased = await git.ran(tree, "rebase", "--quiet", old_tip, env=identity)
     if not rebased.ok:
-        conflicted = await git.ran(tree, "diff", "--name-only", "--diff-filter=U")
-        paths = sorted(p for p in conflicted.output.splitlines() if p)
+        conflicted = await git.ran(tree, "diff", "--name-only", "--diff-filter=U", "-z")
+        paths = sorted(p for p in conflicted.output.split("\0") if p)
         why = f"conflicts in {', '.join(paths)}" if paths else rebased.tail.strip()
         return await _stopped(layout, git, record, branch_tip, refuse(
             "conflict", f"{record.branch} does not rebase cleanly onto {record.target}: "
@@ -168,9 +162,12 @@ async def advance(layout: SquadLayout, git: Git, record: WorkspaceView, *, old_t
     sid, repo, target = record.session_id, layout.repo, record.target or ""
     checkout = await checked_out_at(git, repo, target)
     if checkout is not None:
-        # --no-renames: a renamed file's old path is changed too.
-        changed = [p for p in (await git.out(repo, "diff", "--name-only", "--no-renames",
-                                             old_tip, new_tip)).split("\n") if p]
+        # --no-renames: a renamed file's old path is changed too; -z, not stripped: names as
+        # they are (as the status reads them), not quoted.
+        diff = await git.ran(repo, "diff", "--name-only", "--no-renames", "-z", old_tip, new_tip)
+        if not diff.ok:
+            raise diff.error("cannot read the landed paths")
+        changed = [p for p in diff.output.split("\0") if p]
         dirty = sorted(set(changed) & await _dirty_paths(git, checkout, changed))
         if dirty:
             return await _stopped(layout, git, record, branch_tip, LandResult(

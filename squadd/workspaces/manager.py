@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import shutil
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -98,12 +98,10 @@ class Workspaces:
         """The session's worktree: its existing one (a continued session), or a new one.
         None (with a warning) when worktrees cannot be used here: the session works shared."""
         existing = await anyio.to_thread.run_sync(records.load, self.layout, session_id)
-        if existing is not None and existing.state != "removed" and \
-                await anyio.Path(existing.path).is_dir():
-            if existing.state in ("committed", "landed", "conflict"):
-                existing.state = "active"
-                await anyio.to_thread.run_sync(records.save, self.layout, existing)
-            return existing
+        if existing is not None and existing.state != "removed":
+            reopened = await self._reopen(session_id)
+            if reopened is not None:
+                return reopened
         base = await worktrees.repo_base(self.git, self.layout)
         record = None if isinstance(base, str) else await self._take_spare(base, session_id,
                                                                            agent)
@@ -126,6 +124,20 @@ class Workspaces:
                 await self.remove(session_id)
             raise
         return record
+
+    async def _reopen(self, session_id: str) -> WorkspaceView | None:
+        """A continued session's worktree, made active again; None when it is gone. Read and
+        written (its `updated` time too: in use, not idle) under the worktrees lock: a prune
+        beside it either removed it first or sees it active and fresh."""
+        async with self.admin():
+            record = await anyio.to_thread.run_sync(records.load, self.layout, session_id)
+            if record is None or record.state == "removed" or \
+                    not await anyio.Path(record.path).is_dir():
+                return None
+            if record.state in ("committed", "landed", "conflict"):
+                record.state = "active"
+            await anyio.to_thread.run_sync(records.save, self.layout, record)
+            return record
 
     async def _take_spare(self, base: worktrees.RepoBase, session_id: str,
                           agent: str) -> WorkspaceView | None:
@@ -201,8 +213,9 @@ class Workspaces:
                     raise
 
     async def _forget_unready_spares(self) -> None:
-        for record in await anyio.to_thread.run_sync(records.load_all, self.layout):
-            if spares.is_spare(record) and record.state == "creating":
+        for record in await anyio.to_thread.run_sync(
+                lambda: records.load_all(self.layout, prefix=spares.SPARE_PREFIX)):
+            if record.state == "creating":
                 async with self.admin():
                     await worktrees.undo_create(self.layout, self.git, record)
 
@@ -331,26 +344,43 @@ class Workspaces:
     async def remove(self, session_id: str) -> bool | None:
         """Remove a session's worktree (its branch kept while it has unlanded commits);
         None when it has none."""
-        record = await anyio.to_thread.run_sync(records.load, self.layout, session_id)
-        if record is None:
-            return None
+        removed = await self._remove(session_id, lambda _: True)
+        return None if removed is None else removed[1]
+
+    async def _remove(self, session_id: str, wanted: Callable[[WorkspaceView], bool]
+                      ) -> tuple[WorkspaceView, bool] | None:
+        """Remove the worktree if its record, read under the worktrees lock, is still
+        `wanted`; the record and whether its branch was kept, or None."""
         async with self.admin():
+            record = await anyio.to_thread.run_sync(records.load, self.layout, session_id)
+            if record is None or not wanted(record):
+                return None
             kept = await worktrees.remove(self.layout, self.git, record)
         self.sink.publish(WorkspaceRemoved(session_id=session_id, agent=record.agent,
                                            branch=record.branch, branch_kept=kept))
-        return kept
+        return record, kept
 
     async def prune(self, *, now: dt.datetime | None = None) -> list[str]:
         """Remove landed worktrees, unlanded ones idle past `workspace.keep_days`, and the
-        spares (a running daemon makes its spares again when a worktree session next opens)."""
+        spares (a running daemon makes its spares again when a worktree session next opens).
+        Each is judged again under the worktrees lock: one a session continued (or a spare
+        it took) since the listing is left alone."""
         now = now or dt.datetime.now(dt.UTC)
+        keep = dt.timedelta(days=self.settings.keep_days)
+
+        def prunable(record: WorkspaceView) -> bool:
+            if record.state == "landed" or spares.is_spare(record):
+                return True
+            age = _age(record, now) if record.state in ("committed", "conflict", "active") \
+                else None
+            return age is not None and age >= keep
+
         done = []
-        for record in await self.listing():
-            age = _age(record, now)
-            stale = age is not None and age >= dt.timedelta(days=self.settings.keep_days) \
-                and record.state in ("committed", "conflict", "active")
-            if record.state == "landed" or stale or spares.is_spare(record):
-                kept = await self.remove(record.session_id)
+        for listed in await self.listing():
+            removed = await self._remove(listed.session_id, prunable) \
+                if prunable(listed) else None
+            if removed is not None:
+                record, kept = removed
                 done.append(f"{record.session_id} {record.branch or '(spare)'}: removed"
                             + (" (branch kept: it has unlanded commits)" if kept else ""))
         return done
@@ -360,15 +390,12 @@ def _age(record: WorkspaceView, now: dt.datetime) -> dt.timedelta | None:
     """How long since `record` last changed; None (never stale) for a time squadd cannot read,
     e.g. one edited by hand, which is logged rather than allowed to stop the prune."""
     stamp = record.updated or record.created
-    try:
-        moment = dt.datetime.fromisoformat(stamp)
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=dt.UTC)
-        return now - moment
-    except (ValueError, TypeError):
+    moment = records.parse_time(stamp)
+    if moment is None:
         log.warning("workspace record has an unreadable time; not pruned for age",
                     session_id=record.session_id, time=stamp[:64])
         return None
+    return now - moment
 
 
 @asynccontextmanager

@@ -5,7 +5,8 @@ taken is undone the same way); a ready spare is kept, its record dropped if a se
 folder; a commit under way is
 read back from git; a landing is rolled forward from its intent when the target may still move
 to the new tip, else rolled back. Worktrees git knows under the squad dir with no record are
-reported as orphans, and records whose worktree vanished are marked removed.
+reported as orphans, and records whose worktree vanished are marked removed. A record git
+cannot bring back is reported and left for the next start; it never stops this one.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import anyio
 import structlog
 
 from squadd.contracts.workspaces import WorkspaceView
+from squadd.errors import SquaddError
 from squadd.state.layout import SquadLayout
 from squadd.workspaces import records, spares
 from squadd.workspaces.git import Git
@@ -61,37 +63,50 @@ async def _recover_landing(layout: SquadLayout, git: Git, record: WorkspaceView)
     return f"{sid}: landing rolled back; {record.branch} is at {branch_tip[:12]}"
 
 
+async def _reconcile_one(layout: SquadLayout, git: Git, record: WorkspaceView,
+                         known: set[Path]) -> list[str]:
+    """Finish or undo what `record` says was under way; adds its worktree to `known`."""
+    tree, sid = Path(record.path), record.session_id
+    if record.state == "spare":
+        if await anyio.Path(tree).is_dir():
+            known.add(real_path(tree))
+            return []
+        # Taken by a session a crash cut short: the session's record says the rest.
+        await spares.forget_missing(layout, git, record)
+        return [f"{sid}: spare worktree gone, its record dropped"]
+    if record.state == "creating":
+        await undo_create(layout, git, record)
+        return [f"{sid}: unfinished worktree removed"]
+    notes = []
+    if record.state == "landing":
+        notes.append(await _recover_landing(layout, git, record))
+    elif record.state == "committing":
+        await describe(git, layout.repo, record)
+        record.state = "committed" if record.commits else "active"
+        await anyio.to_thread.run_sync(records.save, layout, record)
+        notes.append(f"{sid}: commit checked: {record.state}")
+    if record.state != "removed" and not await anyio.Path(tree).is_dir():
+        await git.ran(layout.repo, "worktree", "prune")
+        record.state, record.message = "removed", "its worktree was gone at start-up"
+        await anyio.to_thread.run_sync(records.save, layout, record)
+        notes.append(f"{sid}: worktree missing, marked removed")
+    known.add(real_path(tree))
+    return notes
+
+
 async def reconcile(layout: SquadLayout, git: Git) -> list[str]:
     """Bring every workspace record and git's worktree list back in line; returns what was
     done, one line per workspace. The caller holds the landing lock."""
     notes: list[str] = []
     known: set[Path] = set()
     for record in await anyio.to_thread.run_sync(records.load_all, layout):
-        tree = Path(record.path)
-        if record.state == "spare":
-            if await anyio.Path(tree).is_dir():
-                known.add(real_path(tree))
-            else:  # taken by a session a crash cut short: the session's record says the rest
-                await spares.forget_missing(layout, git, record)
-                notes.append(f"{record.session_id}: spare worktree gone, its record dropped")
-            continue
-        if record.state == "creating":
-            await undo_create(layout, git, record)
-            notes.append(f"{record.session_id}: unfinished worktree removed")
-            continue
-        if record.state == "landing":
-            notes.append(await _recover_landing(layout, git, record))
-        elif record.state == "committing":
-            await describe(git, layout.repo, record)
-            record.state = "committed" if record.commits else "active"
-            await anyio.to_thread.run_sync(records.save, layout, record)
-            notes.append(f"{record.session_id}: commit checked: {record.state}")
-        if record.state != "removed" and not await anyio.Path(tree).is_dir():
-            await git.ran(layout.repo, "worktree", "prune")
-            record.state, record.message = "removed", "its worktree was gone at start-up"
-            await anyio.to_thread.run_sync(records.save, layout, record)
-            notes.append(f"{record.session_id}: worktree missing, marked removed")
-        known.add(real_path(tree))
+        try:
+            notes += await _reconcile_one(layout, git, record, known)
+        except (SquaddError, OSError) as exc:
+            # One record git cannot bring back (a tip edited by hand, a stuck git) is left
+            # as it is, said, and tried again at the next start: it never stops the start.
+            known.add(real_path(record.path))
+            notes.append(f"{record.session_id}: not reconciled, left {record.state}: {exc}")
     base = real_path(layout.root / "worktrees")
     for path in await registered_worktrees(git, layout.repo):
         real = real_path(path)

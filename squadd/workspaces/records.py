@@ -8,6 +8,7 @@ a crash the record says which step was under way; start-up reconciliation finish
 from __future__ import annotations
 
 import datetime as dt
+import glob
 import os
 import signal
 from pathlib import Path
@@ -28,6 +29,16 @@ def kill_point(name: str) -> None:
 
 def now_iso() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+def parse_time(stamp: str) -> dt.datetime | None:
+    """A record's time (ISO 8601; one without a zone is UTC), or None when it is not one
+    (edited by hand)."""
+    try:
+        moment = dt.datetime.fromisoformat(stamp)
+    except (ValueError, TypeError):
+        return None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=dt.UTC)
 
 
 def save(layout: SquadLayout, record: WorkspaceView) -> WorkspaceView:
@@ -53,12 +64,13 @@ def drop(layout: SquadLayout, session_id: str) -> None:
     layout.workspace_record(session_id).unlink(missing_ok=True)
 
 
-def load_all(layout: SquadLayout) -> list[WorkspaceView]:
-    """Every readable record, oldest first (a damaged one, or a file that is not a record,
-    is skipped, not fatal)."""
+def load_all(layout: SquadLayout, *, prefix: str = "") -> list[WorkspaceView]:
+    """Every readable record (only those whose id starts with `prefix`: the others are not
+    read), oldest first (a damaged one, or a file that is not a record, is skipped, not
+    fatal)."""
     folder = layout.workspaces_dir
     records = []
-    for path in sorted(folder.glob("*.json")) if folder.is_dir() else ():
+    for path in sorted(folder.glob(f"{glob.escape(prefix)}*.json")) if folder.is_dir() else ():
         record = _read(path)
         if record is not None and record.session_id == path.stem:
             records.append(record)

@@ -21,7 +21,7 @@ from squadd.contracts.workspaces import WorkspaceView
 from squadd.state.layout import SquadLayout
 from squadd.workspaces import records
 from squadd.workspaces.git import Git
-from squadd.workspaces.worktrees import RepoBase, ensure_ignored, new_record
+from squadd.workspaces.worktrees import RepoBase, ensure_ignored, new_record, own_folder
 
 SPARE_PREFIX = "spare-"
 INDEX_SETTLE_S = 1.05
@@ -40,9 +40,11 @@ def spare_id() -> str:
 
 
 def ready(layout: SquadLayout) -> list[WorkspaceView]:
-    """The spares ready to be taken, oldest first."""
-    return [r for r in records.load_all(layout) if r.state == "spare" and is_spare(r)
-            and Path(r.path).is_dir()]
+    """The spares ready to be taken, oldest first (only at their own folder: a record edited
+    to name another session's worktree never hands that worktree to a new session). Only the
+    spares' records are read, not every session's, on the path of a session's opening."""
+    return [r for r in records.load_all(layout, prefix=SPARE_PREFIX) if r.state == "spare"
+            and own_folder(layout, r)]
 
 
 async def make(layout: SquadLayout, git: Git, base: RepoBase) -> WorkspaceView:

@@ -18,7 +18,7 @@ import anyio
 import structlog
 
 from squadd.contracts.workspaces import WorkspaceView
-from squadd.errors import WorkspaceError
+from squadd.errors import SquaddError, WorkspaceError
 from squadd.fsio import append_fsync, file_lock, read_text
 from squadd.state.layout import SQUAD_DIRNAMES, SquadLayout
 from squadd.workspaces import records
@@ -68,9 +68,16 @@ def _real(path: str) -> Path:
     return Path(os.path.realpath(path))
 
 
-def branch_name(agent: str, session_id: str) -> str:
-    short = _SHORT_RE.search(session_id)
-    return f"squad/{agent}/{short.group() if short else session_id}"
+def branch_name(agent: str, session_id: str, *, short: bool = True) -> str:
+    """`squad/{agent}/{session-short}` (the whole session id without `short`)."""
+    found = _SHORT_RE.search(session_id) if short else None
+    return f"squad/{_ref_part(agent)}/{found.group() if found else _ref_part(session_id)}"
+
+
+def _ref_part(name: str) -> str:
+    """`name` as a part of a branch name: agent and session ids are valid ones, except that
+    git refuses a part ending in `.lock` (`build.lock` becomes `build-lock`)."""
+    return name[:-len(".lock")] + "-lock" if name.endswith(".lock") else name
 
 
 def ensure_ignored(layout: SquadLayout) -> None:
@@ -90,7 +97,7 @@ async def new_record(layout: SquadLayout, git: Git, base: RepoBase, *, session_i
     await anyio.to_thread.run_sync(ensure_ignored, layout)
     branch = branch_name(agent, session_id)
     if await git.rev(base.repo, f"refs/heads/{branch}") is not None:
-        branch = f"squad/{agent}/{session_id}"
+        branch = branch_name(agent, session_id, short=False)
     return WorkspaceView(session_id=session_id, agent=agent, branch=branch, target=base.branch,
                          base_commit=base.commit, path=str(layout.worktree(session_id)),
                          created=records.now_iso())
@@ -104,8 +111,16 @@ async def create(layout: SquadLayout, git: Git, base: RepoBase, *, session_id: s
     await anyio.to_thread.run_sync(records.save, layout, record)
     records.kill_point("create.before_add")
     await anyio.to_thread.run_sync(lambda: path.parent.mkdir(parents=True, exist_ok=True))
-    await git.out(base.repo, "worktree", "add", "--quiet", "--lock", "-b", branch, str(path),
-                  base.commit, what=f"cannot make the worktree of session {session_id}")
+    try:
+        await git.out(base.repo, "worktree", "add", "--quiet", "--lock", "-b", branch,
+                      str(path), base.commit, what=f"cannot make the worktree of session "
+                                                    f"{session_id}")
+    except WorkspaceError:
+        # It may have been made before git failed (a failing post-checkout hook): undone
+        # now, not left `creating` (counted in max_worktrees) until the next start-up.
+        with anyio.CancelScope(shield=True):
+            await undo_create(layout, git, record)
+        raise
     records.kill_point("create.after_add")
     record.state = "active"
     await anyio.to_thread.run_sync(records.save, layout, record)
@@ -119,7 +134,7 @@ async def undo_create(layout: SquadLayout, git: Git, record: WorkspaceView) -> N
     repo, path = layout.repo, Path(record.path)
     await git.ran(repo, "worktree", "unlock", record.path)
     await git.ran(repo, "worktree", "remove", "--force", record.path)
-    if await anyio.Path(path).exists() and layout.worktrees_dir in path.parents:
+    if await anyio.to_thread.run_sync(own_folder, layout, record):
         # Moved in but not yet known to git under this path (a cut-short `worktree move`):
         # the folder is ours and holds no work.
         await anyio.to_thread.run_sync(shutil.rmtree, path)
@@ -131,20 +146,41 @@ async def undo_create(layout: SquadLayout, git: Git, record: WorkspaceView) -> N
     await anyio.to_thread.run_sync(records.drop, layout, record.session_id)
 
 
+def own_folder(layout: SquadLayout, record: WorkspaceView) -> bool:
+    """Whether the record's path is a worktree (a real folder with git's `.git` file) at the
+    very place squadd makes this session's: a record edited by hand (`worktrees/../../src`, a
+    symlink there) or a folder someone else put there never gets deleted."""
+    path = Path(record.path)
+    try:
+        own = path == layout.worktree(record.session_id)
+    except SquaddError:  # not a session id squadd would have made
+        return False
+    dotgit = path / ".git"
+    return own and path.is_dir() and not path.is_symlink() and dotgit.is_file() and \
+        not dotgit.is_symlink()
+
+
 async def changes(git: Git, tree: Path) -> list[str]:
     """The worktree's uncommitted paths outside its copy of the squad dir (an untracked folder
     counts as one). Read as the whole status, filtered here: git reads a status narrowed by
-    an exclude pathspec several times slower on a large tree."""
-    ran = await git.ran(tree, "status", "--porcelain", "-z")
+    an exclude pathspec several times slower on a large tree. Untracked files are asked for:
+    a user's `status.showUntrackedFiles = no` would hide a session's new files."""
+    ran = await git.ran(tree, "status", "--porcelain", "-z", "--untracked-files=normal")
     if not ran.ok:
         raise ran.error("cannot read the worktree's changes")
+    return [p for p in status_paths(ran.output) if p.split("/", 1)[0] not in SQUAD_DIRNAMES]
+
+
+def status_paths(status: str) -> list[str]:
+    """The paths named by `git status --porcelain -z` output (not stripped: each entry starts
+    with its two status letters); a rename or copy names its source too."""
     found: list[str] = []
-    entries = iter(ran.output.split("\0"))
+    entries = iter(status.split("\0"))
     for entry in entries:
         if len(entry) < 4:
             continue
-        paths = [entry[3:], next(entries, "")] if entry[0] in "RC" else [entry[3:]]
-        found += [p for p in paths if p and p.split("/", 1)[0] not in SQUAD_DIRNAMES]
+        found += [p for p in ([entry[3:], next(entries, "")] if entry[0] in "RC"
+                              else [entry[3:]]) if p]
     return found
 
 

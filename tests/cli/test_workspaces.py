@@ -83,3 +83,26 @@ def test_workspaces_lists_a_spare_as_spare_and_prune_removes_it(tmp_path: Path) 
     pruned = runner.invoke(main, ["workspaces", "--prune", "--dir", str(layout.repo)])
     assert pruned.exit_code == 0 and f"{spare} (spare): removed" in pruned.output
     assert "spare-" not in git(layout.repo, "worktree", "list")
+
+
+def test_workspaces_lists_records_edited_by_hand_without_failing_or_walking_their_path(
+        tmp_path: Path) -> None:
+    """A time without a zone is read as UTC, an unreadable one shows `?`; a path that is not
+    the session's own worktree (here `/`) is not walked for its disk use."""
+    import json
+
+    layout = make_repo(tmp_path / "repo")
+    sessions = ["20260101-000000-0000cc01", "20260101-000000-0000cc02"]
+    for session in sessions:
+        _committed_session(layout, session, {f"{session}.txt": "x\n"})
+    for session, changes in zip(sessions, ({"created": "2026-01-01T00:00:00"},
+                                           {"created": "last tuesday", "path": "/"}),
+                                strict=True):
+        path = layout.workspace_record(session)
+        path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+    listed = CliRunner().invoke(main, ["workspaces", "--dir", str(layout.repo)])
+    assert listed.exit_code == 0, listed.output
+    rows = {line.split()[1]: line.split() for line in listed.output.splitlines()
+            if line.startswith("squad/")}
+    assert rows[sessions[0]][3].endswith("d") and rows[sessions[0]][4].endswith("M")
+    assert rows[sessions[1]][3:] == ["?", "-"]

@@ -6,6 +6,7 @@ import itertools
 from pathlib import Path
 
 import anyio
+import pytest
 
 from squadd.contracts.workspaces import LandResult, WorkspaceView
 from squadd.state.layout import SquadLayout
@@ -60,6 +61,18 @@ async def test_two_sessions_edit_the_same_line_first_lands_second_reports_the_co
     assert events.types()[-2:] == ["workspace.landed", "workspace.conflict"]
 
 
+async def test_a_conflict_in_a_file_whose_name_git_would_quote_names_it_as_it_is(
+        tmp_path: Path, events: Events) -> None:
+    layout = make_repo(tmp_path / "r", {"café.txt": "one\n"})
+    spaces = Workspaces(layout, settings_with(layout), events)
+    first = await _work(spaces, "20260101-000000-00000015", {"café.txt": "first\n"})
+    second = await _work(spaces, "20260101-000000-00000016", {"café.txt": "second\n"})
+    assert (await spaces.land(first.session_id)).ok
+    refused = await spaces.land(second.session_id)
+    assert not refused.ok and refused.reason == "conflict"
+    assert refused.conflict_paths == ["café.txt"] and "café.txt" in refused.message
+
+
 async def test_two_sessions_on_different_files_both_land_with_a_linear_history(
         squad_repo: SquadLayout, spaces: Workspaces) -> None:
     start = git(squad_repo.repo, "rev-parse", "main")
@@ -106,6 +119,18 @@ async def test_an_untracked_user_file_where_the_landing_adds_one_is_refused(
     assert result.conflict_paths == ["new [file].txt"]
 
 
+async def test_a_dirty_user_file_with_a_name_git_would_quote_is_refused(
+        squad_repo: SquadLayout, spaces: Workspaces) -> None:
+    """`git diff --name-only` quotes such names ("caf\\303\\251.txt"): read raw, they match
+    the user's status, and the landing is refused as dirty, naming the file as it is."""
+    names = ["café.txt", 'say "hi".txt', "tab\there.txt", " leading space.txt"]
+    record = await _work(spaces, "20260101-000000-00000014", dict.fromkeys(names, "x\n"))
+    for name in names:
+        (squad_repo.repo / name).write_text("the user's own\n")
+    result = await _refused_as_dirty(squad_repo, spaces, record)
+    assert result.conflict_paths == sorted(names)
+
+
 async def test_a_dirty_user_file_that_the_landing_renames_away_is_refused(
         squad_repo: SquadLayout, spaces: Workspaces) -> None:
     record = await spaces.open("20260101-000000-00000013", "lead")
@@ -116,6 +141,20 @@ async def test_a_dirty_user_file_that_the_landing_renames_away_is_refused(
     result = await _refused_as_dirty(squad_repo, spaces, record)
     assert result.conflict_paths == ["app.txt"]
     assert (squad_repo.repo / "app.txt").read_text() == "the user's own edit\n"
+
+
+async def test_past_the_pathspec_budget_the_whole_status_still_finds_the_dirty_file(
+        squad_repo: SquadLayout, spaces: Workspaces, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Landed paths too long for one command line: the user's whole status is read instead,
+    and a dirty file among them is still refused."""
+    from squadd.workspaces import landing
+    files = {f"{'d' * 200}{n}.txt": f"{n}\n" for n in range(8)}
+    record = await _work(spaces, "20260101-000000-00000017", files)
+    monkeypatch.setattr(landing, "MAX_PATHSPEC_BYTES", 1000)  # 8 paths of 200+ bytes pass it
+    [name, *_] = sorted(files)
+    (squad_repo.repo / name).write_text("the user's own\n")
+    result = await _refused_as_dirty(squad_repo, spaces, record)
+    assert result.conflict_paths == [name]
 
 
 async def test_a_dirty_tree_elsewhere_does_not_block_landing(

@@ -190,3 +190,22 @@ async def test_a_session_opens_while_a_spare_is_being_checked_out(
     assert released_before_open == [False]
     assert record is not None and record.state == "active"
     assert await _spares(spaces) != []  # the spare was made too, after the session opened
+
+
+async def test_a_spare_record_edited_to_name_a_sessions_worktree_never_hands_it_over(
+        squad_repo: SquadLayout) -> None:
+    from squadd.contracts.workspaces import WorkspaceView
+    from squadd.workspaces import records
+    spaces = Workspaces(squad_repo, settings_with(squad_repo, spares=0), NullSink())
+    first = await spaces.open("20260101-000000-00000f01", "lead")
+    assert first is not None
+    (Path(first.path) / "draft.txt").write_text("first's work in progress\n")
+    records.save(squad_repo, WorkspaceView(
+        session_id=f"{SPARE_PREFIX}20260101-000000-0000beef", agent="", branch="",
+        target="main", base_commit=first.base_commit, path=first.path, state="spare"))
+    with_spares = Workspaces(squad_repo, settings_with(squad_repo, spares=1), NullSink())
+    second = await with_spares.open(SESSION, "lead")
+    assert second is not None and second.path != first.path
+    assert (Path(first.path) / "draft.txt").read_text() == "first's work in progress\n"
+    assert git(Path(first.path), "symbolic-ref", "HEAD") == f"refs/heads/{first.branch}"
+    assert not (Path(second.path) / "draft.txt").exists()

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from squadd.contracts.workspaces import WorkspaceView
 from squadd.state.layout import SquadLayout
 from squadd.workspaces import Workspaces, charter_isolation
 from tests.workspaces.conftest import Events, git, make_repo, settings_with
@@ -200,3 +201,213 @@ async def test_worktree_changes_wait_for_another_process_holding_the_worktrees_l
         if held is not None:
             os.close(held)
     assert not Path(record.path).exists()
+
+
+async def test_new_files_are_committed_when_the_users_git_hides_untracked_files(
+        squad_repo: SquadLayout, spaces: Workspaces) -> None:
+    """`status.showUntrackedFiles = no` (common in large repositories) must not make a
+    session's new files look like no change: they would never be committed, then pruned."""
+    git(squad_repo.repo, "config", "status.showUntrackedFiles", "no")
+    record = await spaces.open("20260101-000000-0000f11e", "lead")
+    assert record is not None
+    (Path(record.path) / "only-new.txt").write_text("new\n")
+    await spaces.close(record, title="a new file only")
+    assert record.state == "committed"
+    files = git(squad_repo.repo, "show", "--name-only", "--format=", record.branch).split()
+    assert files == ["only-new.txt"]
+
+
+@pytest.mark.parametrize("how", ["dotdot", "symlink"])
+async def test_start_up_never_deletes_user_files_named_by_a_hand_edited_record(
+        squad_repo: SquadLayout, spaces: Workspaces, how: str) -> None:
+    """Undoing a cut-short worktree deletes only the folder squadd itself would have made for
+    that session: not a path that merely reads as under worktrees/, nor a symlink there."""
+    from squadd.workspaces import records
+    user = squad_repo.repo / "src"
+    user.mkdir()
+    (user / "keep.txt").write_text("the user's work\n")
+    sid = "20260101-000000-0000bad1"
+    squad_repo.worktrees_dir.mkdir(parents=True, exist_ok=True)
+    if how == "dotdot":
+        path = squad_repo.worktrees_dir / ".." / ".." / "src"
+    else:
+        path = squad_repo.worktree(sid)
+        path.symlink_to(user, target_is_directory=True)
+    records.save(squad_repo, WorkspaceView(
+        session_id=sid, agent="lead", branch="squad/lead/0000bad1", target="main",
+        base_commit=git(squad_repo.repo, "rev-parse", "main"), path=str(path),
+        state="creating"))
+    await spaces.reconcile()
+    assert (user / "keep.txt").read_text() == "the user's work\n"
+    assert await spaces.listing() == []
+
+
+async def _landed(layout: SquadLayout, spaces: Workspaces, session: str) -> Path:
+    record = await spaces.open(session, "lead")
+    assert record is not None
+    (Path(record.path) / f"{session}.txt").write_text("landed work\n")
+    await spaces.close(record, title="work to land")
+    assert (await spaces.land(session)).ok
+    return Path(record.path)
+
+
+async def test_prune_leaves_a_worktree_that_a_session_continued_after_the_listing(
+        squad_repo: SquadLayout, spaces: Workspaces, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`squadd workspaces --prune` beside the daemon: a landed worktree that the daemon
+    reopens for a continued session between the prune's listing and its removal is kept."""
+    from squadd.contracts.events import NullSink
+    session = "20260101-000000-00000060"
+    tree = await _landed(squad_repo, spaces, session)
+    daemon = Workspaces(squad_repo, settings_with(squad_repo), NullSink())
+    listing = spaces.listing
+
+    async def listed_then_continued() -> list[WorkspaceView]:
+        seen = await listing()
+        assert await daemon.open(session, "lead") is not None  # the session works in it again
+        (tree / "uncommitted.txt").write_text("the continued session's work\n")
+        return seen
+
+    monkeypatch.setattr(spaces, "listing", listed_then_continued)
+    assert await spaces.prune() == []
+    assert (tree / "uncommitted.txt").read_text() == "the continued session's work\n"
+    assert {r.session_id: r.state for r in await listing()} == {session: "active"}
+
+
+async def test_a_continued_session_waits_for_a_prune_holding_the_worktrees_lock(
+        squad_repo: SquadLayout, spaces: Workspaces, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Making a landed worktree active again happens under the worktrees lock, so a prune in
+    another process never removes it between its reading and its use."""
+    import os
+
+    import anyio
+
+    from squadd.fsio import try_lock
+    from squadd.workspaces import manager
+    session = "20260101-000000-00000061"
+    await _landed(squad_repo, spaces, session)
+    stepped, refused = anyio.Event(), anyio.Event()
+
+    def watched_try_lock(path: Path) -> int | None:
+        fd = try_lock(path)
+        if fd is None and path == squad_repo.worktrees_lock:
+            refused.set()
+            stepped.set()
+        return fd
+
+    async def reopen() -> None:
+        await spaces.open(session, "lead")
+        stepped.set()
+
+    monkeypatch.setattr(manager, "try_lock", watched_try_lock)
+    held = try_lock(squad_repo.worktrees_lock)  # as `squadd workspaces --prune` holds it
+    assert held is not None
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reopen)
+            with anyio.fail_after(30):
+                await stepped.wait()
+            assert refused.is_set()  # open() waits for the lock before it reactivates
+            assert (await spaces.view(session) or pytest.fail("no record")).state == "landed"
+            os.close(held)
+            held = None
+    finally:
+        if held is not None:
+            os.close(held)
+    assert (await spaces.view(session) or pytest.fail("no record")).state == "active"
+
+
+@pytest.mark.parametrize("spares", [0, 1])
+async def test_an_agent_named_like_a_git_lock_file_still_gets_a_worktree(
+        squad_repo: SquadLayout, spares: int) -> None:
+    """`build.lock` is a valid agent name but not a valid ref component: the branch name is
+    made valid, the worktree is made, and its work commits on that branch."""
+    from squadd.contracts.events import NullSink
+    spaces = Workspaces(squad_repo, settings_with(squad_repo, spares=spares), NullSink())
+    assert await spaces.refill_spares() == spares
+    record = await spaces.open("20260101-000000-00000070", "build.lock")
+    assert record is not None and record.state == "active"
+    assert record.branch == "squad/build-lock/00000070"
+    (Path(record.path) / "built.txt").write_text("built\n")
+    await spaces.close(record, title="build")
+    assert git(squad_repo.repo, "show", "--name-only", "--format=", record.branch) == "built.txt"
+
+
+async def test_a_failed_worktree_add_leaves_no_worktree_branch_or_record(
+        squad_repo: SquadLayout) -> None:
+    """A user's post-checkout hook that fails makes `git worktree add` fail after it made the
+    worktree: the session's open fails, and nothing of it is left to count or to clean up."""
+    from squadd.contracts.events import NullSink
+    from squadd.errors import WorkspaceError
+    spaces = Workspaces(squad_repo, settings_with(squad_repo, spares=0), NullSink())
+    hook = squad_repo.repo / ".git" / "hooks" / "post-checkout"
+    hook.write_text("#!/bin/sh\nexit 3\n")
+    hook.chmod(0o755)
+    with pytest.raises(WorkspaceError, match="cannot make the worktree"):
+        await spaces.open("20260101-000000-00000080", "lead")
+    assert await spaces.listing() == []
+    assert str(squad_repo.worktrees_dir) not in git(squad_repo.repo, "worktree", "list")
+    assert git(squad_repo.repo, "branch", "--list", "squad/*") == ""
+    hook.unlink()
+    assert await spaces.open("20260101-000000-00000080", "lead") is not None
+
+
+async def test_a_folder_already_at_a_new_worktrees_place_is_never_deleted(
+        squad_repo: SquadLayout) -> None:
+    """git refuses to add a worktree over a folder that is there already; neither that
+    failure nor start-up deletes the folder, which squadd did not make."""
+    from squadd.contracts.events import NullSink
+    from squadd.errors import WorkspaceError
+    spaces = Workspaces(squad_repo, settings_with(squad_repo, spares=0), NullSink())
+    sid = "20260101-000000-00000081"
+    there = squad_repo.worktree(sid)
+    there.mkdir(parents=True)
+    (there / "notes.txt").write_text("someone's notes\n")
+    with pytest.raises(WorkspaceError, match="cannot make the worktree"):
+        await spaces.open(sid, "lead")
+    await spaces.reconcile()
+    assert (there / "notes.txt").read_text() == "someone's notes\n"
+    assert await spaces.listing() == []
+
+
+async def test_a_record_start_up_cannot_bring_back_is_left_and_does_not_stop_the_start(
+        squad_repo: SquadLayout, spaces: Workspaces) -> None:
+    """A landing intent whose tips were edited by hand: git cannot put the branch back there.
+    Start-up says so, leaves that record and its branch as they are, and reconciles the
+    others."""
+    bad, other = "20260101-000000-00000090", "20260101-000000-00000091"
+    for session in (bad, other):
+        record = await spaces.open(session, "lead")
+        assert record is not None
+        (Path(record.path) / f"{session}.txt").write_text("work\n")
+        await spaces.close(record, title="work")
+    tip = git(squad_repo.repo, "rev-parse", f"squad/lead/{bad[-8:]}")
+    for session, changes in ((bad, {"state": "landing", "landing": {
+            "phase": "rebase", "old_tip": "0" * 40, "branch_tip": "0" * 40}}),
+                             (other, {"state": "committing"})):
+        path = squad_repo.workspace_record(session)
+        path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+    notes = await spaces.reconcile()
+    assert any(note.startswith(f"{bad}: not reconciled, left landing") for note in notes)
+    assert f"{other}: commit checked: committed" in notes
+    assert not any("orphan" in note for note in notes)
+    assert git(squad_repo.repo, "rev-parse", f"squad/lead/{bad[-8:]}") == tip
+    assert {r.session_id: r.state for r in await spaces.listing()} == {
+        bad: "landing", other: "committed"}
+
+
+async def test_a_session_continued_after_keep_days_is_not_pruned_while_it_works(
+        squad_repo: SquadLayout, spaces: Workspaces) -> None:
+    """An active worktree idle past keep_days, then continued: its reopening marks it in use,
+    so a prune right after leaves it."""
+    import datetime as dt
+    session = "20260101-000000-00000062"
+    record = await spaces.open(session, "lead")
+    assert record is not None
+    path = squad_repo.workspace_record(session)
+    path.write_text(json.dumps({**json.loads(path.read_text()),
+                                "created": "2025-01-01T00:00:00+00:00",
+                                "updated": "2025-01-01T00:00:00+00:00"}))
+    assert await spaces.open(session, "lead") is not None  # continued after a long idle
+    (Path(record.path) / "draft.txt").write_text("work in progress\n")
+    assert await spaces.prune(now=dt.datetime.now(dt.UTC)) == []
+    assert (Path(record.path) / "draft.txt").read_text() == "work in progress\n"
