@@ -243,6 +243,26 @@ def test_a_cancelled_session_stops_on_its_worker_and_its_job_is_done_with(
         assert not any(r.get("state") == "completed" for r in cluster.transcript(session))
 
 
+def test_a_cancelled_session_resumed_on_the_cluster_is_claimed_and_finishes(
+        tmp_path: Path) -> None:
+    marker = tmp_path / "m3"
+    with Cluster(tmp_path) as cluster:
+        cluster.start_worker("w1", slots=1)
+        session = cluster.daemon.client.route(f"step:{marker}", "lead", wait=False)["session_id"]
+        eventually(Path(f"{marker}.started").exists, "the step tool started on w1")
+        assert cluster.daemon.client.cancel(session)["cancelled"] is True
+        Path(f"{marker}.go").write_text("go")
+        eventually(lambda: [r["state"] for r in cluster.transcript(session)
+                            if r.get("kind") == "state"][-1] == "interrupted",
+                   "the worker stopped the cancelled session")
+        # The cancel was of the earlier run: the resumed one is claimed, not refused.
+        resumed = cluster.daemon.client.resume(session)
+        assert resumed["ok"], resumed
+        assert [w for w, _ in claims(cluster, session)] == ["w1", "w1"]
+        assert [r["state"] for r in cluster.transcript(session)
+                if r.get("kind") == "state"][-1] == "completed"
+
+
 def test_redis_gone_past_its_bound_fails_routes_clearly_and_the_daemon_keeps_serving(
         tmp_path: Path) -> None:
     from tests.support.cluster import CLUSTER_CONFIG

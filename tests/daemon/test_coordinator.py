@@ -5,17 +5,22 @@ from __future__ import annotations
 from pathlib import Path
 
 import anyio
+import pytest
 
+from squadd.cluster import keys
 from squadd.cluster.connection import RedisGuard, connect
 from squadd.cluster.requests import send
 from squadd.cluster.wire import Request
 from squadd.config import load_settings
+from squadd.daemon import coordinator as coordinator_module
 from squadd.daemon.coordinator import Coordinator
 from squadd.providers.replay import ReplayProvider, ReplayScript
 from squadd.runtime.acceptance import record_acceptance
+from squadd.runtime.planning import load_transcript
 from squadd.runtime.runtime import SquadRuntime
 from squadd.runtime.session import SessionInfo
-from squadd.state.transcripts import read_transcript
+from squadd.state.layout import SquadLayout
+from squadd.state.transcripts import Transcript, read_transcript
 from tests.support.daemon_process import make_repo
 from tests.support.redis_server import RedisServer
 
@@ -74,3 +79,42 @@ async def test_an_ended_session_leaves_nothing_behind_and_late_records_stay_appl
     notes = [r for r in read_transcript(layout.transcript("s1")).records
              if r.get("kind") == "note"]
     assert [r["cluster"] for r in notes] == [[0, 1]]
+
+
+async def test_requests_of_a_session_whose_caller_is_gone_read_its_transcript_and_cancel_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    layout = make_repo(tmp_path / "repo")
+    settings = load_settings(layout.root, environ={})
+    reads: list[str] = []
+
+    def counted(layout: SquadLayout, session_id: str) -> Transcript | None:
+        reads.append(session_id)
+        return load_transcript(layout, session_id)
+    monkeypatch.setattr(coordinator_module, "load_transcript", counted)
+    with RedisServer(tmp_path / "redis") as server:
+        client = connect(server.url)
+        guard = RedisGuard(client, url=server.url, down_s=10)
+        runtime = SquadRuntime(layout, settings, ReplayProvider(ReplayScript()))
+        coordinator = Coordinator(runtime, settings.cluster, guard)
+        # This coordinator never submitted s1: an earlier one did, and its worker goes on.
+        record_acceptance(layout, SessionInfo(session_id="s1", agent="lead", model="m",
+                                              task="t"), None)
+        await client.set(keys.epoch("s1"), 1)
+        await client.config_resetstat()
+        try:
+            async with runtime:
+                for n in (1, 2):
+                    tool = await coordinator.handle(Request(
+                        request_id=f"s1:1:tc{n}", kind="tool", session_id="s1", worker="w1",
+                        epoch=1, body={"call": {"id": f"c{n}", "name": "squad_status",
+                                                "arguments": {}}}))
+                    records = await coordinator.handle(Request(
+                        request_id=f"s1:1:r{n}-{n}", kind="records", session_id="s1",
+                        worker="w1", epoch=1, body={"records": [
+                            {"kind": "note", "n": n, "text": "x"}]}))
+                    assert tool.ok and records.ok and not tool.cancelled, (tool, records)
+                stats = await client.info("commandstats")
+        finally:
+            await client.aclose()
+    assert reads == ["s1"]
+    assert stats["cmdstat_exists"]["calls"] == 1
