@@ -117,21 +117,27 @@ class JobQueue:
             await self.ack(stream, entry_id)
             return None
 
-    async def keep(self, consumer: str, deliveries: list[Delivery]) -> list[Delivery]:
-        """Renew the lease of `consumer`'s jobs; returns those it no longer holds (reclaimed
-        by another worker, or acknowledged: it must stop them). A job is renewed only while
-        this consumer owns it, so a worker that wakes from a pause never takes one back."""
+    async def keep(self, consumer: str, deliveries: list[Delivery],
+                   ) -> tuple[list[Delivery], list[Delivery]]:
+        """Renew the lease of `consumer`'s jobs. Returns those another worker holds now (it
+        reclaimed them: this one must stop them), and those nobody holds (acknowledged by a
+        worker that reclaimed and finished them, or lost with Redis's data: the caller tells
+        which). A job is renewed only while this consumer owns it, so a worker that wakes
+        from a pause never takes one back."""
         client = self.guard.client
-        lost: list[Delivery] = []
+        taken: list[Delivery] = []
+        gone: list[Delivery] = []
         for delivery in deliveries:
-            pending: Any = await self.guard.run(lambda d=delivery: client.xpending_range(  # type: ignore[misc]
+            pending: Any = await self._grouped(lambda d=delivery: client.xpending_range(  # type: ignore[misc]
                 d.stream, keys.WORKERS_GROUP, min=d.entry_id, max=d.entry_id, count=1))
-            if not pending or str(pending[0].get("consumer")) != consumer:
-                lost.append(delivery)
-                continue
-            await self.guard.run(lambda d=delivery: client.xclaim(  # type: ignore[misc]
-                d.stream, keys.WORKERS_GROUP, consumer, 0, [d.entry_id], justid=True))
-        return lost
+            if not pending:
+                gone.append(delivery)
+            elif str(pending[0].get("consumer")) != consumer:
+                taken.append(delivery)
+            else:
+                await self.guard.run(lambda d=delivery: client.xclaim(  # type: ignore[misc]
+                    d.stream, keys.WORKERS_GROUP, consumer, 0, [d.entry_id], justid=True))
+        return taken, gone
 
     async def ack(self, stream: str, entry_id: str) -> None:
         client = self.guard.client

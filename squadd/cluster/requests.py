@@ -131,16 +131,15 @@ class RequestServer:
         except ValidationError as exc:
             log.warning("malformed cluster request dropped", entry=entry_id,
                         error=str(exc)[:300])
-            await self._done(entry_id)
+            await self._finish(entry_id)
             return
         rid = request.request_id
         stored: Any = await self.guard.run(lambda: client.get(keys.reply(rid)))
         if stored:
-            await self._push(rid, stored)
-            await self._done(entry_id)
+            await self._finish(entry_id, rid, stored)
             return
         if rid in self._in_hand:  # a repeat while the first is still being applied
-            await self._done(entry_id)
+            await self._finish(entry_id)
             return
         self._in_hand.add(rid)
         try:
@@ -151,46 +150,30 @@ class RequestServer:
                 if not was_applying:
                     reply = Reply(request_id=rid, ok=False, refused="interrupted",
                                   error=INTERRUPTED)
-                    await self._store(rid, reply)
-                    await self._done(entry_id)
+                    await self._finish(entry_id, rid, reply.dump(), store=True)
                     return
             reply = await self.handler(request)
-            await self._store(rid, reply)
-            if unsafe:
-                await self.guard.run(lambda: client.hdel(keys.APPLYING, rid))
+            await self._finish(entry_id, rid, reply.dump(), store=True, applied=unsafe)
             self.handled += 1
-            await self._done(entry_id)
         finally:
             self._in_hand.discard(rid)
 
-    async def _store(self, rid: str, reply: Reply) -> None:
-        client = self.guard.client
-        data = reply.dump()
-
-        async def store() -> None:
-            async with client.pipeline(transaction=True) as pipe:
-                pipe.set(keys.reply(rid), data, ex=self.reply_ttl_s)
-                pipe.rpush(keys.reply_box(rid), data)
-                pipe.expire(keys.reply_box(rid), self.reply_ttl_s)
-                await pipe.execute()
-        await self.guard.run(store)
-
-    async def _push(self, rid: str, data: str) -> None:
+    async def _finish(self, entry_id: str, rid: str | None = None, data: str | None = None,
+                      *, store: bool = False, applied: bool = False) -> None:
+        """In one transaction: the reply `data` pushed to its box (and stored under `rid`
+        when new), the write-ahead mark of an `applied` call cleared, the entry acknowledged."""
         client = self.guard.client
 
-        async def push() -> None:
+        async def finish() -> None:
             async with client.pipeline(transaction=True) as pipe:
-                pipe.rpush(keys.reply_box(rid), data)
-                pipe.expire(keys.reply_box(rid), self.reply_ttl_s)
-                await pipe.execute()
-        await self.guard.run(push)
-
-    async def _done(self, entry_id: str) -> None:
-        client = self.guard.client
-
-        async def done() -> None:
-            async with client.pipeline(transaction=True) as pipe:
+                if rid is not None and data is not None:
+                    if store:
+                        pipe.set(keys.reply(rid), data, ex=self.reply_ttl_s)
+                    pipe.rpush(keys.reply_box(rid), data)
+                    pipe.expire(keys.reply_box(rid), self.reply_ttl_s)
+                if rid is not None and applied:
+                    pipe.hdel(keys.APPLYING, rid)
                 pipe.xack(keys.REQUESTS, keys.COORDINATOR_GROUP, entry_id)
                 pipe.xdel(keys.REQUESTS, entry_id)
                 await pipe.execute()
-        await self.guard.run(done)
+        await self.guard.run(finish)

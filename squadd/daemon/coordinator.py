@@ -69,6 +69,15 @@ class RemoteSession:
     cancelled: bool = False
 
 
+@dataclass(frozen=True)
+class _Orphan:
+    """A session on the workers whose route caller is gone, as read at its first request."""
+
+    info: SessionInfo
+    tools: ToolSet
+    cancelled: bool
+
+
 class Coordinator:
     """Runs sessions on the cluster's workers for one runtime, and serves their requests."""
 
@@ -87,6 +96,9 @@ class Coordinator:
         self._applied: dict[str, tuple[int, int]] = {}
         """Per session, the (epoch, number) of the last transcript record appended."""
         self._locks: dict[str, anyio.Lock] = {}
+        self._orphans: dict[str, _Orphan] = {}
+        """Sessions whose route caller is gone (this coordinator restarted), as read once
+        from their transcript and Redis; dropped at their end."""
 
     # Lifecycle.
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
@@ -163,6 +175,9 @@ class Coordinator:
         bound = 2 * plan.timeout_s + self.settings.lease_s
         try:
             await anyio.to_thread.run_sync(self._open, plan)
+            # A cancel of an earlier run of this session (now resumed or continued) is over.
+            client = self.guard.client
+            await self.guard.run(lambda: client.delete(keys.cancel(info.session_id)))
             await self.jobs.submit(Job(session_id=info.session_id, agent=info.agent,
                                        priority="urgent" if info.priority == "urgent"
                                        else "normal", timeout_s=plan.timeout_s))
@@ -254,20 +269,31 @@ class Coordinator:
                            "so this worker's results are refused")
 
     async def _cancelled(self, session_id: str) -> bool:
+        """Whether the session was cancelled: this coordinator knows for the sessions it
+        submitted (their cancel key is its own, cleared at submission); for a session whose
+        route caller is gone, the key an earlier coordinator left was read once."""
         remote = self._remote.get(session_id)
-        if remote is not None and remote.cancelled:
-            return True
-        client = self.guard.client
-        return bool(await self.guard.run(lambda: client.exists(keys.cancel(session_id))))
+        if remote is not None:
+            return remote.cancelled
+        orphan = await self._orphan(session_id)
+        return orphan is not None and orphan.cancelled
 
     async def _session(self, session_id: str) -> tuple[SessionInfo, ToolSet] | None:
         remote = self._remote.get(session_id)
         if remote is not None:
             return remote.plan.info, remote.tools
-        # Its route's caller is gone (this coordinator restarted): the session still ends.
+        orphan = await self._orphan(session_id)
+        return None if orphan is None else (orphan.info, orphan.tools)
+
+    async def _orphan(self, session_id: str) -> _Orphan | None:
+        """A session whose route caller is gone (this coordinator restarted): it still ends.
+        Read from its transcript and Redis at its first request, not at every one."""
+        orphan = self._orphans.get(session_id)
+        if orphan is not None:
+            return orphan
         transcript = await anyio.to_thread.run_sync(load_transcript, self.runtime.layout,
                                                     session_id)
-        if transcript is None:
+        if transcript is None:  # not kept: anyone may name a session that does not exist
             return None
         tools = self.runtime.tools
         if self.runtime.extra_tools is not None:
@@ -275,22 +301,28 @@ class Coordinator:
         names = transcript.meta.get("tools")
         if isinstance(names, list):
             tools = tools.narrowed([str(n) for n in names])
-        return info_from_transcript(transcript), tools
+        client = self.guard.client
+        cancelled = bool(await self.guard.run(lambda: client.exists(keys.cancel(session_id))))
+        orphan = self._orphans[session_id] = _Orphan(info_from_transcript(transcript), tools,
+                                                     cancelled)
+        return orphan
 
     async def _claim(self, request: Request) -> Reply:
         sid = request.session_id
         refuse = functools.partial(Reply, request_id=request.request_id, ok=False)
-        if await self._cancelled(sid):
-            return refuse(refused="invalid", error=f"session {sid} was cancelled")
         found = await self._session(sid)
         if found is None:
             return refuse(refused="unknown_session", error=f"no session {sid}")
+        if await self._cancelled(sid):
+            self._orphans.pop(sid, None)  # its job is dropped: no request of its follows
+            return refuse(refused="invalid", error=f"session {sid} was cancelled")
         info, tools = found
         client = self.guard.client
         async with self._lock(sid):
             transcript = await anyio.to_thread.run_sync(
                 read_transcript, self.runtime.layout.transcript(sid))
             if transcript.last_state in _ENDED:
+                self._orphans.pop(sid, None)
                 return refuse(refused="invalid",
                               error=f"session {sid} has ended ({transcript.last_state})")
             epoch = int(await self.guard.run(lambda: client.incr(keys.epoch(sid))))
@@ -412,6 +444,7 @@ class Coordinator:
         epoch from Redis and the last record applied from the transcript again."""
         self._epochs.pop(session_id, None)
         self._applied.pop(session_id, None)
+        self._orphans.pop(session_id, None)
         lock = self._locks.get(session_id)
         if lock is not None and not lock.locked() and not lock.statistics().tasks_waiting:
             del self._locks[session_id]

@@ -26,7 +26,7 @@ import anyio.abc
 import structlog
 
 from squadd._version import __version__
-from squadd.cluster import workers
+from squadd.cluster import keys, workers
 from squadd.cluster.connection import BLOCK_S, ClusterError, RedisGuard
 from squadd.cluster.events import publish_events
 from squadd.cluster.jobs import Delivery, JobQueue
@@ -66,6 +66,8 @@ class Running:
     epoch: int = 0
     lost: bool = False
     """Another worker took the job over: stop, acknowledge nothing, report nothing."""
+    unleased: bool = False
+    """Redis lost the job: it runs on, with no lease left to renew."""
 
 
 class Worker:
@@ -178,21 +180,41 @@ class Worker:
     async def _keep_leases(self) -> None:
         while True:
             await anyio.sleep(max(0.05, self.cluster.lease_s / 3))
-            held = [r.delivery for r in self._running.values()]
+            held = [r for r in self._running.values() if not r.unleased]
             if not held:
                 continue
             try:
-                lost = await self.jobs.keep(self.name, held)
+                taken, gone = await self.jobs.keep(self.name, [r.delivery for r in held])
+                moved_on = [d for d in gone if await self._moved_on(d)]
             except Exception as exc:  # Redis away past its bound, or a refusal: next round
                 log.warning("leases not renewed", error=f"{type(exc).__name__}: {exc}")
                 continue
-            for delivery in lost:
+            for delivery in (*taken, *moved_on):
                 running = self._running.get(delivery.entry_id)
                 if running is not None:
                     log.warning("job taken over by another worker; stopping it",
                                 session_id=delivery.job.session_id)
                     running.lost = True
                     running.scope.cancel()
+            for delivery in gone:
+                running = self._running.get(delivery.entry_id)
+                if running is not None and not running.lost:
+                    # Redis lost the job (it restarted without its data, or was flushed): the
+                    # session carries on, its epoch still fences it, but no lease is left.
+                    log.warning("job lost from Redis; the session carries on without a lease",
+                                session_id=delivery.job.session_id)
+                    running.unleased = True
+
+    async def _moved_on(self, delivery: Delivery) -> bool:
+        """Whether another worker claimed the session of a job nobody holds (it reclaimed the
+        job, and has finished it): the session's epoch is past this worker's."""
+        running = self._running.get(delivery.entry_id)
+        if running is None:
+            return False
+        client = self.guard.client
+        sid = delivery.job.session_id
+        stored: Any = await self.guard.run(lambda: client.get(keys.epoch(sid)))
+        return int(stored or 0) > running.epoch
 
     # One job.
     async def _run_job(self, delivery: Delivery) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from squadd.cluster.connection import RedisGuard, connect
+from tests.support.cluster import Cluster
 from tests.support.redis_server import RedisServer
 
 
@@ -25,3 +26,11 @@ async def guard(redis_server: RedisServer) -> AsyncIterator[RedisGuard]:
         yield RedisGuard(client, url=redis_server.url, down_s=30)
     finally:
         await client.aclose()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    """A started cluster with one worker, `w1`, of one slot."""
+    with Cluster(tmp_path) as started:
+        started.start_worker("w1", slots=1)
+        yield started

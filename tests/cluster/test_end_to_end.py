@@ -64,40 +64,36 @@ def test_routes_spread_across_three_workers_and_squad_tools_reach_the_coordinato
             assert text.count(f"We settle {title}.") == 1, title
 
 
-def test_worker_events_reach_the_coordinators_bus_naming_their_worker(tmp_path: Path) -> None:
-    with Cluster(tmp_path) as cluster:
-        cluster.start_worker("w1", slots=1)
-        result = cluster.daemon.client.route("decide:events", "lead")
-        assert result["ok"], result
-        session = result["session_id"]
-        # The worker's events travel on their own stream: look until they are there (bounded).
-        for _ in range(100):
-            events = cluster.daemon.squadd("events", "--recent", "512", "--json",
-                                           "--session", session, timeout=20)
-            lines = [json.loads(line) for line in events.stdout.splitlines() if line.strip()]
-            completed = [e for e in lines if e["type"] == "agent.completed"]
-            if completed:
-                break
-        assert completed, lines
-        assert completed[-1]["worker"] == "w1"
-        # The coordinator's own events name no worker.
-        assert any(e["type"] == "agent.state" and e.get("worker") is None for e in lines)
+def test_worker_events_reach_the_coordinators_bus_naming_their_worker(cluster: Cluster) -> None:
+    result = cluster.daemon.client.route("decide:events", "lead")
+    assert result["ok"], result
+    session = result["session_id"]
+    # The worker's events travel on their own stream: look until they are there (bounded).
+    for _ in range(100):
+        events = cluster.daemon.squadd("events", "--recent", "512", "--json",
+                                       "--session", session, timeout=20)
+        lines = [json.loads(line) for line in events.stdout.splitlines() if line.strip()]
+        completed = [e for e in lines if e["type"] == "agent.completed"]
+        if completed:
+            break
+    assert completed, lines
+    assert completed[-1]["worker"] == "w1"
+    # The coordinator's own events name no worker.
+    assert any(e["type"] == "agent.state" and e.get("worker") is None for e in lines)
 
 
-def test_a_nested_route_on_a_one_slot_worker_does_not_deadlock(tmp_path: Path) -> None:
-    with Cluster(tmp_path) as cluster:
-        cluster.start_worker("w1", slots=1)
-        # The parent holds the only slot; it gives it back while backend's child task runs.
-        result = cluster.daemon.client.route("route:backend:decide:nested", "lead")
-        assert result["ok"], result
-        assert "decided nested" in result["answer"]
-        child = [p.name.removesuffix(".jsonl")
-                 for p in cluster.layout.transcripts_dir.glob("*.jsonl")
-                 if p.name.removesuffix(".jsonl") != result["session_id"]]
-        assert len(child) == 1
-        assert cluster.holder(child[0]) == "w1"
-        meta = cluster.transcript(child[0])[0]
-        assert meta["parent_session_id"] == result["session_id"] and meta["agent"] == "backend"
+def test_a_nested_route_on_a_one_slot_worker_does_not_deadlock(cluster: Cluster) -> None:
+    # The parent holds the only slot; it gives it back while backend's child task runs.
+    result = cluster.daemon.client.route("route:backend:decide:nested", "lead")
+    assert result["ok"], result
+    assert "decided nested" in result["answer"]
+    child = [p.name.removesuffix(".jsonl")
+             for p in cluster.layout.transcripts_dir.glob("*.jsonl")
+             if p.name.removesuffix(".jsonl") != result["session_id"]]
+    assert len(child) == 1
+    assert cluster.holder(child[0]) == "w1"
+    meta = cluster.transcript(child[0])[0]
+    assert meta["parent_session_id"] == result["session_id"] and meta["agent"] == "backend"
 
 
 def test_local_slots_run_sessions_on_the_coordinator_itself(tmp_path: Path) -> None:
@@ -111,25 +107,23 @@ def test_local_slots_run_sessions_on_the_coordinator_itself(tmp_path: Path) -> N
         assert report["local_slots"] == 1 and report["workers"] == []
 
 
-def test_a_session_continued_on_the_cluster_gets_its_new_task_once(tmp_path: Path) -> None:
-    with Cluster(tmp_path) as cluster:
-        cluster.start_worker("w1", slots=1)
-        first = cluster.daemon.client.route("first task", "lead")
-        assert first["ok"], first
-        session = first["session_id"]
-        waited = cluster.daemon.client.route("second task", "lead", session_id=session)
-        assert waited["ok"] and waited["answer"] == "answer: second task", waited
-        sent = cluster.daemon.client.route("third task", "lead", session_id=session,
-                                           wait=False)
-        assert sent["ok"], sent
-        deadline = time.monotonic() + 90
-        while len([r for r in cluster.transcript(session) if r.get("state") == "completed"]) < 3:
-            assert time.monotonic() < deadline, cluster.transcript(session)
-            time.sleep(0.1)
-        users = [r["message"]["content"] for r in cluster.transcript(session)
-                 if r.get("kind") == "message" and r["message"]["role"] == "user"]
-        assert users == ["first task", "second task", "third task"], users
-        # Each task was recorded once as accepted (the claim made it the user message).
-        queued = [r.get("task") for r in cluster.transcript(session)
-                  if r.get("kind") == "state" and r["state"] == "queued"]
-        assert queued == [None, "second task", "third task"], queued
+def test_a_session_continued_on_the_cluster_gets_its_new_task_once(cluster: Cluster) -> None:
+    first = cluster.daemon.client.route("first task", "lead")
+    assert first["ok"], first
+    session = first["session_id"]
+    waited = cluster.daemon.client.route("second task", "lead", session_id=session)
+    assert waited["ok"] and waited["answer"] == "answer: second task", waited
+    sent = cluster.daemon.client.route("third task", "lead", session_id=session,
+                                       wait=False)
+    assert sent["ok"], sent
+    deadline = time.monotonic() + 90
+    while len([r for r in cluster.transcript(session) if r.get("state") == "completed"]) < 3:
+        assert time.monotonic() < deadline, cluster.transcript(session)
+        time.sleep(0.1)
+    users = [r["message"]["content"] for r in cluster.transcript(session)
+             if r.get("kind") == "message" and r["message"]["role"] == "user"]
+    assert users == ["first task", "second task", "third task"], users
+    # Each task was recorded once as accepted (the claim made it the user message).
+    queued = [r.get("task") for r in cluster.transcript(session)
+              if r.get("kind") == "state" and r["state"] == "queued"]
+    assert queued == [None, "second task", "third task"], queued

@@ -39,10 +39,12 @@ async def test_a_job_idle_past_its_lease_moves_to_another_worker(guard: RedisGua
     moved = await queue.reclaim("w2", lease_s=0.001)
     assert moved is not None and moved.reclaimed and moved.job.session_id == "s1"
     assert moved.entry_id == first.entry_id
-    # w1 learns it lost the job, and renewing does not take it back.
-    assert await queue.keep("w1", [first]) == [first]
-    assert await queue.keep("w2", [moved]) == []
+    # w1 learns another worker holds the job, and renewing does not take it back.
+    assert await queue.keep("w1", [first]) == ([first], [])
+    assert await queue.keep("w2", [moved]) == ([], [])
     await queue.ack(moved.stream, moved.entry_id)
+    # Done with: nobody holds it now (the worker tells this from Redis losing it).
+    assert await queue.keep("w1", [first]) == ([], [first])
     assert await queue.reclaim("w3", lease_s=0.001) is None
     lags = await queue.lags()
     assert all(entry["pending"] == 0 for entry in lags.values())

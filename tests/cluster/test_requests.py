@@ -142,3 +142,23 @@ def test_room_follows_the_sessions_but_never_drops_below_the_floor(guard: RedisG
     assert server.concurrency == 200 + HEADROOM
     server.fit(sessions=3)
     assert server.concurrency == MIN_CONCURRENCY
+
+
+async def test_a_call_is_answered_its_mark_cleared_and_its_entry_acknowledged_in_one_transaction(
+        guard: RedisGuard) -> None:
+    async def handler(req: Request) -> Reply:
+        return Reply(request_id=req.request_id, ok=True)
+
+    server = RequestServer(guard, handler, reply_ttl_s=60, redo_safe=())
+    async with anyio.create_task_group() as tg:
+        await tg.start(server.run)
+        await guard.client.config_resetstat()
+        reply = await send(guard, request("r1"), timeout_s=5, attempts=1)
+        # The answer was pushed in the transaction that acknowledged the entry.
+        pending = await guard.client.xpending(keys.REQUESTS, keys.COORDINATOR_GROUP)
+        stats = await guard.client.info("commandstats")
+        tg.cancel_scope.cancel()
+    assert reply.ok and pending["pending"] == 0
+    assert stats["cmdstat_exec"]["calls"] == 1
+    assert await guard.client.hlen(keys.APPLYING) == 0
+    assert await guard.client.get(keys.reply("r1")) == reply.dump()

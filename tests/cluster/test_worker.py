@@ -16,7 +16,9 @@ from squadd.cluster.jobs import JobQueue
 from squadd.cluster.requests import RequestServer
 from squadd.cluster.wire import Job, Reply, Request
 from squadd.config import load_settings
-from squadd.providers.replay import ReplayProvider, ReplayScript
+from squadd.contracts.messages import UserMessage, message_record
+from squadd.providers.replay import ReplayProvider, ReplayScript, ScriptedTurn
+from squadd.runtime.session_info import SessionInfo, session_meta
 from squadd.state.layout import SquadLayout
 from squadd.worker.process import Worker
 from squadd.worker.session import ForwardingWriter, StaleLease, checked
@@ -109,3 +111,53 @@ async def test_a_refused_transcript_flush_raises_stale_lease_itself() -> None:
     with pytest.raises(StaleLease, match="stale"):
         await writer.flush_async()
     assert writer.pending == 1  # nothing was confirmed, so nothing is dropped
+
+
+async def test_a_session_whose_job_redis_lost_carries_on_to_its_end(
+        guard: RedisGuard, tmp_path: Path) -> None:
+    first_records, lease_checked, ended = anyio.Event(), anyio.Event(), anyio.Event()
+    ends: list[Request] = []
+    info = SessionInfo(session_id="s1", agent="lead", model="m", task="t")
+
+    async def coordinator(request: Request) -> Reply:
+        if request.kind == "claim":
+            return Reply(request_id=request.request_id, ok=True, body={
+                "epoch": 1, "info": session_meta(info), "tools": [], "squad_specs": [],
+                "messages": [message_record(UserMessage(content="t"))]})
+        if request.kind == "records" and not first_records.is_set():
+            first_records.set()
+            await lease_checked.wait()  # the session is mid-run while Redis loses its job
+        if request.kind == "end":
+            ends.append(request)
+            ended.set()
+        return Reply(request_id=request.request_id, ok=True)
+
+    settings = load_settings(None, overrides={"cluster": {
+        "url": guard.url, "heartbeat_s": 0.1, "lease_s": 0.3, "request_timeout_s": 30.0}})
+    # Two slots: the free one's intake makes the job streams' group again, as it would.
+    worker = Worker(name="w1", slots=2, layout=SquadLayout.for_repo(tmp_path),
+                    settings=settings, guard=guard, provider=ReplayProvider(ReplayScript(
+                        default=[ScriptedTurn(text="done")])))
+    server = RequestServer(guard, coordinator, reply_ttl_s=60, redo_safe=())
+    with structlog.testing.capture_logs() as logs:
+        async with anyio.create_task_group() as tg:
+            await tg.start(server.run)
+            await tg.start(worker.run)
+            await JobQueue(guard).submit(Job(session_id="s1", agent="lead", timeout_s=60))
+            try:
+                with anyio.fail_after(60):
+                    await first_records.wait()
+                    # As a Redis restarted without its data leaves the job streams.
+                    await guard.client.delete(*keys.JOB_STREAMS)
+                    for _ in range(6000):  # until the lease keeper has met the loss (bounded)
+                        if any(e["event"].startswith("job lost from Redis") for e in logs):
+                            break
+                        await anyio.sleep(0.01)
+                    lease_checked.set()
+                    await ended.wait()
+            finally:  # a session's flush waits shielded: let it go, and the worker stop
+                lease_checked.set()
+                worker.stopping.set()
+                tg.cancel_scope.cancel()
+    assert ends[0].body["status"] == "completed" and ends[0].body["answer"] == "done"
+    assert not any(e["event"].startswith("job taken over") for e in logs)

@@ -5,72 +5,83 @@ from __future__ import annotations
 from pathlib import Path
 
 import anyio
+import pytest
 
-from squadd.cluster.connection import RedisGuard, connect
+from squadd.cluster import keys
 from squadd.cluster.requests import send
 from squadd.cluster.wire import Request
-from squadd.config import load_settings
-from squadd.daemon.coordinator import Coordinator
-from squadd.providers.replay import ReplayProvider, ReplayScript
+from squadd.daemon import coordinator as coordinator_module
 from squadd.runtime.acceptance import record_acceptance
-from squadd.runtime.runtime import SquadRuntime
+from squadd.runtime.planning import load_transcript
 from squadd.runtime.session_info import SessionInfo
-from squadd.state.transcripts import read_transcript
-from tests.support.daemon_process import make_repo
-from tests.support.redis_server import RedisServer
+from squadd.state.layout import SquadLayout
+from squadd.state.transcripts import Transcript, read_transcript
+from tests.support.coordinator import coordinator_on_redis
 
 
 async def test_requests_are_answered_again_after_redis_lost_its_data(tmp_path: Path) -> None:
-    layout = make_repo(tmp_path / "repo")
-    settings = load_settings(layout.root, environ={},
-                             overrides={"cluster": {"heartbeat_s": 0.1}})
-    with RedisServer(tmp_path / "redis") as server:
-        client = connect(server.url)
-        guard = RedisGuard(client, url=server.url, down_s=10)
-        runtime = SquadRuntime(layout, settings, ReplayProvider(ReplayScript()))
-        coordinator = Coordinator(runtime, settings.cluster, guard)
-
+    async with coordinator_on_redis(tmp_path, {"heartbeat_s": 0.1}) as here:
         async def ask(rid: str) -> bool:
-            reply = await send(guard, Request(request_id=rid, kind="end", session_id="gone",
-                                              worker="w1"), timeout_s=5, attempts=6)
+            reply = await send(here.guard, Request(request_id=rid, kind="end", session_id="gone",
+                                                   worker="w1"), timeout_s=5, attempts=6)
             return reply.ok
 
-        try:
-            async with runtime, anyio.create_task_group() as tg:
-                await tg.start(coordinator.run)
-                assert await ask("before")
-                # As a Redis restarted without its append-only file: the groups are gone.
-                await client.flushdb()
-                assert await ask("after")
-                tg.cancel_scope.cancel()
-        finally:
-            await client.aclose()
+        async with here.runtime, anyio.create_task_group() as tg:
+            await tg.start(here.coordinator.run)
+            assert await ask("before")
+            # As a Redis restarted without its append-only file: the groups are gone.
+            await here.client.flushdb()
+            assert await ask("after")
+            tg.cancel_scope.cancel()
 
 
 async def test_an_ended_session_leaves_nothing_behind_and_late_records_stay_applied_once(
         tmp_path: Path) -> None:
-    layout = make_repo(tmp_path / "repo")
-    settings = load_settings(layout.root, environ={})
-    with RedisServer(tmp_path / "redis") as server:
-        client = connect(server.url)
-        guard = RedisGuard(client, url=server.url, down_s=10)
-        runtime = SquadRuntime(layout, settings, ReplayProvider(ReplayScript()))
-        coordinator = Coordinator(runtime, settings.cluster, guard)
-        record_acceptance(layout, SessionInfo(session_id="s1", agent="lead", model="m",
-                                              task="t"), None)
+    async with coordinator_on_redis(tmp_path) as here:
+        coordinator = here.coordinator
+        record_acceptance(here.layout, SessionInfo(session_id="s1", agent="lead", model="m",
+                                                   task="t"), None)
         records = Request(request_id="s1:0:r1-1", kind="records", session_id="s1",
                           worker="w1", body={"records": [{"kind": "note", "n": 1, "text": "x"}]})
-        try:
-            async with runtime:
-                assert (await coordinator.handle(records)).ok
-                assert (await coordinator.handle(Request(
-                    request_id="s1:0:end", kind="end", session_id="s1", worker="w1"))).ok
-                kept = (coordinator._epochs, coordinator._applied, coordinator._locks)
-                assert kept == ({}, {}, {})
-                # The same records again, late: the transcript already has them.
-                assert (await coordinator.handle(records)).ok
-        finally:
-            await client.aclose()
-    notes = [r for r in read_transcript(layout.transcript("s1")).records
+        async with here.runtime:
+            assert (await coordinator.handle(records)).ok
+            assert (await coordinator.handle(Request(
+                request_id="s1:0:end", kind="end", session_id="s1", worker="w1"))).ok
+            kept = (coordinator._epochs, coordinator._applied, coordinator._locks,
+                    coordinator._orphans)
+            assert kept == ({}, {}, {}, {})
+            # The same records again, late: the transcript already has them.
+            assert (await coordinator.handle(records)).ok
+    notes = [r for r in read_transcript(here.layout.transcript("s1")).records
              if r.get("kind") == "note"]
     assert [r["cluster"] for r in notes] == [[0, 1]]
+
+
+async def test_requests_of_a_session_whose_caller_is_gone_read_its_transcript_and_cancel_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    reads: list[str] = []
+
+    def counted(layout: SquadLayout, session_id: str) -> Transcript | None:
+        reads.append(session_id)
+        return load_transcript(layout, session_id)
+    monkeypatch.setattr(coordinator_module, "load_transcript", counted)
+    async with coordinator_on_redis(tmp_path) as here:
+        # This coordinator never submitted s1: an earlier one did, and its worker goes on.
+        record_acceptance(here.layout, SessionInfo(session_id="s1", agent="lead", model="m",
+                                                   task="t"), None)
+        await here.client.set(keys.epoch("s1"), 1)
+        await here.client.config_resetstat()
+        async with here.runtime:
+            for n in (1, 2):
+                tool = await here.coordinator.handle(Request(
+                    request_id=f"s1:1:tc{n}", kind="tool", session_id="s1", worker="w1",
+                    epoch=1, body={"call": {"id": f"c{n}", "name": "squad_status",
+                                            "arguments": {}}}))
+                records = await here.coordinator.handle(Request(
+                    request_id=f"s1:1:r{n}-{n}", kind="records", session_id="s1",
+                    worker="w1", epoch=1, body={"records": [
+                        {"kind": "note", "n": n, "text": "x"}]}))
+                assert tool.ok and records.ok and not tool.cancelled, (tool, records)
+            stats = await here.client.info("commandstats")
+    assert reads == ["s1"]
+    assert stats["cmdstat_exists"]["calls"] == 1

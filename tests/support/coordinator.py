@@ -1,0 +1,53 @@
+"""A coordinator in this process, on a real `redis-server`, for the daemon's cluster tests:
+a squad repository, its runtime (not started: the test enters it) and the Redis client.
+
+    async with coordinator_on_redis(tmp_path) as here:
+        async with here.runtime:
+            reply = await here.coordinator.handle(request)
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from squadd.cluster.connection import RedisGuard, connect
+from squadd.config import load_settings
+from squadd.daemon.coordinator import Coordinator
+from squadd.providers.replay import ReplayProvider, ReplayScript
+from squadd.runtime.runtime import SquadRuntime
+from squadd.state.layout import SquadLayout
+from tests.support.daemon_process import make_repo
+from tests.support.redis_server import RedisServer
+
+
+@dataclass(frozen=True)
+class CoordinatorHere:
+    layout: SquadLayout
+    client: aioredis.Redis
+    guard: RedisGuard
+    runtime: SquadRuntime
+    coordinator: Coordinator
+
+
+@asynccontextmanager
+async def coordinator_on_redis(tmp_path: Path, cluster: dict[str, Any] | None = None,
+                               ) -> AsyncIterator[CoordinatorHere]:
+    """`cluster`: settings of the `[cluster]` table to override."""
+    layout = make_repo(tmp_path / "repo")
+    settings = load_settings(layout.root, environ={},
+                             overrides={"cluster": cluster} if cluster else None)
+    with RedisServer(tmp_path / "redis") as server:
+        client = connect(server.url)
+        guard = RedisGuard(client, url=server.url, down_s=10)
+        runtime = SquadRuntime(layout, settings, ReplayProvider(ReplayScript()))
+        try:
+            yield CoordinatorHere(layout, client, guard, runtime,
+                                  Coordinator(runtime, settings.cluster, guard))
+        finally:
+            await client.aclose()
