@@ -2,8 +2,9 @@
 
 A hit costs one `stat`; a file whose signature (mtime, ctime, size, inode) changed is loaded
 again. It is bounded (the oldest entry goes first) and thread-safe, because the event loop and
-worker threads share it. Each owner (a `SquadRuntime`) makes its own: nothing is shared between
-two runtimes in one process.
+worker threads share it. `peek` never loads: the event loop answers a hit itself and takes only
+a miss (`NotCached`) to a worker thread. Each owner (a `SquadRuntime`) makes its own: nothing
+is shared between two runtimes in one process.
 """
 
 from __future__ import annotations
@@ -17,6 +18,11 @@ from typing import Generic, TypeVar
 T = TypeVar("T")
 
 Signature = tuple[int, int, int, int]
+
+
+class NotCached(LookupError):
+    """What was asked for needs a file read (it changed, or was never loaded): do it off the
+    event loop."""
 
 
 def signature(st: os.stat_result) -> Signature:
@@ -43,13 +49,7 @@ class StatCache(Generic[T]):
 
         The file is stat'ed before it is loaded, so a change during the load is seen next time.
         """
-        try:
-            key = signature(path.stat())
-        except OSError:
-            self.discard(path)
-            raise
-        with self._lock:
-            hit = self._entries.get(path)
+        key, hit = self._lookup(path)
         if hit is not None and hit[0] == key:
             return hit[1]
         value = self._load(path)
@@ -59,6 +59,24 @@ class StatCache(Generic[T]):
                 self._entries.pop(next(iter(self._entries)))
             self._entries[path] = (key, value)
         return value
+
+    def peek(self, path: Path) -> T:
+        """The value for `path` if it is cached and its file unchanged: one `stat`, never a
+        read, so the event loop may call it. `NotCached` when `get` would load the file;
+        `OSError` (e.g. `FileNotFoundError`) when it cannot be stat'ed."""
+        key, hit = self._lookup(path)
+        if hit is None or hit[0] != key:
+            raise NotCached(str(path))
+        return hit[1]
+
+    def _lookup(self, path: Path) -> tuple[Signature, tuple[Signature, T] | None]:
+        try:
+            key = signature(path.stat())
+        except OSError:
+            self.discard(path)
+            raise
+        with self._lock:
+            return key, self._entries.get(path)
 
     def discard(self, path: Path) -> None:
         with self._lock:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from squadd.statcache import StatCache, text_cache
+from squadd.statcache import NotCached, StatCache, text_cache
 
 
 def test_an_unchanged_file_is_loaded_once_and_a_changed_one_again(tmp_path: Path) -> None:
@@ -31,6 +31,31 @@ def test_an_unchanged_file_is_loaded_once_and_a_changed_one_again(tmp_path: Path
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
     assert cache.get(path) == "six!"
     assert len(loads) == 3
+
+
+def test_peek_answers_an_unchanged_file_without_loading_and_refuses_the_rest(
+        tmp_path: Path) -> None:
+    loads: list[Path] = []
+
+    def load(path: Path) -> str:
+        loads.append(path)
+        return path.read_text()
+
+    cache = StatCache(load)
+    path = tmp_path / "a.md"
+    path.write_text("one")
+    with pytest.raises(NotCached):  # never loaded
+        cache.peek(path)
+    assert cache.get(path) == "one"
+    assert cache.peek(path) == "one"
+    path.write_text("two!")
+    with pytest.raises(NotCached):  # changed: only `get` loads it again
+        cache.peek(path)
+    assert loads == [path]
+    path.unlink()
+    with pytest.raises(FileNotFoundError):
+        cache.peek(path)
+    assert len(cache) == 0
 
 
 def test_a_missing_file_raises_and_leaves_no_entry(tmp_path: Path) -> None:

@@ -85,9 +85,12 @@ class CharterCache:
                                        layout.read_text(path, errors="replace")),
             limit=1024)
 
-    def get(self, agent: str) -> Charter | None:
+    def get(self, agent: str, *, cached_only: bool = False) -> Charter | None:
+        """The agent's charter, None when it has none. With `cached_only` the file is only
+        stat'ed (the event loop may call it): `NotCached` when it must be read and parsed."""
         try:
-            charter = self._parsed.get(self.layout.charter(agent))
+            path = self.layout.charter(agent)
+            charter = self._parsed.peek(path) if cached_only else self._parsed.get(path)
         except (FileNotFoundError, NotADirectoryError):
             return None
         except StateError as exc:  # a charter leading outside the repository: not an agent

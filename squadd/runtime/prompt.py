@@ -16,7 +16,7 @@ import structlog
 
 from squadd.config import PromptSettings
 from squadd.errors import StateError
-from squadd.statcache import StatCache
+from squadd.statcache import NotCached, StatCache
 from squadd.state.layout import SquadLayout
 from squadd.state.learnings import keep_newest
 from squadd.state.skills import list_skills
@@ -59,10 +59,11 @@ class PromptParts:
     skills: str
 
 
-def skills_index(layout: SquadLayout, summaries: StatCache[str] | None = None) -> str:
+def skills_index(layout: SquadLayout, summaries: StatCache[str] | None = None, *,
+                 cached_only: bool = False) -> str:
     """One line per skill: `- {name}: {description from its front matter}`."""
     lines = [f"- {s.name}: {s.summary}" if s.summary else f"- {s.name}"
-             for s in list_skills(layout, summaries)]
+             for s in list_skills(layout, summaries, cached_only=cached_only)]
     return "\n".join(lines)
 
 
@@ -74,16 +75,23 @@ def file_cache(layout: SquadLayout, limit: int = 256) -> StatCache[str]:
 
 def gather(layout: SquadLayout, agent: str, context: str | None,
            files: StatCache[str] | None = None,
-           summaries: StatCache[str] | None = None) -> PromptParts:
+           summaries: StatCache[str] | None = None, *,
+           cached_only: bool = False) -> PromptParts:
     """Read everything the prompt needs (blocking: call from a worker thread), through the
     owner's `files` cache and skill `summaries` (`skills.summary_cache()`) when it has them.
     A file that cannot be read safely (a symlink out of the repository, a FIFO) is left out
-    with a note, and logged with the reason."""
+    with a note, and logged with the reason.
+
+    With `cached_only` nothing is read, only stat'ed (the event loop may call it): when a
+    file would have to be read, `NotCached` is raised instead."""
+    if cached_only and (files is None or summaries is None):
+        raise NotCached("the prompt's files have no cache")
     cache = files if files is not None else file_cache(layout, limit=4)
+    look = cache.peek if cached_only else cache.get
 
     def read(where: Callable[[], Path], what: str) -> str:
         try:
-            return cache.get(where())
+            return look(where())
         except (FileNotFoundError, NotADirectoryError):
             return ""
         except StateError as exc:
@@ -95,7 +103,7 @@ def gather(layout: SquadLayout, agent: str, context: str | None,
         history=read(lambda: layout.history(agent), "history"),
         decisions=read(lambda: layout.decisions_md, "decisions"),
         context=context or "",
-        skills=skills_index(layout, summaries),
+        skills=skills_index(layout, summaries, cached_only=cached_only),
     )
 
 

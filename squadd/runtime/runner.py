@@ -12,7 +12,7 @@ import functools
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import anyio
 import structlog
@@ -32,7 +32,7 @@ from squadd.runtime.session import AgentSession, SessionOutcome
 from squadd.runtime.session_info import session_toolset
 from squadd.runtime.session_sink import SessionSink
 from squadd.runtime.slots import SlotTicket
-from squadd.statcache import StatCache
+from squadd.statcache import NotCached, StatCache
 from squadd.state.journal import GroupCommit
 from squadd.state.layout import SquadLayout
 from squadd.state.transcripts import SpareFiles
@@ -44,6 +44,17 @@ from squadd.workspaces import records as workspace_records
 log = structlog.get_logger("squadd.runtime")
 
 ExtraTools = Callable[[], Iterable[Tool[Any]]]
+
+
+@runtime_checkable
+class CachedTools(Protocol):
+    """Extra tools that can also be answered without reading a file (on the event loop)."""
+
+    def __call__(self) -> Iterable[Tool[Any]]: ...
+
+    def cached(self) -> Iterable[Tool[Any]]:
+        """The same tools when no file must be read to find them, else `NotCached`."""
+        ...
 RunHere = Callable[[], Awaitable[SessionOutcome]]
 
 
@@ -212,13 +223,19 @@ class RouteRunner:
         ))
         sink = SessionSink(self.bus, self.pool, record)
 
-        def session_tools() -> ToolSet:
+        def session_tools(cached_only: bool = False) -> ToolSet:
             """The built-in tools, the custom ones found on disk now, narrowed by the route,
             the session's first route and the charter (blocking: run in the session's first
-            worker-thread trip, with its prompt's reads and first write)."""
+            worker-thread trip, with its prompt's reads and first write; with `cached_only`,
+            on the loop, `NotCached` when a tool file must be read)."""
             tools = self.tools
             if self.extra_tools is not None:
-                extras = self.extra_tools()
+                if not cached_only:
+                    extras = self.extra_tools()
+                elif isinstance(self.extra_tools, CachedTools):
+                    extras = self.extra_tools.cached()
+                else:
+                    raise NotCached("these extra tools are found by reading files")
                 tools = tools.merged(extras if isinstance(extras, ToolSet) else list(extras))
             if info.available_tools is not None and plan.continuing:
                 # The route that made the session set its tools; a later task only narrows them.

@@ -48,6 +48,7 @@ from squadd.runtime.prompt import file_cache
 from squadd.runtime.router import Router
 from squadd.runtime.runner import ExtraTools, RouteRunner
 from squadd.runtime.slots import SlotLimiter, SlotTicket
+from squadd.statcache import NotCached
 from squadd.state.charters import Charter
 from squadd.state.journal import GroupCommit, replay_journals
 from squadd.state.layout import SquadLayout
@@ -161,17 +162,27 @@ class SquadRuntime:
         discoverer = ToolDiscoverer()  # this runtime's: loaded tool files, by stat
         runtime: SquadRuntime | None = None
 
-        def custom_tools() -> ToolSet:
-            builtins = runtime.tools.names if runtime is not None else ()
-            found = discover_tools(layout, settings, bus, builtin_names=builtins,
-                                   discoverer=discoverer).toolset()
-            if runtime is None:
-                return found
-            # Agent tools route through this runtime, as squad_route does.
-            return ToolSet(bind_agent_tools(found, runtime), found.unavailable)
+        class CustomTools:
+            """The custom tools on disk now (`CachedTools`: a session start on the loop asks
+            for them `cached()`, a thread when a file must be read)."""
+
+            def __call__(self) -> ToolSet:
+                return self._find(cached_only=False)
+
+            def cached(self) -> ToolSet:
+                return self._find(cached_only=True)
+
+            def _find(self, *, cached_only: bool) -> ToolSet:
+                builtins = runtime.tools.names if runtime is not None else ()
+                found = discover_tools(layout, settings, bus, builtin_names=builtins,
+                                       discoverer=discoverer, cached_only=cached_only).toolset()
+                if runtime is None:
+                    return found
+                # Agent tools route through this runtime, as squad_route does.
+                return ToolSet(bind_agent_tools(found, runtime), found.unavailable)
 
         runtime = cls(layout, settings, provider, bus=bus, invoker=invoker,
-                      extra_tools=custom_tools, owns_provider=True, secrets=secrets,
+                      extra_tools=CustomTools(), owns_provider=True, secrets=secrets,
                       python_workers=discoverer.workers)
         return runtime
 
@@ -378,8 +389,10 @@ class SquadRuntime:
     async def _charter(self, agent: str) -> Charter:
         """The agent's charter (stat-cached); the refusal for an unknown agent lists the roster."""
         try:
-            # A stat on a hit, a read and a parse on a miss: file work, kept off the loop.
-            charter = await anyio.to_thread.run_sync(self._charters.get, agent)
+            try:  # a hit costs a stat, answered here; a read and a parse go to a thread
+                charter = self._charters.get(agent, cached_only=True)
+            except NotCached:
+                charter = await anyio.to_thread.run_sync(self._charters.get, agent)
         except (InvalidNameError, NotFoundError) as exc:
             raise Refusal("invalid", f"cannot route: {exc}") from None
         if charter is None:

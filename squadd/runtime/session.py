@@ -9,13 +9,13 @@ in memory: continuing it re-reads its transcript.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import secrets
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import anyio
 import structlog
@@ -36,9 +36,9 @@ from squadd.contracts.messages import (
 from squadd.errors import ProviderError, SquaddError
 from squadd.providers.base import CompletionRequest, Provider
 from squadd.runtime.conversation import name_calls, paired, used_call_ids
-from squadd.runtime.prompt import build_system_prompt, gather
+from squadd.runtime.prompt import PromptParts, build_system_prompt, gather
 from squadd.runtime.session_info import SessionInfo, now_iso, session_meta
-from squadd.statcache import StatCache
+from squadd.statcache import NotCached, StatCache
 from squadd.state.journal import GroupCommit
 from squadd.state.layout import SquadLayout
 from squadd.state.owner import current_owner
@@ -86,6 +86,13 @@ def pending_task(transcript: Transcript) -> str | None:
     return pending
 
 
+class ToolsSource(Protocol):
+    """Makes a session's tool set; with `cached_only`, without reading a file (`NotCached`
+    when it would have to)."""
+
+    def __call__(self, cached_only: bool = False) -> ToolSet: ...
+
+
 class AgentSession:
     """A conversation with one agent, persisted in its transcript."""
 
@@ -103,7 +110,7 @@ class AgentSession:
         summaries: StatCache[str] | None = None,
         spares: SpareFiles | None = None,
         workspace_dir: Path | None = None,
-        tools_source: Callable[[], ToolSet] | None = None,
+        tools_source: ToolsSource | None = None,
         commits: GroupCommit | None = None,
         writer: TranscriptWriter | None = None,
     ):
@@ -116,7 +123,8 @@ class AgentSession:
         """The owner's group-commit writer (None: each flush syncs by itself)."""
         self._tools_source = tools_source
         """Makes the session's tool set (custom tools are discovered on disk): called once,
-        in the session's first worker-thread trip, before `tools` is used."""
+        when the session starts (on the loop when no tool file must be read, else in its first
+        worker-thread trip), before `tools` is used."""
         self.spares = spares
         self.workspace_dir = workspace_dir
         """The session's git worktree (None: it works in the repository root)."""
@@ -155,8 +163,18 @@ class AgentSession:
                     timeout_s: float | None = None,
                     accepted: bool = False) -> SessionOutcome:
         """A new session: write its meta (unless the route's acceptance did), system prompt
-        and task, then run it."""
-        messages = await anyio.to_thread.run_sync(self._first_prepare, task, context, accepted)
+        and task, then run it.
+
+        When the group commit makes the records durable and every file the prompt and the
+        tools need is cached and unchanged (a `stat` each), the records are made here on the
+        loop; a file to read sends the work to a worker thread."""
+        messages: list[Message] | None = None
+        if self.commits is not None:
+            with contextlib.suppress(NotCached):
+                messages = self._first_prepare(task, context, accepted, cached_only=True)
+        if messages is None:
+            messages = await anyio.to_thread.run_sync(self._first_prepare, task, context,
+                                                      accepted)
         await self._flush()
         for message in messages:
             self._publish(message)
@@ -169,24 +187,31 @@ class AgentSession:
         claimed)."""
         return await self._run(messages, None, cancel, timeout_s, prepared=True)
 
-    def _resolve_tools(self) -> None:
-        """The tool set from `tools_source`, if it has one (blocking: it reads tool files)."""
-        source, self._tools_source = self._tools_source, None
+    def _resolve_tools(self, cached_only: bool = False) -> None:
+        """The tool set from `tools_source`, if it has one (blocking: it reads tool files;
+        with `cached_only` it only stats them, or raises `NotCached`)."""
+        source = self._tools_source
         if source is not None:
-            self.tools = source()
+            self.tools = source(cached_only)
+            self._tools_source = None
             self._specs = self.tools.specs()
 
-    def _first_prepare(self, task: str, context: str | None, accepted: bool) -> list[Message]:
-        self._resolve_tools()
+    def _first_prepare(self, task: str, context: str | None, accepted: bool, *,
+                       cached_only: bool = False) -> list[Message]:
+        self._resolve_tools(cached_only)
+        parts = gather(self.layout, self.agent, context, self.files, self.summaries,
+                       cached_only=cached_only)
         if accepted:  # this process wrote the whole transcript since: it ends with a newline
             self._writer.ends_clean()
-        return self._prepare(task, context, accepted)
+        return self._prepare(task, context, accepted, parts)
 
-    def _prepare(self, task: str, context: str | None, accepted: bool) -> list[Message]:
-        """Read the prompt's files, then write and fsync all the provider is about to see
-        (blocking: one trip to a worker thread)."""
+    def _prepare(self, task: str, context: str | None, accepted: bool,
+                 parts: PromptParts | None = None) -> list[Message]:
+        """Read the prompt's files (unless `parts` has them), then write and fsync all the
+        provider is about to see (blocking: one trip to a worker thread)."""
         info = self.info
-        parts = gather(self.layout, info.agent, context, self.files, self.summaries)
+        if parts is None:
+            parts = gather(self.layout, info.agent, context, self.files, self.summaries)
         system = SystemMessage(content=build_system_prompt(info.agent, parts, self.settings.prompt))
         user = UserMessage(content=task)
         writer = self._writer

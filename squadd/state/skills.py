@@ -18,7 +18,7 @@ import yaml
 from squadd.contracts.names import safe_name
 from squadd.errors import LimitExceededError, NotFoundError, PathEscapeError, StateError
 from squadd.fsio import atomic_write, file_lock
-from squadd.statcache import StatCache
+from squadd.statcache import NotCached, StatCache
 from squadd.state.layout import SkillSource, SquadLayout
 
 SKILL_FILE = "SKILL.md"
@@ -88,27 +88,31 @@ def summary_cache(limit: int = 512) -> StatCache[str]:
     return StatCache(_summary_of_file, limit=limit)
 
 
-def _summary(path: Path, summaries: StatCache[str] | None) -> str:
+def _summary(path: Path, summaries: StatCache[str] | None, cached_only: bool) -> str:
     if summaries is None:
+        if cached_only:
+            raise NotCached("the skills' index lines have no cache")
         return _summary_of_file(path)
     try:
-        return summaries.get(path)
+        return summaries.peek(path) if cached_only else summaries.get(path)
     except OSError:
         return ""
 
 
 def _scan(layout: SquadLayout, source: SkillSource,
-          summaries: StatCache[str] | None) -> list[SkillInfo]:
-    return [SkillInfo(name, path, source, _summary(path, summaries))
+          summaries: StatCache[str] | None, cached_only: bool) -> list[SkillInfo]:
+    return [SkillInfo(name, path, source, _summary(path, summaries, cached_only))
             for name, path in layout.skill_files(source)]
 
 
-def list_skills(layout: SquadLayout, summaries: StatCache[str] | None = None) -> list[SkillInfo]:
+def list_skills(layout: SquadLayout, summaries: StatCache[str] | None = None, *,
+                cached_only: bool = False) -> list[SkillInfo]:
     """Every skill, sorted by name; of two with the same name, the earlier folder's wins.
-    `summaries` (`summary_cache()`) keeps the index lines between calls."""
+    `summaries` (`summary_cache()`) keeps the index lines between calls. With `cached_only`
+    the folders are listed and stat'ed but no SKILL.md is read: `NotCached` when one must be."""
     chosen: dict[str, SkillInfo] = {}
     for source, _folder in layout.skill_roots():
-        for info in _scan(layout, source, summaries):
+        for info in _scan(layout, source, summaries, cached_only):
             first = chosen.get(info.name)
             if first is None:
                 chosen[info.name] = info

@@ -29,6 +29,7 @@ import structlog
 from squadd.config import Settings
 from squadd.contracts.events import EventSink, NullSink, ToolsLoadFailed
 from squadd.errors import StateError
+from squadd.statcache import NotCached
 from squadd.state.layout import SquadLayout, read_inside
 from squadd.tools.base import Tool, ToolSet, ToolSource
 from squadd.tools.custom.agent_tools import PromptTool, enabled, load_agent_tool
@@ -258,13 +259,25 @@ class ToolDiscoverer:
 
     def discover(self, layout: SquadLayout, settings: Settings, sink: EventSink | None = None,
                  *, builtin_names: Iterable[str] = (),
-                 environ: Mapping[str, str] | None = None) -> Discovery:
+                 environ: Mapping[str, str] | None = None,
+                 cached_only: bool = False) -> Discovery:
+        """What the tool folders hold now (blocking: it reads the files that changed).
+
+        With `cached_only` the folders are listed and each file stat'ed, but nothing is read,
+        loaded or started (the event loop may call it): `NotCached` when something must be,
+        or when another thread is discovering now."""
         sink = sink or NullSink()
-        with self._lock:
-            return self._discover(layout, settings, sink, set(builtin_names), environ)
+        if not self._lock.acquire(blocking=not cached_only):
+            raise NotCached("custom tools are being discovered in another thread")
+        try:
+            return self._discover(layout, settings, sink, set(builtin_names), environ,
+                                  cached_only)
+        finally:
+            self._lock.release()
 
     def _discover(self, layout: SquadLayout, settings: Settings, sink: EventSink,
-                  builtins: set[str], environ: Mapping[str, str] | None) -> Discovery:
+                  builtins: set[str], environ: Mapping[str, str] | None,
+                  cached_only: bool) -> Discovery:
         dirs = tool_dirs(layout, settings, environ)
         fingerprint = settings.tools.model_dump_json()
         winners: dict[str, Tool[Any]] = {}
@@ -277,7 +290,8 @@ class ToolDiscoverer:
             base = layout.repo if folder.source in ("project", "cycod-project") else folder.path
             for path in _tool_files(folder):
                 seen_files.add(path)
-                loaded = self._load(path, folder.source, settings, fingerprint, base)
+                loaded = self._load(path, folder.source, settings, fingerprint, base,
+                                    cached_only)
                 if loaded.error is not None:
                     failures.append(LoadFailure(path, folder.source, loaded.error))
                     continue
@@ -303,16 +317,19 @@ class ToolDiscoverer:
                                             f"tool {name} {link_failures[name]}"))
             else:
                 tools.append(linked.get(name, tool))
+        python = any(isinstance(tool, PythonTool) for tool in tools)
+        if cached_only and python and not self.workers.ready():
+            raise NotCached("a spare worker process must be started for the Python tools")
         for gone in set(self._files) - seen_files:
             del self._files[gone]
         self._report(failures, sink)
-        if any(isinstance(tool, PythonTool) for tool in tools):
+        if python:
             self.workers.warm_up()  # their first call finds a worker process started
         return Discovery(tuple(tools), tuple(shadowed), tuple(failures), tuple(skipped),
                          tuple(dirs))
 
     def _load(self, path: Path, source: ToolSource, settings: Settings,
-              fingerprint: str, base: Path) -> _Loaded:
+              fingerprint: str, base: Path, cached_only: bool = False) -> _Loaded:
         try:
             # A YAML tool's availability depends on the interpreters found on PATH.
             key: tuple[Any, ...] = (*_stat_key(path), source,
@@ -323,6 +340,8 @@ class ToolDiscoverer:
         cached = self._files.get(path)
         if cached is not None and cached.key == key:
             return cached
+        if cached_only:
+            raise NotCached(str(path))
         loaded = _Loaded(key)
         if has_surrogate(path.name):
             loaded.error = "the file name is not valid UTF-8: rename it (tool names come from it)"
@@ -375,10 +394,15 @@ class ToolDiscoverer:
 
 def discover_tools(layout: SquadLayout, settings: Settings, sink: EventSink | None = None, *,
                    builtin_names: Iterable[str] = (),
-                   discoverer: ToolDiscoverer | None = None) -> Discovery:
+                   discoverer: ToolDiscoverer | None = None,
+                   cached_only: bool = False) -> Discovery:
     """Find the custom tools for `layout` (blocking: call it through `anyio.to_thread`).
 
     A long-lived owner (the runtime) passes its own `discoverer`, so that unchanged files are
-    not loaded again; without one, every file is loaded afresh."""
+    not loaded again; without one, every file is loaded afresh. `cached_only`: see
+    `ToolDiscoverer.discover`."""
+    if cached_only and discoverer is None:
+        raise NotCached("custom tools without a discoverer are loaded afresh")
     return (discoverer or ToolDiscoverer()).discover(layout, settings, sink,
-                                                     builtin_names=builtin_names)
+                                                     builtin_names=builtin_names,
+                                                     cached_only=cached_only)

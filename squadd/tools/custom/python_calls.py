@@ -122,6 +122,11 @@ class SpareWorkers:
             with self._lock:
                 self._spares.append(worker)
 
+    def ready(self) -> bool:
+        """Whether `warm_up` has nothing to start."""
+        with self._lock:
+            return len(self._spares) >= self.keep
+
     def warm_up(self) -> None:
         """Have a worker ready for the first call (blocking; discovery calls it)."""
         if self.keep:

@@ -5,10 +5,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from squadd.config import Settings, ToolsSettings
 from squadd.contracts.events import ToolsLoadFailed
+from squadd.statcache import NotCached
 from squadd.state.layout import SquadLayout
 from squadd.tools.custom.discovery import ToolDiscoverer, tool_dirs, user_tools_dir
+from squadd.tools.custom.python_calls import SpareWorkers, kill_group
 
 from .conftest import Recorder, call, discover, write
 
@@ -148,6 +152,49 @@ async def test_new_and_changed_files_are_seen_by_the_next_discovery(layout: Squa
     assert (await call(layout, changed.toolset(), "greet", {"name": "a"})).text == "v2 hello a"
     path.unlink()
     assert discoverer.discover(layout, Settings()).tools == ()
+
+
+def test_a_cached_only_discovery_loads_nothing_and_says_when_it_would_have_to(
+        layout: SquadLayout) -> None:
+    discoverer = ToolDiscoverer(SpareWorkers(keep=0))
+    path = write(layout.tools_dir, "greet.py", GREET.replace("{where}", "v1"))
+    with pytest.raises(NotCached):  # never loaded
+        discoverer.discover(layout, Settings(), cached_only=True)
+    [loaded] = discoverer.discover(layout, Settings()).tools
+    [cached] = discoverer.discover(layout, Settings(), cached_only=True).tools
+    assert cached is loaded
+    write(layout.tools_dir, "wave.py", GREET.replace("greet", "wave"))
+    with pytest.raises(NotCached):  # a new file
+        discoverer.discover(layout, Settings(), cached_only=True)
+    assert {t.name for t in discoverer.discover(layout, Settings()).tools} == {"greet", "wave"}
+    path.write_text(GREET.replace("{where}", "v2").lstrip(), encoding="utf-8")
+    with pytest.raises(NotCached):  # a changed file
+        discoverer.discover(layout, Settings(), cached_only=True)
+
+
+def test_a_cached_only_discovery_never_waits_for_one_in_a_thread(layout: SquadLayout) -> None:
+    discoverer = ToolDiscoverer(SpareWorkers(keep=0))
+    write(layout.tools_dir, "greet.py", GREET.replace("{where}", "v1"))
+    discoverer.discover(layout, Settings())
+    with discoverer._lock, pytest.raises(NotCached):  # another thread is discovering
+        discoverer.discover(layout, Settings(), cached_only=True)
+
+
+def test_a_cached_only_discovery_leaves_starting_a_spare_worker_to_a_thread(
+        layout: SquadLayout) -> None:
+    workers = SpareWorkers(keep=1)
+    discoverer = ToolDiscoverer(workers)
+    try:
+        write(layout.tools_dir, "greet.py", GREET.replace("{where}", "v1"))
+        discoverer.discover(layout, Settings())
+        assert workers.ready()
+        worker = workers.take()  # a call took the spare
+        assert worker is not None and not workers.ready()
+        with pytest.raises(NotCached):
+            discoverer.discover(layout, Settings(), cached_only=True)
+        kill_group(worker)
+    finally:
+        discoverer.close()
 
 
 def test_extra_dirs_come_last_and_may_be_relative_to_the_repo(layout: SquadLayout,
