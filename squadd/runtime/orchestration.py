@@ -2,17 +2,22 @@
 
 Entries follow Squad's orchestration-log template: a `### {timestamp} — {task summary}` heading
 and a `| Field | Value |` table. When the task's session is spawned its file is written
-atomically (temp file, fsync, rename) with the rows known then (Agent routed, Why chosen, Mode,
-Why this mode, Requested by, Priority, Model, Session, Spawned at, Task). When the task ends the
-rows Completed at, Duration, Tokens and Outcome are appended to the same table and fsynced; a
-file without an Outcome row is a task still running (or cut off by a crash). A writer task does
-this disk work off the route's path, gathering entries for a moment and writing each batch as
-one group commit; a task whose spawn and end are both still pending is written once, whole. The
-backlog is bounded: past it, a route writes its own entry.
+with the rows known then (Agent routed, Why chosen, Mode, Why this mode, Requested by, Priority,
+Model, Session, Spawned at, Task). When the task ends the rows Completed at, Duration, Tokens
+and Outcome are appended to the same table; a file without an Outcome row is a task still
+running (or cut off by a crash). A writer task does this disk work off the route's path,
+gathering entries for a moment; a task whose spawn and end are both still pending is written
+once, whole. The backlog is bounded: past it, a route writes its own entry.
+
+With the runtime's group commit (`squadd.state.journal`) an entry is written straight to its
+file and made durable by the journal's one sync for the batch, beside the transcripts' records
+(a journal replay puts back what a power cut took). Without it, each batch is its own group
+commit: new files written atomically (temp file, fsync, rename), outcomes appended and fsynced.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import tempfile
@@ -26,7 +31,9 @@ from anyio.abc import TaskStatus
 
 from squadd.errors import StateError
 from squadd.fsio import fsync_dir
+from squadd.state.journal import GroupCommit
 from squadd.state.layout import SquadLayout
+from squadd.state.transcripts import Appended
 
 log = structlog.get_logger("squadd.orchestration")
 
@@ -145,7 +152,10 @@ def render(entry: OrchestrationEntry) -> str:
 
 
 def _write_all(fd: int, text: str) -> None:
-    data = text.encode("utf-8")
+    _write_all_bytes(fd, text.encode("utf-8"))
+
+
+def _write_all_bytes(fd: int, data: bytes) -> None:
     written = 0
     while written < len(data):
         written += os.write(fd, data[written:])
@@ -240,6 +250,57 @@ def _write(layout: SquadLayout, whole: list[OrchestrationEntry],
     batch.commit()
 
 
+class _EntryFile:
+    """One entry for the group commit: a new file written whole, or an outcome appended to
+    the file written at spawn (whole if that file is gone). The journal's sync makes it
+    durable; `flush` (a group commit that is not running) writes it by itself, as `_write`."""
+
+    def __init__(self, layout: SquadLayout, entry: OrchestrationEntry, *, whole: bool):
+        self.layout = layout
+        self.entry = entry
+        self.whole = whole
+        self._done = False
+
+    @property
+    def pending(self) -> int:
+        return 0 if self._done else 1
+
+    def flush(self) -> None:
+        self._done = True
+        _write(self.layout, [self.entry] if self.whole else [],
+               [] if self.whole else [self.entry])
+
+    def append_unsynced(self) -> Appended | None:
+        self._done = True
+        target = self.layout.orchestration_log(self.entry.stamp, self.entry.agent)
+        flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd: int | None = None
+        if not self.whole:
+            with contextlib.suppress(FileNotFoundError):
+                fd = os.open(target, flags | os.O_APPEND)
+        text = render_outcome(self.entry) if fd is not None else render(self.entry)
+        if fd is None:  # a stamp is this process's own: the file is new
+            try:
+                fd = os.open(target, flags | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileNotFoundError:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                fd = os.open(target, flags | os.O_CREAT | os.O_EXCL, 0o644)
+            created = True
+        else:
+            created = False
+        data = text.encode("utf-8")
+        try:
+            _write_all_bytes(fd, data)
+            end = os.lseek(fd, 0, os.SEEK_CUR)
+        except OSError:
+            if created:  # never leave half an entry in a new file
+                target.unlink(missing_ok=True)
+            raise
+        finally:
+            os.close(fd)
+        return Appended(target, end, data, created)
+
+
 def _lost(entry: OrchestrationEntry, exc: Exception) -> None:
     # a full disk must not take a route down with it: the transcript still has everything
     log.warning("orchestration log not written", stamp=entry.stamp, agent=entry.agent,
@@ -249,8 +310,11 @@ def _lost(entry: OrchestrationEntry, exc: Exception) -> None:
 class OrchestrationLog:
     """Writes orchestration entries; run `run()` in a task group and `close()` to drain it."""
 
-    def __init__(self, layout: SquadLayout, *, backlog: int = 1024, linger_s: float = 0.05):
+    def __init__(self, layout: SquadLayout, *, commits: GroupCommit | None = None,
+                 backlog: int = 1024, linger_s: float = 0.05):
         self.layout = layout
+        self.commits = commits
+        """The runtime's group commit, when it has one (entries then share its journal)."""
         self.backlog = backlog
         self.linger_s = linger_s
         """How long the writer gathers entries before a batch (unless it is closing)."""
@@ -292,7 +356,15 @@ class OrchestrationLog:
     async def _write(self, entries: list[OrchestrationEntry]) -> None:
         whole = [e for e in entries if e.key not in self._spawned]
         outcomes = [e for e in entries if e.key in self._spawned and e.has_ended]
-        await anyio.to_thread.run_sync(_write, self.layout, whole, outcomes)
+        if self.commits is not None and self.commits.running:
+            files = [*(_EntryFile(self.layout, e, whole=True) for e in whole),
+                     *(_EntryFile(self.layout, e, whole=False) for e in outcomes)]
+            for file, error in zip(files, await self.commits.commit_all(list(files)),
+                                   strict=True):
+                if error is not None:
+                    _lost(file.entry, error)
+        else:
+            await anyio.to_thread.run_sync(_write, self.layout, whole, outcomes)
         for entry in outcomes:
             self._spawned.discard(entry.key)
         for entry in whole:

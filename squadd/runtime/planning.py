@@ -89,8 +89,11 @@ class CharterCache:
         """The agent's charter, None when it has none. With `cached_only` the file is only
         stat'ed (the event loop may call it): `NotCached` when it must be read and parsed."""
         try:
-            path = self.layout.charter(agent)
-            charter = self._parsed.peek(path) if cached_only else self._parsed.get(path)
+            if cached_only:  # a hit was read through the layout's check: a stat is enough
+                charter = self._parsed.peek(self.layout.prompt_file("charter", agent,
+                                                                    check=False))
+            else:
+                charter = self._parsed.get(self.layout.charter(agent))
         except (FileNotFoundError, NotADirectoryError):
             return None
         except StateError as exc:  # a charter leading outside the repository: not an agent

@@ -8,9 +8,7 @@ session.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import structlog
 
@@ -89,9 +87,10 @@ def gather(layout: SquadLayout, agent: str, context: str | None,
     cache = files if files is not None else file_cache(layout, limit=4)
     look = cache.peek if cached_only else cache.get
 
-    def read(where: Callable[[], Path], what: str) -> str:
+    def read(part: str, what: str) -> str:
         try:
-            return look(where())
+            # A cache hit was read through the layout's check: only a stat is needed.
+            return look(layout.prompt_file(part, agent, check=not cached_only))
         except (FileNotFoundError, NotADirectoryError):
             return ""
         except StateError as exc:
@@ -99,9 +98,9 @@ def gather(layout: SquadLayout, agent: str, context: str | None,
             return f"({what} was not read: it is not a regular file inside the repository)"
 
     return PromptParts(
-        charter=read(lambda: layout.charter(agent), "charter"),
-        history=read(lambda: layout.history(agent), "history"),
-        decisions=read(lambda: layout.decisions_md, "decisions"),
+        charter=read("charter", "charter"),
+        history=read("history", "history"),
+        decisions=read("decisions", "decisions"),
         context=context or "",
         skills=skills_index(layout, summaries, cached_only=cached_only),
     )

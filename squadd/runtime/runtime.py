@@ -101,7 +101,10 @@ class SquadRuntime:
         self.invoker = invoker if invoker is not None else ToolInvoker(layout, settings, self.bus)
         self.pool = SessionPool(settings.pool, self.bus, limiter=limiter)
         self.router = Router(layout)
-        self.orchestration = OrchestrationLog(layout)
+        self.commits = GroupCommit(layout)
+        """Makes sessions' transcript records and the orchestration log's entries durable
+        together, one journal sync a batch."""
+        self.orchestration = OrchestrationLog(layout, commits=self.commits)
         self.extra_tools = extra_tools
         self.workspaces = Workspaces(layout, settings, self.bus)
         """Each session's git worktree (with `workspace.isolation = "worktree"`) and landing."""
@@ -121,8 +124,6 @@ class SquadRuntime:
         (`secrets.redact_log_event`) redacts them."""
         self.spares = SpareFiles(layout.sessions_dir)
         """New transcripts' files, made ahead by a background task."""
-        self.commits = GroupCommit(layout)
-        """Makes sessions' transcript records durable together, one journal sync a batch."""
         self.runner = RouteRunner(
             layout=layout, settings=settings, provider=provider, bus=self.bus,
             invoker=self.invoker, pool=self.pool, orchestration=self.orchestration,
@@ -238,6 +239,8 @@ class SquadRuntime:
         if self._upkeep_scope is not None:
             self._upkeep_scope.cancel()
         self.orchestration.close()
+        with anyio.move_on_after(10):  # its last entries still share the journal's syncs
+            await self.orchestration.flush()
         self.commits.close()
 
     async def settle(self, *, timeout_s: float) -> bool:

@@ -1,18 +1,19 @@
-"""Group commit for transcript records: many sessions' appends made durable by one fsync.
+"""Group commit for the route path: many sessions' appends made durable by one fsync.
 
-A runtime's sessions hand their pending transcript records to `GroupCommit.commit` and wait.
-A writer task takes every record waiting, in one worker-thread trip appends each session's
-records to its transcript (no fsync there), writes the same bytes to this runtime's journal
-(`run/transcripts/.journal/{pid}-{token}.log`, one JSON line per append: the transcript's path
-in the squad, the offset its bytes end at, the bytes) and syncs the journal once. Only then
-is anyone woken: no session advances, and no caller hears of an accepted route, before its
-records are durable. Records that arrive while a batch is being written form the next batch.
+A runtime's sessions hand their pending transcript records to `GroupCommit.commit` and wait;
+the orchestration log hands its entries the same way (`commit_all`). A writer task takes every
+append waiting, in one worker-thread trip appends each to its file (no fsync there), writes
+the same bytes to this runtime's journal (`run/transcripts/.journal/{pid}-{token}.log`, one
+JSON line per append: the file's path in the squad, the offset its bytes end at, the bytes)
+and syncs the journal once. Only then is anyone woken: no session advances, and no caller
+hears of an accepted route, before its records are durable. Appends that arrive while a batch
+is being written form the next batch.
 
-The transcripts stay where and as they were (readers see the appended bytes at once: the
-journal only makes them durable). A checkpoint (when the journal passes
-`CHECKPOINT_BYTES`, and at close) fsyncs every transcript written since the last one and the
-folder, then empties the journal; a clean close removes it. After a crash, `replay_journals`
-(run before the sessions are recovered) appends to each transcript whatever tail of a
+The files stay where and as they were (readers see the appended bytes at once: the journal
+only makes them durable). A checkpoint (when the journal passes `CHECKPOINT_BYTES`, and at
+close) fsyncs every file written since the last one and their folders, then empties the
+journal; a clean close removes it. After a crash, `replay_journals` (run before the sessions
+are recovered) appends to each transcript or orchestration-log entry whatever tail of a
 journaled append it lacks (a power cut can lose unsynced file data, a SIGKILL cannot), then
 syncs and deletes the journal. A journal is replayed only when no process holds its lock:
 its owner is gone.
@@ -28,15 +29,16 @@ import secrets
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import anyio
 import structlog
 from anyio.abc import TaskStatus
 
-from squadd.errors import InvalidNameError
+from squadd.errors import InvalidNameError, StateError
 from squadd.fsio import fsync_dir
 from squadd.state.layout import SquadLayout, safe_id
-from squadd.state.transcripts import Appended, TranscriptWriter
+from squadd.state.transcripts import Appended
 
 log = structlog.get_logger("squadd.journal")
 
@@ -46,13 +48,33 @@ JOURNAL_SUFFIX = ".log"
 _OPEN_ATTEMPTS = 5
 _FOLDERS = (("run", "transcripts"), ("sessions",))
 """Where a journaled transcript may live, relative to the squad root."""
+_ORCHESTRATION = ("orchestration-log",)
+"""Where a journaled orchestration-log entry lives, relative to the squad root."""
 
 _datasync = getattr(os, "fdatasync", os.fsync)
 
 
+class Appender(Protocol):
+    """Bytes waiting to be appended to one file in the squad (a `TranscriptWriter`, an
+    orchestration-log entry)."""
+
+    @property
+    def pending(self) -> int:
+        """How many records wait (0: nothing to commit)."""
+        ...
+
+    def append_unsynced(self) -> Appended | None:
+        """Append them without a sync (blocking); what was written, or None."""
+        ...
+
+    def flush(self) -> None:
+        """Append them and make them durable by themselves (blocking)."""
+        ...
+
+
 @dataclass
 class _Job:
-    writer: TranscriptWriter
+    writer: Appender
     done: anyio.Event = field(default_factory=anyio.Event)
     error: Exception | None = None
 
@@ -83,21 +105,29 @@ class GroupCommit:
     def running(self) -> bool:
         return self._wake is not None
 
-    async def commit(self, writer: TranscriptWriter) -> None:
+    async def commit(self, writer: Appender) -> None:
         """Make `writer`'s pending records durable, batched with other sessions' (what writing
         them raised, e.g. `OSError`, when they could not be). Callers shield it from
         cancellation."""
-        if not writer.pending:
-            return
+        [error] = await self.commit_all([writer])
+        if error is not None:
+            raise error
+
+    async def commit_all(self, writers: list[Appender]) -> list[Exception | None]:
+        """Make each writer's pending records durable, in one batch when the writer task
+        runs; what writing each raised (None: it is durable). Callers shield it from
+        cancellation, and bound how many they hand over at once."""
+        jobs = [_Job(writer) if writer.pending else None for writer in writers]
+        waiting = [job for job in jobs if job is not None]
         if self._wake is None:
-            await anyio.to_thread.run_sync(writer.flush)
-            return
-        job = _Job(writer)
-        self._queue.append(job)
-        self._wake.set()
-        await job.done.wait()
-        if job.error is not None:
-            raise job.error
+            for job in waiting:
+                await _flush_alone(job)
+        elif waiting:
+            self._queue.extend(waiting)
+            self._wake.set()
+            for job in waiting:
+                await job.done.wait()
+        return [job.error if job is not None else None for job in jobs]
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Commit batches until `close()`; what is queued then is committed first."""
@@ -369,7 +399,7 @@ def _replay(layout: SquadLayout, raw_lines: list[bytes]) -> list[str]:
             where, end, data = record["t"], int(record["end"]), record["data"].encode("utf-8")
         except (ValueError, KeyError, TypeError, AttributeError, OverflowError):
             continue  # a torn line (or not one of ours)
-        target = _transcript_at(layout, where)
+        target = _journaled_at(layout, where)
         if target is not None and end >= len(data):  # else not one of ours
             lines.append(_Line(where, target, end - len(data), data))
     lines.sort(key=lambda line: (line.where, line.start))
@@ -423,12 +453,21 @@ def _restore(line: _Line) -> bool:
     return True
 
 
-def _transcript_at(layout: SquadLayout, where: object) -> Path | None:
-    """The transcript a journal line names, if it is one (a `{id}.jsonl` directly inside
-    `run/transcripts/` or `sessions/`): nothing else is ever written from a journal."""
+def _journaled_at(layout: SquadLayout, where: object) -> Path | None:
+    """The file a journal line names, if it is one the journal writes: a transcript (a
+    `{id}.jsonl` directly inside `run/transcripts/` or `sessions/`) or an orchestration-log
+    entry (`orchestration-log/{stamp}-{agent}.md`). Nothing else is ever written from a
+    journal."""
     if not isinstance(where, str):
         return None
     *folder, name = Path(where).parts or ("",)
+    if tuple(folder) == _ORCHESTRATION and name.endswith(".md"):
+        stamp, _, agent = name.removesuffix(".md").partition("-")
+        try:
+            target = layout.orchestration_log(stamp, agent)
+        except StateError:  # not a name squadd writes there, or the folder leads outside
+            return None
+        return target if target.name == name else None
     if tuple(folder) not in _FOLDERS or not name.endswith(".jsonl"):
         return None
     try:

@@ -156,8 +156,20 @@ class SquadLayout:
                 return True
         return False
 
-    def _p(self, *parts: str) -> Path:
-        return self.inside(self.root.joinpath(*parts))
+    def _p(self, *parts: str, check: bool = True) -> Path:
+        joined = self.root.joinpath(*parts)
+        return self.inside(joined) if check else joined
+
+    def prompt_file(self, part: str, agent: str, *, check: bool = True) -> Path:
+        """A file the system prompt is built from: the agent's `charter` or `history`, or the
+        team's `decisions`. `check=False` skips the walk that refuses a path through a
+        symlink: only for a path that is read through `open_file` (or a cache filled by it),
+        which refuses whatever the file leads outside the repository by itself."""
+        if part == "decisions":
+            return self._p("decisions.md", check=check)
+        if part not in ("charter", "history"):
+            raise ValueError(f"not a prompt file: {part!r}")
+        return self._p("agents", safe_name(agent), f"{part}.md", check=check)
 
     # Team-wide files.
     @property
@@ -170,7 +182,7 @@ class SquadLayout:
 
     @property
     def decisions_md(self) -> Path:
-        return self._p("decisions.md")
+        return self.prompt_file("decisions", "")
 
     @property
     def decisions_archive(self) -> Path:
@@ -202,10 +214,10 @@ class SquadLayout:
         return self._p("agents", safe_name(agent))
 
     def charter(self, agent: str) -> Path:
-        return self._p("agents", safe_name(agent), "charter.md")
+        return self.prompt_file("charter", agent)
 
     def history(self, agent: str) -> Path:
-        return self._p("agents", safe_name(agent), "history.md")
+        return self.prompt_file("history", agent)
 
     def history_archive(self, agent: str) -> Path:
         return self._p("agents", safe_name(agent), "history-archive.md")

@@ -12,6 +12,7 @@ import pytest
 from squadd.contracts.routes import RouteRequest
 from squadd.runtime.orchestration import OrchestrationEntry, OrchestrationLog, render
 from squadd.runtime.runtime import SquadRuntime
+from squadd.state.journal import GroupCommit
 from squadd.state.layout import SquadLayout
 from tests.runtime.scripted import script, settings, text
 
@@ -147,3 +148,66 @@ async def test_a_broken_log_folder_never_fails_a_route(layout: SquadLayout) -> N
         result = await runtime.route(RouteRequest(target_agent="fenster", task="t"))
     assert result.ok and result.answer == "still fine"
     assert layout.orchestration_dir.is_file()
+
+
+async def test_with_the_group_commit_entries_are_written_in_place_and_share_its_sync(
+        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    commits = GroupCommit(layout)
+    log = OrchestrationLog(layout, commits=commits, linger_s=0.0)
+    synced: list[str] = []
+    real_fsync, real_replace = os.fsync, os.replace
+    renames: list[str] = []
+
+    def recording_fsync(fd: int) -> None:
+        synced.append(str(Path(f"/proc/self/fd/{fd}").readlink()))
+        real_fsync(fd)
+
+    def recording_replace(src: str | Path, dst: str | Path) -> None:
+        renames.append(str(dst))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    monkeypatch.setattr(os, "replace", recording_replace)
+    async with anyio.create_task_group() as tg:
+        await tg.start(commits.run)
+        await tg.start(log.run)
+        entry = _entry(log)
+        await log.submit(entry)
+        await log.flush()
+        assert commits.path is not None
+        journaled = commits.path.read_text(encoding="utf-8")
+        at_spawn = log.path_of(entry).read_text(encoding="utf-8")
+        await log.submit(entry.ended("completed", error=None, duration_s=1.0, input_tokens=1,
+                                     output_tokens=2))
+        await log.flush()
+        batches, synced_while_running = commits.batches, list(synced)
+        log.close()
+        commits.close()
+    where = f"orchestration-log/{log.path_of(entry).name}"
+    assert f'"t":"{where}"' in journaled  # the journal holds the entry's bytes
+    assert batches == 2 and renames == []  # one journal sync each; written in place
+    assert not [path for path in synced_while_running if "orchestration-log" in path]
+    assert log.path_of(entry).as_posix() in synced  # the close's checkpoint syncs it
+    final = log.path_of(entry).read_text(encoding="utf-8")
+    assert final.startswith(at_spawn) and "**Outcome**" not in at_spawn
+    assert final.endswith("| **Outcome** | Completed |\n")
+    assert not list(layout.orchestration_dir.glob(".*.tmp"))
+
+
+async def test_with_the_group_commit_a_write_that_fails_is_logged_and_the_rest_written(
+        layout: SquadLayout) -> None:
+    commits = GroupCommit(layout)
+    log = OrchestrationLog(layout, commits=commits, linger_s=10)
+    async with anyio.create_task_group() as tg:
+        await tg.start(commits.run)
+        await tg.start(log.run)
+        taken, fine = _entry(log, "taken"), _entry(log, "fine")
+        layout.orchestration_dir.mkdir(parents=True, exist_ok=True)
+        log.path_of(taken).mkdir()  # a folder where its file would go
+        await log.submit(taken)
+        await log.submit(fine)
+        log.close()
+        await log.flush()
+        commits.close()
+    assert log.path_of(taken).is_dir()
+    assert "| **Task** | fine |" in log.path_of(fine).read_text(encoding="utf-8")

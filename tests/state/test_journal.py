@@ -177,6 +177,34 @@ def test_a_journal_line_naming_anything_but_a_transcript_is_ignored(
     assert not (layout.root.parent.parent / "outside.jsonl").exists()
 
 
+def test_a_journaled_orchestration_entry_a_power_cut_took_is_put_back(
+        layout: SquadLayout) -> None:
+    folder = layout.transcript_journals_dir
+    folder.mkdir(parents=True)
+    name = "20261126T101010.000001Z-fenster.md"
+    spawn, outcome = "### spawn\n| a | b |\n", "| **Outcome** | Completed |\n"
+    lines = [
+        {"t": f"orchestration-log/{name}", "end": len(spawn), "data": spawn},
+        {"t": f"orchestration-log/{name}", "end": len(spawn + outcome), "data": outcome},
+        # names squadd never writes there are not written from a journal
+        {"t": "orchestration-log/../team.md", "end": 3, "data": "ab\n"},
+        {"t": "orchestration-log/notes.md", "end": 3, "data": "ab\n"},
+        {"t": "orchestration-log/20261126T101010.000001Z-../x.md", "end": 3, "data": "ab\n"},
+        {"t": "orchestration-log/sub/20261126T101010.000001Z-a.md", "end": 3, "data": "ab\n"},
+    ]
+    (folder / "1-dead.log").write_text(
+        "".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    layout.orchestration_dir.mkdir()
+    entry = layout.orchestration_dir / name
+    entry.write_text(spawn[:5], encoding="utf-8")  # the head of the spawn reached the disk
+
+    replayed = replay_journals(layout)
+    assert replayed.restored == [f"orchestration-log/{name}"]
+    assert entry.read_text(encoding="utf-8") == spawn + outcome
+    assert sorted(p.name for p in layout.orchestration_dir.iterdir()) == [name]
+    assert not (layout.root / "team.md").exists()
+
+
 async def test_a_journal_write_that_failed_part_way_does_not_hide_the_next_batch(
         layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
     commits = GroupCommit(layout)
