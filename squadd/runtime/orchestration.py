@@ -320,6 +320,9 @@ class OrchestrationLog:
         """How long the writer gathers entries before a batch (unless it is closing)."""
         self._pending: dict[Key, OrchestrationEntry] = {}
         self._spawned: set[Key] = set()
+        self._in_flight: set[Key] = set()
+        """Entries of the batch being written: a later version of one always waits for it
+        (written inline past the backlog, it could race it to the same file)."""
         """Entries whose spawn is on disk and whose outcome is still to be appended."""
         self._work: anyio.Event | None = None
         self._idle: anyio.Event | None = None
@@ -344,7 +347,8 @@ class OrchestrationLog:
         """Queue `entry` for writing (the latest version of an entry wins)."""
         key = entry.key
         if (self._work is None or self._idle is None
-                or (len(self._pending) >= self.backlog and key not in self._pending)):
+                or (len(self._pending) >= self.backlog and key not in self._pending
+                    and key not in self._in_flight)):
             with anyio.CancelScope(shield=True):
                 await self._write([entry])
             return
@@ -359,8 +363,9 @@ class OrchestrationLog:
         if self.commits is not None and self.commits.running:
             files = [*(_EntryFile(self.layout, e, whole=True) for e in whole),
                      *(_EntryFile(self.layout, e, whole=False) for e in outcomes)]
-            for file, error in zip(files, await self.commits.commit_all(list(files)),
-                                   strict=True):
+            # In the background: sessions' records never wait behind a burst of new files.
+            errors = await self.commits.commit_all(list(files), background=True)
+            for file, error in zip(files, errors, strict=True):
                 if error is not None:
                     _lost(file.entry, error)
         else:
@@ -393,8 +398,10 @@ class OrchestrationLog:
                     continue
                 batch = list(self._pending.values())
                 self._pending.clear()
+                self._in_flight = {entry.key for entry in batch}
                 with anyio.CancelScope(shield=True):
                     await self._write(batch)
+                self._in_flight = set()
         finally:
             self._idle.set()
             self._work = None

@@ -27,6 +27,7 @@ import json
 import os
 import secrets
 import stat
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -44,6 +45,8 @@ log = structlog.get_logger("squadd.journal")
 
 CHECKPOINT_BYTES = 8 * 1024 * 1024
 """Journal size past which the transcripts are synced and the journal emptied."""
+BACKGROUND_PER_BATCH = 32
+"""Background appends (orchestration-log entries) a batch takes at most."""
 JOURNAL_SUFFIX = ".log"
 _OPEN_ATTEMPTS = 5
 _FOLDERS = (("run", "transcripts"), ("sessions",))
@@ -87,6 +90,10 @@ class GroupCommit:
         self.layout = layout
         self.checkpoint_bytes = checkpoint_bytes
         self._queue: list[_Job] = []
+        self._later: list[_Job] = []
+        """Waiting appends nobody's next step waits for (`commit_all(background=True)`): a
+        batch takes at most `BACKGROUND_PER_BATCH` of them, so a burst of them never holds
+        up sessions' records."""
         """Waiting appends. Bounded by the callers: each session (and each route being
         accepted) waits for its commit before it queues another."""
         self._wake: anyio.Event | None = None
@@ -98,6 +105,9 @@ class GroupCommit:
         """A write failed part way: the journal may end inside a line, so the next write
         starts a new one (else replay could not parse its first line)."""
         self._touched: set[Path] = set()
+        self._full: deque[_Full] = deque()
+        """Full journals to retire (appended by the commit thread, retired by another)."""
+        self._retiring = False
         self.batches = 0
         """Batches committed (one journal sync each): for tests and benchmarks."""
 
@@ -113,17 +123,19 @@ class GroupCommit:
         if error is not None:
             raise error
 
-    async def commit_all(self, writers: list[Appender]) -> list[Exception | None]:
+    async def commit_all(self, writers: list[Appender], *,
+                         background: bool = False) -> list[Exception | None]:
         """Make each writer's pending records durable, in one batch when the writer task
         runs; what writing each raised (None: it is durable). Callers shield it from
-        cancellation, and bound how many they hand over at once."""
+        cancellation, and bound how many they hand over at once. `background` appends (the
+        orchestration log's) go after every session's, a few a batch."""
         jobs = [_Job(writer) if writer.pending else None for writer in writers]
         waiting = [job for job in jobs if job is not None]
         if self._wake is None:
             for job in waiting:
                 await _flush_alone(job)
         elif waiting:
-            self._queue.extend(waiting)
+            (self._later if background else self._queue).extend(waiting)
             self._wake.set()
             for job in waiting:
                 await job.done.wait()
@@ -135,30 +147,42 @@ class GroupCommit:
         self._wake = wake = anyio.Event()
         task_status.started()
         try:
-            while True:
-                if not self._queue:
-                    if self._closing:
-                        break
-                    await wake.wait()
-                    self._wake = wake = anyio.Event()
-                    continue
-                batch, self._queue = self._queue, []
-                try:
-                    with anyio.CancelScope(shield=True):
-                        await anyio.to_thread.run_sync(self._commit, batch)
-                except Exception as exc:  # a bug: its sessions hear it, the writer goes on
-                    log.exception("group commit failed")
+            async with anyio.create_task_group() as retirements:
+                while True:
+                    if not self._queue and not self._later:
+                        if self._closing:
+                            break
+                        await wake.wait()
+                        self._wake = wake = anyio.Event()
+                        continue
+                    batch = [*self._queue, *self._later[:BACKGROUND_PER_BATCH]]
+                    self._queue, self._later = [], self._later[BACKGROUND_PER_BATCH:]
+                    try:
+                        with anyio.CancelScope(shield=True):
+                            await anyio.to_thread.run_sync(self._commit, batch)
+                    except Exception as exc:  # a bug: its sessions hear it, the writer goes on
+                        log.exception("group commit failed")
+                        for job in batch:
+                            job.error = job.error or exc
                     for job in batch:
-                        job.error = job.error or exc
-                for job in batch:
-                    job.done.set()
+                        job.done.set()
+                    if self._full and not self._retiring:
+                        self._retiring = True
+                        retirements.start_soon(self._retire_full)
         finally:
             self._wake = None
             with anyio.CancelScope(shield=True):
-                for job in self._queue:  # none after a clean close; a cancelled run syncs each
-                    await _flush_alone(job)
-                self._queue = []
+                for job in [*self._queue, *self._later]:  # none after a clean close; a
+                    await _flush_alone(job)  # cancelled run syncs each
+                self._queue, self._later = [], []
                 await anyio.to_thread.run_sync(self._close_journal)
+
+    async def _retire_full(self) -> None:
+        try:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(self._retire)
+        finally:
+            self._retiring = False
 
     def close(self) -> None:
         """Commit what is queued now, then let `run()` end (and remove the journal)."""
@@ -218,10 +242,43 @@ class GroupCommit:
         self.batches += 1
         self._touched.update(done.path for _job, done in appended)
         if self._size >= self.checkpoint_bytes:
+            self._rotate()
+
+    def _rotate(self) -> None:
+        """Carry on in a new journal and leave the full one to `_retire`, off the commit
+        path: syncing every file it covers takes long, and no session should wait for it.
+        Without a new journal, the full one is checkpointed here."""
+        full = _Full(self._fd, self.path, self._touched)
+        self._fd = None
+        try:
+            self._open()
+        except OSError as exc:
+            log.warning("no new journal; checkpointing the full one in place", error=str(exc))
+            self._fd, self.path = full.fd, full.path
             try:
                 self._checkpoint()
-            except OSError as exc:  # the journal still holds it all: try again next batch
-                log.warning("journal checkpoint failed", error=str(exc))
+            except OSError as checkpoint_error:  # it still holds it all: next batch tries again
+                log.warning("journal checkpoint failed", error=str(checkpoint_error))
+            return
+        self._size, self._touched, self._torn = 0, set(), False
+        self._full.append(full)
+
+    def _retire(self) -> None:
+        """Sync the files each full journal covers, then remove it (blocking). One that fails
+        stays, locked, for the next try (at the latest, at close)."""
+        while self._full:
+            full = self._full[0]
+            try:
+                _sync_all(full.touched)
+                if full.path is not None:
+                    full.path.unlink(missing_ok=True)
+                    fsync_dir(full.path.parent)
+            except OSError as exc:
+                log.warning("full journal not retired; trying again later", error=str(exc))
+                return
+            self._full.popleft()
+            if full.fd is not None:
+                os.close(full.fd)  # after the unlink: its lock kept replays off it until then
 
     def _journal(self, data: bytes) -> None:
         if self._fd is None:
@@ -239,15 +296,8 @@ class GroupCommit:
         _datasync(self._fd)
 
     def _checkpoint(self) -> None:
-        """Sync every transcript written since the last checkpoint, then empty the journal."""
-        folders: set[Path] = set()
-        for path in self._touched:
-            with contextlib.suppress(FileNotFoundError):
-                _sync_file(path, created=False)
-            folders.add(path.parent)
-        for folder in folders:
-            with contextlib.suppress(FileNotFoundError):
-                fsync_dir(folder)
+        """Sync every file written since the last checkpoint, then empty the journal."""
+        _sync_all(self._touched)
         self._touched.clear()
         if self._fd is not None:
             os.ftruncate(self._fd, 0)
@@ -255,6 +305,11 @@ class GroupCommit:
         self._size = 0
 
     def _close_journal(self) -> None:
+        self._retire()
+        while self._full:  # not retired: left (unlocked) for the next start to replay
+            full = self._full.popleft()
+            if full.fd is not None:
+                os.close(full.fd)
         if self._fd is None:
             return
         try:
@@ -269,6 +324,28 @@ class GroupCommit:
         if self.path is not None:
             with contextlib.suppress(FileNotFoundError):
                 self.path.unlink()
+
+
+@dataclass(frozen=True)
+class _Full:
+    """A journal past `checkpoint_bytes`, left to be retired: its fd (holding its lock), its
+    path, and the files its lines cover."""
+
+    fd: int | None
+    path: Path | None
+    touched: set[Path]
+
+
+def _sync_all(paths: set[Path]) -> None:
+    """fsync each file (one gone meanwhile is skipped), then each of their folders."""
+    folders: set[Path] = set()
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            _sync_file(path, created=False)
+        folders.add(path.parent)
+    for folder in folders:
+        with contextlib.suppress(FileNotFoundError):
+            fsync_dir(folder)
 
 
 def _lock_if_still_at(fd: int, path: Path) -> bool:

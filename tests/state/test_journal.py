@@ -81,6 +81,108 @@ async def test_records_waiting_together_share_one_sync_and_nobody_wakes_before_i
     assert not list(layout.transcript_journals_dir.iterdir())  # a clean close removes it
 
 
+async def test_background_appends_go_a_few_a_batch_behind_every_sessions_records(
+        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    entered, release = threading.Event(), threading.Event()
+    real = journal_module._datasync
+
+    def held_sync(fd: int) -> None:
+        entered.set()
+        if not release.wait(30):  # the test releases it; never a hang
+            raise OSError("never released")
+        real(fd)
+
+    monkeypatch.setattr(journal_module, "_datasync", held_sync)
+    commits = GroupCommit(layout)
+    done: list[str] = []
+    async with anyio.create_task_group() as tg:
+        await tg.start(commits.run)
+
+        async def commit(name: str, background: bool) -> None:
+            [error] = await commits.commit_all([writer_for(layout, name, name)],
+                                               background=background)
+            assert error is None
+            done.append(name)
+
+        tg.start_soon(commit, "first", False)
+        await anyio.to_thread.run_sync(entered.wait, 30)  # batch one is in its sync, held
+        for n in range(40):
+            tg.start_soon(commit, f"log{n}", True)
+        await anyio.wait_all_tasks_blocked()
+        tg.start_soon(commit, "session", False)  # queued after all forty
+        await anyio.wait_all_tasks_blocked()
+        release.set()
+        with anyio.fail_after(30):
+            while len(done) < 42:  # noqa: ASYNC110 - the writer's thread ends the commits
+                await anyio.sleep(0.01)
+        commits.close()
+    # Batch two: the session's record and the first 32 background ones; batch three: the rest.
+    assert commits.batches == 3
+    assert done.index("session") < done.index("log32")
+    assert sorted(done) == sorted(["first", "session", *(f"log{n}" for n in range(40))])
+
+
+def _journals(layout: SquadLayout) -> list[str]:
+    return sorted(p.name for p in layout.transcript_journals_dir.iterdir())
+
+
+async def test_a_full_journal_is_retired_off_the_commit_path_while_commits_go_on(
+        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    entered = threading.Event()
+    release = threading.Event()
+    real = journal_module._sync_file
+
+    def held_sync(path: Path, created: bool) -> None:
+        entered.set()
+        if not release.wait(30):  # the test releases it; never a hang
+            raise OSError("never released")
+        real(path, created)
+
+    monkeypatch.setattr(journal_module, "_sync_file", held_sync)
+    commits = GroupCommit(layout, checkpoint_bytes=1)  # every batch fills its journal
+    async with anyio.create_task_group() as tg:
+        await tg.start(commits.run)
+        first = commits.path
+        await commits.commit(writer_for(layout, "a", "one"))
+        await anyio.to_thread.run_sync(entered.wait, 30)  # retiring the first journal, held
+        assert first is not None and first.exists()
+        for name in ("b", "c"):  # committed while it is held: nobody waits for a retirement
+            await commits.commit(writer_for(layout, name, name))
+        assert commits.batches == 3 and not release.is_set()
+        assert first.name in _journals(layout) and len(_journals(layout)) == 4
+        release.set()
+        with anyio.fail_after(30):
+            # the full ones go once their files are synced (by a thread the test does not own)
+            while len(_journals(layout)) > 1:  # noqa: ASYNC110
+                await anyio.sleep(0.01)
+        assert commits.path is not None and _journals(layout) == [commits.path.name]
+        commits.close()
+    assert _journals(layout) == []
+    for name, text in (("a", "one"), ("b", "b"), ("c", "c")):
+        messages = read_transcript(layout.transcripts_dir / f"{name}.jsonl").messages
+        assert messages == [{"role": "user", "content": text}]
+
+
+async def test_full_journals_that_cannot_be_retired_are_left_for_the_next_start(
+        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    def failing_sync(path: Path, created: bool) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(journal_module, "_sync_file", failing_sync)
+    commits = GroupCommit(layout, checkpoint_bytes=1)
+    async with anyio.create_task_group() as tg:
+        await tg.start(commits.run)
+        for name in ("a", "b"):
+            await commits.commit(writer_for(layout, name, name))
+        commits.close()
+    assert len(_journals(layout)) == 2  # the two full ones stay (the last held nothing)
+    monkeypatch.undo()
+    (layout.transcripts_dir / "b.jsonl").unlink()  # as if a power cut took it
+    replayed = replay_journals(layout)
+    assert replayed.journals == 2 and replayed.restored == ["run/transcripts/b.jsonl"]
+    assert _journals(layout) == []
+
+
 async def test_a_write_that_fails_is_raised_to_its_session_only(layout: SquadLayout) -> None:
     commits = GroupCommit(layout)
     (layout.transcripts_dir / "blocked.jsonl").mkdir(parents=True)  # a folder: cannot append
