@@ -45,7 +45,7 @@ log = structlog.get_logger("squadd.journal")
 
 CHECKPOINT_BYTES = 8 * 1024 * 1024
 """Journal size past which the transcripts are synced and the journal emptied."""
-BACKGROUND_PER_BATCH = 32
+BACKGROUND_PER_BATCH = 8
 """Background appends (orchestration-log entries) a batch takes at most."""
 JOURNAL_SUFFIX = ".log"
 _OPEN_ATTEMPTS = 5

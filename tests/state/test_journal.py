@@ -116,9 +116,10 @@ async def test_background_appends_go_a_few_a_batch_behind_every_sessions_records
             while len(done) < 42:  # noqa: ASYNC110 - the writer's thread ends the commits
                 await anyio.sleep(0.01)
         commits.close()
-    # Batch two: the session's record and the first 32 background ones; batch three: the rest.
-    assert commits.batches == 3
-    assert done.index("session") < done.index("log32")
+    # Batch two: the session's record and the first few background ones; then a few a batch.
+    few = journal_module.BACKGROUND_PER_BATCH
+    assert commits.batches == 1 + -(-40 // few)
+    assert done.index("session") < done.index(f"log{few}")
     assert sorted(done) == sorted(["first", "session", *(f"log{n}" for n in range(40))])
 
 
