@@ -481,13 +481,25 @@ def _replay(layout: SquadLayout, raw_lines: list[bytes]) -> list[str]:
             lines.append(_Line(where, target, end - len(data), data))
     lines.sort(key=lambda line: (line.where, line.start))
     restored: dict[str, Path] = {}
+    failed: dict[str, OSError] = {}
+    """Files a line could not be put back into: their later lines wait for the next replay,
+    and the other files go on (an orchestration-log folder that became a file must not keep
+    every transcript from being restored)."""
     try:
         for line in lines:
-            if _restore(line):
-                restored[line.where] = line.target
+            if line.where in failed:
+                continue
+            try:
+                if _restore(line):
+                    restored[line.where] = line.target
+            except OSError as exc:
+                failed[line.where] = exc
     finally:  # what was put back is durable even when a later line fails: a replay next time
         for target in restored.values():  # finds it whole, and so neither writes nor syncs it
             _sync_file(target, created=True)
+    if failed:  # the journals stay for the next start
+        where, error = next(iter(failed.items()))
+        raise OSError(error.errno, f"{where} not restored: {error.strerror or error}") from error
     return list(restored)
 
 

@@ -482,6 +482,21 @@ def test_what_a_failed_replay_put_back_is_synced_and_the_journals_kept(
     assert (folder / "1-dead.log").exists()  # replayed again at the next start
 
 
+def test_a_file_that_cannot_be_restored_does_not_keep_the_others_from_it(
+        layout: SquadLayout) -> None:
+    folder = layout.transcript_journals_dir
+    folder.mkdir(parents=True)
+    name = "20261126T101010.000001Z-fenster.md"
+    (folder / "1-dead.log").write_text(
+        f'{{"t":"orchestration-log/{name}","end":3,"data":"ab\\n"}}\n'
+        '{"t":"run/transcripts/a.jsonl","end":3,"data":"cd\\n"}\n', encoding="utf-8")
+    layout.orchestration_dir.write_text("a file where the folder was", encoding="utf-8")
+    # The orchestration entry sorts first and cannot be written; the transcript still is.
+    assert replay_journals(layout).journals == 0
+    assert (layout.transcripts_dir / "a.jsonl").read_bytes() == b"cd\n"
+    assert (folder / "1-dead.log").exists()  # kept for the entry, replayed at the next start
+
+
 def test_a_transcript_written_where_its_lost_bytes_were_is_not_patched_with_their_rest(
         layout: SquadLayout) -> None:
     # A power cut took "ab\ncd\n"; the replay then failed, and recovery appended its own
