@@ -369,6 +369,11 @@ class Workspaces:
         keep = dt.timedelta(days=self.settings.keep_days)
 
         def prunable(record: WorkspaceView) -> bool:
+            if spares.is_spare(record) and record.state == "creating":
+                # Being made (here, or by a daemon beside this command): its checkout would
+                # fail, and race the removal. One a crash left is removed when it is old.
+                age = _age(record, now)
+                return age is not None and age >= SPARE_MAKING_GRACE
             if record.state == "landed" or spares.is_spare(record):
                 return True
             age = _age(record, now) if record.state in ("committed", "conflict", "active") \
@@ -384,6 +389,11 @@ class Workspaces:
                 done.append(f"{record.session_id} {record.branch or '(spare)'}: removed"
                             + (" (branch kept: it has unlanded commits)" if kept else ""))
         return done
+
+
+SPARE_MAKING_GRACE = dt.timedelta(minutes=10)
+"""How long a spare may stay `creating` (its files being checked out) before a prune takes it
+for one a crash left."""
 
 
 def _age(record: WorkspaceView, now: dt.datetime) -> dt.timedelta | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -13,6 +14,7 @@ import pytest
 from squadd.contracts.events import NullSink
 from squadd.state.layout import SquadLayout
 from squadd.workspaces import Workspaces
+from squadd.workspaces import spares as spares_module
 from squadd.workspaces.git import Ran
 from squadd.workspaces.spares import SPARE_PREFIX
 from tests.workspaces.conftest import git, settings_with
@@ -128,6 +130,30 @@ async def test_prune_removes_the_spares(squad_repo: SquadLayout, spaces: Workspa
     assert await spaces.listing() == []
     assert not Path(spare.path).exists()
     assert spare.path not in git(squad_repo.repo, "worktree", "list")
+
+
+async def test_prune_leaves_a_spare_still_being_made(
+        squad_repo: SquadLayout, spaces: Workspaces, monkeypatch: pytest.MonkeyPatch) -> None:
+    checking_out, go_on = anyio.Event(), anyio.Event()
+    real_settle = spares_module.settle
+
+    async def held_settle(*args: Any) -> Any:
+        checking_out.set()
+        await go_on.wait()
+        return await real_settle(*args)
+
+    monkeypatch.setattr(spares_module, "settle", held_settle)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(spaces.refill_spares)
+        with anyio.fail_after(30):
+            await checking_out.wait()
+        [making] = await spaces.listing()
+        assert making.state == "creating"
+        assert await spaces.prune() == []  # its checkout goes on undisturbed
+        go_on.set()
+    [ready] = await spaces.listing()
+    assert ready.session_id == making.session_id and ready.state == "spare"
+    assert await spaces.prune() == [f"{ready.session_id} (spare): removed"]
 
 
 async def test_the_spare_maker_logs_an_unexpected_failure_and_keeps_serving(
