@@ -143,8 +143,8 @@ class AgentSession:
 
     @property
     def _writer(self) -> TranscriptWriter:
-        # Made on first use: its path check touches the disk, so `start` and `continue_with`
-        # first use it in their worker thread, not on the event loop.
+        # Made on first use: its path check stats a few folders (no read), so a warm `start`
+        # makes it on the loop; a cold one and `continue_with` in their worker thread.
         if self._transcript is None:
             self._transcript = TranscriptWriter(self.layout.transcript(self.info.session_id),
                                                 self.spares)
