@@ -12,14 +12,19 @@ import pytest
 from squadd.statcache import NotCached, StatCache, text_cache
 
 
-def test_an_unchanged_file_is_loaded_once_and_a_changed_one_again(tmp_path: Path) -> None:
+def _counting_cache() -> tuple[StatCache[str], list[Path]]:
+    """A cache of texts, and the paths it loaded, in order."""
     loads: list[Path] = []
 
     def load(path: Path) -> str:
         loads.append(path)
         return path.read_text()
 
-    cache = StatCache(load)
+    return StatCache(load), loads
+
+
+def test_an_unchanged_file_is_loaded_once_and_a_changed_one_again(tmp_path: Path) -> None:
+    cache, loads = _counting_cache()
     path = tmp_path / "a.md"
     path.write_text("one")
     assert cache.get(path) == cache.get(path) == "one"
@@ -35,13 +40,7 @@ def test_an_unchanged_file_is_loaded_once_and_a_changed_one_again(tmp_path: Path
 
 def test_peek_answers_an_unchanged_file_without_loading_and_refuses_the_rest(
         tmp_path: Path) -> None:
-    loads: list[Path] = []
-
-    def load(path: Path) -> str:
-        loads.append(path)
-        return path.read_text()
-
-    cache = StatCache(load)
+    cache, loads = _counting_cache()
     path = tmp_path / "a.md"
     path.write_text("one")
     with pytest.raises(NotCached):  # never loaded

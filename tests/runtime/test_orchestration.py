@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import threading
 from pathlib import Path
 
 import anyio
@@ -17,6 +16,7 @@ from squadd.state import journal as journal_module
 from squadd.state.journal import GroupCommit
 from squadd.state.layout import SquadLayout
 from tests.runtime.scripted import script, settings, text
+from tests.support.held import hold
 
 NAME = re.compile(r"^\d{8}T\d{6}\.\d{6}Z-fenster\.md$")
 
@@ -217,16 +217,7 @@ async def test_with_the_group_commit_a_write_that_fails_is_logged_and_the_rest_w
 
 async def test_an_end_submitted_past_the_backlog_waits_for_its_spawn_being_written(
         layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
-    entered, release = threading.Event(), threading.Event()
-    real = journal_module._datasync
-
-    def held_sync(fd: int) -> None:
-        entered.set()
-        if not release.wait(30):  # the test releases it; never a hang
-            raise OSError("never released")
-        real(fd)
-
-    monkeypatch.setattr(journal_module, "_datasync", held_sync)
+    held = hold(monkeypatch, journal_module, "_datasync")
     commits = GroupCommit(layout)
     log = OrchestrationLog(layout, commits=commits, backlog=1, linger_s=0.0)
     async with anyio.create_task_group() as tg:
@@ -234,12 +225,12 @@ async def test_an_end_submitted_past_the_backlog_waits_for_its_spawn_being_writt
         await tg.start(log.run)
         spawned, other = _entry(log, "spawned"), _entry(log, "other")
         await log.submit(spawned)
-        await anyio.to_thread.run_sync(entered.wait, 30)  # its spawn is being written, held
+        await held.wait_entered()  # its spawn is being written, held
         await log.submit(other)  # the backlog is full now
         tg.start_soon(log.submit, spawned.ended("completed", error=None, duration_s=1.0,
                                                 input_tokens=1, output_tokens=2))
         await anyio.wait_all_tasks_blocked()
-        release.set()
+        held.release.set()
         await log.flush()
         log.close()
         commits.close()

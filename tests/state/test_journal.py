@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import anyio
@@ -21,6 +20,7 @@ from squadd.state.journal import GroupCommit, replay_journals
 from squadd.state.layout import SquadLayout
 from squadd.state.transcripts import Appended, TranscriptWriter, read_transcript
 from tests._helpers import REPO_ROOT
+from tests.support.held import hold
 
 
 @pytest.fixture
@@ -38,19 +38,7 @@ def writer_for(layout: SquadLayout, session: str, text: str) -> TranscriptWriter
 
 async def test_records_waiting_together_share_one_sync_and_nobody_wakes_before_it(
         layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
-    entered = threading.Event()
-    release = threading.Event()
-    syncs: list[int] = []
-    real = journal_module._datasync
-
-    def held_sync(fd: int) -> None:
-        syncs.append(fd)
-        entered.set()
-        if not release.wait(30):  # the test releases it; never a hang
-            raise OSError("never released")
-        real(fd)
-
-    monkeypatch.setattr(journal_module, "_datasync", held_sync)
+    held = hold(monkeypatch, journal_module, "_datasync")
     commits = GroupCommit(layout)
     woken: list[str] = []
     all_woken = anyio.Event()
@@ -64,17 +52,17 @@ async def test_records_waiting_together_share_one_sync_and_nobody_wakes_before_i
                 all_woken.set()
 
         tg.start_soon(session, "first")
-        await anyio.to_thread.run_sync(entered.wait, 30)  # batch one is in its sync, held
+        await held.wait_entered()  # batch one is in its sync, held
         for n in range(8):  # these queue behind it: they form batch two
             tg.start_soon(session, f"s{n}")
         await anyio.wait_all_tasks_blocked()
         assert woken == []  # the first is not answered before its sync ended
-        release.set()
+        held.release.set()
         with anyio.fail_after(30):
             await all_woken.wait()
         commits.close()
     assert woken[0] == "first"
-    assert len(syncs) == 2 and commits.batches == 2  # nine sessions, two journal syncs
+    assert len(held.calls) == 2 and commits.batches == 2  # nine sessions, two journal syncs
     for name in ["first", *(f"s{n}" for n in range(8))]:
         messages = read_transcript(layout.transcripts_dir / f"{name}.jsonl").messages
         assert messages == [{"role": "user", "content": f"hello from {name}"}]
@@ -83,16 +71,7 @@ async def test_records_waiting_together_share_one_sync_and_nobody_wakes_before_i
 
 async def test_background_appends_go_a_few_a_batch_behind_every_sessions_records(
         layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
-    entered, release = threading.Event(), threading.Event()
-    real = journal_module._datasync
-
-    def held_sync(fd: int) -> None:
-        entered.set()
-        if not release.wait(30):  # the test releases it; never a hang
-            raise OSError("never released")
-        real(fd)
-
-    monkeypatch.setattr(journal_module, "_datasync", held_sync)
+    held = hold(monkeypatch, journal_module, "_datasync")
     commits = GroupCommit(layout)
     done: list[str] = []
     async with anyio.create_task_group() as tg:
@@ -105,13 +84,13 @@ async def test_background_appends_go_a_few_a_batch_behind_every_sessions_records
             done.append(name)
 
         tg.start_soon(commit, "first", False)
-        await anyio.to_thread.run_sync(entered.wait, 30)  # batch one is in its sync, held
+        await held.wait_entered()  # batch one is in its sync, held
         for n in range(40):
             tg.start_soon(commit, f"log{n}", True)
         await anyio.wait_all_tasks_blocked()
         tg.start_soon(commit, "session", False)  # queued after all forty
         await anyio.wait_all_tasks_blocked()
-        release.set()
+        held.release.set()
         with anyio.fail_after(30):
             while len(done) < 42:  # noqa: ASYNC110 - the writer's thread ends the commits
                 await anyio.sleep(0.01)
@@ -129,29 +108,19 @@ def _journals(layout: SquadLayout) -> list[str]:
 
 async def test_a_full_journal_is_retired_off_the_commit_path_while_commits_go_on(
         layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
-    entered = threading.Event()
-    release = threading.Event()
-    real = journal_module._sync_file
-
-    def held_sync(path: Path, created: bool) -> None:
-        entered.set()
-        if not release.wait(30):  # the test releases it; never a hang
-            raise OSError("never released")
-        real(path, created)
-
-    monkeypatch.setattr(journal_module, "_sync_file", held_sync)
+    held = hold(monkeypatch, journal_module, "_sync_file")
     commits = GroupCommit(layout, checkpoint_bytes=1)  # every batch fills its journal
     async with anyio.create_task_group() as tg:
         await tg.start(commits.run)
         first = commits.path
         await commits.commit(writer_for(layout, "a", "one"))
-        await anyio.to_thread.run_sync(entered.wait, 30)  # retiring the first journal, held
+        await held.wait_entered()  # retiring the first journal, held
         assert first is not None and first.exists()
         for name in ("b", "c"):  # committed while it is held: nobody waits for a retirement
             await commits.commit(writer_for(layout, name, name))
-        assert commits.batches == 3 and not release.is_set()
+        assert commits.batches == 3 and not held.release.is_set()
         assert first.name in _journals(layout) and len(_journals(layout)) == 4
-        release.set()
+        held.release.set()
         with anyio.fail_after(30):
             # the full ones go once their files are synced (by a thread the test does not own)
             while len(_journals(layout)) > 1:  # noqa: ASYNC110
