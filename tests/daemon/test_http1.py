@@ -3,10 +3,11 @@ bytes the test chooses: chunked bodies, cut-off answers, silence."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,32 @@ def serve(tmp_path: Path) -> Iterator[tuple[str, list[bytes], list[bytes]]]:
     server.close()
 
 
+@contextlib.contextmanager
+def one_connection(tmp_path: Path, handle: Callable[[socket.socket, threading.Event], None]
+                   ) -> Iterator[str]:
+    """A socket path whose server takes one connection and hands it to `handle`, with an
+    event set when the test is done (a handler that holds the connection waits on it)."""
+    path = str(tmp_path / "one.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(1)
+    done = threading.Event()
+
+    def accept() -> None:
+        conn, _ = server.accept()
+        with conn:
+            handle(conn, done)
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield path
+    finally:
+        done.set()
+        thread.join(10)
+        server.close()
+
+
 def call(socket_path: str, **extra: object) -> Any:
     options: dict[str, object] = dict(uds=socket_path, tcp=None, method="POST", path="/v1/x",
                                       params={"a": "1 2"}, body={"task": "é"}, headers={},
@@ -109,34 +136,19 @@ def test_a_target_too_long_is_refused_before_connecting(tmp_path: Path) -> None:
 def test_an_answer_trickled_byte_by_byte_still_ends_at_the_timeout(tmp_path: Path) -> None:
     """Each byte comes well within the timeout, so only a deadline over the whole answer ends
     the exchange; the server gives up (and closes) long after that deadline."""
-    path = str(tmp_path / "slow.sock")
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(path)
-    server.listen(1)
-    done = threading.Event()
+    def trickle(conn: socket.socket, done: threading.Event) -> None:
+        conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 1000\r\n\r\n")
+        for _ in range(400):  # 20 s at most, ended early once the client hangs up
+            if done.wait(0.05):
+                return
+            try:
+                conn.sendall(b" ")
+            except OSError:
+                return
 
-    def trickle() -> None:
-        conn, _ = server.accept()
-        with conn:
-            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 1000\r\n\r\n")
-            for _ in range(400):  # 20 s at most, ended early once the client hangs up
-                if done.wait(0.05):
-                    return
-                try:
-                    conn.sendall(b" ")
-                except OSError:
-                    return
-
-    thread = threading.Thread(target=trickle, daemon=True)
-    thread.start()
-    try:
-        with pytest.raises(ExchangeError) as caught:
-            call(path, timeout=0.5)
-        assert caught.value.kind == "timeout"
-    finally:
-        done.set()
-        thread.join(10)
-        server.close()
+    with one_connection(tmp_path, trickle) as path, pytest.raises(ExchangeError) as caught:
+        call(path, timeout=0.5)
+    assert caught.value.kind == "timeout"
 
 
 @pytest.mark.parametrize("head", [
@@ -194,28 +206,14 @@ def test_an_answer_without_a_body_ends_at_its_head_not_at_the_close(
     """The server sends the head (with a length it must be ignored, RFC 9112 6.3) and keeps the
     connection open until the test ends: a client waiting for the body or the close would
     time out instead."""
-    path = str(tmp_path / "open.sock")
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(path)
-    server.listen(1)
-    done = threading.Event()
+    def answer_and_hold(conn: socket.socket, done: threading.Event) -> None:
+        conn.recv(65536)
+        conn.sendall(b"HTTP/1.1 %d X\r\ncontent-length: 10\r\n\r\n" % status)
+        done.wait(30)
 
-    def answer_and_hold() -> None:
-        conn, _ = server.accept()
-        with conn:
-            conn.recv(65536)
-            conn.sendall(b"HTTP/1.1 %d X\r\ncontent-length: 10\r\n\r\n" % status)
-            done.wait(30)
-
-    thread = threading.Thread(target=answer_and_hold, daemon=True)
-    thread.start()
-    try:
+    with one_connection(tmp_path, answer_and_hold) as path:
         answer = call(path, method=method, body=None, timeout=20.0)
-        assert answer.status_code == status and answer.content == b""
-    finally:
-        done.set()
-        thread.join(10)
-        server.close()
+    assert answer.status_code == status and answer.content == b""
 
 
 @pytest.mark.parametrize(("extra", "named"), [
@@ -237,25 +235,17 @@ def test_an_answer_sent_before_the_request_was_read_is_read_despite_the_broken_p
     """The server reads only the head, answers (as a 413 for a body over its limit does) and
     closes: the client's send then breaks, and the answer is what it reports. With no answer,
     the broken pipe is."""
-    path = str(tmp_path / "early.sock")
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(path)
-    server.listen(1)
     error = b'{"error":"request body is over the 4194304-byte limit"}'
 
-    def answer_early() -> None:
-        conn, _ = server.accept()
-        with conn:
-            data = b""
-            while b"\r\n\r\n" not in data:
-                data += conn.recv(65536)
-            if answered:
-                conn.sendall(b"HTTP/1.1 413 Content Too Large\r\nconnection: close\r\n"
-                             b"content-length: %d\r\n\r\n%s" % (len(error), error))
+    def answer_early(conn: socket.socket, done: threading.Event) -> None:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += conn.recv(65536)
+        if answered:
+            conn.sendall(b"HTTP/1.1 413 Content Too Large\r\nconnection: close\r\n"
+                         b"content-length: %d\r\n\r\n%s" % (len(error), error))
 
-    thread = threading.Thread(target=answer_early, daemon=True)
-    thread.start()
-    try:
+    with one_connection(tmp_path, answer_early) as path:
         if answered:
             answer = call(path, body={"task": "x" * (16 << 20)})
             assert answer.status_code == 413 and answer.content == error
@@ -263,9 +253,6 @@ def test_an_answer_sent_before_the_request_was_read_is_read_despite_the_broken_p
             with pytest.raises(ExchangeError) as caught:
                 call(path, body={"task": "x" * (16 << 20)})
             assert caught.value.kind == "broken" and "pipe" in str(caught.value).lower()
-    finally:
-        thread.join(10)
-        server.close()
 
 
 def test_a_post_without_a_body_says_its_length_is_zero_and_a_get_says_nothing(serve) -> None:

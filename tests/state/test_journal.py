@@ -30,6 +30,17 @@ def layout(tmp_path: Path) -> SquadLayout:
     return SquadLayout.at(root)
 
 
+def dead_journal(layout: SquadLayout, *lines: tuple[str, int, str]) -> Path:
+    """A journal a killed runtime left: one line per (file in the squad, offset its bytes end
+    at, the bytes)."""
+    folder = layout.transcript_journals_dir
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "1-dead.log"
+    path.write_text("".join(json.dumps({"t": where, "end": end, "data": data}) + "\n"
+                            for where, end, data in lines), encoding="utf-8")
+    return path
+
+
 def writer_for(layout: SquadLayout, session: str, text: str) -> TranscriptWriter:
     writer = TranscriptWriter(layout.transcripts_dir / f"{session}.jsonl")
     writer.add("message", message={"role": "user", "content": text})
@@ -251,21 +262,18 @@ def test_a_journal_line_naming_anything_but_a_transcript_is_ignored(
 
 def test_a_journaled_orchestration_entry_a_power_cut_took_is_put_back(
         layout: SquadLayout) -> None:
-    folder = layout.transcript_journals_dir
-    folder.mkdir(parents=True)
     name = "20261126T101010.000001Z-fenster.md"
     spawn, outcome = "### spawn\n| a | b |\n", "| **Outcome** | Completed |\n"
-    lines = [
-        {"t": f"orchestration-log/{name}", "end": len(spawn), "data": spawn},
-        {"t": f"orchestration-log/{name}", "end": len(spawn + outcome), "data": outcome},
+    dead_journal(
+        layout,
+        (f"orchestration-log/{name}", len(spawn), spawn),
+        (f"orchestration-log/{name}", len(spawn + outcome), outcome),
         # names squadd never writes there are not written from a journal
-        {"t": "orchestration-log/../team.md", "end": 3, "data": "ab\n"},
-        {"t": "orchestration-log/notes.md", "end": 3, "data": "ab\n"},
-        {"t": "orchestration-log/20261126T101010.000001Z-../x.md", "end": 3, "data": "ab\n"},
-        {"t": "orchestration-log/sub/20261126T101010.000001Z-a.md", "end": 3, "data": "ab\n"},
-    ]
-    (folder / "1-dead.log").write_text(
-        "".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+        ("orchestration-log/../team.md", 3, "ab\n"),
+        ("orchestration-log/notes.md", 3, "ab\n"),
+        ("orchestration-log/20261126T101010.000001Z-../x.md", 3, "ab\n"),
+        ("orchestration-log/sub/20261126T101010.000001Z-a.md", 3, "ab\n"),
+    )
     layout.orchestration_dir.mkdir()
     entry = layout.orchestration_dir / name
     entry.write_text(spawn[:5], encoding="utf-8")  # the head of the spawn reached the disk
@@ -424,11 +432,8 @@ async def test_a_journal_that_cannot_be_locked_fails_the_start_and_is_not_left_o
 
 def test_what_a_failed_replay_put_back_is_synced_and_the_journals_kept(
         layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
-    folder = layout.transcript_journals_dir
-    folder.mkdir(parents=True)
-    (folder / "1-dead.log").write_text(
-        '{"t":"run/transcripts/a.jsonl","end":3,"data":"ab\\n"}\n'
-        '{"t":"run/transcripts/b.jsonl","end":3,"data":"cd\\n"}\n', encoding="utf-8")
+    journal = dead_journal(layout, ("run/transcripts/a.jsonl", 3, "ab\n"),
+                           ("run/transcripts/b.jsonl", 3, "cd\n"))
     real_restore, real_sync = journal_module._restore, journal_module._sync_file
     synced: list[str] = []
 
@@ -448,22 +453,19 @@ def test_what_a_failed_replay_put_back_is_synced_and_the_journals_kept(
     # can make it durable.
     assert (layout.transcripts_dir / "a.jsonl").read_bytes() == b"ab\n"
     assert synced == ["a.jsonl"]
-    assert (folder / "1-dead.log").exists()  # replayed again at the next start
+    assert journal.exists()  # replayed again at the next start
 
 
 def test_a_file_that_cannot_be_restored_does_not_keep_the_others_from_it(
         layout: SquadLayout) -> None:
-    folder = layout.transcript_journals_dir
-    folder.mkdir(parents=True)
-    name = "20261126T101010.000001Z-fenster.md"
-    (folder / "1-dead.log").write_text(
-        f'{{"t":"orchestration-log/{name}","end":3,"data":"ab\\n"}}\n'
-        '{"t":"run/transcripts/a.jsonl","end":3,"data":"cd\\n"}\n', encoding="utf-8")
+    journal = dead_journal(
+        layout, ("orchestration-log/20261126T101010.000001Z-fenster.md", 3, "ab\n"),
+        ("run/transcripts/a.jsonl", 3, "cd\n"))
     layout.orchestration_dir.write_text("a file where the folder was", encoding="utf-8")
     # The orchestration entry sorts first and cannot be written; the transcript still is.
     assert replay_journals(layout).journals == 0
     assert (layout.transcripts_dir / "a.jsonl").read_bytes() == b"cd\n"
-    assert (folder / "1-dead.log").exists()  # kept for the entry, replayed at the next start
+    assert journal.exists()  # kept for the entry, replayed at the next start
 
 
 def test_a_transcript_written_where_its_lost_bytes_were_is_not_patched_with_their_rest(
@@ -471,10 +473,7 @@ def test_a_transcript_written_where_its_lost_bytes_were_is_not_patched_with_thei
     # A power cut took "ab\ncd\n"; the replay then failed, and recovery appended its own
     # record where those bytes were. Appending "cd\n" after it would put a torn half-line
     # and a message after the record that ended the session.
-    folder = layout.transcript_journals_dir
-    folder.mkdir(parents=True)
-    (folder / "1-dead.log").write_text(
-        '{"t":"run/transcripts/s.jsonl","end":6,"data":"ab\\ncd\\n"}\n', encoding="utf-8")
+    dead_journal(layout, ("run/transcripts/s.jsonl", 6, "ab\ncd\n"))
     (layout.transcripts_dir / "s.jsonl").write_bytes(b"xy\n")
     assert replay_journals(layout).restored == []
     assert (layout.transcripts_dir / "s.jsonl").read_bytes() == b"xy\n"
@@ -482,10 +481,7 @@ def test_a_transcript_written_where_its_lost_bytes_were_is_not_patched_with_thei
 
 def test_a_transcript_holding_the_head_of_its_lost_bytes_gets_the_rest(
         layout: SquadLayout) -> None:
-    folder = layout.transcript_journals_dir
-    folder.mkdir(parents=True)
-    (folder / "1-dead.log").write_text(
-        '{"t":"run/transcripts/s.jsonl","end":9,"data":"ab\\ncd\\n"}\n', encoding="utf-8")
+    dead_journal(layout, ("run/transcripts/s.jsonl", 9, "ab\ncd\n"))
     (layout.transcripts_dir / "s.jsonl").write_bytes(b"00\nab\nc")
     assert replay_journals(layout).restored == ["run/transcripts/s.jsonl"]
     assert (layout.transcripts_dir / "s.jsonl").read_bytes() == b"00\nab\ncd\n"
