@@ -25,6 +25,13 @@ def _to_bytes(data: str | bytes) -> bytes:
     return data.encode("utf-8") if isinstance(data, str) else data
 
 
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of `data` to `fd` (`os.write` may write only part of it)."""
+    written = 0
+    while written < len(data):
+        written += os.write(fd, data[written:])
+
+
 def fsync_dir(path: Path) -> None:
     """fsync a directory so that a rename or create inside it survives a crash."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
@@ -73,9 +80,7 @@ def append_fsync(path: Path, data: str | bytes) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         payload = _to_bytes(data)
-        written = 0
-        while written < len(payload):
-            written += os.write(fd, payload[written:])
+        write_all(fd, payload)
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -95,9 +100,7 @@ def create_exclusive(path: Path, data: str | bytes) -> bool:
         return False
     try:
         payload = _to_bytes(data)
-        written = 0
-        while written < len(payload):
-            written += os.write(fd, payload[written:])
+        write_all(fd, payload)
         os.fsync(fd)
     except BaseException:
         os.close(fd)
@@ -214,9 +217,7 @@ def atomic_write_at(folder: int, name: str, data: str | bytes, *, mode: int = 0o
         raise FileExistsError(f"no free temporary name for {name}")
     try:
         try:
-            written = 0
-            while written < len(payload):
-                written += os.write(fd, payload[written:])
+            write_all(fd, payload)
             os.fchmod(fd, mode)
             os.fsync(fd)
         finally:

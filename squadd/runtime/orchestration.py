@@ -30,7 +30,7 @@ import structlog
 from anyio.abc import TaskStatus
 
 from squadd.errors import StateError
-from squadd.fsio import fsync_dir
+from squadd.fsio import fsync_dir, write_all
 from squadd.state.journal import GroupCommit
 from squadd.state.layout import SquadLayout
 from squadd.state.transcripts import Appended
@@ -151,16 +151,6 @@ def render(entry: OrchestrationEntry) -> str:
     return render_spawn(entry) + (render_outcome(entry) if entry.has_ended else "")
 
 
-def _write_all(fd: int, text: str) -> None:
-    _write_all_bytes(fd, text.encode("utf-8"))
-
-
-def _write_all_bytes(fd: int, data: bytes) -> None:
-    written = 0
-    while written < len(data):
-        written += os.write(fd, data[written:])
-
-
 class _Batch:
     """One group commit: files staged and appended first, then every fd synced."""
 
@@ -180,7 +170,7 @@ class _Batch:
             _lost(entry, exc)
             return
         try:
-            _write_all(fd, render(entry))
+            write_all(fd, render(entry).encode("utf-8"))
             os.fchmod(fd, 0o644)
         except OSError as exc:
             os.close(fd)
@@ -201,7 +191,7 @@ class _Batch:
             _lost(entry, exc)
             return
         try:
-            _write_all(fd, render_outcome(entry))
+            write_all(fd, render_outcome(entry).encode("utf-8"))
         except OSError as exc:
             os.close(fd)
             _lost(entry, exc)
@@ -290,7 +280,7 @@ class _EntryFile:
             created = False
         data = text.encode("utf-8")
         try:
-            _write_all_bytes(fd, data)
+            write_all(fd, data)
             end = os.lseek(fd, 0, os.SEEK_CUR)
         except OSError:
             if created:  # never leave half an entry in a new file
@@ -320,10 +310,10 @@ class OrchestrationLog:
         """How long the writer gathers entries before a batch (unless it is closing)."""
         self._pending: dict[Key, OrchestrationEntry] = {}
         self._spawned: set[Key] = set()
+        """Entries whose spawn is on disk and whose outcome is still to be appended."""
         self._in_flight: set[Key] = set()
         """Entries of the batch being written: a later version of one always waits for it
         (written inline past the backlog, it could race it to the same file)."""
-        """Entries whose spawn is on disk and whose outcome is still to be appended."""
         self._work: anyio.Event | None = None
         self._idle: anyio.Event | None = None
         self._closing: anyio.Event | None = None

@@ -37,7 +37,7 @@ import structlog
 from anyio.abc import TaskStatus
 
 from squadd.errors import InvalidNameError, StateError
-from squadd.fsio import fsync_dir
+from squadd.fsio import fsync_dir, write_all
 from squadd.state.layout import SquadLayout, safe_id
 from squadd.state.transcripts import Appended
 
@@ -533,10 +533,7 @@ def _restore(line: _Line) -> bool:
             log.warning("transcript was written past its journaled bytes; left alone",
                         path=line.where)
             return False
-        tail = line.data[size - line.start:]
-        written = 0
-        while written < len(tail):
-            written += os.write(fd, tail[written:])
+        write_all(fd, line.data[size - line.start:])
     finally:
         os.close(fd)
     return True

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from squadd.fsio import fsync_dir
+from squadd.fsio import fsync_dir, write_all
 from squadd.state.layout import SquadLayout
 
 
@@ -227,10 +227,8 @@ class TranscriptWriter:
                 payload = "\n" + payload
                 self._needs_fence = False
             data = payload.encode("utf-8")
-            written = 0
             try:
-                while written < len(data):
-                    written += os.write(fd, data[written:])
+                write_all(fd, data)
             except OSError:  # part of a line may be on disk: the next append checks for it
                 self._needs_fence = None
                 raise
