@@ -107,6 +107,9 @@ class GroupCommit:
         self._touched: set[Path] = set()
         self._full: deque[_Full] = deque()
         """Full journals to retire (appended by the commit thread, retired by another)."""
+        self._rotated = False
+        """A journal filled since the last retirement began: the next one is due. One that
+        failed is tried again only then (or at close), not after every batch."""
         self._retiring = False
         self.batches = 0
         """Batches committed (one journal sync each): for tests and benchmarks."""
@@ -166,8 +169,8 @@ class GroupCommit:
                             job.error = job.error or exc
                     for job in batch:
                         job.done.set()
-                    if self._full and not self._retiring:
-                        self._retiring = True
+                    if self._rotated and not self._retiring:
+                        self._rotated, self._retiring = False, True
                         retirements.start_soon(self._retire_full)
         finally:
             self._wake = None
@@ -262,10 +265,11 @@ class GroupCommit:
             return
         self._size, self._touched, self._torn = 0, set(), False
         self._full.append(full)
+        self._rotated = True
 
     def _retire(self) -> None:
         """Sync the files each full journal covers, then remove it (blocking). One that fails
-        stays, locked, for the next try (at the latest, at close)."""
+        stays, locked, for the next try: when the next journal fills, or at close."""
         while self._full:
             full = self._full[0]
             try:

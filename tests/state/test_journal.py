@@ -164,6 +164,34 @@ async def test_full_journals_that_cannot_be_retired_are_left_for_the_next_start(
     assert _journals(layout) == []
 
 
+async def test_a_failed_retirement_is_tried_again_when_the_next_journal_fills_not_each_batch(
+        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    attempts: list[Path] = []
+
+    def failing_sync(path: Path, created: bool) -> None:
+        attempts.append(path)
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(journal_module, "_sync_file", failing_sync)
+    commits = GroupCommit(layout, checkpoint_bytes=1)  # the first batch fills its journal
+    async with anyio.create_task_group() as tg:
+        await tg.start(commits.run)
+        await commits.commit(writer_for(layout, "a", "a"))
+        commits.checkpoint_bytes = 1 << 30  # the next journal never fills
+        with anyio.fail_after(30):
+            while not attempts:  # noqa: ASYNC110 - the retirement runs in a thread
+                await anyio.sleep(0.01)
+        for n in range(5):
+            await commits.commit(writer_for(layout, f"b{n}", "b"))
+        await anyio.wait_all_tasks_blocked()
+        assert len(attempts) == 1 and commits.batches == 6
+        commits.close()
+    # At close: the full journal is tried once more (then left for the next start), and the
+    # current one's checkpoint fails on its first file.
+    assert [path.name for path in attempts[:2]] == ["a.jsonl", "a.jsonl"]
+    assert len(attempts) == 3
+
+
 async def test_a_write_that_fails_is_raised_to_its_session_only(layout: SquadLayout) -> None:
     commits = GroupCommit(layout)
     (layout.transcripts_dir / "blocked.jsonl").mkdir(parents=True)  # a folder: cannot append
