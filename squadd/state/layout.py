@@ -160,9 +160,9 @@ class SquadLayout:
         joined = self.root.joinpath(*parts)
         return self.inside(joined) if check else joined
 
-    def prompt_file(self, part: str, agent: str, *, check: bool = True) -> Path:
+    def prompt_file(self, part: str, agent: str = "", *, check: bool = True) -> Path:
         """A file the system prompt is built from: the agent's `charter` or `history`, or the
-        team's `decisions`. `check=False` skips the walk that refuses a path through a
+        team's `decisions` (no agent). `check=False` skips the walk that refuses a path through a
         symlink: only for a path that is read through `open_file` (or a cache filled by it),
         which refuses whatever the file leads outside the repository by itself."""
         if part == "decisions":
@@ -182,7 +182,7 @@ class SquadLayout:
 
     @property
     def decisions_md(self) -> Path:
-        return self.prompt_file("decisions", "")
+        return self.prompt_file("decisions")
 
     @property
     def decisions_archive(self) -> Path:
