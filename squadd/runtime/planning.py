@@ -8,6 +8,7 @@ charter, checks depth and cycles, and chooses model and tools. A refusal carries
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,9 +110,11 @@ class CharterCache:
 def unknown_agent(layout: SquadLayout, agent: str) -> Refusal:
     """The refusal for an agent without a charter; lists the agents there are (blocking)."""
     known = ", ".join(entry.name for entry in roster(layout)) or "none yet"
-    return Refusal("unknown_agent",
-                   f'unknown agent "{agent}": there is no charter at '
-                   f"{layout.charter(agent)} (agents: {known})", agent=agent)
+    path = layout.prompt_file("charter", agent, check=False)  # only shown: never read here
+    why = (f"its charter at {path} is not a regular file inside the repository"
+           if os.path.lexists(path) else f"there is no charter at {path}")
+    return Refusal("unknown_agent", f'unknown agent "{agent}": {why} (agents: {known})',
+                   agent=agent)
 
 
 def resolve_agent(request: RouteRequest, router: Router,

@@ -137,3 +137,24 @@ async def test_an_edited_file_is_read_in_a_thread_and_seen(
         assert "wave" in tools and "greet" in tools
     else:
         assert "MARKER" in prompt
+
+
+
+async def test_a_charter_swapped_for_a_link_out_of_the_repository_is_not_served_from_the_cache(
+        layout: SquadLayout, tmp_path: Path, trips: list[str]) -> None:
+    outside = tmp_path / "outside.md"
+    outside.write_text("# fenster\n\n## Identity\n- **Role:** OUTSIDE SECRET\n", encoding="utf-8")
+    async with SquadRuntime.from_settings(layout, _settings(tmp_path)) as runtime:
+        await _route(runtime, trips, "first")
+        await _route(runtime, trips, "warm")
+        charter = layout.charter("fenster")
+        charter.unlink()
+        charter.symlink_to(outside)
+        trips.clear()
+        result = await runtime.route(RouteRequest(target_agent="fenster", task="after"))
+    # The link's target has another stat signature: the charter was looked at in a thread,
+    # where the layout's check refuses a charter leading outside the repository.
+    assert "CharterCache.get" in trips
+    assert not result.ok and result.reason == "unknown_agent"
+    assert "not a regular file inside the repository" in result.message
+    assert "OUTSIDE SECRET" not in result.message
