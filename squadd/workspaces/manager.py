@@ -355,7 +355,11 @@ class Workspaces:
             record = await anyio.to_thread.run_sync(records.load, self.layout, session_id)
             if record is None or not wanted(record):
                 return None
-            kept = await worktrees.remove(self.layout, self.git, record)
+            if record.state == "creating":  # cut short: no session ever worked in it
+                await worktrees.undo_create(self.layout, self.git, record)
+                kept = False
+            else:
+                kept = await worktrees.remove(self.layout, self.git, record)
         self.sink.publish(WorkspaceRemoved(session_id=session_id, agent=record.agent,
                                            branch=record.branch, branch_kept=kept))
         return record, kept
@@ -367,13 +371,16 @@ class Workspaces:
         it took) since the listing is left alone."""
         now = now or dt.datetime.now(dt.UTC)
         keep = dt.timedelta(days=self.settings.keep_days)
+        # Making a spare is three git commands, each allowed `git_timeout_s`.
+        making_grace = max(SPARE_MAKING_GRACE, dt.timedelta(
+            seconds=3 * self.settings.git_timeout_s + spares.INDEX_SETTLE_S + 60))
 
         def prunable(record: WorkspaceView) -> bool:
             if spares.is_spare(record) and record.state == "creating":
                 # Being made (here, or by a daemon beside this command): its checkout would
                 # fail, and race the removal. One a crash left is removed when it is old.
                 age = _age(record, now)
-                return age is not None and age >= SPARE_MAKING_GRACE
+                return age is not None and age >= making_grace
             if record.state == "landed" or spares.is_spare(record):
                 return True
             age = _age(record, now) if record.state in ("committed", "conflict", "active") \
@@ -392,8 +399,9 @@ class Workspaces:
 
 
 SPARE_MAKING_GRACE = dt.timedelta(minutes=10)
-"""How long a spare may stay `creating` (its files being checked out) before a prune takes it
-for one a crash left."""
+"""How long at the least a spare may stay `creating` (its files being checked out) before a
+prune takes it for one a crash left (longer when `workspace.git_timeout_s` allows its three
+git commands more)."""
 
 
 def _age(record: WorkspaceView, now: dt.datetime) -> dt.timedelta | None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
@@ -12,11 +13,12 @@ import anyio
 import pytest
 
 from squadd.contracts.events import NullSink
+from squadd.contracts.workspaces import WorkspaceView
 from squadd.state.layout import SquadLayout
-from squadd.workspaces import Workspaces
+from squadd.workspaces import Workspaces, records
 from squadd.workspaces import spares as spares_module
 from squadd.workspaces.git import Ran
-from squadd.workspaces.spares import SPARE_PREFIX
+from squadd.workspaces.spares import SPARE_PREFIX, spare_id
 from tests.workspaces.conftest import git, settings_with
 
 SESSION = "20260101-000000-5a5e0001"
@@ -154,6 +156,25 @@ async def test_prune_leaves_a_spare_still_being_made(
     [ready] = await spaces.listing()
     assert ready.session_id == making.session_id and ready.state == "spare"
     assert await spaces.prune() == [f"{ready.session_id} (spare): removed"]
+
+
+@pytest.mark.parametrize("folder_made", [False, True])
+async def test_prune_undoes_a_spare_a_crash_left_creating_once_it_is_old(
+        squad_repo: SquadLayout, spaces: Workspaces, folder_made: bool) -> None:
+    sid = spare_id()
+    left = WorkspaceView(session_id=sid, agent="", branch="", target="main",
+                         base_commit=git(squad_repo.repo, "rev-parse", "HEAD"),
+                         path=str(squad_repo.worktree(sid)), created=records.now_iso())
+    records.save(squad_repo, left)
+    if folder_made:  # killed inside `git worktree add`: a folder git does not know
+        Path(left.path).mkdir(parents=True)
+    soon = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=1)
+    assert await spaces.prune(now=soon) == []  # maybe still being made
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
+    assert await spaces.prune(now=later) == [f"{sid} (spare): removed"]
+    assert records.load(squad_repo, sid) is None
+    # A folder without git's `.git` file is never deleted (it may not be squadd's), as at start.
+    assert Path(left.path).exists() == folder_made
 
 
 async def test_the_spare_maker_logs_an_unexpected_failure_and_keeps_serving(
