@@ -5,7 +5,9 @@ Both engines of `grep` search the same list of files in the same order with the 
 "\\n"), so `rg` and the Python fallback give the same results; `rg` is only faster. A pattern
 `rg` cannot parse but Python can is searched with Python. Every line `rg` reports is read back
 through the confined walk before it is shown. The Python fallback matches in the linear-time
-engine whenever the pattern fits it, and stops at the call's timeout either way.
+engine whenever the pattern fits it, and the call ends at its timeout either way; but a
+look-around or backreference pattern (Python's backtracking `re`) stuck on one long line keeps
+its abandoned thread busy until that line is done: only a process could be stopped sooner.
 """
 
 from __future__ import annotations
