@@ -172,6 +172,9 @@ class Coordinator:
         info = plan.info
         remote = RemoteSession(plan, record, tools, sink)
         self._remote[info.session_id] = remote
+        # Seen before as an orphan (an earlier run's worker): that cached answer, its cancel
+        # state included, is over; once this run ends, a request reads it afresh.
+        self._orphans.pop(info.session_id, None)
         bound = 2 * plan.timeout_s + self.settings.lease_s
         try:
             await anyio.to_thread.run_sync(self._open, plan)

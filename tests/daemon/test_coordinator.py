@@ -12,7 +12,9 @@ from squadd.cluster.requests import send
 from squadd.cluster.wire import Request
 from squadd.daemon import coordinator as coordinator_module
 from squadd.runtime.acceptance import record_acceptance
-from squadd.runtime.planning import load_transcript
+from squadd.runtime.planning import RouteOrigin, continue_plan, load_transcript
+from squadd.runtime.pool import SessionRecord
+from squadd.runtime.session import SessionOutcome
 from squadd.runtime.session_info import SessionInfo
 from squadd.state.layout import SquadLayout
 from squadd.state.transcripts import Transcript, read_transcript
@@ -85,3 +87,43 @@ async def test_requests_of_a_session_whose_caller_is_gone_read_its_transcript_an
             stats = await here.client.info("commandstats")
     assert reads == ["s1"]
     assert stats["cmdstat_exists"]["calls"] == 1
+
+
+async def test_a_session_seen_as_an_orphan_then_resumed_here_hears_of_its_cancel(
+        tmp_path: Path) -> None:
+    """After a restart the old worker's requests make the session an orphan (cached, not
+    cancelled); the user then resumes it here, and cancels that route: the new worker must
+    hear of the cancel at its next request, not the orphan's cached answer."""
+    async with coordinator_on_redis(tmp_path, {"local_slots": 0}) as here:
+        info = SessionInfo(session_id="s1", agent="lead", model="m", task="t")
+        record_acceptance(here.layout, info, None)
+        await here.client.set(keys.epoch("s1"), 1)
+        coordinator = here.coordinator
+        async with here.runtime:
+            old = await coordinator.handle(Request(
+                request_id="s1:1:r1-1", kind="records", session_id="s1", worker="w1",
+                epoch=1, body={"records": [{"kind": "note", "n": 1, "text": "x"}]}))
+            assert old.ok and not old.cancelled
+            charter = await here.runtime._charter("lead")
+            plan = continue_plan(None, RouteOrigin(), info, None, charter,
+                                 here.runtime.settings)
+
+            async def run_here() -> SessionOutcome:
+                raise AssertionError("no local slot: the session runs on a worker")
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(coordinator.run_session, plan, SessionRecord(info),
+                              here.runtime.tools, None, run_here)
+                with anyio.fail_after(30):
+                    while True:  # the job is submitted by the task just started
+                        claim = await coordinator.handle(Request(
+                            request_id="claim-x", kind="claim", session_id="s1", worker="w2"))
+                        if claim.ok:
+                            break
+                        await anyio.sleep(0.01)
+                tg.cancel_scope.cancel()  # the caller cancels the resumed route
+            epoch = claim.body["epoch"]
+            late = await coordinator.handle(Request(
+                request_id=f"s1:{epoch}:r1-1", kind="records", session_id="s1", worker="w2",
+                epoch=epoch, body={"records": [{"kind": "note", "n": 1, "text": "y"}]}))
+    assert late.ok and late.cancelled
