@@ -163,7 +163,9 @@ class Response(Protocol):
 
 
 def read_answer(call: Call, response: Response) -> Any:
-    """The JSON of a good answer (or of a structured result); else `DaemonRequestError`."""
+    """The JSON of a good answer (or of a structured result). A refusal or error answer
+    raises `DaemonRequestError`; a good answer that is not JSON (cut short, garbled, or a
+    bare `null`) raises `DaemonError`."""
     try:
         payload = response.json()
     except (ValueError, RecursionError):
