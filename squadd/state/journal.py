@@ -4,10 +4,9 @@ A runtime's sessions hand their pending transcript records to `GroupCommit.commi
 the orchestration log hands its entries the same way (`commit_all`). A writer task takes every
 append waiting, in one worker-thread trip appends each to its file (no fsync there), writes
 the same bytes to this runtime's journal (`run/transcripts/.journal/{pid}-{token}.log`, one
-JSON line per append: the file's path in the squad, the offset its bytes end at, the bytes)
-and syncs the journal once. Only then is anyone woken: no session advances, and no caller
-hears of an accepted route, before its records are durable. Appends that arrive while a batch
-is being written form the next batch.
+frame per append, see `_frame`) and syncs the journal once. Only then is anyone woken: no
+session advances, and no caller hears of an accepted route, before its records are durable.
+Appends that arrive while a batch is being written form the next batch.
 
 The files stay where and as they were (readers see the appended bytes at once: the journal
 only makes them durable). A checkpoint (when the journal passes `CHECKPOINT_BYTES`, and at
@@ -27,7 +26,9 @@ import json
 import os
 import secrets
 import stat
+import zlib
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -88,14 +89,15 @@ class GroupCommit:
 
     def __init__(self, layout: SquadLayout, *, checkpoint_bytes: int = CHECKPOINT_BYTES):
         self.layout = layout
+        self._root = str(layout.root) + os.sep
         self.checkpoint_bytes = checkpoint_bytes
         self._queue: list[_Job] = []
+        """Waiting appends. Bounded by the callers: each session (and each route being
+        accepted) waits for its commit before it queues another."""
         self._later: list[_Job] = []
         """Waiting appends nobody's next step waits for (`commit_all(background=True)`): a
         batch takes at most `BACKGROUND_PER_BATCH` of them, so a burst of them never holds
         up sessions' records."""
-        """Waiting appends. Bounded by the callers: each session (and each route being
-        accepted) waits for its commit before it queues another."""
         self._wake: anyio.Event | None = None
         self._closing = False
         self._fd: int | None = None
@@ -229,7 +231,7 @@ class GroupCommit:
                 continue
             if done is not None:
                 appended.append((job, done))
-                lines.append(_journal_line(self.layout, done))
+                lines.append(_frame(self._root, done))
         if not lines:
             return
         try:
@@ -384,10 +386,50 @@ def _sync_file(path: Path, created: bool) -> None:
         fsync_dir(path.parent)
 
 
-def _journal_line(layout: SquadLayout, done: Appended) -> bytes:
-    where = os.path.relpath(done.path, layout.root)
-    record = {"t": where, "end": done.end, "data": done.data.decode("utf-8")}
-    return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+def _frame(root: str, done: Appended) -> bytes:
+    """One append as the journal holds it: a JSON header line naming the file (its path in
+    the squad), the offset the bytes end at, their length and their CRC-32, then the bytes
+    themselves and a newline. The bytes go in as they are (a JSON string would escape them
+    all a second time); the length and the checksum let a replay tell a whole frame from a
+    torn one, and find the next header after it."""
+    path = str(done.path)
+    where = path[len(root):] if path.startswith(root) else os.path.relpath(path, root[:-1])
+    header = (f'{{"t":{json.dumps(where, ensure_ascii=False)},"end":{done.end},'
+              f'"n":{len(done.data)},"crc":{zlib.crc32(done.data)}}}\n')
+    return b"".join((header.encode("utf-8"), done.data, b"\n"))
+
+
+def _frames(blob: bytes) -> Iterator[tuple[object, object, bytes]]:
+    """The (file, end offset, bytes) of each whole append in a journal's bytes.
+
+    A frame whose bytes are short or fail their checksum (a torn write, with the fence the
+    next write put after it) is skipped, and reading goes on at the next line. A line of the
+    form older versions wrote, ``{"t": ..., "end": ..., "data": "<the bytes as text>"}``, is
+    read too, so a journal such a version left is still replayed."""
+    position = 0
+    while position < len(blob):
+        newline = blob.find(b"\n", position)
+        if newline < 0:
+            newline = len(blob)
+        try:
+            header = json.loads(blob[position:newline])
+        except (ValueError, UnicodeDecodeError):
+            header = None
+        position = newline + 1
+        if not isinstance(header, dict) or "t" not in header or "end" not in header:
+            continue  # a torn header, or a line of a torn frame's bytes
+        if "data" in header:
+            if isinstance(header["data"], str):
+                yield header["t"], header["end"], header["data"].encode("utf-8")
+            continue
+        length, crc = header.get("n"), header.get("crc")
+        if not isinstance(length, int) or not isinstance(crc, int) or length < 0:
+            continue
+        data = blob[position:position + length]
+        if len(data) == length and blob[position + length:position + length + 1] == b"\n" \
+                and zlib.crc32(data) == crc:
+            yield header["t"], header["end"], data
+            position += length + 1
 
 
 @dataclass
@@ -414,14 +456,14 @@ def replay_journals(layout: SquadLayout) -> Replayed:
     held: list[tuple[str, int]] = []
     """Journals of ended runtimes, locked until they are replayed and removed."""
     try:
-        lines: list[bytes] = []
+        frames: list[tuple[object, object, bytes]] = []
         for name in names:
             fd = _ended_journal(folder / name)
             if fd is None:
                 continue
             try:
                 with os.fdopen(os.dup(fd), "rb") as handle:
-                    lines.extend(handle.read().split(b"\n"))
+                    frames.extend(_frames(handle.read()))
             except OSError as exc:  # left in place; the daemon still starts
                 log.warning("transcript journal not replayed", journal=name, error=str(exc))
                 os.close(fd)
@@ -430,7 +472,7 @@ def replay_journals(layout: SquadLayout) -> Replayed:
         if not held:
             return replayed
         try:
-            replayed.restored = _replay(layout, lines)
+            replayed.restored = _replay(layout, frames)
             for name, _fd in held:
                 (folder / name).unlink()
         except OSError as exc:  # what is left is replayed at the next start
@@ -472,14 +514,11 @@ class _Line:
     data: bytes
 
 
-def _replay(layout: SquadLayout, raw_lines: list[bytes]) -> list[str]:
+def _replay(layout: SquadLayout, frames: list[tuple[object, object, bytes]]) -> list[str]:
     lines: list[_Line] = []
-    for raw in raw_lines:
-        try:
-            record = json.loads(raw)
-            where, end, data = record["t"], int(record["end"]), record["data"].encode("utf-8")
-        except (ValueError, KeyError, TypeError, AttributeError, OverflowError):
-            continue  # a torn line (or not one of ours)
+    for where, end, data in frames:
+        if not isinstance(end, int) or isinstance(end, bool) or not isinstance(where, str):
+            continue  # not one of ours
         target = _journaled_at(layout, where)
         if target is not None and end >= len(data):  # else not one of ours
             lines.append(_Line(where, target, end - len(data), data))

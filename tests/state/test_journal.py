@@ -31,8 +31,8 @@ def layout(tmp_path: Path) -> SquadLayout:
 
 
 def dead_journal(layout: SquadLayout, *lines: tuple[str, int, str]) -> Path:
-    """A journal a killed runtime left: one line per (file in the squad, offset its bytes end
-    at, the bytes)."""
+    """A journal a killed runtime of an older version left: one JSON line per (file in the
+    squad, offset its bytes end at, the bytes as text)."""
     folder = layout.transcript_journals_dir
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "1-dead.log"
@@ -342,6 +342,57 @@ async def test_a_journal_write_that_failed_part_way_does_not_hide_the_next_batch
         {"role": "user", "content": "second"}]
 
 
+def frame(layout: SquadLayout, where: str, end: int, data: bytes) -> bytes:
+    """The journal's frame for `data` appended to `where` (a path in the squad)."""
+    return journal_module._frame(str(layout.root) + os.sep,
+                                 Appended(layout.root / where, end, data, created=False))
+
+
+def test_a_frame_holds_the_bytes_as_they_are_and_a_damaged_or_torn_one_is_skipped(
+        layout: SquadLayout) -> None:
+    tricky = b'{"kind":"message","text":"quote \\" and \xc3\xa9"}\n'
+    good = frame(layout, "run/transcripts/a.jsonl", len(tricky), tricky)
+    assert tricky in good  # not escaped a second time
+    damaged = bytearray(frame(layout, "run/transcripts/b.jsonl", 3, b"ab\n"))
+    damaged[-2] ^= 0x01  # one bit of its bytes flipped: the checksum fails
+    torn = frame(layout, "run/transcripts/d.jsonl", 3, b"ab\n")
+    folder = layout.transcript_journals_dir
+    folder.mkdir(parents=True)
+    # a frame after a damaged one (the writer fences a failed write with a newline) is read
+    (folder / "1-dead.log").write_bytes(
+        good + bytes(damaged) + b"\n" + frame(layout, "run/transcripts/c.jsonl", 3, b"cd\n")
+        + torn[:-3])
+    replayed = replay_journals(layout)
+    assert sorted(replayed.restored) == ["run/transcripts/a.jsonl", "run/transcripts/c.jsonl"]
+    assert (layout.transcripts_dir / "a.jsonl").read_bytes() == tricky
+    assert (layout.transcripts_dir / "c.jsonl").read_bytes() == b"cd\n"
+    assert not (layout.transcripts_dir / "b.jsonl").exists()
+    assert not (layout.transcripts_dir / "d.jsonl").exists()
+
+
+def test_bytes_that_look_like_a_frame_are_replayed_as_bytes_never_as_a_frame(
+        layout: SquadLayout) -> None:
+    inner = frame(layout, "run/transcripts/planted.jsonl", 3, b"xy\n")
+    folder = layout.transcript_journals_dir
+    folder.mkdir(parents=True)
+    (folder / "1-dead.log").write_bytes(
+        frame(layout, "run/transcripts/a.jsonl", len(inner), inner))
+    assert replay_journals(layout).restored == ["run/transcripts/a.jsonl"]
+    assert (layout.transcripts_dir / "a.jsonl").read_bytes() == inner
+    assert not (layout.transcripts_dir / "planted.jsonl").exists()
+
+
+def test_a_journal_an_older_version_left_is_replayed_with_its_text_lines(
+        layout: SquadLayout) -> None:
+    # Older versions journaled each append as one JSON line holding the bytes as text; such a
+    # journal, even one a newer runtime went on writing frames into, is still replayed.
+    path = dead_journal(layout, ("run/transcripts/s.jsonl", 3, "ab\n"))
+    with path.open("ab") as handle:
+        handle.write(frame(layout, "run/transcripts/s.jsonl", 6, b"cd\n"))
+    assert replay_journals(layout).restored == ["run/transcripts/s.jsonl"]
+    assert (layout.transcripts_dir / "s.jsonl").read_bytes() == b"ab\ncd\n"
+
+
 def test_hostile_journals_and_lines_are_skipped_and_the_rest_replayed(
         layout: SquadLayout) -> None:
     folder = layout.transcript_journals_dir
@@ -366,16 +417,16 @@ def test_hostile_journals_and_lines_are_skipped_and_the_rest_replayed(
 
 async def test_a_batch_that_fails_unexpectedly_is_raised_to_its_sessions_and_the_writer_goes_on(
         layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
-    real_line = journal_module._journal_line
+    real_line = journal_module._frame
     broken: list[str] = []
 
-    def line_once_broken(at: SquadLayout, done: Appended) -> bytes:
+    def line_once_broken(root: str, done: Appended) -> bytes:
         if not broken:
             broken.append(done.path.name)
             raise RuntimeError("a bug in the batch")
-        return real_line(at, done)
+        return real_line(root, done)
 
-    monkeypatch.setattr(journal_module, "_journal_line", line_once_broken)
+    monkeypatch.setattr(journal_module, "_frame", line_once_broken)
     commits = GroupCommit(layout)
     with anyio.fail_after(30):  # never a hang
         async with anyio.create_task_group() as tg:
