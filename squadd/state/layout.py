@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -92,9 +92,15 @@ class SquadLayout:
     """The paths of one squad dir. Build it with `SquadLayout.find` or `SquadLayout.at`."""
 
     root: Path
+    _root_text: str = field(init=False, repr=False, compare=False)
+    _prefix: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "root", Path(os.path.realpath(self.root)))
+        # `inside` works on text: building `Path` objects for each check cost more than the
+        # `lstat` calls it makes, and it runs for every path of every route.
+        object.__setattr__(self, "_root_text", str(self.root))
+        object.__setattr__(self, "_prefix", str(self.root).rstrip(os.sep) + os.sep)
 
     @classmethod
     def find(cls, start: Path | None = None) -> SquadLayout:
@@ -117,18 +123,22 @@ class SquadLayout:
     def repo(self) -> Path:
         return self.root.parent
 
-    def inside(self, path: Path) -> Path:
+    def inside(self, path: Path | str) -> Path:
         """Resolve `path` and refuse it unless it stays inside the squad dir.
 
         Paths below the root are checked component by component with `lstat`; any symlink on
         the way (or a `..`) sends the path through a full `realpath` check.
         """
-        if ".." not in Path(path).parts:
-            absolute = Path(path).absolute()
-            if absolute == self.root:
-                return absolute
-            if self.root in absolute.parents and not self._has_link(absolute):
-                return absolute
+        text = os.fspath(path)
+        if not os.path.isabs(text):
+            text = os.path.join(os.getcwd(), text)
+        if text == self._root_text:
+            return self.root
+        if text.startswith(self._prefix):
+            parts = [part for part in text[len(self._prefix):].split(os.sep)
+                     if part and part != "."]
+            if ".." not in parts and not self._has_link(parts):
+                return Path(text)
         resolved = Path(os.path.realpath(path))
         if resolved != self.root and self.root not in resolved.parents:
             raise PathEscapeError(f"{path} resolves to {resolved}, outside {self.root}")
@@ -144,10 +154,12 @@ class SquadLayout:
         `PathEscapeError` when it leads outside the repository)."""
         return read_inside(path, self.repo).decode("utf-8", errors)
 
-    def _has_link(self, absolute: Path) -> bool:
-        current = self.root
-        for part in absolute.relative_to(self.root).parts:
-            current = current / part
+    def _has_link(self, parts: list[str]) -> bool:
+        """Whether a path below the root, given as its components, passes through a symlink
+        (a missing component ends the walk: nothing below it exists to lead anywhere)."""
+        current = self._root_text
+        for part in parts:
+            current = current + os.sep + part
             try:
                 mode = os.lstat(current).st_mode
             except (FileNotFoundError, NotADirectoryError):
@@ -157,6 +169,8 @@ class SquadLayout:
         return False
 
     def _p(self, *parts: str, check: bool = True) -> Path:
+        if check and not any(os.path.isabs(part) for part in parts):
+            return self.inside(self._prefix + os.sep.join(parts))  # as text: see `inside`
         joined = self.root.joinpath(*parts)
         return self.inside(joined) if check else joined
 
@@ -346,7 +360,7 @@ class SquadLayout:
         name = safe_id(session_id) + ".jsonl"
         path = self._p("run", "transcripts", name)
         # two plain stats on the common path; the legacy path is checked only when it is used
-        if not os.path.lexists(path) and (self.root / "sessions" / name).is_file():
+        if not os.path.lexists(path) and os.path.isfile(self._prefix + "sessions" + os.sep + name):
             return self._p("sessions", name)
         return path
 

@@ -140,6 +140,24 @@ def test_inside_refuses_dot_dot_paths(squad: SquadLayout) -> None:
     assert squad.inside(squad.root / "agents" / ".." / "team.md") == squad.team_md
 
 
+def test_inside_reads_a_path_given_as_text_as_the_path_it_names(
+        squad: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = squad.root / "agents" / "lead" / "history.md"
+    assert squad.inside(f"{squad.root}//agents/./lead/history.md/") == target
+    monkeypatch.chdir(squad.root)
+    assert squad.inside(Path("agents/lead/history.md")) == target
+    assert squad.inside(Path()) == squad.root
+    # a sibling whose name starts with the squad dir's is not inside it
+    sibling = squad.root.parent / (squad.root.name + "-other")
+    sibling.mkdir()
+    with pytest.raises(PathEscapeError):
+        squad.inside(sibling / "x.md")
+    # a folder on the way that is a link out is seen, whatever the path's spelling
+    (squad.root / "out").symlink_to(sibling, target_is_directory=True)
+    with pytest.raises(PathEscapeError):
+        squad.inside(Path(f"{squad.root}/./out//x.md"))
+
+
 def test_lock_files_live_under_run(squad: SquadLayout) -> None:
     lock = squad.lock_for(squad.history("lead"))
     assert lock.parent == squad.run_dir / "locks"
