@@ -136,7 +136,12 @@ class EventBus:
     def _publish(self, event: BaseEvent) -> None:
         seq = next(self._seq)
         self.last_seq = seq
-        stamped = event.model_copy(update={"seq": seq})
+        if event.seq == 0:  # a new event its maker hands over: stamped in place, not copied
+            object.__setattr__(event, "seq", seq)
+            event.model_fields_set.add("seq")
+            stamped = event
+        else:  # stamped before (published again, or by a cluster worker's bus): a copy
+            stamped = event.model_copy(update={"seq": seq})
         for listener in self._listeners:
             listener(stamped)
         for subscription in self._subscribers:

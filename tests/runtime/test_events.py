@@ -157,6 +157,19 @@ def test_listeners_see_every_event_synchronously() -> None:
     assert seen == [1, 2, 3]
 
 
+def test_an_event_published_again_is_a_copy_with_its_own_seq() -> None:
+    bus = EventBus()
+    seen: list[tuple[object, int]] = []
+    bus.add_listener(lambda event: seen.append((event, event.seq)))
+    event = PoolEmpty()
+    bus.publish(event)
+    bus.publish(event)  # e.g. an event another bus stamped, handed on
+    (first, first_seq), (second, second_seq) = seen
+    assert (first_seq, second_seq) == (1, 2)
+    assert first is event and second is not event  # the first stamp stays what it was
+    assert (event.seq, json.loads(event.model_dump_json(exclude_unset=True))["seq"]) == (1, 1)
+
+
 def test_text_that_is_not_utf8_is_mended_so_the_event_still_serializes() -> None:
     failed = ToolsLoadFailed(file=os.fsdecode(b"/squad/tools/\xff.py"), reason="r \ud800")
     started = ToolStarted(tool="t", call_id="c", arguments={"k": ["\udcfe"]})
