@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import secrets
+import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,7 +53,8 @@ Outcome = Literal["completed", "error", "interrupted", "cancelled"]
 
 
 def new_message_id() -> str:
-    return "msg-" + secrets.token_hex(6)
+    """Unique within its session, not secret (see `new_session_id`)."""
+    return f"msg-{random.getrandbits(48):012x}"
 
 
 @dataclass

@@ -6,7 +6,7 @@ the pool, a route's acceptance and the coordinator use these without a running s
 from __future__ import annotations
 
 import datetime as dt
-import secrets
+import random
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -18,7 +18,10 @@ from squadd.tools.base import ToolSet
 
 
 def new_session_id() -> str:
-    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(4)
+    """The second it began and 32 random bits: unique, not secret. They come from `random`
+    (seeded by the system at start, and again in a forked child), where `secrets` would ask
+    the kernel on every route."""
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + f"-{random.getrandbits(32):08x}"
 
 
 def choose_model(route_model: str | None, charter: Charter | None, settings: Settings,
