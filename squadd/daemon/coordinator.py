@@ -360,7 +360,8 @@ class Coordinator:
             writer.flush()
         session = AgentSession(info, layout=runtime.layout, settings=runtime.settings,
                                provider=runtime.provider, invoker=runtime.invoker, tools=tools,
-                               sink=NullSink(), files=runtime.files, spares=runtime.spares)
+                               sink=NullSink(), files=runtime.files, spares=runtime.spares,
+                               prompts=runtime.prompts)
         messages = session.conversation()
         writer = TranscriptWriter(runtime.layout.transcript(info.session_id))
         writer.add("meta", tools=tools.names, owner={"worker": worker, "epoch": epoch})

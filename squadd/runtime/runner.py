@@ -35,7 +35,7 @@ from squadd.runtime.slots import SlotTicket
 from squadd.statcache import NotCached, StatCache
 from squadd.state.journal import GroupCommit
 from squadd.state.layout import SquadLayout
-from squadd.state.transcripts import SpareFiles
+from squadd.state.transcripts import PromptFiles, SpareFiles
 from squadd.tools.base import Tool, ToolSet
 from squadd.tools.invoke import ToolInvoker
 from squadd.workspaces import Workspaces
@@ -75,7 +75,8 @@ class RouteRunner:
                  orchestration: OrchestrationLog, tools: ToolSet,
                  extra_tools: ExtraTools | None, files: StatCache[str] | None = None,
                  summaries: StatCache[str] | None = None, spares: SpareFiles | None = None,
-                 workspaces: Workspaces | None = None, commits: GroupCommit | None = None):
+                 prompts: PromptFiles | None = None, workspaces: Workspaces | None = None,
+                 commits: GroupCommit | None = None):
         self.layout = layout
         self.settings = settings
         self.provider = provider
@@ -88,6 +89,7 @@ class RouteRunner:
         self.files = files
         self.summaries = summaries
         self.spares = spares
+        self.prompts = prompts
         self.workspaces = workspaces
         self._in_use: dict[str, WorkspaceView] = {}
         """The worktree each running session works in (a nested route shares its caller's)."""
@@ -255,7 +257,8 @@ class RouteRunner:
                 info, layout=self.layout, settings=self.settings, provider=self.provider,
                 invoker=self.invoker, tools=known if known is not None else self.tools,
                 sink=sink, files=self.files, summaries=self.summaries, spares=self.spares,
-                tools_source=session_tools if known is None else None, commits=self.commits,
+                prompts=self.prompts, commits=self.commits,
+                tools_source=session_tools if known is None else None,
                 workspace_dir=Path(workspace.path) if workspace is not None else None,
             )
             sink.session = session

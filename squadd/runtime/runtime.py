@@ -53,7 +53,7 @@ from squadd.state.charters import Charter
 from squadd.state.journal import GroupCommit, replay_journals
 from squadd.state.layout import SquadLayout
 from squadd.state.skills import summary_cache
-from squadd.state.transcripts import SpareFiles
+from squadd.state.transcripts import PromptFiles, SpareFiles
 from squadd.tools.base import ToolSet
 from squadd.tools.builtin import workspace_tools
 from squadd.tools.custom.python_calls import SpareWorkers
@@ -124,11 +124,14 @@ class SquadRuntime:
         (`secrets.redact_log_event`) redacts them."""
         self.spares = SpareFiles(layout.sessions_dir)
         """New transcripts' files, made ahead by a background task."""
+        self.prompts = PromptFiles(layout.transcript_prompts_dir)
+        """System prompts, each kept once, which transcripts name by digest."""
         self.runner = RouteRunner(
             layout=layout, settings=settings, provider=provider, bus=self.bus,
             invoker=self.invoker, pool=self.pool, orchestration=self.orchestration,
             tools=self.tools, extra_tools=extra_tools, files=self.files,
-            summaries=self.skill_summaries, spares=self.spares, workspaces=self.workspaces,
+            summaries=self.skill_summaries, spares=self.spares, prompts=self.prompts,
+            workspaces=self.workspaces,
             commits=self.commits)
         self._charters = CharterCache(layout)
         self._owns_provider = owns_provider

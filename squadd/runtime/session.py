@@ -42,7 +42,13 @@ from squadd.statcache import NotCached, StatCache
 from squadd.state.journal import GroupCommit
 from squadd.state.layout import SquadLayout
 from squadd.state.owner import current_owner
-from squadd.state.transcripts import SpareFiles, Transcript, TranscriptWriter, read_transcript
+from squadd.state.transcripts import (
+    PromptFiles,
+    SpareFiles,
+    Transcript,
+    TranscriptWriter,
+    read_transcript,
+)
 from squadd.tools.base import CancelSignal, ToolSet
 from squadd.tools.invoke import CallOrigin, ToolInvoker
 from squadd.tools.rich import bounded_details
@@ -110,6 +116,7 @@ class AgentSession:
         files: StatCache[str] | None = None,
         summaries: StatCache[str] | None = None,
         spares: SpareFiles | None = None,
+        prompts: PromptFiles | None = None,
         workspace_dir: Path | None = None,
         tools_source: ToolsSource | None = None,
         commits: GroupCommit | None = None,
@@ -127,6 +134,8 @@ class AgentSession:
         when the session starts (on the loop when no tool file must be read, else in its first
         worker-thread trip), before `tools` is used."""
         self.spares = spares
+        self.prompts = prompts
+        """Where the owner keeps each system prompt once (None: in each transcript)."""
         self.workspace_dir = workspace_dir
         """The session's git worktree (None: it works in the repository root)."""
         self.layout = layout
@@ -148,7 +157,7 @@ class AgentSession:
         # makes it on the loop; a cold one and `continue_with` in their worker thread.
         if self._transcript is None:
             self._transcript = TranscriptWriter(self.layout.transcript(self.info.session_id),
-                                                self.spares)
+                                                self.spares, self.prompts)
         return self._transcript
 
     @property
@@ -204,24 +213,26 @@ class AgentSession:
                        cached_only=cached_only)
         if accepted:  # this process wrote the whole transcript since: it ends with a newline
             self._writer.ends_clean()
-        return self._prepare(task, context, accepted, parts)
+        return self._prepare(task, context, accepted, parts, cached_only=cached_only)
 
     def _prepare(self, task: str, context: str | None, accepted: bool,
-                 parts: PromptParts | None = None) -> list[Message]:
+                 parts: PromptParts | None = None, *, cached_only: bool = False) -> list[Message]:
         """Read the prompt's files (unless `parts` has them), then write and fsync all the
-        provider is about to see (blocking: one trip to a worker thread)."""
+        provider is about to see (blocking: one trip to a worker thread; with `cached_only`
+        a prompt not kept yet raises `NotCached` before any record is added)."""
         info = self.info
         if parts is None:
             parts = gather(self.layout, info.agent, context, self.files, self.summaries)
         system = SystemMessage(content=build_system_prompt(info.agent, parts, self.settings.prompt))
         user = UserMessage(content=task)
         writer = self._writer
+        opening = writer.system_fields(system.content, cached_only=cached_only)
         if accepted:  # the meta is on disk since the route was accepted; add what is new
             writer.add("meta", tools=self.tools.names, owner=current_owner())
         else:
             writer.add("meta", **{**session_meta(info), "task": task},
                        tools=self.tools.names, created=now_iso(), owner=current_owner())
-        writer.add("message", message=message_record(system))
+        writer.add("message", **opening)
         writer.add("message", message=message_record(user))
         writer.add("state", state="active")
         if self.commits is None:  # else the caller commits them with other sessions' records

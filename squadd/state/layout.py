@@ -345,6 +345,12 @@ class SquadLayout:
         return self._p("run", "transcripts", ".journal")
 
     @property
+    def transcript_prompts_dir(self) -> Path:
+        """`run/transcripts/.prompts/`: each system prompt once, named by its digest, which
+        the transcripts' system messages name (see `squadd.state.transcripts`)."""
+        return self._p("run", "transcripts", ".prompts")
+
+    @property
     def sessions_dir(self) -> Path:
         """The folder of squadd's transcripts (the same as `transcripts_dir`)."""
         return self.transcripts_dir

@@ -6,6 +6,12 @@ still listed, read and continued in place.)
 Records are ``meta`` (who, what task), ``message`` (every system, user, assistant and tool
 message), and ``state`` (completed, error, interrupted, ...). A torn last line from a crash is
 ignored on read and fenced off by a newline on the next append, so no earlier line is ever lost.
+
+A system prompt is most of a new session's bytes and the same for many sessions, so it is kept
+once, in `.prompts/{digest}.txt` beside the transcripts (`PromptFiles`), made durable before any
+record names it; the system message's record holds its digest (``"prompt"``) instead of its text,
+and reading puts the text back. A transcript in the older `sessions/` folder keeps its prompts
+inline.
 """
 
 from __future__ import annotations
@@ -14,9 +20,12 @@ import contextlib
 import ctypes
 import datetime as dt
 import errno
+import functools
+import hashlib
 import itertools
 import json
 import os
+import re
 import secrets
 import threading
 from collections import deque
@@ -24,7 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from squadd.fsio import fsync_dir, write_all
+from squadd.fsio import atomic_write, fsync_dir, write_all
+from squadd.statcache import NotCached
 from squadd.state.layout import SquadLayout
 
 
@@ -33,6 +43,80 @@ def _now() -> str:
 
 
 SPARES_DIRNAME = ".spares"
+PROMPTS_DIRNAME = ".prompts"
+_DIGEST_RE = re.compile(r"^[0-9a-f]{32}$")
+MISSING_PROMPT_TEXT = "(squadd: this system prompt's file, .prompts/{digest}.txt, is missing)"
+"""A system message's text when the file its record names is gone (someone deleted it)."""
+
+
+class PromptFiles:
+    """System prompts kept once each, by digest, for the transcripts in one folder.
+
+    `keep` makes a prompt's file durable (once: a temp file, fsync, rename, folder fsync)
+    before it returns the digest a record may name, so a record is never durable before the
+    text it points at. Files are never changed once made (their name is their content's
+    digest), so any number of writers and processes may share the folder.
+    """
+
+    KNOWN = 64
+    """Prompts remembered as durable by text, newest last (a few agents' current prompts)."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self._known: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def keep(self, text: str, *, cached_only: bool = False) -> str:
+        """The digest naming `text`'s file, made durable first if this process has not seen it
+        (blocking; with `cached_only` a prompt not seen yet raises `NotCached` instead)."""
+        with self._lock:
+            digest = self._known.pop(text, None)
+            if digest is not None:
+                self._known[text] = digest  # now the newest
+                return digest
+        if cached_only:
+            raise NotCached("a system prompt this process has not kept yet")
+        digest = prompt_digest(text)
+        path = self.folder / f"{digest}.txt"
+        if path.is_file():  # another writer made it: its folder entry may not be synced yet
+            fsync_dir(self.folder)
+        else:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            atomic_write(path, text)
+        with self._lock:
+            self._known[text] = digest
+            while len(self._known) > self.KNOWN:
+                del self._known[next(iter(self._known))]
+        return digest
+
+
+def prompt_digest(text: str) -> str:
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
+
+
+def _prompt_text(folder: Path, digest: object) -> str:
+    """The text of the prompt `digest` names in `folder` (blocking); a note saying it is
+    missing when there is no such file, or the digest is not one."""
+    if not isinstance(digest, str) or not _DIGEST_RE.fullmatch(digest):
+        return MISSING_PROMPT_TEXT.format(digest=str(digest)[:40])
+    try:
+        return _read_prompt(folder / f"{digest}.txt")
+    except (OSError, UnicodeDecodeError):
+        return MISSING_PROMPT_TEXT.format(digest=digest)
+
+
+@functools.lru_cache(maxsize=32)
+def _read_prompt(path: Path) -> str:
+    # A prompt's file never changes once made, so its text is cached (a failure is not).
+    return path.read_text(encoding="utf-8")
+
+
+def _with_prompt(record: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """`record` with the text of the system prompt it names put back in its message."""
+    message = record.get("message")
+    if "prompt" not in record or not isinstance(message, dict) or "content" in message:
+        return record
+    return {**record, "message": {**message, "content": _prompt_text(folder, record["prompt"])}}
 
 
 class SpareFiles:
@@ -169,16 +253,30 @@ def _is_spare(entry: os.DirEntry[str]) -> bool:
 class TranscriptWriter:
     """Buffers records and appends them to the transcript with one write and one fsync."""
 
-    def __init__(self, path: Path, spares: SpareFiles | None = None):
+    def __init__(self, path: Path, spares: SpareFiles | None = None,
+                 prompts: PromptFiles | None = None):
         self.path = path
         self.spares = spares
         """The owner's files made ahead; a new transcript takes one when it can."""
+        self.prompts = prompts if prompts is not None and \
+            prompts.folder == path.parent / PROMPTS_DIRNAME else None
+        """Where system prompts are kept once (None: a system message's text is inline)."""
         self._pending: list[str] = []
         self._needs_fence: bool | None = None
 
     def add(self, kind: str, **fields: Any) -> None:
         record = {"kind": kind, "ts": _now(), **fields}
         self._pending.append(json.dumps(record, ensure_ascii=False, separators=(",", ":")))
+
+    def system_fields(self, text: str, *, cached_only: bool = False) -> dict[str, Any]:
+        """The fields of a system message's record (for `add("message", ...)`): the digest of
+        its text, kept once in `prompts`, else the text itself. Blocking: the first time a text
+        is seen its file is written and synced; with `cached_only` that raises `NotCached`
+        instead, before anything is added."""
+        if self.prompts is None:
+            return {"message": {"role": "system", "content": text}}
+        return {"message": {"role": "system"},
+                "prompt": self.prompts.keep(text, cached_only=cached_only)}
 
     @property
     def pending(self) -> int:
@@ -292,12 +390,13 @@ def read_transcript(path: Path) -> Transcript:
     """Parse a transcript, skipping a torn (unparseable) line left by a crash."""
     session_id = path.name.removesuffix(".jsonl")
     transcript = Transcript(session_id=session_id)
+    prompts = path.parent / PROMPTS_DIRNAME
     with path.open("rb") as handle:
         for raw in handle:
             line = raw.strip()
             if not line:
                 continue
-            record = _record(line)
+            record = _record(line, prompts)
             if record is None:
                 transcript.torn_lines += 1
                 continue
@@ -312,13 +411,16 @@ def read_transcript(path: Path) -> Transcript:
     return transcript
 
 
-def _record(line: bytes) -> dict[str, Any] | None:
-    """The record a transcript line holds; None for a torn or foreign line."""
+def _record(line: bytes, prompts: Path) -> dict[str, Any] | None:
+    """The record a transcript line holds, its system prompt's text put back from `prompts`;
+    None for a torn or foreign line."""
     try:
         record = json.loads(line)
     except (json.JSONDecodeError, UnicodeDecodeError):
         return None
-    return record if isinstance(record, dict) else None
+    if not isinstance(record, dict):
+        return None
+    return _with_prompt(record, prompts) if "prompt" in record else record
 
 
 def read_tail(path: Path, count: int) -> tuple[list[dict[str, Any]], int]:
@@ -333,7 +435,8 @@ def read_tail(path: Path, count: int) -> tuple[list[dict[str, Any]], int]:
             if line:
                 total += 1
                 kept.append(line)
-    records = [record for line in kept if (record := _record(line)) is not None]
+    prompts = path.parent / PROMPTS_DIRNAME
+    records = [record for line in kept if (record := _record(line, prompts)) is not None]
     return records, total
 
 

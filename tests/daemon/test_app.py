@@ -183,5 +183,10 @@ async def test_transcript_records_are_json_lines_on_disk(layout: SquadLayout,
         path: Path = layout.transcript(result["session_id"])
         lines = path.read_text(encoding="utf-8").splitlines()
         assert [json.loads(line)["kind"] for line in lines][-1] == "state"
-        assert (await daemon.client.session(result["session_id"]))["transcript"] == [
-            json.loads(line) for line in lines]
+        on_disk = [json.loads(line) for line in lines]
+        system = next(r for r in on_disk if r.get("message", {}).get("role") == "system")
+        assert "content" not in system["message"]  # the prompt is kept once, by digest
+        text = (layout.transcript_prompts_dir / f"{system['prompt']}.txt").read_text("utf-8")
+        assert text.startswith("You are lead, a Squad agent.")
+        system["message"]["content"] = text  # the API puts the text back
+        assert (await daemon.client.session(result["session_id"]))["transcript"] == on_disk

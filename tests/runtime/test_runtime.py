@@ -116,6 +116,31 @@ async def test_route_with_session_id_continues_from_the_transcript(layout: Squad
     assert sent == ["one", "first answer", "two"]
 
 
+async def test_a_session_continued_by_another_runtime_sends_the_system_prompt_kept_once(
+        layout: SquadLayout) -> None:
+    first_gauge = Gauge(script([text("first answer"), text("other answer")]))
+    async with SquadRuntime(layout, settings(), first_gauge) as runtime:
+        first = await runtime.route(RouteRequest(target_agent="fenster", task="one"))
+        other = await runtime.route(RouteRequest(target_agent="fenster", task="another"))
+    session_id = first.session_id or ""
+    records = [json.loads(line) for line in
+               layout.transcript(session_id).read_text(encoding="utf-8").splitlines()]
+    [system] = [r for r in records if r.get("message", {}).get("role") == "system"]
+    assert "content" not in system["message"]  # named by digest, its text kept once
+    assert [p.name for p in layout.transcript_prompts_dir.iterdir()] == [
+        f"{system['prompt']}.txt"]  # both sessions' prompts are the same text
+    assert other.ok and first_gauge.requests[1].messages[0].content == \
+        first_gauge.requests[0].messages[0].content
+    gauge = Gauge(script([text("first answer"), text("second answer")]))  # the second turn
+    async with SquadRuntime(layout, settings(), gauge) as runtime:  # nothing of it in memory
+        second = await runtime.route(RouteRequest(session_id=session_id, task="two"))
+    assert second.ok and second.answer == "second answer"
+    [request] = gauge.requests
+    assert request.messages[0].role == "system"
+    assert request.messages[0].content == first_gauge.requests[0].messages[0].content
+    assert request.messages[0].content.startswith("You are fenster, a Squad agent.")
+
+
 async def test_a_session_left_in_sessions_by_an_older_squadd_continues_in_place(
         layout: SquadLayout) -> None:
     gauge = Gauge(script([text("first answer"), text("second answer")]))

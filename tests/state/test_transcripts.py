@@ -7,8 +7,16 @@ from pathlib import Path
 
 import pytest
 
+from squadd.statcache import NotCached
 from squadd.state import transcripts as transcripts_module
-from squadd.state.transcripts import TranscriptWriter, read_tail, read_transcript
+from squadd.state.transcripts import (
+    PROMPTS_DIRNAME,
+    PromptFiles,
+    TranscriptWriter,
+    prompt_digest,
+    read_tail,
+    read_transcript,
+)
 
 
 def test_records_round_trip(tmp_path: Path) -> None:
@@ -204,3 +212,74 @@ def test_the_tail_is_the_last_records_as_a_whole_read_gives_them(tmp_path: Path)
     assert total == len(whole.records) + whole.torn_lines == 302
     assert read_tail(path, 1000) == (whole.records, 302)
     assert read_tail(path, 0) == ([], 302)
+
+
+def _prompted(folder: Path, session_id: str, prompt: str,
+              prompts: PromptFiles | None) -> TranscriptWriter:
+    writer = TranscriptWriter(folder / f"{session_id}.jsonl", prompts=prompts)
+    writer.add("message", **writer.system_fields(prompt))
+    writer.add("message", message={"role": "user", "content": "go"})
+    writer.flush()
+    return writer
+
+
+def test_a_system_prompt_is_kept_once_and_read_back_into_each_transcript(
+        tmp_path: Path) -> None:
+    folder = tmp_path / "transcripts"
+    prompts = PromptFiles(folder / PROMPTS_DIRNAME)
+    long_prompt = "You are lead.\n" + "decision ü\n" * 2000
+    for session_id in ("s-1", "s-2"):
+        _prompted(folder, session_id, long_prompt, prompts)
+    _prompted(folder, "s-3", "You are other.", prompts)
+    kept = sorted(p.name for p in prompts.folder.iterdir())
+    assert kept == sorted(f"{prompt_digest(t)}.txt" for t in (long_prompt, "You are other."))
+    raw = (folder / "s-1.jsonl").read_text(encoding="utf-8")
+    assert "decision" not in raw and len(raw) < 500  # the text is not in the transcript
+    for session_id, text in (("s-1", long_prompt), ("s-2", long_prompt),
+                             ("s-3", "You are other.")):
+        path = folder / f"{session_id}.jsonl"
+        assert read_transcript(path).messages == [{"role": "system", "content": text},
+                                                  {"role": "user", "content": "go"}]
+        records, _ = read_tail(path, 2)
+        assert records[0]["message"]["content"] == text
+
+
+def test_a_prompt_made_by_another_process_is_reused_and_a_new_one_is_not_cached(
+        tmp_path: Path) -> None:
+    folder = tmp_path / "transcripts"
+    _prompted(folder, "s-1", "You are lead.", PromptFiles(folder / PROMPTS_DIRNAME))
+    mine = PromptFiles(folder / PROMPTS_DIRNAME)  # a fresh process: nothing seen yet
+    with pytest.raises(NotCached):  # the loop may not write it: a worker thread will
+        mine.keep("You are lead.", cached_only=True)
+    kept = folder / PROMPTS_DIRNAME / f"{prompt_digest('You are lead.')}.txt"
+    before = kept.stat()
+    assert mine.keep("You are lead.") == prompt_digest("You are lead.")
+    after = kept.stat()
+    assert (before.st_ino, before.st_mtime_ns) == (after.st_ino, after.st_mtime_ns)
+    assert mine.keep("You are lead.", cached_only=True) == prompt_digest("You are lead.")
+
+
+def test_without_a_prompt_store_or_in_another_folder_the_prompt_is_inline(
+        tmp_path: Path) -> None:
+    prompts = PromptFiles(tmp_path / "transcripts" / PROMPTS_DIRNAME)
+    for folder, store in ((tmp_path / "transcripts", None), (tmp_path / "sessions", prompts)):
+        _prompted(folder, "s-1", "You are lead.", store)
+        raw = (folder / "s-1.jsonl").read_text(encoding="utf-8")
+        assert '"content":"You are lead."' in raw and '"prompt"' not in raw
+    assert not prompts.folder.exists()
+
+
+def test_a_missing_or_foreign_prompt_reads_as_a_note_and_never_leaves_its_folder(
+        tmp_path: Path) -> None:
+    folder = tmp_path / "transcripts"
+    prompts = PromptFiles(folder / PROMPTS_DIRNAME)
+    _prompted(folder, "s-1", "You are lead.", prompts)
+    (prompts.folder / f"{prompt_digest('You are lead.')}.txt").unlink()
+    (tmp_path / "secret.txt").write_text("secret", encoding="utf-8")
+    path = folder / "s-2.jsonl"
+    path.write_text('{"kind":"message","message":{"role":"system"},"prompt":"../../secret"}\n',
+                    encoding="utf-8")
+    missing = read_transcript(folder / "s-1.jsonl").messages[0]["content"]
+    assert "is missing" in missing and prompt_digest("You are lead.") in missing
+    foreign = read_transcript(path).messages[0]["content"]
+    assert "is missing" in foreign and "secret" not in foreign.replace("../../secret", "")
