@@ -28,7 +28,7 @@ from squadd.cli._daemon import client_for, print_sessions
 from squadd.cli._squad import FiniteFloatRange
 from squadd.fsio import atomic_write, read_text
 from squadd.state.layout import SquadLayout
-from squadd.state.transcripts import SPARES_DIRNAME
+from squadd.state.transcripts import PROMPTS_DIRNAME, SPARES_DIRNAME
 
 LEAD = "lead"
 TEAM: tuple[tuple[str, str], ...] = (
@@ -73,13 +73,16 @@ def written_lines(layout: SquadLayout, before: dict[str, FileState],
                   merged: list[str]) -> list[str]:
     """The files the run wrote, for people: the run/ folder's locks on one line, and the
     inbox files the Scribe merged and removed."""
-    lines, run_files, spares = [], 0, 0
+    lines, run_files, spares, prompts = [], 0, 0, 0
     inbox = layout.inbox_dir.relative_to(layout.root)
     for mark, path in changes(before, snapshot(layout.root)):
         parts = Path(path).parts
         transcripts = layout.transcripts_dir.relative_to(layout.root).parts
         if parts[:len(transcripts) + 1] == (*transcripts, SPARES_DIRNAME):
             spares += 1
+            continue
+        if parts[:len(transcripts) + 1] == (*transcripts, PROMPTS_DIRNAME):
+            prompts += 1
             continue
         if parts[0] == layout.run_dir.name and parts[:len(transcripts)] != transcripts:
             run_files += 1
@@ -91,6 +94,10 @@ def written_lines(layout: SquadLayout, before: dict[str, FileState],
         folder = layout.transcripts_dir.relative_to(layout.root)
         lines.append(f"  + {folder}/{SPARES_DIRNAME}/: empty transcript files made ahead "
                      "(ignored by git)")
+    if prompts:
+        folder = layout.transcripts_dir.relative_to(layout.root)
+        lines.append(f"  + {folder}/{PROMPTS_DIRNAME}/: {prompts} system prompts, each kept once "
+                     "for the transcripts that name it (ignored by git)")
     if run_files:
         lines.append(f"  + {layout.run_dir.name}/: {run_files} lock and index files "
                      "(ignored by git)")
