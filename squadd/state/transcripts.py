@@ -45,8 +45,10 @@ def _now() -> str:
 SPARES_DIRNAME = ".spares"
 PROMPTS_DIRNAME = ".prompts"
 _DIGEST_RE = re.compile(r"^[0-9a-f]{32}$")
-MISSING_PROMPT_TEXT = "(squadd: this system prompt's file, .prompts/{digest}.txt, is missing)"
-"""A system message's text when the file its record names is gone (someone deleted it)."""
+LOST_PROMPT_TEXT = ("(squadd: this system prompt's file, .prompts/{digest}.txt, is missing "
+                    "or damaged)")
+"""A system message's text when the file its record names is gone or does not hold the text
+its digest names; the record is also marked ``"prompt_lost": true``."""
 
 
 class PromptFiles:
@@ -54,8 +56,8 @@ class PromptFiles:
 
     `keep` makes a prompt's file durable (once: a temp file, fsync, rename, folder fsync)
     before it returns the digest a record may name, so a record is never durable before the
-    text it points at. Files are never changed once made (their name is their content's
-    digest), so any number of writers and processes may share the folder.
+    text it points at. A file is named by its content's digest and checked against it, so any
+    number of writers and processes may share the folder, and a damaged file is written anew.
     """
 
     KNOWN = 64
@@ -78,9 +80,13 @@ class PromptFiles:
             raise NotCached("a system prompt this process has not kept yet")
         digest = prompt_digest(text)
         path = self.folder / f"{digest}.txt"
-        if path.is_file():  # another writer made it: its folder entry may not be synced yet
+        try:
+            whole = _load_prompt(path, digest) == text  # read from disk, not the readers' cache
+        except (OSError, ValueError):
+            whole = False
+        if whole:  # another writer made it: its folder entry may not be synced yet
             fsync_dir(self.folder)
-        else:
+        else:  # none yet, or a damaged one
             self.folder.mkdir(parents=True, exist_ok=True)
             atomic_write(path, text)
         with self._lock:
@@ -94,29 +100,35 @@ def prompt_digest(text: str) -> str:
     return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
 
 
-def _prompt_text(folder: Path, digest: object) -> str:
-    """The text of the prompt `digest` names in `folder` (blocking); a note saying it is
-    missing when there is no such file, or the digest is not one."""
-    if not isinstance(digest, str) or not _DIGEST_RE.fullmatch(digest):
-        return MISSING_PROMPT_TEXT.format(digest=str(digest)[:40])
-    try:
-        return _read_prompt(folder / f"{digest}.txt")
-    except (OSError, UnicodeDecodeError):
-        return MISSING_PROMPT_TEXT.format(digest=digest)
+def _load_prompt(path: Path, digest: str) -> str:
+    """The text of a prompt's file, checked against its digest (`ValueError` if it is not the
+    text the digest names, `OSError` if it cannot be read)."""
+    text = path.read_text(encoding="utf-8")
+    if prompt_digest(text) != digest:
+        raise ValueError(f"{path} does not hold the text its name's digest names")
+    return text
 
 
-@functools.lru_cache(maxsize=32)
-def _read_prompt(path: Path) -> str:
-    # A prompt's file never changes once made, so its text is cached (a failure is not).
-    return path.read_text(encoding="utf-8")
+_cached_prompt = functools.lru_cache(maxsize=32)(_load_prompt)
+"""`_load_prompt` for readers: a checked text never changes (a failure is not cached)."""
 
 
 def _with_prompt(record: dict[str, Any], folder: Path) -> dict[str, Any]:
-    """`record` with the text of the system prompt it names put back in its message."""
+    """`record` with the text of the system prompt it names (`"prompt"`) put back in its
+    message (blocking); marked ``"prompt_lost"`` with a note as its text when the file is
+    gone or damaged, or the digest is not one (so never a path outside `folder`)."""
     message = record.get("message")
-    if "prompt" not in record or not isinstance(message, dict) or "content" in message:
+    if not isinstance(message, dict) or "content" in message:
         return record
-    return {**record, "message": {**message, "content": _prompt_text(folder, record["prompt"])}}
+    digest = record["prompt"]
+    try:
+        if not isinstance(digest, str) or not _DIGEST_RE.fullmatch(digest):
+            raise ValueError(f"{digest!r} is not a prompt's digest")
+        return {**record, "message": {**message,
+                                      "content": _cached_prompt(folder / f"{digest}.txt", digest)}}
+    except (OSError, ValueError):  # UnicodeDecodeError is a ValueError
+        note = LOST_PROMPT_TEXT.format(digest=str(digest)[:40])
+        return {**record, "prompt_lost": True, "message": {**message, "content": note}}
 
 
 class SpareFiles:
@@ -372,6 +384,8 @@ class Transcript:
     states: list[dict[str, Any]] = field(default_factory=list)
     records: list[dict[str, Any]] = field(default_factory=list)
     torn_lines: int = 0
+    lost_prompt: bool = False
+    """A system prompt its records name by digest could not be read back (see `PromptFiles`)."""
 
     @property
     def last_state(self) -> str | None:
@@ -406,6 +420,7 @@ def read_transcript(path: Path) -> Transcript:
                 transcript.meta.update(record)
             elif kind == "message" and isinstance(record.get("message"), dict):
                 transcript.messages.append(record["message"])
+                transcript.lost_prompt = transcript.lost_prompt or "prompt_lost" in record
             elif kind == "state":
                 transcript.states.append(record)
     return transcript

@@ -279,7 +279,27 @@ def test_a_missing_or_foreign_prompt_reads_as_a_note_and_never_leaves_its_folder
     path = folder / "s-2.jsonl"
     path.write_text('{"kind":"message","message":{"role":"system"},"prompt":"../../secret"}\n',
                     encoding="utf-8")
-    missing = read_transcript(folder / "s-1.jsonl").messages[0]["content"]
-    assert "is missing" in missing and prompt_digest("You are lead.") in missing
-    foreign = read_transcript(path).messages[0]["content"]
-    assert "is missing" in foreign and "secret" not in foreign.replace("../../secret", "")
+    missing = read_transcript(folder / "s-1.jsonl")
+    assert missing.lost_prompt and missing.records[0]["prompt_lost"] is True
+    assert "is missing" in missing.messages[0]["content"]
+    assert prompt_digest("You are lead.") in missing.messages[0]["content"]
+    foreign = read_transcript(path)
+    assert foreign.lost_prompt and "is missing" in foreign.messages[0]["content"]
+    assert "secret" not in foreign.messages[0]["content"].replace("../../secret", "")
+
+
+def test_a_damaged_prompt_file_is_never_read_as_the_prompt_and_is_written_anew(
+        tmp_path: Path) -> None:
+    folder = tmp_path / "transcripts"
+    _prompted(folder, "s-1", "You are lead.", PromptFiles(folder / PROMPTS_DIRNAME))
+    kept = folder / PROMPTS_DIRNAME / f"{prompt_digest('You are lead.')}.txt"
+    kept.write_text("You are someone else.", encoding="utf-8")  # damaged (or edited) on disk
+    damaged = read_transcript(folder / "s-1.jsonl")
+    assert damaged.lost_prompt and "damaged" in damaged.messages[0]["content"]
+    # a new process keeping the same prompt finds the file wrong and writes it anew
+    _prompted(folder, "s-2", "You are lead.", PromptFiles(folder / PROMPTS_DIRNAME))
+    assert kept.read_text(encoding="utf-8") == "You are lead."
+    for session_id in ("s-1", "s-2"):
+        transcript = read_transcript(folder / f"{session_id}.jsonl")
+        assert not transcript.lost_prompt
+        assert transcript.messages[0] == {"role": "system", "content": "You are lead."}
