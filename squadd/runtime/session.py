@@ -286,6 +286,15 @@ class AgentSession:
         messages, stand_ins = paired([parse_message(m) for m in transcript.messages])
         for message in stand_ins:
             self._record(message)
+        if transcript.lost_prompt and messages and isinstance(messages[0], SystemMessage):
+            # its kept file is gone or damaged: the model gets today's prompt, not a note
+            log.warning("system prompt lost; built anew from the current files",
+                        session_id=self.session_id, agent=self.agent)
+            context = transcript.meta.get("context")
+            parts = gather(self.layout, self.agent, context if isinstance(context, str) else None,
+                           self.files, self.summaries)
+            messages[0] = SystemMessage(
+                content=build_system_prompt(self.agent, parts, self.settings.prompt))
         return messages
 
     def _record(self, message: Message, **extra: Any) -> None:

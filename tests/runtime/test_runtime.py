@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import json
 from pathlib import Path
 
 import anyio
+import pytest
 
 from squadd.contracts.events import ProviderRetry
 from squadd.contracts.routes import RouteRequest
@@ -139,6 +141,45 @@ async def test_a_session_continued_by_another_runtime_sends_the_system_prompt_ke
     assert request.messages[0].role == "system"
     assert request.messages[0].content == first_gauge.requests[0].messages[0].content
     assert request.messages[0].content.startswith("You are fenster, a Squad agent.")
+
+
+async def test_a_session_whose_kept_prompt_is_lost_continues_with_a_prompt_built_anew(
+        layout: SquadLayout) -> None:
+    async with SquadRuntime(layout, settings(), script([text("first answer")])) as runtime:
+        first = await runtime.route(RouteRequest(target_agent="fenster", task="one"))
+    for kept in layout.transcript_prompts_dir.iterdir():
+        kept.unlink()  # someone cleaned run/ by hand
+    gauge = Gauge(script([text("first answer"), text("second answer")]))
+    async with SquadRuntime(layout, settings(), gauge) as runtime:
+        second = await runtime.route(RouteRequest(session_id=first.session_id, task="two"))
+    assert second.ok and second.answer == "second answer"
+    [request] = gauge.requests
+    assert request.messages[0].role == "system"
+    assert request.messages[0].content.startswith("You are fenster, a Squad agent.")
+    assert "missing" not in request.messages[0].content
+    assert [m.content for m in request.messages[1:]] == ["one", "first answer", "two"]
+
+
+async def test_a_prompt_that_cannot_be_kept_fails_its_route_and_names_nothing(
+        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    from squadd.state import transcripts
+
+    def disk_full(*_: object, **__: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    gauge = Gauge(script([text("done")]))
+    async with SquadRuntime(layout, settings(), gauge) as runtime:
+        with monkeypatch.context() as patch:
+            patch.setattr(transcripts, "atomic_write", disk_full)
+            failed = await runtime.route(RouteRequest(target_agent="fenster", task="one"))
+        assert not failed.ok and "No space left on device" in (failed.error or "")
+        assert gauge.requests == []  # the model never saw a prompt that is not on disk
+        path = layout.transcript(failed.session_id or "")
+        assert not path.exists() or '"prompt"' not in path.read_text(encoding="utf-8")
+        after = await runtime.route(RouteRequest(target_agent="fenster", task="two"))
+    assert after.ok and after.answer == "done"
+    assert read_transcript(layout.transcript(after.session_id or "")).messages[0][
+        "content"].startswith("You are fenster, a Squad agent.")
 
 
 async def test_a_session_left_in_sessions_by_an_older_squadd_continues_in_place(
