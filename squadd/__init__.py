@@ -25,11 +25,12 @@ Each name's docstring has more: ``help(squadd.tool)``, ``help(squadd.ToolContext
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from squadd._version import __version__
 
+TYPE_CHECKING = False  # `typing` is not imported at run time: `squadd status` starts fast
 if TYPE_CHECKING:
+    from typing import Any
+
     from squadd.tools.base import ToolContext, ToolResult
     from squadd.tools.custom.python_tools import tool
 

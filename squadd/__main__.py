@@ -1,5 +1,5 @@
 """`python -m squadd`: the same as the `squadd` command."""
 
-from squadd.cli import main
+from squadd.cli import run
 
-main(prog_name="squadd")
+run()

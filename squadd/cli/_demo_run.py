@@ -21,7 +21,7 @@ import anyio
 import click
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from squadd.cli._daemon import one_line
+from squadd.cli._report import one_line
 from squadd.daemon.client import AsyncDaemonClient, DaemonClient
 from squadd.errors import DaemonError
 from squadd.state.layout import SquadLayout

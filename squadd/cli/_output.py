@@ -9,6 +9,8 @@ from typing import Any
 
 import click
 
+from squadd.cli._report import format_table
+
 
 def _default(value: Any) -> Any:
     if isinstance(value, Path):
@@ -21,19 +23,6 @@ def _default(value: Any) -> Any:
 def print_json(data: Any) -> None:
     """Print `data` as indented JSON (paths become strings)."""
     click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=_default))
-
-
-def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    """Lines of a plain-text table with columns padded to their widest cell."""
-    widths = [len(header) for header in headers]
-    for row in rows:
-        for index, cell in enumerate(row):
-            widths[index] = max(widths[index], len(cell))
-
-    def line(cells: Sequence[str]) -> str:
-        return "  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True))
-
-    return [line(headers).rstrip(), *(line(row).rstrip() for row in rows)]
 
 
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:

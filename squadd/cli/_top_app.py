@@ -19,7 +19,7 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
-from squadd.cli._daemon import duration, one_line, tokens
+from squadd.cli._report import duration, one_line, tokens
 from squadd.daemon.client import AsyncDaemonClient
 from squadd.errors import DaemonError
 

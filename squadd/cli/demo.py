@@ -23,9 +23,9 @@ from pathlib import Path
 import anyio
 import click
 
-from squadd.cli import load_command
 from squadd.cli._daemon import client_for, print_sessions
 from squadd.cli._squad import FiniteFloatRange
+from squadd.cli.app import load_command
 from squadd.fsio import atomic_write, read_text
 from squadd.state.layout import SquadLayout
 from squadd.state.transcripts import PROMPTS_DIRNAME, SPARES_DIRNAME

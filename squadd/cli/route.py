@@ -17,8 +17,8 @@ from typing import Any
 import anyio
 import click
 
-from squadd.cli._daemon import one_line
 from squadd.cli._output import print_json
+from squadd.cli._report import one_line
 from squadd.cli._squad import TEXT, FiniteFloatRange, dir_option, find_layout
 from squadd.contracts.routes import MAX_ROUTE_TIMEOUT_S
 from squadd.daemon.client import AsyncDaemonClient, DaemonClient

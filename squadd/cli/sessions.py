@@ -9,8 +9,9 @@ from typing import Any
 
 import click
 
-from squadd.cli._daemon import client_for, duration, one_line, print_sessions, state_style, tokens
+from squadd.cli._daemon import client_for, print_sessions, state_style
 from squadd.cli._output import print_json
+from squadd.cli._report import duration, one_line, tokens
 from squadd.cli._squad import TEXT, dir_option
 
 _ROLE_COLORS = {"system": "bright_black", "user": "blue", "assistant": "green", "tool": "cyan"}

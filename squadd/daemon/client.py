@@ -19,7 +19,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from squadd.daemon._http1 import TOO_LONG, ExchangeError, exchange
 from squadd.daemon._unix import SocketAddress
@@ -38,7 +37,10 @@ from squadd.daemon.wire import (
 from squadd.errors import DaemonError, DaemonNotRunningError
 from squadd.state.layout import SquadLayout
 
+TYPE_CHECKING = False  # no `typing` at run time: `squadd status` starts fast
 if TYPE_CHECKING:
+    from typing import Any
+
     import httpx
 
     from squadd.contracts.events import Event

@@ -9,11 +9,24 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
 from urllib.parse import quote
 
 from squadd.errors import DaemonError
+
+TYPE_CHECKING = False  # neither `typing` nor `dataclasses` at run time: `squadd status` is fast
+if TYPE_CHECKING:
+    from typing import Any, Protocol
+
+    class Response(Protocol):
+        """What `read_answer` reads: an httpx response, or the blocking client's `Answer`."""
+
+        @property
+        def status_code(self) -> int: ...
+
+        @property
+        def text(self) -> str: ...
+
+        def json(self) -> Any: ...
 
 API = "/v1"
 DEFAULT_TIMEOUT_S = 10.0
@@ -40,17 +53,24 @@ class DaemonRequestError(DaemonError):
         self.payload: dict[str, Any] = dict(payload or {})
 
 
-@dataclass(frozen=True)
 class Call:
-    """One request, built the same way by both clients."""
+    """One request, built the same way by both clients. `result_key`: an error answer whose
+    body has this key is a structured result, returned as it is."""
 
-    method: str
-    path: str
-    params: dict[str, str] = field(default_factory=dict)
-    body: Any = None
-    timeout: float = DEFAULT_TIMEOUT_S
-    result_key: str | None = None
-    """An error answer whose body has this key is a structured result, returned as it is."""
+    __slots__ = ("body", "method", "params", "path", "result_key", "timeout")
+
+    def __init__(self, method: str, path: str, params: dict[str, str] | None = None, *,
+                 body: Any = None, timeout: float = DEFAULT_TIMEOUT_S,
+                 result_key: str | None = None):
+        self.method = method
+        self.path = path
+        self.params: dict[str, str] = params if params is not None else {}
+        self.body = body
+        self.timeout = timeout
+        self.result_key = result_key
+
+    def __repr__(self) -> str:
+        return f"Call({self.method} {self.path})"
 
 
 def wait_timeout(body: Mapping[str, Any]) -> float:
@@ -148,18 +168,6 @@ class Calls:
         if session_id:
             params["session"] = session_id
         return Call("GET", f"{API}/events", params, timeout=SSE_READ_TIMEOUT_S)
-
-
-class Response(Protocol):
-    """What `read_answer` reads: an httpx response, or the blocking client's `Answer`."""
-
-    @property
-    def status_code(self) -> int: ...
-
-    @property
-    def text(self) -> str: ...
-
-    def json(self) -> Any: ...
 
 
 def read_answer(call: Call, response: Response) -> Any:

@@ -12,15 +12,17 @@ from __future__ import annotations
 import os
 import re
 import stat
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 from squadd.contracts.names import is_safe_name, safe_name
 from squadd.errors import InvalidNameError, PathEscapeError, SquadNotFoundError, StateError
 
-SkillSource = Literal["github", "squad", "copilot"]
-"""Where a skill lives: `.github/skills/`, `.squad/skills/` or `.copilot/skills/`."""
+TYPE_CHECKING = False  # `squadd status` finds the squad dir here: no `typing` at run time
+if TYPE_CHECKING:
+    from typing import Literal
+
+    SkillSource = Literal["github", "squad", "copilot"]
+    """Where a skill lives: `.github/skills/`, `.squad/skills/` or `.copilot/skills/`."""
 
 SQUAD_DIRNAMES = (".squad", ".ai-team")
 """Squad dir names in order of preference; `.ai-team` is the legacy name, used in place."""
@@ -87,20 +89,46 @@ def find_squad_dir(start: Path | None = None) -> Path:
     )
 
 
-@dataclass(frozen=True)
 class SquadLayout:
-    """The paths of one squad dir. Build it with `SquadLayout.find` or `SquadLayout.at`."""
+    """The paths of one squad dir. Build it with `SquadLayout.find` or `SquadLayout.at`.
+
+    Immutable, and equal to another layout of the same root. (A plain class, not a dataclass:
+    `dataclasses` imports `inspect`, a tenth of what `squadd status` takes to start.)
+    """
+
+    __slots__ = ("_prefix", "_root_text", "root")
 
     root: Path
-    _root_text: str = field(init=False, repr=False, compare=False)
-    _prefix: str = field(init=False, repr=False, compare=False)
+    _root_text: str
+    _prefix: str
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "root", Path(os.path.realpath(self.root)))
+    def __init__(self, root: Path):
+        resolved = Path(os.path.realpath(root))
+        object.__setattr__(self, "root", resolved)
         # `inside` works on text: building `Path` objects for each check cost more than the
         # `lstat` calls it makes, and it runs for every path of every route.
-        object.__setattr__(self, "_root_text", str(self.root))
-        object.__setattr__(self, "_prefix", str(self.root).rstrip(os.sep) + os.sep)
+        object.__setattr__(self, "_root_text", str(resolved))
+        object.__setattr__(self, "_prefix", str(resolved).rstrip(os.sep) + os.sep)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"a SquadLayout cannot be changed (tried to set {name!r})")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"a SquadLayout cannot be changed (tried to delete {name!r})")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SquadLayout):
+            return NotImplemented
+        return self.root == other.root
+
+    def __hash__(self) -> int:
+        return hash(self.root)
+
+    def __repr__(self) -> str:
+        return f"SquadLayout(root={self.root!r})"
+
+    def __reduce__(self) -> tuple[type[SquadLayout], tuple[Path]]:
+        return SquadLayout, (self.root,)
 
     @classmethod
     def find(cls, start: Path | None = None) -> SquadLayout:

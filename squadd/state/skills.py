@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
@@ -19,7 +20,10 @@ from squadd.contracts.names import safe_name
 from squadd.errors import LimitExceededError, NotFoundError, PathEscapeError, StateError
 from squadd.fsio import atomic_write, file_lock
 from squadd.statcache import NotCached, StatCache
-from squadd.state.layout import SkillSource, SquadLayout
+from squadd.state.layout import SquadLayout
+
+if TYPE_CHECKING:
+    from squadd.state.layout import SkillSource
 
 SKILL_FILE = "SKILL.md"
 SUMMARY_CHARS = 200

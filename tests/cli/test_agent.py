@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from squadd.cli import main
+from squadd.cli.app import main
 from squadd.contracts.names import NAME_RULE
 from squadd.state.history import append_learning
 from squadd.state.layout import SquadLayout

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from squadd.cli import main
+from squadd.cli.app import main
 from tests._helpers import snapshot
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from squadd.cli import main
+from squadd.cli.app import main
 from squadd.cli.mcp import squadd_command
 from squadd.state.layout import SquadLayout
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from click.testing import CliRunner, Result
 
-from squadd.cli import main
+from squadd.cli.app import main
 from squadd.state.transcripts import read_transcript
 from tests.support.model_servers import OpenAIServer
 

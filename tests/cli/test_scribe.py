@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from squadd.cli import main
+from squadd.cli.app import main
 from squadd.state.decisions import parse_decisions, write_inbox_entry
 from squadd.state.layout import SquadLayout
 from tests._helpers import REPO_ROOT

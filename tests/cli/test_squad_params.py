@@ -10,7 +10,7 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from squadd.cli import main
+from squadd.cli.app import main
 from squadd.state.layout import SquadLayout
 from tests.support.daemon_process import clean_env
 

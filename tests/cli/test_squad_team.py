@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from squadd.cli import main
+from squadd.cli.app import main
 from squadd.state.layout import SquadLayout
 from squadd.state.members import parse_members
 from tests.support.daemon_process import FAST_CONFIG, DaemonProcess

@@ -7,7 +7,7 @@ from pathlib import Path
 import anyio
 from click.testing import CliRunner
 
-from squadd.cli import main
+from squadd.cli.app import main
 from squadd.config import load_settings
 from squadd.contracts.events import NullSink
 from squadd.state.layout import SquadLayout

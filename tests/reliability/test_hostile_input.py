@@ -28,7 +28,7 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
-from squadd.cli import main as cli_main
+from squadd.cli.app import main as cli_main
 from squadd.config import load_settings
 from squadd.errors import ConfigError
 from tests.reliability.hostile import (

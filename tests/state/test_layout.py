@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pickle
 import re
 from pathlib import Path
 
@@ -205,3 +206,19 @@ def test_a_skill_folder_linked_out_of_the_repo_is_refused(squad: SquadLayout,
     (squad.repo / ".copilot").symlink_to(elsewhere)
     with pytest.raises(PathEscapeError, match="outside the repository"):
         squad.skill_file_in("copilot", "x")
+
+
+def test_a_layout_is_equal_hashable_immutable_and_pickles_by_its_resolved_root(
+        squad: SquadLayout, tmp_path: Path) -> None:
+    link = tmp_path / "linked-squad"
+    link.symlink_to(squad.root)
+    same = SquadLayout.at(link)
+    assert same == squad and hash(same) == hash(squad) and len({same, squad}) == 1
+    assert same.root == squad.root and same != SquadLayout.at(tmp_path)
+    assert repr(same) == f"SquadLayout(root={squad.root!r})"
+    with pytest.raises(AttributeError, match="cannot be changed"):
+        same.root = tmp_path  # type: ignore[misc]
+    with pytest.raises(AttributeError, match="cannot be changed"):
+        del same.root  # type: ignore[misc]
+    copied = pickle.loads(pickle.dumps(same))
+    assert copied == squad and copied.transcripts_dir == squad.transcripts_dir

@@ -1,0 +1,114 @@
+"""How `squadd status` shows a report as lines of text: the sessions table, the worktrees, the
+pool and cluster totals, and the short forms of durations, token counts and tasks.
+
+Nothing here imports click (or `typing`): `squadd.cli.quick` prints these lines for a plain
+`squadd status` without loading the click group, and `squadd.cli._daemon` prints the same lines
+through click for every other caller, so both give the same output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+TYPE_CHECKING = False  # no `typing` at run time: see the docstring
+if TYPE_CHECKING:
+    from typing import Any
+
+SESSION_HEADERS = ("agent", "state", "session", "age", "idle", "tokens", "task")
+
+
+def duration(seconds: float | None) -> str:
+    """`42s`, `3m05s`, `2h10m`, `3d4h`: short enough for a table column."""
+    if seconds is None:
+        return "-"
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    if whole < 86400:
+        return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+    return f"{whole // 86400}d{whole % 86400 // 3600}h"
+
+
+def tokens(count: int) -> str:
+    if count < 10_000:
+        return str(count)
+    if count < 1_000_000:
+        return f"{count / 1000:.1f}k"
+    return f"{count / 1_000_000:.1f}M"
+
+
+def one_line(text: str | None, limit: int) -> str:
+    flat = " ".join((text or "").split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """Lines of a plain-text table with columns padded to their widest cell."""
+    widths = [len(header) for header in headers]
+    for row in rows:
+        for index, cell in enumerate(row):
+            widths[index] = max(widths[index], len(cell))
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True))
+
+    return [line(headers).rstrip(), *(line(row).rstrip() for row in rows)]
+
+
+def session_rows(sessions: Sequence[Mapping[str, Any]], task_width: int = 50
+                 ) -> list[list[str]]:
+    return [[
+        str(s.get("agent", "?")), str(s.get("state", "?")), str(s.get("session_id", "")),
+        duration(s.get("age_s")), duration(s.get("idle_s")),
+        tokens(int(s.get("input_tokens") or 0) + int(s.get("output_tokens") or 0)),
+        one_line(s.get("task"), task_width),
+    ] for s in sessions]
+
+
+def status_lines(report: Mapping[str, Any], header: Callable[[str], str] = str) -> list[str]:
+    """The lines of `squadd status` for a `StatusReport`: the sessions table (its header line
+    passed through `header`, which may make it bold), the worktrees, then the pool and cluster
+    totals."""
+    sessions = report.get("sessions") or []
+    lines: list[str] = []
+    if sessions:
+        table = format_table([name.upper() for name in SESSION_HEADERS], session_rows(sessions))
+        lines += [header(table[0]), *table[1:]]
+    else:
+        lines.append("no sessions")
+    spaces = [s for s in sessions if s.get("workspace")]
+    if spaces:
+        lines.append("\nworktrees:")
+    for session in spaces:
+        space = session["workspace"]
+        commits = len(space.get("commits") or [])
+        lines.append(f"  {session.get('session_id')}  {space.get('branch')}  "
+                     f"{space.get('state')}  {commits} commit{'s' if commits != 1 else ''}"
+                     + (f"  ({space['diffstat'].strip()})" if space.get("diffstat") else ""))
+    pool = report.get("pool") or {}
+    if pool:
+        lines.append(
+            f"\npool: {pool.get('running', 0)}/{pool.get('max_concurrent', 0)} running, "
+            f"{pool.get('queued', 0)}/{pool.get('max_queued', 0)} queued, "
+            f"{pool.get('waiting', 0)} waiting on a route, {pool.get('idle', 0)} at rest")
+    cluster = report.get("cluster")
+    if isinstance(cluster, Mapping):
+        lines += cluster_lines(cluster)
+    return lines
+
+
+def cluster_lines(cluster: Mapping[str, Any]) -> list[str]:
+    """Cluster mode's lines of `squadd status`: Redis, then one line per worker."""
+    redis = "up" if cluster.get("redis_up") else "UNREACHABLE"
+    workers = cluster.get("workers") or []
+    lines = [f"cluster: redis {redis} ({cluster.get('url')}, "
+             f"{cluster.get('redis_outages', 0)} outages), {len(workers)} workers, "
+             f"{cluster.get('busy', 0)}/{cluster.get('slots', 0)} slots busy, "
+             f"{cluster.get('local_slots', 0)} local slots"]
+    for worker in workers:
+        lines.append(f"  {worker.get('name')}: {worker.get('busy')}/{worker.get('slots')} slots "
+                     f"busy, {worker.get('host')} pid {worker.get('pid')}, "
+                     f"squadd {worker.get('version')}")
+    return lines

@@ -1,0 +1,96 @@
+"""`squadd status` without click: the console script's fast path.
+
+People type `squadd status` often, and scripts poll it, so it must start in a few times the
+interpreter's own start-up; loading click and the command group costs more than the rest of the
+command. `answer` is offered the arguments first. A plain status call (`--json`, `--all`,
+`--agent NAME`, `--dir PATH`, in any order, `--opt VALUE` or `--opt=VALUE`) is answered here with
+the output, errors and exit codes of `squadd.cli.status`, built from the same `_report` lines.
+Anything else (`--help`, `--watch`, an option or value it does not know, a value click would
+refuse, such as a `--dir` that is not a folder) returns None, and the click group answers it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+_FLAGS = {"--json": "as_json", "--all": "include_ended"}
+_VALUES = {"--agent": "agent", "--dir": "directory"}
+
+
+def parse_status(args: list[str]) -> dict[str, str | bool] | None:
+    """The options of a plain `squadd status ...` call, or None when click should answer it."""
+    if not args or args[0] != "status":
+        return None
+    options: dict[str, str | bool] = {}
+    rest = iter(args[1:])
+    for arg in rest:
+        name, equals, value = arg.partition("=")
+        if not equals and arg in _FLAGS:
+            options[_FLAGS[arg]] = True
+            continue
+        if name not in _VALUES:
+            return None
+        if not equals:
+            value = next(rest, "-")  # a missing value: click names it
+        if value.startswith("-") or not _accepted(name, value):
+            return None
+        options[_VALUES[name]] = value
+    return options
+
+
+def _accepted(name: str, value: str) -> bool:
+    """Whether click would take `value` for `name` as it is (else click answers, and explains)."""
+    try:
+        value.encode("utf-8")  # text the shell passed that is not UTF-8
+    except UnicodeEncodeError:
+        return False
+    if name == "--dir":
+        return Path(value).is_dir() and os.access(value, os.R_OK)
+    return True
+
+
+def answer(args: list[str]) -> int | None:
+    """Answer a plain `squadd status` call and return its exit code; None for anything else."""
+    options = parse_status(args)
+    if options is None:
+        return None
+    try:
+        return _status(as_json=bool(options.get("as_json")),
+                       include_ended=bool(options.get("include_ended")),
+                       agent=str(options["agent"]) if "agent" in options else None,
+                       directory=str(options["directory"]) if "directory" in options else None)
+    except KeyboardInterrupt:
+        sys.stderr.write("\nAborted!\n")
+        return 1
+
+
+def _status(*, as_json: bool, include_ended: bool, agent: str | None,
+            directory: str | None) -> int:
+    from squadd.cli._report import status_lines
+    from squadd.daemon.client import DaemonClient
+    from squadd.errors import SquaddError
+    from squadd.state.layout import SquadLayout
+
+    try:
+        with DaemonClient(SquadLayout.find(Path(directory) if directory else None)) as client:
+            report = client.status(agent=agent, include_ended=include_ended)
+    except SquaddError as exc:
+        sys.stderr.write(f"Error: {exc}\n")
+        return 1
+    if as_json:
+        import json
+
+        text = json.dumps(report, indent=2, ensure_ascii=False) + "\n"
+    else:
+        bold = sys.stdout.isatty()
+        text = "".join(line + "\n" for line in status_lines(
+            report, header=lambda line: f"\x1b[1m{line}\x1b[0m" if bold else line))
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:  # `squadd status | head -1`: quiet, as click is
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    return 0
