@@ -96,15 +96,23 @@ class SquadLayout:
     `dataclasses` imports `inspect`, a tenth of what `squadd status` takes to start.)
     """
 
-    __slots__ = ("_prefix", "_root_text", "root")
+    __slots__ = ("_prefix", "_root_text", "_skill_roots", "repo", "root")
 
     root: Path
+    repo: Path
+    """The repository: the squad dir's parent."""
     _root_text: str
     _prefix: str
+    _skill_roots: tuple[tuple[SkillSource, Path], ...]
 
     def __init__(self, root: Path):
         resolved = Path(os.path.realpath(root))
         object.__setattr__(self, "root", resolved)
+        object.__setattr__(self, "repo", resolved.parent)
+        # Built once: every session start lists the skills, and these never change.
+        object.__setattr__(self, "_skill_roots", (
+            ("github", resolved.parent / ".github" / "skills"), ("squad", resolved / "skills"),
+            ("copilot", resolved.parent / ".copilot" / "skills")))
         # `inside` works on text: building `Path` objects for each check cost more than the
         # `lstat` calls it makes, and it runs for every path of every route.
         object.__setattr__(self, "_root_text", str(resolved))
@@ -146,10 +154,6 @@ class SquadLayout:
             if (repo / dirname).is_dir():
                 return cls(repo / dirname)
         return cls(repo / ".squad")
-
-    @property
-    def repo(self) -> Path:
-        return self.root.parent
 
     def inside(self, path: Path | str) -> Path:
         """Resolve `path` and refuse it unless it stays inside the squad dir.
@@ -275,19 +279,21 @@ class SquadLayout:
     @property
     def github_skills_dir(self) -> Path:
         """`.github/skills/` in the repo: Squad's canonical skills folder."""
-        return self.repo / ".github" / "skills"
+        return self._skill_roots[0][1]
 
     @property
     def copilot_skills_dir(self) -> Path:
         """`.copilot/skills/` in the repo: read after the other two."""
-        return self.repo / ".copilot" / "skills"
+        return self._skill_roots[2][1]
 
-    def skill_roots(self) -> list[tuple[SkillSource, Path]]:
+    def skill_roots(self) -> tuple[tuple[SkillSource, Path], ...]:
         """The skill folders in Squad's precedence: `.github/skills/`, `.squad/skills/`,
         `.copilot/skills/`. A skill found in an earlier folder hides one of the same name later."""
         # unchecked here: the readers check each path they use (skill_files, skill_file_in)
-        return [("github", self.github_skills_dir), ("squad", self.root / "skills"),
-                ("copilot", self.copilot_skills_dir)]
+        return self._skill_roots
+
+    def _skill_root(self, source: SkillSource) -> Path:
+        return next(folder for name, folder in self._skill_roots if name == source)
 
     def skill_file_in(self, source: SkillSource, skill: str) -> Path:
         """`{root}/{skill}/SKILL.md` of one skill folder, refused unless it resolves inside that
@@ -295,7 +301,7 @@ class SquadLayout:
         name = safe_name(skill, kind="skill")
         if source == "squad":
             return self.skill_file(name)
-        base = dict(self.skill_roots())[source]
+        base = self._skill_root(source)
         path = base / name / "SKILL.md"
         resolved = Path(os.path.realpath(path))
         real_base = Path(os.path.realpath(base))
@@ -309,7 +315,7 @@ class SquadLayout:
         """(name, SKILL.md path) of each skill in one skill folder, sorted by name: folders
         with a lower-case safe name and a SKILL.md, each path kept inside its folder as
         `skill_file_in` would. A scan costs a stat per skill; links get the full check."""
-        base = dict(self.skill_roots())[source]
+        base = self._skill_root(source)
         try:
             entries = sorted(os.scandir(base), key=lambda entry: entry.name)
         except OSError:
