@@ -6,6 +6,9 @@ touched). Its `meta` names the process that runs it (pid and start time): while 
 still runs (a `squadd run` beside this daemon), the session is left alone. Those marked, and
 sessions a graceful stop interrupted, are shown as `interrupted` until
 `squadd sessions resume ID` continues them. Only each file's tail is read.
+
+Sessions that ended (completed, failed, cancelled) under an earlier daemon are listed too, with
+`--all`: `past_views` rebuilds their views in the background once the daemon serves.
 """
 
 from __future__ import annotations
@@ -19,13 +22,17 @@ from pathlib import Path
 from typing import Any
 
 from squadd.contracts.sessions import SessionView
-from squadd.runtime.planning import view_from_transcript
+from squadd.runtime.planning import TERMINAL_STATES, view_from_transcript
 from squadd.state.journal import replay_journals
 from squadd.state.layout import SquadLayout
 from squadd.state.owner import is_current, owner_alive
-from squadd.state.transcripts import TranscriptWriter, list_transcripts, read_transcript
+from squadd.state.transcripts import (
+    Transcript,
+    TranscriptWriter,
+    list_transcripts,
+    read_transcript,
+)
 
-TERMINAL_STATES = frozenset({"completed", "error", "interrupted", "cancelled"})
 CRASH_REASON = "squadd stopped before the session finished (found when the daemon started)"
 _TAIL_BYTES = 65536
 
@@ -123,14 +130,44 @@ def recover_sessions(layout: SquadLayout, *, keep: int, cluster: bool = False) -
             continue
         last_state = transcript.states[-1] if transcript.states else {}
         why = last_state.get("reason") or last_state.get("error") or "stopped"
-        created = _created(transcript.meta)
-        now = dt.datetime.now(dt.UTC)
-        views.append(view_from_transcript(transcript).model_copy(update={
-            "state": "interrupted", "error": f"interrupted: {why}", "created": created,
-            "age_s": round((now - created).total_seconds(), 3) if created else 0.0,
-        }))
+        views.append(_past_view(transcript, state="interrupted", error=f"interrupted: {why}"))
     views.reverse()
     return Recovered(views=views, marked=marked, running_elsewhere=elsewhere)
+
+
+def past_views(layout: SquadLayout, *, keep: int, known: frozenset[str] = frozenset()
+               ) -> list[SessionView]:
+    """Views of the newest `keep` sessions that ended under an earlier daemon (completed,
+    failed or cancelled), oldest first, skipping the ids in `known` (blocking). Each
+    transcript's tail is read first; only an ended one is read whole."""
+    views: list[SessionView] = []
+    for path in reversed(list_transcripts(layout)):
+        if len(views) >= keep:
+            break
+        if path.name.removesuffix(".jsonl") in known:
+            continue
+        try:
+            last = last_record(path)
+            if last is None or last.get("kind") != "state" \
+                    or last.get("state") not in TERMINAL_STATES - {"interrupted"}:
+                continue
+            transcript = read_transcript(path)
+        except OSError:
+            continue
+        if transcript.meta.get("agent"):
+            views.append(_past_view(transcript))
+    views.reverse()
+    return views
+
+
+def _past_view(transcript: Transcript, **update: Any) -> SessionView:
+    """`view_from_transcript`, with its age counted from when the session was created."""
+    created = _created(transcript.meta)
+    now = dt.datetime.now(dt.UTC)
+    return view_from_transcript(transcript).model_copy(update={
+        "created": created, **update,
+        "age_s": round((now - created).total_seconds(), 3) if created else 0.0,
+    })
 
 
 def _created(meta: dict[str, Any]) -> dt.datetime | None:

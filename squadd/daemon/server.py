@@ -38,7 +38,7 @@ from squadd.daemon.app import BearerAuth, DaemonContext, create_app
 from squadd.daemon.client import DaemonClient
 from squadd.daemon.dashboard import UI_PREFIX, Dashboard
 from squadd.daemon.guard import ListenerLimits, ensure_descriptors, guarded_protocol
-from squadd.daemon.recovery import recover_sessions, sweep_stale_temp_files
+from squadd.daemon.recovery import past_views, recover_sessions, sweep_stale_temp_files
 from squadd.daemon.ui_guard import UiPortOnly
 from squadd.errors import ConfigError, DaemonAlreadyRunningError, DaemonError, DaemonNotRunningError
 from squadd.fsio import atomic_write, try_lock
@@ -269,10 +269,24 @@ class Daemon:
                 log.info("sessions another squadd process is running were left alone",
                          sessions=recovered.running_elsewhere)
             async with runtime:
+                known = frozenset(view.session_id for view in recovered.views) \
+                    | frozenset(recovered.running_elsewhere)
+                outer.start_soon(self._remember_past, runtime, known)
                 context = DaemonContext(runtime=runtime, request_stop=request_stop,
                                         coordinator=self.coordinator)
                 await self._serve(context, listeners, token, dashboard, stop, reasons)
             outer.cancel_scope.cancel()
+
+    async def _remember_past(self, runtime: SquadRuntime, known: frozenset[str]) -> None:
+        """List the sessions that ended under earlier daemons (`status --all`), read in the
+        background: a long history must not hold up the start."""
+        try:
+            views = await anyio.to_thread.run_sync(functools.partial(
+                past_views, self.layout, keep=self.settings.pool.ended_keep, known=known))
+        except Exception:  # a listing, not the daemon's work: the daemon serves on
+            log.exception("past sessions not listed")
+            return
+        runtime.pool.remember_past(views)
 
     async def _serve(self, context: DaemonContext, listeners: list[Listener],
                      token: str | None, dashboard: Dashboard | None, stop: anyio.Event,

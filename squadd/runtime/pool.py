@@ -136,6 +136,18 @@ class SessionPool:
         while len(self._ended) > self.settings.ended_keep:
             self._ended.popitem(last=False)
 
+    def remember_past(self, views: list[SessionView]) -> None:
+        """Keep views of sessions that ended before this daemon started (oldest first), behind
+        those kept since and within the same bound; one live again or kept already is skipped."""
+        past = [view for view in views
+                if view.session_id not in self._records and view.session_id not in self._ended]
+        room = self.settings.ended_keep - len(self._ended)
+        if room <= 0 or not past:
+            return
+        kept = OrderedDict((view.session_id, view) for view in past[-room:])
+        kept.update(self._ended)
+        self._ended = kept
+
     # Admission and slots.
     def admit(self, record: SessionRecord, priority: str) -> SlotTicket:
         """Give `record` a slot now or a place in line; `PoolFullError` when the line is full."""

@@ -7,12 +7,13 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from squadd.daemon.recovery import CRASH_REASON, last_record, recover_sessions
+from squadd.daemon.recovery import CRASH_REASON, last_record, past_views, recover_sessions
 from squadd.runtime.acceptance import record_acceptance
 from squadd.runtime.planning import view_from_transcript
 from squadd.runtime.session_info import SessionInfo
@@ -80,6 +81,30 @@ def test_only_the_newest_interrupted_sessions_are_kept(squad: SquadLayout) -> No
     recovered = recover_sessions(squad, keep=2)
     assert len(recovered.views) == 2
     assert len(recovered.marked) == 2
+
+
+def test_sessions_an_earlier_daemon_ended_are_listed_newest_kept_and_oldest_first(
+        squad: SquadLayout) -> None:
+    ended = {"completed": {"answer": "ok"}, "error": {"error": "model down"},
+             "cancelled": {"reason": "by hand"}}
+    for index, (state, fields) in enumerate(ended.items()):
+        message = {**MESSAGE, "input_tokens": 5, "output_tokens": 2 + index}
+        _write(squad.transcript(f"20260102-030405-cccc000{index}"), META, message,
+               {"kind": "state", "state": state, **fields})
+    _write(squad.transcript("20260102-030405-cccc0003"), META, ACTIVE)  # crashed: not ended
+    _write(squad.transcript("20260102-030405-cccc0004"), META,
+           {"kind": "state", "state": "interrupted", "reason": "stopped"})
+    _write(squad.transcript("20260102-030405-cccc0005"), META,
+           {"kind": "state", "state": "completed", "answer": "known"})
+    for index in range(6):  # oldest first, whatever the clock's resolution
+        os.utime(squad.transcript(f"20260102-030405-cccc000{index}"), (1_000 + index,) * 2)
+    views = past_views(squad, keep=10, known=frozenset({"20260102-030405-cccc0005"}))
+    assert [v.session_id[-4:] for v in views] == ["0000", "0001", "0002"]
+    assert all(v.state == "destroyed" and v.agent == "lead" for v in views)
+    assert views[0].answer == "ok" and views[0].error is None and views[0].tokens == 7
+    assert views[1].error == "error: model down" and views[2].error == "cancelled: by hand"
+    assert views[0].age_s > 0
+    assert [v.session_id[-4:] for v in past_views(squad, keep=2)] == ["0002", "0005"]
 
 
 def test_stale_orchestration_temp_files_are_swept_and_fresh_ones_kept(tmp_path: Path) -> None:
@@ -187,3 +212,24 @@ def test_serve_leaves_a_running_squadd_run_session_alone(tmp_path: Path) -> None
             if run.poll() is None:
                 run.kill()
                 run.wait()
+
+
+@pytest.mark.slow
+def test_after_a_restart_status_all_lists_the_sessions_the_last_daemon_ended(
+        tmp_path: Path) -> None:
+    with OpenAIServer() as model:
+        model.script(OpenAIServer.text_turn("done before"))
+        daemon = DaemonProcess.in_new_repo(tmp_path, model.url, config=FAST_CONFIG)
+        with daemon:
+            routed = daemon.client.route("Fix it", "lead")
+            assert routed["ok"]
+        with DaemonProcess(daemon.layout, model.url) as again:
+            assert again.client.status()["sessions"] == []  # ended: only with --all
+            deadline = time.monotonic() + 30
+            while not (listed := again.client.status(include_ended=True)["sessions"]):
+                assert time.monotonic() < deadline, "the past sessions were never listed"
+                time.sleep(0.05)
+            [view] = listed
+            assert view["session_id"] == routed["session_id"]
+            assert (view["state"], view["answer"], view["task"]) == ("destroyed", "done before",
+                                                                     "Fix it")

@@ -12,6 +12,7 @@ import pytest
 from squadd.contracts.events import AgentStateChanged
 from squadd.contracts.messages import ToolCall
 from squadd.contracts.routes import RouteRequest, RouteResult
+from squadd.contracts.sessions import SessionView
 from squadd.runtime import runner as runner_module
 from squadd.runtime.pool import SessionPool, SessionRecord
 from squadd.runtime.runtime import SquadRuntime
@@ -385,3 +386,18 @@ async def test_a_route_that_never_started_reads_as_its_transcript_says(
     else:
         assert transcript.last_state == "interrupted"
         assert after.error == "interrupted: cancelled before it started"
+
+
+def test_sessions_of_an_earlier_daemon_are_kept_behind_todays_within_the_bound() -> None:
+    pool = SessionPool(settings(ended_keep=3).pool, Recorder())
+    def view(session_id: str) -> SessionView:
+        return SessionView(session_id=session_id, agent="lead", state="destroyed", task="t")
+    pool.remember(view("today"))
+    live = SessionRecord(info=SessionInfo(session_id="live", agent="lead", model="m", task="a"))
+    pool.admit(live, "normal")
+    pool.remember_past([view("old-1"), view("old-2"), view("old-3"), view("today"),
+                        view("live")])
+    assert [v.session_id for v in pool.views(include_destroyed=True)] == [
+        "live", "old-2", "old-3", "today"]  # the live one, then the kept, oldest first
+    pool.remember_past([view("older")])  # no room left: nothing of the past is pushed in
+    assert "older" not in {v.session_id for v in pool.views(include_destroyed=True)}
