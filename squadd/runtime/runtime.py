@@ -134,6 +134,9 @@ class SquadRuntime:
             workspaces=self.workspaces,
             commits=self.commits)
         self._charters = CharterCache(layout)
+        self._charter_reads: dict[str, anyio.Event] = {}
+        """Charters being read in a worker thread now, by agent: a burst of routes to an agent
+        whose charter is not cached waits for one read instead of each making its own."""
         self._owns_provider = owns_provider
         self._stack: AsyncExitStack | None = None
         self._tg: TaskGroup | None = None
@@ -395,10 +398,22 @@ class SquadRuntime:
     async def _charter(self, agent: str) -> Charter:
         """The agent's charter (stat-cached); the refusal for an unknown agent lists the roster."""
         try:
-            try:  # a hit costs a stat, answered here; a read and a parse go to a thread
-                charter = self._charters.get(agent, cached_only=True)
-            except NotCached:
-                charter = await anyio.to_thread.run_sync(self._charters.get, agent)
+            while True:  # a hit costs a stat, answered here; a read and a parse go to a thread
+                try:
+                    charter = self._charters.get(agent, cached_only=True)
+                    break
+                except NotCached:
+                    reading = self._charter_reads.get(agent)
+                    if reading is not None:  # another route reads it: use what it cached
+                        await reading.wait()
+                        continue
+                self._charter_reads[agent] = done = anyio.Event()
+                try:
+                    charter = await anyio.to_thread.run_sync(self._charters.get, agent)
+                finally:
+                    del self._charter_reads[agent]
+                    done.set()
+                break
         except (InvalidNameError, NotFoundError) as exc:
             raise Refusal("invalid", f"cannot route: {exc}") from None
         if charter is None:

@@ -443,3 +443,29 @@ async def test_each_runtime_keeps_its_own_spare_python_worker_and_ends_it_on_exi
         assert second.python_workers.waiting() == []
     assert first.python_workers.waiting() == []
     assert process_start(spare) is None  # killed and reaped when the runtime ended
+
+
+async def test_a_burst_of_routes_to_an_uncached_charter_reads_it_once(
+        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    from squadd.runtime.planning import CharterCache
+
+    reads: list[str] = []
+    read = CharterCache.get
+
+    def counting(self: CharterCache, agent: str, *, cached_only: bool = False) -> object:
+        if not cached_only:
+            reads.append(agent)
+        return read(self, agent, cached_only=cached_only)
+
+    monkeypatch.setattr(CharterCache, "get", counting)
+    async with SquadRuntime(layout, settings(max_concurrent=4), script([text("ok")])) as runtime:
+        results = []
+
+        async def one(n: int) -> None:
+            results.append(await runtime.route(RouteRequest(target_agent="lead", task=f"t {n}")))
+
+        async with anyio.create_task_group() as tg:
+            for n in range(20):
+                tg.start_soon(one, n)
+    assert len(results) == 20 and all(result.ok for result in results)
+    assert reads == ["lead"]  # one read in a worker thread; the other 19 waited for it
