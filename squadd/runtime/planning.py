@@ -8,7 +8,6 @@ charter, checks depth and cycles, and chooses model and tools. A refusal carries
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +23,7 @@ from squadd.runtime.acceptance import acceptance_writer, continuation_writer
 from squadd.runtime.router import Router
 from squadd.runtime.session_info import SessionInfo, choose_model, new_session_id
 from squadd.statcache import StatCache
-from squadd.state.charters import Charter, parse_charter, roster
+from squadd.state.charters import Charter, no_charter, parse_charter
 from squadd.state.layout import SquadLayout, safe_id
 from squadd.state.members import folder_for
 from squadd.state.owner import is_current, owner_alive
@@ -109,11 +108,7 @@ class CharterCache:
 
 def unknown_agent(layout: SquadLayout, agent: str) -> Refusal:
     """The refusal for an agent without a charter; lists the agents there are (blocking)."""
-    known = ", ".join(entry.name for entry in roster(layout)) or "none yet"
-    path = layout.prompt_file("charter", agent, check=False)  # only shown: never read here
-    why = (f"its charter at {path} is not a regular file inside the repository"
-           if os.path.lexists(path) else f"there is no charter at {path}")
-    return Refusal("unknown_agent", f'unknown agent "{agent}": {why} (agents: {known})',
+    return Refusal("unknown_agent", f'unknown agent "{agent}": {no_charter(layout, agent)}',
                    agent=agent)
 
 

@@ -30,9 +30,9 @@ from squadd.state.members import (
     Member,
     blank_comments,
     cells,
-    data_lines,
     parse_members,
     plain_words,
+    unfenced,
 )
 from squadd.untrusted import replace_spans
 
@@ -160,7 +160,7 @@ def tables(text: str) -> list[Table]:
     current: Table | None = None
     text = text.replace("\r\n", "\n")
     written, uncommented = text.split("\n"), blank_comments(text).split("\n")
-    for number, raw in enumerate(data_lines(text), start=1):
+    for number, raw in enumerate(unfenced(uncommented), start=1):
         line = raw.strip()
         if written[number - 1].strip() and not uncommented[number - 1].strip():
             continue  # it only held a comment: not a blank line

@@ -7,6 +7,7 @@ lists the tools the agent may use.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,12 +92,18 @@ def read_charter(layout: SquadLayout, agent: str) -> Charter:
     try:
         text = layout.read_text(path)
     except (FileNotFoundError, NotADirectoryError):
-        known = ", ".join(a.name for a in roster(layout)) or "none yet"
-        raise NotFoundError(
-            f"no agent named {agent!r}: there is no charter at {path} (agents: {known}; "
-            "add one with 'squadd agent add NAME --role ROLE')"
-        ) from None
+        raise NotFoundError(f"no agent named {agent!r}: {no_charter(layout, agent)}") from None
     return parse_charter(agent, text)
+
+
+def no_charter(layout: SquadLayout, agent: str) -> str:
+    """Why `agent` (a safe name) has no charter to read, and the agents there are (blocking):
+    the one sentence every refusal of an unknown agent gives."""
+    path = layout.prompt_file("charter", agent, check=False)  # only shown: never read here
+    why = (f"its charter at {path} is not a regular file inside the repository"
+           if os.path.lexists(path) else f"there is no charter at {path}")
+    known = ", ".join(entry.name for entry in roster(layout)) or "none yet"
+    return f"{why} (agents: {known}; add one with 'squadd agent add NAME --role ROLE')"
 
 
 @dataclass(frozen=True)

@@ -136,7 +136,11 @@ def blank_comments(text: str) -> str:
 def data_lines(text: str) -> list[str]:
     """The lines of `text` with HTML comments and fenced code blanked: template examples
     are not data, for Squad's readers or squadd's."""
-    lines = blank_comments(text.replace("\r\n", "\n")).split("\n")
+    return unfenced(blank_comments(text.replace("\r\n", "\n")).split("\n"))
+
+
+def unfenced(lines: list[str]) -> list[str]:
+    """`lines` with fenced code blanked (the fence lines too)."""
     fenced = False
     out = []
     for line in lines:
