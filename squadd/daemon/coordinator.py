@@ -12,6 +12,7 @@ a worker whose job moved on is refused. Events from the workers are relayed onto
 from __future__ import annotations
 
 import functools
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,6 +54,9 @@ log = structlog.get_logger("squadd.coordinator")
 REDO_SAFE = ("claim", "records", "end")
 """Requests whose handling is idempotent (a tool call is not: it is never applied twice)."""
 _ENDED = frozenset({"completed", "error"})
+ORPHANS_KEPT = 1024
+"""Orphans (see `Coordinator._orphans`) kept at most: one whose session never ends (its worker
+died, or Redis lost its job) must not stay for the daemon's lifetime."""
 
 
 @dataclass(eq=False)
@@ -96,9 +100,10 @@ class Coordinator:
         self._applied: dict[str, tuple[int, int]] = {}
         """Per session, the (epoch, number) of the last transcript record appended."""
         self._locks: dict[str, anyio.Lock] = {}
-        self._orphans: dict[str, _Orphan] = {}
+        self._orphans: OrderedDict[str, _Orphan] = OrderedDict()
         """Sessions whose route caller is gone (this coordinator restarted), as read once
-        from their transcript and Redis; dropped at their end."""
+        from their transcript and Redis; dropped at their end, or when `ORPHANS_KEPT` newer
+        ones are kept (a later request reads it again)."""
 
     # Lifecycle.
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
@@ -293,6 +298,7 @@ class Coordinator:
         Read from its transcript and Redis at its first request, not at every one."""
         orphan = self._orphans.get(session_id)
         if orphan is not None:
+            self._orphans.move_to_end(session_id)
             return orphan
         transcript = await anyio.to_thread.run_sync(load_transcript, self.runtime.layout,
                                                     session_id)
@@ -308,6 +314,8 @@ class Coordinator:
         cancelled = bool(await self.guard.run(lambda: client.exists(keys.cancel(session_id))))
         orphan = self._orphans[session_id] = _Orphan(info_from_transcript(transcript), tools,
                                                      cancelled)
+        while len(self._orphans) > ORPHANS_KEPT:
+            self._orphans.popitem(last=False)
         return orphan
 
     async def _claim(self, request: Request) -> Reply:

@@ -127,3 +127,21 @@ async def test_a_session_seen_as_an_orphan_then_resumed_here_hears_of_its_cancel
                 request_id=f"s1:{epoch}:r1-1", kind="records", session_id="s1", worker="w2",
                 epoch=epoch, body={"records": [{"kind": "note", "n": 1, "text": "y"}]}))
     assert late.ok and late.cancelled
+
+
+async def test_orphans_that_never_end_are_kept_only_up_to_the_bound(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(coordinator_module, "ORPHANS_KEPT", 2)
+    async with coordinator_on_redis(tmp_path) as here:
+        for sid in ("s1", "s2", "s3"):
+            record_acceptance(here.layout, SessionInfo(session_id=sid, agent="lead", model="m",
+                                                       task="t"), None)
+            await here.client.set(keys.epoch(sid), 1)
+        async with here.runtime:
+            for n, sid in enumerate(("s1", "s2", "s1", "s3"), start=1):  # s1 used again
+                answer = await here.coordinator.handle(Request(
+                    request_id=f"{sid}:1:r{n}-{n}", kind="records", session_id=sid,
+                    worker="w1", epoch=1, body={"records": [{"kind": "note", "n": n,
+                                                             "text": "x"}]}))
+                assert answer.ok
+            assert list(here.coordinator._orphans) == ["s1", "s3"]  # s2 was the oldest used
