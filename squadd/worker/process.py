@@ -68,6 +68,9 @@ class Running:
     """Another worker took the job over: stop, acknowledge nothing, report nothing."""
     unleased: bool = False
     """Redis lost the job: it runs on, with no lease left to renew."""
+    acking: bool = False
+    """Its acknowledgement is on its way: a lease renewal that finds the job gone from now on
+    saw the acknowledgement, not a loss."""
 
 
 class Worker:
@@ -191,14 +194,14 @@ class Worker:
                 continue
             for delivery in (*taken, *moved_on):
                 running = self._running.get(delivery.entry_id)
-                if running is not None:
+                if running is not None and not running.acking:
                     log.warning("job taken over by another worker; stopping it",
                                 session_id=delivery.job.session_id)
                     running.lost = True
                     running.scope.cancel()
             for delivery in gone:
                 running = self._running.get(delivery.entry_id)
-                if running is not None and not running.lost:
+                if running is not None and not running.lost and not running.acking:
                     # Redis lost the job (it restarted without its data, or was flushed): the
                     # session carries on, its epoch still fences it, but no lease is left.
                     log.warning("job lost from Redis; the session carries on without a lease",
@@ -231,12 +234,12 @@ class Worker:
                         "input_tokens": outcome.usage.input_tokens,
                         "output_tokens": outcome.usage.output_tokens,
                         "duration_s": outcome.duration_s})
-                await self.jobs.ack(delivery.stream, delivery.entry_id)
+                await self._ack(running)
                 self.finished += 1
             if running.scope.cancelled_caught and not running.lost:
                 # The coordinator cancelled the session (its transcript says interrupted): the
                 # job is done with; only a job another worker took over is left alone.
-                await self.jobs.ack(delivery.stream, delivery.entry_id)
+                await self._ack(running)
         except StaleLease as exc:
             log.warning("session given up: its lease moved on", session_id=sid, error=str(exc))
         except ClusterError as exc:
@@ -251,13 +254,19 @@ class Worker:
             self._running.pop(delivery.entry_id, None)
             self.slots.release()
 
+    async def _ack(self, running: Running) -> None:
+        """Acknowledge the job: it is done with, here and for every other worker."""
+        running.acking = True
+        delivery = running.delivery
+        await self.jobs.ack(delivery.stream, delivery.entry_id)
+
     async def _give_up(self, running: Running, error: str) -> None:
         """End the session with `error` (its route learns it now, not after its bound) and
         drop its job; one whose end is refused stays pending and moves on after the lease."""
         delivery = running.delivery
         try:
             await self._request(running, "end", "end", {"status": "error", "error": error})
-            await self.jobs.ack(delivery.stream, delivery.entry_id)
+            await self._ack(running)
         except Exception as exc:  # the job stays pending: after the lease it moves on
             log.error("failed session not ended", session_id=delivery.job.session_id,
                       error=f"{type(exc).__name__}: {exc}")

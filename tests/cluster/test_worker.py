@@ -161,3 +161,55 @@ async def test_a_session_whose_job_redis_lost_carries_on_to_its_end(
                 tg.cancel_scope.cancel()
     assert ends[0].body["status"] == "completed" and ends[0].body["answer"] == "done"
     assert not any(e["event"].startswith("job taken over") for e in logs)
+
+
+async def test_a_lease_renewal_that_meets_a_job_just_acknowledged_warns_of_nothing(
+        guard: RedisGuard, tmp_path: Path) -> None:
+    """The lease keeper asks Redis about a job in the moment the job is acknowledged (and so
+    gone): that is the job's end, not "job lost from Redis"."""
+    info = SessionInfo(session_id="s1", agent="lead", model="m", task="t")
+
+    async def coordinator(request: Request) -> Reply:
+        if request.kind == "claim":
+            return Reply(request_id=request.request_id, ok=True, body={
+                "epoch": 1, "info": session_meta(info), "tools": [], "squad_specs": [],
+                "messages": [message_record(UserMessage(content="t"))]})
+        return Reply(request_id=request.request_id, ok=True)
+
+    settings = load_settings(None, overrides={"cluster": {
+        "url": guard.url, "heartbeat_s": 0.1, "lease_s": 0.3, "request_timeout_s": 30.0}})
+    worker = Worker(name="w1", slots=1, layout=SquadLayout.for_repo(tmp_path),
+                    settings=settings, guard=guard, provider=ReplayProvider(ReplayScript(
+                        default=[ScriptedTurn(text="done")])))
+    keep, ack = worker.jobs.keep, worker.jobs.ack
+    found_gone, round_over, acked = anyio.Event(), anyio.Event(), anyio.Event()
+
+    async def watched_keep(*args: Any, **kwargs: Any) -> Any:
+        if found_gone.is_set():  # the keeper is done with the round that met the job gone
+            round_over.set()
+        found = await keep(*args, **kwargs)
+        if found[1]:  # a job it renews is gone from Redis
+            found_gone.set()
+        return found
+
+    async def slow_ack(stream: str, entry_id: str) -> None:
+        await ack(stream, entry_id)  # gone from Redis now, still this worker's job
+        # A keeper that took the job for lost stops renewing it, and no next round comes.
+        with anyio.move_on_after(5):
+            await round_over.wait()
+        acked.set()
+
+    worker.jobs.keep = watched_keep  # type: ignore[method-assign]
+    worker.jobs.ack = slow_ack  # type: ignore[method-assign]
+    server = RequestServer(guard, coordinator, reply_ttl_s=60, redo_safe=())
+    with structlog.testing.capture_logs() as logs:
+        async with anyio.create_task_group() as tg:
+            await tg.start(server.run)
+            await tg.start(worker.run)
+            await JobQueue(guard).submit(Job(session_id="s1", agent="lead", timeout_s=60))
+            with anyio.fail_after(60):
+                await acked.wait()
+            worker.stopping.set()
+            tg.cancel_scope.cancel()
+    assert found_gone.is_set() and worker.finished == 1
+    assert not [e for e in logs if e["event"].startswith(("job lost", "job taken over"))]
