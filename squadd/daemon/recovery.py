@@ -16,12 +16,14 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from squadd.contracts.sessions import SessionView
+from squadd.errors import PathEscapeError
 from squadd.runtime.planning import TERMINAL_STATES, view_from_transcript
 from squadd.state.journal import replay_journals
 from squadd.state.layout import SquadLayout
@@ -47,24 +49,42 @@ class Recovered:
 
 
 STALE_TEMP_AGE_S = 60.0
+EMPTY_ENTRY_AGE_S = 10.0
+"""An entry file is written in the one write that follows its creation: one empty this long
+was cut off between the two by a kill."""
 
 
 def sweep_stale_temp_files(layout: SquadLayout, *, now: float | None = None) -> list[Path]:
-    """Remove the temp files a kill left in `orchestration-log/` mid atomic write.
+    """Remove what a kill left in `orchestration-log/`: temp files of an atomic write, and
+    entry files it cut off between creating and writing them (empty).
 
-    Only files older than a minute go: a `squadd run` elsewhere may be writing a fresh one.
+    Only files older than `STALE_TEMP_AGE_S` (temp) or `EMPTY_ENTRY_AGE_S` (empty) go: a
+    `squadd run` elsewhere may be writing a fresh one.
     """
-    folder = layout.root / "orchestration-log"
+    try:
+        folder = layout.orchestration_dir
+    except PathEscapeError:  # a link out of the repository: nothing there is squadd's
+        return []
     if not folder.is_dir():
         return []
     now = time.time() if now is None else now
     removed = []
-    for path in folder.glob(".*.tmp"):
+    for path in sorted(folder.iterdir()):
+        name = path.name
+        if name.startswith(".") and name.endswith(".tmp"):
+            min_age_s = STALE_TEMP_AGE_S
+        elif name.endswith(".md") and not name.startswith("."):
+            min_age_s = EMPTY_ENTRY_AGE_S
+        else:
+            continue
         try:
-            if path.is_file() and not path.is_symlink() \
-                    and now - path.stat().st_mtime > STALE_TEMP_AGE_S:
-                path.unlink()
-                removed.append(path)
+            info = path.lstat()
+            if not stat.S_ISREG(info.st_mode) or now - info.st_mtime <= min_age_s:
+                continue
+            if min_age_s == EMPTY_ENTRY_AGE_S and info.st_size:
+                continue  # a whole entry: Squad's log, never touched
+            path.unlink()
+            removed.append(path)
         except OSError:
             continue
     return removed

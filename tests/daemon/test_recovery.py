@@ -107,7 +107,8 @@ def test_sessions_an_earlier_daemon_ended_are_listed_newest_kept_and_oldest_firs
     assert [v.session_id[-4:] for v in past_views(squad, keep=2)] == ["0002", "0005"]
 
 
-def test_stale_orchestration_temp_files_are_swept_and_fresh_ones_kept(tmp_path: Path) -> None:
+def test_stale_temp_files_and_torn_empty_entries_are_swept_and_fresh_ones_kept(
+        tmp_path: Path) -> None:
     import os
 
     from squadd.daemon.recovery import sweep_stale_temp_files
@@ -120,10 +121,16 @@ def test_stale_orchestration_temp_files_are_swept_and_fresh_ones_kept(tmp_path: 
     entry = folder / "20261126T000000.000000Z-lead.md"
     for path in (stale, fresh, entry):
         path.write_text("x", encoding="utf-8")
+    torn = folder / "20261126T000002.000000Z-lead.md"  # a kill between creating and writing
+    being_made = folder / "20261126T000003.000000Z-lead.md"
+    torn.touch()
+    being_made.touch()
     old = stale.stat().st_mtime - 3600
-    os.utime(stale, (old, old))
-    assert sweep_stale_temp_files(layout) == [stale]
-    assert not stale.exists() and fresh.exists() and entry.exists()
+    for path in (stale, entry, torn):
+        os.utime(path, (old, old))
+    assert sweep_stale_temp_files(layout) == [stale, torn]
+    assert not stale.exists() and not torn.exists()
+    assert fresh.exists() and entry.read_text(encoding="utf-8") == "x" and being_made.exists()
 
 
 def test_only_sessions_of_a_dead_owner_are_marked_interrupted(squad: SquadLayout) -> None:
