@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 from pathlib import Path
 
 import squadd
@@ -35,9 +36,17 @@ ROUTES = 5
 
 
 def squadd_script() -> Path:
+    """The `squadd` console script beside this Python, checked to be the one this checkout's
+    pyproject.toml makes (one an older install wrote starts another way in)."""
     script = Path(sys.executable).parent / "squadd"
     if not script.exists():
         sys.exit(f"no squadd console script beside {sys.executable}: pip install -e . first")
+    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    entry = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["scripts"]["squadd"]
+    module, _, function = entry.partition(":")
+    if f"from {module} import {function}" not in script.read_text(encoding="utf-8"):
+        sys.exit(f"{script} was written by an older install of squadd (it does not call "
+                 f"{entry}): run 'pip install -e .' with {sys.executable} again")
     return script
 
 

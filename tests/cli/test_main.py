@@ -112,3 +112,11 @@ def test_python_dash_m_squadd_works() -> None:
                             text=True, timeout=60,
                             env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
     assert result.returncode == 0 and result.stdout.strip() == f"squadd {__version__}"
+
+
+def test_the_click_group_is_still_found_where_older_console_scripts_import_it() -> None:
+    import squadd.cli
+
+    assert squadd.cli.main is main  # `from squadd.cli import main` in a script pip wrote
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        _ = squadd.cli.nothing  # type: ignore[attr-defined]
