@@ -3,6 +3,8 @@ unexpected way ends with an error and the worker goes on to the next job."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,40 @@ def make_worker(guard: RedisGuard, repo: Path) -> Worker:
         "url": guard.url, "heartbeat_s": 0.1, "lease_s": 60.0, "request_timeout_s": 5.0}})
     return Worker(name="w1", slots=1, layout=SquadLayout.for_repo(repo), settings=settings,
                   provider=ReplayProvider(ReplayScript(default=[])), guard=guard)
+
+
+def short_lease_worker(guard: RedisGuard, repo: Path, slots: int = 1) -> Worker:
+    """A worker whose leases are renewed every 0.1 s, its sessions answered "done"."""
+    settings = load_settings(None, overrides={"cluster": {
+        "url": guard.url, "heartbeat_s": 0.1, "lease_s": 0.3, "request_timeout_s": 30.0}})
+    return Worker(name="w1", slots=slots, layout=SquadLayout.for_repo(repo), settings=settings,
+                  guard=guard, provider=ReplayProvider(ReplayScript(
+                      default=[ScriptedTurn(text="done")])))
+
+
+@contextlib.asynccontextmanager
+async def running_job_s1(guard: RedisGuard, worker: Worker,
+                         coordinator: Callable[[Request], Awaitable[Reply]]
+                         ) -> AsyncIterator[None]:
+    """`coordinator` answering requests and `worker` running, job s1 submitted; both are
+    stopped at the end."""
+    server = RequestServer(guard, coordinator, reply_ttl_s=60, redo_safe=())
+    async with anyio.create_task_group() as tg:
+        await tg.start(server.run)
+        await tg.start(worker.run)
+        await JobQueue(guard).submit(Job(session_id="s1", agent="lead", timeout_s=60))
+        try:
+            yield
+        finally:
+            worker.stopping.set()
+            tg.cancel_scope.cancel()
+
+
+def claimed(request: Request, info: SessionInfo) -> Reply:
+    """The coordinator's answer to a claim of `info`'s session: epoch 1, its task so far."""
+    return Reply(request_id=request.request_id, ok=True, body={
+        "epoch": 1, "info": session_meta(info), "tools": [], "squad_specs": [],
+        "messages": [message_record(UserMessage(content="t"))]})
 
 
 async def test_a_job_that_fails_unexpectedly_is_ended_and_the_worker_takes_the_next(
@@ -121,9 +157,7 @@ async def test_a_session_whose_job_redis_lost_carries_on_to_its_end(
 
     async def coordinator(request: Request) -> Reply:
         if request.kind == "claim":
-            return Reply(request_id=request.request_id, ok=True, body={
-                "epoch": 1, "info": session_meta(info), "tools": [], "squad_specs": [],
-                "messages": [message_record(UserMessage(content="t"))]})
+            return claimed(request, info)
         if request.kind == "records" and not first_records.is_set():
             first_records.set()
             await lease_checked.wait()  # the session is mid-run while Redis loses its job
@@ -132,18 +166,10 @@ async def test_a_session_whose_job_redis_lost_carries_on_to_its_end(
             ended.set()
         return Reply(request_id=request.request_id, ok=True)
 
-    settings = load_settings(None, overrides={"cluster": {
-        "url": guard.url, "heartbeat_s": 0.1, "lease_s": 0.3, "request_timeout_s": 30.0}})
     # Two slots: the free one's intake makes the job streams' group again, as it would.
-    worker = Worker(name="w1", slots=2, layout=SquadLayout.for_repo(tmp_path),
-                    settings=settings, guard=guard, provider=ReplayProvider(ReplayScript(
-                        default=[ScriptedTurn(text="done")])))
-    server = RequestServer(guard, coordinator, reply_ttl_s=60, redo_safe=())
+    worker = short_lease_worker(guard, tmp_path, slots=2)
     with structlog.testing.capture_logs() as logs:
-        async with anyio.create_task_group() as tg:
-            await tg.start(server.run)
-            await tg.start(worker.run)
-            await JobQueue(guard).submit(Job(session_id="s1", agent="lead", timeout_s=60))
+        async with running_job_s1(guard, worker, coordinator):
             try:
                 with anyio.fail_after(60):
                     await first_records.wait()
@@ -155,10 +181,8 @@ async def test_a_session_whose_job_redis_lost_carries_on_to_its_end(
                         await anyio.sleep(0.01)
                     lease_checked.set()
                     await ended.wait()
-            finally:  # a session's flush waits shielded: let it go, and the worker stop
+            finally:  # a session's flush waits shielded: let it go
                 lease_checked.set()
-                worker.stopping.set()
-                tg.cancel_scope.cancel()
     assert ends[0].body["status"] == "completed" and ends[0].body["answer"] == "done"
     assert not any(e["event"].startswith("job taken over") for e in logs)
 
@@ -171,16 +195,10 @@ async def test_a_lease_renewal_that_meets_a_job_just_acknowledged_warns_of_nothi
 
     async def coordinator(request: Request) -> Reply:
         if request.kind == "claim":
-            return Reply(request_id=request.request_id, ok=True, body={
-                "epoch": 1, "info": session_meta(info), "tools": [], "squad_specs": [],
-                "messages": [message_record(UserMessage(content="t"))]})
+            return claimed(request, info)
         return Reply(request_id=request.request_id, ok=True)
 
-    settings = load_settings(None, overrides={"cluster": {
-        "url": guard.url, "heartbeat_s": 0.1, "lease_s": 0.3, "request_timeout_s": 30.0}})
-    worker = Worker(name="w1", slots=1, layout=SquadLayout.for_repo(tmp_path),
-                    settings=settings, guard=guard, provider=ReplayProvider(ReplayScript(
-                        default=[ScriptedTurn(text="done")])))
+    worker = short_lease_worker(guard, tmp_path)
     keep, ack = worker.jobs.keep, worker.jobs.ack
     found_gone, round_over, acked = anyio.Event(), anyio.Event(), anyio.Event()
 
@@ -201,15 +219,9 @@ async def test_a_lease_renewal_that_meets_a_job_just_acknowledged_warns_of_nothi
 
     worker.jobs.keep = watched_keep  # type: ignore[method-assign]
     worker.jobs.ack = slow_ack  # type: ignore[method-assign]
-    server = RequestServer(guard, coordinator, reply_ttl_s=60, redo_safe=())
     with structlog.testing.capture_logs() as logs:
-        async with anyio.create_task_group() as tg:
-            await tg.start(server.run)
-            await tg.start(worker.run)
-            await JobQueue(guard).submit(Job(session_id="s1", agent="lead", timeout_s=60))
+        async with running_job_s1(guard, worker, coordinator):
             with anyio.fail_after(60):
                 await acked.wait()
-            worker.stopping.set()
-            tg.cancel_scope.cancel()
     assert found_gone.is_set() and worker.finished == 1
     assert not [e for e in logs if e["event"].startswith(("job lost", "job taken over"))]
