@@ -8,7 +8,8 @@ sessions a graceful stop interrupted, are shown as `interrupted` until
 `squadd sessions resume ID` continues them. Only each file's tail is read.
 
 Sessions that ended (completed, failed, cancelled) under an earlier daemon are listed too, with
-`--all`: `past_views` rebuilds their views in the background once the daemon serves.
+`--all`: the same scan finds their transcripts, and `past_views` reads them in the background
+once the daemon serves.
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ class Recovered:
     """Sessions that had no terminal state and were marked interrupted now."""
     running_elsewhere: list[str] = dataclasses.field(default_factory=list)
     """Sessions without a terminal state whose owning process still runs: left alone."""
+    ended: list[Path] = dataclasses.field(default_factory=list)
+    """Transcripts of the newest `keep` sessions that ended (completed, failed, cancelled),
+    newest first: found by the same scan, read later by `past_views`."""
 
 
 STALE_TEMP_AGE_S = 60.0
@@ -115,16 +119,19 @@ def last_record(path: Path) -> dict[str, Any] | None:
             chunk *= 4
 
 
-def recover_sessions(layout: SquadLayout, *, keep: int, cluster: bool = False) -> Recovered:
+def recover_sessions(layout: SquadLayout, *, keep: int, cluster: bool = False,
+                     now: dt.datetime | None = None) -> Recovered:
     """Mark crashed sessions interrupted; views of the newest `keep` interrupted ones (blocking).
     With `cluster`, a session a cluster worker holds is left to it (its lease decides). First,
-    what a crashed runtime's journal holds and its transcripts lack is put back."""
+    what a crashed runtime's journal holds and its transcripts lack is put back. Ages are
+    counted to `now` (default: the clock)."""
     replay_journals(layout)
     views: list[SessionView] = []
     marked: list[str] = []
     elsewhere: list[str] = []
+    ended: list[Path] = []
     for path in reversed(list_transcripts(layout)):
-        if len(views) >= keep:
+        if len(views) >= keep and len(ended) >= keep:
             break
         try:
             last = last_record(path)
@@ -134,6 +141,10 @@ def recover_sessions(layout: SquadLayout, *, keep: int, cluster: bool = False) -
             continue
         state = last.get("state") if last.get("kind") == "state" else None
         if state in TERMINAL_STATES and state != "interrupted":
+            if len(ended) < keep:
+                ended.append(path)
+            continue
+        if len(views) >= keep:
             continue
         if state != "interrupted":
             owner = read_transcript(path).meta.get("owner")
@@ -150,40 +161,32 @@ def recover_sessions(layout: SquadLayout, *, keep: int, cluster: bool = False) -
             continue
         last_state = transcript.states[-1] if transcript.states else {}
         why = last_state.get("reason") or last_state.get("error") or "stopped"
-        views.append(_past_view(transcript, state="interrupted", error=f"interrupted: {why}"))
+        views.append(_past_view(transcript, now, state="interrupted",
+                                error=f"interrupted: {why}"))
     views.reverse()
-    return Recovered(views=views, marked=marked, running_elsewhere=elsewhere)
+    return Recovered(views=views, marked=marked, running_elsewhere=elsewhere, ended=ended)
 
 
-def past_views(layout: SquadLayout, *, keep: int, known: frozenset[str] = frozenset()
-               ) -> list[SessionView]:
-    """Views of the newest `keep` sessions that ended under an earlier daemon (completed,
-    failed or cancelled), oldest first, skipping the ids in `known` (blocking). Each
-    transcript's tail is read first; only an ended one is read whole."""
+def past_views(ended: list[Path], *, now: dt.datetime | None = None) -> list[SessionView]:
+    """Views of the sessions that ended under an earlier daemon (`Recovered.ended`, newest
+    first), oldest first (blocking: each transcript is read whole). Ages are counted to
+    `now` (default: the clock)."""
     views: list[SessionView] = []
-    for path in reversed(list_transcripts(layout)):
-        if len(views) >= keep:
-            break
-        if path.name.removesuffix(".jsonl") in known:
-            continue
+    for path in reversed(ended):
         try:
-            last = last_record(path)
-            if last is None or last.get("kind") != "state" \
-                    or last.get("state") not in TERMINAL_STATES - {"interrupted"}:
-                continue
             transcript = read_transcript(path)
-        except OSError:
+        except OSError:  # removed since the scan
             continue
         if transcript.meta.get("agent"):
-            views.append(_past_view(transcript))
-    views.reverse()
+            views.append(_past_view(transcript, now))
     return views
 
 
-def _past_view(transcript: Transcript, **update: Any) -> SessionView:
+def _past_view(transcript: Transcript, now: dt.datetime | None,
+               **update: Any) -> SessionView:
     """`view_from_transcript`, with its age counted from when the session was created."""
     created = _created(transcript.meta)
-    now = dt.datetime.now(dt.UTC)
+    now = now or dt.datetime.now(dt.UTC)
     return view_from_transcript(transcript).model_copy(update={
         "created": created, **update,
         "age_s": round((now - created).total_seconds(), 3) if created else 0.0,

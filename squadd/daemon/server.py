@@ -269,20 +269,17 @@ class Daemon:
                 log.info("sessions another squadd process is running were left alone",
                          sessions=recovered.running_elsewhere)
             async with runtime:
-                known = frozenset(view.session_id for view in recovered.views) \
-                    | frozenset(recovered.running_elsewhere)
-                outer.start_soon(self._remember_past, runtime, known)
+                outer.start_soon(self._remember_past, runtime, recovered.ended)
                 context = DaemonContext(runtime=runtime, request_stop=request_stop,
                                         coordinator=self.coordinator)
                 await self._serve(context, listeners, token, dashboard, stop, reasons)
             outer.cancel_scope.cancel()
 
-    async def _remember_past(self, runtime: SquadRuntime, known: frozenset[str]) -> None:
+    async def _remember_past(self, runtime: SquadRuntime, ended: list[Path]) -> None:
         """List the sessions that ended under earlier daemons (`status --all`), read in the
         background: a long history must not hold up the start."""
         try:
-            views = await anyio.to_thread.run_sync(functools.partial(
-                past_views, self.layout, keep=self.settings.pool.ended_keep, known=known))
+            views = await anyio.to_thread.run_sync(past_views, ended)
         except Exception:  # a listing, not the daemon's work: the daemon serves on
             log.exception("past sessions not listed")
             return

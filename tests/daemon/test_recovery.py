@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import subprocess
@@ -33,6 +34,8 @@ def _write(path: Path, *records: dict[str, object], torn: str = "") -> None:
 META = {"kind": "meta", "agent": "lead", "task": "Fix it", "created": "2026-01-02T03:04:05+00:00"}
 ACTIVE = {"kind": "state", "state": "active"}
 MESSAGE = {"kind": "message", "message": {"role": "user", "content": "Fix it"}}
+AFTER_100_S = dt.datetime(2026, 1, 2, 3, 5, 45, tzinfo=dt.UTC)
+"""The clock given to recovery: 100 s after META's `created`."""
 
 
 def test_last_record_skips_a_torn_line(tmp_path: Path) -> None:
@@ -59,7 +62,7 @@ def test_a_crashed_session_is_marked_interrupted_and_its_lines_kept(squad: Squad
     stopped = squad.transcript("20260102-030405-aaaa0003")
     _write(stopped, META, ACTIVE, {"kind": "state", "state": "interrupted",
                                    "reason": "cancelled while running"})
-    recovered = recover_sessions(squad, keep=10)
+    recovered = recover_sessions(squad, keep=10, now=AFTER_100_S)
     assert recovered.marked == ["20260102-030405-aaaa0001"]
     after = crashed.read_text(encoding="utf-8")
     assert after.startswith(before)
@@ -70,17 +73,21 @@ def test_a_crashed_session_is_marked_interrupted_and_its_lines_kept(squad: Squad
     assert set(views) == {"20260102-030405-aaaa0001", "20260102-030405-aaaa0003"}
     assert all(v.state == "interrupted" and v.agent == "lead" for v in views.values())
     assert views["20260102-030405-aaaa0003"].error == "interrupted: cancelled while running"
-    assert views["20260102-030405-aaaa0001"].age_s > 0
+    assert views["20260102-030405-aaaa0001"].age_s == 100.0  # counted from META's created
     again = recover_sessions(squad, keep=10)
     assert again.marked == [] and len(again.views) == 2  # marking happens once
 
 
 def test_only_the_newest_interrupted_sessions_are_kept(squad: SquadLayout) -> None:
+    done = squad.transcript("20260102-030405-bbbb0009")
+    _write(done, META, {"kind": "state", "state": "completed", "answer": "ok"})
+    os.utime(done, (1_000, 1_000))  # older than the crashed ones
     for index in range(5):
         _write(squad.transcript(f"20260102-030405-bbbb000{index}"), META, ACTIVE)
     recovered = recover_sessions(squad, keep=2)
     assert len(recovered.views) == 2
     assert len(recovered.marked) == 2
+    assert recovered.ended == [done]  # the scan goes on for the ended ones, marking no more
 
 
 def test_sessions_an_earlier_daemon_ended_are_listed_newest_kept_and_oldest_first(
@@ -98,13 +105,18 @@ def test_sessions_an_earlier_daemon_ended_are_listed_newest_kept_and_oldest_firs
            {"kind": "state", "state": "completed", "answer": "known"})
     for index in range(6):  # oldest first, whatever the clock's resolution
         os.utime(squad.transcript(f"20260102-030405-cccc000{index}"), (1_000 + index,) * 2)
-    views = past_views(squad, keep=10, known=frozenset({"20260102-030405-cccc0005"}))
+    recovered = recover_sessions(squad, keep=10)
+    assert [path.name[-10:-6] for path in recovered.ended] == ["0005", "0002", "0001", "0000"]
+    views = past_views(recovered.ended[1:], now=AFTER_100_S)
     assert [v.session_id[-4:] for v in views] == ["0000", "0001", "0002"]
     assert all(v.state == "destroyed" and v.agent == "lead" for v in views)
     assert views[0].answer == "ok" and views[0].error is None and views[0].tokens == 7
     assert views[1].error == "error: model down" and views[2].error == "cancelled: by hand"
-    assert views[0].age_s > 0
-    assert [v.session_id[-4:] for v in past_views(squad, keep=2)] == ["0002", "0005"]
+    assert views[0].age_s == 100.0  # counted from META's created
+    assert [path.name[-10:-6] for path in recover_sessions(squad, keep=2).ended] == [
+        "0005", "0002"]
+    squad.transcript("20260102-030405-cccc0001").unlink()  # gone since the scan: skipped
+    assert [v.session_id[-4:] for v in past_views(recovered.ended)] == ["0000", "0002", "0005"]
 
 
 def test_stale_temp_files_and_torn_empty_entries_are_swept_and_fresh_ones_kept(
