@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from squadd.cli._report import one_line, status_lines
+from squadd.cli._report import bold, one_line, status_lines
 from squadd.cli._squad import find_layout
 from squadd.daemon.client import DaemonClient
 
@@ -28,7 +28,7 @@ def client_for(directory: Path | None, **options: Any) -> DaemonClient:
 
 def print_sessions(report: Mapping[str, Any]) -> None:
     """The sessions table (its header bold on a terminal), the worktrees and the totals."""
-    for line in status_lines(report, header=lambda text: click.style(text, bold=True)):
+    for line in status_lines(report, header=bold):
         click.echo(line)
 
 

@@ -1,20 +1,41 @@
-"""How `squadd status` shows a report as lines of text: the sessions table, the worktrees, the
-pool and cluster totals, and the short forms of durations, token counts and tasks.
+"""How the commands show things as text, without click: JSON for scripts, the bold of a table's
+header, and the lines of `squadd status` (the sessions table, the worktrees, the pool and
+cluster totals, and the short forms of durations, token counts and tasks).
 
-Nothing here imports click (or `typing`): `squadd.cli.quick` prints these lines for a plain
-`squadd status` without loading the click group, and `squadd.cli._daemon` prints the same lines
-through click for every other caller, so both give the same output.
+Nothing here imports click (or `typing`): `squadd.cli.quick` prints these for a plain
+`squadd status` without loading the click group, and the click commands print the same through
+`click.echo`, so both give the same output.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 
 TYPE_CHECKING = False  # no `typing` at run time: see the docstring
 if TYPE_CHECKING:
     from typing import Any
 
 SESSION_HEADERS = ("agent", "state", "session", "age", "idle", "tokens", "task")
+
+
+def json_text(data: Any) -> str:
+    """`data` as indented JSON, as every command's `--json` prints it (paths become strings)."""
+    return json.dumps(data, indent=2, ensure_ascii=False, default=_plain)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    raise TypeError(f"cannot show {type(value).__name__} as JSON")
+
+
+def bold(text: str) -> str:
+    """`text` in bold on a terminal (what `click.style(text, bold=True)` makes)."""
+    return f"\x1b[1m{text}\x1b[0m"
 
 
 def duration(seconds: float | None) -> str:

@@ -15,15 +15,21 @@ import os
 import sys
 from pathlib import Path
 
+TYPE_CHECKING = False  # no `typing` at run time: this path must start fast
+if TYPE_CHECKING:
+    from typing import Any
+
 _FLAGS = {"--json": "as_json", "--all": "include_ended"}
 _VALUES = {"--agent": "agent", "--dir": "directory"}
 
 
-def parse_status(args: list[str]) -> dict[str, str | bool] | None:
-    """The options of a plain `squadd status ...` call, or None when click should answer it."""
+def parse_status(args: list[str]) -> dict[str, Any] | None:
+    """The keyword arguments of `_status` for a plain `squadd status ...` call, or None when
+    click should answer it."""
     if not args or args[0] != "status":
         return None
-    options: dict[str, str | bool] = {}
+    options: dict[str, Any] = {"as_json": False, "include_ended": False, "agent": None,
+                               "directory": None}
     rest = iter(args[1:])
     for arg in rest:
         name, equals, value = arg.partition("=")
@@ -57,10 +63,7 @@ def answer(args: list[str]) -> int | None:
     if options is None:
         return None
     try:
-        return _status(as_json=bool(options.get("as_json")),
-                       include_ended=bool(options.get("include_ended")),
-                       agent=str(options["agent"]) if "agent" in options else None,
-                       directory=str(options["directory"]) if "directory" in options else None)
+        return _status(**options)
     except KeyboardInterrupt:
         sys.stderr.write("\nAborted!\n")
         return 1
@@ -68,7 +71,7 @@ def answer(args: list[str]) -> int | None:
 
 def _status(*, as_json: bool, include_ended: bool, agent: str | None,
             directory: str | None) -> int:
-    from squadd.cli._report import status_lines
+    from squadd.cli._report import bold, json_text, status_lines
     from squadd.daemon.client import DaemonClient
     from squadd.errors import SquaddError
     from squadd.state.layout import SquadLayout
@@ -80,13 +83,10 @@ def _status(*, as_json: bool, include_ended: bool, agent: str | None,
         sys.stderr.write(f"Error: {exc}\n")
         return 1
     if as_json:
-        import json
-
-        text = json.dumps(report, indent=2, ensure_ascii=False) + "\n"
-    else:
-        bold = sys.stdout.isatty()
-        text = "".join(line + "\n" for line in status_lines(
-            report, header=lambda line: f"\x1b[1m{line}\x1b[0m" if bold else line))
+        text = json_text(report) + "\n"
+    else:  # bold only on a terminal, as `click.echo` strips it elsewhere
+        lines = status_lines(report, header=bold if sys.stdout.isatty() else str)
+        text = "".join(line + "\n" for line in lines)
     try:
         sys.stdout.write(text)
         sys.stdout.flush()

@@ -48,12 +48,13 @@ def _steady(output: str) -> str:
 
 
 def test_plain_status_calls_are_parsed_in_any_order_and_either_form(tmp_path: Path) -> None:
-    assert parse_status(["status"]) == {}
-    assert parse_status(["status", "--json", "--all"]) == {"as_json": True,
+    plain = {"as_json": False, "include_ended": False, "agent": None, "directory": None}
+    assert parse_status(["status"]) == plain
+    assert parse_status(["status", "--json", "--all"]) == {**plain, "as_json": True,
                                                           "include_ended": True}
     assert parse_status(["status", "--agent", "lead", f"--dir={tmp_path}", "--json"]) == {
-        "agent": "lead", "directory": str(tmp_path), "as_json": True}
-    assert parse_status(["status", "--agent=", "--agent", "b"]) == {"agent": "b"}
+        **plain, "agent": "lead", "directory": str(tmp_path), "as_json": True}
+    assert parse_status(["status", "--agent=", "--agent", "b"]) == {**plain, "agent": "b"}
 
 
 @pytest.mark.parametrize("args", [
@@ -71,7 +72,7 @@ def test_a_dir_that_is_a_file_goes_to_click(tmp_path: Path) -> None:
     file = tmp_path / "f"
     file.write_text("x", encoding="utf-8")
     assert parse_status(["status", "--dir", str(file)]) is None
-    assert parse_status(["status", "--dir", str(tmp_path)]) == {"directory": str(tmp_path)}
+    assert parse_status(["status", "--dir", str(tmp_path)])["directory"] == str(tmp_path)  # type: ignore[index]
 
 
 def test_without_a_daemon_or_a_squad_the_errors_are_clicks_own(tmp_path: Path) -> None:
