@@ -8,6 +8,7 @@ as `async with SquadRuntime(...) as runtime:`.
 
 from __future__ import annotations
 
+import contextlib
 from contextlib import AsyncExitStack
 
 import anyio
@@ -398,27 +399,29 @@ class SquadRuntime:
     async def _charter(self, agent: str) -> Charter:
         """The agent's charter (stat-cached); the refusal for an unknown agent lists the roster."""
         try:
-            while True:  # a hit costs a stat, answered here; a read and a parse go to a thread
-                try:
-                    charter = self._charters.get(agent, cached_only=True)
-                    break
-                except NotCached:
-                    reading = self._charter_reads.get(agent)
-                    if reading is not None:  # another route reads it: use what it cached
-                        await reading.wait()
-                        continue
-                self._charter_reads[agent] = done = anyio.Event()
-                try:
-                    charter = await anyio.to_thread.run_sync(self._charters.get, agent)
-                finally:
-                    del self._charter_reads[agent]
-                    done.set()
-                break
+            charter = await self._read_charter(agent)
         except (InvalidNameError, NotFoundError) as exc:
             raise Refusal("invalid", f"cannot route: {exc}") from None
         if charter is None:
             raise await anyio.to_thread.run_sync(unknown_agent, self.layout, agent)
         return charter
+
+    async def _read_charter(self, agent: str) -> Charter | None:
+        """A hit costs a stat, answered here; a read and a parse go to a worker thread, one
+        per agent at a time: routes that miss while it runs wait for it, then look again."""
+        while True:
+            with contextlib.suppress(NotCached):
+                return self._charters.get(agent, cached_only=True)
+            reading = self._charter_reads.get(agent)
+            if reading is None:
+                break
+            await reading.wait()
+        self._charter_reads[agent] = done = anyio.Event()
+        try:
+            return await anyio.to_thread.run_sync(self._charters.get, agent)
+        finally:
+            del self._charter_reads[agent]
+            done.set()
 
     async def _plan(self, request: RouteRequest, origin: RouteOrigin) -> RoutePlan:
         if request.session_id is not None:

@@ -469,3 +469,37 @@ async def test_a_burst_of_routes_to_an_uncached_charter_reads_it_once(
                 tg.start_soon(one, n)
     assert len(results) == 20 and all(result.ok for result in results)
     assert reads == ["lead"]  # one read in a worker thread; the other 19 waited for it
+
+
+async def test_when_the_one_charter_read_fails_the_routes_waiting_on_it_read_again(
+        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    from squadd.errors import StateError
+    from squadd.runtime.planning import CharterCache
+
+    reads: list[str] = []
+    read = CharterCache.get
+
+    def failing_once(self: CharterCache, agent: str, *, cached_only: bool = False) -> object:
+        if not cached_only:
+            reads.append(agent)
+            if len(reads) == 1:
+                raise StateError("the charter could not be read this time")
+        return read(self, agent, cached_only=cached_only)
+
+    monkeypatch.setattr(CharterCache, "get", failing_once)
+    async with SquadRuntime(layout, settings(max_concurrent=4), script([text("ok")])) as runtime:
+        results = []
+
+        async def one(n: int) -> None:
+            try:
+                results.append(await runtime.route(RouteRequest(target_agent="lead",
+                                                                task=f"t {n}")))
+            except StateError:
+                results.append(None)
+
+        with anyio.fail_after(30):  # nobody waits forever on the read that failed
+            async with anyio.create_task_group() as tg:
+                for n in range(5):
+                    tg.start_soon(one, n)
+    assert reads == ["lead", "lead"]  # the failed read, then one more for the four waiting
+    assert sum(1 for r in results if r is not None and r.ok) == 4
