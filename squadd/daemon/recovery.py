@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import os
 import stat
 import time
 from dataclasses import dataclass
@@ -59,39 +60,60 @@ was cut off between the two by a kill."""
 
 
 def sweep_stale_temp_files(layout: SquadLayout, *, now: float | None = None) -> list[Path]:
-    """Remove what a kill left in `orchestration-log/`: temp files of an atomic write, and
-    entry files it cut off between creating and writing them (empty).
+    """Remove the temp files a kill left in `orchestration-log/` mid atomic write.
 
-    Only files older than `STALE_TEMP_AGE_S` (temp) or `EMPTY_ENTRY_AGE_S` (empty) go: a
-    `squadd run` elsewhere may be writing a fresh one.
+    Only files older than a minute go: a `squadd run` elsewhere may be writing a fresh one.
     """
-    try:
-        folder = layout.orchestration_dir
-    except PathEscapeError:  # a link out of the repository: nothing there is squadd's
-        return []
-    if not folder.is_dir():
+    folder = _orchestration_dir(layout)
+    if folder is None:
         return []
     now = time.time() if now is None else now
     removed = []
-    for path in sorted(folder.iterdir()):
-        name = path.name
-        if name.startswith(".") and name.endswith(".tmp"):
-            min_age_s = STALE_TEMP_AGE_S
-        elif name.endswith(".md") and not name.startswith("."):
-            min_age_s = EMPTY_ENTRY_AGE_S
-        else:
-            continue
+    for path in folder.glob(".*.tmp"):
         try:
-            info = path.lstat()
-            if not stat.S_ISREG(info.st_mode) or now - info.st_mtime <= min_age_s:
-                continue
-            if min_age_s == EMPTY_ENTRY_AGE_S and info.st_size:
-                continue  # a whole entry: Squad's log, never touched
-            path.unlink()
-            removed.append(path)
+            if path.is_file() and not path.is_symlink() \
+                    and now - path.stat().st_mtime > STALE_TEMP_AGE_S:
+                path.unlink()
+                removed.append(path)
         except OSError:
             continue
     return removed
+
+
+def sweep_empty_entries(layout: SquadLayout, *, now: float | None = None) -> list[Path]:
+    """Remove the orchestration-log entry files a kill cut off between creating and writing
+    them: empty, and older than `EMPTY_ENTRY_AGE_S` (a `squadd run` elsewhere may be writing
+    a fresh one). A stat per entry: the daemon runs it in the background once it serves."""
+    folder = _orchestration_dir(layout)
+    if folder is None:
+        return []
+    now = time.time() if now is None else now
+    removed = []
+    try:
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                if entry.name.startswith(".") or not entry.name.endswith(".md"):
+                    continue
+                try:
+                    info = entry.stat(follow_symlinks=False)
+                    if stat.S_ISREG(info.st_mode) and info.st_size == 0 \
+                            and now - info.st_mtime > EMPTY_ENTRY_AGE_S:
+                        os.unlink(entry.path)
+                        removed.append(Path(entry.path))
+                except OSError:
+                    continue
+    except OSError:
+        return removed
+    return sorted(removed)
+
+
+def _orchestration_dir(layout: SquadLayout) -> Path | None:
+    """`orchestration-log/` if it is a folder inside the repository (a link out: None)."""
+    try:
+        folder = layout.orchestration_dir
+    except PathEscapeError:
+        return None
+    return folder if folder.is_dir() else None
 
 
 def last_record(path: Path) -> dict[str, Any] | None:

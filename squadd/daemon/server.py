@@ -38,7 +38,12 @@ from squadd.daemon.app import BearerAuth, DaemonContext, create_app
 from squadd.daemon.client import DaemonClient
 from squadd.daemon.dashboard import UI_PREFIX, Dashboard
 from squadd.daemon.guard import ListenerLimits, ensure_descriptors, guarded_protocol
-from squadd.daemon.recovery import past_views, recover_sessions, sweep_stale_temp_files
+from squadd.daemon.recovery import (
+    past_views,
+    recover_sessions,
+    sweep_empty_entries,
+    sweep_stale_temp_files,
+)
 from squadd.daemon.ui_guard import UiPortOnly
 from squadd.errors import ConfigError, DaemonAlreadyRunningError, DaemonError, DaemonNotRunningError
 from squadd.fsio import atomic_write, try_lock
@@ -270,6 +275,7 @@ class Daemon:
                          sessions=recovered.running_elsewhere)
             async with runtime:
                 outer.start_soon(self._remember_past, runtime, recovered.ended)
+                outer.start_soon(self._sweep_empty_entries)
                 context = DaemonContext(runtime=runtime, request_stop=request_stop,
                                         coordinator=self.coordinator)
                 await self._serve(context, listeners, token, dashboard, stop, reasons)
@@ -284,6 +290,18 @@ class Daemon:
             log.exception("past sessions not listed")
             return
         runtime.pool.remember_past(views)
+
+    async def _sweep_empty_entries(self) -> None:
+        """Remove the orchestration-log entries a kill left empty, in the background: a stat
+        per entry of a long log must not hold up the start."""
+        try:
+            swept = await anyio.to_thread.run_sync(sweep_empty_entries, self.layout)
+        except Exception:  # tidying, not the daemon's work: the daemon serves on
+            log.exception("empty orchestration-log entries not swept")
+            return
+        if swept:
+            log.info("removed orchestration-log entries a kill left empty",
+                     files=[path.name for path in swept])
 
     async def _serve(self, context: DaemonContext, listeners: list[Listener],
                      token: str | None, dashboard: Dashboard | None, stop: anyio.Event,

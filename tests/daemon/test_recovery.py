@@ -123,7 +123,7 @@ def test_stale_temp_files_and_torn_empty_entries_are_swept_and_fresh_ones_kept(
         tmp_path: Path) -> None:
     import os
 
-    from squadd.daemon.recovery import sweep_stale_temp_files
+    from squadd.daemon.recovery import sweep_empty_entries, sweep_stale_temp_files
 
     layout = SquadLayout.at(tmp_path / ".squad")
     folder = tmp_path / ".squad" / "orchestration-log"
@@ -140,7 +140,8 @@ def test_stale_temp_files_and_torn_empty_entries_are_swept_and_fresh_ones_kept(
     old = stale.stat().st_mtime - 3600
     for path in (stale, entry, torn):
         os.utime(path, (old, old))
-    assert sweep_stale_temp_files(layout) == [stale, torn]
+    assert sweep_stale_temp_files(layout) == [stale]
+    assert sweep_empty_entries(layout) == [torn]
     assert not stale.exists() and not torn.exists()
     assert fresh.exists() and entry.read_text(encoding="utf-8") == "x" and being_made.exists()
 
@@ -252,3 +253,19 @@ def test_after_a_restart_status_all_lists_the_sessions_the_last_daemon_ended(
             assert view["session_id"] == routed["session_id"]
             assert (view["state"], view["answer"], view["task"]) == ("destroyed", "done before",
                                                                      "Fix it")
+
+
+def test_an_orchestration_log_linked_out_of_the_repository_is_never_swept(
+        tmp_path: Path) -> None:
+    from squadd.daemon.recovery import sweep_empty_entries, sweep_stale_temp_files
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    empty = outside / "20261126T000000.000000Z-lead.md"
+    empty.touch()
+    os.utime(empty, (1_000, 1_000))
+    (tmp_path / "repo" / ".squad").mkdir(parents=True)
+    (tmp_path / "repo" / ".squad" / "orchestration-log").symlink_to(outside)
+    layout = SquadLayout.at(tmp_path / "repo" / ".squad")
+    assert sweep_stale_temp_files(layout) == [] and sweep_empty_entries(layout) == []
+    assert empty.exists()
