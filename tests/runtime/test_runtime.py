@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 from squadd.contracts.events import ProviderRetry
-from squadd.contracts.routes import RouteRequest
+from squadd.contracts.routes import RouteRequest, RouteResult
 from squadd.runtime.runtime import SquadRuntime
 from squadd.state.layout import SquadLayout
 from squadd.state.transcripts import read_transcript
@@ -445,8 +445,10 @@ async def test_each_runtime_keeps_its_own_spare_python_worker_and_ends_it_on_exi
     assert process_start(spare) is None  # killed and reaped when the runtime ended
 
 
-async def test_a_burst_of_routes_to_an_uncached_charter_reads_it_once(
-        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+def _charter_reads(monkeypatch: pytest.MonkeyPatch, *, fail_first: bool = False) -> list[str]:
+    """The agents whose charter is read from disk (not a cached hit), as they are read; with
+    `fail_first` the first such read raises `StateError`."""
+    from squadd.errors import StateError
     from squadd.runtime.planning import CharterCache
 
     reads: list[str] = []
@@ -455,41 +457,20 @@ async def test_a_burst_of_routes_to_an_uncached_charter_reads_it_once(
     def counting(self: CharterCache, agent: str, *, cached_only: bool = False) -> object:
         if not cached_only:
             reads.append(agent)
-        return read(self, agent, cached_only=cached_only)
-
-    monkeypatch.setattr(CharterCache, "get", counting)
-    async with SquadRuntime(layout, settings(max_concurrent=4), script([text("ok")])) as runtime:
-        results = []
-
-        async def one(n: int) -> None:
-            results.append(await runtime.route(RouteRequest(target_agent="lead", task=f"t {n}")))
-
-        async with anyio.create_task_group() as tg:
-            for n in range(20):
-                tg.start_soon(one, n)
-    assert len(results) == 20 and all(result.ok for result in results)
-    assert reads == ["lead"]  # one read in a worker thread; the other 19 waited for it
-
-
-async def test_when_the_one_charter_read_fails_the_routes_waiting_on_it_read_again(
-        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
-    from squadd.errors import StateError
-    from squadd.runtime.planning import CharterCache
-
-    reads: list[str] = []
-    read = CharterCache.get
-
-    def failing_once(self: CharterCache, agent: str, *, cached_only: bool = False) -> object:
-        if not cached_only:
-            reads.append(agent)
-            if len(reads) == 1:
+            if fail_first and len(reads) == 1:
                 raise StateError("the charter could not be read this time")
         return read(self, agent, cached_only=cached_only)
 
-    monkeypatch.setattr(CharterCache, "get", failing_once)
-    async with SquadRuntime(layout, settings(max_concurrent=4), script([text("ok")])) as runtime:
-        results = []
+    monkeypatch.setattr(CharterCache, "get", counting)
+    return reads
 
+
+async def _routes_at_once(layout: SquadLayout, count: int) -> list[RouteResult | None]:
+    """`count` routes to lead started together; None for one that raised `StateError`."""
+    from squadd.errors import StateError
+
+    results: list[RouteResult | None] = []
+    async with SquadRuntime(layout, settings(max_concurrent=4), script([text("ok")])) as runtime:
         async def one(n: int) -> None:
             try:
                 results.append(await runtime.route(RouteRequest(target_agent="lead",
@@ -497,9 +478,24 @@ async def test_when_the_one_charter_read_fails_the_routes_waiting_on_it_read_aga
             except StateError:
                 results.append(None)
 
-        with anyio.fail_after(30):  # nobody waits forever on the read that failed
+        with anyio.fail_after(30):  # nobody waits forever on a read
             async with anyio.create_task_group() as tg:
-                for n in range(5):
+                for n in range(count):
                     tg.start_soon(one, n)
+    return results
+
+
+async def test_a_burst_of_routes_to_an_uncached_charter_reads_it_once(
+        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    reads = _charter_reads(monkeypatch)
+    results = await _routes_at_once(layout, 20)
+    assert len(results) == 20 and all(result is not None and result.ok for result in results)
+    assert reads == ["lead"]  # one read in a worker thread; the other 19 waited for it
+
+
+async def test_when_the_one_charter_read_fails_the_routes_waiting_on_it_read_again(
+        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    reads = _charter_reads(monkeypatch, fail_first=True)
+    results = await _routes_at_once(layout, 5)
     assert reads == ["lead", "lead"]  # the failed read, then one more for the four waiting
     assert sum(1 for r in results if r is not None and r.ok) == 4
