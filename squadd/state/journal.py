@@ -1,12 +1,13 @@
 """Group commit for the route path: many sessions' appends made durable by one fsync.
 
 A runtime's sessions hand their pending transcript records to `GroupCommit.commit` and wait;
-the orchestration log hands its entries the same way (`commit_all`). A writer task takes every
-append waiting, in one worker-thread trip appends each to its file (no fsync there), writes
-the same bytes to this runtime's journal (`run/transcripts/.journal/{pid}-{token}.log`, one
-frame per append, see `_frame`) and syncs the journal once. Only then is anyone woken: no
-session advances, and no caller hears of an accepted route, before its records are durable.
-Appends that arrive while a batch is being written form the next batch.
+the orchestration log hands its entries the same way (`commit_all`). The writer's own thread
+takes every append waiting as one batch, appends each to its file (no fsync there), writes the
+same bytes to this runtime's journal (`run/transcripts/.journal/{pid}-{token}.log`, one frame
+per append, see `_frame`) and syncs the journal once. Only then is anyone woken: no session
+advances, and no caller hears of an accepted route, before its records are durable. Appends
+that arrive while a batch is being written form the next batch, handed to the thread as the
+batch before it lands: a commit costs one trip to that thread and back, with no task between.
 
 The files stay where and as they were (readers see the appended bytes at once: the journal
 only makes them durable). A checkpoint (when the journal passes `CHECKPOINT_BYTES`, and at
@@ -20,20 +21,25 @@ its owner is gone.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import json
 import os
+import queue
 import secrets
 import stat
+import threading
 import zlib
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 import anyio
+import anyio.from_thread
+import anyio.lowlevel
 import structlog
 from anyio.abc import TaskStatus
 
@@ -48,6 +54,9 @@ CHECKPOINT_BYTES = 8 * 1024 * 1024
 """Journal size past which the transcripts are synced and the journal emptied."""
 BACKGROUND_PER_BATCH = 8
 """Background appends (orchestration-log entries) a batch takes at most."""
+LINGER_S = 0.01
+"""How long records begun with `begin` wait for another commit's batch to go with, before
+they go by themselves (when nobody has asked for them with `finish` first)."""
 JOURNAL_SUFFIX = ".log"
 _OPEN_ATTEMPTS = 5
 _FOLDERS = (("run", "transcripts"), ("sessions",))
@@ -81,6 +90,20 @@ class _Job:
     writer: Appender
     done: anyio.Event = field(default_factory=anyio.Event)
     error: Exception | None = None
+    sent: bool = False
+    """Handed to the commit thread (or synced alone)."""
+    on_error: Callable[[], None] | None = None
+    """Called on the loop when the batch lands with this job failed (`begin`)."""
+
+
+class Pending:
+    """Records on their way to being durable (`GroupCommit.begin`): `GroupCommit.finish`
+    waits for them."""
+
+    __slots__ = ("_job",)
+
+    def __init__(self, job: _Job | None):
+        self._job = job
 
 
 class GroupCommit:
@@ -98,7 +121,23 @@ class GroupCommit:
         """Waiting appends nobody's next step waits for (`commit_all(background=True)`): a
         batch takes at most `BACKGROUND_PER_BATCH` of them, so a burst of them never holds
         up sessions' records."""
-        self._wake: anyio.Event | None = None
+        self._inbox: queue.SimpleQueue[list[_Job] | None] = queue.SimpleQueue()
+        """Batches for the commit thread (one at a time: the next is handed over when the one
+        before lands); None ends it."""
+        self._in_flight = False
+        """A batch is with the commit thread, not landed yet."""
+        self._gathering = False
+        self._linger = False
+        """Records from `begin` wait for a batch to go with: `run()` sends them after
+        `LINGER_S` if none has."""
+        """A commit is letting the other ready tasks add theirs before it hands the batch
+        over."""
+        self._accepting = False
+        """The commit thread takes batches (from `run()`'s start until it is drained)."""
+        self._hand_back: Callable[[list[_Job]], None] | None = None
+        """Hands a committed batch back to the loop, from the commit thread."""
+        self._nudge: anyio.Event | None = None
+        """Wakes `run()`: a full journal to retire, or a close with nothing left in flight."""
         self._closing = False
         self._fd: int | None = None
         self.path: Path | None = None
@@ -118,7 +157,7 @@ class GroupCommit:
 
     @property
     def running(self) -> bool:
-        return self._wake is not None
+        return self._accepting
 
     async def commit(self, writer: Appender) -> None:
         """Make `writer`'s pending records durable, batched with other sessions' (what writing
@@ -130,57 +169,142 @@ class GroupCommit:
 
     async def commit_all(self, writers: list[Appender], *,
                          background: bool = False) -> list[Exception | None]:
-        """Make each writer's pending records durable, in one batch when the writer task
-        runs; what writing each raised (None: it is durable). Callers shield it from
-        cancellation, and bound how many they hand over at once. `background` appends (the
-        orchestration log's) go after every session's, a few a batch."""
+        """Make each writer's pending records durable, in one batch (handed to the commit
+        thread at once when it is idle, else when the batch in hand lands); what writing each
+        raised (None: it is durable). Callers shield it from cancellation, and bound how many
+        they hand over at once. `background` appends (the orchestration log's) go after every
+        session's, a few a batch."""
         jobs = [_Job(writer) if writer.pending else None for writer in writers]
         waiting = [job for job in jobs if job is not None]
-        if self._wake is None:
+        if not self._accepting:
             for job in waiting:
                 await _flush_alone(job)
         elif waiting:
             (self._later if background else self._queue).extend(waiting)
-            self._wake.set()
+            if not (self._in_flight or self._gathering):
+                # The commits that other tasks ready now make go along: they run before this
+                # one is back from the checkpoint (one pass of the loop; nothing to wait for
+                # when nobody else is ready).
+                self._gathering = True
+                try:
+                    await anyio.lowlevel.cancel_shielded_checkpoint()
+                finally:
+                    self._gathering = False
+                if not self._in_flight and (self._queue or self._later):
+                    self._dispatch()
             for job in waiting:
                 await job.done.wait()
         return [job.error if job is not None else None for job in jobs]
 
+    def begin(self, writer: Appender, *,
+              on_error: Callable[[], None] | None = None) -> Pending:
+        """Queue `writer`'s pending records without waiting for them: they go with the next
+        batch another commit makes, at the latest `LINGER_S` from now, or at once when
+        `finish` asks for them. For records a caller may go on without for a moment (the
+        messages a model request carries: the reply waits for them), so that they cost no
+        batch of their own. `on_error` is called (on the loop) as soon as writing them has
+        failed, e.g. to cancel what was started meanwhile."""
+        if not writer.pending:
+            return Pending(None)
+        job = _Job(writer, on_error=on_error)
+        if self._accepting:
+            self._queue.append(job)
+            if not self._in_flight and not self._linger and self._nudge is not None:
+                self._linger = True
+                self._nudge.set()
+        return Pending(job)
+
+    async def finish(self, pending: Pending) -> None:
+        """Wait until the records `begin` took are durable (what writing them raised, when
+        they could not be). Callers shield it from cancellation."""
+        job = pending._job
+        if job is None:
+            return
+        if not job.sent:
+            if not self._accepting:  # the writer stopped before they went: sync them here
+                self._queue = [queued for queued in self._queue if queued is not job]
+                await _flush_alone(job)
+            elif not self._in_flight:
+                self._dispatch()
+        await job.done.wait()
+        if job.error is not None:
+            raise job.error
+
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Commit batches until `close()`; what is queued then is committed first."""
+        """Run the commit thread until `close()`; what is queued then is committed first. Full
+        journals are retired from here, in worker threads, off the commit path."""
         await anyio.to_thread.run_sync(self._open)
-        self._wake = wake = anyio.Event()
+        self._hand_back = _hand_back_to_this_loop(self._landed)
+        self._nudge = nudge = anyio.Event()
+        thread = threading.Thread(target=self._serve, name="squadd-commit", daemon=True)
+        thread.start()
+        self._accepting = True
         task_status.started()
         try:
             async with anyio.create_task_group() as retirements:
-                while True:
-                    if not self._queue and not self._later:
-                        if self._closing:
-                            break
-                        await wake.wait()
-                        self._wake = wake = anyio.Event()
-                        continue
-                    batch = [*self._queue, *self._later[:BACKGROUND_PER_BATCH]]
-                    self._queue, self._later = [], self._later[BACKGROUND_PER_BATCH:]
-                    try:
-                        with anyio.CancelScope(shield=True):
-                            await anyio.to_thread.run_sync(self._commit, batch)
-                    except Exception as exc:  # a bug: its sessions hear it, the writer goes on
-                        log.exception("group commit failed")
-                        for job in batch:
-                            job.error = job.error or exc
-                    for job in batch:
-                        job.done.set()
+                while not (self._closing and self._idle):
+                    await nudge.wait()
+                    self._nudge = nudge = anyio.Event()
                     if self._rotated and not self._retiring:
                         self._rotated, self._retiring = False, True
                         retirements.start_soon(self._retire_full)
+                    if self._linger:
+                        await anyio.sleep(LINGER_S)
+                        self._linger = False
+                        if not self._in_flight and (self._queue or self._later):
+                            self._dispatch()
         finally:
-            self._wake = None
             with anyio.CancelScope(shield=True):
-                for job in [*self._queue, *self._later]:  # none after a clean close; a
-                    await _flush_alone(job)  # cancelled run syncs each
-                self._queue, self._later = [], []
+                # Cancelled or closed, what is queued still goes: the thread is sound.
+                self._closing = True
+                while not self._idle:
+                    await nudge.wait()
+                    self._nudge = nudge = anyio.Event()
+                self._accepting = False  # from here, a commit syncs its writer by itself
+                self._inbox.put(None)
+                await anyio.to_thread.run_sync(thread.join)
+                self._nudge = None
                 await anyio.to_thread.run_sync(self._close_journal)
+
+    @property
+    def _idle(self) -> bool:
+        return not (self._in_flight or self._queue or self._later)
+
+    def _dispatch(self) -> None:
+        """Hand what waits to the commit thread as one batch (on the loop)."""
+        batch = [*self._queue, *self._later[:BACKGROUND_PER_BATCH]]
+        self._queue, self._later = [], self._later[BACKGROUND_PER_BATCH:]
+        for job in batch:
+            job.sent = True
+        self._in_flight = True
+        self._inbox.put(batch)
+
+    def _landed(self, batch: list[_Job]) -> None:
+        """A batch is durable, or failed (on the loop): wake its callers, hand over the next."""
+        for job in batch:
+            job.done.set()
+            if job.error is not None and job.on_error is not None:
+                job.on_error()
+        self._in_flight = False
+        if self._queue or self._later:
+            self._dispatch()
+        if self._nudge is not None and (self._rotated or (self._closing and self._idle)):
+            self._nudge.set()
+
+    def _serve(self) -> None:
+        """The commit thread: commit each batch handed over, then land it on the loop."""
+        while (batch := self._inbox.get()) is not None:
+            try:
+                self._commit(batch)
+            except Exception as exc:  # a bug: its sessions hear it, the writer goes on
+                log.exception("group commit failed")
+                for job in batch:
+                    job.error = job.error or exc
+            try:
+                if self._hand_back is not None:
+                    self._hand_back(batch)
+            except RuntimeError:  # the loop is gone, and its waiters with it
+                return
 
     async def _retire_full(self) -> None:
         try:
@@ -192,8 +316,8 @@ class GroupCommit:
     def close(self) -> None:
         """Commit what is queued now, then let `run()` end (and remove the journal)."""
         self._closing = True
-        if self._wake is not None:
-            self._wake.set()
+        if self._nudge is not None:
+            self._nudge.set()
 
     # Blocking parts, in worker threads.
     def _open(self) -> None:
@@ -368,7 +492,29 @@ def _lock_if_still_at(fd: int, path: Path) -> bool:
     return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
 
 
+def _hand_back_to_this_loop(landed: Callable[[list[_Job]], None]
+                            ) -> Callable[[list[_Job]], None]:
+    """A call, for another thread, that runs `landed(batch)` on the running event loop: on
+    asyncio without waiting for it (the thread goes back to its queue at once), elsewhere
+    through anyio (the thread waits until the loop has run it)."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # not asyncio
+        token = anyio.lowlevel.current_token()
+
+        def through_anyio(batch: list[_Job]) -> None:
+            anyio.from_thread.run_sync(landed, batch, token=token)
+
+        return through_anyio
+
+    def soon(batch: list[_Job]) -> None:
+        loop.call_soon_threadsafe(landed, batch)
+
+    return soon
+
+
 async def _flush_alone(job: _Job) -> None:
+    job.sent = True
     try:
         await anyio.to_thread.run_sync(job.writer.flush)
     except Exception as exc:  # its session hears it

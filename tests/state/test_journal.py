@@ -192,6 +192,65 @@ async def test_a_failed_retirement_is_tried_again_when_the_next_journal_fills_no
     assert len(attempts) == 3
 
 
+async def test_begun_records_go_with_the_next_commits_batch(layout: SquadLayout) -> None:
+    commits = GroupCommit(layout)
+    async with anyio.create_task_group() as tg:
+        await tg.start(commits.run)
+        begun = commits.begin(writer_for(layout, "asked", "the request's messages"))
+        await commits.commit(writer_for(layout, "answered", "an answer"))  # takes them along
+        assert commits.batches == 1
+        await commits.finish(begun)  # already durable: nothing more to sync
+        assert commits.batches == 1
+        commits.close()
+    for name, text in (("asked", "the request's messages"), ("answered", "an answer")):
+        messages = read_transcript(layout.transcripts_dir / f"{name}.jsonl").messages
+        assert messages == [{"role": "user", "content": text}]
+
+
+async def test_begun_records_nobody_takes_along_go_by_themselves_after_the_linger(
+        layout: SquadLayout) -> None:
+    commits = GroupCommit(layout)
+    async with anyio.create_task_group() as tg:
+        await tg.start(commits.run)
+        begun = commits.begin(writer_for(layout, "asked", "alone"))
+        with anyio.fail_after(30):
+            while commits.batches == 0:  # noqa: ASYNC110 - the writer's own task sends them
+                await anyio.sleep(0.01)
+        await commits.finish(begun)
+        assert commits.batches == 1
+        commits.close()
+
+
+async def test_finish_sends_begun_records_at_once(layout: SquadLayout,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(journal_module, "LINGER_S", 3600.0)  # the linger would never end
+    commits = GroupCommit(layout)
+    async with anyio.create_task_group() as tg:
+        await tg.start(commits.run)
+        begun = commits.begin(writer_for(layout, "asked", "now"))
+        with anyio.fail_after(30):
+            await commits.finish(begun)
+        assert commits.batches == 1
+        tg.cancel_scope.cancel()  # the writer's task is in its linger
+    messages = read_transcript(layout.transcripts_dir / "asked.jsonl").messages
+    assert messages == [{"role": "user", "content": "now"}]
+
+
+async def test_a_begun_write_that_fails_is_told_at_once_and_raised_by_finish(
+        layout: SquadLayout) -> None:
+    commits = GroupCommit(layout)
+    (layout.transcripts_dir / "blocked.jsonl").mkdir(parents=True)  # a folder: cannot append
+    told = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        await tg.start(commits.run)
+        begun = commits.begin(writer_for(layout, "blocked", "x"), on_error=told.set)
+        with anyio.fail_after(30):
+            await told.wait()  # before anyone asked for them
+        with pytest.raises(OSError):
+            await commits.finish(begun)
+        commits.close()
+
+
 async def test_a_write_that_fails_is_raised_to_its_session_only(layout: SquadLayout) -> None:
     commits = GroupCommit(layout)
     (layout.transcripts_dir / "blocked.jsonl").mkdir(parents=True)  # a folder: cannot append
