@@ -2,9 +2,11 @@
 
 Ask the provider; run the tool calls it returns one after another, in order, through the one
 invoker; append every message to the transcript and fsync it before the next step: the calls
-before the first runs, each result before the next call starts. Ends on final text,
-`max_turns`, the route timeout, or cancellation. Between tasks a session keeps no message list
-in memory: continuing it re-reads its transcript.
+before the first runs, each result before the next call starts. A request goes out while the
+records it carries are being made durable (its reply is acted on, or recorded, only once they
+are: a reply whose records could not be made durable is dropped and the session fails). Ends
+on final text, `max_turns`, the route timeout, or cancellation. Between tasks a session keeps
+no message list in memory: continuing it re-reads its transcript.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from squadd.config import Settings
 from squadd.contracts.events import AgentCompleted, AgentError, EventSink, SessionMessage
 from squadd.contracts.messages import (
     AssistantMessage,
+    Completion,
     Message,
     SystemMessage,
     ToolCall,
@@ -173,7 +176,7 @@ class AgentSession:
                     timeout_s: float | None = None,
                     accepted: bool = False) -> SessionOutcome:
         """A new session: write its meta (unless the route's acceptance did), system prompt
-        and task, then run it.
+        and task, then run it (they are made durable while the first request is out).
 
         When the group commit makes the records durable and every file the prompt and the
         tools need is cached and unchanged (a `stat` each), the records are made here on the
@@ -185,7 +188,6 @@ class AgentSession:
         if messages is None:
             messages = await anyio.to_thread.run_sync(self._first_prepare, task, context,
                                                       accepted)
-        await self._flush()
         for message in messages:
             self._publish(message)
         return await self._run(messages, None, cancel, timeout_s, prepared=True)
@@ -375,23 +377,15 @@ class AgentSession:
                             workspace_dir=self.workspace_dir)
         max_turns = self.settings.session.max_turns
         for _ in range(max_turns):
-            await self._flush()  # every message is durable before the provider sees it
             request = CompletionRequest(
                 messages=messages, tools=self._specs, model=info.model or None,
                 max_tokens=self.settings.provider.max_tokens, agent=info.agent,
                 session_id=info.session_id,
                 cwd=str(self.workspace_dir) if self.workspace_dir is not None else None,
             )
-            try:
-                completion = await self.provider.complete(request)
-            except ProviderError as exc:
-                return self._outcome("error", error=str(exc))
-            except SquaddError as exc:
-                return self._outcome("error", error=str(exc))
-            except Exception as exc:  # a provider bug must end this session, not the pool
-                log.exception("provider crashed", session_id=info.session_id)
-                return self._outcome("error",
-                                     error=f"provider crashed: {type(exc).__name__}: {exc}")
+            completion = await self._ask_durably(request)
+            if isinstance(completion, SessionOutcome):  # the provider failed: the session ends
+                return completion
             self.turns += 1
             self.usage = Usage(
                 input_tokens=self.usage.input_tokens + completion.usage.input_tokens,
@@ -419,6 +413,37 @@ class AgentSession:
             error=f"stopped after {max_turns} turns without a final answer "
                   "(session.max_turns); the transcript has the work so far",
         )
+
+    async def _ask_durably(self, request: CompletionRequest) -> Completion | SessionOutcome:
+        """The provider's reply to `request` (or the session's end, when it failed), asked for
+        while the records not yet durable (the messages it carries) are committed with the
+        group commit's next batch: returned only once they are durable. When they cannot
+        be, the request is cancelled, the commit's error raised (as a failed flush raises)
+        and the reply, if any, dropped."""
+        commits = self.commits
+        if not self._writer.pending:
+            return await self._ask(request)
+        if commits is None or not commits.running:
+            await self._flush()
+            return await self._ask(request)
+        with anyio.CancelScope() as asking:
+            pending = commits.begin(self._writer, on_error=asking.cancel)
+            try:
+                return await self._ask(request)
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await commits.finish(pending)
+        raise RuntimeError("the request was cancelled for a commit that did not fail")
+
+    async def _ask(self, request: CompletionRequest) -> Completion | SessionOutcome:
+        """The provider's reply, or the session's end when the provider failed."""
+        try:
+            return await self.provider.complete(request)
+        except (ProviderError, SquaddError) as exc:
+            return self._outcome("error", error=str(exc))
+        except Exception as exc:  # a provider bug must end this session, not the pool
+            log.exception("provider crashed", session_id=self.session_id)
+            return self._outcome("error", error=f"provider crashed: {type(exc).__name__}: {exc}")
 
     async def _call(self, call: ToolCall, origin: CallOrigin) -> Message:
         result = await self.invoker.invoke(self.tools, call, origin)

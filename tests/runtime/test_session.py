@@ -17,14 +17,17 @@ from squadd.errors import NotFoundError, ProviderError
 from squadd.providers.base import CompletionRequest
 from squadd.providers.replay import ReplayProvider, parse_script
 from squadd.runtime.conversation import INTERRUPTED_TOOL_TEXT, NOT_STARTED_TOOL_TEXT
-from squadd.runtime.session import AgentSession
+from squadd.runtime.session import AgentSession, SessionOutcome
 from squadd.runtime.session_info import SessionInfo, choose_model, session_toolset
+from squadd.state import journal as journal_module
 from squadd.state.charters import parse_charter, read_charter
+from squadd.state.journal import GroupCommit
 from squadd.state.layout import SquadLayout
 from squadd.state.transcripts import TranscriptWriter, read_transcript
 from squadd.tools.base import ToolContext, ToolSet
 from squadd.tools.invoke import ToolInvoker
 from squadd.tools.squad import file_tools
+from tests.support.held import hold
 from tests.tools.conftest import make_squad
 
 
@@ -222,6 +225,93 @@ async def test_timeout_ends_in_error_and_says_so(squad: SquadLayout) -> None:
     with anyio.fail_after(30):
         outcome = await _session(squad, Slow())[0].start("go", None, timeout_s=0.2)
     assert outcome.status == "error" and "timed out after 0.2s" in (outcome.error or "")
+
+
+class Waiting:
+    """A provider that says when it is asked, and answers "done" when let go (it notes
+    whether it was cancelled instead)."""
+
+    name = "waiting"
+    default_model = "x"
+
+    def __init__(self) -> None:
+        self.asked = anyio.Event()
+        self.go = anyio.Event()
+        self.cancelled = False
+
+    async def complete(self, request: CompletionRequest) -> Completion:
+        self.asked.set()
+        try:
+            await self.go.wait()
+        except anyio.get_cancelled_exc_class():
+            self.cancelled = True
+            raise
+        return Completion(text="done")
+
+    async def aclose(self) -> None:
+        return None
+
+
+def _committed_session(layout: SquadLayout, provider: Any,
+                       commits: GroupCommit) -> AgentSession:
+    settings = Settings()
+    events = Events()
+    return AgentSession(
+        SessionInfo(session_id="s-1", agent="fenster", model="m", task="t"),
+        layout=layout, settings=settings, provider=provider,
+        invoker=ToolInvoker(layout, settings, events),
+        tools=ToolSet(file_tools(layout, settings)), sink=events, commits=commits,
+    )
+
+
+async def test_the_first_request_goes_out_during_its_records_sync_and_its_reply_waits_for_it(
+        squad: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    held = hold(monkeypatch, journal_module, "_datasync")
+    provider = Waiting()
+    commits = GroupCommit(squad)
+    outcomes: list[SessionOutcome] = []
+    async with anyio.create_task_group() as tg:
+        await tg.start(commits.run)
+        session = _committed_session(squad, provider, commits)
+
+        async def run() -> None:
+            outcomes.append(await session.start("go", None))
+
+        tg.start_soon(run)
+        with anyio.fail_after(30):
+            await held.wait_entered()  # the prompt and the task are in their sync, held
+            await provider.asked.wait()  # and the request went out meanwhile
+        provider.go.set()  # its reply is in: it waits for the sync
+        await anyio.wait_all_tasks_blocked()
+        assert outcomes == []
+        on_disk = read_transcript(squad.transcript("s-1"))
+        assert [m["role"] for m in on_disk.messages] == ["system", "user"]
+        held.release.set()
+        with anyio.fail_after(30):
+            while not outcomes:  # noqa: ASYNC110 - the commit thread ends the sync
+                await anyio.sleep(0.01)
+        commits.close()
+    assert outcomes[0].status == "completed" and outcomes[0].answer == "done"
+    transcript = read_transcript(squad.transcript("s-1"))
+    assert [m["role"] for m in transcript.messages] == ["system", "user", "assistant"]
+    assert len(held.calls) == 2  # the opening records, then the answer
+
+
+async def test_records_that_cannot_be_made_durable_cancel_the_request_and_fail_the_session(
+        squad: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    def full_disk(self: TranscriptWriter) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(TranscriptWriter, "append_unsynced", full_disk)
+    provider = Waiting()
+    commits = GroupCommit(squad)
+    async with anyio.create_task_group() as tg:
+        await tg.start(commits.run)
+        session = _committed_session(squad, provider, commits)
+        with anyio.fail_after(30), pytest.raises(OSError, match="No space left"):
+            await session.start("go", None)  # never let go: it ends only if cancelled
+        commits.close()
+    assert provider.cancelled  # the request was not left running for a reply nobody takes
 
 
 def test_unknown_agent_lists_the_agents_that_exist(squad: SquadLayout) -> None:
