@@ -255,9 +255,12 @@ class GroupCommit:
                             self._dispatch()
         finally:
             with anyio.CancelScope(shield=True):
-                # Cancelled or closed, what is queued still goes: the thread is sound.
+                # Cancelled or closed, what is queued still goes (records a linger held
+                # too): the thread is sound.
                 self._closing = True
                 while not self._idle:
+                    if not self._in_flight:
+                        self._dispatch()
                     await nudge.wait()
                     self._nudge = nudge = anyio.Event()
                 self._accepting = False  # from here, a commit syncs its writer by itself

@@ -236,6 +236,23 @@ async def test_finish_sends_begun_records_at_once(layout: SquadLayout,
     assert messages == [{"role": "user", "content": "now"}]
 
 
+async def test_begun_records_still_in_their_linger_are_committed_when_the_writer_is_cancelled(
+        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(journal_module, "LINGER_S", 3600.0)
+    commits = GroupCommit(layout)
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            await tg.start(commits.run)
+            begun = commits.begin(writer_for(layout, "asked", "kept"))
+            await anyio.wait_all_tasks_blocked()  # the writer's task is in its linger
+            tg.cancel_scope.cancel()
+        await commits.finish(begun)
+    assert commits.batches == 1 and not commits.running
+    messages = read_transcript(layout.transcripts_dir / "asked.jsonl").messages
+    assert messages == [{"role": "user", "content": "kept"}]
+    assert _journals(layout) == []
+
+
 async def test_a_begun_write_that_fails_is_told_at_once_and_raised_by_finish(
         layout: SquadLayout) -> None:
     commits = GroupCommit(layout)
