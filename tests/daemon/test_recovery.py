@@ -190,6 +190,19 @@ def test_transcripts_name_the_process_that_runs_them(squad: SquadLayout) -> None
                                                 "start": process_start(os.getpid())}
 
 
+def _active_transcript(layout: SquadLayout, within_s: float = 30.0) -> Path:
+    """The one transcript, once it says its session is active (polled: another process
+    writes it)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        found = list_transcripts(layout)
+        if len(found) == 1 and read_transcript(found[0]).last_state == "active":
+            return found[0]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no active transcript within {within_s:g}s: {found}")
+        time.sleep(0.01)
+
+
 @pytest.mark.slow
 def test_serve_leaves_a_running_squadd_run_session_alone(tmp_path: Path) -> None:
     """`squadd run` in a repo, its model still thinking, while `squadd serve` starts there: the
@@ -211,7 +224,8 @@ def test_serve_leaves_a_running_squadd_run_session_alone(tmp_path: Path) -> None
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             assert asked.wait(60)  # the run's session is asking its model
-            [path] = list_transcripts(layout)
+            # (its prompt and task ride the next journal batch, which may land just after)
+            path = _active_transcript(layout)
             session_id = path.name.removesuffix(".jsonl")
             with daemon:
                 assert read_transcript(path).last_state == "active"
