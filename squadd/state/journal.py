@@ -8,6 +8,8 @@ per append, see `_frame`) and syncs the journal once. Only then is anyone woken:
 advances, and no caller hears of an accepted route, before its records are durable. Appends
 that arrive while a batch is being written form the next batch, handed to the thread as the
 batch before it lands: a commit costs one trip to that thread and back, with no task between.
+Records a caller can go on without for a moment (`begin`: the messages a model request
+carries, whose reply waits for them) ride the next batch instead of making one.
 
 The files stay where and as they were (readers see the appended bytes at once: the journal
 only makes them durable). A checkpoint (when the journal passes `CHECKPOINT_BYTES`, and at
@@ -127,11 +129,11 @@ class GroupCommit:
         self._in_flight = False
         """A batch is with the commit thread, not landed yet."""
         self._gathering = False
+        """A commit is letting the other ready tasks add theirs before it hands the batch
+        over."""
         self._linger = False
         """Records from `begin` wait for a batch to go with: `run()` sends them after
         `LINGER_S` if none has."""
-        """A commit is letting the other ready tasks add theirs before it hands the batch
-        over."""
         self._accepting = False
         """The commit thread takes batches (from `run()`'s start until it is drained)."""
         self._hand_back: Callable[[list[_Job]], None] | None = None
@@ -221,8 +223,7 @@ class GroupCommit:
         if job is None:
             return
         if not job.sent:
-            if not self._accepting:  # the writer stopped before they went: sync them here
-                self._queue = [queued for queued in self._queue if queued is not job]
+            if not self._accepting:  # begun after the writer stopped: sync them here
                 await _flush_alone(job)
             elif not self._in_flight:
                 self._dispatch()
