@@ -300,10 +300,14 @@ class GroupCommit:
         while (batch := self._inbox.get()) is not None:
             try:
                 self._commit(batch)
-            except Exception as exc:  # a bug: its sessions hear it, the writer goes on
+            except BaseException as exc:  # a bug: its sessions hear it, the writer goes on
+                # (nobody would hear a BaseException that ended this thread, and every later
+                # commit would wait for it forever)
                 log.exception("group commit failed")
+                error = exc if isinstance(exc, Exception) else RuntimeError(
+                    f"the group commit failed: {exc!r}")
                 for job in batch:
-                    job.error = job.error or exc
+                    job.error = job.error or error
             try:
                 if self._hand_back is not None:
                     self._hand_back(batch)

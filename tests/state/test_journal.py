@@ -80,6 +80,42 @@ async def test_records_waiting_together_share_one_sync_and_nobody_wakes_before_i
     assert not list(layout.transcript_journals_dir.iterdir())  # a clean close removes it
 
 
+async def test_commits_made_in_one_pass_of_the_loop_share_one_batch(
+        layout: SquadLayout) -> None:
+    commits = GroupCommit(layout)
+    async with anyio.create_task_group() as tg:
+        await tg.start(commits.run)
+        async with anyio.create_task_group() as sessions:
+            for n in range(5):  # all ready at once, with nothing in flight
+                sessions.start_soon(commits.commit, writer_for(layout, f"s{n}", "x"))
+        assert commits.batches == 1  # the first waited one pass for the others
+        commits.close()
+
+
+async def test_a_commit_thread_hit_by_a_base_exception_fails_that_batch_and_goes_on(
+        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = TranscriptWriter.append_unsynced
+    broken = {"once"}
+
+    def stopping(self: TranscriptWriter) -> Appended | None:
+        if broken:
+            broken.clear()
+            raise SystemExit("a writer that calls sys.exit")
+        return real(self)
+
+    monkeypatch.setattr(TranscriptWriter, "append_unsynced", stopping)
+    commits = GroupCommit(layout)
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            await tg.start(commits.run)
+            with pytest.raises(Exception, match=r"sys\.exit"):
+                await commits.commit(writer_for(layout, "first", "lost"))
+            await commits.commit(writer_for(layout, "second", "kept"))  # the thread lives
+            commits.close()
+    messages = read_transcript(layout.transcripts_dir / "second.jsonl").messages
+    assert messages == [{"role": "user", "content": "kept"}]
+
+
 async def test_background_appends_go_a_few_a_batch_behind_every_sessions_records(
         layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
     held = hold(monkeypatch, journal_module, "_datasync")
