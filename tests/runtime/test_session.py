@@ -65,14 +65,15 @@ def _replay(script: dict[str, Any]) -> Spy:
 
 
 def _session(layout: SquadLayout, provider: Any, settings: Settings | None = None,
-             session_id: str = "s-1") -> tuple[AgentSession, Events]:
+             session_id: str = "s-1",
+             commits: GroupCommit | None = None) -> tuple[AgentSession, Events]:
     settings = settings or Settings()
     events = Events()
     session = AgentSession(
         SessionInfo(session_id=session_id, agent="fenster", model="m", task="t"),
         layout=layout, settings=settings, provider=provider,
         invoker=ToolInvoker(layout, settings, events),
-        tools=ToolSet(file_tools(layout, settings)), sink=events,
+        tools=ToolSet(file_tools(layout, settings)), sink=events, commits=commits,
     )
     return session, events
 
@@ -252,18 +253,6 @@ class Waiting:
         return None
 
 
-def _committed_session(layout: SquadLayout, provider: Any,
-                       commits: GroupCommit) -> AgentSession:
-    settings = Settings()
-    events = Events()
-    return AgentSession(
-        SessionInfo(session_id="s-1", agent="fenster", model="m", task="t"),
-        layout=layout, settings=settings, provider=provider,
-        invoker=ToolInvoker(layout, settings, events),
-        tools=ToolSet(file_tools(layout, settings)), sink=events, commits=commits,
-    )
-
-
 async def test_the_first_request_goes_out_during_its_records_sync_and_its_reply_waits_for_it(
         squad: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
     held = hold(monkeypatch, journal_module, "_datasync")
@@ -272,7 +261,7 @@ async def test_the_first_request_goes_out_during_its_records_sync_and_its_reply_
     outcomes: list[SessionOutcome] = []
     async with anyio.create_task_group() as tg:
         await tg.start(commits.run)
-        session = _committed_session(squad, provider, commits)
+        session = _session(squad, provider, commits=commits)[0]
 
         async def run() -> None:
             outcomes.append(await session.start("go", None))
@@ -307,7 +296,7 @@ async def test_records_that_cannot_be_made_durable_cancel_the_request_and_fail_t
     commits = GroupCommit(squad)
     async with anyio.create_task_group() as tg:
         await tg.start(commits.run)
-        session = _committed_session(squad, provider, commits)
+        session = _session(squad, provider, commits=commits)[0]
         with anyio.fail_after(30), pytest.raises(OSError, match="No space left"):
             await session.start("go", None)  # never let go: it ends only if cancelled
         commits.close()
