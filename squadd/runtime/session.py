@@ -3,9 +3,11 @@
 Ask the provider; run the tool calls it returns one after another, in order, through the one
 invoker; append every message to the transcript and fsync it before the next step: the calls
 before the first runs, each result before the next call starts. A request goes out while the
-records it carries are being made durable (its reply is acted on, or recorded, only once they
-are: a reply whose records could not be made durable is dropped and the session fails). Ends
-on final text, `max_turns`, the route timeout, or cancellation. Between tasks a session keeps
+records it carries are being made durable; a reply back first is recorded at once (its records
+go with them when they have not left yet: one sync for both), but what it makes happen (a tool
+call, the session's end and its event, the caller's answer) waits until all are durable. When
+they cannot be, the session fails with the disk's error. Ends on final text, `max_turns`, the
+route timeout, or cancellation. Between tasks a session keeps
 no message list in memory: continuing it re-reads its transcript.
 """
 
@@ -42,7 +44,7 @@ from squadd.runtime.conversation import name_calls, paired, used_call_ids
 from squadd.runtime.prompt import PromptParts, build_system_prompt, gather
 from squadd.runtime.session_info import SessionInfo, now_iso, session_meta
 from squadd.statcache import NotCached, StatCache
-from squadd.state.journal import GroupCommit
+from squadd.state.journal import GroupCommit, Pending
 from squadd.state.layout import SquadLayout
 from squadd.state.owner import current_owner
 from squadd.state.transcripts import (
@@ -153,6 +155,10 @@ class AgentSession:
         """Where the transcript's records go: given (a worker's session forwards them to its
         coordinator), else the session's own file, made on first use."""
         self._specs = tools.specs()
+        self._riding: Pending | None = None
+        """Records a model request carried, begun with the group commit and not known durable
+        yet: the next flush waits for them (the reply's records ride with them when they have
+        not gone yet)."""
 
     @property
     def _writer(self) -> TranscriptWriter:
@@ -312,12 +318,20 @@ class AgentSession:
         ))
 
     async def _flush(self) -> None:
-        if self._writer.pending:
-            with anyio.CancelScope(shield=True):
-                if self.commits is not None:
-                    await self.commits.commit(self._writer)
-                else:
-                    await anyio.to_thread.run_sync(self._writer.flush)
+        """Make every record so far durable (what writing them raised, when they could not
+        be): what a reply does beyond the transcript and the bus waits for this."""
+        riding, self._riding = self._riding, None
+        if riding is None and not self._writer.pending:
+            return
+        with anyio.CancelScope(shield=True):
+            if riding is not None and self.commits is not None:
+                await self.commits.finish(riding)  # takes the records added since, if unsent
+            if not self._writer.pending:
+                return
+            if self.commits is not None:
+                await self.commits.commit(self._writer)
+            else:
+                await anyio.to_thread.run_sync(self._writer.flush)
 
     def mark(self, state: str, **fields: Any) -> None:
         """Record a state change in the transcript (flushed with the next write)."""
@@ -359,16 +373,18 @@ class AgentSession:
                  "output_tokens": outcome.usage.output_tokens}
         if outcome.status == "completed":
             self.mark("completed", answer=outcome.answer, turns=outcome.turns, **usage)
+        else:
+            self.mark(outcome.status, error=outcome.error, turns=outcome.turns, **usage)
+        await self._flush()  # the bus tells of the end once it is durable (and it may fail)
+        if outcome.status == "completed":
             self.sink.publish(AgentCompleted(
                 session_id=self.session_id, agent=self.agent, answer=outcome.answer[:2000],
                 turns=outcome.turns, duration_s=round(outcome.duration_s, 6), **usage,
             ))
         else:
-            self.mark(outcome.status, error=outcome.error, turns=outcome.turns, **usage)
             self.sink.publish(AgentError(session_id=self.session_id, agent=self.agent,
                                          error=outcome.error or outcome.status,
                                          state=outcome.status))
-        await self._flush()
 
     async def _loop(self, messages: list[Message], cancel: CancelSignal) -> SessionOutcome:
         info = self.info
@@ -416,10 +432,13 @@ class AgentSession:
 
     async def _ask_durably(self, request: CompletionRequest) -> Completion | SessionOutcome:
         """The provider's reply to `request` (or the session's end, when it failed), asked for
-        while the records not yet durable (the messages it carries) are committed with the
-        group commit's next batch: returned only once they are durable. When they cannot
-        be, the request is cancelled, the commit's error raised (as a failed flush raises)
-        and the reply, if any, dropped."""
+        while the records not yet durable (the messages it carries) go with the group
+        commit's next batch. The reply may come first: its own records then go in the same
+        batch when it has not left yet, and everything the reply makes happen beyond the
+        transcript and the bus (a tool call, the session's end, the caller's answer) waits
+        for the next `_flush`, which waits for them all. When the records cannot be made
+        durable, the request is cancelled (if still out) and the commit's error raised, there
+        or at that flush, as a failed flush raises."""
         commits = self.commits
         if not self._writer.pending:
             return await self._ask(request)
@@ -429,10 +448,13 @@ class AgentSession:
         with anyio.CancelScope() as asking:
             pending = commits.begin(self._writer, on_error=asking.cancel)
             try:
-                return await self._ask(request)
-            finally:
+                reply = await self._ask(request)
+            except BaseException:
                 with anyio.CancelScope(shield=True):
-                    await commits.finish(pending)
+                    await commits.finish(pending)  # the disk's error, when it cancelled us
+                raise
+            self._riding = pending
+            return reply
         raise RuntimeError("the request was cancelled for a commit that did not fail")
 
     async def _ask(self, request: CompletionRequest) -> Completion | SessionOutcome:

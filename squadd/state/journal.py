@@ -174,15 +174,20 @@ class GroupCommit:
         """Make each writer's pending records durable, in one batch (handed to the commit
         thread at once when it is idle, else when the batch in hand lands); what writing each
         raised (None: it is durable). Callers shield it from cancellation, and bound how many
-        they hand over at once. `background` appends (the orchestration log's) go after every
-        session's, a few a batch."""
+        they hand over at once. `background` appends (the orchestration log's, which nobody's
+        next step waits for) ride the next batch a session makes, at the latest `LINGER_S`
+        from now, after every session's and a few a batch."""
         jobs = [_Job(writer) if writer.pending else None for writer in writers]
         waiting = [job for job in jobs if job is not None]
         if not self._accepting:
             for job in waiting:
                 await _flush_alone(job)
+            waiting = []
+        elif waiting and background:  # they ride the next batch a session makes
+            self._later.extend(waiting)
+            self._send_or_linger()
         elif waiting:
-            (self._later if background else self._queue).extend(waiting)
+            self._queue.extend(waiting)
             if not (self._in_flight or self._gathering):
                 # The commits that other tasks ready now make go along: they run before this
                 # one is back from the checkpoint (one pass of the loop; nothing to wait for
@@ -194,8 +199,8 @@ class GroupCommit:
                     self._gathering = False
                 if not self._in_flight and (self._queue or self._later):
                     self._dispatch()
-            for job in waiting:
-                await job.done.wait()
+        for job in waiting:
+            await job.done.wait()
         return [job.error if job is not None else None for job in jobs]
 
     def begin(self, writer: Appender, *,
@@ -211,10 +216,24 @@ class GroupCommit:
         job = _Job(writer, on_error=on_error)
         if self._accepting:
             self._queue.append(job)
-            if not self._in_flight and not self._linger and self._nudge is not None:
-                self._linger = True
-                self._nudge.set()
+            self._start_linger()
         return Pending(job)
+
+    def _send_or_linger(self) -> None:
+        """With no batch in hand: send what waits when a session's record or a whole batch of
+        background ones does, else let the few background ones wait for a ride."""
+        if self._in_flight:
+            return
+        if self._queue or len(self._later) >= BACKGROUND_PER_BATCH:
+            self._dispatch()
+        elif self._later:
+            self._start_linger()
+
+    def _start_linger(self) -> None:
+        """Have `run()` send what waits after `LINGER_S`, unless a batch takes it first."""
+        if not self._in_flight and not self._linger and self._nudge is not None:
+            self._linger = True
+            self._nudge.set()
 
     async def finish(self, pending: Pending) -> None:
         """Wait until the records `begin` took are durable (what writing them raised, when
@@ -290,8 +309,7 @@ class GroupCommit:
             if job.error is not None and job.on_error is not None:
                 job.on_error()
         self._in_flight = False
-        if self._queue or self._later:
-            self._dispatch()
+        self._send_or_linger()
         if self._nudge is not None and (self._rotated or (self._closing and self._idle)):
             self._nudge.set()
 

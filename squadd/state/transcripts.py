@@ -311,8 +311,11 @@ class TranscriptWriter:
     def _write(self, *, sync: bool) -> Appended | None:
         if not self._pending:
             return None
-        payload = "\n".join(self._pending) + "\n"
-        self._pending.clear()
+        # Taken so that records the session adds meanwhile (on the loop, while a group
+        # commit's thread appends) stay for the next append: each list operation is atomic.
+        taken = self._pending[:]
+        del self._pending[:len(taken)]
+        payload = "\n".join(taken) + "\n"
         created = False
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)

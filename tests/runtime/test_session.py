@@ -12,7 +12,7 @@ import pytest
 from squadd import tool
 from squadd.config import SessionSettings, Settings
 from squadd.contracts.events import AgentCompleted, AgentError, BaseEvent
-from squadd.contracts.messages import Completion
+from squadd.contracts.messages import Completion, ToolCall
 from squadd.errors import NotFoundError, ProviderError
 from squadd.providers.base import CompletionRequest
 from squadd.providers.replay import ReplayProvider, parse_script
@@ -301,6 +301,101 @@ async def test_records_that_cannot_be_made_durable_cancel_the_request_and_fail_t
             await session.start("go", None)  # never let go: it ends only if cancelled
         commits.close()
     assert provider.cancelled  # the request was not left running for a reply nobody takes
+
+
+class Instant:
+    """A provider that answers at once, without a pause: each turn in order (a tool call's
+    name and arguments, or the final text)."""
+
+    name = "instant"
+    default_model = "x"
+
+    def __init__(self, *turns: dict[str, Any] | str) -> None:
+        self.turns = list(turns)
+
+    async def complete(self, request: CompletionRequest) -> Completion:
+        turn = self.turns.pop(0)
+        if isinstance(turn, str):
+            return Completion(text=turn)
+        return Completion(tool_calls=[ToolCall(id=f"c{len(self.turns)}", **turn)])
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def test_a_reply_back_before_its_records_left_goes_with_them_and_the_end_waits_for_both(
+        squad: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    held = hold(monkeypatch, journal_module, "_datasync")
+    commits = GroupCommit(squad)
+    outcomes: list[SessionOutcome] = []
+    async with anyio.create_task_group() as tg:
+        await tg.start(commits.run)
+        session, events = _session(squad, Instant("done"), commits=commits)
+
+        async def run() -> None:
+            outcomes.append(await session.start("go", None))
+
+        tg.start_soon(run)
+        with anyio.fail_after(30):
+            await held.wait_entered()  # one batch: the prompt, the task, the answer, the end
+        await anyio.wait_all_tasks_blocked()
+        assert outcomes == []  # the caller waits for the sync
+        assert not any(isinstance(e, AgentCompleted) for e in events.items)
+        on_disk = read_transcript(squad.transcript("s-1"))
+        assert [m["role"] for m in on_disk.messages] == ["system", "user", "assistant"]
+        assert on_disk.last_state == "completed"
+        held.release.set()
+        with anyio.fail_after(30):
+            while not outcomes:  # noqa: ASYNC110 - the commit thread ends the sync
+                await anyio.sleep(0.01)
+        commits.close()
+    assert outcomes[0].status == "completed" and outcomes[0].answer == "done"
+    assert len(held.calls) == 1 and commits.batches == 1
+    assert any(isinstance(e, AgentCompleted) for e in events.items)
+
+
+async def test_tool_calls_in_a_reply_back_before_its_records_left_run_only_once_durable(
+        squad: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    held = hold(monkeypatch, journal_module, "_datasync")
+    commits = GroupCommit(squad)
+    outcomes: list[SessionOutcome] = []
+    async with anyio.create_task_group() as tg:
+        await tg.start(commits.run)
+        session = _session(squad, Instant(DECIDE, "decided"), commits=commits)[0]
+
+        async def run() -> None:
+            outcomes.append(await session.start("decide", None))
+
+        tg.start_soon(run)
+        with anyio.fail_after(30):
+            await held.wait_entered()
+        await anyio.wait_all_tasks_blocked()
+        on_disk = read_transcript(squad.transcript("s-1"))
+        assert [m["role"] for m in on_disk.messages] == ["system", "user", "assistant"]
+        assert not (squad.inbox_dir / "fenster-use-jwt.md").exists()  # the call waits
+        held.release.set()
+        with anyio.fail_after(30):
+            while not outcomes:  # noqa: ASYNC110 - the commit thread ends the sync
+                await anyio.sleep(0.01)
+        commits.close()
+    assert outcomes[0].answer == "decided"
+    assert (squad.inbox_dir / "fenster-use-jwt.md").is_file()
+
+
+async def test_a_reply_back_before_its_records_failed_to_sync_fails_the_session_untold(
+        squad: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    def full_disk(self: TranscriptWriter) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(TranscriptWriter, "append_unsynced", full_disk)
+    commits = GroupCommit(squad)
+    async with anyio.create_task_group() as tg:
+        await tg.start(commits.run)
+        session, events = _session(squad, Instant("done"), commits=commits)
+        with anyio.fail_after(30), pytest.raises(OSError, match="No space left"):
+            await session.start("go", None)
+        commits.close()
+    assert not any(isinstance(e, AgentCompleted) for e in events.items)
 
 
 def test_unknown_agent_lists_the_agents_that_exist(squad: SquadLayout) -> None:

@@ -149,6 +149,45 @@ async def test_background_appends_go_a_few_a_batch_behind_every_sessions_records
     assert sorted(done) == sorted(["first", "session", *(f"log{n}" for n in range(40))])
 
 
+async def test_background_appends_ride_the_next_sessions_batch(
+        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(journal_module, "LINGER_S", 3600.0)  # the linger would never end
+    commits = GroupCommit(layout)
+    done: list[str] = []
+    async with anyio.create_task_group() as tg:
+        await tg.start(commits.run)
+
+        async def log_entry() -> None:
+            [error] = await commits.commit_all([writer_for(layout, "log", "entry")],
+                                               background=True)
+            assert error is None
+            done.append("log")
+
+        tg.start_soon(log_entry)
+        await anyio.wait_all_tasks_blocked()
+        assert commits.batches == 0 and done == []  # no batch of its own
+        with anyio.fail_after(30):
+            await commits.commit(writer_for(layout, "session", "a record"))
+            while not done:  # noqa: ASYNC110 - its waiter wakes in the same landing
+                await anyio.sleep(0.01)
+        assert commits.batches == 1
+        tg.cancel_scope.cancel()
+    assert read_transcript(layout.transcripts_dir / "log.jsonl").messages == [
+        {"role": "user", "content": "entry"}]
+
+
+async def test_background_appends_nobody_takes_along_go_by_themselves_after_the_linger(
+        layout: SquadLayout) -> None:
+    commits = GroupCommit(layout)
+    async with anyio.create_task_group() as tg:
+        await tg.start(commits.run)
+        with anyio.fail_after(30):
+            [error] = await commits.commit_all([writer_for(layout, "log", "alone")],
+                                               background=True)
+        assert error is None and commits.batches == 1
+        commits.close()
+
+
 def _journals(layout: SquadLayout) -> list[str]:
     return sorted(p.name for p in layout.transcript_journals_dir.iterdir())
 
