@@ -82,3 +82,11 @@ def fmt(value: float) -> str:
 
 def say(message: str) -> None:
     print(message, file=sys.stderr if message.startswith("!") else sys.stdout, flush=True)
+
+
+def serve_like_squadd() -> None:
+    """Give this process the garbage-collector settings `squadd serve` runs with
+    (`squadd.gc_tuning`): every framework a benchmark compares runs with them."""
+    from squadd.gc_tuning import tune_for_serving
+
+    tune_for_serving()

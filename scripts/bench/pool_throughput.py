@@ -5,6 +5,7 @@ sleeps 50 ms per turn: the bound is 32 / 0.05 = 640 routes/s. Everything else is
 fsync, events, orchestration log). The same load also runs on pydantic-ai (`Agent.run` with a
 `FunctionModel` that sleeps as long) under an equal semaphore, for comparison. `cpu_ms_per_route`
 is the process's CPU time (user + system, every thread) over the run, divided by the routes.
+Both run with the garbage-collector settings `squadd serve` uses (`squadd.gc_tuning`).
 
 Prints, as its last line:
     pool_throughput routes_per_s=… fraction_of_bound=… cpu_ms_per_route=…
@@ -29,7 +30,7 @@ from pathlib import Path
 import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import fmt, have, make_squad, run_in_bench_venv, say
+from _common import fmt, have, make_squad, run_in_bench_venv, say, serve_like_squadd
 
 
 def cpu_s() -> float:
@@ -122,6 +123,7 @@ def main() -> None:
     parser.add_argument("--peers-only", action="store_true",
                         help="run only pydantic-ai and print its routes/s as JSON")
     args = parser.parse_args()
+    serve_like_squadd()
     delay_s = args.delay_ms / 1000
     bound = args.concurrency / delay_s
     if args.peers_only:

@@ -9,6 +9,8 @@ persist nothing, and on openai-agents with `SQLiteSession(session_id, db_file)` 
 same folder (a new session per run, every item committed to SQLite): the durable peer. The
 floor is those three reads plus one fsynced transcript write in plain Python; one floor
 iteration follows each route, so that both see the same disk and load.
+Every framework runs with the garbage-collector settings `squadd serve` uses
+(`squadd.gc_tuning`).
 
 Prints, as its last line:
     route_overhead p50_ms=… p99_ms=… openai_agents_p50_ms=… pydantic_ai_p50_ms=…
@@ -40,6 +42,7 @@ from _common import (
     percentile,
     run_in_bench_venv,
     say,
+    serve_like_squadd,
 )
 
 WARMUP = 50
@@ -182,6 +185,7 @@ def main() -> None:
                         help="run only the peer frameworks and print their p50s as JSON")
     parser.add_argument("--squad", type=Path, help="(with --peers-only) the squad dir to read")
     args = parser.parse_args()
+    serve_like_squadd()
     if args.peers_only:
         with tempfile.TemporaryDirectory() as tmp:
             root = args.squad or make_squad(Path(tmp) / "repo").root

@@ -103,6 +103,7 @@ async def _serve(name: str, slots: int, layout: SquadLayout, settings: Settings)
     from squadd.cluster import workers
     from squadd.cluster.connection import RedisGuard, connect
     from squadd.daemon.cluster_mode import cluster_password
+    from squadd.gc_tuning import tune_for_serving
     from squadd.providers.factory import make_provider
     from squadd.worker.process import Worker
 
@@ -115,6 +116,7 @@ async def _serve(name: str, slots: int, layout: SquadLayout, settings: Settings)
     try:
         async with anyio.create_task_group() as tg:
             await tg.start(the_worker.run)
+            tune_for_serving()  # as the daemon does once it serves
             with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                 async for _ in signals:
                     the_worker.stopping.set()

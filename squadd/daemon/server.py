@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import gc
 import ipaddress
 import os
 import secrets
@@ -47,6 +46,7 @@ from squadd.daemon.recovery import (
 from squadd.daemon.ui_guard import UiPortOnly
 from squadd.errors import ConfigError, DaemonAlreadyRunningError, DaemonError, DaemonNotRunningError
 from squadd.fsio import atomic_write, try_lock
+from squadd.gc_tuning import tune_for_serving
 from squadd.logs import configure_logging
 from squadd.loop_watch import LoopWatch
 from squadd.procs import stop_orphans
@@ -338,7 +338,7 @@ class Daemon:
             scribe_stop = anyio.Event()
             group.start_soon(functools.partial(run_scribe_worker, self.layout, self.settings,
                                                runtime.bus, stop=scribe_stop))
-            gc.freeze()  # what startup built lives as long as the daemon: keep it out of GC passes
+            tune_for_serving()  # what startup built stays out of GC passes; fewer of them
             runtime.bus.publish(DaemonStarted(pid=context.pid, repo=str(self.layout.repo)))
             log.info("squadd serving", pid=context.pid, repo=str(self.layout.repo),
                      listen=[listener.where for listener in listeners],
