@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import base64
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +30,7 @@ from squadd.state.transcripts import TranscriptWriter, read_transcript
 from squadd.tools.base import ToolContext, ToolSet
 from squadd.tools.invoke import ToolInvoker
 from squadd.tools.squad import file_tools
-from tests.support.held import hold
+from tests.support.held import Held, hold
 from tests.tools.conftest import make_squad
 
 
@@ -253,37 +256,57 @@ class Waiting:
         return None
 
 
-async def test_the_first_request_goes_out_during_its_records_sync_and_its_reply_waits_for_it(
-        squad: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+@dataclass
+class HeldStart:
+    held: Held
+    """The journal's syncs: the first is held until `held.release` is set."""
+    events: Events
+    outcomes: list[SessionOutcome]
+    commits: GroupCommit
+
+
+@contextlib.asynccontextmanager
+async def started_with_its_sync_held(squad: SquadLayout, monkeypatch: pytest.MonkeyPatch,
+                                     provider: Any, task: str) -> AsyncIterator[HeldStart]:
+    """A session started on a running group commit, yielded once the first journal sync has
+    begun and is held; on leaving, the sync goes on and the session's outcome is awaited."""
     held = hold(monkeypatch, journal_module, "_datasync")
-    provider = Waiting()
     commits = GroupCommit(squad)
     outcomes: list[SessionOutcome] = []
     async with anyio.create_task_group() as tg:
         await tg.start(commits.run)
-        session = _session(squad, provider, commits=commits)[0]
+        session, events = _session(squad, provider, commits=commits)
 
         async def run() -> None:
-            outcomes.append(await session.start("go", None))
+            outcomes.append(await session.start(task, None))
 
         tg.start_soon(run)
         with anyio.fail_after(30):
-            await held.wait_entered()  # the prompt and the task are in their sync, held
-            await provider.asked.wait()  # and the request went out meanwhile
-        provider.go.set()  # its reply is in: it waits for the sync
-        await anyio.wait_all_tasks_blocked()
-        assert outcomes == []
-        on_disk = read_transcript(squad.transcript("s-1"))
-        assert [m["role"] for m in on_disk.messages] == ["system", "user"]
+            await held.wait_entered()
+        yield HeldStart(held, events, outcomes, commits)
         held.release.set()
         with anyio.fail_after(30):
             while not outcomes:  # noqa: ASYNC110 - the commit thread ends the sync
                 await anyio.sleep(0.01)
         commits.close()
-    assert outcomes[0].status == "completed" and outcomes[0].answer == "done"
+
+
+async def test_the_first_request_goes_out_during_its_records_sync_and_its_reply_waits_for_it(
+        squad: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    provider = Waiting()
+    async with started_with_its_sync_held(squad, monkeypatch, provider, "go") as started:
+        # the prompt and the task are in their sync, held
+        with anyio.fail_after(30):
+            await provider.asked.wait()  # and the request went out meanwhile
+        provider.go.set()  # its reply is in, after its records left: it waits for the sync
+        await anyio.wait_all_tasks_blocked()
+        assert started.outcomes == []
+        on_disk = read_transcript(squad.transcript("s-1"))
+        assert [m["role"] for m in on_disk.messages] == ["system", "user"]
+    assert started.outcomes[0].status == "completed" and started.outcomes[0].answer == "done"
     transcript = read_transcript(squad.transcript("s-1"))
     assert [m["role"] for m in transcript.messages] == ["system", "user", "assistant"]
-    assert len(held.calls) == 2  # the opening records, then the answer
+    assert len(started.held.calls) == 2  # the opening records, then the answer
 
 
 async def test_records_that_cannot_be_made_durable_cancel_the_request_and_fail_the_session(
@@ -325,60 +348,28 @@ class Instant:
 
 async def test_a_reply_back_before_its_records_left_goes_with_them_and_the_end_waits_for_both(
         squad: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
-    held = hold(monkeypatch, journal_module, "_datasync")
-    commits = GroupCommit(squad)
-    outcomes: list[SessionOutcome] = []
-    async with anyio.create_task_group() as tg:
-        await tg.start(commits.run)
-        session, events = _session(squad, Instant("done"), commits=commits)
-
-        async def run() -> None:
-            outcomes.append(await session.start("go", None))
-
-        tg.start_soon(run)
-        with anyio.fail_after(30):
-            await held.wait_entered()  # one batch: the prompt, the task, the answer, the end
+    async with started_with_its_sync_held(squad, monkeypatch, Instant("done"), "go") as started:
+        # one batch in its sync: the prompt, the task, the answer and the end
         await anyio.wait_all_tasks_blocked()
-        assert outcomes == []  # the caller waits for the sync
-        assert not any(isinstance(e, AgentCompleted) for e in events.items)
+        assert started.outcomes == []  # the caller waits for the sync
+        assert not any(isinstance(e, AgentCompleted) for e in started.events.items)
         on_disk = read_transcript(squad.transcript("s-1"))
         assert [m["role"] for m in on_disk.messages] == ["system", "user", "assistant"]
         assert on_disk.last_state == "completed"
-        held.release.set()
-        with anyio.fail_after(30):
-            while not outcomes:  # noqa: ASYNC110 - the commit thread ends the sync
-                await anyio.sleep(0.01)
-        commits.close()
-    assert outcomes[0].status == "completed" and outcomes[0].answer == "done"
-    assert len(held.calls) == 1 and commits.batches == 1
-    assert any(isinstance(e, AgentCompleted) for e in events.items)
+    assert started.outcomes[0].status == "completed" and started.outcomes[0].answer == "done"
+    assert len(started.held.calls) == 1 and started.commits.batches == 1
+    assert any(isinstance(e, AgentCompleted) for e in started.events.items)
 
 
 async def test_tool_calls_in_a_reply_back_before_its_records_left_run_only_once_durable(
         squad: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
-    held = hold(monkeypatch, journal_module, "_datasync")
-    commits = GroupCommit(squad)
-    outcomes: list[SessionOutcome] = []
-    async with anyio.create_task_group() as tg:
-        await tg.start(commits.run)
-        session = _session(squad, Instant(DECIDE, "decided"), commits=commits)[0]
-
-        async def run() -> None:
-            outcomes.append(await session.start("decide", None))
-
-        tg.start_soon(run)
-        with anyio.fail_after(30):
-            await held.wait_entered()
+    provider = Instant(DECIDE, "decided")
+    async with started_with_its_sync_held(squad, monkeypatch, provider, "decide") as started:
         await anyio.wait_all_tasks_blocked()
         on_disk = read_transcript(squad.transcript("s-1"))
         assert [m["role"] for m in on_disk.messages] == ["system", "user", "assistant"]
         assert not (squad.inbox_dir / "fenster-use-jwt.md").exists()  # the call waits
-        held.release.set()
-        with anyio.fail_after(30):
-            while not outcomes:  # noqa: ASYNC110 - the commit thread ends the sync
-                await anyio.sleep(0.01)
-        commits.close()
-    assert outcomes[0].answer == "decided"
+    assert started.outcomes[0].answer == "decided"
     assert (squad.inbox_dir / "fenster-use-jwt.md").is_file()
 
 
