@@ -13,6 +13,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -135,6 +136,26 @@ def fmt(value: float) -> str:
     return f"{value:.3g}" if abs(value) < 100 else f"{value:.0f}"
 
 
+def files_where() -> str:
+    """Where the benchmarks' files lived, and that folder's file system (the figures that
+    write files depend on it)."""
+    folder = os.environ.get("SQUADD_BENCH_DIR")
+    path = os.path.realpath(folder or tempfile.gettempdir())
+    kind, best = "unknown", ""
+    try:
+        with open("/proc/mounts", encoding="utf-8") as mounts:
+            for line in mounts:
+                fields = line.split()
+                point = fields[1]
+                if (path == point or path.startswith(point.rstrip("/") + "/")) \
+                        and len(point) >= len(best):
+                    kind, best = fields[2], point
+    except OSError:
+        pass
+    where = "`SQUADD_BENCH_DIR`" if folder else "the default temp folder"
+    return f"Their files lived in {where}, on {kind}."
+
+
 def machine() -> str:
     cpu = platform.processor() or platform.machine()
     try:
@@ -203,6 +224,8 @@ def main() -> None:
         "scripts/bench/setup   # once: the peers' bench venv (.bench-venv/)",
         "scripts/bench/all     # runs every benchmark and rewrites this file",
         "```",
+        "",
+        files_where(),
         "",
         "| figure | measured | target | peers, same run | ratio | verdict |",
         "|---|---|---|---|---|---|",
