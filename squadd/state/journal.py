@@ -221,12 +221,13 @@ class GroupCommit:
 
     def _send_or_linger(self) -> None:
         """With no batch in hand: send what waits when a session's record or a whole batch of
-        background ones does, else let the few background ones wait for a ride."""
-        if self._in_flight:
+        background ones does (or the writer is closing: nobody lingers then), else let the
+        few background ones wait for a ride."""
+        if self._in_flight or not (self._queue or self._later):
             return
-        if self._queue or len(self._later) >= BACKGROUND_PER_BATCH:
+        if self._queue or self._closing or len(self._later) >= BACKGROUND_PER_BATCH:
             self._dispatch()
-        elif self._later:
+        else:
             self._start_linger()
 
     def _start_linger(self) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from anyio.abc import TaskStatus
 
 from squadd.state import journal as journal_module
 from squadd.state.journal import GroupCommit, replay_journals
@@ -186,6 +187,45 @@ async def test_background_appends_nobody_takes_along_go_by_themselves_after_the_
                                                background=True)
         assert error is None and commits.batches == 1
         commits.close()
+
+
+async def test_a_writer_cancelled_in_its_linger_drains_background_appends_past_one_batch(
+        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(journal_module, "LINGER_S", 3600.0)  # the linger would never end
+    held = hold(monkeypatch, journal_module, "_datasync")
+    commits = GroupCommit(layout)
+    errors: list[Exception | None] = []
+    logs = journal_module.BACKGROUND_PER_BATCH + 4
+    async with anyio.create_task_group() as tg:
+        writing = anyio.CancelScope()
+
+        async def run_writer(*, task_status: TaskStatus[None]) -> None:
+            with writing:
+                await commits.run(task_status=task_status)
+
+        async def commit(name: str, background: bool) -> None:
+            with anyio.CancelScope(shield=True):
+                errors.extend(await commits.commit_all([writer_for(layout, name, name)],
+                                                       background=background))
+
+        await tg.start(run_writer)
+        commits.begin(writer_for(layout, "asked", "a request"))  # the writer lingers for it
+        await anyio.wait_all_tasks_blocked()
+        tg.start_soon(commit, "session", False)  # takes the request along; its sync is held
+        await held.wait_entered()
+        for n in range(logs):
+            tg.start_soon(commit, f"log{n}", True)
+        await anyio.wait_all_tasks_blocked()
+        writing.cancel()  # cancelled in its linger: it drains what waits, lingering no more
+        await anyio.wait_all_tasks_blocked()
+        held.release.set()
+        with anyio.move_on_after(30):
+            while len(errors) < 1 + logs:  # noqa: ASYNC110 - the commit thread ends them
+                await anyio.sleep(0.01)
+        drained = len(errors)
+        commits.close()  # lets a stuck drain go (on the code before, it waited for a nudge)
+    assert drained == 1 + logs and errors == [None] * (1 + logs)
+    assert commits.batches == 3  # the request and the session, then the log entries 8 + 4
 
 
 def _journals(layout: SquadLayout) -> list[str]:
