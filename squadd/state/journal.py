@@ -1,15 +1,16 @@
 """Group commit for the route path: many sessions' appends made durable by one fsync.
 
 A runtime's sessions hand their pending transcript records to `GroupCommit.commit` and wait;
-the orchestration log hands its entries the same way (`commit_all`). The writer's own thread
-takes every append waiting as one batch, appends each to its file (no fsync there), writes the
-same bytes to this runtime's journal (`run/transcripts/.journal/{pid}-{token}.log`, one frame
-per append, see `_frame`) and syncs the journal once. Only then is anyone woken: no session
-advances, and no caller hears of an accepted route, before its records are durable. Appends
-that arrive while a batch is being written form the next batch, handed to the thread as the
-batch before it lands: a commit costs one trip to that thread and back, with no task between.
-Records a caller can go on without for a moment (`begin`: the messages a model request
-carries, whose reply waits for them) ride the next batch instead of making one.
+the orchestration log hands its entries the same way (`commit_all`, in the background: they
+ride the sessions' batches). The writer's own thread takes every append waiting as one batch,
+appends each to its file (no fsync there), writes the same bytes to this runtime's journal
+(`run/transcripts/.journal/{pid}-{token}.log`, one frame per append, see `_frame`) and syncs
+the journal once. Only then is anyone woken: no session advances, and no caller hears of an
+accepted route, before its records are durable. Appends that arrive while a batch is being
+written form the next batch, handed to the thread as the batch before it lands: a commit costs
+one trip to that thread and back, with no task between. Records a caller can go on without for
+a moment (`begin`: the messages a model request carries, whose reply waits for them) ride the
+next batch instead of making one.
 
 The files stay where and as they were (readers see the appended bytes at once: the journal
 only makes them durable). A checkpoint (when the journal passes `CHECKPOINT_BYTES`, and at
