@@ -7,8 +7,8 @@ records it carries are being made durable; a reply back first is recorded at onc
 go with them when they have not left yet: one sync for both), but what it makes happen (a tool
 call, the session's end and its event, the caller's answer) waits until all are durable. When
 they cannot be, the session fails with the disk's error. Ends on final text, `max_turns`, the
-route timeout, or cancellation. Between tasks a session keeps
-no message list in memory: continuing it re-reads its transcript.
+route timeout, or cancellation. Between tasks a session keeps no message list in memory:
+continuing it re-reads its transcript.
 """
 
 from __future__ import annotations
@@ -320,18 +320,17 @@ class AgentSession:
     async def _flush(self) -> None:
         """Make every record so far durable (what writing them raised, when they could not
         be): what a reply does beyond the transcript and the bus waits for this."""
-        riding, self._riding = self._riding, None
+        riding, self._riding = self._riding, None  # only ever set with a group commit
         if riding is None and not self._writer.pending:
             return
         with anyio.CancelScope(shield=True):
-            if riding is not None and self.commits is not None:
-                await self.commits.finish(riding)  # takes the records added since, if unsent
-            if not self._writer.pending:
-                return
-            if self.commits is not None:
-                await self.commits.commit(self._writer)
-            else:
+            if self.commits is None:
                 await anyio.to_thread.run_sync(self._writer.flush)
+                return
+            if riding is not None:
+                await self.commits.finish(riding)  # takes the records added since, if unsent
+            if self._writer.pending:
+                await self.commits.commit(self._writer)
 
     def mark(self, state: str, **fields: Any) -> None:
         """Record a state change in the transcript (flushed with the next write)."""
