@@ -373,6 +373,38 @@ async def test_tool_calls_in_a_reply_back_before_its_records_left_run_only_once_
     assert (squad.inbox_dir / "fenster-use-jwt.md").is_file()
 
 
+async def test_a_session_cancelled_while_its_reply_rides_the_sync_keeps_it_and_says_interrupted(
+        squad: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    held = hold(monkeypatch, journal_module, "_datasync")
+    commits = GroupCommit(squad)
+    ended = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        await tg.start(commits.run)
+        session = _session(squad, Instant(DECIDE, "decided"), commits=commits)[0]
+        stopping = anyio.CancelScope()
+
+        async def run() -> None:
+            with stopping:
+                await session.start("decide", None)
+            ended.set()
+
+        tg.start_soon(run)
+        with anyio.fail_after(30):
+            await held.wait_entered()  # the request's records and the reply's, in one sync
+        stopping.cancel()
+        await anyio.wait_all_tasks_blocked()
+        assert not ended.is_set()  # the sync is not abandoned half way
+        held.release.set()
+        with anyio.fail_after(30):
+            await ended.wait()
+        commits.close()
+    transcript = read_transcript(squad.transcript("s-1"))
+    assert [m["role"] for m in transcript.messages][:3] == ["system", "user", "assistant"]
+    assert transcript.messages[2]["tool_calls"][0]["name"] == "squad_decide"
+    assert transcript.last_state == "interrupted"
+    assert transcript.torn_lines == 0
+
+
 async def test_a_reply_back_before_its_records_failed_to_sync_fails_the_session_untold(
         squad: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
     def full_disk(self: TranscriptWriter) -> None:
