@@ -4,6 +4,7 @@ A squad's runtime first completes 1,000 routes (their sessions stay idle, holdin
 then admits 10,000 routes that wait in the queue behind `max_concurrent` sessions whose model
 never answers. The process's resident memory is read then, with everything real: records,
 queued tasks, orchestration log entries, events on the bus.
+It runs with the garbage-collector settings `squadd serve` uses (`squadd.gc_tuning`).
 
 Prints, as its last line:
     pool_memory rss_mb=… queued=… idle=… baseline_rss_mb=…
@@ -25,7 +26,7 @@ from pathlib import Path
 import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import make_squad, say
+from _common import make_squad, say, serve_like_squadd
 
 
 def rss_mb() -> float:
@@ -97,6 +98,7 @@ def main() -> None:
     args = parser.parse_args()
     import squadd.runtime.runtime  # noqa: F401  (imports count in the baseline)
 
+    serve_like_squadd()
     baseline = rss_mb()
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(dir=os.environ.get("SQUADD_BENCH_DIR")) as tmp:
