@@ -41,7 +41,6 @@ from pathlib import Path
 from typing import Protocol
 
 import anyio
-import anyio.from_thread
 import anyio.lowlevel
 import structlog
 from anyio.abc import TaskStatus
@@ -137,8 +136,10 @@ class GroupCommit:
         `LINGER_S` if none has."""
         self._accepting = False
         """The commit thread takes batches (from `run()`'s start until it is drained)."""
-        self._hand_back: Callable[[list[_Job]], None] | None = None
-        """Hands a committed batch back to the loop, from the commit thread."""
+        self._loop: asyncio.AbstractEventLoop | None = None
+        """The loop a committed batch is handed back to, from the commit thread, without
+        waiting: the thread goes back to its queue at once (squadd runs on asyncio, or on
+        uvloop, which is asyncio's)."""
         self._nudge: anyio.Event | None = None
         """Wakes `run()`: a full journal to retire, or a close with nothing left in flight."""
         self._closing = False
@@ -256,7 +257,7 @@ class GroupCommit:
         """Run the commit thread until `close()`; what is queued then is committed first. Full
         journals are retired from here, in worker threads, off the commit path."""
         await anyio.to_thread.run_sync(self._open)
-        self._hand_back = _hand_back_to_this_loop(self._landed)
+        self._loop = asyncio.get_running_loop()
         self._nudge = nudge = anyio.Event()
         thread = threading.Thread(target=self._serve, name="squadd-commit", daemon=True)
         thread.start()
@@ -329,8 +330,8 @@ class GroupCommit:
                 for job in batch:
                     job.error = job.error or error
             try:
-                if self._hand_back is not None:
-                    self._hand_back(batch)
+                if self._loop is not None:
+                    self._loop.call_soon_threadsafe(self._landed, batch)
             except RuntimeError:  # the loop is gone, and its waiters with it
                 return
 
@@ -518,27 +519,6 @@ def _lock_if_still_at(fd: int, path: Path) -> bool:
         return False
     held = os.fstat(fd)
     return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
-
-
-def _hand_back_to_this_loop(landed: Callable[[list[_Job]], None]
-                            ) -> Callable[[list[_Job]], None]:
-    """A call, for another thread, that runs `landed(batch)` on the running event loop: on
-    asyncio without waiting for it (the thread goes back to its queue at once), elsewhere
-    through anyio (the thread waits until the loop has run it)."""
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:  # not asyncio
-        token = anyio.lowlevel.current_token()
-
-        def through_anyio(batch: list[_Job]) -> None:
-            anyio.from_thread.run_sync(landed, batch, token=token)
-
-        return through_anyio
-
-    def soon(batch: list[_Job]) -> None:
-        loop.call_soon_threadsafe(landed, batch)
-
-    return soon
 
 
 async def _flush_alone(job: _Job) -> None:
