@@ -5,12 +5,13 @@ the orchestration log hands its entries the same way (`commit_all`, in the backg
 ride the sessions' batches). The writer's own thread takes every append waiting as one batch,
 appends each to its file (no fsync there), writes the same bytes to this runtime's journal
 (`run/transcripts/.journal/{pid}-{token}.log`, one frame per append, see `_frame`) and syncs
-the journal once. Only then is anyone woken: no session advances, and no caller hears of an
-accepted route, before its records are durable. Appends that arrive while a batch is being
-written form the next batch, handed to the thread as the batch before it lands: a commit costs
-one trip to that thread and back, with no task between. Records a caller can go on without for
-a moment (`begin`: the messages a model request carries, whose reply waits for them) ride the
-next batch instead of making one.
+the journal once. The frames go over zeros the journal already holds (`AHEAD_BYTES` of them),
+so that the sync flushes data only, not a new file size. Only then is anyone woken: no session
+advances, and no caller hears of an accepted route, before its records are durable. Appends
+that arrive while a batch is being written form the next batch, handed to the thread as the
+batch before it lands: a commit costs one trip to that thread and back, with no task between.
+Records a caller can go on without for a moment (`begin`: the messages a model request
+carries, whose reply waits for them) ride the next batch instead of making one.
 
 The files stay where and as they were (readers see the appended bytes at once: the journal
 only makes them durable). A checkpoint (when the journal passes `CHECKPOINT_BYTES`, and at
@@ -54,6 +55,10 @@ log = structlog.get_logger("squadd.journal")
 
 CHECKPOINT_BYTES = 8 * 1024 * 1024
 """Journal size past which the transcripts are synced and the journal emptied."""
+AHEAD_BYTES = 1024 * 1024
+"""Zeros a journal holds past its last frame. A batch writes its frames over bytes the file
+already has, so its sync (`fdatasync`) flushes only data: the file's size, and with it a
+commit of the file system's own journal, changes once per this many bytes, not per batch."""
 BACKGROUND_PER_BATCH = 8
 """Background appends (orchestration-log entries) a batch takes at most."""
 LINGER_S = 0.01
@@ -112,10 +117,12 @@ class GroupCommit:
     """One runtime's group-commit writer: `run()` it in a task group, `commit()` from sessions,
     `close()` to drain it. Without a running writer, `commit` syncs the writer by itself."""
 
-    def __init__(self, layout: SquadLayout, *, checkpoint_bytes: int = CHECKPOINT_BYTES):
+    def __init__(self, layout: SquadLayout, *, checkpoint_bytes: int = CHECKPOINT_BYTES,
+                 ahead_bytes: int = AHEAD_BYTES):
         self.layout = layout
         self._root = str(layout.root) + os.sep
         self.checkpoint_bytes = checkpoint_bytes
+        self.ahead_bytes = ahead_bytes
         self._queue: list[_Job] = []
         """Waiting appends. Bounded by the callers: each session (and each route being
         accepted) waits for its commit before it queues another."""
@@ -146,6 +153,9 @@ class GroupCommit:
         self._fd: int | None = None
         self.path: Path | None = None
         self._size = 0
+        """Bytes of frames in the journal: where the next batch's frames go."""
+        self._ahead = 0
+        """Bytes the journal holds, frames and the zeros past them (`_grow`)."""
         self._torn = False
         """A write failed part way: the journal may end inside a line, so the next write
         starts a new one (else replay could not parse its first line)."""
@@ -354,7 +364,7 @@ class GroupCommit:
         folder.mkdir(parents=True, exist_ok=True)
         for _attempt in range(_OPEN_ATTEMPTS):
             path = folder / f"{os.getpid()}-{secrets.token_hex(4)}{JOURNAL_SUFFIX}"
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC,
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
                          0o644)
             # Until it is locked, a replay in another process may take the new file for an
             # ended runtime's and remove it: then this one is not the journal, and another is
@@ -418,7 +428,7 @@ class GroupCommit:
             except OSError as checkpoint_error:  # it still holds it all: next batch tries again
                 log.warning("journal checkpoint failed", error=str(checkpoint_error))
             return
-        self._size, self._touched, self._torn = 0, set(), False
+        self._size, self._ahead, self._touched, self._torn = 0, 0, set(), False
         self._full.append(full)
         self._rotated = True
 
@@ -444,15 +454,25 @@ class GroupCommit:
             raise OSError("the journal is closed")
         if self._torn:
             data = b"\n" + data
+        if self._size + len(data) > self._ahead:
+            self._grow(self._fd, self._size + len(data))
         self._torn = True
         written = 0
         try:
             while written < len(data):
-                written += os.write(self._fd, data[written:])
+                written += os.pwrite(self._fd, data[written:], self._size + written)
         finally:
             self._size += written
         self._torn = False
         _datasync(self._fd)
+
+    def _grow(self, fd: int, end: int) -> None:
+        """Write zeros from the journal's end to `ahead_bytes` past `end`, for the batches to
+        come to write over (the sync of the batch that grows it makes the new size durable)."""
+        target = end + self.ahead_bytes
+        zeros = bytes(min(target - self._ahead, 1024 * 1024))
+        while self._ahead < target:
+            self._ahead += os.pwrite(fd, zeros[:target - self._ahead], self._ahead)
 
     def _checkpoint(self) -> None:
         """Sync every file written since the last checkpoint, then empty the journal."""
@@ -461,7 +481,7 @@ class GroupCommit:
         if self._fd is not None:
             os.ftruncate(self._fd, 0)
             os.fsync(self._fd)
-        self._size = 0
+        self._size = self._ahead = 0
 
     def _close_journal(self) -> None:
         self._retire()
@@ -617,7 +637,8 @@ def replay_journals(layout: SquadLayout) -> Replayed:
                 continue
             try:
                 with os.fdopen(os.dup(fd), "rb") as handle:
-                    frames.extend(_frames(handle.read()))
+                    # the zeros past the last frame are room its runtime never used
+                    frames.extend(_frames(handle.read().rstrip(b"\0")))
             except OSError as exc:  # left in place; the daemon still starts
                 log.warning("transcript journal not replayed", journal=name, error=str(exc))
                 os.close(fd)

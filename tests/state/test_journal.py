@@ -507,16 +507,17 @@ def test_a_journaled_orchestration_entry_a_power_cut_took_is_put_back(
 async def test_a_journal_write_that_failed_part_way_does_not_hide_the_next_batch(
         layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
     commits = GroupCommit(layout)
-    real_write = os.write
+    real_write = os.pwrite
     failures: list[int] = []
 
-    def half_then_full_disk(fd: int, data: bytes) -> int:
-        if fd == commits._fd and not failures:  # the first journal write: half, then ENOSPC
-            failures.append(real_write(fd, data[: len(data) // 2]))
+    def half_then_full_disk(fd: int, data: bytes, offset: int) -> int:
+        if fd == commits._fd and any(data) and not failures:
+            # the first journal write of frames: half, then ENOSPC
+            failures.append(real_write(fd, data[: len(data) // 2], offset))
             raise OSError(28, "No space left on device")
-        return real_write(fd, data)
+        return real_write(fd, data, offset)
 
-    monkeypatch.setattr(journal_module.os, "write", half_then_full_disk)
+    monkeypatch.setattr(journal_module.os, "pwrite", half_then_full_disk)
     async with anyio.create_task_group() as tg:
         await tg.start(commits.run)
         await commits.commit(writer_for(layout, "a", "first"))  # synced file by file instead
@@ -531,6 +532,56 @@ async def test_a_journal_write_that_failed_part_way_does_not_hide_the_next_batch
     assert replay_journals(layout).restored == ["run/transcripts/b.jsonl"]
     assert read_transcript(layout.transcripts_dir / "b.jsonl").messages == [
         {"role": "user", "content": "second"}]
+
+
+async def test_batches_write_over_zeros_the_journal_holds_so_its_size_changes_once_a_stretch(
+        layout: SquadLayout) -> None:
+    commits = GroupCommit(layout, ahead_bytes=4096)
+    sizes: list[int] = []
+    async with anyio.create_task_group() as tg:
+        await tg.start(commits.run)
+        assert commits.path is not None
+        for n in range(60):
+            await commits.commit(writer_for(layout, f"s{n}", "x" * 100))
+            sizes.append(commits.path.stat().st_size)
+        left = commits.path.read_bytes()  # what a kill would leave behind
+        commits.close()
+    assert commits.batches == 60
+    # A batch's sync finds the file's size unchanged, except when its frames pass the zeros
+    # the journal held: then it grows by a stretch of them (about 200 bytes a frame here).
+    grown = [n for n in range(1, 60) if sizes[n] != sizes[n - 1]]
+    assert sizes[0] > 4096 and 1 <= len(grown) <= 4
+    assert all(sizes[n] - sizes[n - 1] >= 4096 for n in grown)
+    frames_end = len(left.rstrip(b"\0"))
+    assert left[frames_end:] == bytes(len(left) - frames_end) and len(left) - frames_end > 0
+
+    (layout.transcript_journals_dir / "1-dead.log").write_bytes(left)
+    for n in range(60):  # a power cut took every transcript's unsynced bytes
+        (layout.transcripts_dir / f"s{n}.jsonl").unlink()
+    assert len(replay_journals(layout).restored) == 60
+    for n in range(60):
+        messages = read_transcript(layout.transcripts_dir / f"s{n}.jsonl").messages
+        assert messages == [{"role": "user", "content": "x" * 100}]
+
+
+async def test_a_checkpointed_journal_starts_over_and_replays_no_frame_from_before(
+        layout: SquadLayout) -> None:
+    commits = GroupCommit(layout, ahead_bytes=4096)
+    async with anyio.create_task_group() as tg:
+        await tg.start(commits.run)
+        assert commits.path is not None
+        await commits.commit(writer_for(layout, "old", "before"))
+        await anyio.to_thread.run_sync(commits._checkpoint)  # what a full journal gets
+        await commits.commit(writer_for(layout, "new", "after"))
+        left = commits.path.read_bytes()
+        commits.close()
+    assert b"before" not in left and b"after" in left
+    assert len(left) > 4096  # grown ahead again from its new start
+    (layout.transcripts_dir / "old.jsonl").unlink()  # removed since: never written back
+    (layout.transcripts_dir / "new.jsonl").unlink()
+    (layout.transcript_journals_dir / "1-dead.log").write_bytes(left)
+    assert replay_journals(layout).restored == ["run/transcripts/new.jsonl"]
+    assert not (layout.transcripts_dir / "old.jsonl").exists()
 
 
 def frame(layout: SquadLayout, where: str, end: int, data: bytes) -> bytes:
