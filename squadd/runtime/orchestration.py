@@ -33,7 +33,7 @@ from squadd.errors import StateError
 from squadd.fsio import fsync_dir, write_all
 from squadd.state.journal import GroupCommit
 from squadd.state.layout import SquadLayout
-from squadd.state.transcripts import Appended
+from squadd.state.transcripts import Appended, SpareFiles
 
 log = structlog.get_logger("squadd.orchestration")
 
@@ -245,10 +245,13 @@ class _EntryFile:
     the file written at spawn (whole if that file is gone). The journal's sync makes it
     durable; `flush` (a group commit that is not running) writes it by itself, as `_write`."""
 
-    def __init__(self, layout: SquadLayout, entry: OrchestrationEntry, *, whole: bool):
+    def __init__(self, layout: SquadLayout, entry: OrchestrationEntry, *, whole: bool,
+                 spares: SpareFiles | None = None):
         self.layout = layout
         self.entry = entry
         self.whole = whole
+        self.spares = spares
+        """Empty files made ahead: a new entry's file is one of them, moved into place."""
         self._done = False
 
     @property
@@ -270,11 +273,7 @@ class _EntryFile:
                 fd = os.open(target, flags | os.O_APPEND)
         text = render_outcome(self.entry) if fd is not None else render(self.entry)
         if fd is None:  # a stamp is this process's own: the file is new
-            try:
-                fd = os.open(target, flags | os.O_CREAT | os.O_EXCL, 0o644)
-            except FileNotFoundError:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                fd = os.open(target, flags | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = self._new_file(target, flags)
             created = True
         else:
             created = False
@@ -291,6 +290,16 @@ class _EntryFile:
         return Appended(target, end, data, created)
 
 
+    def _new_file(self, target: Path, flags: int) -> int:
+        if self.spares is not None and self.spares.take_into(target):
+            return os.open(target, flags)
+        try:
+            return os.open(target, flags | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileNotFoundError:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            return os.open(target, flags | os.O_CREAT | os.O_EXCL, 0o644)
+
+
 def _lost(entry: OrchestrationEntry, exc: Exception) -> None:
     # a full disk must not take a route down with it: the transcript still has everything
     log.warning("orchestration log not written", stamp=entry.stamp, agent=entry.agent,
@@ -301,10 +310,12 @@ class OrchestrationLog:
     """Writes orchestration entries; run `run()` in a task group and `close()` to drain it."""
 
     def __init__(self, layout: SquadLayout, *, commits: GroupCommit | None = None,
-                 backlog: int = 1024, linger_s: float = 0.05):
+                 spares: SpareFiles | None = None, backlog: int = 1024, linger_s: float = 0.05):
         self.layout = layout
         self.commits = commits
         """The runtime's group commit, when it has one (entries then share its journal)."""
+        self.spares = spares
+        """Files made ahead, which new entries written through `commits` are moved into."""
         self.backlog = backlog
         self.linger_s = linger_s
         """How long the writer gathers entries before a batch (unless it is closing)."""
@@ -351,8 +362,10 @@ class OrchestrationLog:
         whole = [e for e in entries if e.key not in self._spawned]
         outcomes = [e for e in entries if e.key in self._spawned and e.has_ended]
         if self.commits is not None and self.commits.running:
-            files = [*(_EntryFile(self.layout, e, whole=True) for e in whole),
-                     *(_EntryFile(self.layout, e, whole=False) for e in outcomes)]
+            files = [*(_EntryFile(self.layout, e, whole=True, spares=self.spares)
+                       for e in whole),
+                     *(_EntryFile(self.layout, e, whole=False, spares=self.spares)
+                       for e in outcomes)]
             # In the background: sessions' records never wait behind a burst of new files.
             errors = await self.commits.commit_all(list(files), background=True)
             for file, error in zip(files, errors, strict=True):

@@ -67,7 +67,7 @@ from squadd.workspaces import LandResult, Workspaces
 
 log = structlog.get_logger("squadd.runtime")
 SPARE_CHECK_S = 0.1
-"""How often the spare transcript files are counted (in memory; no I/O when enough)."""
+"""How often the spare files are counted (in memory; no I/O when enough)."""
 
 def retry_publisher(sink: EventSink) -> RetryCallback:
     """The `on_retry` callback for providers: each retry becomes a `provider.retry` event."""
@@ -105,7 +105,10 @@ class SquadRuntime:
         self.commits = GroupCommit(layout)
         """Makes sessions' transcript records and the orchestration log's entries durable
         together, one journal sync a batch."""
-        self.orchestration = OrchestrationLog(layout, commits=self.commits)
+        self.spares = SpareFiles(layout.sessions_dir)
+        """New transcripts' and orchestration-log entries' files, made ahead by a background
+        task."""
+        self.orchestration = OrchestrationLog(layout, commits=self.commits, spares=self.spares)
         self.extra_tools = extra_tools
         self.workspaces = Workspaces(layout, settings, self.bus)
         """Each session's git worktree (with `workspace.isolation = "worktree"`) and landing."""
@@ -123,8 +126,6 @@ class SquadRuntime:
         self.secrets = secrets if secrets is not None else SecretRegistry()
         """Secret values this runtime's tools were given: its owner's log processor
         (`secrets.redact_log_event`) redacts them."""
-        self.spares = SpareFiles(layout.sessions_dir)
-        """New transcripts' files, made ahead by a background task."""
         self.prompts = PromptFiles(layout.transcript_prompts_dir)
         """System prompts, each kept once, which transcripts name by digest."""
         self.runner = RouteRunner(
@@ -270,12 +271,12 @@ class SquadRuntime:
                 tg.start_soon(wait_one, event)
 
     async def _upkeep(self, scope: anyio.CancelScope) -> None:
-        """Idle sessions reaped, and spare transcript files and git worktrees made ahead
+        """Idle sessions reaped, and spare files and git worktrees made ahead
         (see `Workspaces.keep_spares`), until `shutdown` cancels `scope`."""
         with scope:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._reap_idle)
-                tg.start_soon(self._keep_spare_transcripts)
+                tg.start_soon(self._keep_spare_files)
                 tg.start_soon(self.workspaces.keep_spares)
 
     async def _reap_idle(self) -> None:
@@ -284,16 +285,17 @@ class SquadRuntime:
             await anyio.sleep(interval)
             self.pool.reap()
 
-    async def _keep_spare_transcripts(self) -> None:
-        """Keep new transcripts' files made ahead, off the routes' path (see `SpareFiles`)."""
+    async def _keep_spare_files(self) -> None:
+        """Keep new transcripts' and orchestration entries' files made ahead, off the routes'
+        path (see `SpareFiles`): two a route."""
         spares = self.spares
-        wanted = min(1024, 2 * (self.settings.pool.max_concurrent + 32))
+        wanted = min(2048, 4 * (self.settings.pool.max_concurrent + 32))
         while spares.usable:
             if len(spares) < wanted // 2:
                 try:
                     await anyio.to_thread.run_sync(spares.refill, wanted)
                 except OSError as exc:  # a full disk: sessions create their own files
-                    log.warning("spare transcript files not made", error=str(exc))
+                    log.warning("spare files not made", error=str(exc))
                     await anyio.sleep(5)
             await anyio.sleep(SPARE_CHECK_S)
 

@@ -132,12 +132,14 @@ def _with_prompt(record: dict[str, Any], folder: Path) -> dict[str, Any]:
 
 
 class SpareFiles:
-    """Empty transcript files made ahead of time, so a new session's first write is an append.
+    """Empty files made ahead of time, so a new session's first write is an append.
 
-    Creating and syncing a new file is the costliest step of a session's first write. A
-    background task (`refill`) creates spares in `run/transcripts/.spares/` and makes them
-    durable with one folder sync; a writer that needs a new transcript moves one into place
-    instead (made durable by the same folder sync the write needs anyway). Several processes may
+    Creating and syncing a new file is the costliest step of a session's first write (on a
+    long-used ext4, creating one can take a millisecond of the kernel's time). A background
+    task (`refill`) creates spares in `run/transcripts/.spares/` and makes them durable with
+    one folder sync; a writer that needs a new transcript, or a new orchestration-log entry,
+    moves one into place instead (made durable by the same folder sync the write needs
+    anyway). Several processes may
     share the folder. A spare moves to its target with one `renameat2(RENAME_NOREPLACE)`, which
     never replaces a transcript another writer made; where that call is missing, a spare is
     claimed by a rename within `.spares/` (one taker wins), then hard-linked to its target.
@@ -179,32 +181,37 @@ class SpareFiles:
         return len(made)
 
     def take_into(self, target: Path) -> bool:
-        """Make a spare the new file `target`; False when none is left or `target` exists
-        (an existing file is never replaced)."""
+        """Make a spare the new file `target`; False when none is left, `target` exists (an
+        existing file is never replaced), or its folder is missing or on another file
+        system."""
         while True:
             with self._lock:
                 if not self._names:
                     return False
                 name = self._names.popleft()
-            moved = _rename_noreplace(self.folder / name, target)
+            spare = self.folder / name
+            moved = _rename_noreplace(spare, target)
             if moved is True:
                 return True
-            if moved == "taken":
+            if moved == "taken" and not os.path.lexists(spare):
                 continue  # another process took it
-            if moved == "exists":
+            if moved in ("taken", "exists", "elsewhere"):  # the spare stays for another file
                 with self._lock:
                     self._names.appendleft(name)
                 return False
             claimed = self.folder / (name + _TAKEN)
             try:
-                (self.folder / name).rename(claimed)
+                spare.rename(claimed)
             except FileNotFoundError:
                 continue  # another process took it
             try:
                 os.link(claimed, target)
-            except FileExistsError:
+            except (FileExistsError, FileNotFoundError):
                 return False
-            except OSError:  # a file system without hard links: spares cannot help here
+            except OSError as exc:
+                if exc.errno == errno.EXDEV:  # another file system: this target only
+                    return False
+                # a file system without hard links: spares cannot help here
                 self.usable = False
                 with self._lock:
                     self._names.clear()
@@ -235,8 +242,9 @@ _RENAME_NOREPLACE = 1
 def _rename_noreplace(source: Path, target: Path) -> bool | str:
     """Move `source` to `target` in one step unless `target` exists (Linux renameat2).
 
-    True when moved; "taken" when `source` is gone; "exists" when `target` exists; False when
-    the system cannot do it (no renameat2, or a file system without RENAME_NOREPLACE).
+    True when moved; "taken" when `source` (or `target`'s folder) is missing; "exists" when
+    `target` exists; "elsewhere" when `target` is on another file system; False when the
+    system cannot do it (no renameat2, or a file system without RENAME_NOREPLACE).
     """
     if _RENAMEAT2 is None:
         return False
@@ -248,6 +256,8 @@ def _rename_noreplace(source: Path, target: Path) -> bool | str:
         return "taken"
     if code == errno.EEXIST:
         return "exists"
+    if code == errno.EXDEV:
+        return "elsewhere"
     return False
 
 
@@ -320,13 +330,13 @@ class TranscriptWriter:
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
         except FileNotFoundError:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
             spares = self.spares if self.spares is not None and \
                 self.spares.folder.parent == self.path.parent else None
             try:
-                if spares is not None and spares.take_into(self.path):
+                if spares is not None and spares.take_into(self.path):  # its folder exists
                     fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
                 else:
+                    self.path.parent.mkdir(parents=True, exist_ok=True)
                     fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL,
                                  0o644)
                 self._needs_fence = False

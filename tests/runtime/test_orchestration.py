@@ -15,6 +15,7 @@ from squadd.runtime.runtime import SquadRuntime
 from squadd.state import journal as journal_module
 from squadd.state.journal import GroupCommit
 from squadd.state.layout import SquadLayout
+from squadd.state.transcripts import SpareFiles
 from tests.runtime.scripted import script, settings, text
 from tests.support.held import hold
 
@@ -194,6 +195,31 @@ async def test_with_the_group_commit_entries_are_written_in_place_and_share_its_
     assert final.startswith(at_spawn) and "**Outcome**" not in at_spawn
     assert final.endswith("| **Outcome** | Completed |\n")
     assert not list(layout.orchestration_dir.glob(".*.tmp"))
+
+
+async def test_with_the_group_commit_a_new_entry_is_a_spare_file_moved_into_place(
+        layout: SquadLayout) -> None:
+    layout.orchestration_dir.mkdir()  # as a squad has it (a missing one is made: no spare)
+    spares = SpareFiles(layout.sessions_dir)
+    spares.refill(3)
+    made = {p.stat().st_ino for p in spares.folder.iterdir()}
+    commits = GroupCommit(layout)
+    log = OrchestrationLog(layout, commits=commits, spares=spares, linger_s=0.0)
+    async with anyio.create_task_group() as tg:
+        await tg.start(commits.run)
+        await tg.start(log.run)
+        first, second = _entry(log, "first"), _entry(log, "second")
+        await log.submit(first)
+        await log.submit(second)
+        await log.flush()
+        log.close()
+        commits.close()
+    # No file was created on the route's path: both entries are spares made before.
+    entries = {log.path_of(first).stat().st_ino, log.path_of(second).stat().st_ino}
+    assert entries < made and len(spares) == 1
+    assert {p.stat().st_ino for p in spares.folder.iterdir()} == made - entries
+    assert "| **Task** | first |" in log.path_of(first).read_text(encoding="utf-8")
+    assert "| **Task** | second |" in log.path_of(second).read_text(encoding="utf-8")
 
 
 async def test_with_the_group_commit_a_write_that_fails_is_logged_and_the_rest_written(

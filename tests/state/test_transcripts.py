@@ -123,6 +123,34 @@ def test_two_processes_never_take_the_same_spare(tmp_path: Path) -> None:
     assert sum(t.exists() for t in targets) == 4
 
 
+def test_a_spare_is_kept_when_its_target_folder_is_missing(tmp_path: Path) -> None:
+    from squadd.state.transcripts import SpareFiles
+
+    spares = SpareFiles(tmp_path / "sessions")
+    spares.refill(2)
+    assert spares.take_into(tmp_path / "orchestration-log" / "a.md") is False
+    assert len(spares) == 2  # not taken for gone: the next file gets it
+    assert spares.take_into(tmp_path / "sessions" / "s-1.jsonl") is True
+    assert len(spares) == 1 and len(list(spares.folder.iterdir())) == 1
+
+
+@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="needs a second file system")
+def test_a_spare_is_kept_when_its_target_is_on_another_file_system(tmp_path: Path) -> None:
+    import tempfile
+
+    from squadd.state.transcripts import SpareFiles
+
+    spares = SpareFiles(tmp_path / "sessions")
+    spares.refill(2)
+    with tempfile.TemporaryDirectory(dir="/dev/shm") as other:
+        if Path(other).stat().st_dev == tmp_path.stat().st_dev:
+            pytest.skip("/dev/shm is on the same file system here")
+        assert spares.take_into(Path(other) / "a.md") is False
+        assert not (Path(other) / "a.md").exists()
+    assert len(spares) == 2 and spares.usable  # still there for the transcripts
+    assert spares.take_into(tmp_path / "sessions" / "s-1.jsonl") is True
+
+
 def test_a_spare_never_replaces_an_existing_transcript(tmp_path: Path) -> None:
     from squadd.state.transcripts import SpareFiles
 
