@@ -84,6 +84,10 @@ class Subscription:
             if event is None:
                 return
             yield event
+            # What the buffer holds already goes without a checkpoint each: a consumer is
+            # still cancelled at the next `get`, a bounded buffer's worth of events later.
+            while (event := self.get_nowait()) is not None:
+                yield event
 
     def __enter__(self) -> Subscription:
         return self
