@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from squadd.runtime.session_info import SessionInfo, now_iso, session_meta
+from squadd.runtime.session_info import SessionInfo, session_meta
 from squadd.state.layout import SquadLayout
 from squadd.state.owner import current_owner
-from squadd.state.transcripts import SpareFiles, TranscriptWriter
+from squadd.state.transcripts import SpareFiles, TranscriptWriter, now_iso
 
 
 def acceptance_writer(layout: SquadLayout, info: SessionInfo, context: str | None,

@@ -42,7 +42,7 @@ from squadd.errors import ProviderError, SquaddError
 from squadd.providers.base import CompletionRequest, Provider
 from squadd.runtime.conversation import name_calls, paired, used_call_ids
 from squadd.runtime.prompt import PromptParts, build_system_prompt, gather
-from squadd.runtime.session_info import SessionInfo, now_iso, session_meta
+from squadd.runtime.session_info import SessionInfo, session_meta
 from squadd.statcache import NotCached, StatCache
 from squadd.state.journal import GroupCommit, Pending
 from squadd.state.layout import SquadLayout
@@ -52,6 +52,7 @@ from squadd.state.transcripts import (
     SpareFiles,
     Transcript,
     TranscriptWriter,
+    now_iso,
     read_transcript,
 )
 from squadd.tools.base import CancelSignal, ToolSet

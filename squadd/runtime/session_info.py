@@ -5,7 +5,6 @@ the pool, a route's acceptance and the coordinator use these without a running s
 
 from __future__ import annotations
 
-import datetime as dt
 import random
 import time
 from collections.abc import Iterable
@@ -76,10 +75,6 @@ class SessionInfo:
     priority: str = "normal"
     available_tools: tuple[str, ...] | None = None
     """The `availableTools` of the route that made the session: its later tasks keep to them."""
-
-
-def now_iso() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
 
 
 def session_meta(info: SessionInfo) -> dict[str, Any]:

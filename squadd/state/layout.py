@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 SQUAD_DIRNAMES = (".squad", ".ai-team")
 """Squad dir names in order of preference; `.ai-team` is the legacy name, used in place."""
 
+_PROMPT_PATHS_KEPT = 4096
+"""Unchecked prompt-file paths a layout keeps (past that it starts over): three an agent."""
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
@@ -96,7 +98,7 @@ class SquadLayout:
     `dataclasses` imports `inspect`, a tenth of what `squadd status` takes to start.)
     """
 
-    __slots__ = ("_prefix", "_root_text", "_skill_roots", "repo", "root")
+    __slots__ = ("_prefix", "_prompt_paths", "_root_text", "_skill_roots", "repo", "root")
 
     root: Path
     repo: Path
@@ -104,6 +106,7 @@ class SquadLayout:
     _root_text: str
     _prefix: str
     _skill_roots: tuple[tuple[SkillSource, Path], ...]
+    _prompt_paths: dict[tuple[str, str], Path]
 
     def __init__(self, root: Path):
         resolved = Path(os.path.realpath(root))
@@ -117,6 +120,8 @@ class SquadLayout:
         # `lstat` calls it makes, and it runs for every path of every route.
         object.__setattr__(self, "_root_text", str(resolved))
         object.__setattr__(self, "_prefix", str(resolved).rstrip(os.sep) + os.sep)
+        # `prompt_file(check=False)`'s paths, kept: every route asks for four of them.
+        object.__setattr__(self, "_prompt_paths", {})
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"a SquadLayout cannot be changed (tried to set {name!r})")
@@ -211,11 +216,21 @@ class SquadLayout:
         team's `decisions` (no agent). `check=False` skips the walk that refuses a path through a
         symlink: only for a path that is read through `open_file` (or a cache filled by it),
         which refuses whatever the file leads outside the repository by itself."""
+        if not check:
+            known: Path | None = self._prompt_paths.get((part, agent))
+            if known is not None:
+                return known
         if part == "decisions":
-            return self._p("decisions.md", check=check)
-        if part not in ("charter", "history"):
+            path = self._p("decisions.md", check=check)
+        elif part in ("charter", "history"):
+            path = self._p("agents", safe_name(agent), f"{part}.md", check=check)
+        else:
             raise ValueError(f"not a prompt file: {part!r}")
-        return self._p("agents", safe_name(agent), f"{part}.md", check=check)
+        if not check:
+            if len(self._prompt_paths) >= _PROMPT_PATHS_KEPT:
+                self._prompt_paths.clear()
+            self._prompt_paths[part, agent] = path
+        return path
 
     # Team-wide files.
     @property

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import datetime as dt
 import errno
 import functools
 import hashlib
@@ -28,6 +27,7 @@ import os
 import re
 import secrets
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,9 +37,21 @@ from squadd.fsio import atomic_write, fsync_dir, write_all
 from squadd.statcache import NotCached
 from squadd.state.layout import SquadLayout
 
+_SECOND: tuple[int, str] = (0, "")
+"""The last second `now_iso` wrote, and its text (one tuple: replaced whole, never changed)."""
 
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
+
+def now_iso() -> str:
+    """The time now in UTC, as `datetime.isoformat(timespec="milliseconds")` writes it
+    (`2026-11-27T09:58:33.265+00:00`). Every record has one, so the text up to the second is
+    made once a second."""
+    global _SECOND
+    now = time.time()
+    second = int(now)
+    known = _SECOND
+    if known[0] != second:
+        known = _SECOND = (second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)))
+    return f"{known[1]}.{int((now - second) * 1000):03d}+00:00"
 
 
 SPARES_DIRNAME = ".spares"
@@ -287,7 +299,7 @@ class TranscriptWriter:
         self._needs_fence: bool | None = None
 
     def add(self, kind: str, **fields: Any) -> None:
-        record = {"kind": kind, "ts": _now(), **fields}
+        record = {"kind": kind, "ts": now_iso(), **fields}
         self._pending.append(json.dumps(record, ensure_ascii=False, separators=(",", ":")))
 
     def system_fields(self, text: str, *, cached_only: bool = False) -> dict[str, Any]:

@@ -222,3 +222,22 @@ def test_a_layout_is_equal_hashable_immutable_and_pickles_by_its_resolved_root(
         del same.root  # type: ignore[misc]
     copied = pickle.loads(pickle.dumps(same))
     assert copied == squad and copied.transcripts_dir == squad.transcripts_dir
+
+
+def test_unchecked_prompt_paths_are_kept_bounded_and_bad_names_still_refused(
+        tmp_path: Path) -> None:
+    from squadd.state import layout as layout_module
+
+    root = tmp_path / ".squad"
+    root.mkdir()
+    layout = SquadLayout.at(root)
+    first = layout.prompt_file("charter", "fenster", check=False)
+    assert layout.prompt_file("charter", "fenster", check=False) is first  # kept, not rebuilt
+    assert first == root.resolve() / "agents" / "fenster" / "charter.md"
+    assert layout.prompt_file("history", "fenster", check=False).name == "history.md"
+    for _ in range(2):  # a refused name is never kept
+        with pytest.raises(InvalidNameError):
+            layout.prompt_file("charter", "../fenster", check=False)
+    for n in range(layout_module._PROMPT_PATHS_KEPT + 10):
+        layout.prompt_file("charter", f"agent{n}", check=False)
+    assert len(layout._prompt_paths) <= layout_module._PROMPT_PATHS_KEPT

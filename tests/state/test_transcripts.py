@@ -331,3 +331,15 @@ def test_a_damaged_prompt_file_is_never_read_as_the_prompt_and_is_written_anew(
         transcript = read_transcript(folder / f"{session_id}.jsonl")
         assert not transcript.lost_prompt
         assert transcript.messages[0] == {"role": "system", "content": "You are lead."}
+
+
+def test_record_times_read_as_datetime_writes_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    import datetime as dt
+
+    from squadd.state.transcripts import now_iso
+
+    for now in (1_800_000_000.0, 1_800_000_000.9996, 1_800_000_001.25, 1_800_000_001.5):
+        monkeypatch.setattr(transcripts_module.time, "time", lambda now=now: now)
+        expected = dt.datetime.fromtimestamp(now, dt.UTC).isoformat(timespec="milliseconds")
+        assert now_iso() == expected  # the second's text is made again when it changes
+    assert dt.datetime.fromisoformat(now_iso()).tzinfo == dt.UTC
