@@ -92,8 +92,8 @@ def written_lines(layout: SquadLayout, before: dict[str, FileState],
               for name in merged]
     if spares:
         folder = layout.transcripts_dir.relative_to(layout.root)
-        lines.append(f"  + {folder}/{SPARES_DIRNAME}/: empty transcript files made ahead "
-                     "(ignored by git)")
+        lines.append(f"  + {folder}/{SPARES_DIRNAME}/: empty files made ahead for new "
+                     "transcripts and orchestration-log entries (ignored by git)")
     if prompts:
         folder = layout.transcripts_dir.relative_to(layout.root)
         lines.append(f"  + {folder}/{PROMPTS_DIRNAME}/: {prompts} system prompts, each kept once "
