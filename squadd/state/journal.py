@@ -101,6 +101,21 @@ class _Job:
     """Handed to the commit thread (or synced alone)."""
     on_error: Callable[[], None] | None = None
     """Called on the loop when the batch lands with this job failed (`begin`)."""
+    appended: Appended | None = None
+    """What the commit thread appended (kept for a job written before its sync)."""
+    begun: bool = False
+    """Queued by `begin`: it rides the next batch another commit makes (or `finish` sends)."""
+
+
+@dataclass
+class _Batch:
+    """What the commit thread is handed: jobs to append and frame in the journal, and (unless
+    `sync` is False) one journal sync, which also makes the `covers` durable: jobs a batch
+    without a sync wrote before."""
+
+    jobs: list[_Job]
+    covers: list[_Job] = field(default_factory=list)
+    sync: bool = True
 
 
 class Pending:
@@ -130,11 +145,15 @@ class GroupCommit:
         """Waiting appends nobody's next step waits for (`commit_all(background=True)`): a
         batch takes at most `BACKGROUND_PER_BATCH` of them, so a burst of them never holds
         up sessions' records."""
-        self._inbox: queue.SimpleQueue[list[_Job] | None] = queue.SimpleQueue()
+        self._inbox: queue.SimpleQueue[_Batch | None] = queue.SimpleQueue()
         """Batches for the commit thread (one at a time: the next is handed over when the one
         before lands); None ends it."""
         self._in_flight = False
         """A batch is with the commit thread, not landed yet."""
+        self._written: list[_Job] = []
+        """Background appends written to their files and framed in the journal by a batch
+        without a sync, while the thread had nothing else to do: the next sync makes them
+        durable (and only then are they done)."""
         self._gathering = False
         """A commit is letting the other ready tasks add theirs before it hands the batch
         over."""
@@ -168,6 +187,8 @@ class GroupCommit:
         self._retiring = False
         self.batches = 0
         """Batches committed (one journal sync each): for tests and benchmarks."""
+        self.unsynced_batches = 0
+        """Batches of background appends written ahead of a sync: for tests and benchmarks."""
 
     @property
     def running(self) -> bool:
@@ -225,21 +246,23 @@ class GroupCommit:
         failed, e.g. to cancel what was started meanwhile."""
         if not writer.pending:
             return Pending(None)
-        job = _Job(writer, on_error=on_error)
+        job = _Job(writer, on_error=on_error, begun=True)
         if self._accepting:
             self._queue.append(job)
             self._start_linger()
         return Pending(job)
 
     def _send_or_linger(self) -> None:
-        """With no batch in hand: send what waits when a session's record or a whole batch of
-        background ones does (or the writer is closing: nobody lingers then), else let the
-        few background ones wait for a ride."""
-        if self._in_flight or not (self._queue or self._later):
+        """With no batch in hand: send what waits when a session's commit does (or the writer
+        is closing: nobody lingers then); else write a few background appends ahead of their
+        sync, while the thread is idle; else let what is begun or written wait for a ride."""
+        if self._in_flight:
             return
-        if self._queue or self._closing or len(self._later) >= BACKGROUND_PER_BATCH:
+        if any(not job.begun for job in self._queue) or (self._closing and not self._idle):
             self._dispatch()
-        else:
+        elif self._later:
+            self._dispatch(sync=False)
+        elif self._queue or self._written:
             self._start_linger()
 
     def _start_linger(self) -> None:
@@ -255,6 +278,7 @@ class GroupCommit:
         if job is None:
             return
         if not job.sent:
+            job.begun = False  # asked for now: the landing of a batch in flight sends it
             if not self._accepting:  # begun after the writer stopped: sync them here
                 await _flush_alone(job)
             elif not self._in_flight:
@@ -284,7 +308,7 @@ class GroupCommit:
                     if self._linger:
                         await anyio.sleep(LINGER_S)
                         self._linger = False
-                        if not self._in_flight and (self._queue or self._later):
+                        if not self._in_flight and not self._idle:
                             self._dispatch()
         finally:
             with anyio.CancelScope(shield=True):
@@ -304,20 +328,30 @@ class GroupCommit:
 
     @property
     def _idle(self) -> bool:
-        return not (self._in_flight or self._queue or self._later)
+        return not (self._in_flight or self._queue or self._later or self._written)
 
-    def _dispatch(self) -> None:
-        """Hand what waits to the commit thread as one batch (on the loop)."""
-        batch = [*self._queue, *self._later[:BACKGROUND_PER_BATCH]]
-        self._queue, self._later = [], self._later[BACKGROUND_PER_BATCH:]
-        for job in batch:
+    def _dispatch(self, *, sync: bool = True) -> None:
+        """Hand what waits to the commit thread as one batch (on the loop): the sessions'
+        records and a few background appends, with a sync that also covers the appends
+        written before; or (`sync=False`) only a few background appends, written ahead."""
+        jobs = [*self._queue, *self._later[:BACKGROUND_PER_BATCH]] if sync \
+            else self._later[:BACKGROUND_PER_BATCH]
+        if sync:
+            self._queue = []
+        self._later = self._later[BACKGROUND_PER_BATCH:]
+        for job in jobs:
             job.sent = True
+        covers, self._written = (self._written, []) if sync else ([], self._written)
         self._in_flight = True
-        self._inbox.put(batch)
+        self._inbox.put(_Batch(jobs, covers, sync))
 
-    def _landed(self, batch: list[_Job]) -> None:
-        """A batch is durable, or failed (on the loop): wake its callers, hand over the next."""
-        for job in batch:
+    def _landed(self, batch: _Batch) -> None:
+        """A batch is durable, or failed (on the loop): wake its callers, hand over the next.
+        The jobs of a batch without a sync wait for the next one (unless they failed)."""
+        for job in (*batch.jobs, *batch.covers):
+            if not batch.sync and job.error is None:
+                self._written.append(job)
+                continue
             job.done.set()
             if job.error is not None and job.on_error is not None:
                 job.on_error()
@@ -337,7 +371,7 @@ class GroupCommit:
                 log.exception("group commit failed")
                 error = exc if isinstance(exc, Exception) else RuntimeError(
                     f"the group commit failed: {exc!r}")
-                for job in batch:
+                for job in (*batch.jobs, *batch.covers):
                     job.error = job.error or error
             try:
                 if self._loop is not None:
@@ -383,32 +417,39 @@ class GroupCommit:
         raise OSError(f"no transcript journal could be made in {folder}: each new one was "
                       "removed by a replay before it was locked")
 
-    def _commit(self, batch: list[_Job]) -> None:
+    def _commit(self, batch: _Batch) -> None:
         lines: list[bytes] = []
-        appended: list[tuple[_Job, Appended]] = []
-        for job in batch:
+        appended: list[_Job] = []
+        for job in batch.jobs:
             try:
-                done = job.writer.append_unsynced()
+                job.appended = job.writer.append_unsynced()
             except Exception as exc:  # its session hears it (as a flush of its own would raise)
                 job.error = exc
                 continue
-            if done is not None:
-                appended.append((job, done))
-                lines.append(_frame(self._root, done))
-        if not lines:
+            if job.appended is not None:
+                appended.append(job)
+                lines.append(_frame(self._root, job.appended))
+        if not lines and not batch.covers:
             return
         try:
-            self._journal(b"".join(lines))
-        except OSError as exc:  # the journal failed: sync each transcript instead
+            self._journal(b"".join(lines), sync=batch.sync)
+        except OSError as exc:  # the journal failed: sync each file instead
             log.warning("journal not written; syncing transcripts one by one", error=str(exc))
-            for job, done in appended:
+            for job in (*appended, *batch.covers):
                 try:
-                    _sync_file(done.path, done.created)
+                    if job.appended is not None:
+                        _sync_file(job.appended.path, job.appended.created)
                 except OSError as sync_error:
                     job.error = sync_error
+            if not batch.sync:  # durable now: a sync to come need not cover them
+                for job in appended:
+                    job.appended = None
+            return
+        self._touched.update(job.appended.path for job in appended if job.appended is not None)
+        if not batch.sync:  # the next batch's sync makes them durable, and may rotate then
+            self.unsynced_batches += 1
             return
         self.batches += 1
-        self._touched.update(done.path for _job, done in appended)
         if self._size >= self.checkpoint_bytes:
             self._rotate()
 
@@ -449,7 +490,9 @@ class GroupCommit:
             if full.fd is not None:
                 os.close(full.fd)  # after the unlink: its lock kept replays off it until then
 
-    def _journal(self, data: bytes) -> None:
+    def _journal(self, data: bytes, *, sync: bool = True) -> None:
+        """Append `data`'s frames to the journal, then (with `sync`) sync it: that makes every
+        frame written before durable too."""
         if self._fd is None:
             raise OSError("the journal is closed")
         if self._torn:
@@ -464,7 +507,8 @@ class GroupCommit:
         finally:
             self._size += written
         self._torn = False
-        _datasync(self._fd)
+        if sync:
+            _datasync(self._fd)
 
     def _grow(self, fd: int, end: int) -> None:
         """Write zeros from the journal's end to `ahead_bytes` past `end`, for the batches to

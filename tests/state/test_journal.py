@@ -5,6 +5,7 @@ took from the transcripts."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -117,7 +118,7 @@ async def test_a_commit_thread_hit_by_a_base_exception_fails_that_batch_and_goes
     assert messages == [{"role": "user", "content": "kept"}]
 
 
-async def test_background_appends_go_a_few_a_batch_behind_every_sessions_records(
+async def test_background_appends_go_behind_every_sessions_records_and_share_a_sync(
         layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
     held = hold(monkeypatch, journal_module, "_datasync")
     commits = GroupCommit(layout)
@@ -143,9 +144,10 @@ async def test_background_appends_go_a_few_a_batch_behind_every_sessions_records
             while len(done) < 42:  # noqa: ASYNC110 - the writer's thread ends the commits
                 await anyio.sleep(0.01)
         commits.close()
-    # Batch two: the session's record and the first few background ones; then a few a batch.
+    # Batch two: the session's record and the first few background ones. The rest are
+    # written a few a batch while the thread has nothing else to do, then synced at once.
     few = journal_module.BACKGROUND_PER_BATCH
-    assert commits.batches == 1 + -(-40 // few)
+    assert commits.batches == 3 and commits.unsynced_batches == -(-(40 - few) // few)
     assert done.index("session") < done.index(f"log{few}")
     assert sorted(done) == sorted(["first", "session", *(f"log{n}" for n in range(40))])
 
@@ -165,8 +167,15 @@ async def test_background_appends_ride_the_next_sessions_batch(
             done.append("log")
 
         tg.start_soon(log_entry)
+        with anyio.fail_after(30):
+            while commits.unsynced_batches < 1 or commits._in_flight:  # noqa: ASYNC110
+                await anyio.sleep(0.01)  # the thread writes it and lands it on the loop
         await anyio.wait_all_tasks_blocked()
-        assert commits.batches == 0 and done == []  # no batch of its own
+        assert commits.batches == 0 and done == []  # no sync of its own
+        # Written while the thread had nothing else to do: in its file and framed in the
+        # journal already, and not done before a sync.
+        assert commits.unsynced_batches == 1
+        assert (layout.transcripts_dir / "log.jsonl").read_bytes().endswith(b'"entry"}}\n')
         with anyio.fail_after(30):
             await commits.commit(writer_for(layout, "session", "a record"))
             while not done:  # noqa: ASYNC110 - its waiter wakes in the same landing
@@ -175,6 +184,65 @@ async def test_background_appends_ride_the_next_sessions_batch(
         tg.cancel_scope.cancel()
     assert read_transcript(layout.transcripts_dir / "log.jsonl").messages == [
         {"role": "user", "content": "entry"}]
+
+
+async def test_a_request_begun_while_background_appends_are_written_still_rides(
+        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(journal_module, "LINGER_S", 3600.0)  # the linger would never end
+    held = hold(monkeypatch, journal_module, "_frame")
+    commits = GroupCommit(layout)
+    logged: list[Exception | None] = []
+    async with anyio.create_task_group() as tg:
+        await tg.start(commits.run)
+
+        async def log_entry() -> None:
+            logged.extend(await commits.commit_all([writer_for(layout, "log", "entry")],
+                                                   background=True))
+
+        tg.start_soon(log_entry)
+        await held.wait_entered()  # the entry is being written ahead of its sync, held
+        request = writer_for(layout, "asked", "a request")
+        pending = commits.begin(request)
+        held.release.set()
+        with anyio.fail_after(30):
+            while commits.unsynced_batches < 1 or commits._in_flight:  # noqa: ASYNC110
+                await anyio.sleep(0.01)  # the thread lands it on the loop
+        # The request was not sent on its own when that batch landed: it waits for a ride.
+        assert pending._job is not None and not pending._job.sent and commits.batches == 0
+        request.add("message", message={"role": "assistant", "content": "the reply"})
+        with anyio.fail_after(30):
+            await commits.finish(pending)  # one sync: the request, its reply, the entry
+        await anyio.wait_all_tasks_blocked()  # the entry's waiter woke in the same landing
+        assert commits.batches == 1 and logged == [None]
+        tg.cancel_scope.cancel()
+    messages = read_transcript(layout.transcripts_dir / "asked.jsonl").messages
+    assert [m["content"] for m in messages] == ["a request", "the reply"]
+
+
+async def test_a_request_asked_for_while_background_appends_are_written_goes_on_their_landing(
+        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(journal_module, "LINGER_S", 3600.0)  # the linger would never end
+    held = hold(monkeypatch, journal_module, "_frame")
+    commits = GroupCommit(layout)
+    finished = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        await tg.start(commits.run)
+        tg.start_soon(functools.partial(commits.commit_all, [writer_for(layout, "log", "x")],
+                                        background=True))
+        await held.wait_entered()  # the entry is being written ahead of its sync, held
+        pending = commits.begin(writer_for(layout, "asked", "a request"))
+
+        async def finish() -> None:
+            await commits.finish(pending)
+            finished.set()
+
+        tg.start_soon(finish)  # asked for while that batch is with the thread
+        await anyio.wait_all_tasks_blocked()
+        held.release.set()
+        with anyio.fail_after(30):  # sent when that batch lands, not after a linger
+            await finished.wait()
+        assert commits.batches == 1
+        tg.cancel_scope.cancel()
 
 
 async def test_background_appends_nobody_takes_along_go_by_themselves_after_the_linger(
