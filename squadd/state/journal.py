@@ -1,8 +1,9 @@
 """Group commit for the route path: many sessions' appends made durable by one fsync.
 
 A runtime's sessions hand their pending transcript records to `GroupCommit.commit` and wait;
-the orchestration log hands its entries the same way (`commit_all`, in the background: they
-ride the sessions' batches). The writer's own thread takes every append waiting as one batch,
+the orchestration log hands its entries the same way (`commit_all`, in the background: while
+the thread is idle they are written a few at a time without a sync, and the sessions' next
+batch makes them durable). The writer's own thread takes every append waiting as one batch,
 appends each to its file (no fsync there), writes the same bytes to this runtime's journal
 (`run/transcripts/.journal/{pid}-{token}.log`, one frame per append, see `_frame`) and syncs
 the journal once. The frames go over zeros the journal already holds (`AHEAD_BYTES` of them),
