@@ -15,7 +15,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from anyio.abc import TaskStatus
+from anyio.abc import TaskGroup, TaskStatus
 
 from squadd.state import journal as journal_module
 from squadd.state.journal import GroupCommit, replay_journals
@@ -243,6 +243,76 @@ async def test_a_request_asked_for_while_background_appends_are_written_goes_on_
             await finished.wait()
         assert commits.batches == 1
         tg.cancel_scope.cancel()
+
+
+async def written_ahead(tg: TaskGroup, commits: GroupCommit, layout: SquadLayout,
+                        logged: list[Exception | None]) -> None:
+    """Have one background append written ahead of its sync (the thread was idle), and wait
+    until that batch has landed; its waiter, in `tg`, adds its error to `logged` once done."""
+
+    async def log_entry() -> None:
+        logged.extend(await commits.commit_all([writer_for(layout, "log", "x")],
+                                               background=True))
+
+    tg.start_soon(log_entry)
+    with anyio.fail_after(30):
+        while not commits._written or commits._in_flight:  # noqa: ASYNC110
+            await anyio.sleep(0.01)  # the thread writes it and lands it on the loop
+
+
+async def test_appends_written_ahead_are_synced_when_the_writer_stops_in_its_linger(
+        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(journal_module, "LINGER_S", 3600.0)  # the linger would never end
+    commits = GroupCommit(layout)
+    logged: list[Exception | None] = []
+    async with anyio.create_task_group() as tg:
+        writing = anyio.CancelScope()
+
+        async def run_writer(*, task_status: TaskStatus[None]) -> None:
+            with writing:
+                await commits.run(task_status=task_status)
+
+        await tg.start(run_writer)
+        await written_ahead(tg, commits, layout, logged)
+        assert logged == [] and commits.batches == 0  # written, and waiting for a sync
+        writing.cancel()  # stopped while it lingers: what is written is still synced
+    assert logged == [None] and commits.batches == 1
+    assert _journals(layout) == []  # and the journal closed cleanly after it
+    assert read_transcript(layout.transcripts_dir / "log.jsonl").messages == [
+        {"role": "user", "content": "x"}]
+
+
+async def test_appends_written_ahead_whose_journal_write_fails_are_synced_file_by_file(
+        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    real_journal, real_sync = GroupCommit._journal, journal_module._sync_file
+    synced: list[str] = []
+
+    def failing_unsynced(self: GroupCommit, data: bytes, *, sync: bool = True) -> None:
+        if not sync:
+            raise OSError(28, "No space left on device")
+        real_journal(self, data, sync=sync)
+
+    def recording_sync(path: Path, created: bool) -> None:
+        synced.append(path.name)
+        real_sync(path, created)
+
+    monkeypatch.setattr(GroupCommit, "_journal", failing_unsynced)
+    monkeypatch.setattr(journal_module, "_sync_file", recording_sync)
+    commits = GroupCommit(layout)
+    logged: list[Exception | None] = []
+    async with anyio.create_task_group() as tg:
+        await tg.start(commits.run)
+        await written_ahead(tg, commits, layout, logged)
+        assert synced == ["log.jsonl"]  # durable by itself once the journal could not hold it
+        with anyio.fail_after(30):
+            await commits.commit(writer_for(layout, "session", "a record"))
+            while not logged:  # noqa: ASYNC110 - its waiter wakes in the same landing
+                await anyio.sleep(0.01)
+        synced_before_close = list(synced)  # (the close's checkpoint syncs what it journaled)
+        commits.close()
+    assert logged == [None] and synced_before_close == ["log.jsonl"]  # not synced again
+    assert read_transcript(layout.transcripts_dir / "log.jsonl").messages == [
+        {"role": "user", "content": "x"}]
 
 
 async def test_background_appends_nobody_takes_along_go_by_themselves_after_the_linger(
