@@ -22,7 +22,7 @@ from squadd.state.journal import GroupCommit, replay_journals
 from squadd.state.layout import SquadLayout
 from squadd.state.transcripts import Appended, TranscriptWriter, read_transcript
 from tests._helpers import REPO_ROOT
-from tests.support.held import hold
+from tests.support.held import Held, hold
 
 
 @pytest.fixture
@@ -41,6 +41,14 @@ def dead_journal(layout: SquadLayout, *lines: tuple[str, int, str]) -> Path:
     path.write_text("".join(json.dumps({"t": where, "end": end, "data": data}) + "\n"
                             for where, end, data in lines), encoding="utf-8")
     return path
+
+
+def never_lingering(monkeypatch: pytest.MonkeyPatch, layout: SquadLayout, *,
+                    held: str) -> tuple[GroupCommit, Held]:
+    """A writer whose linger never ends (begun records go only when something sends them),
+    with the journal module's function `held` held in the commit thread."""
+    monkeypatch.setattr(journal_module, "LINGER_S", 3600.0)
+    return GroupCommit(layout), hold(monkeypatch, journal_module, held)
 
 
 def writer_for(layout: SquadLayout, session: str, text: str) -> TranscriptWriter:
@@ -188,9 +196,7 @@ async def test_background_appends_ride_the_next_sessions_batch(
 
 async def test_a_request_begun_while_background_appends_are_written_still_rides(
         layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(journal_module, "LINGER_S", 3600.0)  # the linger would never end
-    held = hold(monkeypatch, journal_module, "_frame")
-    commits = GroupCommit(layout)
+    commits, held = never_lingering(monkeypatch, layout, held="_frame")
     logged: list[Exception | None] = []
     async with anyio.create_task_group() as tg:
         await tg.start(commits.run)
@@ -221,9 +227,7 @@ async def test_a_request_begun_while_background_appends_are_written_still_rides(
 
 async def test_a_request_asked_for_while_background_appends_are_written_goes_on_their_landing(
         layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(journal_module, "LINGER_S", 3600.0)  # the linger would never end
-    held = hold(monkeypatch, journal_module, "_frame")
-    commits = GroupCommit(layout)
+    commits, held = never_lingering(monkeypatch, layout, held="_frame")
     finished = anyio.Event()
     async with anyio.create_task_group() as tg:
         await tg.start(commits.run)
@@ -329,9 +333,7 @@ async def test_background_appends_nobody_takes_along_go_by_themselves_after_the_
 
 async def test_a_writer_cancelled_in_its_linger_drains_background_appends_past_one_batch(
         layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(journal_module, "LINGER_S", 3600.0)  # the linger would never end
-    held = hold(monkeypatch, journal_module, "_datasync")
-    commits = GroupCommit(layout)
+    commits, held = never_lingering(monkeypatch, layout, held="_datasync")
     errors: list[Exception | None] = []
     logs = journal_module.BACKGROUND_PER_BATCH + 4
     async with anyio.create_task_group() as tg:
