@@ -7,11 +7,15 @@ in that venv as a subprocess; when neither works it says so and prints its own n
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +24,30 @@ from squadd.state.layout import SquadLayout
 REPO = Path(__file__).resolve().parent.parent.parent
 BENCH_PYTHON = REPO / ".bench-venv" / "bin" / "python"
 AGENTS = ("fenster", "hockney", "keaton", "mcmanus")
+
+
+KEEP_ENV = "SQUADD_BENCH_KEEP"
+"""Set (by `report.py`): a benchmark leaves its files for the run's end to remove."""
+
+
+@contextlib.contextmanager
+def bench_folder(prefix: str = "squadd-bench-") -> Iterator[Path]:
+    """A new folder for one benchmark's files, in `SQUADD_BENCH_DIR` when it is set, else in
+    the temp folder; removed when the benchmark is done, unless `SQUADD_BENCH_KEEP` is set.
+
+    `report.py` sets both: every benchmark of a run keeps its files in one folder, removed
+    after the last. On ext4 without a journal (the file system of the machine the figures in
+    docs/benchmarks.md come from), creating a file skips over every inode of its block group
+    deleted in the last minute or more, so removing one benchmark's thousands of files would
+    charge the next one's file creations for it (see "File creation after deletions" in
+    docs/benchmark-notes.md).
+    """
+    folder = Path(tempfile.mkdtemp(prefix=prefix, dir=os.environ.get("SQUADD_BENCH_DIR")))
+    try:
+        yield folder
+    finally:
+        if not os.environ.get(KEEP_ENV):
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def make_squad(repo: Path, agents: tuple[str, ...] = AGENTS) -> SquadLayout:

@@ -20,7 +20,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import tomllib
 from pathlib import Path
@@ -30,7 +29,7 @@ from squadd.daemon.client import DaemonClient
 from squadd.errors import DaemonError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import make_squad, percentile
+from _common import bench_folder, make_squad, percentile
 
 ROUTES = 5
 
@@ -85,7 +84,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=30)
     args = parser.parse_args()
     compile_bytecode()
-    with tempfile.TemporaryDirectory(prefix="squadd-cli-bench-") as tmp:
+    with bench_folder("squadd-cli-bench-") as tmp:
         repo = Path(tmp) / "repo"
         layout = make_squad(repo)
         replay = Path(tmp) / "replay.json"

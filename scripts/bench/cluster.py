@@ -23,18 +23,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))
-from _common import fmt, make_squad, percentile, say
+from _common import bench_folder, fmt, make_squad, percentile, say
 
 from tests.support.daemon_process import clean_env
 from tests.support.model_servers import OpenAIServer, Reply
@@ -219,12 +217,12 @@ def main() -> None:
     delay_s = args.delay_ms / 1000
     parts: list[str] = []
     for count in (int(n) for n in args.workers.split(",")):
-        with tempfile.TemporaryDirectory(dir=os.environ.get("SQUADD_BENCH_DIR")) as tmp:
+        with bench_folder() as tmp:
             rate = throughput(Path(tmp), count, args.slots, delay_s, args.rounds)
         bound = count * args.slots / delay_s
         say(f"{count} workers x {args.slots} slots: {rate:.1f} routes/s, bound {bound:.1f}")
         parts.append(f"w{count}_routes_per_s={fmt(rate)} w{count}_fraction={fmt(rate / bound)}")
-    with tempfile.TemporaryDirectory(dir=os.environ.get("SQUADD_BENCH_DIR")) as tmp:
+    with bench_folder() as tmp:
         forwarded, local = asyncio.run(forwarded_calls(Path(tmp), args.calls))
     forwarded.sort()
     local.sort()

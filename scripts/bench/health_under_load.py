@@ -18,7 +18,6 @@ import argparse
 import json
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from _common import fmt, percentile
+from _common import bench_folder, fmt, percentile
 
 from tests.support.daemon_process import DaemonProcess
 from tests.support.model_servers import OpenAIServer, Reply
@@ -94,7 +93,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--routes", type=int, default=500)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="squadd-health-bench-") as tmp, \
+    with bench_folder("squadd-health-bench-") as tmp, \
             OpenAIServer(responder=_model, keep_bodies=False) as server, \
             DaemonProcess.in_new_repo(Path(tmp), server.url, config=LOAD_CONFIG) as daemon:
         stop_file = Path(tmp) / "stop-probe"

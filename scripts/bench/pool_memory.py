@@ -17,16 +17,14 @@ from __future__ import annotations
 
 import argparse
 import gc
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import make_squad, say, serve_like_squadd
+from _common import bench_folder, make_squad, say, serve_like_squadd
 
 
 def rss_mb() -> float:
@@ -101,7 +99,7 @@ def main() -> None:
     serve_like_squadd()
     baseline = rss_mb()
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(dir=os.environ.get("SQUADD_BENCH_DIR")) as tmp:
+    with bench_folder() as tmp:
         layout = make_squad(Path(tmp) / "repo")
         measured, queued, idle = anyio.run(measure, layout.root, args.queued, args.idle,
                                            args.concurrency)

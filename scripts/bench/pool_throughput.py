@@ -23,14 +23,13 @@ import json
 import math
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import fmt, have, make_squad, run_in_bench_venv, say, serve_like_squadd
+from _common import bench_folder, fmt, have, make_squad, run_in_bench_venv, say, serve_like_squadd
 
 
 def cpu_s() -> float:
@@ -131,7 +130,7 @@ def main() -> None:
         print(json.dumps({"pydantic_ai_routes_per_s": rate}))
         return
 
-    with tempfile.TemporaryDirectory(dir=os.environ.get("SQUADD_BENCH_DIR")) as tmp:
+    with bench_folder() as tmp:
         layout = make_squad(Path(tmp) / "repo")
         rate, cpu_per_route = anyio.run(squadd_throughput, layout.root, args.routes,
                                         args.concurrency, delay_s)

@@ -16,14 +16,13 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import make_squad  # the same realistic squad the other benchmarks use
+from _common import bench_folder, make_squad  # the same realistic squad the other benchmarks use
 
 from squadd import tool
 from squadd.config import Settings
@@ -65,7 +64,7 @@ async def _timed(invoker: ToolInvoker, tools: ToolSet, calls: int, gap_s: float)
 
 
 async def run(calls: int, gap_s: float) -> dict[str, list[float]]:
-    with tempfile.TemporaryDirectory() as tmp:
+    with bench_folder() as tmp:
         layout: SquadLayout = make_squad(Path(tmp) / "repo")
         layout.tools_dir.mkdir(parents=True, exist_ok=True)
         (layout.tools_dir / "echo.py").write_text(ECHO, encoding="utf-8")

@@ -11,6 +11,8 @@ import argparse
 import datetime as dt
 import os
 import platform
+import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -107,11 +109,14 @@ def parse_line(line: str) -> dict[str, float]:
     return values
 
 
-def run(bench: Bench, python: str) -> tuple[dict[str, float], str, float]:
+def run(bench: Bench, python: str, folder: Path) -> tuple[dict[str, float], str, float]:
+    """Run one benchmark with its files in `folder`, left there for the run's end (see
+    `_common.bench_folder`): its figures, its last line, and how long it took."""
     started = time.monotonic()
+    env = {**os.environ, "SQUADD_BENCH_DIR": str(folder), "SQUADD_BENCH_KEEP": "1"}
     result = subprocess.run([python, str(BENCH / bench.script), *bench.args], cwd=ROOT,
                             capture_output=True, text=True, timeout=1800,
-                            stdin=subprocess.DEVNULL)
+                            stdin=subprocess.DEVNULL, env=env)
     elapsed = time.monotonic() - started
     lines = [line for line in result.stdout.splitlines() if line.strip()]
     name = bench.script.removesuffix(".py")
@@ -156,6 +161,27 @@ def files_where() -> str:
     return f"Their files lived in {where}, on {kind}."
 
 
+CREATE_PROBE_FILES = 1000
+
+
+def create_cost_us(folder: Path) -> float:
+    """The CPU time (user + system, µs) this process spends creating one empty file in a new
+    folder in `folder`, over `CREATE_PROBE_FILES` of them (left there, so as not to add
+    deletions of its own). Creating a file costs about 20 µs on a file system at rest; on ext4
+    without a journal it costs many times that within a minute or more of deletions nearby,
+    and the figures that create files move with it."""
+    probe = Path(tempfile.mkdtemp(prefix="create-probe-", dir=folder))
+
+    def cpu_s() -> float:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+
+    started = cpu_s()
+    for index in range(CREATE_PROBE_FILES):
+        os.close(os.open(probe / str(index), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+    return (cpu_s() - started) / CREATE_PROBE_FILES * 1e6
+
+
 def machine() -> str:
     cpu = platform.processor() or platform.machine()
     try:
@@ -175,6 +201,38 @@ def machine() -> str:
             f"{platform.release()}, Python {platform.python_version()}")
 
 
+def run_one(bench: Bench, python: str, folder: Path, rows: list[str],
+            raw: list[str]) -> list[str]:
+    """Run `bench`, add its table rows and raw line; the labels of the targets it missed."""
+    missed: list[str] = []
+    print(f"running {bench.script} ...", flush=True)
+    values, line, elapsed = run(bench, python, folder)
+    raw.append(f"- `{bench.script}` ({elapsed:.0f} s): `{line}`")
+    print(f"  {line}", flush=True)
+    for figure in bench.figures:
+        if figure.key not in values:
+            rows.append(f"| {figure.label} | not measured | {figure.target:g} {figure.unit} "
+                        "| | | **MISSED** (no figure) |")
+            missed.append(figure.label)
+            continue
+        value = values[figure.key]
+        peers = []
+        ratios = []
+        for key, label in figure.peers:
+            if key in values and values[key] > 0:
+                peers.append(f"{label} {fmt(values[key])} {figure.unit}".strip())
+                ratios.append(f"{fmt(value / values[key])}× {label}")
+            else:
+                peers.append(f"{label}: not installed (run scripts/bench/setup)")
+        mark = verdict(figure, value)
+        if mark != "met":
+            missed.append(figure.label)
+        op = "≤" if figure.better == "lower" else "≥"
+        rows.append(f"| {figure.label} | {fmt(value)} {figure.unit} | {op} {figure.target:g} "
+                    f"{figure.unit} | {'; '.join(peers)} | {'; '.join(ratios)} | {mark} |")
+    return missed
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--output", type=Path, default=ROOT / "docs" / "benchmarks.md")
@@ -185,35 +243,19 @@ def main() -> None:
     rows: list[str] = []
     raw: list[str] = []
     missed: list[str] = []
-    for bench in BENCHES:
-        if args.only and bench.script.removesuffix(".py") not in args.only \
-                and bench.script not in args.only:
-            continue
-        print(f"running {bench.script} ...", flush=True)
-        values, line, elapsed = run(bench, python)
-        raw.append(f"- `{bench.script}` ({elapsed:.0f} s): `{line}`")
-        print(f"  {line}", flush=True)
-        for figure in bench.figures:
-            if figure.key not in values:
-                rows.append(f"| {figure.label} | not measured | {figure.target:g} {figure.unit} "
-                            "| | | **MISSED** (no figure) |")
-                missed.append(figure.label)
+    run_folder = Path(tempfile.mkdtemp(prefix="squadd-bench-run-",
+                                       dir=os.environ.get("SQUADD_BENCH_DIR")))
+    try:
+        create_before = create_cost_us(run_folder)
+        print(f"creating a file costs {create_before:.0f} µs of CPU here now", flush=True)
+        for bench in BENCHES:
+            if args.only and bench.script.removesuffix(".py") not in args.only \
+                    and bench.script not in args.only:
                 continue
-            value = values[figure.key]
-            peers = []
-            ratios = []
-            for key, label in figure.peers:
-                if key in values and values[key] > 0:
-                    peers.append(f"{label} {fmt(values[key])} {figure.unit}".strip())
-                    ratios.append(f"{fmt(value / values[key])}× {label}")
-                else:
-                    peers.append(f"{label}: not installed (run scripts/bench/setup)")
-            mark = verdict(figure, value)
-            if mark != "met":
-                missed.append(figure.label)
-            op = "≤" if figure.better == "lower" else "≥"
-            rows.append(f"| {figure.label} | {fmt(value)} {figure.unit} | {op} {figure.target:g} "
-                        f"{figure.unit} | {'; '.join(peers)} | {'; '.join(ratios)} | {mark} |")
+            missed += run_one(bench, python, run_folder, rows, raw)
+        create_after = create_cost_us(run_folder)
+    finally:
+        shutil.rmtree(run_folder, ignore_errors=True)
     stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
         "# Benchmarks",
@@ -226,6 +268,10 @@ def main() -> None:
         "```",
         "",
         files_where(),
+        f"Creating an empty file there cost {create_before:.0f} µs of CPU before the first "
+        f"benchmark and {create_after:.0f} µs after the last (`create_cost_us`: it moves "
+        "the figures that create files; see \"File creation after deletions\" below). Each "
+        "benchmark's files stay until the run ends, so none pays for another's removal.",
         "",
         "| figure | measured | target | peers, same run | ratio | verdict |",
         "|---|---|---|---|---|---|",
@@ -247,7 +293,8 @@ def main() -> None:
         lines += ["## Analysis", "", body.replace("\n## ", "\n### ").lstrip(), ""]
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text("\n".join(lines), encoding="utf-8")
-    print(f"wrote {args.output.relative_to(ROOT)}")
+    shown = args.output.resolve()
+    print(f"wrote {shown.relative_to(ROOT) if shown.is_relative_to(ROOT) else shown}")
 
 
 if __name__ == "__main__":

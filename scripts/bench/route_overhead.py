@@ -28,7 +28,6 @@ import json
 import math
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -36,6 +35,7 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
+    bench_folder,
     fmt,
     have,
     make_squad,
@@ -187,12 +187,12 @@ def main() -> None:
     args = parser.parse_args()
     serve_like_squadd()
     if args.peers_only:
-        with tempfile.TemporaryDirectory() as tmp:
+        with bench_folder() as tmp:
             root = args.squad or make_squad(Path(tmp) / "repo").root
             print(json.dumps(peers(root, args.routes)))
         return
 
-    with tempfile.TemporaryDirectory(dir=os.environ.get("SQUADD_BENCH_DIR")) as tmp:
+    with bench_folder() as tmp:
         layout = make_squad(Path(tmp) / "repo")
         ours, base = (sorted(t) for t in anyio.run(squadd_routes, layout.root, args.routes))
         peer = peers(layout.root, args.routes)

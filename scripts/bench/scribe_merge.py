@@ -16,9 +16,12 @@ import argparse
 import datetime as dt
 import os
 import statistics
-import tempfile
+import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import bench_folder
 
 from squadd.config import ScribeSettings, Settings
 from squadd.scribe import merge_inbox
@@ -65,7 +68,7 @@ def timed_merge(layout: SquadLayout, expected: int) -> float:
 
 
 def bulk(files: int) -> float:
-    with tempfile.TemporaryDirectory() as tmp:
+    with bench_folder() as tmp:
         layout = make_squad(Path(tmp) / "repo", 1024 * 1024)
         fill_inbox(layout, files, "bulk")
         return timed_merge(layout, files)
@@ -77,7 +80,7 @@ def hundred_new(repeat: int) -> tuple[float, float]:
     The rounds alternate between the two, so that whatever else the machine is doing weighs on
     both alike; each index is warm from an earlier merge, as it is in a running squad.
     """
-    with tempfile.TemporaryDirectory() as tmp:
+    with bench_folder() as tmp:
         layouts = [make_squad(Path(tmp) / "small", 100 * 1024),
                    make_squad(Path(tmp) / "big", 20 * 1024 * 1024)]
         for layout in layouts:

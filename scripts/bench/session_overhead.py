@@ -16,14 +16,13 @@ import argparse
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import make_squad  # the same realistic squad the other benchmarks use
+from _common import bench_folder, make_squad  # the same realistic squad the other benchmarks use
 
 from squadd import tool
 from squadd.config import Settings
@@ -63,7 +62,7 @@ def _script(tool_calls: int) -> ReplayScript:
 
 
 async def run(sessions: int, tool_calls: int) -> list[float]:
-    with tempfile.TemporaryDirectory() as tmp:
+    with bench_folder() as tmp:
         layout = make_squad(Path(tmp) / "repo")
         settings = Settings()
         provider = ReplayProvider(_script(tool_calls))

@@ -11,9 +11,12 @@ Prints `skills_index skills=… warm_ms=… cold_ms=…` as its last line (best 
 from __future__ import annotations
 
 import argparse
-import tempfile
+import sys
 import timeit
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import bench_folder
 
 from squadd.runtime.prompt import skills_index
 from squadd.state.layout import SquadLayout
@@ -39,7 +42,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--skills", type=int, default=48)
     count = parser.parse_args().skills
-    with tempfile.TemporaryDirectory() as tmp:
+    with bench_folder() as tmp:
         layout = make_skills(Path(tmp) / "repo", count)
         summaries = summary_cache()  # as a runtime keeps it
         assert skills_index(layout, summaries).count("\n") == count - 1

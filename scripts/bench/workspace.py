@@ -24,7 +24,7 @@ from pathlib import Path
 import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import percentile
+from _common import bench_folder, percentile
 
 from squadd.config import load_settings
 from squadd.contracts.events import NullSink
@@ -131,7 +131,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=8)
     parser.add_argument("--files", type=int, default=10_000)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="squadd-bench-ws-") as folder:
+    with bench_folder("squadd-bench-ws-") as folder:
         layout = make_repo(Path(folder) / "repo", args.files)
         creates, cold, lands = anyio.run(squadd_side, layout, args.runs)
         plain_creates, plain_lands = git_side(layout, args.runs)

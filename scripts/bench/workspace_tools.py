@@ -15,12 +15,15 @@ import argparse
 import shutil
 import statistics
 import subprocess
-import tempfile
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import anyio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import bench_folder
 
 from squadd.config import Settings
 from squadd.contracts.messages import ToolCall
@@ -60,7 +63,7 @@ async def timed(invoker: ToolInvoker, tools: ToolSet, name: str, repeat: int,
 
 
 async def main(files: int, repeat: int) -> None:
-    with tempfile.TemporaryDirectory() as folder:
+    with bench_folder() as folder:
         layout = make_repo(Path(folder) / "repo", files)
         figures: dict[str, float] = {}
         texts: dict[str, str] = {}
