@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import subprocess
@@ -13,12 +14,14 @@ import pytest
 
 from squadd.errors import LockTimeoutError
 from squadd.fsio import (
+    HAS_SYNCFS,
     append_fsync,
     atomic_write,
     atomic_write_at,
     create_exclusive,
     file_lock,
     read_text,
+    sync_file_system,
 )
 from tests._helpers import REPO_ROOT
 
@@ -175,3 +178,15 @@ def test_atomic_write_at_writes_into_the_opened_folder_even_once_it_is_renamed(
     assert stat.S_IMODE((moved / "a.txt").stat().st_mode) == 0o600
     assert sorted(p.name for p in moved.iterdir()) == ["a.txt"]  # no temp file left
     assert not (tmp_path / "elsewhere").exists()
+
+
+@pytest.mark.skipif(not HAS_SYNCFS, reason="no syncfs here")
+def test_a_whole_file_system_is_synced_and_a_bad_descriptor_is_an_error(tmp_path: Path) -> None:
+    fd = os.open(tmp_path, os.O_RDONLY)
+    try:
+        assert sync_file_system(fd) is True
+    finally:
+        os.close(fd)
+    with pytest.raises(OSError) as raised:
+        sync_file_system(fd)  # closed now
+    assert raised.value.errno == errno.EBADF

@@ -16,12 +16,12 @@ carries, whose reply waits for them) ride the next batch instead of making one.
 
 The files stay where and as they were (readers see the appended bytes at once: the journal
 only makes them durable). A checkpoint (when the journal passes `CHECKPOINT_BYTES`, and at
-close) fsyncs every file written since the last one and their folders, then empties the
-journal; a clean close removes it. After a crash, `replay_journals` (run before the sessions
-are recovered) appends to each transcript or orchestration-log entry whatever tail of a
-journaled append it lacks (a power cut can lose unsynced file data, a SIGKILL cannot), then
-syncs and deletes the journal. A journal is replayed only when no process holds its lock:
-its owner is gone.
+close) makes every file written since the last one durable, and their folders (with one
+`syncfs` where the system has it), then empties the journal; a clean close removes it. After
+a crash, `replay_journals` (run before the sessions are recovered) appends to each transcript
+or orchestration-log entry whatever tail of a journaled append it lacks (a power cut can lose
+unsynced file data, a SIGKILL cannot), then syncs and deletes the journal. A journal is
+replayed only when no process holds its lock: its owner is gone.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ import structlog
 from anyio.abc import TaskStatus
 
 from squadd.errors import InvalidNameError, StateError
-from squadd.fsio import fsync_dir, write_all
+from squadd.fsio import fsync_dir, sync_file_system, write_all
 from squadd.state.layout import SquadLayout, safe_id
 from squadd.state.transcripts import Appended
 
@@ -480,7 +480,7 @@ class GroupCommit:
         while self._full:
             full = self._full[0]
             try:
-                _sync_all(full.touched)
+                _sync_all(full.touched, full.fd)
                 if full.path is not None:
                     full.path.unlink(missing_ok=True)
                     fsync_dir(full.path.parent)
@@ -521,7 +521,7 @@ class GroupCommit:
 
     def _checkpoint(self) -> None:
         """Sync every file written since the last checkpoint, then empty the journal."""
-        _sync_all(self._touched)
+        _sync_all(self._touched, self._fd)
         self._touched.clear()
         if self._fd is not None:
             os.ftruncate(self._fd, 0)
@@ -560,16 +560,33 @@ class _Full:
     touched: set[Path]
 
 
-def _sync_all(paths: set[Path]) -> None:
-    """fsync each file (one gone meanwhile is skipped), then each of their folders."""
-    folders: set[Path] = set()
-    for path in paths:
+def _sync_all(paths: set[Path], journal_fd: int | None = None) -> None:
+    """Make each file durable, and the folder entries naming them (a file gone meanwhile is
+    skipped). Those on the journal's file system take one `sync_file_system` of it (the disk
+    flushes its cache once, not once a file); the others, and all of them where the system has
+    no `syncfs`, an fsync each and one of each folder."""
+    apart = paths
+    if journal_fd is not None and paths:
+        device = os.fstat(journal_fd).st_dev
+        folders = {path.parent for path in paths}
+        elsewhere = {folder for folder in folders if _device(folder) != device}
+        if len(elsewhere) < len(folders) and sync_file_system(journal_fd):
+            apart = {path for path in paths if path.parent in elsewhere}
+    folders = set()
+    for path in apart:
         with contextlib.suppress(FileNotFoundError):
             _sync_file(path, created=False)
         folders.add(path.parent)
     for folder in folders:
         with contextlib.suppress(FileNotFoundError):
             fsync_dir(folder)
+
+
+def _device(folder: Path) -> int | None:
+    try:
+        return folder.stat().st_dev
+    except FileNotFoundError:  # gone, and its files with it
+        return None
 
 
 def _lock_if_still_at(fd: int, path: Path) -> bool:

@@ -17,6 +17,7 @@ import anyio
 import pytest
 from anyio.abc import TaskGroup, TaskStatus
 
+from squadd.fsio import HAS_SYNCFS
 from squadd.state import journal as journal_module
 from squadd.state.journal import GroupCommit, replay_journals
 from squadd.state.layout import SquadLayout
@@ -372,9 +373,20 @@ def _journals(layout: SquadLayout) -> list[str]:
     return sorted(p.name for p in layout.transcript_journals_dir.iterdir())
 
 
+@pytest.fixture(params=["syncfs", "file by file"])
+def sync_step(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The journal module's function that makes a full journal's files durable, for a test to
+    hold or fail: one `sync_file_system` of their file system, or (where the system has no
+    syncfs) `_sync_file`, once a file."""
+    if request.param == "file by file":
+        monkeypatch.setattr(journal_module, "sync_file_system", lambda fd: False)
+        return "_sync_file"
+    return "sync_file_system"
+
+
 async def test_a_full_journal_is_retired_off_the_commit_path_while_commits_go_on(
-        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
-    held = hold(monkeypatch, journal_module, "_sync_file")
+        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch, sync_step: str) -> None:
+    held = hold(monkeypatch, journal_module, sync_step)
     commits = GroupCommit(layout, checkpoint_bytes=1)  # every batch fills its journal
     async with anyio.create_task_group() as tg:
         await tg.start(commits.run)
@@ -400,11 +412,11 @@ async def test_a_full_journal_is_retired_off_the_commit_path_while_commits_go_on
 
 
 async def test_full_journals_that_cannot_be_retired_are_left_for_the_next_start(
-        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
-    def failing_sync(path: Path, created: bool) -> None:
+        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch, sync_step: str) -> None:
+    def failing_sync(*args: object, **kwargs: object) -> None:
         raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr(journal_module, "_sync_file", failing_sync)
+    monkeypatch.setattr(journal_module, sync_step, failing_sync)
     commits = GroupCommit(layout, checkpoint_bytes=1)
     async with anyio.create_task_group() as tg:
         await tg.start(commits.run)
@@ -420,14 +432,14 @@ async def test_full_journals_that_cannot_be_retired_are_left_for_the_next_start(
 
 
 async def test_a_failed_retirement_is_tried_again_when_the_next_journal_fills_not_each_batch(
-        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
-    attempts: list[Path] = []
+        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch, sync_step: str) -> None:
+    attempts: list[object] = []
 
-    def failing_sync(path: Path, created: bool) -> None:
-        attempts.append(path)
+    def failing_sync(*args: object, **kwargs: object) -> None:
+        attempts.append(args[0])  # the file, or the journal's fd its file system is synced by
         raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr(journal_module, "_sync_file", failing_sync)
+    monkeypatch.setattr(journal_module, sync_step, failing_sync)
     commits = GroupCommit(layout, checkpoint_bytes=1)  # the first batch fills its journal
     async with anyio.create_task_group() as tg:
         await tg.start(commits.run)
@@ -442,9 +454,86 @@ async def test_a_failed_retirement_is_tried_again_when_the_next_journal_fills_no
         assert len(attempts) == 1 and commits.batches == 6
         commits.close()
     # At close: the full journal is tried once more (then left for the next start), and the
-    # current one's checkpoint fails on its first file.
-    assert [path.name for path in attempts[:2]] == ["a.jsonl", "a.jsonl"]
+    # current one's checkpoint fails on its first file (or its one syncfs).
+    if sync_step == "_sync_file":
+        assert [getattr(path, "name", None) for path in attempts[:2]] == ["a.jsonl", "a.jsonl"]
+    else:
+        assert attempts[0] == attempts[1] != attempts[2]  # the full journal's fd, twice
     assert len(attempts) == 3
+
+
+def _synced_files(monkeypatch: pytest.MonkeyPatch) -> tuple[list[Path], list[int]]:
+    """What the journal module fsyncs file by file, and the fds whose file system it syncs
+    (each still done)."""
+    files: list[Path] = []
+    systems: list[int] = []
+    real_file, real_system = journal_module._sync_file, journal_module.sync_file_system
+
+    def sync_file(path: Path, created: bool) -> None:
+        files.append(path)
+        real_file(path, created)
+
+    def sync_system(fd: int) -> bool:
+        systems.append(fd)
+        return real_system(fd)
+
+    monkeypatch.setattr(journal_module, "_sync_file", sync_file)
+    monkeypatch.setattr(journal_module, "sync_file_system", sync_system)
+    return files, systems
+
+
+@pytest.mark.skipif(not HAS_SYNCFS, reason="no syncfs here")
+async def test_a_checkpoint_makes_its_files_durable_with_one_sync_of_their_file_system(
+        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    files, systems = _synced_files(monkeypatch)
+    commits = GroupCommit(layout)
+    async with anyio.create_task_group() as tg:
+        await tg.start(commits.run)
+        for n in range(20):
+            await commits.commit(writer_for(layout, f"s{n}", "x"))
+        journal = commits.path
+        commits.close()
+    assert files == [] and len(systems) == 1  # one syncfs for twenty files, not twenty fsyncs
+    assert journal is not None and not journal.exists()
+
+
+@pytest.mark.skipif(not HAS_SYNCFS or not Path("/dev/shm").is_dir(),
+                    reason="needs syncfs and a second file system")
+def test_files_on_another_file_system_than_the_journal_are_synced_one_by_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tempfile
+
+    files, systems = _synced_files(monkeypatch)
+    here = tmp_path / "here.jsonl"
+    here.write_text("x\n", encoding="utf-8")
+    fd = os.open(tmp_path, os.O_RDONLY)
+    try:
+        with tempfile.TemporaryDirectory(dir="/dev/shm") as other:
+            if Path(other).stat().st_dev == tmp_path.stat().st_dev:
+                pytest.skip("/dev/shm is on the same file system here")
+            there = Path(other) / "there.jsonl"
+            there.write_text("y\n", encoding="utf-8")
+            gone = Path(other) / "gone" / "gone.jsonl"  # its folder removed meanwhile
+            journal_module._sync_all({here, there, gone}, fd)
+    finally:
+        os.close(fd)
+    assert systems == [fd]  # one syncfs for the file beside the journal
+    assert sorted(files) == sorted([there, gone])  # (gone: skipped, not an error)
+
+
+def test_without_syncfs_every_file_is_synced_by_itself(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    files, _ = _synced_files(monkeypatch)
+    monkeypatch.setattr(journal_module, "sync_file_system", lambda fd: False)
+    paths = {tmp_path / f"{n}.jsonl" for n in range(3)}
+    for path in paths:
+        path.write_text("x\n", encoding="utf-8")
+    fd = os.open(tmp_path, os.O_RDONLY)
+    try:
+        journal_module._sync_all(paths, fd)
+    finally:
+        os.close(fd)
+    assert sorted(files) == sorted(paths)
 
 
 async def test_begun_records_go_with_the_next_commits_batch(layout: SquadLayout) -> None:
