@@ -568,11 +568,11 @@ def _sync_all(paths: set[Path], journal_fd: int | None = None) -> None:
     apart = paths
     if journal_fd is not None and paths:
         device = os.fstat(journal_fd).st_dev
-        folders = {path.parent for path in paths}
-        elsewhere = {folder for folder in folders if _device(folder) != device}
-        if len(elsewhere) < len(folders) and sync_file_system(journal_fd):
+        parents = {path.parent for path in paths}
+        elsewhere = {folder for folder in parents if _device(folder) != device}
+        if len(elsewhere) < len(parents) and sync_file_system(journal_fd):
             apart = {path for path in paths if path.parent in elsewhere}
-    folders = set()
+    folders: set[Path] = set()
     for path in apart:
         with contextlib.suppress(FileNotFoundError):
             _sync_file(path, created=False)
