@@ -10,6 +10,7 @@ import anyio
 import pytest
 
 from squadd.contracts.routes import RouteRequest
+from squadd.fsio import HAS_SYNCFS
 from squadd.runtime.orchestration import OrchestrationEntry, OrchestrationLog, render
 from squadd.runtime.runtime import SquadRuntime
 from squadd.state import journal as journal_module
@@ -169,8 +170,18 @@ async def test_with_the_group_commit_entries_are_written_in_place_and_share_its_
         renames.append(str(dst))
         real_replace(src, dst)
 
+    systems: list[int] = []  # the file systems synced whole (a device each)
+    real_system = journal_module.sync_file_system
+
+    def recording_system(fd: int) -> bool:
+        done = real_system(fd)
+        if done:
+            systems.append(os.fstat(fd).st_dev)
+        return done
+
     monkeypatch.setattr(os, "fsync", recording_fsync)
     monkeypatch.setattr(os, "replace", recording_replace)
+    monkeypatch.setattr(journal_module, "sync_file_system", recording_system)
     async with anyio.create_task_group() as tg:
         await tg.start(commits.run)
         await tg.start(log.run)
@@ -184,13 +195,18 @@ async def test_with_the_group_commit_entries_are_written_in_place_and_share_its_
                                      output_tokens=2))
         await log.flush()
         batches, synced_while_running = commits.batches, list(synced)
+        assert systems == []
         log.close()
         commits.close()
     where = f"orchestration-log/{log.path_of(entry).name}"
     assert f'"t":"{where}"' in journaled  # the journal holds the entry's bytes
     assert batches == 2 and renames == []  # one journal sync each; written in place
     assert not [path for path in synced_while_running if "orchestration-log" in path]
-    assert log.path_of(entry).as_posix() in synced  # the close's checkpoint syncs it
+    # the close's checkpoint syncs it: with its whole file system (one syncfs), or by itself
+    if HAS_SYNCFS:
+        assert systems == [log.path_of(entry).stat().st_dev]
+    else:
+        assert log.path_of(entry).as_posix() in synced
     final = log.path_of(entry).read_text(encoding="utf-8")
     assert final.startswith(at_spawn) and "**Outcome**" not in at_spawn
     assert final.endswith("| **Outcome** | Completed |\n")
