@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -62,6 +63,10 @@ already has, so its sync (`fdatasync`) flushes only data: the file's size, and w
 commit of the file system's own journal, changes once per this many bytes, not per batch."""
 BACKGROUND_PER_BATCH = 8
 """Background appends (orchestration-log entries) a batch takes at most."""
+COMMIT_TIMEOUT_S = 120.0
+"""How long a caller waits for its records to be made durable before it hears an error
+(`ETIMEDOUT`): a disk that stops answering fails the sessions that wait on it, it does not
+hang them. Records that land later are durable all the same, with nobody waiting."""
 LINGER_S = 0.01
 """How long records begun with `begin` wait for another commit's batch to go with, before
 they go by themselves (when nobody has asked for them with `finish` first)."""
@@ -134,8 +139,10 @@ class GroupCommit:
     `close()` to drain it. Without a running writer, `commit` syncs the writer by itself."""
 
     def __init__(self, layout: SquadLayout, *, checkpoint_bytes: int = CHECKPOINT_BYTES,
-                 ahead_bytes: int = AHEAD_BYTES):
+                 ahead_bytes: int = AHEAD_BYTES, timeout_s: float = COMMIT_TIMEOUT_S):
         self.layout = layout
+        self.timeout_s = timeout_s
+        """How long `commit`, `commit_all` and `finish` wait (see `COMMIT_TIMEOUT_S`)."""
         self._root = str(layout.root) + os.sep
         self.checkpoint_bytes = checkpoint_bytes
         self.ahead_bytes = ahead_bytes
@@ -233,9 +240,9 @@ class GroupCommit:
                     self._gathering = False
                 if not self._in_flight and (self._queue or self._later):
                     self._dispatch()
-        for job in waiting:
-            await job.done.wait()
-        return [job.error if job is not None else None for job in jobs]
+        deadline = anyio.current_time() + self.timeout_s
+        errors = {id(job): await self._outcome(job, deadline) for job in waiting}
+        return [errors.get(id(job)) if job is not None else None for job in jobs]
 
     def begin(self, writer: Appender, *,
               on_error: Callable[[], None] | None = None) -> Pending:
@@ -284,9 +291,18 @@ class GroupCommit:
                 await _flush_alone(job)
             elif not self._in_flight:
                 self._dispatch()
-        await job.done.wait()
-        if job.error is not None:
-            raise job.error
+        error = await self._outcome(job, anyio.current_time() + self.timeout_s)
+        if error is not None:
+            raise error
+
+    async def _outcome(self, job: _Job, deadline: float) -> Exception | None:
+        """What writing `job` raised (None: it is durable), once it is done; an `ETIMEDOUT`
+        error of its own when it is not done by `deadline`."""
+        with anyio.CancelScope(deadline=deadline):
+            await job.done.wait()
+            return job.error
+        return OSError(errno.ETIMEDOUT, f"records not made durable within {self.timeout_s:g} s: "
+                       f"the disk under {self.layout.root} does not answer")
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Run the commit thread until `close()`; what is queued then is committed first. Full

@@ -182,6 +182,23 @@ async def test_a_prompt_that_cannot_be_kept_fails_its_route_and_names_nothing(
         "content"].startswith("You are fenster, a Squad agent.")
 
 
+async def test_a_route_whose_records_the_disk_does_not_make_durable_fails_at_the_timeout(
+        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    from squadd.state import journal
+    from tests.support.held import hold
+
+    async with SquadRuntime(layout, settings(), script([text("done")])) as runtime:
+        runtime.commits.timeout_s = 0.2
+        held = hold(monkeypatch, journal, "_datasync")
+        with anyio.fail_after(30):
+            failed = await runtime.route(RouteRequest(target_agent="fenster", task="one"))
+        assert not failed.ok and "not made durable within 0.2 s" in (failed.error or "")
+        assert failed.answer is None  # nobody hears an answer its records do not back
+        held.release.set()
+        after = await runtime.route(RouteRequest(target_agent="fenster", task="two"))
+    assert after.ok and after.answer == "done"  # the runtime goes on once the disk answers
+
+
 async def test_a_session_left_in_sessions_by_an_older_squadd_continues_in_place(
         layout: SquadLayout) -> None:
     gauge = Gauge(script([text("first answer"), text("second answer")]))

@@ -5,6 +5,7 @@ took from the transcripts."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import json
 import os
@@ -125,6 +126,29 @@ async def test_a_commit_thread_hit_by_a_base_exception_fails_that_batch_and_goes
             commits.close()
     messages = read_transcript(layout.transcripts_dir / "second.jsonl").messages
     assert messages == [{"role": "user", "content": "kept"}]
+
+
+async def test_a_commit_the_disk_does_not_answer_fails_at_its_timeout_and_lands_later(
+        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    held = hold(monkeypatch, journal_module, "_datasync")
+    commits = GroupCommit(layout, timeout_s=0.2)
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            await tg.start(commits.run)
+            with pytest.raises(OSError) as raised:
+                await commits.commit(writer_for(layout, "stuck", "x"))  # its sync is held
+            assert raised.value.errno == errno.ETIMEDOUT and "not made durable" in str(
+                raised.value)
+            assert held.entered.is_set() and not held.release.is_set()  # still in its sync
+            begun = commits.begin(writer_for(layout, "begun", "y"))
+            with pytest.raises(OSError, match="not made durable"):
+                await commits.finish(begun)  # behind the held batch: it times out too
+            held.release.set()
+            await commits.commit(writer_for(layout, "after", "z"))  # the writer goes on
+            commits.close()
+    for name, text in (("stuck", "x"), ("begun", "y"), ("after", "z")):  # all landed
+        messages = read_transcript(layout.transcripts_dir / f"{name}.jsonl").messages
+        assert messages == [{"role": "user", "content": text}]
 
 
 async def test_background_appends_go_behind_every_sessions_records_and_share_a_sync(
