@@ -44,17 +44,19 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _load_syncfs() -> Any:
+def libc_function(name: str, *argtypes: Any) -> Any:
+    """The C library's function `name` taking `argtypes` and returning an int, which sets
+    `errno` for `ctypes.get_errno`; None where this system's C library has none (not Linux)."""
     try:
-        function = ctypes.CDLL(None, use_errno=True).syncfs
-    except (OSError, AttributeError):  # not Linux
+        function = getattr(ctypes.CDLL(None, use_errno=True), name)
+    except (OSError, AttributeError):
         return None
-    function.argtypes = [ctypes.c_int]
+    function.argtypes = list(argtypes)
     function.restype = ctypes.c_int
     return function
 
 
-_SYNCFS = _load_syncfs()
+_SYNCFS = libc_function("syncfs", ctypes.c_int)
 HAS_SYNCFS = _SYNCFS is not None
 """`sync_file_system` can sync a whole file system here (Linux)."""
 

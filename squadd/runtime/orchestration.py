@@ -33,7 +33,7 @@ from squadd.errors import StateError
 from squadd.fsio import fsync_dir, write_all
 from squadd.state.journal import GroupCommit
 from squadd.state.layout import SquadLayout
-from squadd.state.transcripts import Appended, SpareFiles
+from squadd.state.transcripts import Appended, SpareFiles, open_new
 
 log = structlog.get_logger("squadd.orchestration")
 
@@ -273,7 +273,7 @@ class _EntryFile:
                 fd = os.open(target, flags | os.O_APPEND)
         text = render_outcome(self.entry) if fd is not None else render(self.entry)
         if fd is None:  # a stamp is this process's own: the file is new
-            fd = self._new_file(target, flags)
+            fd = open_new(target, flags, self.spares)
             created = True
         else:
             created = False
@@ -289,15 +289,6 @@ class _EntryFile:
             os.close(fd)
         return Appended(target, end, data, created)
 
-
-    def _new_file(self, target: Path, flags: int) -> int:
-        if self.spares is not None and self.spares.take_into(target):
-            return os.open(target, flags)
-        try:
-            return os.open(target, flags | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileNotFoundError:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            return os.open(target, flags | os.O_CREAT | os.O_EXCL, 0o644)
 
 
 def _lost(entry: OrchestrationEntry, exc: Exception) -> None:

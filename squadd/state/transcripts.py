@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from squadd.fsio import atomic_write, fsync_dir, write_all
+from squadd.fsio import atomic_write, fsync_dir, libc_function, write_all
 from squadd.statcache import NotCached
 from squadd.state.layout import SquadLayout
 
@@ -234,19 +234,21 @@ class SpareFiles:
             return True
 
 
-def _load_renameat2() -> Any:
+def open_new(target: Path, flags: int, spares: SpareFiles | None) -> int:
+    """Open `target` as a new file with `flags`: a spare moved into place when one is left,
+    else one created here (and its folder, if missing). `FileExistsError` when `target`
+    exists: a new file never replaces one."""
+    if spares is not None and spares.take_into(target):
+        return os.open(target, flags)
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        function = libc.renameat2
-    except (OSError, AttributeError):
-        return None
-    function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
-                         ctypes.c_uint]
-    function.restype = ctypes.c_int
-    return function
+        return os.open(target, flags | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileNotFoundError:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        return os.open(target, flags | os.O_CREAT | os.O_EXCL, 0o644)
 
 
-_RENAMEAT2 = _load_renameat2()
+_RENAMEAT2 = libc_function("renameat2", ctypes.c_int, ctypes.c_char_p, ctypes.c_int,
+                           ctypes.c_char_p, ctypes.c_uint)
 _AT_FDCWD = -100
 _RENAME_NOREPLACE = 1
 
@@ -345,12 +347,7 @@ class TranscriptWriter:
             spares = self.spares if self.spares is not None and \
                 self.spares.folder.parent == self.path.parent else None
             try:
-                if spares is not None and spares.take_into(self.path):  # its folder exists
-                    fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
-                else:
-                    self.path.parent.mkdir(parents=True, exist_ok=True)
-                    fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL,
-                                 0o644)
+                fd = open_new(self.path, os.O_WRONLY | os.O_APPEND, spares)
                 self._needs_fence = False
             except FileExistsError:  # another writer made it meanwhile: append to theirs
                 fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
