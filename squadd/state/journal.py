@@ -223,7 +223,6 @@ class GroupCommit:
         if not self._accepting:
             for job in waiting:
                 await _flush_alone(job)
-            waiting = []
         elif waiting and background:  # they ride the next batch a session makes
             self._later.extend(waiting)
             self._send_or_linger()
@@ -241,8 +240,7 @@ class GroupCommit:
                 if not self._in_flight and (self._queue or self._later):
                     self._dispatch()
         deadline = anyio.current_time() + self.timeout_s
-        errors = {id(job): await self._outcome(job, deadline) for job in waiting}
-        return [errors.get(id(job)) if job is not None else None for job in jobs]
+        return [None if job is None else await self._outcome(job, deadline) for job in jobs]
 
     def begin(self, writer: Appender, *,
               on_error: Callable[[], None] | None = None) -> Pending:
