@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import select
 import time
 from pathlib import Path
 
@@ -28,18 +30,64 @@ def stop(timeout_s: float, no_wait: bool, directory: Path | None) -> None:
             click.echo(f"squadd (PID {pid}) is stopping")
             return
         deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                client.health()
-            except DaemonNotRunningError:
-                break
-            except DaemonError:
-                pass  # the connection broke as it went away; ask again
-            if time.monotonic() > deadline:
-                raise DaemonError(f"squadd (PID {pid}) is still stopping after {timeout_s:g}s; "
-                                  "its sessions may still be finishing ('squadd status')")
-            time.sleep(STOP_POLL_S)
+        exited = _exit_watch(pid) if isinstance(pid, int) else None
+        try:
+            while True:
+                try:
+                    client.health()
+                except DaemonNotRunningError:
+                    break
+                except DaemonError:
+                    pass  # the connection broke as it went away; ask again
+                if time.monotonic() > deadline:
+                    raise _still_stopping(pid, timeout_s)
+                time.sleep(STOP_POLL_S)
+            # Its API closes before it has closed its journal and the Scribe's last merge:
+            # it is gone when its process is.
+            if exited is not None and not exited(deadline):
+                raise _still_stopping(pid, timeout_s)
+        finally:
+            if exited is not None:
+                exited.close()
     click.echo(f"squadd (PID {pid}) stopped")
+
+
+def _still_stopping(pid: object, timeout_s: float) -> DaemonError:
+    return DaemonError(f"squadd (PID {pid}) is still stopping after {timeout_s:g}s; its "
+                       "sessions may still be finishing ('squadd status')")
+
+
+class _ExitWatch:
+    """Waits for one process to exit, through a pidfd opened while it ran (so a PID used
+    again meanwhile is never taken for it, and a zombie counts as exited)."""
+
+    def __init__(self, fd: int | None):
+        self._fd = fd
+        """None: the process had exited already."""
+
+    def __call__(self, deadline: float) -> bool:
+        """Wait until the process has exited (True), or `deadline` (False)."""
+        if self._fd is None:
+            return True
+        poller = select.poll()
+        poller.register(self._fd, select.POLLIN)
+        return bool(poller.poll(max(0.0, deadline - time.monotonic()) * 1000))
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _exit_watch(pid: int) -> _ExitWatch | None:
+    """A watch on process `pid`; None where this system has no pidfd (the API's closing is
+    all `stop` can wait for then)."""
+    try:
+        return _ExitWatch(os.pidfd_open(pid))
+    except ProcessLookupError:
+        return _ExitWatch(None)
+    except (AttributeError, OSError):  # not Linux 5.3+, or another user's process
+        return None
 
 
 def _resolver(name: str, approved: bool, doc: str) -> click.Command:

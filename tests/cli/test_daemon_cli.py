@@ -149,6 +149,18 @@ def test_stop_ends_the_daemon_and_the_cli_then_says_none_runs(daemon: DaemonProc
                                          f"{daemon.layout.repo}: start one with 'squadd serve'")
 
 
+def test_stop_returns_once_the_daemon_has_exited_with_its_journal_closed(
+        daemon: DaemonProcess) -> None:
+    daemon.client.call_tool("squad_status", {})
+    stopped = daemon.squadd("stop")
+    assert stopped.returncode == 0, stopped.stderr
+    # Not only its API closed: the process is gone (a zombie until this test reaps it), and
+    # with it the journal it closes after its API.
+    assert daemon.proc is not None and daemon.proc.poll() == 0
+    journals = daemon.layout.transcript_journals_dir
+    assert not journals.exists() or list(journals.iterdir()) == []
+
+
 def test_no_daemon_message_names_the_repo(tmp_path: Path) -> None:
     layout = make_repo(tmp_path / "repo")
     answer = subprocess.run([sys.executable, "-m", "squadd", "status"], cwd=layout.repo,
