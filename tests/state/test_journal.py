@@ -313,33 +313,29 @@ async def test_appends_written_ahead_are_synced_when_the_writer_stops_in_its_lin
 
 async def test_appends_written_ahead_whose_journal_write_fails_are_synced_file_by_file(
         layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
-    real_journal, real_sync = GroupCommit._journal, journal_module._sync_file
-    synced: list[str] = []
+    real_journal = GroupCommit._journal
+    synced, _ = _synced_files(monkeypatch)
 
     def failing_unsynced(self: GroupCommit, data: bytes, *, sync: bool = True) -> None:
         if not sync:
             raise OSError(28, "No space left on device")
         real_journal(self, data, sync=sync)
 
-    def recording_sync(path: Path, created: bool) -> None:
-        synced.append(path.name)
-        real_sync(path, created)
-
     monkeypatch.setattr(GroupCommit, "_journal", failing_unsynced)
-    monkeypatch.setattr(journal_module, "_sync_file", recording_sync)
     commits = GroupCommit(layout)
     logged: list[Exception | None] = []
+    log_file = layout.transcripts_dir / "log.jsonl"
     async with anyio.create_task_group() as tg:
         await tg.start(commits.run)
         await written_ahead(tg, commits, layout, logged)
-        assert synced == ["log.jsonl"]  # durable by itself once the journal could not hold it
+        assert synced == [log_file]  # durable by itself once the journal could not hold it
         with anyio.fail_after(30):
             await commits.commit(writer_for(layout, "session", "a record"))
             while not logged:  # noqa: ASYNC110 - its waiter wakes in the same landing
                 await anyio.sleep(0.01)
         synced_before_close = list(synced)  # (the close's checkpoint syncs what it journaled)
         commits.close()
-    assert logged == [None] and synced_before_close == ["log.jsonl"]  # not synced again
+    assert logged == [None] and synced_before_close == [log_file]  # not synced again
     assert read_transcript(layout.transcripts_dir / "log.jsonl").messages == [
         {"role": "user", "content": "x"}]
 
