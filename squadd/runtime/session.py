@@ -218,6 +218,10 @@ class AgentSession:
     def _first_prepare(self, task: str, context: str | None, accepted: bool, *,
                        cached_only: bool = False) -> list[Message]:
         self._resolve_tools(cached_only)
+        if self._transcript is None and not accepted:
+            # A new session's own file: no older copy to look for, nothing to open first.
+            self._transcript = TranscriptWriter(self.layout.new_transcript(self.session_id),
+                                                self.spares, self.prompts, new=True)
         parts = gather(self.layout, self.agent, context, self.files, self.summaries,
                        cached_only=cached_only)
         if accepted:  # this process wrote the whole transcript since: it ends with a newline

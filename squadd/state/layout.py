@@ -419,6 +419,11 @@ class SquadLayout:
             return self._p("sessions", name)
         return path
 
+    def new_transcript(self, session_id: str) -> Path:
+        """The transcript of a session this process is creating: `run/transcripts/{id}.jsonl`
+        (a new id has no older copy in `sessions/` to look for)."""
+        return self._p("run", "transcripts", safe_id(session_id) + ".jsonl")
+
     def tool_output(self, session_id: str, call_id: str) -> Path:
         return self._p(
             "tool-output", safe_id(session_id), safe_id(call_id, kind="tool call id") + ".txt"

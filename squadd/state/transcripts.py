@@ -290,8 +290,11 @@ class TranscriptWriter:
     """Buffers records and appends them to the transcript with one write and one fsync."""
 
     def __init__(self, path: Path, spares: SpareFiles | None = None,
-                 prompts: PromptFiles | None = None):
+                 prompts: PromptFiles | None = None, *, new: bool = False):
         self.path = path
+        self._new = new
+        """The file is not expected to exist yet: the first append makes it at once, without
+        first trying to open one (a file found there all the same is appended to)."""
         self.spares = spares
         """The owner's files made ahead; a new transcript takes one when it can."""
         self.prompts = prompts if prompts is not None and \
@@ -340,18 +343,7 @@ class TranscriptWriter:
         taken = self._pending[:]
         del self._pending[:len(taken)]
         payload = "\n".join(taken) + "\n"
-        created = False
-        try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
-        except FileNotFoundError:
-            spares = self.spares if self.spares is not None and \
-                self.spares.folder.parent == self.path.parent else None
-            try:
-                fd = open_new(self.path, os.O_WRONLY | os.O_APPEND, spares)
-                self._needs_fence = False
-            except FileExistsError:  # another writer made it meanwhile: append to theirs
-                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
-            created = True
+        fd, created = self._open()
         try:
             if self._needs_fence is None:
                 self._needs_fence = _ends_torn(self.path)
@@ -372,6 +364,25 @@ class TranscriptWriter:
         if created and sync:
             fsync_dir(self.path.parent)
         return Appended(self.path, end, data, created)
+
+
+    def _open(self) -> tuple[int, bool]:
+        """The transcript's fd for appending, and whether this writer's first append made it
+        (or found it made by another writer since it looked)."""
+        if not self._new:
+            try:
+                return os.open(self.path, os.O_WRONLY | os.O_APPEND), False
+            except FileNotFoundError:
+                pass
+        self._new = False
+        spares = self.spares if self.spares is not None and \
+            self.spares.folder.parent == self.path.parent else None
+        try:
+            fd = open_new(self.path, os.O_WRONLY | os.O_APPEND, spares)
+            self._needs_fence = False
+        except FileExistsError:  # another writer made it meanwhile: append to theirs
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        return fd, True
 
 
 @dataclass(frozen=True)

@@ -185,6 +185,21 @@ def test_a_transcript_left_in_sessions_is_found_in_place(squad: SquadLayout) -> 
     assert {p.name for p in list_transcripts(squad)} == {"s-old.jsonl", "s-new.jsonl"}
 
 
+def test_a_new_sessions_transcript_is_in_run_transcripts_and_checked_for_links(
+        squad: SquadLayout, tmp_path: Path) -> None:
+    legacy = squad.root / "sessions" / "s-old.jsonl"
+    legacy.parent.mkdir()
+    legacy.write_text('{"kind": "meta"}\n')
+    assert squad.new_transcript("s-old") == squad.transcripts_dir / "s-old.jsonl"
+    assert squad.new_transcript("s-new") == squad.transcript("s-new")
+    with pytest.raises(InvalidNameError):
+        squad.new_transcript("../../etc/passwd")
+    (squad.root / "run").mkdir()
+    (squad.root / "run" / "transcripts").symlink_to(tmp_path)
+    with pytest.raises(PathEscapeError):
+        squad.new_transcript("s-new")
+
+
 def test_skill_folders_come_in_squads_order_and_stay_inside(squad: SquadLayout,
                                                             tmp_path: Path) -> None:
     assert [source for source, _ in squad.skill_roots()] == ["github", "squad", "copilot"]

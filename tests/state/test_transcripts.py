@@ -107,6 +107,51 @@ def test_without_spares_a_transcript_is_created_as_before(tmp_path: Path) -> Non
     assert read_transcript(sessions / "s-2.jsonl").meta["session_id"] == "s-2"
 
 
+def test_a_writer_told_its_file_is_new_makes_it_without_trying_to_open_one_first(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from squadd.state.transcripts import SpareFiles
+
+    sessions = tmp_path / "sessions"
+    spares = SpareFiles(sessions)
+    spares.refill(2)
+    opened: list[tuple[str, bool]] = []
+    real_open = os.open
+
+    def recording(path: Path, flags: int, *args: int) -> int:
+        if path.suffix == ".jsonl":
+            opened.append((path.name, path.exists()))
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(transcripts_module.os, "open", recording)
+    for name, new in (("old-way.jsonl", False), ("new-way.jsonl", True)):
+        writer = TranscriptWriter(sessions / name, spares, new=new)
+        writer.add("meta", session_id=name)
+        writer.flush()
+        writer.add("state", state="active")
+        writer.flush()
+        assert read_transcript(sessions / name).last_state == "active"
+    # Without the hint, the first append tries the file before it takes a spare; with it, the
+    # spare is moved in first. Either way the second append opens the file it made.
+    assert opened == [("old-way.jsonl", False), ("old-way.jsonl", True),
+                      ("old-way.jsonl", True), ("new-way.jsonl", True), ("new-way.jsonl", True)]
+
+
+def test_a_writer_told_its_file_is_new_appends_to_one_found_there(tmp_path: Path) -> None:
+    from squadd.state.transcripts import SpareFiles
+
+    sessions = tmp_path / "sessions"
+    spares = SpareFiles(sessions)
+    spares.refill(2)
+    path = sessions / "s-4.jsonl"
+    path.write_bytes(b'{"kind":"meta","session_id":"s-4","agent":"first"}\n')
+    writer = TranscriptWriter(path, spares, new=True)
+    writer.add("state", state="queued")
+    writer.flush()
+    transcript = read_transcript(path)
+    assert transcript.meta["agent"] == "first" and transcript.last_state == "queued"
+    assert len(spares) == 2  # no spare was spent on it
+
+
 def test_two_processes_never_take_the_same_spare(tmp_path: Path) -> None:
     from squadd.state.transcripts import SpareFiles
 
