@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from contextlib import AsyncExitStack
+from typing import NamedTuple
 
 import anyio
 import structlog
@@ -68,6 +69,10 @@ from squadd.workspaces import LandResult, Workspaces
 log = structlog.get_logger("squadd.runtime")
 SPARE_CHECK_S = 0.1
 """How often the spare files are counted (in memory; no I/O when enough)."""
+ADMITTING = 64
+"""Routes planned and admitted at once; more wait their turn, in the order they came. A burst
+of thousands would otherwise all be planned in one pass of the event loop (about 0.1 ms each),
+while the sessions already given a slot wait behind it to send their first model request."""
 
 def retry_publisher(sink: EventSink) -> RetryCallback:
     """The `on_retry` callback for providers: each retry becomes a `provider.retry` event."""
@@ -76,6 +81,15 @@ def retry_publisher(sink: EventSink) -> RetryCallback:
                                    wait_s=round(info.wait_s, 3), reason=info.reason[:500],
                                    status=info.status))
     return publish
+
+
+class _Admitted(NamedTuple):
+    """A waited route with its place in the pool, to be run by its caller's task."""
+
+    plan: RoutePlan
+    record: SessionRecord
+    ticket: SlotTicket
+    entry: OrchestrationEntry
 
 
 class SquadRuntime:
@@ -139,6 +153,8 @@ class SquadRuntime:
         self._charter_reads: dict[str, anyio.Event] = {}
         """Charters being read in a worker thread now, by agent: a burst of routes to an agent
         whose charter is not cached waits for one read instead of each making its own."""
+        self._admitting = anyio.Semaphore(ADMITTING, fast_acquire=True)
+        """`ADMITTING` places for planning and admission (FIFO; no yield while one is free)."""
         self._owns_provider = owns_provider
         self._stack: AsyncExitStack | None = None
         self._tg: TaskGroup | None = None
@@ -304,11 +320,16 @@ class SquadRuntime:
                     origin: RouteOrigin | None = None) -> RouteResult:
         """Route one task. Never raises for a route that cannot run: the result says why."""
         origin = origin or RouteOrigin()
-        try:
-            plan = await self._plan(request, origin)
-        except Refusal as refusal:
-            return refusal.result
-        return await self._admit_and_run(plan, wait=request.wait_for_result, origin=origin)
+        wait = request.wait_for_result
+        async with self._admitting:
+            try:
+                plan = await self._plan(request, origin)
+            except Refusal as refusal:
+                return refusal.result
+            admitted = await self._admit(plan, wait=wait, origin=origin)
+        if isinstance(admitted, RouteResult):
+            return admitted
+        return await self._run_admitted(admitted, origin)
 
     async def resume(self, session_id: str, *, wait: bool = True) -> RouteResult:
         """Resume an interrupted session from its transcript (its dangling tool calls answered)."""
@@ -452,6 +473,16 @@ class SquadRuntime:
 
     async def _admit_and_run(self, plan: RoutePlan, *, wait: bool,
                              origin: RouteOrigin) -> RouteResult:
+        admitted = await self._admit(plan, wait=wait, origin=origin)
+        if isinstance(admitted, RouteResult):
+            return admitted
+        return await self._run_admitted(admitted, origin)
+
+    async def _admit(self, plan: RoutePlan, *, wait: bool,
+                     origin: RouteOrigin) -> RouteResult | _Admitted:
+        """Give the route its place in the pool and its orchestration entry: a waited route
+        to run next (`_run_admitted`), else the result its caller gets now (a refusal, or a
+        route accepted to run in the background, started here)."""
         record = self.pool.get(plan.info.session_id) if plan.continuing else None
         if record is None:
             record = SessionRecord(info=plan.info)
@@ -508,6 +539,10 @@ class SquadRuntime:
                          f"{plan.info.session_id}. Working on: {plan.info.task[:200]}. Collect "
                          f'its answer with squad_status(sessionId="{plan.info.session_id}").'),
             )
+        return _Admitted(plan, record, ticket, entry)
+
+    async def _run_admitted(self, admitted: _Admitted, origin: RouteOrigin) -> RouteResult:
+        plan, record, ticket, entry = admitted
         async with self.pool.waiting_on_child(origin.session_id, plan.info.session_id):
             return await self.runner.run(plan, record, ticket, entry)
 

@@ -516,3 +516,36 @@ async def test_when_the_one_charter_read_fails_the_routes_waiting_on_it_read_aga
     results = await _routes_at_once(layout, 5)
     assert reads == ["lead", "lead"]  # the failed read, then one more for the four waiting
     assert sum(1 for r in results if r is not None and r.ok) == 4
+
+
+async def test_a_burst_of_routes_is_planned_a_bounded_number_at_a_time_in_arrival_order(
+        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    from squadd.runtime import runtime as runtime_module
+
+    planning: list[str] = []
+    go = anyio.Event()
+    plan = SquadRuntime._plan
+
+    async def held(self: SquadRuntime, request: RouteRequest, origin: object) -> object:
+        planning.append(request.task)
+        await go.wait()  # each route being planned holds its place until the test lets go
+        return await plan(self, request, origin)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(SquadRuntime, "_plan", held)
+    count = runtime_module.ADMITTING + 36
+    results: list[RouteResult] = []
+    async with SquadRuntime(layout, settings(max_queued=count), script([text("ok")])) as runtime:
+        async def one(n: int) -> None:
+            results.append(await runtime.route(RouteRequest(target_agent="lead",
+                                                            task=f"job {n}")))
+
+        async with anyio.create_task_group() as tg:
+            for n in range(count):
+                tg.start_soon(one, n)
+            await eventually(lambda: len(planning) >= runtime_module.ADMITTING)
+            for _ in range(20):  # the rest wait their turn, however long this one takes
+                await anyio.lowlevel.checkpoint()
+            assert len(planning) == runtime_module.ADMITTING
+            go.set()
+    assert planning == [f"job {n}" for n in range(count)]  # every one, in the order they came
+    assert len(results) == count and all(result.ok for result in results)
