@@ -131,6 +131,7 @@ class ScribeSettings(_Section):
 
 class DaemonSettings(_Section):
     grace_s: float = Field(10.0, ge=0)
+    stop_timeout_s: float = Field(120.0, gt=0)
     event_buffer: int = Field(1024, ge=1)
     log_max_bytes: int = Field(10_485_760, ge=1024)
     log_backups: int = Field(3, ge=0)

@@ -36,6 +36,7 @@ from squadd.daemon._unix import SocketAddress
 from squadd.daemon.app import BearerAuth, DaemonContext, create_app
 from squadd.daemon.client import DaemonClient
 from squadd.daemon.dashboard import UI_PREFIX, Dashboard
+from squadd.daemon.deadline import StopDeadline
 from squadd.daemon.guard import ListenerLimits, ensure_descriptors, guarded_protocol
 from squadd.daemon.recovery import (
     past_views,
@@ -63,6 +64,9 @@ log = structlog.get_logger("squadd.daemon")
 HTTP_DRAIN_S = 5.0
 """After the runtime stopped, how long open requests get to send their answers."""
 STARTUP_TIMEOUT_S = 15.0
+SECOND_SIGNAL_S = 5.0
+"""After a second signal, how long the stop's last steps (those that need the disk) get before
+the daemon exits without them (see `StopDeadline`)."""
 DETACH_WAIT_S = 30.0
 
 
@@ -187,6 +191,9 @@ class Daemon:
         self.console_level = console_level
         self.coordinator: Coordinator | None = None
         """Set in cluster mode: the coordinator of `squadd worker`s (`[cluster] url`)."""
+        self.deadline = StopDeadline()
+        """Armed when the stop starts, disarmed when `run` is done: a stop held up by a disk
+        that does not answer ends the process anyway."""
 
     def run(self) -> None:
         layout, settings = self.layout, self.settings
@@ -242,6 +249,7 @@ class Daemon:
             os.close(lock_fd)
             if served:
                 log.info("squadd stopped", pid=os.getpid())
+            self.deadline.disarm()
 
     async def _main(self, runtime: SquadRuntime, listeners: list[Listener],
                     token: str | None, dashboard: Dashboard | None) -> None:
@@ -254,7 +262,8 @@ class Daemon:
                 stop.set()
 
         async with anyio.create_task_group() as outer:
-            outer.start_soon(self._watch_signals, request_stop, outer.cancel_scope)
+            outer.start_soon(self._watch_signals, request_stop, outer.cancel_scope,
+                             self.deadline)
             recovered = await anyio.to_thread.run_sync(functools.partial(
                 recover_sessions, self.layout, keep=self.settings.pool.ended_keep,
                 cluster=self.coordinator is not None))
@@ -278,7 +287,10 @@ class Daemon:
                 outer.start_soon(self._sweep_empty_entries)
                 context = DaemonContext(runtime=runtime, request_stop=request_stop,
                                         coordinator=self.coordinator)
-                await self._serve(context, listeners, token, dashboard, stop, reasons)
+                try:
+                    await self._serve(context, listeners, token, dashboard, stop, reasons)
+                finally:  # a stop, an error or a cancellation: the end is bounded all the same
+                    self._arm_deadline("the daemon's end")
             outer.cancel_scope.cancel()
 
     async def _remember_past(self, runtime: SquadRuntime, ended: list[Path]) -> None:
@@ -348,6 +360,7 @@ class Daemon:
             await stop.wait()
             reason = reasons[0] if reasons else "stop requested"
             log.info("squadd stopping", reason=reason, grace_s=self.settings.daemon.grace_s)
+            self._arm_deadline(f"the stop ({reason})")
             context.stopping = True
             runtime.bus.publish(DaemonStopping(reason=reason))
             await runtime.shutdown(grace_s=self.settings.daemon.grace_s)
@@ -360,8 +373,13 @@ class Daemon:
             if self.coordinator is not None:
                 await self.coordinator.close()
 
+    def _arm_deadline(self, why: str) -> None:
+        daemon = self.settings.daemon
+        self.deadline.arm(daemon.grace_s + daemon.stop_timeout_s, why)
+
     @staticmethod
-    async def _watch_signals(request_stop: Callable[[str], None], scope: anyio.CancelScope) -> None:
+    async def _watch_signals(request_stop: Callable[[str], None], scope: anyio.CancelScope,
+                             deadline: StopDeadline) -> None:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             first = True
             async for signum in signals:
@@ -370,6 +388,7 @@ class Daemon:
                     request_stop(f"signal {signal.Signals(signum).name}")
                     continue
                 log.warning("second signal: stopping now, without waiting")
+                deadline.arm(SECOND_SIGNAL_S, "the stop after a second signal")
                 scope.cancel()
                 return
 

@@ -1,0 +1,119 @@
+"""The stop's deadline: a stop held up by a disk that does not answer still ends the daemon,
+and what it had told callers of survives for the next start."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from squadd.daemon.deadline import EXIT_CODE, StopDeadline
+from squadd.state.transcripts import read_transcript
+from tests.support.daemon_process import FAST_CONFIG, DaemonProcess, make_repo
+from tests.support.model_servers import OpenAIServer
+
+WAIT_S = 30.0
+"""How long a test waits for a deadline of a fraction of a second to fire (never the bound
+under test: only the limit past which the test gives up)."""
+
+
+class Exits:
+    """Stands in for `os._exit`: records the status and lets the test wait for it."""
+
+    def __init__(self) -> None:
+        self.codes: list[int] = []
+        self.called = threading.Event()
+
+    def __call__(self, code: int) -> None:
+        self.codes.append(code)
+        self.called.set()
+
+
+def test_an_armed_deadline_ends_the_process_with_its_status() -> None:
+    exits = Exits()
+    deadline = StopDeadline(exit=exits)
+    deadline.arm(0.05, "the stop")
+    assert exits.called.wait(WAIT_S)
+    assert exits.codes == [EXIT_CODE] and deadline.expired
+
+
+def test_a_deadline_disarmed_in_time_never_ends_the_process() -> None:
+    exits = Exits()
+    deadline = StopDeadline(exit=exits)
+    deadline.arm(WAIT_S, "the stop")
+    deadline.disarm()  # joins the watching thread: it has ended without calling exit
+    deadline.arm(0.0, "armed again after the end")  # no effect once disarmed
+    assert not exits.called.is_set() and exits.codes == [] and not deadline.expired
+
+
+@pytest.mark.parametrize("order", ["shorter second", "shorter first"])
+def test_the_earlier_of_two_deadlines_wins(order: str) -> None:
+    exits = Exits()
+    deadline = StopDeadline(exit=exits)
+    times = [3600.0, 0.05] if order == "shorter second" else [0.05, 3600.0]
+    for seconds in times:
+        deadline.arm(seconds, "the stop")
+    assert exits.called.wait(WAIT_S)  # an hour would have outlasted the test
+    assert exits.codes == [EXIT_CODE]
+
+
+# The daemon's disk stops answering when the journal is checkpointed at the stop: the sync
+# never returns. Everything before (the route, its answer) works as usual.
+STUCK_DISK = """\
+import threading
+
+from squadd.state import journal
+
+
+def never_returns(*args, **kwargs):
+    threading.Event().wait()
+
+
+journal._sync_all = never_returns
+
+from squadd.cli import run
+
+run()
+"""
+
+
+class StuckDiskDaemon(DaemonProcess):
+    """`squadd serve` whose journal checkpoint never returns."""
+
+    launcher: Path
+
+    @property
+    def command(self) -> list[str]:
+        return [sys.executable, str(self.launcher), *super().command[3:]]
+
+
+@pytest.mark.slow
+def test_a_stop_held_by_a_disk_that_does_not_answer_ends_at_its_deadline(
+        tmp_path: Path, model_server: OpenAIServer) -> None:
+    model_server.script(OpenAIServer.text_turn("done"), OpenAIServer.text_turn("again"))
+    config = FAST_CONFIG.replace("grace_s = 1.0\n", "grace_s = 1.0\nstop_timeout_s = 1.0\n")
+    layout = make_repo(tmp_path / "repo", config=config)
+    stuck = StuckDiskDaemon(layout, model_server.url)
+    stuck.launcher = tmp_path / "stuck_disk.py"
+    stuck.launcher.write_text(STUCK_DISK, encoding="utf-8")
+    with stuck:
+        answered = stuck.client.route("say done", "lead")
+        assert answered["ok"] and answered["answer"] == "done", answered
+        stuck.signal(signal.SIGTERM)
+        assert stuck.wait(timeout=WAIT_S + 30) == EXIT_CODE, stuck.output
+    assert "squadd stop did not end in time" in stuck.output
+    assert "squadd stopped" not in stuck.output  # it did not get that far
+    journals = list(layout.transcript_journals_dir.iterdir())
+    assert journals  # not checkpointed: left for the next start
+    transcript = read_transcript(layout.transcript(answered["session_id"]))
+    assert transcript.final_answer == "done"
+
+    with DaemonProcess(layout, model_server.url) as second:
+        again = second.client.route("say again", "lead")
+        assert again["ok"] and again["answer"] == "again", again
+        assert second.stop() == 0
+    assert not any(path in journals for path in layout.transcript_journals_dir.iterdir())
+    assert read_transcript(layout.transcript(answered["session_id"])).final_answer == "done"
