@@ -265,8 +265,8 @@ class _EntryFile:
 
     def append_unsynced(self) -> Appended | None:
         self._done = True
-        target = self.layout.orchestration_log(self.entry.stamp, self.entry.agent)
-        flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+        target = self.layout.orchestration_entry(self.entry.stamp, self.entry.agent)
+        flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC  # the name itself was not checked
         fd: int | None = None
         if not self.whole:
             with contextlib.suppress(FileNotFoundError):

@@ -421,8 +421,10 @@ class SquadLayout:
 
     def new_transcript(self, session_id: str) -> Path:
         """The transcript of a session this process is creating: `run/transcripts/{id}.jsonl`
-        (a new id has no older copy in `sessions/` to look for)."""
-        return self._p("run", "transcripts", safe_id(session_id) + ".jsonl")
+        (a new id has no older copy in `sessions/` to look for). Only its folder is checked:
+        `TranscriptWriter` opens it with `O_NOFOLLOW`, so a link at the name is refused by the
+        open itself, and no lookup of a name not there yet is made."""
+        return self.transcripts_dir / (safe_id(session_id) + ".jsonl")
 
     def tool_output(self, session_id: str, call_id: str) -> Path:
         return self._p(
@@ -439,6 +441,12 @@ class SquadLayout:
     @property
     def orchestration_dir(self) -> Path:
         return self._p("orchestration-log")
+
+    def orchestration_entry(self, stamp: str, agent: str) -> Path:
+        """`orchestration_log`'s path with only its folder checked, for a writer that opens it
+        with `O_NOFOLLOW` (a link at the name is refused by the open itself): a new entry's
+        name is not there yet, and looking it up costs more than any other check."""
+        return self.orchestration_dir / f"{safe_id(stamp, kind='timestamp')}-{safe_name(agent)}.md"
 
     def orchestration_log(self, stamp: str, agent: str) -> Path:
         return self._p("orchestration-log", f"{safe_id(stamp, kind='timestamp')}-"

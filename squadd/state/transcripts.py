@@ -286,6 +286,11 @@ def _is_spare(entry: os.DirEntry[str]) -> bool:
     return st.st_size == 0 and st.st_nlink == 1
 
 
+_APPEND_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW
+"""A transcript is never a link: one at its name is refused (`ELOOP`), not followed. A new
+session's path (`SquadLayout.new_transcript`) relies on it: only its folder is checked."""
+
+
 class TranscriptWriter:
     """Buffers records and appends them to the transcript with one write and one fsync."""
 
@@ -369,19 +374,20 @@ class TranscriptWriter:
     def _open(self) -> tuple[int, bool]:
         """The transcript's fd for appending, and whether this writer's first append made it
         (or found it made by another writer since it looked)."""
+        flags = _APPEND_FLAGS
         if not self._new:
             try:
-                return os.open(self.path, os.O_WRONLY | os.O_APPEND), False
+                return os.open(self.path, flags), False
             except FileNotFoundError:
                 pass
         self._new = False
         spares = self.spares if self.spares is not None and \
             self.spares.folder.parent == self.path.parent else None
         try:
-            fd = open_new(self.path, os.O_WRONLY | os.O_APPEND, spares)
+            fd = open_new(self.path, flags, spares)
             self._needs_fence = False
         except FileExistsError:  # another writer made it meanwhile: append to theirs
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+            fd = os.open(self.path, flags)
         return fd, True
 
 

@@ -257,6 +257,39 @@ async def test_with_the_group_commit_a_write_that_fails_is_logged_and_the_rest_w
     assert "| **Task** | fine |" in log.path_of(fine).read_text(encoding="utf-8")
 
 
+@pytest.mark.parametrize("which", ["spawn", "outcome"])
+async def test_with_the_group_commit_a_link_at_an_entrys_name_is_never_written_through(
+        layout: SquadLayout, tmp_path: Path, which: str) -> None:
+    layout.orchestration_dir.mkdir(parents=True)
+    spares = SpareFiles(layout.sessions_dir)
+    spares.refill(3)
+    outside = tmp_path / "outside.md"
+    outside.write_text("theirs\n", encoding="utf-8")
+    commits = GroupCommit(layout)
+    log = OrchestrationLog(layout, commits=commits, spares=spares, linger_s=0.0)
+    async with anyio.create_task_group() as tg:
+        await tg.start(commits.run)
+        await tg.start(log.run)
+        linked, fine = _entry(log, "linked"), _entry(log, "fine")
+        path = log.path_of(linked)
+        if which == "spawn":
+            path.symlink_to(outside)
+        else:  # the spawn is written, then its file is swapped for a link
+            await log.submit(linked)
+            await log.flush()
+            path.unlink()
+            path.symlink_to(outside)
+            linked = linked.ended("completed", error=None, duration_s=1.0, input_tokens=1,
+                                  output_tokens=1)
+        await log.submit(linked)
+        await log.submit(fine)
+        await log.flush()
+        log.close()
+        commits.close()
+    assert outside.read_text(encoding="utf-8") == "theirs\n" and path.is_symlink()
+    assert "| **Task** | fine |" in log.path_of(fine).read_text(encoding="utf-8")
+
+
 async def test_an_end_submitted_past_the_backlog_waits_for_its_spawn_being_written(
         layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
     held = hold(monkeypatch, journal_module, "_datasync")

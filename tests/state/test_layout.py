@@ -196,8 +196,19 @@ def test_a_new_sessions_transcript_is_in_run_transcripts_and_checked_for_links(
         squad.new_transcript("../../etc/passwd")
     (squad.root / "run").mkdir()
     (squad.root / "run" / "transcripts").symlink_to(tmp_path)
-    with pytest.raises(PathEscapeError):
+    with pytest.raises(PathEscapeError):  # the folder is checked (the name: by the open)
         squad.new_transcript("s-new")
+
+
+def test_an_orchestration_entrys_folder_is_checked_and_its_name_left_to_the_open(
+        squad: SquadLayout, tmp_path: Path) -> None:
+    stamp = "20261127T142714.441467Z"
+    assert squad.orchestration_entry(stamp, "lead") == squad.orchestration_log(stamp, "lead")
+    with pytest.raises(InvalidNameError):
+        squad.orchestration_entry("../x", "lead")
+    squad.orchestration_dir.symlink_to(tmp_path)
+    with pytest.raises(PathEscapeError):
+        squad.orchestration_entry(stamp, "lead")
 
 
 def test_skill_folders_come_in_squads_order_and_stay_inside(squad: SquadLayout,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -150,6 +151,25 @@ def test_a_writer_told_its_file_is_new_appends_to_one_found_there(tmp_path: Path
     transcript = read_transcript(path)
     assert transcript.meta["agent"] == "first" and transcript.last_state == "queued"
     assert len(spares) == 2  # no spare was spent on it
+
+
+@pytest.mark.parametrize("new", [True, False])
+def test_a_link_at_a_transcripts_name_is_refused_not_written_through(
+        tmp_path: Path, new: bool) -> None:
+    from squadd.state.transcripts import SpareFiles
+
+    sessions = tmp_path / "sessions"
+    spares = SpareFiles(sessions)
+    spares.refill(2)
+    outside = tmp_path / "outside.txt"
+    outside.write_text("theirs\n")
+    (sessions / "s-5.jsonl").symlink_to(outside)
+    writer = TranscriptWriter(sessions / "s-5.jsonl", spares, new=new)
+    writer.add("meta", session_id="s-5")
+    with pytest.raises(OSError) as raised:
+        writer.flush()
+    assert raised.value.errno == errno.ELOOP
+    assert outside.read_text() == "theirs\n" and len(spares) == 2
 
 
 def test_two_processes_never_take_the_same_spare(tmp_path: Path) -> None:
