@@ -4,12 +4,16 @@
 sleeps 50 ms per turn: the bound is 32 / 0.05 = 640 routes/s. Everything else is real (files,
 fsync, events, orchestration log). The same load also runs on pydantic-ai (`Agent.run` with a
 `FunctionModel` that sleeps as long) under an equal semaphore, for comparison. `cpu_ms_per_route`
-is the process's CPU time (user + system, every thread) over the run, divided by the routes.
+is the process's CPU time (user + system, every thread) over the run, divided by the routes;
+pydantic-ai's is measured the same way, in its own process. CPU time here moves with the host's
+load (the same code has measured 1.2-2.2 ms a route within an hour), so the ratio of the two,
+from one run, says more than either.
 Both run with the garbage-collector settings `squadd serve` uses (`squadd.gc_tuning`).
 
 Prints, as its last line:
     pool_throughput routes_per_s=… fraction_of_bound=… cpu_ms_per_route=…
         pydantic_ai_routes_per_s=… pydantic_ai_fraction_of_bound=…
+        pydantic_ai_cpu_ms_per_route=… cpu_ratio_vs_pydantic_ai=…
 Targets: fraction_of_bound >= 0.85, cpu_ms_per_route <= 1.4.
 
     .venv/bin/python scripts/bench/pool_throughput.py [--routes 5000] [--concurrency 32]
@@ -89,7 +93,9 @@ async def squadd_throughput(root: Path, routes: int, concurrency: int,
 AGENTS = ("fenster", "hockney", "keaton", "mcmanus")
 
 
-async def pydantic_ai_throughput(routes: int, concurrency: int, delay_s: float) -> float:
+async def pydantic_ai_throughput(routes: int, concurrency: int,
+                                 delay_s: float) -> tuple[float, float]:
+    """Routes per second, and CPU seconds per route."""
     from pydantic_ai import Agent
     from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
     from pydantic_ai.models.function import AgentInfo, FunctionModel
@@ -107,11 +113,12 @@ async def pydantic_ai_throughput(routes: int, concurrency: int, delay_s: float) 
             if result.output != "done":
                 raise SystemExit(f"pydantic-ai answered {result.output!r}")
 
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), cpu_s()
     async with anyio.create_task_group() as tg:
         for n in range(routes):
             tg.start_soon(one, n)
-    return routes / (time.perf_counter() - started)
+    elapsed, cpu = time.perf_counter() - started, cpu_s() - cpu_started
+    return routes / elapsed, cpu / routes
 
 
 def main() -> None:
@@ -126,8 +133,8 @@ def main() -> None:
     delay_s = args.delay_ms / 1000
     bound = args.concurrency / delay_s
     if args.peers_only:
-        rate = anyio.run(pydantic_ai_throughput, args.routes, args.concurrency, delay_s)
-        print(json.dumps({"pydantic_ai_routes_per_s": rate}))
+        rate, cpu = anyio.run(pydantic_ai_throughput, args.routes, args.concurrency, delay_s)
+        print(json.dumps({"pydantic_ai_routes_per_s": rate, "pydantic_ai_cpu_s_per_route": cpu}))
         return
 
     with bench_folder() as tmp:
@@ -135,8 +142,10 @@ def main() -> None:
         rate, cpu_per_route = anyio.run(squadd_throughput, layout.root, args.routes,
                                         args.concurrency, delay_s)
     if have("pydantic_ai"):
-        peer: dict[str, float | str] = {"pydantic_ai_routes_per_s": anyio.run(
-            pydantic_ai_throughput, args.routes, args.concurrency, delay_s)}
+        peer_rate, peer_cpu = anyio.run(pydantic_ai_throughput, args.routes, args.concurrency,
+                                        delay_s)
+        peer: dict[str, float | str] = {"pydantic_ai_routes_per_s": peer_rate,
+                                        "pydantic_ai_cpu_s_per_route": peer_cpu}
     else:
         peer = run_in_bench_venv(Path(__file__), [
             "--routes", str(args.routes), "--concurrency", str(args.concurrency),
@@ -144,12 +153,15 @@ def main() -> None:
     if "missing" in peer:
         say(f"pydantic-ai not measured: {peer['missing']}")
     peer_rate = float(peer.get("pydantic_ai_routes_per_s", math.nan))
+    peer_cpu = float(peer.get("pydantic_ai_cpu_s_per_route", math.nan))
     say(f"routes={args.routes} max_concurrent={args.concurrency} delay_ms={args.delay_ms:g} "
         f"bound_routes_per_s={bound:.1f}")
     print(f"pool_throughput routes_per_s={fmt(rate)} fraction_of_bound={fmt(rate / bound)} "
           f"cpu_ms_per_route={fmt(cpu_per_route * 1000)} "
           f"pydantic_ai_routes_per_s={fmt(peer_rate)} "
-          f"pydantic_ai_fraction_of_bound={fmt(peer_rate / bound)}")
+          f"pydantic_ai_fraction_of_bound={fmt(peer_rate / bound)} "
+          f"pydantic_ai_cpu_ms_per_route={fmt(peer_cpu * 1000)} "
+          f"cpu_ratio_vs_pydantic_ai={fmt(cpu_per_route / peer_cpu)}")
 
 
 if __name__ == "__main__":

@@ -60,7 +60,7 @@ BENCHES = (
         Figure("fraction_of_bound", "pool throughput / bound (5,000 routes, 32 slots, 50 ms)",
                0.85, "higher", "", (("pydantic_ai_fraction_of_bound", "pydantic-ai"),)),
         Figure("cpu_ms_per_route", "CPU per route in the pool run (user + system)", 1.4,
-               "lower", "ms"),
+               "lower", "ms", (("pydantic_ai_cpu_ms_per_route", "pydantic-ai"),)),
     )),
     Bench("pool_memory.py", (), (
         Figure("rss_mb", "RSS with 10,000 queued + 1,000 idle", 300.0, "lower", "MB"),
