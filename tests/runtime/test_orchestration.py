@@ -213,14 +213,21 @@ async def test_with_the_group_commit_entries_are_written_in_place_and_share_its_
     assert not list(layout.orchestration_dir.glob(".*.tmp"))
 
 
-async def test_with_the_group_commit_a_new_entry_is_a_spare_file_moved_into_place(
-        layout: SquadLayout) -> None:
-    layout.orchestration_dir.mkdir()  # as a squad has it (a missing one is made: no spare)
+def _with_spares(layout: SquadLayout) -> tuple[SpareFiles, GroupCommit, OrchestrationLog]:
+    """Three spare files, a group commit and a log writing through it, in a squad that has
+    its orchestration-log folder (a missing one is made: no spare)."""
+    layout.orchestration_dir.mkdir(parents=True)
     spares = SpareFiles(layout.sessions_dir)
     spares.refill(3)
-    made = {p.stat().st_ino for p in spares.folder.iterdir()}
     commits = GroupCommit(layout)
-    log = OrchestrationLog(layout, commits=commits, spares=spares, linger_s=0.0)
+    return spares, commits, OrchestrationLog(layout, commits=commits, spares=spares,
+                                             linger_s=0.0)
+
+
+async def test_with_the_group_commit_a_new_entry_is_a_spare_file_moved_into_place(
+        layout: SquadLayout) -> None:
+    spares, commits, log = _with_spares(layout)
+    made = {p.stat().st_ino for p in spares.folder.iterdir()}
     async with anyio.create_task_group() as tg:
         await tg.start(commits.run)
         await tg.start(log.run)
@@ -260,13 +267,9 @@ async def test_with_the_group_commit_a_write_that_fails_is_logged_and_the_rest_w
 @pytest.mark.parametrize("which", ["spawn", "outcome"])
 async def test_with_the_group_commit_a_link_at_an_entrys_name_is_never_written_through(
         layout: SquadLayout, tmp_path: Path, which: str) -> None:
-    layout.orchestration_dir.mkdir(parents=True)
-    spares = SpareFiles(layout.sessions_dir)
-    spares.refill(3)
+    _, commits, log = _with_spares(layout)
     outside = tmp_path / "outside.md"
     outside.write_text("theirs\n", encoding="utf-8")
-    commits = GroupCommit(layout)
-    log = OrchestrationLog(layout, commits=commits, spares=spares, linger_s=0.0)
     async with anyio.create_task_group() as tg:
         await tg.start(commits.run)
         await tg.start(log.run)

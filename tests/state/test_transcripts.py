@@ -13,6 +13,7 @@ from squadd.state import transcripts as transcripts_module
 from squadd.state.transcripts import (
     PROMPTS_DIRNAME,
     PromptFiles,
+    SpareFiles,
     TranscriptWriter,
     prompt_digest,
     read_tail,
@@ -108,13 +109,17 @@ def test_without_spares_a_transcript_is_created_as_before(tmp_path: Path) -> Non
     assert read_transcript(sessions / "s-2.jsonl").meta["session_id"] == "s-2"
 
 
-def test_a_writer_told_its_file_is_new_makes_it_without_trying_to_open_one_first(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from squadd.state.transcripts import SpareFiles
-
+def _refilled(tmp_path: Path, count: int = 2) -> tuple[Path, SpareFiles]:
+    """A sessions folder (not made yet) and `count` spare files made for it."""
     sessions = tmp_path / "sessions"
     spares = SpareFiles(sessions)
-    spares.refill(2)
+    spares.refill(count)
+    return sessions, spares
+
+
+def test_a_writer_told_its_file_is_new_makes_it_without_trying_to_open_one_first(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sessions, spares = _refilled(tmp_path)
     opened: list[tuple[str, bool]] = []
     real_open = os.open
 
@@ -138,11 +143,7 @@ def test_a_writer_told_its_file_is_new_makes_it_without_trying_to_open_one_first
 
 
 def test_a_writer_told_its_file_is_new_appends_to_one_found_there(tmp_path: Path) -> None:
-    from squadd.state.transcripts import SpareFiles
-
-    sessions = tmp_path / "sessions"
-    spares = SpareFiles(sessions)
-    spares.refill(2)
+    sessions, spares = _refilled(tmp_path)
     path = sessions / "s-4.jsonl"
     path.write_bytes(b'{"kind":"meta","session_id":"s-4","agent":"first"}\n')
     writer = TranscriptWriter(path, spares, new=True)
@@ -156,11 +157,7 @@ def test_a_writer_told_its_file_is_new_appends_to_one_found_there(tmp_path: Path
 @pytest.mark.parametrize("new", [True, False])
 def test_a_link_at_a_transcripts_name_is_refused_not_written_through(
         tmp_path: Path, new: bool) -> None:
-    from squadd.state.transcripts import SpareFiles
-
-    sessions = tmp_path / "sessions"
-    spares = SpareFiles(sessions)
-    spares.refill(2)
+    sessions, spares = _refilled(tmp_path)
     outside = tmp_path / "outside.txt"
     outside.write_text("theirs\n")
     (sessions / "s-5.jsonl").symlink_to(outside)
