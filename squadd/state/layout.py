@@ -91,6 +91,11 @@ def find_squad_dir(start: Path | None = None) -> Path:
     )
 
 
+def _entry_name(stamp: str, agent: str) -> str:
+    """An orchestration-log entry's file name: `{stamp}-{agent}.md`, both checked."""
+    return f"{safe_id(stamp, kind='timestamp')}-{safe_name(agent)}.md"
+
+
 class SquadLayout:
     """The paths of one squad dir. Build it with `SquadLayout.find` or `SquadLayout.at`.
 
@@ -446,11 +451,10 @@ class SquadLayout:
         """`orchestration_log`'s path with only its folder checked, for a writer that opens it
         with `O_NOFOLLOW` (a link at the name is refused by the open itself): a new entry's
         name is not there yet, and looking it up costs more than any other check."""
-        return self.orchestration_dir / f"{safe_id(stamp, kind='timestamp')}-{safe_name(agent)}.md"
+        return self.orchestration_dir / _entry_name(stamp, agent)
 
     def orchestration_log(self, stamp: str, agent: str) -> Path:
-        return self._p("orchestration-log", f"{safe_id(stamp, kind='timestamp')}-"
-                                            f"{safe_name(agent)}.md")
+        return self._p("orchestration-log", _entry_name(stamp, agent))
 
     # Workspaces: one git worktree per isolated session (git-ignored).
     @property
