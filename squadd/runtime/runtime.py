@@ -9,6 +9,8 @@ as `async with SquadRuntime(...) as runtime:`.
 from __future__ import annotations
 
 import contextlib
+import functools
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from typing import NamedTuple
 
@@ -320,43 +322,13 @@ class SquadRuntime:
                     origin: RouteOrigin | None = None) -> RouteResult:
         """Route one task. Never raises for a route that cannot run: the result says why."""
         origin = origin or RouteOrigin()
-        wait = request.wait_for_result
-        async with self._admitting:
-            try:
-                plan = await self._plan(request, origin)
-            except Refusal as refusal:
-                return refusal.result
-            admitted = await self._admit(plan, wait=wait, origin=origin)
-        if isinstance(admitted, RouteResult):
-            return admitted
-        return await self._run_admitted(admitted, origin)
+        return await self._admit_and_run(functools.partial(self._plan, request, origin),
+                                         wait=request.wait_for_result, origin=origin)
 
     async def resume(self, session_id: str, *, wait: bool = True) -> RouteResult:
         """Resume an interrupted session from its transcript (its dangling tool calls answered)."""
-        try:
-            record = self.pool.get(session_id)
-            if record is not None:
-                if record.state != "interrupted":
-                    raise Refusal("invalid", f"session {session_id} is {record.state}: only an "
-                                             "interrupted session can be resumed")
-                info, state = record.info, record.state
-            else:
-                transcript = await anyio.to_thread.run_sync(load_transcript, self.layout,
-                                                            session_id)
-                if transcript is None:
-                    raise Refusal("unknown_session", f"no session {session_id}: there is no "
-                                                     "transcript for it")
-                refuse_if_elsewhere(transcript)
-                last = transcript.last_state
-                if last in ("completed", "error"):
-                    raise Refusal("invalid", f"session {session_id} ended ({last}); nothing "
-                                             "to resume (route a new task to it instead)")
-                info, state = info_from_transcript(transcript), None
-            charter = await self._charter(info.agent)
-            plan = continue_plan(None, RouteOrigin(), info, state, charter, self.settings)
-        except Refusal as refusal:
-            return refusal.result
-        return await self._admit_and_run(plan, wait=wait, origin=RouteOrigin())
+        return await self._admit_and_run(functools.partial(self._resume_plan, session_id),
+                                         wait=wait, origin=RouteOrigin())
 
     async def land(self, session_id: str) -> LandResult:
         """Land a session's worktree branch on its target, in turn with every other landing."""
@@ -446,6 +418,27 @@ class SquadRuntime:
             del self._charter_reads[agent]
             done.set()
 
+    async def _resume_plan(self, session_id: str) -> RoutePlan:
+        record = self.pool.get(session_id)
+        if record is not None:
+            if record.state != "interrupted":
+                raise Refusal("invalid", f"session {session_id} is {record.state}: only an "
+                                         "interrupted session can be resumed")
+            info, state = record.info, record.state
+        else:
+            transcript = await anyio.to_thread.run_sync(load_transcript, self.layout, session_id)
+            if transcript is None:
+                raise Refusal("unknown_session", f"no session {session_id}: there is no "
+                                                 "transcript for it")
+            refuse_if_elsewhere(transcript)
+            last = transcript.last_state
+            if last in ("completed", "error"):
+                raise Refusal("invalid", f"session {session_id} ended ({last}); nothing "
+                                         "to resume (route a new task to it instead)")
+            info, state = info_from_transcript(transcript), None
+        charter = await self._charter(info.agent)
+        return continue_plan(None, RouteOrigin(), info, state, charter, self.settings)
+
     async def _plan(self, request: RouteRequest, origin: RouteOrigin) -> RoutePlan:
         if request.session_id is not None:
             record = self.pool.get(request.session_id)
@@ -471,17 +464,26 @@ class SquadRuntime:
         return new_plan(request, origin, agent, routed_by, charter, self.settings,
                         self.provider.default_model)
 
-    async def _admit_and_run(self, plan: RoutePlan, *, wait: bool,
+    async def _admit_and_run(self, planned: Callable[[], Awaitable[RoutePlan]], *, wait: bool,
                              origin: RouteOrigin) -> RouteResult:
-        admitted = await self._admit(plan, wait=wait, origin=origin)
+        """Plan (a `Refusal` is the result) and admit in one of the `ADMITTING` places, in
+        arrival order; then, for a waited route, run it in the caller's task."""
+        async with self._admitting:
+            try:
+                plan = await planned()
+            except Refusal as refusal:
+                return refusal.result
+            admitted = await self._admit(plan, wait=wait, origin=origin)
         if isinstance(admitted, RouteResult):
             return admitted
-        return await self._run_admitted(admitted, origin)
+        plan, record, ticket, entry = admitted
+        async with self.pool.waiting_on_child(origin.session_id, plan.info.session_id):
+            return await self.runner.run(plan, record, ticket, entry)
 
     async def _admit(self, plan: RoutePlan, *, wait: bool,
                      origin: RouteOrigin) -> RouteResult | _Admitted:
         """Give the route its place in the pool and its orchestration entry: a waited route
-        to run next (`_run_admitted`), else the result its caller gets now (a refusal, or a
+        to run next, else the result its caller gets now (a refusal, or a
         route accepted to run in the background, started here)."""
         record = self.pool.get(plan.info.session_id) if plan.continuing else None
         if record is None:
@@ -540,11 +542,6 @@ class SquadRuntime:
                          f'its answer with squad_status(sessionId="{plan.info.session_id}").'),
             )
         return _Admitted(plan, record, ticket, entry)
-
-    async def _run_admitted(self, admitted: _Admitted, origin: RouteOrigin) -> RouteResult:
-        plan, record, ticket, entry = admitted
-        async with self.pool.waiting_on_child(origin.session_id, plan.info.session_id):
-            return await self.runner.run(plan, record, ticket, entry)
 
     async def _run_in_background(self, plan: RoutePlan, record: SessionRecord,
                                  ticket: SlotTicket, entry: OrchestrationEntry) -> None:
