@@ -290,7 +290,6 @@ class _EntryFile:
         return Appended(target, end, data, created)
 
 
-
 def _lost(entry: OrchestrationEntry, exc: Exception) -> None:
     # a full disk must not take a route down with it: the transcript still has everything
     log.warning("orchestration log not written", stamp=entry.stamp, agent=entry.agent,

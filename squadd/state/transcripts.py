@@ -370,7 +370,6 @@ class TranscriptWriter:
             fsync_dir(self.path.parent)
         return Appended(self.path, end, data, created)
 
-
     def _open(self) -> tuple[int, bool]:
         """The transcript's fd for appending, and whether this writer's first append made it
         (or found it made by another writer since it looked)."""
