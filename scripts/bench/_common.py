@@ -11,6 +11,7 @@ import contextlib
 import json
 import math
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -26,8 +27,17 @@ BENCH_PYTHON = REPO / ".bench-venv" / "bin" / "python"
 AGENTS = ("fenster", "hockney", "keaton", "mcmanus")
 
 
+DIR_ENV = "SQUADD_BENCH_DIR"
+"""Where benchmarks make their folders (unset: the temp folder)."""
 KEEP_ENV = "SQUADD_BENCH_KEEP"
 """Set (by `report.py`): a benchmark leaves its files for the run's end to remove."""
+
+
+def cpu_s() -> float:
+    """This process's CPU time so far, user + system, all threads (to the µs: `os.times`
+    counts whole clock ticks)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 @contextlib.contextmanager
@@ -42,7 +52,7 @@ def bench_folder(prefix: str = "squadd-bench-") -> Iterator[Path]:
     charge the next one's file creations for it (see "File creation after deletions" in
     docs/benchmark-notes.md).
     """
-    folder = Path(tempfile.mkdtemp(prefix=prefix, dir=os.environ.get("SQUADD_BENCH_DIR")))
+    folder = Path(tempfile.mkdtemp(prefix=prefix, dir=os.environ.get(DIR_ENV)))
     try:
         yield folder
     finally:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 import time
 from pathlib import Path
@@ -33,13 +32,16 @@ from pathlib import Path
 import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import bench_folder, fmt, have, make_squad, run_in_bench_venv, say, serve_like_squadd
-
-
-def cpu_s() -> float:
-    """This process's CPU time so far, user + system, all threads."""
-    times = os.times()
-    return times.user + times.system
+from _common import (
+    bench_folder,
+    cpu_s,
+    fmt,
+    have,
+    make_squad,
+    run_in_bench_venv,
+    say,
+    serve_like_squadd,
+)
 
 
 async def squadd_throughput(root: Path, routes: int, concurrency: int,

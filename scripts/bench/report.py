@@ -11,7 +11,6 @@ import argparse
 import datetime as dt
 import os
 import platform
-import resource
 import shutil
 import subprocess
 import sys
@@ -19,6 +18,9 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import DIR_ENV, KEEP_ENV, cpu_s
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "scripts" / "bench"
@@ -113,7 +115,7 @@ def run(bench: Bench, python: str, folder: Path) -> tuple[dict[str, float], str,
     """Run one benchmark with its files in `folder`, left there for the run's end (see
     `_common.bench_folder`): its figures, its last line, and how long it took."""
     started = time.monotonic()
-    env = {**os.environ, "SQUADD_BENCH_DIR": str(folder), "SQUADD_BENCH_KEEP": "1"}
+    env = {**os.environ, DIR_ENV: str(folder), KEEP_ENV: "1"}
     result = subprocess.run([python, str(BENCH / bench.script), *bench.args], cwd=ROOT,
                             capture_output=True, text=True, timeout=1800,
                             stdin=subprocess.DEVNULL, env=env)
@@ -144,7 +146,7 @@ def fmt(value: float) -> str:
 def files_where() -> str:
     """Where the benchmarks' files lived, and that folder's file system (the figures that
     write files depend on it)."""
-    folder = os.environ.get("SQUADD_BENCH_DIR")
+    folder = os.environ.get(DIR_ENV)
     path = os.path.realpath(folder or tempfile.gettempdir())
     kind, best = "unknown", ""
     try:
@@ -171,11 +173,6 @@ def create_cost_us(folder: Path) -> float:
     without a journal it costs many times that within a minute or more of deletions nearby,
     and the figures that create files move with it."""
     probe = Path(tempfile.mkdtemp(prefix="create-probe-", dir=folder))
-
-    def cpu_s() -> float:
-        usage = resource.getrusage(resource.RUSAGE_SELF)
-        return usage.ru_utime + usage.ru_stime
-
     started = cpu_s()
     for index in range(CREATE_PROBE_FILES):
         os.close(os.open(probe / str(index), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
@@ -244,7 +241,7 @@ def main() -> None:
     raw: list[str] = []
     missed: list[str] = []
     run_folder = Path(tempfile.mkdtemp(prefix="squadd-bench-run-",
-                                       dir=os.environ.get("SQUADD_BENCH_DIR")))
+                                       dir=os.environ.get(DIR_ENV)))
     try:
         create_before = create_cost_us(run_folder)
         print(f"creating a file costs {create_before:.0f} µs of CPU here now", flush=True)
