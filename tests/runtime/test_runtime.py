@@ -518,20 +518,26 @@ async def test_when_the_one_charter_read_fails_the_routes_waiting_on_it_read_aga
     assert sum(1 for r in results if r is not None and r.ok) == 4
 
 
-async def test_a_burst_of_routes_is_planned_a_bounded_number_at_a_time_in_arrival_order(
-        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
-    from squadd.runtime import runtime as runtime_module
-
+def _held_planning(monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], anyio.Event]:
+    """Each route's planning, recorded by task, holds its admission place until the event."""
     planning: list[str] = []
     go = anyio.Event()
     plan = SquadRuntime._plan
 
     async def held(self: SquadRuntime, request: RouteRequest, origin: object) -> object:
         planning.append(request.task)
-        await go.wait()  # each route being planned holds its place until the test lets go
+        await go.wait()
         return await plan(self, request, origin)  # type: ignore[arg-type]
 
     monkeypatch.setattr(SquadRuntime, "_plan", held)
+    return planning, go
+
+
+async def test_a_burst_of_routes_is_planned_a_bounded_number_at_a_time_in_arrival_order(
+        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    from squadd.runtime import runtime as runtime_module
+
+    planning, go = _held_planning(monkeypatch)
     count = runtime_module.ADMITTING + 36
     results: list[RouteResult] = []
     async with SquadRuntime(layout, settings(max_queued=count), script([text("ok")])) as runtime:
@@ -549,3 +555,33 @@ async def test_a_burst_of_routes_is_planned_a_bounded_number_at_a_time_in_arriva
             go.set()
     assert planning == [f"job {n}" for n in range(count)]  # every one, in the order they came
     assert len(results) == count and all(result.ok for result in results)
+
+
+async def test_a_route_cancelled_in_or_waiting_for_its_admission_place_gives_it_back(
+        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    from squadd.runtime import runtime as runtime_module
+
+    planning, go = _held_planning(monkeypatch)
+    places = runtime_module.ADMITTING
+    count = places + 3
+    cancelled = {0, places + 1}  # one holding a place (being planned), one waiting for one
+    scopes = {n: anyio.CancelScope() for n in cancelled}
+    results: list[RouteResult] = []
+    async with SquadRuntime(layout, settings(max_queued=count), script([text("ok")])) as runtime:
+        async def one(n: int) -> None:
+            with scopes.get(n, anyio.CancelScope()):
+                results.append(await runtime.route(RouteRequest(target_agent="lead",
+                                                                task=f"job {n}")))
+
+        async with anyio.create_task_group() as tg:
+            for n in range(count):
+                tg.start_soon(one, n)
+            await eventually(lambda: len(planning) >= places)
+            for n in cancelled:
+                scopes[n].cancel()
+            # The place job 0 held goes to the first in line; the cancelled waiter gets none.
+            await eventually(lambda: len(planning) == places + 1)
+            go.set()
+        assert runtime._admitting.value == places  # every place is back
+    assert planning == [f"job {n}" for n in range(count) if n != places + 1]
+    assert len(results) == count - 2 and all(result.ok for result in results)
