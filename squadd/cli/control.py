@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import select
+import sys
 import time
 from pathlib import Path
 
@@ -14,6 +15,9 @@ from squadd.cli._squad import TEXT, FiniteFloatRange, dir_option
 from squadd.errors import DaemonError, DaemonNotRunningError
 
 STOP_POLL_S = 0.1
+UNFINISHED_EXIT = 75
+"""`stop`'s status when the daemon is gone but did not finish its stop (its own status then:
+`squadd.daemon.deadline.EXIT_CODE`; not imported from there: `stop` loads no daemon code)."""
 
 
 @click.command("stop")
@@ -22,7 +26,12 @@ STOP_POLL_S = 0.1
 @click.option("--no-wait", is_flag=True, help="Ask it to stop and return at once.")
 @dir_option
 def stop(timeout_s: float, no_wait: bool, directory: Path | None) -> None:
-    """Stop the daemon gracefully: running sessions get daemon.grace_s, then are interrupted."""
+    """Stop the daemon gracefully: running sessions get daemon.grace_s, then are interrupted.
+
+    Exits 0 once the daemon is gone with its stop finished. Exits 75 when it is gone but its
+    stop did not finish (it ran past daemon.stop_timeout_s, or the process ended early): its
+    journal is left for the next start to replay, and its log says what it waited for.
+    """
     with client_for(directory) as client:
         answer = client.shutdown()
         pid = answer.get("pid")
@@ -49,6 +58,15 @@ def stop(timeout_s: float, no_wait: bool, directory: Path | None) -> None:
         finally:
             if exited is not None:
                 exited.close()
+        # Known gone (through its pidfd): a journal of its own left means the stop did not
+        # finish. Without a pidfd it may still be closing its journal: nothing to tell.
+        left = client.layout.transcript_journals_of(pid) \
+            if exited is not None and isinstance(pid, int) else []
+    if left:
+        click.echo(f"squadd (PID {pid}) is gone, but its stop did not finish: its journal "
+                   f"{left[0]} is left for the next start to replay (what callers were told "
+                   "of is durable). Its log says what the stop waited for.", err=True)
+        sys.exit(UNFINISHED_EXIT)
     click.echo(f"squadd (PID {pid}) stopped")
 
 

@@ -50,7 +50,7 @@ from anyio.abc import TaskStatus
 
 from squadd.errors import InvalidNameError, StateError
 from squadd.fsio import fsync_dir, sync_file_system, write_all
-from squadd.state.layout import SquadLayout, safe_id
+from squadd.state.layout import JOURNAL_SUFFIX, SquadLayout, safe_id
 from squadd.state.transcripts import Appended
 
 log = structlog.get_logger("squadd.journal")
@@ -70,7 +70,6 @@ hang them. Records that land later are durable all the same, with nobody waiting
 LINGER_S = 0.01
 """How long records begun with `begin` wait for another commit's batch to go with, before
 they go by themselves (when nobody has asked for them with `finish` first)."""
-JOURNAL_SUFFIX = ".log"
 _OPEN_ATTEMPTS = 5
 _FOLDERS = (("run", "transcripts"), ("sessions",))
 """Where a journaled transcript may live, relative to the squad root."""
@@ -412,7 +411,7 @@ class GroupCommit:
         folder = self.layout.transcript_journals_dir
         folder.mkdir(parents=True, exist_ok=True)
         for _attempt in range(_OPEN_ATTEMPTS):
-            path = folder / f"{os.getpid()}-{secrets.token_hex(4)}{JOURNAL_SUFFIX}"
+            path = self.layout.transcript_journal(os.getpid(), secrets.token_hex(4))
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
                          0o644)
             # Until it is locked, a replay in another process may take the new file for an

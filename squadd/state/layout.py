@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 SQUAD_DIRNAMES = (".squad", ".ai-team")
 """Squad dir names in order of preference; `.ai-team` is the legacy name, used in place."""
 
+JOURNAL_SUFFIX = ".log"
+"""The end of a group-commit journal's name (`SquadLayout.transcript_journal`)."""
 _PROMPT_PATHS_KEPT = 4096
 """Unchecked prompt-file paths a layout keeps (past that it starts over): three an agent."""
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -397,6 +399,19 @@ class SquadLayout:
         """`run/transcripts/.journal/`: each runtime's group-commit journal of transcript
         records (see `squadd.state.journal`)."""
         return self._p("run", "transcripts", ".journal")
+
+    def transcript_journal(self, pid: int, token: str) -> Path:
+        """`run/transcripts/.journal/{pid}-{token}.log`: the journal a runtime in process
+        `pid` writes (`token` tells two of one process apart)."""
+        return self.transcript_journals_dir / f"{pid}-{token}{JOURNAL_SUFFIX}"
+
+    def transcript_journals_of(self, pid: int) -> list[Path]:
+        """The journals of process `pid` still there, sorted (blocking). A clean close
+        removes its own, and a start replays and removes those of ended processes."""
+        try:
+            return sorted(self.transcript_journals_dir.glob(f"{pid}-*{JOURNAL_SUFFIX}"))
+        except OSError:
+            return []
 
     @property
     def transcript_prompts_dir(self) -> Path:

@@ -3,13 +3,13 @@ and what it had told callers of survives for the next start."""
 
 from __future__ import annotations
 
-import signal
 import sys
 import threading
 from pathlib import Path
 
 import pytest
 
+from squadd.cli.control import UNFINISHED_EXIT
 from squadd.daemon.deadline import EXIT_CODE, StopDeadline
 from squadd.state.transcripts import read_transcript
 from tests.support.daemon_process import FAST_CONFIG, DaemonProcess, make_repo
@@ -102,8 +102,12 @@ def test_a_stop_held_by_a_disk_that_does_not_answer_ends_at_its_deadline(
     with stuck:
         answered = stuck.client.route("say done", "lead")
         assert answered["ok"] and answered["answer"] == "done", answered
-        stuck.signal(signal.SIGTERM)
+        stopped = stuck.squadd("stop", timeout=WAIT_S + 60)  # as a person stops it
         assert stuck.wait(timeout=WAIT_S + 30) == EXIT_CODE, stuck.output
+    # `stop` does not say "stopped" of a stop that did not finish; it names what was left
+    assert stopped.returncode == UNFINISHED_EXIT, stopped
+    assert "stop did not finish" in stopped.stderr and "stopped" not in stopped.stdout
+    assert f"{stuck.pid}-" in stopped.stderr and "next start to replay" in stopped.stderr
     assert "squadd stop did not end in time" in stuck.output
     assert "squadd stopped" not in stuck.output  # it did not get that far
     journals = list(layout.transcript_journals_dir.iterdir())
@@ -114,6 +118,8 @@ def test_a_stop_held_by_a_disk_that_does_not_answer_ends_at_its_deadline(
     with DaemonProcess(layout, model_server.url) as second:
         again = second.client.route("say again", "lead")
         assert again["ok"] and again["answer"] == "again", again
-        assert second.stop() == 0
+        clean = second.squadd("stop", timeout=60)
+        assert clean.returncode == 0 and f"(PID {second.pid}) stopped" in clean.stdout, clean
+        assert second.wait() == 0
     assert not any(path in journals for path in layout.transcript_journals_dir.iterdir())
     assert read_transcript(layout.transcript(answered["session_id"])).final_answer == "done"
