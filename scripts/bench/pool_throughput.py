@@ -14,7 +14,14 @@ Prints, as its last line:
     pool_throughput routes_per_s=… fraction_of_bound=… cpu_ms_per_route=…
         pydantic_ai_routes_per_s=… pydantic_ai_fraction_of_bound=…
         pydantic_ai_cpu_ms_per_route=… cpu_ratio_vs_pydantic_ai=…
+        loop_cpu_ms_per_route=… commit_cpu_ms_per_route=… create_cost_us=…
 Targets: fraction_of_bound >= 0.85, cpu_ms_per_route <= 1.4.
+`loop_` and `commit_cpu_ms_per_route` split ours between the event loop's thread and the group
+commit's (the rest is worker threads: spare files made ahead, prompt reads). `create_cost_us` is
+what creating one empty file cost in the benchmark's folder just before the run: every route
+leaves two new files (its transcript and its orchestration-log entry), and on ext4 without a
+journal a creation costs many times its usual 20 µs for minutes after deletions nearby (see
+"File creation after deletions" in docs/benchmark-notes.md).
 
     .venv/bin/python scripts/bench/pool_throughput.py [--routes 5000] [--concurrency 32]
         [--delay-ms 50]
@@ -26,7 +33,9 @@ import argparse
 import json
 import math
 import sys
+import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
@@ -35,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
     bench_folder,
     cpu_s,
+    create_cost_us,
     fmt,
     have,
     make_squad,
@@ -44,9 +54,26 @@ from _common import (
 )
 
 
+@dataclass
+class Split:
+    """CPU seconds per route: all of the process, the event loop's thread, the group commit's
+    thread (the rest is worker threads: spare files, prompt reads)."""
+
+    total: float
+    loop: float
+    commit: float
+
+
+def thread_cpu_s(thread: threading.Thread | None) -> float:
+    """CPU time of `thread` so far (0 when it is not running)."""
+    if thread is None or thread.ident is None or not thread.is_alive():
+        return 0.0
+    return time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+
+
 async def squadd_throughput(root: Path, routes: int, concurrency: int,
-                            delay_s: float) -> tuple[float, float]:
-    """Routes per second, and CPU seconds per route."""
+                            delay_s: float) -> tuple[float, Split]:
+    """Routes per second, and CPU seconds per route (all, loop, commit thread)."""
     from squadd.config import Settings
     from squadd.contracts.messages import Completion
     from squadd.contracts.routes import RouteRequest
@@ -82,14 +109,20 @@ async def squadd_throughput(root: Path, routes: int, concurrency: int,
             if not result.ok:
                 failures.append(result.message)
 
+        committer = next((thread for thread in threading.enumerate()
+                          if thread.name == "squadd-commit"), None)
+        loop = threading.current_thread()
         started, cpu_started = time.perf_counter(), cpu_s()
+        loop_started, commit_started = thread_cpu_s(loop), thread_cpu_s(committer)
         async with anyio.create_task_group() as tg:
             for n in range(routes):
                 tg.start_soon(one, n)
         elapsed, cpu = time.perf_counter() - started, cpu_s() - cpu_started
+        split = Split(cpu / routes, (thread_cpu_s(loop) - loop_started) / routes,
+                      (thread_cpu_s(committer) - commit_started) / routes)
     if failures:
         raise SystemExit(f"{len(failures)} routes failed, e.g. {failures[0]}")
-    return routes / elapsed, cpu / routes
+    return routes / elapsed, split
 
 
 AGENTS = ("fenster", "hockney", "keaton", "mcmanus")
@@ -140,9 +173,11 @@ def main() -> None:
         return
 
     with bench_folder() as tmp:
+        creating_us = create_cost_us(Path(tmp))
         layout = make_squad(Path(tmp) / "repo")
-        rate, cpu_per_route = anyio.run(squadd_throughput, layout.root, args.routes,
-                                        args.concurrency, delay_s)
+        rate, split = anyio.run(squadd_throughput, layout.root, args.routes,
+                                args.concurrency, delay_s)
+    cpu_per_route = split.total
     if have("pydantic_ai"):
         peer_rate, peer_cpu = anyio.run(pydantic_ai_throughput, args.routes, args.concurrency,
                                         delay_s)
@@ -163,7 +198,10 @@ def main() -> None:
           f"pydantic_ai_routes_per_s={fmt(peer_rate)} "
           f"pydantic_ai_fraction_of_bound={fmt(peer_rate / bound)} "
           f"pydantic_ai_cpu_ms_per_route={fmt(peer_cpu * 1000)} "
-          f"cpu_ratio_vs_pydantic_ai={fmt(cpu_per_route / peer_cpu)}")
+          f"cpu_ratio_vs_pydantic_ai={fmt(cpu_per_route / peer_cpu)} "
+          f"loop_cpu_ms_per_route={fmt(split.loop * 1000)} "
+          f"commit_cpu_ms_per_route={fmt(split.commit * 1000)} "
+          f"create_cost_us={fmt(creating_us)}")
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import DIR_ENV, KEEP_ENV, cpu_s
+from _common import DIR_ENV, KEEP_ENV, create_cost_us
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "scripts" / "bench"
@@ -161,22 +161,6 @@ def files_where() -> str:
         pass
     where = "`SQUADD_BENCH_DIR`" if folder else "the default temp folder"
     return f"Their files lived in {where}, on {kind}."
-
-
-CREATE_PROBE_FILES = 1000
-
-
-def create_cost_us(folder: Path) -> float:
-    """The CPU time (user + system, µs) this process spends creating one empty file in a new
-    folder in `folder`, over `CREATE_PROBE_FILES` of them (left there, so as not to add
-    deletions of its own). Creating a file costs about 20 µs on a file system at rest; on ext4
-    without a journal it costs many times that within a minute or more of deletions nearby,
-    and the figures that create files move with it."""
-    probe = Path(tempfile.mkdtemp(prefix="create-probe-", dir=folder))
-    started = cpu_s()
-    for index in range(CREATE_PROBE_FILES):
-        os.close(os.open(probe / str(index), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
-    return (cpu_s() - started) / CREATE_PROBE_FILES * 1e6
 
 
 def machine() -> str:
