@@ -55,6 +55,12 @@ class StopDeadline:
                 self._thread.start()
             self._changed.notify_all()
 
+    def waiting_for(self, why: str) -> None:
+        """Say what is waited for now, without moving the deadline (it logs `why` if it
+        fires)."""
+        with self._changed:
+            self._why = why
+
     def disarm(self) -> None:
         """The stop has ended: never exit (for good, even if armed again)."""
         with self._changed:

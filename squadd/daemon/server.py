@@ -9,6 +9,7 @@ behind are found (the lock is free) and cleaned at the next start.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import ipaddress
@@ -192,10 +193,14 @@ class Daemon:
         self.coordinator: Coordinator | None = None
         """Set in cluster mode: the coordinator of `squadd worker`s (`[cluster] url`)."""
         self.deadline = StopDeadline()
-        """Armed when the stop starts, disarmed when `run` is done: a stop held up by a disk
-        that does not answer ends the process anyway."""
+        """Armed when the stop starts, disarmed when `run` is done (or the process exits): a
+        stop held up by a disk that does not answer ends the process anyway."""
 
-    def run(self) -> None:
+    def run(self, *, until_exit: bool = False) -> None:
+        """Serve until stopped. With `until_exit` (the process ends when this returns: `squadd
+        serve`) the stop's deadline stays armed until the interpreter's last step, so that a
+        worker thread stuck in a call to a disk that does not answer (one a cancelled call
+        gave up on) cannot hold the exit, which waits for every such thread, for good."""
         layout, settings = self.layout, self.settings
         layout.run_dir.mkdir(parents=True, exist_ok=True)
         lock_fd = take_daemon_lock(layout)
@@ -249,7 +254,12 @@ class Daemon:
             os.close(lock_fd)
             if served:
                 log.info("squadd stopped", pid=os.getpid())
-            self.deadline.disarm()
+            if until_exit:  # exit handlers run once the interpreter has joined its threads
+                self.deadline.waiting_for("the process's exit, which waits for every thread "
+                                          "still running (the stop itself has ended)")
+                atexit.register(self.deadline.disarm)
+            else:
+                self.deadline.disarm()
 
     async def _main(self, runtime: SquadRuntime, listeners: list[Listener],
                     token: str | None, dashboard: Dashboard | None) -> None:

@@ -81,7 +81,7 @@ run()
 
 
 class StuckDiskDaemon(DaemonProcess):
-    """`squadd serve` whose journal checkpoint never returns."""
+    """`squadd serve` started through `launcher`, a script that breaks something first."""
 
     launcher: Path
 
@@ -123,3 +123,47 @@ def test_a_stop_held_by_a_disk_that_does_not_answer_ends_at_its_deadline(
         assert second.wait() == 0
     assert not any(path in journals for path in layout.transcript_journals_dir.iterdir())
     assert read_transcript(layout.transcript(answered["session_id"])).final_answer == "done"
+
+
+# A thread that never ends, as one a cancelled call gave up on while the disk it reads does not
+# answer: the interpreter's exit waits for it, after the daemon has stopped.
+STUCK_THREAD = """\
+import threading
+
+from squadd.daemon import server
+
+real_run = server.Daemon.run
+
+
+def run_beside_a_stuck_thread(self, **kwargs):
+    threading.Thread(target=threading.Event().wait, name="stuck-read").start()
+    real_run(self, **kwargs)
+
+
+server.Daemon.run = run_beside_a_stuck_thread
+
+from squadd.cli import run
+
+run()
+"""
+
+
+@pytest.mark.slow
+def test_a_thread_stuck_at_the_exit_cannot_keep_a_stopped_daemon_alive(
+        tmp_path: Path, model_server: OpenAIServer) -> None:
+    model_server.script(OpenAIServer.text_turn("done"))
+    config = FAST_CONFIG.replace("grace_s = 1.0\n", "grace_s = 1.0\nstop_timeout_s = 1.0\n")
+    layout = make_repo(tmp_path / "repo", config=config)
+    daemon = StuckDiskDaemon(layout, model_server.url)
+    daemon.launcher = tmp_path / "stuck_thread.py"
+    daemon.launcher.write_text(STUCK_THREAD, encoding="utf-8")
+    with daemon:
+        answered = daemon.client.route("say done", "lead")
+        assert answered["ok"] and answered["answer"] == "done", answered
+        stopped = daemon.squadd("stop", timeout=WAIT_S + 60)
+        assert daemon.wait(timeout=WAIT_S + 30) == EXIT_CODE, daemon.output
+    # the stop itself finished (journal closed): `stop` says so; only the exit was held
+    assert stopped.returncode == 0 and "stopped" in stopped.stdout, stopped
+    assert "did not end in time" in daemon.output and "which waits for every thread" in \
+        daemon.output
+    assert not list(layout.transcript_journals_dir.iterdir())
