@@ -280,7 +280,7 @@ class _EntryFile:
         data = text.encode("utf-8")
         try:
             write_all(fd, data)
-            end = os.lseek(fd, 0, os.SEEK_CUR)
+            end = len(data) if created else os.lseek(fd, 0, os.SEEK_CUR)  # a new file: empty
         except OSError:
             if created:  # never leave half an entry in a new file
                 target.unlink(missing_ok=True)

@@ -348,7 +348,7 @@ class TranscriptWriter:
         taken = self._pending[:]
         del self._pending[:len(taken)]
         payload = "\n".join(taken) + "\n"
-        fd, created = self._open()
+        fd, created, empty = self._open()
         try:
             if self._needs_fence is None:
                 self._needs_fence = _ends_torn(self.path)
@@ -361,7 +361,8 @@ class TranscriptWriter:
             except OSError:  # part of a line may be on disk: the next append checks for it
                 self._needs_fence = None
                 raise
-            end = os.lseek(fd, 0, os.SEEK_CUR)  # O_APPEND: the end of what was just written
+            # O_APPEND: the end of what was just written (a file made empty here ends there)
+            end = len(data) if empty else os.lseek(fd, 0, os.SEEK_CUR)
             if sync:
                 os.fsync(fd)
         finally:
@@ -370,13 +371,14 @@ class TranscriptWriter:
             fsync_dir(self.path.parent)
         return Appended(self.path, end, data, created)
 
-    def _open(self) -> tuple[int, bool]:
-        """The transcript's fd for appending, and whether this writer's first append made it
-        (or found it made by another writer since it looked)."""
+    def _open(self) -> tuple[int, bool, bool]:
+        """The transcript's fd for appending; whether this writer's first append made it (or
+        found it made by another writer since it looked); and whether it is empty, made here
+        just now (nobody else appends to a new session's file)."""
         flags = _APPEND_FLAGS
         if not self._new:
             try:
-                return os.open(self.path, flags), False
+                return os.open(self.path, flags), False, False
             except FileNotFoundError:
                 pass
         self._new = False
@@ -384,10 +386,10 @@ class TranscriptWriter:
             self.spares.folder.parent == self.path.parent else None
         try:
             fd = open_new(self.path, flags, spares)
-            self._needs_fence = False
         except FileExistsError:  # another writer made it meanwhile: append to theirs
-            fd = os.open(self.path, flags)
-        return fd, True
+            return os.open(self.path, flags), True, False
+        self._needs_fence = False
+        return fd, True, True
 
 
 @dataclass(frozen=True)

@@ -245,6 +245,21 @@ async def test_with_the_group_commit_a_new_entry_is_a_spare_file_moved_into_plac
     assert "| **Task** | second |" in log.path_of(second).read_text(encoding="utf-8")
 
 
+def test_an_entrys_appends_name_their_end_as_the_file_has_it(layout: SquadLayout) -> None:
+    from squadd.runtime.orchestration import _EntryFile
+
+    spares, _commits, log = _with_spares(layout)
+    entry = _entry(log)
+    spawn = _EntryFile(layout, entry, whole=True, spares=spares).append_unsynced()
+    path = log.path_of(entry)
+    assert spawn is not None and spawn.created and spawn.end == path.stat().st_size
+    ended = entry.ended("completed", error=None, duration_s=1.0, input_tokens=1,
+                        output_tokens=2)
+    outcome = _EntryFile(layout, ended, whole=False, spares=spares).append_unsynced()
+    assert outcome is not None and not outcome.created
+    assert outcome.end == path.stat().st_size > spawn.end  # what a replay puts back ends there
+
+
 async def test_with_the_group_commit_a_write_that_fails_is_logged_and_the_rest_written(
         layout: SquadLayout) -> None:
     commits = GroupCommit(layout)

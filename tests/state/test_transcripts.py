@@ -244,9 +244,29 @@ def test_a_transcript_another_writer_made_meanwhile_is_appended_to(
     monkeypatch.setattr(SpareFiles, "take_into", racing)
     writer = TranscriptWriter(path, spares)
     writer.add("state", state="queued")
-    writer.flush()
+    appended = writer.append_unsynced()
     transcript = read_transcript(path)
     assert transcript.meta["agent"] == "first" and transcript.last_state == "queued"
+    # the end a journal frame names is where the bytes end in the file, after theirs
+    assert appended is not None and appended.created and appended.end == path.stat().st_size
+
+
+@pytest.mark.parametrize("new", [True, False])
+def test_a_new_transcripts_first_append_names_its_end_as_the_file_has_it(
+        tmp_path: Path, new: bool) -> None:
+    from squadd.state.transcripts import SpareFiles
+
+    sessions = tmp_path / "sessions"
+    spares = SpareFiles(sessions)
+    spares.refill(1)
+    writer = TranscriptWriter(sessions / "s-4.jsonl", spares, new=new)
+    ends = []
+    for text in ("first", "second"):
+        writer.add("message", message={"role": "user", "content": text})
+        appended = writer.append_unsynced()
+        assert appended is not None
+        ends.append((appended.end, (sessions / "s-4.jsonl").stat().st_size))
+    assert [end for end, _size in ends] == [size for _end, size in ends]
 
 
 def test_only_empty_unclaimed_files_are_adopted_as_spares(tmp_path: Path) -> None:
