@@ -6,8 +6,8 @@ fsync, events, orchestration log). The same load also runs on pydantic-ai (`Agen
 `FunctionModel` that sleeps as long) under an equal semaphore, for comparison. `cpu_ms_per_route`
 is the process's CPU time (user + system, every thread) over the run, divided by the routes;
 pydantic-ai's is measured the same way, in its own process. CPU time here moves with the host's
-load (the same code has measured 1.2-2.2 ms a route within an hour), so the ratio of the two,
-from one run, says more than either.
+load and with what creating a file costs (the same code has measured 1.2-2.2 ms a route within
+an hour), so the ratio of the two, from one run, says more than either.
 Both run with the garbage-collector settings `squadd serve` uses (`squadd.gc_tuning`).
 
 Prints, as its last line:
