@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from squadd.cli._daemon import client_for
-from squadd.cli._squad import TEXT, FiniteFloatRange, dir_option
+from squadd.cli._squad import TEXT, FiniteFloatRange, dir_option, show_path
 from squadd.errors import DaemonError, DaemonNotRunningError
 
 STOP_POLL_S = 0.1
@@ -64,8 +64,8 @@ def stop(timeout_s: float, no_wait: bool, directory: Path | None) -> None:
             if exited is not None and isinstance(pid, int) else []
     if left:
         click.echo(f"squadd (PID {pid}) is gone, but its stop did not finish: its journal "
-                   f"{left[0]} is left for the next start to replay (what callers were told "
-                   "of is durable). Its log says what the stop waited for.", err=True)
+                   f"{show_path(left[0])} is left for the next start to replay (what callers "
+                   "were told of is durable). Its log says what the stop waited for.", err=True)
         sys.exit(UNFINISHED_EXIT)
     click.echo(f"squadd (PID {pid}) stopped")
 
