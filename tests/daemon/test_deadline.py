@@ -80,7 +80,7 @@ run()
 """
 
 
-class StuckDiskDaemon(DaemonProcess):
+class LaunchedDaemon(DaemonProcess):
     """`squadd serve` started through `launcher`, a script that breaks something first."""
 
     launcher: Path
@@ -90,15 +90,22 @@ class StuckDiskDaemon(DaemonProcess):
         return [sys.executable, str(self.launcher), *super().command[3:]]
 
 
+def launched(tmp_path: Path, model_url: str, script: str) -> LaunchedDaemon:
+    """A daemon in a new repo, with a second of grace and a second past it to stop in,
+    started through `script`."""
+    config = FAST_CONFIG.replace("grace_s = 1.0\n", "grace_s = 1.0\nstop_timeout_s = 1.0\n")
+    daemon = LaunchedDaemon(make_repo(tmp_path / "repo", config=config), model_url)
+    daemon.launcher = tmp_path / "launcher.py"
+    daemon.launcher.write_text(script, encoding="utf-8")
+    return daemon
+
+
 @pytest.mark.slow
 def test_a_stop_held_by_a_disk_that_does_not_answer_ends_at_its_deadline(
         tmp_path: Path, model_server: OpenAIServer) -> None:
     model_server.script(OpenAIServer.text_turn("done"), OpenAIServer.text_turn("again"))
-    config = FAST_CONFIG.replace("grace_s = 1.0\n", "grace_s = 1.0\nstop_timeout_s = 1.0\n")
-    layout = make_repo(tmp_path / "repo", config=config)
-    stuck = StuckDiskDaemon(layout, model_server.url)
-    stuck.launcher = tmp_path / "stuck_disk.py"
-    stuck.launcher.write_text(STUCK_DISK, encoding="utf-8")
+    stuck = launched(tmp_path, model_server.url, STUCK_DISK)
+    layout = stuck.layout
     with stuck:
         answered = stuck.client.route("say done", "lead")
         assert answered["ok"] and answered["answer"] == "done", answered
@@ -152,11 +159,7 @@ run()
 def test_a_thread_stuck_at_the_exit_cannot_keep_a_stopped_daemon_alive(
         tmp_path: Path, model_server: OpenAIServer) -> None:
     model_server.script(OpenAIServer.text_turn("done"))
-    config = FAST_CONFIG.replace("grace_s = 1.0\n", "grace_s = 1.0\nstop_timeout_s = 1.0\n")
-    layout = make_repo(tmp_path / "repo", config=config)
-    daemon = StuckDiskDaemon(layout, model_server.url)
-    daemon.launcher = tmp_path / "stuck_thread.py"
-    daemon.launcher.write_text(STUCK_THREAD, encoding="utf-8")
+    daemon = launched(tmp_path, model_server.url, STUCK_THREAD)
     with daemon:
         answered = daemon.client.route("say done", "lead")
         assert answered["ok"] and answered["answer"] == "done", answered
@@ -166,4 +169,4 @@ def test_a_thread_stuck_at_the_exit_cannot_keep_a_stopped_daemon_alive(
     assert stopped.returncode == 0 and "stopped" in stopped.stdout, stopped
     assert "did not end in time" in daemon.output and "which waits for every thread" in \
         daemon.output
-    assert not list(layout.transcript_journals_dir.iterdir())
+    assert not list(daemon.layout.transcript_journals_dir.iterdir())
