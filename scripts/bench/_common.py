@@ -16,15 +16,16 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from squadd.state.layout import SquadLayout
 
 REPO = Path(__file__).resolve().parent.parent.parent
 BENCH_PYTHON = REPO / ".bench-venv" / "bin" / "python"
 AGENTS = ("fenster", "hockney", "keaton", "mcmanus")
+T = TypeVar("T")
 
 
 DIR_ENV = "SQUADD_BENCH_DIR"
@@ -144,3 +145,11 @@ def serve_like_squadd() -> None:
     from squadd.gc_tuning import tune_for_serving
 
     tune_for_serving()
+
+
+def run_like_squadd(func: Callable[..., Awaitable[T]], *args: Any) -> T:
+    """`anyio.run(func, *args)` on the event loop `squadd serve` runs on (uvloop, see
+    `squadd.daemon.server.Daemon.run`): every framework a benchmark compares runs on it too."""
+    import anyio
+
+    return anyio.run(func, *args, backend_options={"use_uvloop": True})

@@ -4,7 +4,8 @@ A squad's runtime first completes 1,000 routes (their sessions stay idle, holdin
 then admits 10,000 routes that wait in the queue behind `max_concurrent` sessions whose model
 never answers. The process's resident memory is read then, with everything real: records,
 queued tasks, orchestration log entries, events on the bus.
-It runs with the garbage-collector settings `squadd serve` uses (`squadd.gc_tuning`).
+It runs with the garbage-collector settings and the event loop (uvloop) `squadd serve` uses
+(`squadd.gc_tuning`, `_common.run_like_squadd`).
 
 Prints, as its last line:
     pool_memory rss_mb=… queued=… idle=… baseline_rss_mb=…
@@ -24,7 +25,7 @@ from pathlib import Path
 import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import bench_folder, make_squad, say, serve_like_squadd
+from _common import bench_folder, make_squad, run_like_squadd, say, serve_like_squadd
 
 
 def rss_mb() -> float:
@@ -101,7 +102,7 @@ def main() -> None:
     started = time.perf_counter()
     with bench_folder() as tmp:
         layout = make_squad(Path(tmp) / "repo")
-        measured, queued, idle = anyio.run(measure, layout.root, args.queued, args.idle,
+        measured, queued, idle = run_like_squadd(measure, layout.root, args.queued, args.idle,
                                            args.concurrency)
     say(f"seconds={time.perf_counter() - started:.1f} running={args.concurrency}")
     print(f"pool_memory rss_mb={measured:.1f} queued={queued} idle={idle} "

@@ -8,7 +8,8 @@ is the process's CPU time (user + system, every thread) over the run, divided by
 pydantic-ai's is measured the same way, in its own process. CPU time here moves with the host's
 load and with what creating a file costs (the same code has measured 1.2-2.2 ms a route within
 an hour), so the ratio of the two, from one run, says more than either.
-Both run with the garbage-collector settings `squadd serve` uses (`squadd.gc_tuning`).
+Both run with the garbage-collector settings and the event loop (uvloop) `squadd serve` uses
+(`squadd.gc_tuning`, `_common.run_like_squadd`).
 
 Prints, as its last line:
     pool_throughput routes_per_s=… fraction_of_bound=… cpu_ms_per_route=…
@@ -49,6 +50,7 @@ from _common import (
     have,
     make_squad,
     run_in_bench_venv,
+    run_like_squadd,
     say,
     serve_like_squadd,
 )
@@ -168,18 +170,18 @@ def main() -> None:
     delay_s = args.delay_ms / 1000
     bound = args.concurrency / delay_s
     if args.peers_only:
-        rate, cpu = anyio.run(pydantic_ai_throughput, args.routes, args.concurrency, delay_s)
+        rate, cpu = run_like_squadd(pydantic_ai_throughput, args.routes, args.concurrency, delay_s)
         print(json.dumps({"pydantic_ai_routes_per_s": rate, "pydantic_ai_cpu_s_per_route": cpu}))
         return
 
     with bench_folder() as tmp:
         creating_us = create_cost_us(Path(tmp))
         layout = make_squad(Path(tmp) / "repo")
-        rate, split = anyio.run(squadd_throughput, layout.root, args.routes,
+        rate, split = run_like_squadd(squadd_throughput, layout.root, args.routes,
                                 args.concurrency, delay_s)
     cpu_per_route = split.total
     if have("pydantic_ai"):
-        peer_rate, peer_cpu = anyio.run(pydantic_ai_throughput, args.routes, args.concurrency,
+        peer_rate, peer_cpu = run_like_squadd(pydantic_ai_throughput, args.routes, args.concurrency,
                                         delay_s)
         peer: dict[str, float | str] = {"pydantic_ai_routes_per_s": peer_rate,
                                         "pydantic_ai_cpu_s_per_route": peer_cpu}

@@ -9,8 +9,8 @@ persist nothing, and on openai-agents with `SQLiteSession(session_id, db_file)` 
 same folder (a new session per run, every item committed to SQLite): the durable peer. The
 floor is those three reads plus one fsynced transcript write in plain Python; one floor
 iteration follows each route, so that both see the same disk and load.
-Every framework runs with the garbage-collector settings `squadd serve` uses
-(`squadd.gc_tuning`).
+Every framework runs with the garbage-collector settings and on the event loop (uvloop) that
+`squadd serve` uses (`squadd.gc_tuning`, `_common.run_like_squadd`).
 
 Prints, as its last line:
     route_overhead p50_ms=… p99_ms=… openai_agents_p50_ms=… pydantic_ai_p50_ms=…
@@ -41,6 +41,7 @@ from _common import (
     make_squad,
     percentile,
     run_in_bench_venv,
+    run_like_squadd,
     say,
     serve_like_squadd,
 )
@@ -169,10 +170,11 @@ def p50_ms(timings: list[float]) -> float:
 def peers(layout_root: Path, routes: int) -> dict[str, float | str]:
     """The peers' p50 in ms, from this interpreter or from .bench-venv."""
     if have("agents", "pydantic_ai"):
-        durable = p50_ms(anyio.run(functools.partial(
+        durable = p50_ms(run_like_squadd(functools.partial(
             openai_agents_runs, layout_root, routes, db_file=layout_root / "peer-sessions.db")))
-        return {"openai_agents_p50_ms": p50_ms(anyio.run(openai_agents_runs, layout_root, routes)),
-                "pydantic_ai_p50_ms": p50_ms(anyio.run(pydantic_ai_runs, layout_root, routes)),
+        plain = p50_ms(run_like_squadd(openai_agents_runs, layout_root, routes))
+        other = p50_ms(run_like_squadd(pydantic_ai_runs, layout_root, routes))
+        return {"openai_agents_p50_ms": plain, "pydantic_ai_p50_ms": other,
                 "openai_agents_sqlite_p50_ms": durable}
     return run_in_bench_venv(Path(__file__), ["--routes", str(routes), "--squad",
                                               str(layout_root)])
@@ -194,7 +196,7 @@ def main() -> None:
 
     with bench_folder() as tmp:
         layout = make_squad(Path(tmp) / "repo")
-        ours, base = (sorted(t) for t in anyio.run(squadd_routes, layout.root, args.routes))
+        ours, base = (sorted(t) for t in run_like_squadd(squadd_routes, layout.root, args.routes))
         peer = peers(layout.root, args.routes)
     p50, p99 = percentile(ours, 0.5) * 1000, percentile(ours, 0.99) * 1000
     floor_p50 = percentile(base, 0.5) * 1000

@@ -6,6 +6,7 @@ writes and fsyncs its transcript. Prints `session_overhead p50_ms=… p99_ms=…
 last line (`fsyncs`: fsync calls per session, counted). Target: p50 <= 1.0 ms on a 2-core machine.
 With `--tool-calls N` the first turn asks for N calls of a no-op tool before the final answer:
 each result is made durable before the next call starts, so `fsyncs` shows what that costs.
+It runs on the event loop `squadd serve` uses (uvloop).
 
     .venv/bin/python scripts/bench/session_overhead.py [--sessions 2000] [--tool-calls 3]
 """
@@ -22,7 +23,11 @@ from pathlib import Path
 import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import bench_folder, make_squad  # the same realistic squad the other benchmarks use
+from _common import (  # the same realistic squad the other benchmarks use
+    bench_folder,
+    make_squad,
+    run_like_squadd,
+)
 
 from squadd import tool
 from squadd.config import Settings
@@ -119,7 +124,7 @@ def main() -> None:
                         help="calls of a no-op tool in the first turn (default: none)")
     args = parser.parse_args()
     os.fsync = _counted_fsync  # counts the transcript's fsyncs (the spares' too, made apart)
-    timings = sorted(anyio.run(run, args.sessions, args.tool_calls))
+    timings = sorted(run_like_squadd(run, args.sessions, args.tool_calls))
     p50 = statistics.median(timings) * 1000
     p99 = timings[int(len(timings) * 0.99) - 1] * 1000
     print(f"sessions={len(timings)} mean_ms={statistics.fmean(timings) * 1000:.3f}")
