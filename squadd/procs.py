@@ -156,14 +156,27 @@ def signal_group(pgid: int, signum: int) -> bool:
     return True
 
 
+def exit_fd(pid: int) -> int | None:
+    """A pidfd for process `pid`, readable once it has exited (the caller closes it); None
+    when it has exited already. Opened while the process is known to run, it never names
+    another process that takes its PID later. `OSError` where there are no pidfds (not Linux
+    5.3+) or the process is another user's."""
+    try:
+        return os.pidfd_open(pid)
+    except ProcessLookupError:
+        return None
+    except AttributeError as exc:
+        raise OSError(f"no pidfd here: {exc}") from exc
+
+
 async def leader_exited(pid: int) -> None:
     """Return once process `pid` has exited (reaped or not), without reaping it."""
     try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return
-    except (OSError, AttributeError):
+        fd = exit_fd(pid)
+    except OSError:
         await _poll_exit(pid)
+        return
+    if fd is None:
         return
     try:
         await anyio.wait_readable(fd)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 
-from squadd.procs import OWNER_VAR, owner_mark, process_start, stop_orphans
+from squadd.procs import OWNER_VAR, exit_fd, owner_mark, process_start, stop_orphans
 
 # A stand-in squadd: runs a command through the one runner (whose leader starts a grandchild),
 # prints the pids, and waits to be killed.
@@ -78,3 +78,22 @@ def test_a_killed_owners_commands_are_stopped_and_a_live_owners_are_not() -> Non
 
 def test_the_mark_names_this_process() -> None:
     assert owner_mark() == f"{os.getpid()}:{process_start(os.getpid())}"
+
+
+def test_an_exit_fd_is_readable_once_its_process_has_exited_and_none_once_it_is_gone() -> None:
+    import select
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    try:
+        fd = exit_fd(child.pid)
+        assert fd is not None
+        try:
+            assert select.select([fd], [], [], 0)[0] == []  # still running
+            child.kill()
+            assert select.select([fd], [], [], 30)[0] == [fd]  # exited (a zombie counts)
+        finally:
+            os.close(fd)
+    finally:
+        child.kill()
+        child.wait(10)
+    assert exit_fd(child.pid) is None  # reaped: nothing left to watch

@@ -60,8 +60,7 @@ def stop(timeout_s: float, no_wait: bool, directory: Path | None) -> None:
                 exited.close()
         # Known gone (through its pidfd): a journal of its own left means the stop did not
         # finish. Without a pidfd it may still be closing its journal: nothing to tell.
-        left = client.layout.transcript_journals_of(pid) \
-            if exited is not None and isinstance(pid, int) else []
+        left = client.layout.transcript_journals_of(exited.pid) if exited is not None else []
     if left:
         click.echo(f"squadd (PID {pid}) is gone, but its stop did not finish: its journal "
                    f"{show_path(left[0])} is left for the next start to replay (what callers "
@@ -79,7 +78,8 @@ class _ExitWatch:
     """Waits for one process to exit, through a pidfd opened while it ran (so a PID used
     again meanwhile is never taken for it, and a zombie counts as exited)."""
 
-    def __init__(self, fd: int | None):
+    def __init__(self, pid: int, fd: int | None):
+        self.pid = pid
         self._fd = fd
         """None: the process had exited already."""
 
@@ -100,11 +100,11 @@ class _ExitWatch:
 def _exit_watch(pid: int) -> _ExitWatch | None:
     """A watch on process `pid`; None where this system has no pidfd (the API's closing is
     all `stop` can wait for then)."""
+    from squadd.procs import exit_fd  # here: `squadd status` loads this module, not anyio
+
     try:
-        return _ExitWatch(os.pidfd_open(pid))
-    except ProcessLookupError:
-        return _ExitWatch(None)
-    except (AttributeError, OSError):  # not Linux 5.3+, or another user's process
+        return _ExitWatch(pid, exit_fd(pid))
+    except OSError:
         return None
 
 
