@@ -103,7 +103,7 @@ def main() -> None:
     with bench_folder() as tmp:
         layout = make_squad(Path(tmp) / "repo")
         measured, queued, idle = run_like_squadd(measure, layout.root, args.queued, args.idle,
-                                           args.concurrency)
+                                                 args.concurrency)
     say(f"seconds={time.perf_counter() - started:.1f} running={args.concurrency}")
     print(f"pool_memory rss_mb={measured:.1f} queued={queued} idle={idle} "
           f"baseline_rss_mb={baseline:.1f}")

@@ -66,10 +66,9 @@ class Split:
     commit: float
 
 
-def thread_cpu_s(thread: threading.Thread | None) -> float:
-    """CPU time of `thread` so far (0 when it is not running)."""
-    if thread is None or thread.ident is None or not thread.is_alive():
-        return 0.0
+def thread_cpu_s(thread: threading.Thread) -> float:
+    """CPU time of `thread` so far (it is running)."""
+    assert thread.ident is not None
     return time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
 
 
@@ -82,6 +81,7 @@ async def squadd_throughput(root: Path, routes: int, concurrency: int,
     from squadd.providers.base import CompletionRequest
     from squadd.providers.replay import ReplayProvider, ReplayScript, ScriptedTurn
     from squadd.runtime.runtime import SquadRuntime
+    from squadd.state.journal import COMMIT_THREAD
     from squadd.state.layout import SquadLayout
 
     class SlowModel:
@@ -112,7 +112,9 @@ async def squadd_throughput(root: Path, routes: int, concurrency: int,
                 failures.append(result.message)
 
         committer = next((thread for thread in threading.enumerate()
-                          if thread.name == "squadd-commit"), None)
+                          if thread.name == COMMIT_THREAD), None)
+        if committer is None:
+            raise SystemExit(f"no {COMMIT_THREAD} thread: the runtime's group commit did not start")
         loop = threading.current_thread()
         started, cpu_started = time.perf_counter(), cpu_s()
         loop_started, commit_started = thread_cpu_s(loop), thread_cpu_s(committer)
@@ -178,11 +180,11 @@ def main() -> None:
         creating_us = create_cost_us(Path(tmp))
         layout = make_squad(Path(tmp) / "repo")
         rate, split = run_like_squadd(squadd_throughput, layout.root, args.routes,
-                                args.concurrency, delay_s)
+                                      args.concurrency, delay_s)
     cpu_per_route = split.total
     if have("pydantic_ai"):
-        peer_rate, peer_cpu = run_like_squadd(pydantic_ai_throughput, args.routes, args.concurrency,
-                                        delay_s)
+        peer_rate, peer_cpu = run_like_squadd(pydantic_ai_throughput, args.routes,
+                                              args.concurrency, delay_s)
         peer: dict[str, float | str] = {"pydantic_ai_routes_per_s": peer_rate,
                                         "pydantic_ai_cpu_s_per_route": peer_cpu}
     else:

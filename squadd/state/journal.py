@@ -70,6 +70,8 @@ hang them. Records that land later are durable all the same, with nobody waiting
 LINGER_S = 0.01
 """How long records begun with `begin` wait for another commit's batch to go with, before
 they go by themselves (when nobody has asked for them with `finish` first)."""
+COMMIT_THREAD = "squadd-commit"
+"""The commit thread's name (profilers and benchmarks find it by it)."""
 _OPEN_ATTEMPTS = 5
 _FOLDERS = (("run", "transcripts"), ("sessions",))
 """Where a journaled transcript may live, relative to the squad root."""
@@ -307,7 +309,7 @@ class GroupCommit:
         await anyio.to_thread.run_sync(self._open)
         self._loop = asyncio.get_running_loop()
         self._nudge = nudge = anyio.Event()
-        thread = threading.Thread(target=self._serve, name="squadd-commit", daemon=True)
+        thread = threading.Thread(target=self._serve, name=COMMIT_THREAD, daemon=True)
         thread.start()
         self._accepting = True
         task_status.started()
