@@ -267,3 +267,15 @@ def test_unchecked_prompt_paths_are_kept_bounded_and_bad_names_still_refused(
     for n in range(layout_module._PROMPT_PATHS_KEPT + 10):
         layout.prompt_file("charter", f"agent{n}", check=False)
     assert len(layout._prompt_paths) <= layout_module._PROMPT_PATHS_KEPT
+
+
+def test_a_processs_journals_are_found_by_its_pid_alone(squad: SquadLayout) -> None:
+    assert squad.transcript_journals_of(12) == []  # no folder yet
+    mine = [squad.transcript_journal(12, token) for token in ("bb", "aa")]
+    others = [squad.transcript_journal(123, "aa"), squad.transcript_journal(1, "aa"),
+              squad.transcript_journals_dir / "12-aa.log.tmp"]
+    squad.transcript_journals_dir.mkdir(parents=True)
+    for path in (*mine, *others):
+        path.touch()
+    assert squad.transcript_journals_of(12) == sorted(mine)
+    assert all(path.parent == squad.transcript_journals_dir for path in mine)
