@@ -139,7 +139,9 @@ def verdict(figure: Figure, value: float) -> str:
     return "met" if met else "**MISSED**"
 
 
-def fmt(value: float) -> str:
+def readable(value: float) -> str:
+    """A figure as the table shows it (three significant digits); the benchmarks' last lines
+    use `_common.fmt`."""
     return f"{value:.3g}" if abs(value) < 100 else f"{value:.0f}"
 
 
@@ -201,15 +203,15 @@ def run_one(bench: Bench, python: str, folder: Path, rows: list[str],
         ratios = []
         for key, label in figure.peers:
             if key in values and values[key] > 0:
-                peers.append(f"{label} {fmt(values[key])} {figure.unit}".strip())
-                ratios.append(f"{fmt(value / values[key])}× {label}")
+                peers.append(f"{label} {readable(values[key])} {figure.unit}".strip())
+                ratios.append(f"{readable(value / values[key])}× {label}")
             else:
                 peers.append(f"{label}: not installed (run scripts/bench/setup)")
         mark = verdict(figure, value)
         if mark != "met":
             missed.append(figure.label)
         op = "≤" if figure.better == "lower" else "≥"
-        rows.append(f"| {figure.label} | {fmt(value)} {figure.unit} | {op} {figure.target:g} "
+        rows.append(f"| {figure.label} | {readable(value)} {figure.unit} | {op} {figure.target:g} "
                     f"{figure.unit} | {'; '.join(peers)} | {'; '.join(ratios)} | {mark} |")
     return missed
 
