@@ -1,18 +1,18 @@
 """Group commit for the route path: many sessions' appends made durable by one fsync.
 
 A runtime's sessions hand their pending transcript records to `GroupCommit.commit` and wait;
-the orchestration log hands its entries the same way (`commit_all`, in the background: they
-ride the sessions' next batches, a few a batch, and go by themselves only when no batch has
-come for `LINGER_S`; see `BACKGROUND_PER_BATCH`). The writer's own thread takes every append
-waiting as one batch, appends each to its file (no fsync there), writes the same bytes to this
-runtime's journal (`run/transcripts/.journal/{pid}-{token}.log`, one frame per append, see
-`_frame`) and syncs the journal once. The frames go over zeros the journal already holds
-(`AHEAD_BYTES` of them), so that the sync flushes data only, not a new file size. Only then is
-anyone woken: no session advances, and no caller hears of an accepted route, before its records
-are durable. Appends that arrive while a batch is being written form the next batch, handed to
-the thread as the batch before it lands: a commit costs one trip to that thread and back, with
-no task between. Records a caller can go on without for a moment (`begin`: the messages a model
-request carries, whose reply waits for them) ride the next batch instead of making one.
+the orchestration log hands its entries the same way (`commit_all`, in the background: while
+the thread is idle they are written a few at a time without a sync, and the sessions' next
+batch makes them durable). The writer's own thread takes every append waiting as one batch,
+appends each to its file (no fsync there), writes the same bytes to this runtime's journal
+(`run/transcripts/.journal/{pid}-{token}.log`, one frame per append, see `_frame`) and syncs
+the journal once. The frames go over zeros the journal already holds (`AHEAD_BYTES` of them),
+so that the sync flushes data only, not a new file size. Only then is anyone woken: no session
+advances, and no caller hears of an accepted route, before its records are durable. Appends
+that arrive while a batch is being written form the next batch, handed to the thread as the
+batch before it lands: a commit costs one trip to that thread and back, with no task between.
+Records a caller can go on without for a moment (`begin`: the messages a model request
+carries, whose reply waits for them) ride the next batch instead of making one.
 
 The files stay where and as they were (readers see the appended bytes at once: the journal
 only makes them durable). A checkpoint (when the journal passes `CHECKPOINT_BYTES`, and at
@@ -62,10 +62,7 @@ AHEAD_BYTES = 1024 * 1024
 already has, so its sync (`fdatasync`) flushes only data: the file's size, and with it a
 commit of the file system's own journal, changes once per this many bytes, not per batch."""
 BACKGROUND_PER_BATCH = 8
-"""Background appends (orchestration-log entries) a batch takes at most. They are never
-written while the commit thread would otherwise be idle: the loop is then preparing the next
-sessions' records, and each file call the thread makes would take the interpreter's lock from
-it (sequential routes were 8-15 % slower at the median with them written ahead)."""
+"""Background appends (orchestration-log entries) a batch takes at most."""
 COMMIT_TIMEOUT_S = 120.0
 """How long a caller waits for its records to be made durable before it hears an error
 (`ETIMEDOUT`): a disk that stops answering fails the sessions that wait on it, it does not
@@ -112,20 +109,20 @@ class _Job:
     on_error: Callable[[], None] | None = None
     """Called on the loop when the batch lands with this job failed (`begin`)."""
     appended: Appended | None = None
-    """What the commit thread appended."""
+    """What the commit thread appended (kept for a job written before its sync)."""
     begun: bool = False
     """Queued by `begin`: it rides the next batch another commit makes (or `finish` sends)."""
 
 
 @dataclass
 class _Batch:
-    """What the commit thread is handed: jobs to append and frame in the journal, and one
-    journal sync."""
+    """What the commit thread is handed: jobs to append and frame in the journal, and (unless
+    `sync` is False) one journal sync, which also makes the `covers` durable: jobs a batch
+    without a sync wrote before."""
 
     jobs: list[_Job]
-    lingered: bool = False
-    """Sent when the linger ran out with nobody's commit to ride: the background appends
-    still waiting when it lands go at once (a burst drains a batch a landing)."""
+    covers: list[_Job] = field(default_factory=list)
+    sync: bool = True
 
 
 class Pending:
@@ -162,6 +159,10 @@ class GroupCommit:
         before lands); None ends it."""
         self._in_flight = False
         """A batch is with the commit thread, not landed yet."""
+        self._written: list[_Job] = []
+        """Background appends written to their files and framed in the journal by a batch
+        without a sync, while the thread had nothing else to do: the next sync makes them
+        durable (and only then are they done)."""
         self._gathering = False
         """A commit is letting the other ready tasks add theirs before it hands the batch
         over."""
@@ -195,6 +196,8 @@ class GroupCommit:
         self._retiring = False
         self.batches = 0
         """Batches committed (one journal sync each): for tests and benchmarks."""
+        self.unsynced_batches = 0
+        """Batches of background appends written ahead of a sync: for tests and benchmarks."""
 
     @property
     def running(self) -> bool:
@@ -214,8 +217,8 @@ class GroupCommit:
         thread at once when it is idle, else when the batch in hand lands); what writing each
         raised (None: it is durable). Callers shield it from cancellation, and bound how many
         they hand over at once. `background` appends (the orchestration log's, which nobody's
-        next step waits for) ride the next batches sessions make, after every session's and
-        a few a batch; when none comes for `LINGER_S`, they go by themselves."""
+        next step waits for) ride the next batch a session makes, at the latest `LINGER_S`
+        from now, after every session's and a few a batch."""
         jobs = [_Job(writer) if writer.pending else None for writer in writers]
         waiting = [job for job in jobs if job is not None]
         if not self._accepting:
@@ -256,17 +259,17 @@ class GroupCommit:
             self._start_linger()
         return Pending(job)
 
-    def _send_or_linger(self, *, draining: bool = False) -> None:
-        """With no batch in hand: send what waits when a session's commit does, when the
-        writer is closing (nobody lingers then), or when background appends are `draining`
-        (a batch the linger sent has landed); else let what is begun or in the background
-        wait for a ride."""
+    def _send_or_linger(self) -> None:
+        """With no batch in hand: send what waits when a session's commit does (or the writer
+        is closing: nobody lingers then); else write a few background appends ahead of their
+        sync, while the thread is idle; else let what is begun or written wait for a ride."""
         if self._in_flight:
             return
-        if (any(not job.begun for job in self._queue) or (self._closing and not self._idle)
-                or (draining and self._later)):
-            self._dispatch(lingered=draining)
-        elif self._queue or self._later:
+        if any(not job.begun for job in self._queue) or (self._closing and not self._idle):
+            self._dispatch()
+        elif self._later:
+            self._dispatch(sync=False)
+        elif self._queue or self._written:
             self._start_linger()
 
     def _start_linger(self) -> None:
@@ -322,7 +325,7 @@ class GroupCommit:
                         await anyio.sleep(LINGER_S)
                         self._linger = False
                         if not self._in_flight and not self._idle:
-                            self._dispatch(lingered=True)
+                            self._dispatch()
         finally:
             with anyio.CancelScope(shield=True):
                 # Cancelled or closed, what is queued still goes (records a linger held
@@ -341,27 +344,35 @@ class GroupCommit:
 
     @property
     def _idle(self) -> bool:
-        return not (self._in_flight or self._queue or self._later)
+        return not (self._in_flight or self._queue or self._later or self._written)
 
-    def _dispatch(self, *, lingered: bool = False) -> None:
+    def _dispatch(self, *, sync: bool = True) -> None:
         """Hand what waits to the commit thread as one batch (on the loop): the sessions'
-        records and a few background appends."""
-        jobs = [*self._queue, *self._later[:BACKGROUND_PER_BATCH]]
-        self._queue = []
+        records and a few background appends, with a sync that also covers the appends
+        written before; or (`sync=False`) only a few background appends, written ahead."""
+        jobs = [*self._queue, *self._later[:BACKGROUND_PER_BATCH]] if sync \
+            else self._later[:BACKGROUND_PER_BATCH]
+        if sync:
+            self._queue = []
         self._later = self._later[BACKGROUND_PER_BATCH:]
         for job in jobs:
             job.sent = True
+        covers, self._written = (self._written, []) if sync else ([], self._written)
         self._in_flight = True
-        self._inbox.put(_Batch(jobs, lingered))
+        self._inbox.put(_Batch(jobs, covers, sync))
 
     def _landed(self, batch: _Batch) -> None:
-        """A batch is durable, or failed (on the loop): wake its callers, hand over the next."""
-        for job in batch.jobs:
+        """A batch is durable, or failed (on the loop): wake its callers, hand over the next.
+        The jobs of a batch without a sync wait for the next one (unless they failed)."""
+        for job in (*batch.jobs, *batch.covers):
+            if not batch.sync and job.error is None:
+                self._written.append(job)
+                continue
             job.done.set()
             if job.error is not None and job.on_error is not None:
                 job.on_error()
         self._in_flight = False
-        self._send_or_linger(draining=batch.lingered)
+        self._send_or_linger()
         if self._nudge is not None and (self._rotated or (self._closing and self._idle)):
             self._nudge.set()
 
@@ -376,7 +387,7 @@ class GroupCommit:
                 log.exception("group commit failed")
                 error = exc if isinstance(exc, Exception) else RuntimeError(
                     f"the group commit failed: {exc!r}")
-                for job in batch.jobs:
+                for job in (*batch.jobs, *batch.covers):
                     job.error = job.error or error
             try:
                 if self._loop is not None:
@@ -434,20 +445,26 @@ class GroupCommit:
             if job.appended is not None:
                 appended.append(job)
                 lines.append(_frame(self._root, job.appended))
-        if not lines:
+        if not lines and not batch.covers:
             return
         try:
-            self._journal(b"".join(lines))
+            self._journal(b"".join(lines), sync=batch.sync)
         except OSError as exc:  # the journal failed: sync each file instead
             log.warning("journal not written; syncing transcripts one by one", error=str(exc))
-            for job in appended:
+            for job in (*appended, *batch.covers):
                 try:
                     if job.appended is not None:
                         _sync_file(job.appended.path, job.appended.created)
                 except OSError as sync_error:
                     job.error = sync_error
+            if not batch.sync:  # durable now: a sync to come need not cover them
+                for job in appended:
+                    job.appended = None
             return
         self._touched.update(job.appended.path for job in appended if job.appended is not None)
+        if not batch.sync:  # the next batch's sync makes them durable, and may rotate then
+            self.unsynced_batches += 1
+            return
         self.batches += 1
         if self._size >= self.checkpoint_bytes:
             self._rotate()
@@ -489,8 +506,9 @@ class GroupCommit:
             if full.fd is not None:
                 os.close(full.fd)  # after the unlink: its lock kept replays off it until then
 
-    def _journal(self, data: bytes) -> None:
-        """Append `data`'s frames to the journal, then sync it."""
+    def _journal(self, data: bytes, *, sync: bool = True) -> None:
+        """Append `data`'s frames to the journal, then (with `sync`) sync it: that makes every
+        frame written before durable too."""
         if self._fd is None:
             raise OSError("the journal is closed")
         if self._torn:
@@ -505,7 +523,8 @@ class GroupCommit:
         finally:
             self._size += written
         self._torn = False
-        _datasync(self._fd)
+        if sync:
+            _datasync(self._fd)
 
     def _grow(self, fd: int, end: int) -> None:
         """Write zeros from the journal's end to `ahead_bytes` past `end`, for the batches to

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import json
 import os
 import signal
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from anyio.abc import TaskStatus
+from anyio.abc import TaskGroup, TaskStatus
 
 from squadd.fsio import HAS_SYNCFS
 from squadd.state import journal as journal_module
@@ -176,20 +177,19 @@ async def test_background_appends_go_behind_every_sessions_records_and_share_a_s
             while len(done) < 42:  # noqa: ASYNC110 - the writer's thread ends the commits
                 await anyio.sleep(0.01)
         commits.close()
-    # Batch two: the session's record and the first few background ones. Nobody takes the
-    # rest along: once the linger has run out, they go a few a batch, one batch a landing.
+    # Batch two: the session's record and the first few background ones. The rest are
+    # written a few a batch while the thread has nothing else to do, then synced at once.
     few = journal_module.BACKGROUND_PER_BATCH
-    assert commits.batches == 2 + -(-(40 - few) // few)
+    assert commits.batches == 3 and commits.unsynced_batches == -(-(40 - few) // few)
     assert done.index("session") < done.index(f"log{few}")
     assert sorted(done) == sorted(["first", "session", *(f"log{n}" for n in range(40))])
 
 
-async def test_background_appends_ride_the_next_sessions_batch_and_are_never_written_before(
+async def test_background_appends_ride_the_next_sessions_batch(
         layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(journal_module, "LINGER_S", 3600.0)  # the linger would never end
     commits = GroupCommit(layout)
     done: list[str] = []
-    log_file = layout.transcripts_dir / "log.jsonl"
     async with anyio.create_task_group() as tg:
         await tg.start(commits.run)
 
@@ -200,52 +200,65 @@ async def test_background_appends_ride_the_next_sessions_batch_and_are_never_wri
             done.append("log")
 
         tg.start_soon(log_entry)
+        with anyio.fail_after(30):
+            while commits.unsynced_batches < 1 or commits._in_flight:  # noqa: ASYNC110
+                await anyio.sleep(0.01)  # the thread writes it and lands it on the loop
         await anyio.wait_all_tasks_blocked()
-        # The commit thread has nothing else to do, and still does not write it: it waits
-        # for a session's batch to ride.
-        assert commits.batches == 0 and done == [] and not commits._in_flight
-        assert not log_file.exists()
+        assert commits.batches == 0 and done == []  # no sync of its own
+        # Written while the thread had nothing else to do: in its file and framed in the
+        # journal already, and not done before a sync.
+        assert commits.unsynced_batches == 1
+        assert (layout.transcripts_dir / "log.jsonl").read_bytes().endswith(b'"entry"}}\n')
         with anyio.fail_after(30):
             await commits.commit(writer_for(layout, "session", "a record"))
             while not done:  # noqa: ASYNC110 - its waiter wakes in the same landing
                 await anyio.sleep(0.01)
         assert commits.batches == 1
         tg.cancel_scope.cancel()
-    assert read_transcript(log_file).messages == [{"role": "user", "content": "entry"}]
+    assert read_transcript(layout.transcripts_dir / "log.jsonl").messages == [
+        {"role": "user", "content": "entry"}]
 
 
-async def test_a_burst_of_background_appends_nobody_takes_along_lingers_once_then_drains(
+async def test_a_request_begun_while_background_appends_are_written_still_rides(
         layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
-    lingers: list[int] = []
-    real_linger = GroupCommit._start_linger
-
-    def counted(self: GroupCommit) -> None:
-        if not self._linger:
-            lingers.append(self.batches)
-        real_linger(self)
-
-    monkeypatch.setattr(GroupCommit, "_start_linger", counted)
-    commits = GroupCommit(layout)
-    logs = 2 * journal_module.BACKGROUND_PER_BATCH + 3
+    commits, held = never_lingering(monkeypatch, layout, held="_frame")
+    logged: list[Exception | None] = []
     async with anyio.create_task_group() as tg:
         await tg.start(commits.run)
+
+        async def log_entry() -> None:
+            logged.extend(await commits.commit_all([writer_for(layout, "log", "entry")],
+                                                   background=True))
+
+        tg.start_soon(log_entry)
+        await held.wait_entered()  # the entry is being written ahead of its sync, held
+        request = writer_for(layout, "asked", "a request")
+        pending = commits.begin(request)
+        held.release.set()
         with anyio.fail_after(30):
-            errors = await commits.commit_all(
-                [writer_for(layout, f"log{n}", "x") for n in range(logs)], background=True)
-        commits.close()
-    assert errors == [None] * logs
-    assert commits.batches == 3  # 8, 8 and 3
-    assert lingers == [0]  # the first batch waited for a ride; the others went on its landing
+            while commits.unsynced_batches < 1 or commits._in_flight:  # noqa: ASYNC110
+                await anyio.sleep(0.01)  # the thread lands it on the loop
+        # The request was not sent on its own when that batch landed: it waits for a ride.
+        assert pending._job is not None and not pending._job.sent and commits.batches == 0
+        request.add("message", message={"role": "assistant", "content": "the reply"})
+        with anyio.fail_after(30):
+            await commits.finish(pending)  # one sync: the request, its reply, the entry
+        await anyio.wait_all_tasks_blocked()  # the entry's waiter woke in the same landing
+        assert commits.batches == 1 and logged == [None]
+        tg.cancel_scope.cancel()
+    messages = read_transcript(layout.transcripts_dir / "asked.jsonl").messages
+    assert [m["content"] for m in messages] == ["a request", "the reply"]
 
 
-async def test_a_request_asked_for_while_a_batch_is_written_goes_on_its_landing(
+async def test_a_request_asked_for_while_background_appends_are_written_goes_on_their_landing(
         layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
     commits, held = never_lingering(monkeypatch, layout, held="_frame")
     finished = anyio.Event()
     async with anyio.create_task_group() as tg:
         await tg.start(commits.run)
-        tg.start_soon(commits.commit, writer_for(layout, "session", "a record"))
-        await held.wait_entered()  # the session's batch is being written, held
+        tg.start_soon(functools.partial(commits.commit_all, [writer_for(layout, "log", "x")],
+                                        background=True))
+        await held.wait_entered()  # the entry is being written ahead of its sync, held
         pending = commits.begin(writer_for(layout, "asked", "a request"))
 
         async def finish() -> None:
@@ -254,15 +267,29 @@ async def test_a_request_asked_for_while_a_batch_is_written_goes_on_its_landing(
 
         tg.start_soon(finish)  # asked for while that batch is with the thread
         await anyio.wait_all_tasks_blocked()
-        assert pending._job is not None and not pending._job.sent
         held.release.set()
         with anyio.fail_after(30):  # sent when that batch lands, not after a linger
             await finished.wait()
-        assert commits.batches == 2
+        assert commits.batches == 1
         tg.cancel_scope.cancel()
 
 
-async def test_background_appends_in_the_linger_are_synced_when_the_writer_stops(
+async def written_ahead(tg: TaskGroup, commits: GroupCommit, layout: SquadLayout,
+                        logged: list[Exception | None]) -> None:
+    """Have one background append written ahead of its sync (the thread was idle), and wait
+    until that batch has landed; its waiter, in `tg`, adds its error to `logged` once done."""
+
+    async def log_entry() -> None:
+        logged.extend(await commits.commit_all([writer_for(layout, "log", "x")],
+                                               background=True))
+
+    tg.start_soon(log_entry)
+    with anyio.fail_after(30):
+        while not commits._written or commits._in_flight:  # noqa: ASYNC110
+            await anyio.sleep(0.01)  # the thread writes it and lands it on the loop
+
+
+async def test_appends_written_ahead_are_synced_when_the_writer_stops_in_its_linger(
         layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(journal_module, "LINGER_S", 3600.0)  # the linger would never end
     commits = GroupCommit(layout)
@@ -274,50 +301,41 @@ async def test_background_appends_in_the_linger_are_synced_when_the_writer_stops
             with writing:
                 await commits.run(task_status=task_status)
 
-        async def log_entry() -> None:
-            logged.extend(await commits.commit_all([writer_for(layout, "log", "x")],
-                                                   background=True))
-
         await tg.start(run_writer)
-        tg.start_soon(log_entry)
-        await anyio.wait_all_tasks_blocked()
-        assert logged == [] and commits.batches == 0  # waiting for a ride
-        writing.cancel()  # stopped while it lingers: what waits is still synced
+        await written_ahead(tg, commits, layout, logged)
+        assert logged == [] and commits.batches == 0  # written, and waiting for a sync
+        writing.cancel()  # stopped while it lingers: what is written is still synced
     assert logged == [None] and commits.batches == 1
     assert _journals(layout) == []  # and the journal closed cleanly after it
     assert read_transcript(layout.transcripts_dir / "log.jsonl").messages == [
         {"role": "user", "content": "x"}]
 
 
-async def test_a_batch_whose_journal_write_fails_syncs_each_file_background_ones_too(
+async def test_appends_written_ahead_whose_journal_write_fails_are_synced_file_by_file(
         layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    real_journal = GroupCommit._journal
     synced, _ = _synced_files(monkeypatch)
 
-    def full_disk(self: GroupCommit, data: bytes) -> None:
-        raise OSError(28, "No space left on device")
+    def failing_unsynced(self: GroupCommit, data: bytes, *, sync: bool = True) -> None:
+        if not sync:
+            raise OSError(28, "No space left on device")
+        real_journal(self, data, sync=sync)
 
-    monkeypatch.setattr(journal_module, "LINGER_S", 3600.0)  # the entry waits for the session
-    monkeypatch.setattr(GroupCommit, "_journal", full_disk)
+    monkeypatch.setattr(GroupCommit, "_journal", failing_unsynced)
     commits = GroupCommit(layout)
     logged: list[Exception | None] = []
+    log_file = layout.transcripts_dir / "log.jsonl"
     async with anyio.create_task_group() as tg:
         await tg.start(commits.run)
-
-        async def log_entry() -> None:
-            logged.extend(await commits.commit_all([writer_for(layout, "log", "x")],
-                                                   background=True))
-
-        tg.start_soon(log_entry)
-        await anyio.wait_all_tasks_blocked()
+        await written_ahead(tg, commits, layout, logged)
+        assert synced == [log_file]  # durable by itself once the journal could not hold it
         with anyio.fail_after(30):
             await commits.commit(writer_for(layout, "session", "a record"))
             while not logged:  # noqa: ASYNC110 - its waiter wakes in the same landing
                 await anyio.sleep(0.01)
-        synced_before_close = list(synced)  # (the close's checkpoint has nothing journaled)
-        tg.cancel_scope.cancel()  # (`close` would wait out the linger)
-    assert logged == [None]
-    assert synced_before_close == [layout.transcripts_dir / "session.jsonl",
-                                   layout.transcripts_dir / "log.jsonl"]
+        synced_before_close = list(synced)  # (the close's checkpoint syncs what it journaled)
+        commits.close()
+    assert logged == [None] and synced_before_close == [log_file]  # not synced again
     assert read_transcript(layout.transcripts_dir / "log.jsonl").messages == [
         {"role": "user", "content": "x"}]
 
