@@ -148,8 +148,8 @@ def serve_like_squadd() -> None:
 
 
 def run_like_squadd(func: Callable[..., Awaitable[T]], *args: Any) -> T:
-    """`anyio.run(func, *args)` on the event loop `squadd serve` runs on (uvloop, see
-    `squadd.daemon.server.Daemon.run`): every framework a benchmark compares runs on it too."""
-    import anyio
+    """`func(*args)` on the event loop `squadd serve` runs on (`squadd.serving.run_serving`):
+    every framework a benchmark compares runs on it too."""
+    from squadd.serving import run_serving
 
-    return anyio.run(func, *args, backend_options={"use_uvloop": True})
+    return run_serving(func, *args)

@@ -69,11 +69,10 @@ def worker(cluster_url: str, repo: str, slots: int, name: str | None, workdir: P
     """
     import socket
 
-    import anyio
-
     from squadd.config import load_settings
     from squadd.contracts.names import is_safe_name
     from squadd.logs import configure_logging
+    from squadd.serving import run_serving
     from squadd.state.layout import SquadLayout
     from squadd.tools.custom.variables import SecretRegistry
     from squadd.worker.process import clone_dir
@@ -93,8 +92,7 @@ def worker(cluster_url: str, repo: str, slots: int, name: str | None, workdir: P
     # The worker's tools read their variables from the environment (no resolver remembers
     # secrets here): the registry stays empty; the processor is required all the same.
     configure_logging(redact=SecretRegistry().redact_log_event, console_level=log_level)
-    anyio.run(_serve, name, slots, layout, settings,
-              backend_options={"use_uvloop": True})
+    run_serving(_serve, name, slots, layout, settings)
 
 
 async def _serve(name: str, slots: int, layout: SquadLayout, settings: Settings) -> None:

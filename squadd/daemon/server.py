@@ -54,6 +54,7 @@ from squadd.loop_watch import LoopWatch
 from squadd.procs import stop_orphans
 from squadd.runtime.runtime import SquadRuntime
 from squadd.scribe.worker import run_scribe_worker
+from squadd.serving import run_serving
 from squadd.state.layout import SquadLayout
 from squadd.tools.custom.variables import SecretRegistry
 
@@ -243,8 +244,7 @@ class Daemon:
                 dashboard = Dashboard(token=secrets.token_urlsafe(32),
                                       url=f"http://127.0.0.1:{port}{UI_PREFIX}/")
             served = True
-            anyio.run(self._main, runtime, listeners, token, dashboard,
-                      backend_options={"use_uvloop": True})
+            run_serving(self._main, runtime, listeners, token, dashboard)
         finally:
             for listener in listeners:
                 listener.sock.close()
