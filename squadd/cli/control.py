@@ -33,14 +33,20 @@ def stop(timeout_s: float, no_wait: bool, directory: Path | None) -> None:
     journal is left for the next start to replay, and its log says what it waited for.
     """
     with client_for(directory) as client:
-        answer = client.shutdown()
-        pid = answer.get("pid")
-        if no_wait:
-            click.echo(f"squadd (PID {pid}) is stopping")
-            return
-        deadline = time.monotonic() + timeout_s
-        exited = _exit_watch(pid) if isinstance(pid, int) else None
+        # Its exit is watched from before it is asked to stop, while it surely runs: a PID
+        # another process takes once it is gone is then never waited on in its place.
+        running = None if no_wait else client.health().get("pid")
+        exited = _exit_watch(running) if isinstance(running, int) else None
         try:
+            answer = client.shutdown()
+            pid = answer.get("pid")
+            if no_wait:
+                click.echo(f"squadd (PID {pid}) is stopping")
+                return
+            if exited is not None and pid != exited.pid:  # another daemon took its place
+                exited.close()
+                exited = _exit_watch(pid) if isinstance(pid, int) else None
+            deadline = time.monotonic() + timeout_s
             while True:
                 try:
                     client.health()
