@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,22 +14,17 @@ from click.testing import CliRunner
 from squadd.cli import control
 from squadd.errors import DaemonNotRunningError
 from squadd.procs import exit_fd
-
-
-class _Layout:
-    def __init__(self, root: Path):
-        self.root = root
-
-    def transcript_journals_of(self, pid: int) -> list[Path]:
-        return sorted(self.root.glob(f"{pid}-*.log"))
+from squadd.state.layout import SquadLayout
 
 
 class _Daemon:
-    """A client whose daemon is a real child process: `shutdown` ends it."""
+    """A client whose daemon is a real child process: `shutdown` ends it. The one that answers
+    the shutdown may be another (`successor`), as when a daemon took the first one's place."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], root: Path, calls: list[str]):
+    def __init__(self, proc: subprocess.Popen[bytes], layout: SquadLayout, calls: list[str]):
         self.proc = proc
-        self.layout = _Layout(root)
+        self.successor: subprocess.Popen[bytes] | None = None
+        self.layout = layout
         self.calls = calls
         self.stopping = False
 
@@ -49,13 +43,18 @@ class _Daemon:
     def shutdown(self) -> dict[str, Any]:
         self.calls.append("shutdown")
         self.stopping = True
-        self.proc.terminate()
-        self.proc.wait(10)  # reaped: its PID is free for another process from here on
-        return {"stopping": True, "pid": self.proc.pid}
+        answering = self.successor or self.proc
+        answering.terminate()
+        answering.wait(10)  # reaped: its PID is free for another process from here on
+        return {"stopping": True, "pid": answering.pid}
+
+
+def _sleeper() -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
 
 
 @pytest.fixture
-def daemon(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[_Daemon]:
+def daemon(squad: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> Iterator[_Daemon]:
     try:
         own = exit_fd(os.getpid())
     except OSError:
@@ -63,8 +62,7 @@ def daemon(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[_Daemon]
     if own is not None:
         os.close(own)
     calls: list[str] = []
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    fake = _Daemon(proc, tmp_path, calls)
+    fake = _Daemon(_sleeper(), squad, calls)
     monkeypatch.setattr(control, "client_for", lambda directory: fake)
     watch = control._exit_watch
 
@@ -74,9 +72,10 @@ def daemon(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[_Daemon]
 
     monkeypatch.setattr(control, "_exit_watch", recorded)
     yield fake
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait(10)
+    for proc in (fake.proc, fake.successor):
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
 
 
 def test_stop_watches_the_daemon_before_asking_it_to_stop(daemon: _Daemon) -> None:
@@ -86,11 +85,25 @@ def test_stop_watches_the_daemon_before_asking_it_to_stop(daemon: _Daemon) -> No
     assert daemon.calls[:3] == ["health", f"watch {daemon.proc.pid}", "shutdown"]
 
 
-def test_stop_says_when_the_daemon_left_its_journal(daemon: _Daemon, tmp_path: Path) -> None:
-    (tmp_path / f"{daemon.proc.pid}-0badc0de.log").write_bytes(b"")
+def test_stop_watches_the_daemon_that_answered_when_another_took_its_place(
+        daemon: _Daemon) -> None:
+    daemon.successor = _sleeper()
+    stopped = CliRunner().invoke(control.stop, ["--timeout", "30"])
+    # Not a wait for the first one, which nobody asked to stop, until the timeout.
+    assert stopped.exit_code == 0, stopped.output
+    assert f"squadd (PID {daemon.successor.pid}) stopped" in stopped.output
+    assert daemon.calls[:4] == ["health", f"watch {daemon.proc.pid}", "shutdown",
+                                f"watch {daemon.successor.pid}"]
+    assert daemon.proc.poll() is None
+
+
+def test_stop_says_when_the_daemon_left_its_journal(daemon: _Daemon) -> None:
+    journal = daemon.layout.transcript_journal(daemon.proc.pid, "0badc0de")
+    journal.parent.mkdir(parents=True)
+    journal.write_bytes(b"")
     stopped = CliRunner().invoke(control.stop, ["--timeout", "30"])
     assert stopped.exit_code == control.UNFINISHED_EXIT
-    assert "its stop did not finish" in stopped.output
+    assert "its stop did not finish" in stopped.output and journal.name in stopped.output
 
 
 def test_stop_without_waiting_only_asks(daemon: _Daemon) -> None:
