@@ -160,7 +160,7 @@ def exit_fd(pid: int) -> int | None:
     """A pidfd for process `pid`, readable once it has exited (the caller closes it); None
     when it has exited already. Opened while the process is known to run, it never names
     another process that takes its PID later. `OSError` where there are no pidfds (not Linux
-    5.3+) or the process is another user's."""
+    5.3+), or when no more files can be opened."""
     try:
         return os.pidfd_open(pid)
     except ProcessLookupError:
