@@ -15,7 +15,7 @@ from pydantic.json_schema import SkipJsonSchema
 
 from squadd.contracts.names import safe_name
 from squadd.contracts.sessions import PoolTotals, Priority, SessionState, StatusReport
-from squadd.contracts.workspaces import Isolation, WorkspaceView
+from squadd.contracts.workspaces import Isolation, LandingOutcome, WorkspaceView
 from squadd.errors import InvalidNameError
 
 FailureReason = Literal[
@@ -142,6 +142,8 @@ class RouteResult(BaseModel):
     pool: PoolTotals | None = None
     workspace: WorkspaceView | None = None
     """The session's worktree, branch, commits and diffstat (sessions with a worktree)."""
+    landing: LandingOutcome | None = None
+    """How the session's landing ended, when one was asked for (`land`, `workspace.land`)."""
 
 
 @dataclass(frozen=True)

@@ -66,6 +66,35 @@ class WorkspaceView(BaseModel):
     """Set while the state is `landing`: what start-up needs to finish or undo it."""
 
 
+LandingState = Literal[
+    "landed",        # the target branch holds the session's work
+    "check_failed",  # land_check refused the candidate (with a report: it broke a test)
+    "conflict",      # the rebase onto the target's tip stopped on conflicting paths
+    "pending",       # the landing is queued, running, or waiting on a repair turn or a person
+    "skipped",       # nothing to land (no commits, no worktree, or landing not asked for)
+]
+
+
+class LandingOutcome(BaseModel):
+    """How a session's landing ended, as every caller receives it: the route's result (CLI,
+    MCP, nested routes), the `workspace.landed` / `workspace.land_failed` events, `squadd
+    sessions show` and the dashboard. `next` is one concrete command or action for a person."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    state: LandingState
+    commit: str | None = None
+    """The target's new tip when landed."""
+    fixed: list[str] = Field(default_factory=list)
+    """Test ids failing on the target's tip that pass with the candidate (with a report)."""
+    broke: list[str] = Field(default_factory=list)
+    """Test ids passing on the target's tip that fail with the candidate (with a report)."""
+    detail: str = ""
+    """What happened, in a sentence or the check's output tail."""
+    next: str | None = None
+    """What to do next: one command (`squadd land SESSION`) or action; None when landed."""
+
+
 class LandResult(BaseModel):
     """What `squadd land` did. `ok` is True only when the target now holds the branch's work."""
 
