@@ -36,36 +36,6 @@ class LandingIntent(BaseModel):
     new_tip: str | None = None
 
 
-class WorkspaceView(BaseModel):
-    """One session's worktree: where it is, its branch, its commits and how its landing went.
-    A spare worktree (state `spare`) has an id of its own in `session_id`, no agent and no
-    branch: it belongs to no session until one takes it."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    session_id: str
-    agent: str
-    branch: str
-    """The session's branch, `squad/{agent}/{session-short}`."""
-    target: str | None
-    """The branch it lands on (the repository's HEAD branch when it was made; None: detached)."""
-    base_commit: str
-    path: str
-    state: WorkspaceState = "creating"
-    created: str = ""
-    """When the worktree was made (ISO 8601, UTC)."""
-    updated: str = ""
-    commits: list[str] = Field(default_factory=list)
-    """The branch's commits not on the target, oldest first, as `sha subject`."""
-    diffstat: str = ""
-    landed_tip: str | None = None
-    conflict_paths: list[str] = Field(default_factory=list)
-    message: str = ""
-    """What the last step said: why a landing stopped, or what it did."""
-    landing: LandingIntent | None = None
-    """Set while the state is `landing`: what start-up needs to finish or undo it."""
-
-
 LandingState = Literal[
     "landed",        # the target branch holds the session's work
     "check_failed",  # land_check refused the candidate (with a report: it broke a test)
@@ -95,6 +65,38 @@ class LandingOutcome(BaseModel):
     """What to do next: one command (`squadd land SESSION`) or action; None when landed."""
 
 
+class WorkspaceView(BaseModel):
+    """One session's worktree: where it is, its branch, its commits and how its landing went.
+    A spare worktree (state `spare`) has an id of its own in `session_id`, no agent and no
+    branch: it belongs to no session until one takes it."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    session_id: str
+    agent: str
+    branch: str
+    """The session's branch, `squad/{agent}/{session-short}`."""
+    target: str | None
+    """The branch it lands on (the repository's HEAD branch when it was made; None: detached)."""
+    base_commit: str
+    path: str
+    state: WorkspaceState = "creating"
+    created: str = ""
+    """When the worktree was made (ISO 8601, UTC)."""
+    updated: str = ""
+    commits: list[str] = Field(default_factory=list)
+    """The branch's commits not on the target, oldest first, as `sha subject`."""
+    diffstat: str = ""
+    landed_tip: str | None = None
+    conflict_paths: list[str] = Field(default_factory=list)
+    message: str = ""
+    """What the last step said: why a landing stopped, or what it did."""
+    landing: LandingIntent | None = None
+    """Set while the state is `landing`: what start-up needs to finish or undo it."""
+    outcome: LandingOutcome | None = None
+    """How the last landing asked for ended (what the route's result and events carry)."""
+
+
 class LandResult(BaseModel):
     """What `squadd land` did. `ok` is True only when the target now holds the branch's work."""
 
@@ -109,3 +111,23 @@ class LandResult(BaseModel):
     conflict_paths: list[str] = Field(default_factory=list)
     check_tail: str = ""
     workspace: WorkspaceView | None = None
+
+    def outcome(self) -> LandingOutcome:
+        """This result as every caller receives it."""
+        land_command = f"squadd land {self.session_id}"
+        if self.ok:
+            if self.reason == "nothing":
+                return LandingOutcome(state="skipped", detail=self.message)
+            return LandingOutcome(state="landed", commit=self.new_tip, detail=self.message)
+        if self.reason == "conflict":
+            return LandingOutcome(
+                state="conflict", detail=self.message,
+                next=f"resolve {', '.join(self.conflict_paths) or 'the conflict'} in the "
+                     f"session's worktree, then `{land_command}`")
+        if self.reason == "check_failed":
+            return LandingOutcome(state="check_failed", detail=self.check_tail or self.message,
+                                  next=f"fix the failing check in the worktree, then "
+                                       f"`{land_command}`")
+        if self.reason == "invalid":
+            return LandingOutcome(state="skipped", detail=self.message)
+        return LandingOutcome(state="pending", detail=self.message, next=land_command)

@@ -167,7 +167,9 @@ class RouteRunner:
             self.pool.finish(record, "interrupted" if outcome.status == "interrupted" else "error",
                              error=outcome.error or outcome.status)
         await self._log_end(entry, outcome.status, outcome.error, started, record)
-        return self._result(plan, record, outcome).model_copy(update={"workspace": workspace})
+        return self._result(plan, record, outcome).model_copy(update={
+            "workspace": workspace,
+            "landing": workspace.outcome if workspace is not None else None})
 
     async def _start_session(self, plan: RoutePlan, record: SessionRecord
                              ) -> tuple[SessionOutcome, WorkspaceView | None]:
@@ -213,6 +215,7 @@ class RouteRunner:
             landed = await spaces.land(info.session_id)
             workspace = landed.workspace or workspace
             workspace.message = landed.message
+            workspace.outcome = landed.outcome()
         return workspace
 
     async def _converse(self, plan: RoutePlan, record: SessionRecord,
