@@ -19,6 +19,8 @@ WorkspaceState = Literal[
     "landing",     # its branch is being rebased, checked and fast-forwarded onto the target
     "landed",      # the target branch holds its commits
     "conflict",    # the last landing stopped: a rebase conflict, a failed check, a dirty tree
+    "needs_attention",  # repairs ran out: a person continues it (the record says how)
+    "interrupted",  # the session was killed before its work was committed; worktree kept
     "removed",     # its worktree is gone (its branch stays while it has unlanded commits)
 ]
 Isolation = Literal["shared", "worktree"]
