@@ -115,7 +115,18 @@ class ToolSpec(BaseModel):
 
 class Usage(BaseModel):
     input_tokens: int = 0
+    """Every prompt token, those read from or written to the provider's cache included."""
     output_tokens: int = 0
+    cache_read_tokens: int = 0
+    """Of `input_tokens`, those read from the provider's prompt cache."""
+    cache_write_tokens: int = 0
+    """Of `input_tokens`, those written to the provider's prompt cache."""
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(input_tokens=self.input_tokens + other.input_tokens,
+                     output_tokens=self.output_tokens + other.output_tokens,
+                     cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
+                     cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens)
 
     @property
     def total(self) -> int:

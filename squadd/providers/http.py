@@ -225,13 +225,23 @@ def malformed(provider: str, url: str, what: str) -> ProviderError:
 
 
 def usage_from(data: dict[str, Any], input_key: str, output_key: str) -> Usage:
-    """Token counts from an answer's `usage` object; what is missing counts as 0."""
+    """Token counts from an answer's `usage` object; what is missing counts as 0.
+
+    Cache tokens in either shape: OpenAI's `prompt_tokens_details.cached_tokens` (already
+    part of `prompt_tokens`), Anthropic's `cache_read_input_tokens` and
+    `cache_creation_input_tokens` (not part of `input_tokens`: added to it here, so that
+    `input_tokens` is every prompt token for both)."""
     usage = data.get("usage")
     if not isinstance(usage, dict):
         return Usage()
 
-    def count(key: str) -> int:
-        value = usage.get(key)
+    def count(key: str, where: dict[str, Any] = usage) -> int:
+        value = where.get(key)
         return value if isinstance(value, int) and value >= 0 else 0
 
-    return Usage(input_tokens=count(input_key), output_tokens=count(output_key))
+    details = usage.get("prompt_tokens_details")
+    cached = count("cached_tokens", details) if isinstance(details, dict) else 0
+    read, written = count("cache_read_input_tokens"), count("cache_creation_input_tokens")
+    prompt = count(input_key) + read + written
+    return Usage(input_tokens=prompt, output_tokens=count(output_key),
+                 cache_read_tokens=min(prompt, cached + read), cache_write_tokens=written)

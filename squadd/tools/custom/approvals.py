@@ -27,6 +27,7 @@ from squadd.contracts.events import (
 )
 from squadd.tools.base import Approval, ConfirmFn, Tool, ToolContext, ToolResult, VariableSpec
 from squadd.tools.invoke import redact, redact_any
+from squadd.tools.people import PersonQueue, PersonRequest
 from squadd.tools.policy import PolicyDecision, approval_policy
 
 MAX_PENDING_APPROVALS = 64
@@ -92,6 +93,9 @@ class ApprovalBroker:
         self.variable_timeout_s = settings.tools.variable_timeout_s
         self._pending: dict[str, PendingApproval] = {}
         self._variables: dict[str, PendingApproval] = {}
+        self.people: PersonQueue | None = None
+        """The inbox, when there is one (the daemon): an `ask` of a call in a session goes
+        there, durable, and waits without a slot until answered or `approvals.expire_after_s`."""
 
     def policy(self, tool: Tool[Any]) -> PolicyDecision:
         return approval_policy(tool, self.rules)
@@ -122,6 +126,9 @@ class ApprovalBroker:
     async def ask(self, tool: Tool[Any], arguments: Mapping[str, Any], ctx: ToolContext,
                   secrets: Mapping[str, str], *, question: str) -> Decision:
         """Publish `approval.requested` and wait for the answer or the timeout."""
+        people = self.people
+        if people is not None and ctx.call_id and ctx.session_id:
+            return await self._ask_inbox(people, tool, arguments, ctx, secrets, question)
         if len(self._pending) >= self.max_pending:
             return Decision(False, f"{self.max_pending} approvals are already waiting; answer "
                                    "them with 'squadd approve ID' or 'squadd deny ID' first")
@@ -149,6 +156,17 @@ class ApprovalBroker:
         if not pending._answered.is_set():  # timed out or cancelled: nobody published it yet
             self._publish_resolved(pending, decision)
         return decision
+
+    async def _ask_inbox(self, people: PersonQueue, tool: Tool[Any],
+                         arguments: Mapping[str, Any], ctx: ToolContext,
+                         secrets: Mapping[str, str], question: str) -> Decision:
+        shown = redact_any(_shown(arguments), secrets)
+        asked = redact(question, secrets)[:1000]
+        answer = await people.ask_person(PersonRequest(
+            kind="approval", session_id=ctx.session_id, agent=ctx.agent, call_id=ctx.call_id,
+            reason=asked, actions=("approve", "deny"),
+            details={"tool": tool.name, "arguments": shown, "question": asked}))
+        return Decision(answer.action == "approve", answer.reason)
 
     async def request_variables(self, tool: Tool[Any], missing: tuple[VariableSpec, ...],
                                 ctx: ToolContext) -> str | None:
