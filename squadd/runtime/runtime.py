@@ -383,7 +383,7 @@ class SquadRuntime:
         """Sessions (filtered) and pool totals; with `session_id`, just that session."""
         if session_id is not None:
             view = await self.session(session_id)
-            return StatusReport(sessions=self.priced([view] if view else []),
+            return StatusReport(sessions=[view] if view else [],
                                 pool=self.pool.totals(), spending=self.spending_today())
         views = self.pool.views(include_destroyed=include_destroyed)
         if agent is not None:
@@ -419,7 +419,9 @@ class SquadRuntime:
             if view is None:
                 return None
         workspace = await self.workspaces.view(session_id)
-        return view if workspace is None else view.model_copy(update={"workspace": workspace})
+        if workspace is not None:
+            view = view.model_copy(update={"workspace": workspace})
+        return self.priced([view])[0]
 
     async def _ended_view(self, session_id: str) -> SessionView | None:
         transcript = await anyio.to_thread.run_sync(load_transcript, self.layout, session_id)
