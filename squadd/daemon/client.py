@@ -463,6 +463,10 @@ class AsyncDaemonClient(_Base):
         result: dict[str, Any] = await self._send(Calls.inbox(include_resolved))
         return result
 
+    async def inbox_item(self, item_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = await self._send(Calls.inbox_item(item_id))
+        return result
+
     async def inbox_resolve(self, item_id: str, action: str, *, answer: str = "",
                             budget: float | None = None, reason: str = "") -> dict[str, Any]:
         body: dict[str, Any] = {"action": action}
