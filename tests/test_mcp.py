@@ -4,6 +4,7 @@ in a repo whose daemon (a real `squadd serve` process) talks to the test model s
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -98,15 +99,24 @@ async def test_lists_every_daemon_tool_with_the_same_schema(daemon: DaemonProces
         assert tool.description == expected[tool.name]["description"]
 
 
+def _inbox_of(daemon: DaemonProcess, session_id: str) -> list[dict[str, Any]]:
+    """The open inbox items once one is the session's (polled: the daemon is a process)."""
+    deadline = time.monotonic() + CALL_TIMEOUT_S
+    while True:
+        items: list[dict[str, Any]] = daemon.client.inbox()["items"]
+        if any(item["session_id"] == session_id for item in items):
+            return [item for item in items if item["session_id"] == session_id]
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no inbox item for {session_id}: {items}")
+        time.sleep(0.05)
+
+
 async def test_an_agent_question_is_answered_through_the_inbox_tool(
         daemon: DaemonProcess, model_server: OpenAIServer) -> None:
     model_server.script(OpenAIServer.tool_call_turn(("squad_ask", {"question": "Tabs?"})),
                         OpenAIServer.text_turn("spaces it is"))
     session_id = daemon.client.route("format the code", "backend", wait=False)["session_id"]
-    with anyio.fail_after(CALL_TIMEOUT_S):
-        while not (items := daemon.client.inbox()["items"]) \
-                or items[0]["session_id"] != session_id:
-            await anyio.sleep(0.05)
+    items = await anyio.to_thread.run_sync(_inbox_of, daemon, session_id)
     async with mcp_session(daemon.layout) as session:
         listed = text_of(await call(session, "squad_inbox", {}))
         assert items[0]["id"] in listed and "Tabs?" in listed
