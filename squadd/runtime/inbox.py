@@ -175,6 +175,8 @@ class Inbox:
                                   session_id=request.session_id,
                                   route=self._route_of(request.session_id), key=key,
                                   details={**request.details, "call_id": request.call_id})
+            if request.on_added is not None:
+                request.on_added(item.id)
         if item.open:
             item = await self.wait_parked(item, request.kind)
         res = item.resolution or {}

@@ -4,6 +4,7 @@ session (no slot held) and wakes it with the answer."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -21,6 +22,8 @@ class PersonRequest:
     reason: str
     actions: tuple[str, ...]
     details: dict[str, Any] = field(default_factory=dict)
+    on_added: Callable[[str], None] | None = None
+    """Told the new item's id once it is in the inbox (not for a call that finds its own)."""
 
 
 @dataclass(frozen=True)

@@ -162,11 +162,22 @@ class ApprovalBroker:
                          secrets: Mapping[str, str], question: str) -> Decision:
         shown = redact_any(_shown(arguments), secrets)
         asked = redact(question, secrets)[:1000]
+
+        def requested(item_id: str) -> None:  # the same event as without an inbox
+            self.sink.publish(ApprovalRequested(
+                session_id=ctx.session_id, agent=ctx.agent, approval_id=item_id,
+                tool=tool.name, arguments=shown, question=asked, timeout_s=0))
+
         answer = await people.ask_person(PersonRequest(
             kind="approval", session_id=ctx.session_id, agent=ctx.agent, call_id=ctx.call_id,
             reason=asked, actions=("approve", "deny"),
-            details={"tool": tool.name, "arguments": shown, "question": asked}))
-        return Decision(answer.action == "approve", answer.reason)
+            details={"tool": tool.name, "arguments": shown, "question": asked},
+            on_added=requested))
+        decision = Decision(answer.action == "approve", answer.reason)
+        self.sink.publish(ApprovalResolved(
+            session_id=ctx.session_id, agent=ctx.agent, approval_id=answer.item_id,
+            approved=decision.approved, reason=decision.reason))
+        return decision
 
     async def request_variables(self, tool: Tool[Any], missing: tuple[VariableSpec, ...],
                                 ctx: ToolContext) -> str | None:
