@@ -95,21 +95,32 @@ class Notifier:
         for pending in self.inbox.items():
             if any(c not in pending.notified for c in self.channels):
                 self.hook(pending)
-        async with httpx.AsyncClient(transport=self._transport,
-                                     timeout=self.settings.timeout_s) as client, self._receive:
+        async with self._client() as client, self._receive:
             async for queued in self._receive:
-                escalated = queued.endswith("!")
-                item = self.inbox.get(queued.rstrip("!"))
-                if item is None or not item.open:  # answered before anyone was told
-                    continue
-                for channel in self.channels:
-                    await self._deliver(client, item, channel, escalated)
+                await self.deliver(queued.rstrip("!"), escalated=queued.endswith("!"),
+                                   client=client)
+
+    def _client(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(transport=self._transport, timeout=self.settings.timeout_s)
+
+    async def deliver(self, item_id: str, *, escalated: bool = False,
+                      client: httpx.AsyncClient | None = None) -> list[str]:
+        """Send one item to each channel that has not told anyone of it yet; the channels
+        that got it through now."""
+        item = self.inbox.get(item_id)
+        if item is None or not item.open:  # answered before anyone was told
+            return []
+        if client is None:
+            async with self._client() as own:
+                return await self.deliver(item_id, escalated=escalated, client=own)
+        return [channel for channel in self.channels
+                if await self._deliver(client, item, channel, escalated)]
 
     async def _deliver(self, client: httpx.AsyncClient, item: InboxItem, channel: str,
-                       escalated: bool) -> None:
+                       escalated: bool) -> bool:
         mark = f"{channel}:escalated" if escalated else channel
         if mark in item.notified:
-            return
+            return False
         body = item_body(item)
         try:
             async for attempt in AsyncRetrying(
@@ -125,8 +136,9 @@ class Notifier:
         except ChannelFailed as exc:
             log.warning("notification not delivered", item=item.id, channel=channel,
                         attempts=self.settings.attempts, error=str(exc))
-            return
+            return False
         await anyio.to_thread.run_sync(self.inbox.store.notified, item.id, mark)
+        return True
 
     async def _run_command(self, body: bytes) -> None:
         output = _Capped()

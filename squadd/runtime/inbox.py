@@ -252,14 +252,14 @@ class Inbox:
         while True:
             now = self.clock()
             if now >= next_scan:
-                await self._scan_landings()
+                await self.scan_landings()
                 next_scan = now + LANDING_SCAN_S
-            wait_s = min(LANDING_SCAN_S, await self._expire(now))
+            wait_s = min(LANDING_SCAN_S, await self.expire_due(now))
             self._wake = anyio.Event()
             with anyio.move_on_after(max(0.05, wait_s)):
                 await self._wake.wait()
 
-    async def _expire(self, now: float) -> float:
+    async def expire_due(self, now: float) -> float:
         """Expire what is due; seconds until the next expiry (inf: none)."""
         limit = self.settings.approvals.expire_after_s
         if limit <= 0:
@@ -284,7 +284,7 @@ class Inbox:
                     self._tell(escalated)
         return soonest
 
-    async def _scan_landings(self) -> None:
+    async def scan_landings(self) -> None:
         try:
             found = await anyio.to_thread.run_sync(self._needing_attention)
         except (OSError, SquaddError) as exc:

@@ -93,6 +93,7 @@ class ApprovalBroker:
         self.variable_timeout_s = settings.tools.variable_timeout_s
         self._pending: dict[str, PendingApproval] = {}
         self._variables: dict[str, PendingApproval] = {}
+        self.expire_after_s = settings.approvals.expire_after_s
         self.people: PersonQueue | None = None
         """The inbox, when there is one (the daemon): an `ask` of a call in a session goes
         there, durable, and waits without a slot until answered or `approvals.expire_after_s`."""
@@ -113,7 +114,8 @@ class ApprovalBroker:
         answer = await self.ask(tool, arguments, ctx, secrets, question=f"Run {tool.name}?")
         if answer.approved:
             return None
-        return ToolResult.failure(denial_text(tool.name, answer, self.timeout_s),
+        waited = self.expire_after_s if self.people is not None else self.timeout_s
+        return ToolResult.failure(denial_text(tool.name, answer, waited),
                                   approval="denied", timed_out=answer.timed_out)
 
     def confirm_fn(self, tool: Tool[Any], ctx: ToolContext) -> ConfirmFn:
@@ -173,7 +175,8 @@ class ApprovalBroker:
             reason=asked, actions=("approve", "deny"),
             details={"tool": tool.name, "arguments": shown, "question": asked},
             on_added=requested))
-        decision = Decision(answer.action == "approve", answer.reason)
+        decision = (Decision(False, answer.reason, timed_out=True) if answer.expired
+                    else Decision(answer.action == "approve", answer.reason))
         self.sink.publish(ApprovalResolved(
             session_id=ctx.session_id, agent=ctx.agent, approval_id=answer.item_id,
             approved=decision.approved, reason=decision.reason))
