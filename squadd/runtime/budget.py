@@ -92,11 +92,11 @@ class Spending:
         return root
 
     # CallGuard.
-    async def before_call(self, session: AgentSession, request: CompletionRequest) -> None:
+    async def before_call(self, session: AgentSession, request: CompletionRequest) -> str | None:
         while True:
             breach = self.breach(session, request)
             if breach is None:
-                return
+                return None
             item = await self.inbox.add(
                 "parked", f"budget: {breach.reason()}", agent=session.agent,
                 session_id=session.session_id, route=self.root_of(session),
@@ -108,7 +108,8 @@ class Spending:
                 item = await self.inbox.wait_parked(item, "budget")
             if (item.resolution or {}).get("action") == "dismiss":
                 # A person chose to stop it here: the session ends, its work kept.
-                raise BudgetStopped(f"stopped by a person at its budget ({breach.reason()})")
+                return (f"stopped at its budget by a person ({breach.reason()}); the "
+                        "transcript has the work so far")
 
     def breach(self, session: AgentSession, request: CompletionRequest) -> Breach | None:
         """The first limit the call could pass, or None."""
@@ -169,6 +170,3 @@ class Spending:
     def answered_later(self, session_id: str, call_id: str) -> bool:
         return self.inbox.answer_for(session_id, call_id) is not None
 
-
-class BudgetStopped(Exception):
-    """A person dismissed a session parked at its budget: it ends in error, its work kept."""

@@ -113,7 +113,8 @@ class CallGuard(Protocol):
     dangling tool calls a person has answered since (they run now instead of getting an
     "interrupted" stand-in)."""
 
-    async def before_call(self, session: AgentSession, request: CompletionRequest) -> None: ...
+    async def before_call(self, session: AgentSession, request: CompletionRequest) -> str | None:
+        """None when the call may go out (after a park, maybe); else why the session stops."""
 
     async def after_call(self, session: AgentSession, request: CompletionRequest,
                          completion: Completion) -> float | None:
@@ -459,8 +460,10 @@ class AgentSession:
                 session_id=info.session_id,
                 cwd=str(self.workspace_dir) if self.workspace_dir is not None else None,
             )
-            if self.guard is not None:
-                await self.guard.before_call(self, request)  # may park until a person allows
+            if self.guard is not None:  # may park until a person allows the call
+                stopped = await self.guard.before_call(self, request)
+                if stopped is not None:
+                    return self._outcome("error", error=stopped)
             completion = await self._ask_durably(request)
             if isinstance(completion, SessionOutcome):  # the provider failed: the session ends
                 return completion

@@ -151,3 +151,18 @@ async def test_a_question_answered_after_a_restart_resumes_the_session(
 
 async def _append(into: list[object], awaitable: object) -> None:
     into.append(await awaitable)  # type: ignore[misc]
+
+
+async def test_dismissing_a_parked_session_ends_it_with_its_work_kept(
+        squad: SquadLayout) -> None:
+    async with SquadRuntime(squad, priced(per_session_tokens=5), script([text("x")])) as runtime:
+        result: list[object] = []
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: _append(result, runtime.route(
+                RouteRequest(target_agent="lead", task="go"))))
+            item = await _item(runtime, "parked")
+            assert item.details["setting"] == "budget.per_session_tokens"
+            await runtime.inbox.resolve(item.id, "dismiss")
+        (done,) = result
+        assert not done.ok and "stopped at its budget" in (done.error or "")  # type: ignore[attr-defined]
+    assert read_transcript(squad.transcript(item.session_id or "")).last_state == "error"
