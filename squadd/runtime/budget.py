@@ -158,8 +158,12 @@ class Spending:
                       output_tokens=usage.output_tokens,
                       cache_read_tokens=usage.cache_read_tokens,
                       cache_write_tokens=usage.cache_write_tokens, cost_usd=cost)
-        with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(functools.partial(self.ledger.record, spend))
+        if not usage.input_tokens and not usage.output_tokens:
+            # Nothing used (a model that reports no usage): counted, not worth an fsync.
+            self.ledger.count(spend)
+        else:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(functools.partial(self.ledger.record, spend))
         self.bus.publish(ModelCalled(
             session_id=info.session_id, agent=info.agent, provider=self.provider, model=model,
             input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,

@@ -10,6 +10,7 @@ its answer. Each new item is handed to every hook (`add_hook`): notifications, h
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import secrets
@@ -152,6 +153,15 @@ class Inbox:
             await session.unpark()
         return resolved
 
+    async def _wait_bounded(self, item: InboxItem, timeout_s: float) -> InboxItem:
+        with anyio.move_on_after(timeout_s):
+            return await self._wait(item.id)
+        why = f"no answer within {timeout_s:g} s (tools.approval_timeout_s)"
+        with contextlib.suppress(InboxError):
+            return await self.resolve(item.id, "deny" if item.kind == "approval" else "dismiss",
+                                      reason=why, by="expiry")
+        return self.store.get(item.id) or item
+
     async def _wait(self, item_id: str) -> InboxItem:
         event = self._waiters.setdefault(item_id, anyio.Event())
         try:
@@ -177,7 +187,12 @@ class Inbox:
                                   details={**request.details, "call_id": request.call_id})
             if request.on_added is not None:
                 request.on_added(item.id)
-        if item.open:
+        running = self.pool.get(request.session_id)
+        if item.open and (running is None or running.state not in ("active", "creating")):
+            # A call from outside any session (the tool API, MCP): nothing to park, and its
+            # caller waits on the line, so the wait is bounded as before the inbox.
+            item = await self._wait_bounded(item, self.settings.tools.approval_timeout_s)
+        elif item.open:
             item = await self.wait_parked(item, request.kind)
         res = item.resolution or {}
         return PersonAnswer(action=str(res.get("action", "")), answer=str(res.get("answer", "")),

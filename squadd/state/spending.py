@@ -161,6 +161,12 @@ class SpendingLedger:
             self._roll()
             self._count(spend, today=utc_day(spend.ts) == self._day)
 
+    def count(self, spend: Spend) -> None:
+        """Count `spend` without keeping it on disk (a call that used nothing)."""
+        with self._lock:
+            self._roll()
+            self._count(spend, today=utc_day(spend.ts) == self._day)
+
     def _count(self, spend: Spend, *, today: bool) -> None:
         if today:
             self._today.add(spend)
