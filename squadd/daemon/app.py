@@ -273,7 +273,8 @@ async def resolve_approval(request: Request) -> Response:
     if not isinstance(reason, str):
         raise ApiError(422, "reason: must be a string",
                        fields=[{"field": "reason", "message": "must be a string"}])
-    if runtime.inbox.get(approval_id) is not None:  # an ask that waits in the inbox
+    item = runtime.inbox.get(approval_id)
+    if item is not None and item.kind == "approval" and item.open:  # it waits in the inbox
         await inbox_api.resolve(runtime, approval_id, "approve" if approved else "deny",
                                 reason=reason)
         return json_answer({"approval_id": approval_id, "approved": approved})
