@@ -11,17 +11,19 @@ a worker whose job moved on is refused. Events from the workers are relayed onto
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
 import structlog
 
-from squadd.cluster import keys
+from squadd.cluster import keys, ownership
 from squadd.cluster.connection import ClusterError, RedisGuard
 from squadd.cluster.events import relay_events
 from squadd.cluster.jobs import JobQueue
@@ -29,7 +31,7 @@ from squadd.cluster.requests import RequestServer
 from squadd.cluster.wire import Job, Reply, Request, WorkerBeat
 from squadd.cluster.workers import live_workers
 from squadd.config import ClusterSettings
-from squadd.contracts.events import NullSink
+from squadd.contracts.events import NullSink, SessionClaimed, SessionReclaimed
 from squadd.contracts.messages import (
     ToolCall,
     ToolMessage,
@@ -42,6 +44,9 @@ from squadd.runtime.planning import RoutePlan, info_from_transcript, load_transc
 from squadd.runtime.pool import SessionRecord
 from squadd.runtime.runner import RunHere
 from squadd.runtime.runtime import SquadRuntime
+
+if TYPE_CHECKING:
+    from squadd.daemon.cluster_mode import ClusterStart
 from squadd.runtime.session import AgentSession, SessionOutcome
 from squadd.runtime.session_info import SessionInfo, session_meta
 from squadd.runtime.session_sink import SessionSink
@@ -85,8 +90,18 @@ class _Orphan:
 class Coordinator:
     """Runs sessions on the cluster's workers for one runtime, and serves their requests."""
 
-    def __init__(self, runtime: SquadRuntime, settings: ClusterSettings, guard: RedisGuard):
+    def __init__(self, runtime: SquadRuntime, settings: ClusterSettings, guard: RedisGuard,
+                 *, start: ClusterStart | None = None):
         self.runtime = runtime
+        self.start = start
+        """Its ownership lease, run marker and squad (None: a test's coordinator, unowned)."""
+        self.on_lost: Callable[[str], None] = lambda reason: None
+        """Called when another coordinator took the prefix: the daemon stops serving."""
+        self.resubmitting: dict[str, str] = {}
+        """Routes whose job this coordinator submitted again, and why (until claimed)."""
+        self._suspect: dict[str, int] = {}
+        """Sessions a worker held when Redis lost its jobs, and how many worker scans in a
+        row have missed that worker: at two, its job is submitted again."""
         self.settings = settings
         self.guard = guard
         self.jobs = JobQueue(guard)
@@ -111,6 +126,8 @@ class Coordinator:
         """Serve requests, relay events and watch the workers until cancelled."""
         await self.jobs.ensure()
         async with anyio.create_task_group() as tg:
+            if self.start is not None:
+                tg.start_soon(self._resilient, self._keep_prefix)
             tg.start_soon(self._resilient, self.server.run)
             tg.start_soon(self._resilient, functools.partial(
                 relay_events, self.guard, self.runtime.bus.publish))
@@ -140,8 +157,20 @@ class Coordinator:
                     lags = await self.jobs.lags()
             except (ClusterError, TimeoutError):
                 lags = {}
+        backlog: dict[str, Any] = {}
+        if self.guard.up:
+            try:
+                with anyio.fail_after(5):
+                    backlog = await self.jobs.backlog(now_ms=int(time.time() * 1000))
+            except (ClusterError, TimeoutError):
+                backlog = {}
         return {
             "url": self.guard.url, "redis_up": self.guard.up, "redis_outages": self.guard.outages,
+            "owner": self.start.ownership.holder if self.start is not None else None,
+            "squad": self.start.identity.model_dump() if self.start is not None else None,
+            "streams": backlog.get("streams", {}),
+            "pending_per_worker": backlog.get("pending_per_worker", {}),
+            "resubmitting": dict(self.resubmitting),
             "local_slots": self.settings.local_slots,
             "local_free": self.local_free,
             "workers": [w.model_dump(mode="json") for w in self.workers],
@@ -153,12 +182,106 @@ class Coordinator:
 
     async def close(self) -> None:
         with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+            if self.start is not None:
+                with contextlib.suppress(ClusterError):
+                    await ownership.release(self.guard, self.start.ownership)
             await self.guard.client.aclose()
+
+    async def _keep_prefix(self) -> None:
+        """Every heartbeat: renew the ownership lease (stop serving when another coordinator
+        holds it), and check the run marker (gone: Redis lost its data, and every route held
+        here is submitted again)."""
+        assert self.start is not None
+        start = self.start
+        client = self.guard.client
+        while True:
+            found = await ownership.renew(self.guard, start.ownership)
+            if found == ownership.LOST:
+                holder = await ownership.holder(self.guard)
+                reason = ("another coordinator took this cluster's prefix ("
+                          f"{ownership.describe(holder or {})}); this one stops serving")
+                log.error("coordinator lease lost", holder=holder)
+                self.on_lost(reason)
+                return
+            marker: Any = await self.guard.run(lambda: client.get(keys.RUN))
+            if marker != start.run_id:
+                await self.guard.run(lambda: client.set(keys.SQUAD,
+                                                        start.identity.model_dump_json()))
+                await self.guard.run(lambda: client.set(keys.RUN, start.run_id))
+                if marker is None:
+                    log.error("Redis lost its data (the run marker is gone): submitting every "
+                              "route held here again", routes=len(self._remote))
+                    await self._after_data_loss()
+            await anyio.sleep(self.settings.heartbeat_s)
+
+    async def _after_data_loss(self) -> None:
+        """Redis restarted empty (or was flushed): the job streams are gone. Jobs no worker
+        claimed are submitted again now; a claimed one stays with its worker (it carries on
+        without a lease) unless that worker is gone too (see `_recheck_suspects`)."""
+        await self.jobs.ensure()
+        for sid, remote in list(self._remote.items()):
+            if remote.done.is_set():
+                continue
+            if remote.worker is None:
+                await self._resubmit(remote, "Redis lost its data before a worker took it")
+            else:
+                self._suspect[sid] = 0
+
+    async def _recheck_suspects(self) -> None:
+        live = {w.name for w in self.workers}
+        for sid in list(self._suspect):
+            remote = self._remote.get(sid)
+            if remote is None or remote.done.is_set():
+                self._suspect.pop(sid, None)
+                continue
+            if remote.worker in live:
+                self._suspect[sid] = 0
+                continue
+            self._suspect[sid] += 1
+            if self._suspect[sid] >= 2:
+                self._suspect.pop(sid, None)
+                await self._resubmit(remote, f"Redis lost its job and its worker "
+                                             f"{remote.worker} is gone")
+
+    async def _resubmit(self, remote: RemoteSession, why: str) -> None:
+        sid = remote.plan.info.session_id
+        self.resubmitting[sid] = why
+        log.warning("route submitted again", session_id=sid, reason=why)
+        await self._submit(remote.plan)
+
+    async def _submit(self, plan: RoutePlan) -> None:
+        info = plan.info
+        await self.jobs.submit(Job(session_id=info.session_id, agent=info.agent,
+                                   priority="urgent" if info.priority == "urgent"
+                                   else "normal", timeout_s=plan.timeout_s))
+
+    async def resume_unqueued(self, session_ids: list[str]) -> list[str]:
+        """After a restart: resume each accepted, unfinished route (marked interrupted at
+        start) that has no job in Redis (its job was never submitted, or was lost); one
+        with a job is left to the worker that takes it. Returns those resumed."""
+        if not session_ids:
+            return []
+        queued = await self.jobs.sessions_queued()
+        resumed: list[str] = []
+        for sid in session_ids:
+            if sid in queued:
+                continue
+            result = await self.runtime.resume(sid, wait=False)
+            if result.ok:
+                resumed.append(sid)
+                self.resubmitting[sid] = "accepted before the coordinator restarted"
+            else:
+                log.warning("accepted route not resumed", session_id=sid,
+                            error=result.error or result.message)
+        if resumed:
+            log.info("routes accepted before the restart resumed", sessions=resumed)
+        return resumed
 
     async def _watch_workers(self) -> None:
         while True:
             try:
                 self.workers = await live_workers(self.guard)
+                await self._recheck_suspects()
                 # Every session out on a worker may hold one request while it waits.
                 self.server.fit(max(sum(w.slots for w in self.workers), len(self._remote)))
             except ClusterError as exc:
@@ -186,9 +309,7 @@ class Coordinator:
             # A cancel of an earlier run of this session (now resumed or continued) is over.
             client = self.guard.client
             await self.guard.run(lambda: client.delete(keys.cancel(info.session_id)))
-            await self.jobs.submit(Job(session_id=info.session_id, agent=info.agent,
-                                       priority="urgent" if info.priority == "urgent"
-                                       else "normal", timeout_s=plan.timeout_s))
+            await self._submit(plan)
             with anyio.fail_after(bound):
                 await remote.done.wait()
         except TimeoutError:
@@ -206,6 +327,8 @@ class Coordinator:
             raise
         finally:
             self._remote.pop(info.session_id, None)
+            self._suspect.pop(info.session_id, None)
+            self.resubmitting.pop(info.session_id, None)
         assert remote.outcome is not None
         return remote.outcome
 
@@ -337,19 +460,34 @@ class Coordinator:
                 return refuse(refused="invalid",
                               error=f"session {sid} has ended ({transcript.last_state})")
             epoch = int(await self.guard.run(lambda: client.incr(keys.epoch(sid))))
+            floor = max(self._epochs.get(sid, 0), _last_epoch(transcript.states))
+            if epoch <= floor:
+                # Redis lost the session's epoch (it restarted empty): epochs never go back,
+                # or a late result of an earlier holder would pass as current.
+                epoch = floor + 1
+                await self.guard.run(lambda: client.set(keys.epoch(sid), epoch))
             self._epochs[sid] = epoch
+            previous = _last_worker(transcript.states)
             self._applied[sid] = (epoch, 0)
             # From here the earlier holder's requests are stale: a call of its that has no
             # stored reply now is never applied, and one that has one gets its real result.
             recovered = await recovered_results(self.guard, transcript.messages, sid, epoch)
+            host = str(request.body.get("host") or "")[:255]
             messages = await anyio.to_thread.run_sync(
-                self._hand_over, info, tools, request.worker, epoch, recovered)
+                self._hand_over, info, tools, request.worker, host, epoch, recovered)
         remote = self._remote.get(sid)
+        record = remote.record if remote is not None else self.runtime.pool.get(sid)
         if remote is not None:
             remote.worker = request.worker
             if remote.record.state == "creating":
                 self.runtime.pool.activate(remote.record)
-        log.info("session claimed", session_id=sid, worker=request.worker, epoch=epoch)
+        if record is not None:
+            record.worker, record.worker_host = request.worker, host or None
+        self._publish_claim(info, request.worker, host, epoch, previous)
+        self.resubmitting.pop(sid, None)
+        self._suspect.pop(sid, None)
+        log.info("session claimed", session_id=sid, worker=request.worker, host=host,
+                 epoch=epoch, previous_worker=previous)
         return Reply(request_id=request.request_id, ok=True, body={
             "epoch": epoch, "info": session_meta(info), "tools": tools.names,
             "squad_specs": [tool.spec().model_dump(mode="json") for tool in tools
@@ -357,8 +495,20 @@ class Coordinator:
             "messages": [message_record(m) for m in messages],
         })
 
-    def _hand_over(self, info: SessionInfo, tools: ToolSet, worker: str, epoch: int,
-                   recovered: list[ToolMessage]) -> list[Any]:
+    def _publish_claim(self, info: SessionInfo, worker: str, host: str, epoch: int,
+                       previous: str | None) -> None:
+        """`session.claimed`, or `session.reclaimed` when another worker held it before."""
+        if previous is None:
+            self.runtime.bus.publish(SessionClaimed(
+                session_id=info.session_id, agent=info.agent, worker=worker, host=host,
+                epoch=epoch))
+        else:
+            self.runtime.bus.publish(SessionReclaimed(
+                session_id=info.session_id, agent=info.agent, worker=worker, host=host,
+                epoch=epoch, previous_worker=previous))
+
+    def _hand_over(self, info: SessionInfo, tools: ToolSet, worker: str, host: str,
+                   epoch: int, recovered: list[ToolMessage]) -> list[Any]:
         runtime = self.runtime
         if recovered:
             writer = TranscriptWriter(runtime.layout.transcript(info.session_id))
@@ -373,7 +523,7 @@ class Coordinator:
         messages = session.conversation()
         writer = TranscriptWriter(runtime.layout.transcript(info.session_id))
         writer.add("meta", tools=tools.names, owner={"worker": worker, "epoch": epoch})
-        writer.add("state", state="active", worker=worker, epoch=epoch)
+        writer.add("state", state="active", worker=worker, host=host, epoch=epoch)
         writer.flush()
         return messages
 
@@ -471,6 +621,19 @@ class _Host:
     async def run(self, plan: RoutePlan, record: SessionRecord, tools: ToolSet,
                   sink: SessionSink, run_here: RunHere) -> SessionOutcome:
         return await self.coordinator.run_session(plan, record, tools, sink, run_here)
+
+
+def _last_epoch(states: list[dict[str, Any]]) -> int:
+    """The highest lease epoch a claim recorded in the transcript (0: never claimed)."""
+    return max((int(r["epoch"]) for r in states if isinstance(r.get("epoch"), int)), default=0)
+
+
+def _last_worker(states: list[dict[str, Any]]) -> str | None:
+    """The worker that claimed the session last, as its transcript records it."""
+    for record in reversed(states):
+        if record.get("worker"):
+            return str(record["worker"])
+    return None
 
 
 def _failed(info: SessionInfo, error: str) -> SessionOutcome:
