@@ -359,7 +359,8 @@ class Daemon:
             await group.start(_beat, watch, watching)
             coordinating = anyio.CancelScope()
             if self.coordinator is not None:
-                self.coordinator.on_lost = context.request_stop
+                if self.coordinator.keeper is not None:
+                    self.coordinator.keeper.on_lost = context.request_stop
                 await group.start(_coordinate, self.coordinator, coordinating)
                 group.start_soon(_resume_accepted, self.coordinator, self._marked)
             scribe_stop = anyio.Event()
@@ -420,8 +421,10 @@ async def _coordinate(coordinator: Coordinator, scope: anyio.CancelScope, *,
 
 async def _resume_accepted(coordinator: Coordinator, marked: list[str]) -> None:
     """A restarted coordinator resumes the routes it had accepted and not finished."""
+    if coordinator.keeper is None:
+        return
     try:
-        await coordinator.resume_unqueued(marked)
+        await coordinator.keeper.resume_unqueued(marked)
     except Exception:  # the rest of the daemon serves on; `sessions resume` still works
         log.exception("accepted routes not resumed after the restart")
 

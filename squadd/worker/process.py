@@ -12,6 +12,7 @@ slot back until the child is done.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import os
 import re
@@ -55,6 +56,8 @@ from squadd.worker.session import (
     StaleLease,
     checked,
 )
+from squadd.worker.workspace import checkpoints, close_worktree, open_worktree, push
+from squadd.workspaces.git import Git
 
 log = structlog.get_logger("squadd.worker")
 SHORT_BLOCK_S = 0.1
@@ -96,6 +99,7 @@ class Worker:
         self.bus = EventBus(buffer=settings.daemon.event_buffer)
         self.invoker = ToolInvoker(layout, settings, self.bus)
         self._discoverer = ToolDiscoverer()
+        self._git = Git(settings.workspace.git_timeout_s)
         self._builtins: list[Tool[Any]] = list(workspace_tools(settings))
         self._running: dict[str, Running] = {}
         self._started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
@@ -364,15 +368,38 @@ class Worker:
             return self._request(running, kind, suffix, payload)
 
         tools = await self._tools(body, forward, on_cancel)
+        space = body.get("workspace")
+        tree = None
+        if isinstance(space, dict) and space.get("start_ref"):
+            tree = await open_worktree(
+                self._git, self.layout, session_id=job.session_id, agent=info.agent,
+                epoch=running.epoch, start_ref=str(space["start_ref"]),
+                author_email=str(space.get("author_email") or "{agent}@squad.local"))
         session = AgentSession(info, layout=self.layout, settings=self.settings,
                                provider=self.provider, invoker=self.invoker, tools=tools,
                                sink=self.bus,
-                               writer=ForwardingWriter(forward, on_cancel, self.stopping))
+                               writer=ForwardingWriter(forward, on_cancel, self.stopping),
+                               workspace_dir=tree.path if tree is not None else None)
         messages = [parse_message(m) for m in body.get("messages", [])]
         log.info("session running", session_id=job.session_id, agent=info.agent,
-                 epoch=running.epoch, reclaimed=delivery.reclaimed)
-        outcome = await session.run_from(messages, cancel=cancel, timeout_s=job.timeout_s)
-        return outcome
+                 epoch=running.epoch, reclaimed=delivery.reclaimed,
+                 worktree=str(tree.path) if tree is not None else None)
+        if tree is None:
+            return await session.run_from(messages, cancel=cancel, timeout_s=job.timeout_s)
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(functools.partial(checkpoints, self._git, tree,
+                                                every_s=max(1.0, self.cluster.lease_s / 2)))
+                outcome = await session.run_from(messages, cancel=cancel,
+                                                 timeout_s=job.timeout_s)
+                tg.cancel_scope.cancel()
+            # The work goes to the coordinator's repository before the end is reported.
+            with anyio.CancelScope(shield=True):
+                await push(self._git, tree, message=f"work of session {job.session_id}")
+            return outcome
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(30):
+                await close_worktree(self._git, tree)
 
     async def _tools(self, body: dict[str, Any], forward: Any, on_cancel: Any) -> ToolSet:
         proxies: list[Tool[Any]] = [

@@ -188,3 +188,62 @@ def test_status_shows_the_queue_per_stream_and_the_jobs_each_worker_holds(
     assert "w1: 1/1 slots busy, 1 jobs held" in text
     cluster.team.release("busy")
     assert first.wait()["ok"] and second.wait()["ok"]
+
+
+WORKTREE_CONFIG = CLUSTER_CONFIG + """
+[workspace]
+isolation = "worktree"
+land = "auto"
+spares = 0
+"""
+
+
+def on_main(cluster: Cluster, path: str) -> str | None:
+    done = subprocess.run(["git", "show", f"HEAD:{path}"], cwd=cluster.layout.repo,
+                          capture_output=True, text=True, check=False)
+    return done.stdout if done.returncode == 0 else None
+
+
+def test_a_worktree_session_on_a_worker_lands_on_the_coordinators_main(
+        tmp_path: Path) -> None:
+    with Cluster(tmp_path, config=WORKTREE_CONFIG) as cluster:
+        cluster.start_worker("w1", slots=2)
+        result = cluster.daemon.client.route("write:src/feature.txt", "lead")
+        assert result["ok"], result
+        assert result["answer"] == "wrote src/feature.txt"
+        assert result["landing"]["state"] == "landed", result
+        assert on_main(cluster, "src/feature.txt") == "written by the squad\n"
+        # The worker's clone itself was never written: the work was in a worktree of it.
+        assert not (tmp_path / "clone-w1" / "src" / "feature.txt").exists()
+        log = subprocess.run(["git", "log", "-1", "--format=%an %s%n%b"],
+                             cwd=cluster.layout.repo, capture_output=True, text=True).stdout
+        assert log.startswith("Lead ") and f"Squad-Session: {result['session_id']}" in log
+
+
+def test_a_worker_killed_mid_session_leaves_its_work_for_the_next(tmp_path: Path) -> None:
+    with Cluster(tmp_path, config=WORKTREE_CONFIG) as cluster:
+        cluster.start_worker("w1", slots=1)
+        route = Background(cluster, "writehold:notes/progress.txt")
+        cluster.team.wait_reached("notes/progress.txt")
+        session = eventually(lambda: next(iter(
+            p.name.removesuffix(".jsonl")
+            for p in cluster.layout.transcripts_dir.glob("*.jsonl")), None), "a transcript")
+
+        def checkpoint() -> bool:  # w1 pushed its work in progress as epoch 1's ref
+            done = subprocess.run(
+                ["git", "show", f"refs/squad/sessions/{session}/1:notes/progress.txt"],
+                cwd=cluster.layout.repo, capture_output=True, text=True, check=False)
+            return done.returncode == 0
+        eventually(checkpoint, "w1's checkpoint of the session's work")
+        cluster.start_worker("w2", slots=1)
+        cluster.kill_worker("w1")
+        cluster.team.release("notes/progress.txt")
+        result = route.wait()
+        assert result["ok"], result
+        assert [w for w, _ in claims(cluster, session)] == ["w1", "w2"]
+        # w2 started from w1's pushed work: the file written on w1 lands, once.
+        assert result["landing"]["state"] == "landed", result
+        assert on_main(cluster, "notes/progress.txt") == "written by the squad\n"
+        refs = subprocess.run(["git", "for-each-ref", "refs/squad/sessions/"],
+                              cwd=cluster.layout.repo, capture_output=True, text=True).stdout
+        assert refs == ""  # brought back, then forgotten

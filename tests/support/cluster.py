@@ -9,6 +9,9 @@ The scripted team reads its task:
 - `step:MARKER` calls the project tool `step`, which appends to MARKER.started and waits for
   MARKER.go, then answers with the tool's result;
 - `route:AGENT:TASK` routes TASK to AGENT and waits, then answers with the child's answer;
+- `write:PATH` writes PATH (text: "written by the squad") with the built-in `write`, then
+  answers `wrote PATH`; `writehold:PATH` does the same but holds its second turn until
+  `release(PATH)`;
 - anything else is answered `answer: TASK`.
 """
 
@@ -95,6 +98,11 @@ class ScriptedTeam:
         kind, _, rest = task.partition(":")
         if last["role"] == "tool":
             result = str(last.get("content") or "")
+            if kind in ("write", "writehold"):
+                if kind == "writehold":
+                    self._gate(self._reached, rest).set()
+                    self._gate(self._held, rest).wait(HOLD_LIMIT_S)
+                return OpenAIServer.text_turn(f"wrote {rest}")
             if kind == "hold":
                 self._gate(self._reached, rest).set()
                 self._gate(self._held, rest).wait(HOLD_LIMIT_S)
@@ -107,6 +115,9 @@ class ScriptedTeam:
             return OpenAIServer.tool_call_turn(("squad_decide", {
                 "title": rest, "body": f"We settle {rest}.", "agentName": "lead",
                 "category": "architecture"}))
+        if kind in ("write", "writehold"):
+            return OpenAIServer.tool_call_turn(("write", {
+                "path": rest, "content": "written by the squad\n"}))
         if kind == "step":
             with self._lock:
                 self.calls[f"step:{rest}"] += 1
