@@ -250,6 +250,23 @@ class WorkspaceRemoved(BaseEvent):
     branch_kept: bool = False
 
 
+class SessionClaimed(BaseEvent):
+    """A cluster worker claimed a session's job (`worker` names it)."""
+
+    type: Literal["session.claimed"] = "session.claimed"
+    host: str = ""
+    epoch: int = 0
+
+
+class SessionReclaimed(BaseEvent):
+    """A cluster worker took over a session another worker held (it died, or was cut off)."""
+
+    type: Literal["session.reclaimed"] = "session.reclaimed"
+    host: str = ""
+    epoch: int = 0
+    previous_worker: str | None = None
+
+
 class ModelCalled(BaseEvent):
     """One model call's tokens and cost (None: its model has no price)."""
 
@@ -291,7 +308,7 @@ Event = Annotated[
     | ScribeArchived | ApprovalRequested | ApprovalResolved | VariableRequested
     | VariableResolved | ToolsLoadFailed | BusOverflow
     | WorkspaceCreated | WorkspaceCommitted | WorkspaceLanded | WorkspaceConflict
-    | WorkspaceRemoved
+    | WorkspaceRemoved | SessionClaimed | SessionReclaimed
     | ModelCalled | InboxAdded | InboxResolved,
     Field(discriminator="type"),
 ]

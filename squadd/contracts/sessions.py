@@ -55,6 +55,9 @@ class SessionView(BaseModel):
     error: str | None = None
     workspace: WorkspaceView | None = None
     """Its git worktree, branch, commits and diffstat (asked for by id, with a worktree)."""
+    worker: str | None = None
+    """The cluster worker that runs (or last ran) it; None: this daemon."""
+    worker_host: str | None = None
     cost_usd: float | None = None
     """What its model calls cost in US dollars; None when unknown (a model without a price)."""
     parked_reason: str | None = None

@@ -59,6 +59,9 @@ class SessionRecord:
     """The child session this one waits on (it gets the child's slot when the child ends)."""
     tools: ToolSet | None = None
     """The tools its latest task may use (set when the task starts)."""
+    worker: str | None = None
+    """The cluster worker that claimed it last (None: it runs here)."""
+    worker_host: str | None = None
     parked_reason: str | None = None
     """Why it waits on a person (state `parked`), while it does."""
     deadline: anyio.CancelScope | None = None
@@ -82,7 +85,8 @@ class SessionRecord:
             depth=info.depth, created=self.created_at,
             age_s=round(now - self.created, 3), idle_s=round(now - self.last_activity, 3),
             input_tokens=self.input_tokens, output_tokens=self.output_tokens,
-            answer=self.answer, error=self.error, parked_reason=self.parked_reason,
+            answer=self.answer, error=self.error, worker=self.worker,
+            worker_host=self.worker_host, parked_reason=self.parked_reason,
         )
 
 
