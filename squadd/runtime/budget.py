@@ -114,6 +114,9 @@ class Spending:
     def breach(self, session: AgentSession, request: CompletionRequest) -> Breach | None:
         """The first limit the call could pass, or None."""
         info, budget = session.info, self.budget
+        if not (budget.per_session_tokens or budget.per_route_usd or budget.per_agent_usd
+                or budget.per_day_usd):
+            return None  # no limit: nothing to estimate
         prompt = prompt_estimate(request)
         if budget.per_session_tokens:
             used = self.ledger.session(info.session_id).tokens
