@@ -9,12 +9,9 @@ mid-call. After a call: its cost in the ledger (durable) and a `model.called` ev
 
 from __future__ import annotations
 
-import functools
 import json
 import time
 from dataclasses import dataclass
-
-import anyio
 
 from squadd.config import BudgetSettings, PriceSettings, Settings
 from squadd.contracts.events import ModelCalled
@@ -150,7 +147,7 @@ class Spending:
         return None
 
     async def after_call(self, session: AgentSession, request: CompletionRequest,
-                         completion: Completion) -> float | None:
+                         completion: Completion, message_id: str) -> float | None:
         info, usage = session.info, completion.usage
         model = request.model or info.model or completion.model or self.default_model
         price = self.price(model) or self.price(completion.model)
@@ -160,13 +157,12 @@ class Spending:
                       provider=self.provider, model=model, input_tokens=usage.input_tokens,
                       output_tokens=usage.output_tokens,
                       cache_read_tokens=usage.cache_read_tokens,
-                      cache_write_tokens=usage.cache_write_tokens, cost_usd=cost)
+                      cache_write_tokens=usage.cache_write_tokens, cost_usd=cost,
+                      message_id=message_id)
         if not usage.input_tokens and not usage.output_tokens:
-            # Nothing used (a model that reports no usage): counted, not worth an fsync.
-            self.ledger.count(spend)
+            self.ledger.count(spend)  # nothing used (a model that reports no usage)
         else:
-            with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(functools.partial(self.ledger.record, spend))
+            self.ledger.record_soon(spend)
         self.bus.publish(ModelCalled(
             session_id=info.session_id, agent=info.agent, provider=self.provider, model=model,
             input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,

@@ -181,6 +181,7 @@ class SquadRuntime:
         self._background = 0
         self._background_done: anyio.Event | None = None
         self._upkeep_scope: anyio.CancelScope | None = None
+        self._ledger_scope: anyio.CancelScope | None = None
 
     @classmethod
     def from_settings(cls, layout: SquadLayout, settings: Settings, *,
@@ -252,6 +253,8 @@ class SquadRuntime:
             self._tg = await stack.enter_async_context(anyio.create_task_group())
             await self._tg.start(self.commits.run)
             await self._tg.start(self.orchestration.run)
+            self._ledger_scope = anyio.CancelScope()
+            self._tg.start_soon(self._write_ledger, self._ledger_scope)
             self._tg.start_soon(self._upkeep, self._upkeep_scope)
         except BaseException:
             await stack.__aexit__(None, None, None)
@@ -287,6 +290,8 @@ class SquadRuntime:
                 await self._background_done.wait()
         if self._upkeep_scope is not None:
             self._upkeep_scope.cancel()
+        if self._ledger_scope is not None:
+            self._ledger_scope.cancel()  # its last batch is written, shielded
         self.orchestration.close()
         with anyio.move_on_after(10):  # its last entries still share the journal's syncs
             await self.orchestration.flush()
@@ -310,6 +315,10 @@ class SquadRuntime:
                 tg.cancel_scope.cancel()
             for event in events:
                 tg.start_soon(wait_one, event)
+
+    async def _write_ledger(self, scope: anyio.CancelScope) -> None:
+        with scope:
+            await self.ledger.run()
 
     async def _upkeep(self, scope: anyio.CancelScope) -> None:
         """Idle sessions reaped, and spare files and git worktrees made ahead

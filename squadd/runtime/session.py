@@ -117,7 +117,7 @@ class CallGuard(Protocol):
         """None when the call may go out (after a park, maybe); else why the session stops."""
 
     async def after_call(self, session: AgentSession, request: CompletionRequest,
-                         completion: Completion) -> float | None:
+                         completion: Completion, message_id: str) -> float | None:
         """Count the call's spending; its cost in US dollars (None: unknown)."""
 
     def answered_later(self, session_id: str, call_id: str) -> bool: ...
@@ -467,15 +467,17 @@ class AgentSession:
             completion = await self._ask_durably(request)
             if isinstance(completion, SessionOutcome):  # the provider failed: the session ends
                 return completion
+            message_id = new_message_id()
             cost: dict[str, Any] = {}
             if self.guard is not None:
-                cost["cost_usd"] = await self.guard.after_call(self, request, completion)
+                cost["cost_usd"] = await self.guard.after_call(self, request, completion,
+                                                               message_id)
             self.turns += 1
             self.usage = self.usage + completion.usage
             turn = sum(1 for m in messages if isinstance(m, AssistantMessage)) + 1
             calls = name_calls(completion.tool_calls, turn, used_call_ids(messages))
             assistant = AssistantMessage(content=completion.text, tool_calls=calls,
-                                         id=new_message_id())
+                                         id=message_id)
             messages.append(assistant)
             usage = completion.usage
             cached = {k: v for k, v in (("cache_read_tokens", usage.cache_read_tokens),

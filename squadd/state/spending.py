@@ -1,35 +1,47 @@
 """Money: what a model call costs at the `[pricing]` prices, and the spending ledger.
 
-The ledger is one JSON-lines file per UTC day under `run/spend/`, a line per model call, each
-appended and fsynced before the call counts: the totals the budgets check (today's, each
-agent's today, each route tree's, each session's tokens) are rebuilt from it at start, so a
-restart forgets nothing. An unknown price is an unknown cost (None), never 0.
+The ledger is one JSON-lines file per UTC day under `run/spend/`, a line per model call. A call
+counts at once (in memory) and its line is appended with the next batch, one fsync for all the
+calls that came meanwhile: the totals the budgets check (today's, each agent's today, each
+route tree's, each session's tokens) are rebuilt from it at start, so a restart forgets
+nothing. Calls a kill caught in a batch not yet synced are still in their transcripts (each
+assistant record carries its tokens and cost). An unknown price is an unknown cost (None),
+never 0.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import anyio
+import anyio.abc
 import structlog
 
 from squadd.config import PriceSettings
 from squadd.contracts.messages import Usage
+from squadd.errors import SquaddError
 from squadd.fsio import append_fsync
 from squadd.state.layout import SquadLayout
+from squadd.state.transcripts import list_transcripts, read_transcript
 
 log = structlog.get_logger("squadd.spending")
 
 PER_MILLION = 1_000_000
 ROUTE_DAYS = 7
 """Days of ledger read back at start for the route trees' and sessions' totals."""
+RECONCILE_SLACK_S = 60.0
+"""Transcripts written this long before the ledger's last line are read at start too."""
+MAX_UNWRITTEN = 100_000
+"""Calls counted and waiting for the ledger's next write at most."""
 MAX_TRACKED = 100_000
 """Route trees and sessions whose totals are kept in memory (the oldest are forgotten)."""
 
@@ -99,6 +111,9 @@ class Spend:
     cache_read_tokens: int
     cache_write_tokens: int
     cost_usd: float | None
+    message_id: str = ""
+    """The assistant message the call answered with (its transcript record carries the same
+    tokens and cost): how a restart finds the calls a kill kept from the ledger."""
 
     @property
     def tokens(self) -> int:
@@ -141,17 +156,34 @@ class SpendingLedger:
         self._routes: OrderedDict[str, Totals] = OrderedDict()
         self._sessions: OrderedDict[str, Totals] = OrderedDict()
         self._roots: OrderedDict[str, str] = OrderedDict()
+        self._unwritten: list[Spend] = []
+        self._more = anyio.Event()
 
     def load(self) -> None:
-        """Rebuild the totals from the last `ROUTE_DAYS` days of ledger (blocking)."""
+        """Rebuild the totals from the last `ROUTE_DAYS` days of ledger, then add the calls
+        of transcripts written since its last line that it lacks (a kill caught them before
+        their batch was synced): blocking."""
         now = self.clock()
         today = utc_day(now)
+        seen: set[tuple[str, str]] = set()
+        try:  # no ledger yet: no squadd that keeps one has run here, nothing to find
+            newest = self.layout.spend_dir.stat().st_mtime
+        except OSError:
+            newest = math.inf
         with self._lock:
             self._day = today
             for back in range(ROUTE_DAYS - 1, -1, -1):
                 day = utc_day(now - back * 86400)
                 for spend in _read_day(self.layout.spend_file(day)):
                     self._count(spend, today=day == today)
+                    seen.add((spend.session_id, spend.message_id))
+                    newest = spend.ts if math.isinf(newest) else max(newest, spend.ts)
+        missing = [spend for spend in _from_transcripts(self.layout, newest - RECONCILE_SLACK_S)
+                   if (spend.session_id, spend.message_id) not in seen
+                   and spend.ts > now - ROUTE_DAYS * 86400]
+        for spend in sorted(missing, key=lambda s: s.ts):
+            spend = replace(spend, root=self.root_of(spend.root) or spend.root)
+            self.record(spend)
 
     def record(self, spend: Spend) -> None:
         """Append `spend` durably, then count it (blocking)."""
@@ -160,6 +192,47 @@ class SpendingLedger:
         with self._lock:
             self._roll()
             self._count(spend, today=utc_day(spend.ts) == self._day)
+
+    def record_soon(self, spend: Spend) -> None:
+        """Count `spend` now; it reaches the disk with the next batch `run` writes (one append
+        and one fsync for every call that came meanwhile)."""
+        self.count(spend)
+        if len(self._unwritten) >= MAX_UNWRITTEN:
+            log.warning("spending ledger behind: a call's cost kept in memory only",
+                        session_id=spend.session_id)
+            return
+        self._unwritten.append(spend)
+        self._more.set()
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+                  ) -> None:
+        """Write what `record_soon` counted, a batch at a time, until cancelled (then the
+        rest, shielded)."""
+        task_status.started()
+        try:
+            while True:
+                await self._more.wait()
+                self._more = anyio.Event()
+                await self.flush()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self.flush()
+
+    async def flush(self) -> None:
+        """Append and fsync every spend counted and not written yet (one fsync a day file)."""
+        while self._unwritten:
+            batch, self._unwritten = self._unwritten, []
+            by_day: dict[str, list[str]] = {}
+            for spend in batch:
+                by_day.setdefault(utc_day(spend.ts), []).append(
+                    json.dumps(asdict(spend), separators=(",", ":")) + "\n")
+            for day, lines in by_day.items():
+                try:
+                    await anyio.to_thread.run_sync(append_fsync, self.layout.spend_file(day),
+                                                   "".join(lines))
+                except OSError as exc:
+                    log.warning("spending ledger not written", day=day, calls=len(lines),
+                                error=exc.strerror)
 
     def count(self, spend: Spend) -> None:
         """Count `spend` without keeping it on disk (a call that used nothing)."""
@@ -226,6 +299,45 @@ class SpendingLedger:
         with self._lock:
             self._roll()
             return self._day
+
+
+def _from_transcripts(layout: SquadLayout, since: float) -> list[Spend]:
+    """The calls recorded in transcripts written since `since` (those whose assistant record
+    carries a cost: written by a squadd that keeps a ledger)."""
+    found: list[Spend] = []
+    for path in list_transcripts(layout):
+        try:
+            if path.stat().st_mtime < since:
+                continue
+            transcript = read_transcript(path)
+        except (OSError, SquaddError):
+            continue
+        meta = transcript.meta
+        session_id, agent = str(meta.get("session_id") or path.stem), str(meta.get("agent") or "")
+        parent = meta.get("parent_session_id")
+        for record in transcript.records:
+            message = record.get("message")
+            if record.get("kind") != "message" or "cost_usd" not in record \
+                    or not isinstance(message, dict) or message.get("role") != "assistant":
+                continue
+            try:
+                ts = dt.datetime.fromisoformat(str(record.get("ts"))).timestamp()
+            except ValueError:
+                continue
+            cost = record.get("cost_usd")
+            if not record.get("input_tokens") and not record.get("output_tokens"):
+                continue  # a call that used nothing is never written
+            found.append(Spend(
+                ts=ts, session_id=session_id, agent=agent,
+                root=str(parent) if parent else session_id, provider=str(record.get(
+                    "provider") or ""), model=str(meta.get("model") or ""),
+                input_tokens=int(record.get("input_tokens") or 0),
+                output_tokens=int(record.get("output_tokens") or 0),
+                cache_read_tokens=int(record.get("cache_read_tokens") or 0),
+                cache_write_tokens=int(record.get("cache_write_tokens") or 0),
+                cost_usd=float(cost) if isinstance(cost, int | float) else None,
+                message_id=str(message.get("id") or "")))
+    return found
 
 
 def _read_day(path: Path) -> list[Spend]:

@@ -107,3 +107,29 @@ def test_a_price_table_with_an_unknown_key_or_name_names_it(tmp_path: Path) -> N
     assert settings.pricing["openai/gpt-4o"].output == 11.0  # overrides one price
     assert settings.pricing["openai/gpt-4o"].input == 2.5  # keeps the shipped others
     assert settings.pricing["openai/mine"].input == 1
+
+
+def test_calls_a_kill_kept_from_the_ledger_are_found_in_their_transcripts(
+        tmp_path: Path) -> None:
+    layout = SquadLayout.at(init_squad(tmp_path).squad_dir)
+    now = dt.datetime.now(dt.UTC)
+    ledger = SpendingLedger(layout)
+    ledger.load()
+    ledger.record(_spend(now.timestamp() - 5, "s1", "lead", "s1", 1.0))  # synced before
+    stamp = now.isoformat()
+    records = [
+        {"kind": "meta", "ts": stamp, "session_id": "s2", "agent": "fenster", "model": "gpt-4o",
+         "parent_session_id": "s1"},
+        {"kind": "message", "ts": stamp, "message": {"role": "assistant", "id": "msg-1"},
+         "input_tokens": 10, "output_tokens": 5, "cost_usd": 0.25},
+        {"kind": "message", "ts": stamp, "message": {"role": "assistant", "id": "msg-2"},
+         "input_tokens": 10, "output_tokens": 5},  # written before costs were kept: skipped
+    ]
+    path = layout.transcript("s2")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    for _ in range(2):  # found once: the second start finds it in the ledger
+        again = SpendingLedger(layout)
+        again.load()
+        assert again.route("s1").usd == pytest.approx(1.25)
+        assert again.session("s2").tokens == 15 and again.agent_today("fenster").usd == 0.25
