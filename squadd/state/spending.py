@@ -1,12 +1,13 @@
 """Money: what a model call costs at the `[pricing]` prices, and the spending ledger.
 
-The ledger is one JSON-lines file per UTC day under `run/spend/`, a line per model call. A call
-counts at once (in memory) and its line is appended with the next batch, one fsync for all the
-calls that came meanwhile: the totals the budgets check (today's, each agent's today, each
-route tree's, each session's tokens) are rebuilt from it at start, so a restart forgets
-nothing. Calls a kill caught in a batch not yet synced are still in their transcripts (each
-assistant record carries its tokens and cost). An unknown price is an unknown cost (None),
-never 0.
+The ledger is one JSON-lines file per UTC day under `run/spend/`, a line per model call: an
+index of what the transcripts hold durably (each assistant record carries its call's tokens,
+cost and message id, synced before the call has any effect). A call counts at once (in
+memory); its line is appended with the next batch, off the route's path, and synced when the
+runtime stops. At start the totals the budgets check (today's, each agent's today, each route
+tree's, each session's tokens) are rebuilt from the ledger, then from the transcripts written
+since its last line, for the calls a kill or a power loss kept from it: a restart forgets
+nothing. An unknown price is an unknown cost (None), never 0.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -29,7 +31,7 @@ import structlog
 from squadd.config import PriceSettings
 from squadd.contracts.messages import Usage
 from squadd.errors import SquaddError
-from squadd.fsio import append_fsync
+from squadd.fsio import append_fsync, write_all
 from squadd.state.layout import SquadLayout
 from squadd.state.transcripts import list_transcripts, read_transcript
 
@@ -213,13 +215,14 @@ class SpendingLedger:
             while True:
                 await self._more.wait()
                 self._more = anyio.Event()
-                await self.flush()
+                await self.flush(sync=False)
         finally:
             with anyio.CancelScope(shield=True):
-                await self.flush()
+                await self.flush(sync=True)
 
-    async def flush(self) -> None:
-        """Append and fsync every spend counted and not written yet (one fsync a day file)."""
+    async def flush(self, *, sync: bool = True) -> None:
+        """Append every spend counted and not written yet, fsynced with `sync` (without: the
+        transcripts, durable, are what a start reads a lost tail back from)."""
         while self._unwritten:
             batch, self._unwritten = self._unwritten, []
             by_day: dict[str, list[str]] = {}
@@ -228,8 +231,9 @@ class SpendingLedger:
                     json.dumps(asdict(spend), separators=(",", ":")) + "\n")
             for day, lines in by_day.items():
                 try:
-                    await anyio.to_thread.run_sync(append_fsync, self.layout.spend_file(day),
-                                                   "".join(lines))
+                    await anyio.to_thread.run_sync(
+                        append_fsync if sync else _append, self.layout.spend_file(day),
+                        "".join(lines))
                 except OSError as exc:
                     log.warning("spending ledger not written", day=day, calls=len(lines),
                                 error=exc.strerror)
@@ -299,6 +303,16 @@ class SpendingLedger:
         with self._lock:
             self._roll()
             return self._day
+
+
+def _append(path: Path, data: str) -> None:
+    """Append `data` in one write, not synced."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        write_all(fd, data.encode("utf-8"))
+    finally:
+        os.close(fd)
 
 
 def _from_transcripts(layout: SquadLayout, since: float) -> list[Spend]:
