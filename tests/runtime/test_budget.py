@@ -166,3 +166,21 @@ async def test_dismissing_a_parked_session_ends_it_with_its_work_kept(
         (done,) = result
         assert not done.ok and "stopped at its budget" in (done.error or "")  # type: ignore[attr-defined]
     assert read_transcript(squad.transcript(item.session_id or "")).last_state == "error"
+
+
+async def test_a_priced_call_adds_no_sync_to_the_route_and_reaches_the_ledger_at_stop(
+        squad: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    import squadd.state.spending as spending
+
+    synced: list[str] = []
+    real = spending.append_fsync
+    monkeypatch.setattr(spending, "append_fsync",
+                        lambda path, data: (synced.append(data), real(path, data)))
+    async with SquadRuntime(squad, priced(), script([text("hi", BIG)])) as runtime:
+        done = await runtime.route(RouteRequest(target_agent="lead", task="go"))
+        assert done.ok and synced == []  # the transcript's sync covers the call
+        assert runtime.ledger.today().usd == pytest.approx(2.0)  # counted at once
+    assert len(synced) <= 1  # the stop syncs what is left (its batch may have gone already)
+    again = SpendingLedger(squad)
+    again.load()
+    assert again.today().usd == pytest.approx(2.0)
