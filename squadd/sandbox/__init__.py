@@ -6,7 +6,7 @@ with `mode = "off"`) and returns a `Confined` to start and then `close()`. Setti
 values: `build_policy` (or `squadd.tools.sandboxing.policy_for`) makes the policy.
 """
 
-from squadd.sandbox.confine import OFF_HINT, Confined, confine, mechanism_for, unavailable
+from squadd.sandbox.core import OFF_HINT, Confined, confine, mechanism_for, unavailable
 from squadd.sandbox.policy import Mechanism, Mode, SandboxPolicy, build_policy
 
 __all__ = ["OFF_HINT", "Confined", "Mechanism", "Mode", "SandboxPolicy", "build_policy",

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -123,7 +124,12 @@ def confine(policy: SandboxPolicy, argv: Sequence[str],
     temp dir, and the first call probes the mechanisms). Raises `SandboxError`."""
     mechanism = mechanism_for(policy.mode)
     record = policy.describe(mechanism)
-    group = cgroup.create(policy.max_processes)
+    # RLIMIT_NPROC holds per call inside bwrap's user namespace, and the launcher reaps what a
+    # Landlock call leaves: a cgroup (moving a process into one can cost tens of ms) is made
+    # only where the kernel exempts the user from RLIMIT_NPROC (root), or to find what an
+    # unconfined call leaves behind.
+    group = cgroup.create(policy.max_processes) \
+        if mechanism == "off" or os.geteuid() == 0 else None
     record["process_limit"] = "cgroup" if group is not None else (
         "rlimit" if mechanism != "off" else "none")
     env = dict(env)
