@@ -7,8 +7,7 @@ from pathlib import Path
 import pytest
 
 from squadd.config import load_settings
-from squadd.sandbox import build_policy
-from squadd.sandbox import bwrap
+from squadd.sandbox import build_policy, bwrap
 from squadd.sandbox.bwrap import bwrap_argv
 from squadd.sandbox.landlock import cover, landlock_spec
 from squadd.tools.sandboxing import policy_for
