@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import os
 import shutil
 import sys
@@ -28,7 +27,7 @@ from typing import Any
 import structlog
 
 from squadd.errors import SandboxError
-from squadd.sandbox import bwrap, cgroup, landlock
+from squadd.sandbox import bwrap, cgroup, landlock, launcher
 from squadd.sandbox.policy import Mechanism, Mode, SandboxPolicy
 
 log = structlog.get_logger("squadd.sandbox")
@@ -115,7 +114,7 @@ def _restore(path: Path, content: bytes) -> None:
 
 
 def _launcher(spec: dict[str, Any], argv: Sequence[str]) -> list[str]:
-    return [sys.executable, "-I", "-S", str(LAUNCHER), json.dumps(spec), "--", *argv]
+    return [sys.executable, "-I", "-S", str(LAUNCHER), *launcher.encode(spec), *argv]
 
 
 def confine(policy: SandboxPolicy, argv: Sequence[str],

@@ -1,7 +1,7 @@
 """The launcher a command runs under without bubblewrap: Landlock rules, limits, and a reaper.
 
-`python -I -S launcher.py SPEC -- ARGV...` (standard library only, so it starts fast and needs no
-import path). It joins the call's pids cgroup when there is one, becomes a child subreaper, and
+`python -I -S launcher.py OPTIONS -- ARGV...` (standard library only, no json even, so it starts
+fast and needs no import path; `encode` writes the OPTIONS). It joins the call's pids cgroup when there is one, becomes a child subreaper, and
 forks: the child sets the limits, applies the Landlock rules (`SPEC["landlock"]`, through the
 kernel's syscalls: no dependency) and execs ARGV. Whatever ARGV leaves behind (`setsid`, double
 forks, `env -i`) is reparented to the launcher, which kills it when ARGV exits, or at once on
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import json
 import os
 import resource
 import signal
@@ -182,9 +181,55 @@ def _stop(signum: int, frame: object) -> None:
     raise _Stop
 
 
+_LISTS = {"--read": ("read", False), "--read-file": ("read", True),
+          "--write": ("write", False), "--write-file": ("write", True),
+          "--device": ("devices", False)}
+_VALUES = {"--cgroup": "cgroup", "--fsize": "fsize", "--nproc": "nproc"}
+
+
+def encode(spec: dict[str, Any]) -> list[str]:
+    """The launcher's options for `spec` (what `decode` reads back)."""
+    out: list[str] = []
+    for flag, key in _VALUES.items():
+        if spec.get(key):
+            out += [flag, str(spec[key])]
+    rules = spec.get("landlock")
+    if rules is not None:
+        out.append("--landlock")
+        if rules.get("network"):
+            out.append("--network")
+        for flag, (key, is_file) in _LISTS.items():
+            for path, file_rule in rules.get(key, []):
+                if bool(file_rule) == is_file:
+                    out += [flag, path]
+    return [*out, "--"]
+
+
+def decode(argv: list[str]) -> tuple[dict[str, Any], list[str]]:
+    """The spec and the command from the launcher's arguments."""
+    spec: dict[str, Any] = {}
+    rules: dict[str, Any] = {"read": [], "write": [], "devices": [], "network": False}
+    index = 0
+    while argv[index] != "--":
+        flag = argv[index]
+        if flag == "--landlock":
+            spec["landlock"] = rules
+        elif flag == "--network":
+            rules["network"] = True
+        elif flag in _LISTS:
+            key, is_file = _LISTS[flag]
+            index += 1
+            rules[key].append((argv[index], is_file))
+        else:
+            index += 1
+            value = argv[index]
+            spec[_VALUES[flag]] = value if flag == "--cgroup" else int(value)
+        index += 1
+    return spec, argv[index + 1:]
+
+
 def main(argv: list[str]) -> int:
-    spec = json.loads(argv[1])
-    command = argv[argv.index("--") + 1:]
+    spec, command = decode(argv[1:])
     if spec.get("cgroup"):
         with open(spec["cgroup"], "w", encoding="ascii") as handle:
             handle.write(str(os.getpid()))

@@ -87,3 +87,15 @@ def test_an_agents_network_setting_overrides_the_squads(tmp_path: Path) -> None:
     dev = policy_for(settings, agent="dev", workspace=repo, repo=repo, squad_dir=repo / ".squad")
     assert ops.network and not dev.network
     assert ops.describe("bwrap")["network_from"] == "agents.ops.network"
+
+
+def test_the_launchers_options_carry_the_whole_spec() -> None:
+    from squadd.sandbox import launcher
+
+    spec = {"cgroup": "/sys/fs/cgroup/pids/x/cgroup.procs", "fsize": 1 << 20, "nproc": 70,
+            "landlock": {"read": [("/usr", False), ("/etc/hosts", True)],
+                         "write": [("/work tree", False)], "devices": [("/dev", False)],
+                         "network": True}}
+    options = launcher.encode(spec)
+    assert launcher.decode([*options, "bash", "-c", "echo --read"]) == (
+        spec, ["bash", "-c", "echo --read"])
