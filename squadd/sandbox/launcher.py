@@ -1,11 +1,12 @@
 """The launcher a command runs under without bubblewrap: Landlock rules, limits, and a reaper.
 
 `python -I -S launcher.py OPTIONS -- ARGV...` (standard library only, no json even, so it starts
-fast and needs no import path; `encode` writes the OPTIONS). It joins the call's pids cgroup when there is one, becomes a child subreaper, and
-forks: the child sets the limits, applies the Landlock rules (`SPEC["landlock"]`, through the
-kernel's syscalls: no dependency) and execs ARGV. Whatever ARGV leaves behind (`setsid`, double
-forks, `env -i`) is reparented to the launcher, which kills it when ARGV exits, or at once on
-SIGTERM; then it exits with ARGV's status. Imported, it answers `abi()` for the checks.
+fast and needs no import path; `encode` writes the OPTIONS). It joins the call's pids cgroup
+when there is one, becomes a child subreaper, and forks: the child sets the limits, applies the
+Landlock rules (through the kernel's syscalls: no dependency) and execs ARGV. Whatever ARGV
+leaves behind (`setsid`, double forks, `env -i`) is reparented to the launcher, which kills it
+when ARGV exits, or at once on SIGTERM; then it exits with ARGV's status. Imported, it answers
+`abi()` for the checks.
 """
 
 from __future__ import annotations
