@@ -27,7 +27,7 @@ from typing import Any
 import structlog
 
 from squadd.errors import SandboxError
-from squadd.sandbox import bwrap, cgroup, landlock, launcher
+from squadd.sandbox import bwrap, cgroup, landlock, launcher, seatbelt
 from squadd.sandbox.policy import Mechanism, Mode, SandboxPolicy
 
 log = structlog.get_logger("squadd.sandbox")
@@ -46,6 +46,8 @@ def unavailable(mechanism: Mechanism) -> str | None:
             return "Landlock is Linux only"
         return None if landlock.abi() >= 1 else \
             "Landlock is not enabled in this kernel (no 'landlock' in the LSM list)"
+    if mechanism == "seatbelt":
+        return seatbelt.unavailable()
     return None
 
 
@@ -55,7 +57,11 @@ def mechanism_for(mode: Mode) -> Mechanism:
     `sandbox.mode = "off"`) when it has none."""
     if mode == "off":
         return "off"
-    wanted: tuple[Mechanism, ...] = ("bwrap", "landlock") if mode == "auto" else (mode,)
+    wanted: tuple[Mechanism, ...]
+    if mode == "auto":
+        wanted = ("seatbelt",) if sys.platform == "darwin" else ("bwrap", "landlock")
+    else:
+        wanted = (mode,)
     reasons = []
     for mechanism in wanted:
         why = unavailable(mechanism)
@@ -145,6 +151,11 @@ def confine(policy: SandboxPolicy, argv: Sequence[str],
                            str(group / "cgroup.procs"), *wrapped]
             env["TMPDIR"] = "/tmp"
             return Confined(wrapped, env, mechanism, record, group)
+        if mechanism == "seatbelt":  # untested: macOS (docs/sandbox.md)
+            box = Path(tempfile.mkdtemp(prefix="squadd-sandbox-"))
+            env["TMPDIR"] = str(box)
+            return Confined(seatbelt.seatbelt_argv(policy, argv, box), env, mechanism, record,
+                            group, box)
         temp: Path | None = None
         spec: dict[str, Any] = {"cgroup": str(group / "cgroup.procs") if group else None}
         if mechanism == "landlock":

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 Mode = Literal["auto", "bwrap", "landlock", "off"]
-Mechanism = Literal["bwrap", "landlock", "off"]
+Mechanism = Literal["bwrap", "landlock", "seatbelt", "off"]
+"""`seatbelt` (macOS `sandbox-exec`) is what `auto` takes there; no setting names it."""
 
 DEFAULT_DENY_READ = ("~/.ssh", "~/.gnupg", "~/.aws", "~/.config/gcloud", "~/.netrc",
                      "~/.docker/config.json", "~/.config/squadd/secrets")

@@ -74,6 +74,14 @@ def enforcement(mode: Mode, *, network: str, max_processes: int,
             "sandbox.writable; deny_read paths unreadable",
             f"network: {net}; UDP is not covered", f"processes: {signals}; the launcher "
             "reaps whatever the call leaves behind", limit, files, *found])
+    if mechanism == "seatbelt":
+        return Enforcement(mechanism, "seatbelt (sandbox-exec): commands run confined "
+                           "(untested by squadd's own tests)", [
+                               "filesystem: writes only to the worktree (not its .git), a "
+                               "private temp dir and sandbox.writable; deny_read unreadable",
+                               f"network: {'allowed' if network == 'on' else 'denied'}",
+                               "processes: signals only within the call's sandbox; no process "
+                               "limit; leftovers stopped by the process-group sweep", files])
     return Enforcement(mechanism, 'sandbox.mode = "off": commands run unconfined (logged at '
                        "each call)", [
                            "nothing confines reads, writes, the network or signals",

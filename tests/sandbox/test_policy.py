@@ -99,3 +99,23 @@ def test_the_launchers_options_carry_the_whole_spec() -> None:
     options = launcher.encode(spec)
     assert launcher.decode([*options, "bash", "-c", "echo --read"]) == (
         spec, ["bash", "-c", "echo --read"])
+
+
+def test_the_seatbelt_profile_says_the_same_policy(tmp_path: Path) -> None:
+    """Only as text: Seatbelt is macOS's, and these tests run on Linux."""
+    from squadd.sandbox.seatbelt import profile
+
+    home, repo = _tree(tmp_path)
+    policy = build_policy(mode="auto", network=False, workspace=repo, repo=repo,
+                          squad_dir=repo / ".squad", home=home)
+    text = profile(policy, tmp_path / "tmp")
+    lines = text.splitlines()
+    assert lines[:2] == ["(version 1)", "(deny default)"]
+    denied_read = next(line for line in lines if line.startswith("(deny file-read*"))
+    assert f'(subpath "{home / ".ssh"}")' in denied_read
+    assert f'(literal "{home / ".netrc"}")' in denied_read
+    writes = next(line for line in lines if line.startswith("(allow file-write*"))
+    assert f'(subpath "{repo}")' in writes
+    protected = next(line for line in lines if line.startswith("(deny file-write*"))
+    assert f'(subpath "{repo / ".git"}")' in protected
+    assert "(allow network* (local unix-socket))" in lines and "(allow network*)" not in lines
