@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from squadd.config import load_settings
-from squadd.sandbox import build_policy, bwrap
+from squadd.config import Settings, load_settings
+from squadd.sandbox import SandboxPolicy, build_policy, bwrap
 from squadd.sandbox.bwrap import bwrap_argv
 from squadd.sandbox.landlock import cover, landlock_spec
 from squadd.tools.sandboxing import policy_for
@@ -119,3 +119,24 @@ def test_the_seatbelt_profile_says_the_same_policy(tmp_path: Path) -> None:
     protected = next(line for line in lines if line.startswith("(deny file-write*"))
     assert f'(subpath "{repo / ".git"}")' in protected
     assert "(allow network* (local unix-socket))" in lines and "(allow network*)" not in lines
+
+
+def test_a_charters_sandbox_section_sets_its_agents_network(tmp_path: Path) -> None:
+    from tests.tools.conftest import make_squad
+
+    layout = make_squad(tmp_path / "repo", agents=("ops", "dev"))
+    charter = layout.charter("ops")
+    charter.write_text(charter.read_text() + "\n## Sandbox\n- network: on (it deploys)\n")
+    settings = load_settings(None, environ={}, user_file=tmp_path / "none.toml")
+    repo = layout.repo
+
+    def policy(agent: str, chosen: Settings) -> SandboxPolicy:
+        return policy_for(chosen, agent=agent, workspace=repo, repo=repo, squad_dir=layout.root)
+
+    assert policy("ops", settings).network and not policy("dev", settings).network
+    assert policy("ops", settings).describe("bwrap")["network_from"] == \
+        "charter of ops (## Sandbox)"
+    # [agents.NAME] network wins over the charter.
+    off = load_settings(None, overrides={"agents": {"ops": {"network": "off"}}}, environ={},
+                        user_file=tmp_path / "none.toml")
+    assert not policy("ops", off).network
