@@ -128,3 +128,22 @@ def destroy(folder: Path) -> list[str]:
         except OSError:
             time.sleep(KILL_PAUSE_S)  # the last members are still being reaped
     return killed
+
+
+def remove_stale() -> list[str]:
+    """Destroy the cgroups of squadd processes that are gone (killed before they could clean
+    up): each one's processes are killed, whatever environment they gave themselves. Those
+    killed, as "pid (name)"."""
+    base = parent()
+    if base is None:
+        return []
+    killed: list[str] = []
+    with contextlib.suppress(OSError):
+        for folder in base.iterdir():
+            owner = folder.name.split("-")
+            if len(owner) != 3 or owner[0] != "squadd" or not owner[1].isdigit():
+                continue
+            if Path(f"/proc/{owner[1]}").exists():
+                continue  # its squadd runs: its calls are its own business
+            killed += destroy(folder)
+    return killed

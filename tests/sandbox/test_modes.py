@@ -4,7 +4,10 @@ included (a process that clears its environment carries no mark for the old swee
 
 from __future__ import annotations
 
+import subprocess
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import structlog.testing
@@ -120,3 +123,32 @@ def test_spare_python_workers_serve_only_their_own_policy(world: World) -> None:
         assert started not in spares.waiting()
     finally:
         spares.close()
+
+
+def test_the_cgroups_of_a_killed_squadd_are_emptied_at_the_next_start(
+        tmp_path: Path) -> None:
+    if cgroup.parent() is None:
+        pytest.skip("no pids cgroup squadd may make here")
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a squadd pid that no longer runs
+    base = cgroup.parent()
+    assert base is not None
+    stale = base / f"squadd-{gone.pid}-1"
+    stale.mkdir()
+    # A process that cleared its environment, left in the dead squadd's cgroup.
+    left = subprocess.Popen(["sh", "-c",
+                             f'echo $$ > "{stale}/cgroup.procs"; exec env -i sleep 300'])
+    try:
+        for _ in range(500):
+            if cgroup.members(stale):
+                break
+            time.sleep(0.01)
+        assert cgroup.members(stale) == [left.pid]
+        killed = cgroup.remove_stale()
+        assert any(entry.startswith(f"{left.pid} ") for entry in killed), killed
+        assert left.wait(10) == -9 and not stale.exists()
+    finally:
+        left.kill()
+        left.wait(10)
+        if stale.exists():
+            cgroup.destroy(stale)
