@@ -63,7 +63,8 @@ async def test_a_model_issued_attack_fails_and_the_transcript_names_the_policy(
     seen = tool_results(bodies[-1])
     assert secret not in "".join(json.dumps(b) for b in bodies)
     assert not (tmp_path / "outside.txt").exists() and not running(token)
-    assert seen[1].startswith("built") and (layout.repo / "build" / "out.txt").read_text() == "built\n"
+    assert seen[1].startswith("built")
+    assert (layout.repo / "build" / "out.txt").read_text() == "built\n"
     [transcript] = list(layout.transcripts_dir.glob("*.jsonl"))
     records = [json.loads(line) for line in transcript.read_text().splitlines()]
     ran_under = [r["details"]["sandbox"] for r in records
