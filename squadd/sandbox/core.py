@@ -135,8 +135,12 @@ def confine(policy: SandboxPolicy, argv: Sequence[str],
     # unconfined call leaves behind.
     group = cgroup.create(policy.max_processes) \
         if mechanism == "off" or os.geteuid() == 0 else None
-    record["process_limit"] = "cgroup" if group is not None else (
-        "rlimit" if mechanism != "off" else "none")
+    if group is not None:
+        record["process_limit"] = "cgroup"
+    elif mechanism == "off" or os.geteuid() == 0:  # the kernel exempts root from the rlimit
+        record["process_limit"] = "none"
+    else:
+        record["process_limit"] = "rlimit"
     env = dict(env)
     try:
         if mechanism == "bwrap":
