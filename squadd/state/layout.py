@@ -303,6 +303,15 @@ class SquadLayout:
     def history_archive(self, agent: str) -> Path:
         return self._p("agents", self.agent_folder(agent), "history-archive.md")
 
+    # Squad's casting state (written by Squad's `init`, `cast` and presets).
+    @property
+    def casting_registry(self) -> Path:
+        return self._p("casting", "registry.json")
+
+    @property
+    def casting_history(self) -> Path:
+        return self._p("casting", "history.json")
+
     # Skills and tools.
     @property
     def skills_dir(self) -> Path:
