@@ -526,7 +526,7 @@ class SquadLayout:
     # Daemon runtime files (git-ignored): run/ and tool-output/.
     @property
     def log_dir(self) -> Path:
-        """Where squadd's own log lives: run/ (Squad commits `log/`, so squadd keeps out)."""
+        """Where squadd's own log lives: run/ (`log/` is Squad's, so squadd keeps out)."""
         return self._p("run")
 
     @property
