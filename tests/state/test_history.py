@@ -48,7 +48,9 @@ def test_fifty_processes_appending_at_once_all_land_and_the_file_parses(
     numbers = sorted(int(re.search(r"writer (\d+)", item).group(1))  # type: ignore[union-attr]
                      for item in items)
     assert numbers == list(range(WRITERS))
-    assert all(item.startswith("- **[technical]** writer ") for item in items)
+    # A new agent's history has no learning yet: each takes Squad's dated style.
+    assert all(re.fullmatch(r"### \d{4}-\d{2}-\d{2}: writer (\d+) learned thing \1\n\n"
+                            r"writer \1 learned thing \1", item) for item in items)
     # The template's text before ## Learnings is intact, and there is one Learnings section.
     assert content.startswith(before.split("## Learnings")[0])
     assert content.count("## Learnings") == 1
