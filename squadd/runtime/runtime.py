@@ -524,8 +524,9 @@ class SquadRuntime:
         if target and target.strip().lower() != "auto":
             agent, routed_by = resolve_agent(request, self.router, self._charters)
         else:
+            busy = frozenset(r.agent for r in self.pool.live())
             agent, routed_by = await anyio.to_thread.run_sync(
-                resolve_agent, request, self.router, self._charters)
+                resolve_agent, request, self.router, self._charters, busy)
         charter = await self._charter(agent)
         return new_plan(request, origin, agent, routed_by, charter, self.settings,
                         self.provider.default_model)
