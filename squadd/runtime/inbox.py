@@ -11,6 +11,7 @@ its answer. Each new item is handed to every hook (`add_hook`): notifications, h
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import functools
 import math
 import secrets
@@ -300,28 +301,32 @@ class Inbox:
         return soonest
 
     async def scan_landings(self) -> None:
+        """Add each landing in `needs_attention` once (a dismissed one is not added again
+        until its record changes), and clear the items of those that moved on."""
         try:
             found = await anyio.to_thread.run_sync(self._needing_attention)
         except (OSError, SquaddError) as exc:
             log.warning("landings not scanned", error=str(exc))
             return
-        for session_id, agent, why in found:
-            await self.add("landing", why, agent=agent, session_id=session_id,
-                           key=f"landing:{session_id}",
-                           details={"next": f"squadd land {session_id}"})
-        open_landings = {i.session_id or "": i for i in self.store.items()
-                         if i.kind == "landing"}
-        still = {session_id for session_id, _, _ in found}
-        for session_id, item in open_landings.items():
-            if session_id not in still:
+        keys = set()
+        for session_id, agent, why, updated in found:
+            mark = hashlib.sha256(f"{updated}\0{why}".encode()).hexdigest()[:12]
+            key = f"landing:{session_id}:{mark}"  # a new episode is a new item
+            keys.add(key)
+            if self.store.by_key(key) is None:
+                await self.add("landing", why, agent=agent, session_id=session_id, key=key,
+                               details={"next": f"squadd land {session_id}"})
+        for item in self.store.items():
+            if item.kind == "landing" and item.key not in keys:
                 try:
                     await self.resolve(item.id, "dismiss", reason="the landing moved on",
                                        by="squadd")
                 except InboxError:
                     continue
 
-    def _needing_attention(self) -> list[tuple[str, str, str]]:
-        return [(view.session_id, view.agent, view.message or "the landing needs a person")
+    def _needing_attention(self) -> list[tuple[str, str, str, str]]:
+        return [(view.session_id, view.agent, view.message or "the landing needs a person",
+                 view.updated)
                 for view in workspace_records.load_all(self.layout)
                 if view.state == "needs_attention"]
 

@@ -91,6 +91,13 @@ async def test_a_landing_that_needs_attention_comes_and_goes_with_its_record(
     (item,) = inbox.items()
     assert item.kind == "landing" and item.agent == "fenster"
     assert item.reason == "repairs ran out: tests fail"
+    await inbox.resolve(item.id, "dismiss")
+    await inbox.scan_landings()  # dismissed: not added again while the record is unchanged
+    assert inbox.items() == []
+    records.save(layout, record.model_copy(update={"message": "still failing"}))
+    await inbox.scan_landings()  # the record changed: it needs a person again
+    (again,) = inbox.items()
+    assert again.reason == "still failing"
     records.save(layout, record.model_copy(update={"state": "landed"}))
     await inbox.scan_landings()
     assert inbox.items() == []
