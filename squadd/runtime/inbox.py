@@ -11,8 +11,8 @@ its answer. Each new item is handed to every hook (`add_hook`): notifications, h
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import functools
+import hashlib
 import math
 import secrets
 import time
