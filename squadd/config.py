@@ -182,6 +182,13 @@ class ClusterSettings(_Section):
         return self
 
 
+class HooksSettings(_Section):
+    import_claude: bool = False
+    fail_closed: bool = False
+    timeout_s: float = Field(60.0, gt=0, le=86400)
+    max_output_bytes: int = Field(65536, ge=1024, le=16_777_216)
+
+
 class AgentSettings(_Section):
     model: str = ""
     isolation: Isolation | None = None
@@ -202,6 +209,7 @@ class Settings(_Section):
     daemon: DaemonSettings = DaemonSettings()
     workspace: WorkspaceSettings = WorkspaceSettings()
     cluster: ClusterSettings = ClusterSettings()
+    hooks: HooksSettings = HooksSettings()
     agents: dict[str, AgentSettings] = Field(default_factory=dict)
     variables: dict[str, str] = Field(default_factory=dict)
 

@@ -62,6 +62,7 @@ from squadd.tools.base import ToolSet
 from squadd.tools.builtin import workspace_tools
 from squadd.tools.custom.python_calls import SpareWorkers
 from squadd.tools.custom.variables import SecretRegistry, SquadVariables
+from squadd.tools.hooks import events as hook_events
 from squadd.tools.invoke import ToolInvoker
 from squadd.tools.squad import file_tools
 from squadd.tools.squad.route import SquadRoute
@@ -333,6 +334,16 @@ class SquadRuntime:
     async def land(self, session_id: str) -> LandResult:
         """Land a session's worktree branch on its target, in turn with every other landing."""
         return await self.workspaces.land(session_id)
+
+    async def notify(self, message: str, *, notification_type: str, session_id: str = "",
+                     agent: str = "", title: str = "squadd") -> None:
+        """Tell the `Notification` hooks of something that waits on a person (an inbox item):
+        `notification_type` names the kind, which their matcher is tried on. Returns once they
+        ran; their answers decide nothing."""
+        hooks = self.invoker.hooks
+        await hook_events.notification(hooks, hooks.session(session_id, agent, None),
+                                       message=message, notification_type=notification_type,
+                                       title=title)
 
     async def cancel(self, session_id: str) -> bool:
         """Cancel a queued, running or waiting session; False when it has no task in hand."""

@@ -1,7 +1,8 @@
 """The one invocation pipeline every tool call goes through, whoever makes it.
 
-lookup -> validate args -> variables (a missing one may be asked for) -> approval -> run
-(timeout, cancel) -> redact secrets -> truncate + spill -> events -> ToolResult. Nothing raises
+lookup -> validate args -> variables (a missing one may be asked for) -> approval -> PreToolUse
+hooks -> run (timeout, cancel) -> redact secrets -> truncate + spill -> PostToolUse hooks ->
+events -> ToolResult. Nothing raises
 out of `ToolInvoker.invoke` but cancellation: every failure becomes a ``result_type="failure"``
 result the model can read.
 """
@@ -34,6 +35,8 @@ from squadd.tools.base import (
     ToolSet,
     VariableSpec,
 )
+from squadd.tools.hooks import Hooks
+from squadd.tools.hooks.events import post_tool_use, pre_tool_use
 from squadd.tools.policy import approval_policy
 from squadd.tools.rich import RichResultError, bounded_details, is_rich, rich_result
 from squadd.tools.truncate import cut, spill, truncation_note
@@ -140,6 +143,14 @@ class EnvironmentVariables:
 
 
 @dataclass
+class _Ran:
+    """What the tool ran with, once it ran (for the PostToolUse hooks)."""
+
+    ctx: ToolContext | None = None
+    arguments: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class CallOrigin:
     """Who is calling: the session (or outside caller) a tool call belongs to."""
 
@@ -216,12 +227,16 @@ class ToolInvoker:
         *,
         variables: VariableResolver | None = None,
         approvals: ApprovalGate | None = None,
+        hooks: Hooks | None = None,
     ):
         self.layout = layout
         self.settings = settings
         self.sink = sink or NullSink()
         self.variables = variables or EnvironmentVariables()
         self.approvals: ApprovalGate = approvals if approvals is not None else Unattended(settings)
+        self.hooks = hooks if hooks is not None else Hooks(layout, settings)
+        """The squad's hooks (`.squad/hooks.json`): PreToolUse after the approval gate,
+        PostToolUse on a call that ran and succeeded."""
         self.running: dict[str, str] = {}
         """Call id -> tool name of the calls running now (read by the daemon's loop watch)."""
         self._scoped: set[str] = set()
@@ -232,6 +247,7 @@ class ToolInvoker:
         tool = tools.get(call.name)
         secrets: dict[str, str] = {}
         announced: list[bool] = []
+        ran = _Ran()
 
         def announce(known_secrets: Mapping[str, str]) -> None:
             # tool.started goes out once the secrets are known, so its arguments can be redacted.
@@ -266,7 +282,7 @@ class ToolInvoker:
                         else f"unknown tool {call.name!r}: the tools available are {available}"
                 )
             else:
-                result, secrets = await self._run(tools, tool, call, origin, announce)
+                result, secrets = await self._run(tools, tool, call, origin, announce, ran)
         except anyio.get_cancelled_exc_class():
             # The session is being cancelled: say the call ended, so no watcher sees a tool
             # still running, then let the cancellation go on.
@@ -284,6 +300,8 @@ class ToolInvoker:
         finally:
             announce(secrets)
         result = await self._finish(tool, call, origin, result, secrets)
+        if ran.ctx is not None and tool is not None and result.ok:
+            result = await self._after_hooks(tool, ran.ctx, ran.arguments, result)
         self.sink.publish(ToolCompleted(
             session_id=origin.session_id, agent=origin.agent, tool=call.name, call_id=call.id,
             result_type=result.result_type, summary=result.text[:200],
@@ -293,7 +311,7 @@ class ToolInvoker:
         return result
 
     async def _run(self, tools: ToolSet, tool: Tool[Any], call: ToolCall, origin: CallOrigin,
-                   announce: Callable[[Mapping[str, str]], None],
+                   announce: Callable[[Mapping[str, str]], None], ran: _Ran,
                    ) -> tuple[ToolResult, dict[str, str]]:
         try:
             args: BaseModel = tool.args_model.model_validate(call.arguments)
@@ -317,6 +335,11 @@ class ToolInvoker:
         denial = await self.approvals.check(tool, call.arguments, ctx, resolved.secrets)
         if denial is not None:
             return denial, resolved.secrets
+        gated = await self._before_hooks(tool, call.arguments, args, ctx)
+        if isinstance(gated, ToolResult):
+            return gated, resolved.secrets
+        args, arguments = gated
+        ran.ctx, ran.arguments = ctx, arguments
         timeout = tool.timeout_s
         if timeout is None and not tool.squad_tool:
             timeout = self.settings.tools.timeout_s
@@ -348,6 +371,45 @@ class ToolInvoker:
         except RichResultError as exc:
             return ToolResult.failure(
                 f"{tool.name} returned a result squadd cannot use: {exc}"), resolved.secrets
+
+    async def _before_hooks(self, tool: Tool[Any], arguments: Mapping[str, Any],
+                            args: BaseModel, ctx: ToolContext,
+                            ) -> tuple[BaseModel, Mapping[str, Any]] | ToolResult:
+        """The PreToolUse hooks' say on a call the approval gate let through: a denial (the
+        model reads the hook's reason), an `ask` put to the approval flow, and the arguments
+        the call runs with (a hook's `updatedInput`, validated again)."""
+        verdict = await pre_tool_use(self.hooks, tool.name, arguments, ctx)
+        if verdict.blocked:
+            return ToolResult.failure(
+                f"{tool.name} was not run: blocked by a PreToolUse hook: {verdict.reason}",
+                approval="deny", hook="PreToolUse")
+        if verdict.decision == "ask":
+            why = f" ({verdict.reason})" if verdict.reason else ""
+            if not await ctx.confirm(f"Run {tool.name}? A PreToolUse hook asks{why}"):
+                return ToolResult.failure(
+                    f"{tool.name} was not run: a PreToolUse hook asked for approval{why} and "
+                    "it was not given", approval="denied", hook="PreToolUse")
+        if verdict.updated_input is None:
+            return args, arguments
+        try:
+            return tool.args_model.model_validate(verdict.updated_input), verdict.updated_input
+        except ValidationError as exc:
+            return ToolResult.failure(
+                f"{tool.name} was not run: a PreToolUse hook changed its arguments into ones it "
+                f"cannot take. {describe_validation_error(tool, exc)}", hook="PreToolUse")
+
+    async def _after_hooks(self, tool: Tool[Any], ctx: ToolContext,
+                           arguments: Mapping[str, Any], result: ToolResult) -> ToolResult:
+        """The PostToolUse hooks of a call that succeeded: what they tell the model (a block's
+        reason, additional context) is added to its result."""
+        verdict = await post_tool_use(self.hooks, tool.name, arguments, result.text, result.ok,
+                                      result.details, ctx)
+        notes = [f"[PostToolUse hook: {verdict.reason}]" if verdict.blocked else "",
+                 f"[PostToolUse hook context: {verdict.context}]" if verdict.context else ""]
+        added = "\n".join(note for note in notes if note)
+        if not added:
+            return result
+        return result.model_copy(update={"text": f"{result.text}\n{added}"})
 
     def _hidden_variables(self, tools: ToolSet, tool: Tool[Any]) -> frozenset[str]:
         """Scoped variables of other tools (of this set, or any this invoker has seen, so a
