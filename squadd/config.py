@@ -189,6 +189,14 @@ class HooksSettings(_Section):
     max_output_bytes: int = Field(65536, ge=1024, le=16_777_216)
 
 
+class TelemetrySettings(_Section):
+    traces: Literal["auto", "on", "off"] = "auto"
+    service_name: str = Field("squadd", min_length=1, max_length=256)
+    capture_content: bool = False
+    max_queue: int = Field(2048, ge=1, le=1_000_000)
+    export_timeout_s: float = Field(10.0, gt=0, le=600)
+
+
 class AgentSettings(_Section):
     model: str = ""
     isolation: Isolation | None = None
@@ -210,6 +218,7 @@ class Settings(_Section):
     workspace: WorkspaceSettings = WorkspaceSettings()
     cluster: ClusterSettings = ClusterSettings()
     hooks: HooksSettings = HooksSettings()
+    telemetry: TelemetrySettings = TelemetrySettings()
     agents: dict[str, AgentSettings] = Field(default_factory=dict)
     variables: dict[str, str] = Field(default_factory=dict)
 

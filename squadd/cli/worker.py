@@ -92,7 +92,14 @@ def worker(cluster_url: str, repo: str, slots: int, name: str | None, workdir: P
     # The worker's tools read their variables from the environment (no resolver remembers
     # secrets here): the registry stays empty; the processor is required all the same.
     configure_logging(redact=SecretRegistry().redact_log_event, console_level=log_level)
-    run_serving(_serve, name, slots, layout, settings)
+    from squadd import telemetry
+    from squadd.runtime.tracing import start_tracing
+
+    start_tracing(settings.telemetry)  # a job's spans continue its route's trace
+    try:
+        run_serving(_serve, name, slots, layout, settings)
+    finally:
+        telemetry.shutdown()
 
 
 async def _serve(name: str, slots: int, layout: SquadLayout, settings: Settings) -> None:

@@ -21,6 +21,7 @@ import anyio
 import anyio.abc
 import structlog
 
+from squadd import telemetry
 from squadd.cluster import keys
 from squadd.cluster.connection import ClusterError, RedisGuard
 from squadd.cluster.events import relay_events
@@ -188,7 +189,8 @@ class Coordinator:
             await self.guard.run(lambda: client.delete(keys.cancel(info.session_id)))
             await self.jobs.submit(Job(session_id=info.session_id, agent=info.agent,
                                        priority="urgent" if info.priority == "urgent"
-                                       else "normal", timeout_s=plan.timeout_s))
+                                       else "normal", timeout_s=plan.timeout_s,
+                                       traceparent=telemetry.traceparent()))
             with anyio.fail_after(bound):
                 await remote.done.wait()
         except TimeoutError:

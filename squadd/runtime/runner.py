@@ -17,6 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 import anyio
 import structlog
 
+from squadd import telemetry
 from squadd.config import Settings
 from squadd.contracts.events import AgentError, AgentSpawned
 from squadd.contracts.routes import RouteResult
@@ -44,6 +45,7 @@ from squadd.statcache import NotCached, StatCache
 from squadd.state.journal import GroupCommit
 from squadd.state.layout import SquadLayout
 from squadd.state.transcripts import PromptFiles, SpareFiles
+from squadd.telemetry import genai
 from squadd.tools.base import Tool, ToolSet
 from squadd.tools.invoke import ToolInvoker
 from squadd.workspaces import Workspaces
@@ -107,7 +109,28 @@ class RouteRunner:
 
     async def run(self, plan: RoutePlan, record: SessionRecord, ticket: SlotTicket,
                   entry: OrchestrationEntry) -> RouteResult:
-        """Take a slot, run the session's task, and put the session to rest."""
+        """Take a slot, run the session's task, and put the session to rest. With tracing on,
+        all of it is an `invoke_agent {agent}` span, a child of the span the route was called
+        in (a parent session's `squad_route`, an HTTP or MCP caller's `traceparent`)."""
+        if not telemetry.active():
+            return await self._run(plan, record, ticket, entry)
+        info = plan.info
+        with telemetry.span(f"{genai.INVOKE_AGENT} {info.agent}", {
+                genai.OPERATION: genai.INVOKE_AGENT, genai.AGENT_NAME: info.agent,
+                genai.AGENT_ID: info.agent, genai.CONVERSATION_ID: info.session_id,
+                genai.PROVIDER: self.provider.name, genai.REQUEST_MODEL: info.model or None,
+                genai.SQUAD_NAME: self.layout.repo.name,
+                genai.PARENT_SESSION: info.parent_session_id, genai.ROUTE_DEPTH: info.depth,
+                genai.PRIORITY: info.priority}) as span:
+            result = await self._run(plan, record, ticket, entry)
+            span.set(genai.USAGE_INPUT, result.input_tokens)
+            span.set(genai.USAGE_OUTPUT, result.output_tokens)
+            if not result.ok:
+                span.fail(result.reason or "failed", result.message or "")
+            return result
+
+    async def _run(self, plan: RoutePlan, record: SessionRecord, ticket: SlotTicket,
+                   entry: OrchestrationEntry) -> RouteResult:
         info = plan.info
         started = time.monotonic()
         base_in, base_out = record.input_tokens, record.output_tokens
@@ -117,7 +140,10 @@ class RouteRunner:
         failure: str | None = None
         with scope:
             try:
-                await self.pool.take_slot(record, ticket, plan.timeout_s)
+                with telemetry.span("squadd.queue_wait", {
+                        genai.AGENT_NAME: info.agent, genai.CONVERSATION_ID: info.session_id,
+                        genai.PRIORITY: info.priority}):
+                    await self.pool.take_slot(record, ticket, plan.timeout_s)
             except TimeoutError:
                 message = (f"no slot came free within {plan.timeout_s:g}s (route timeout); "
                            "the pool is busy: try again later")
@@ -225,15 +251,24 @@ class RouteRunner:
             workspace.message = f"not committed: {exc}"
             return workspace
         if outcome.status == "completed" and (plan.land or spaces.settings.land == "auto"):
-            refused = await before_landing(route, workspace)
-            if refused is not None:
-                workspace.message, workspace.outcome = refused.detail, refused
-                return workspace
-            landed = await spaces.land(info.session_id)
-            workspace = landed.workspace or workspace
-            workspace.message = landed.message
-            workspace.outcome = landed.outcome()
-            await after_landing(route, workspace)
+            with telemetry.span("squadd.land", {
+                    genai.AGENT_NAME: info.agent, genai.CONVERSATION_ID: info.session_id,
+                    "squadd.land.branch": workspace.branch,
+                    "squadd.land.target": workspace.target}) as span:
+                refused = await before_landing(route, workspace)
+                if refused is not None:
+                    workspace.message, workspace.outcome = refused.detail, refused
+                    span.fail("blocked", refused.detail)
+                    return workspace
+                landed = await spaces.land(info.session_id)
+                workspace = landed.workspace or workspace
+                workspace.message = landed.message
+                workspace.outcome = landed.outcome()
+                span.set("squadd.land.state", workspace.outcome.state)
+                span.set("squadd.land.commit", workspace.outcome.commit)
+                if workspace.outcome.state != "landed":
+                    span.fail(workspace.outcome.state, workspace.outcome.detail)
+                await after_landing(route, workspace)
         return workspace
 
     async def _converse(self, plan: RoutePlan, record: SessionRecord,

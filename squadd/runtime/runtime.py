@@ -18,6 +18,7 @@ import anyio
 import structlog
 from anyio.abc import TaskGroup
 
+from squadd import telemetry
 from squadd.config import Settings
 from squadd.contracts.events import EventSink, ProviderRetry
 from squadd.contracts.routes import RouteOrigin, RouteRequest, RouteResult
@@ -544,7 +545,8 @@ class SquadRuntime:
             if self._background == 0:
                 self._background_done = anyio.Event()
             self._background += 1
-            self._tg.start_soon(self._run_in_background, plan, record, ticket, entry)
+            self._tg.start_soon(self._run_in_background, plan, record, ticket, entry,
+                                telemetry.capture())
             return RouteResult(
                 ok=True, session_id=plan.info.session_id, agent=plan.info.agent,
                 state=record.state, routed_by=plan.routed_by,
@@ -555,9 +557,11 @@ class SquadRuntime:
         return _Admitted(plan, record, ticket, entry)
 
     async def _run_in_background(self, plan: RoutePlan, record: SessionRecord,
-                                 ticket: SlotTicket, entry: OrchestrationEntry) -> None:
+                                 ticket: SlotTicket, entry: OrchestrationEntry,
+                                 trace: object | None = None) -> None:
         try:
-            await self.runner.run(plan, record, ticket, entry)
+            with telemetry.resumed(trace):  # the caller's trace, though it has moved on
+                await self.runner.run(plan, record, ticket, entry)
         finally:
             self._background -= 1
             if self._background == 0 and self._background_done is not None:

@@ -21,10 +21,12 @@ import anyio
 import structlog
 from pydantic import BaseModel, ValidationError
 
+from squadd import telemetry
 from squadd.config import Settings
 from squadd.contracts.events import EventSink, NullSink, ToolCompleted, ToolStarted, ToolUpdated
 from squadd.contracts.messages import ToolCall
 from squadd.state.layout import SquadLayout
+from squadd.telemetry import genai
 from squadd.tools.base import (
     CancelSignal,
     ConfirmFn,
@@ -242,7 +244,28 @@ class ToolInvoker:
         self._scoped: set[str] = set()
 
     async def invoke(self, tools: ToolSet, call: ToolCall, origin: CallOrigin) -> ToolResult:
-        """Run `call` against `tools`; always returns a result, never raises (but cancellation)."""
+        """Run `call` against `tools`; always returns a result, never raises (but cancellation).
+        With tracing on, the call is an `execute_tool {tool}` span."""
+        if not telemetry.active():
+            return await self._invoke(tools, call, origin)
+        tool = tools.get(call.name)
+        with telemetry.span(f"{genai.EXECUTE_TOOL} {call.name}", {
+                genai.OPERATION: genai.EXECUTE_TOOL, genai.TOOL_NAME: call.name,
+                genai.TOOL_CALL_ID: call.id, genai.TOOL_TYPE: "function",
+                genai.TOOL_DESCRIPTION: tool.description[:500] if tool is not None else None,
+                genai.AGENT_NAME: origin.agent, genai.CONVERSATION_ID: origin.session_id,
+        }) as span:
+            if telemetry.capture_content():
+                span.set(genai.TOOL_ARGUMENTS, genai.bounded(telemetry.redact(
+                    genai.arguments_json(call.arguments))))
+            result = await self._invoke(tools, call, origin)
+            if telemetry.capture_content():
+                span.set(genai.TOOL_RESULT, genai.bounded(result.text))
+            if not result.ok:
+                span.fail("tool_failure", result.text[:200])
+            return result
+
+    async def _invoke(self, tools: ToolSet, call: ToolCall, origin: CallOrigin) -> ToolResult:
         started = time.monotonic()
         tool = tools.get(call.name)
         secrets: dict[str, str] = {}
