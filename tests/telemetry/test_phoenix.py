@@ -6,6 +6,7 @@ main names the trace in its `Squad-Trace:` trailer."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,6 +36,9 @@ approvals = { "bash" = "allow" }
 isolation = "worktree"
 land = "auto"
 """
+ARTIFACTS = Path(os.environ.get("SQUADD_TEST_ARTIFACTS")
+                 or Path(__file__).resolve().parents[2] / "test-artifacts") / "traces"
+CHROMIUM = Path("/usr/bin/chromium")
 CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CALLER_SPAN = "00f067aa0ba902b7"
 
@@ -129,3 +133,30 @@ def test_a_nested_route_with_tool_calls_arrives_in_phoenix_as_one_trace(
     message = _git(repo, "log", "-1", "--format=%B", "main")
     assert f"Squad-Session: {session}" in message
     assert f"Squad-Trace: {CALLER_TRACE}" in message
+    _screenshot(phoenix, CALLER_TRACE)
+
+
+def _screenshot(phoenix: Phoenix, trace_id: str) -> None:
+    """The trace as Phoenix's UI shows it, in test-artifacts/traces/trace.png (where a
+    headless Chromium and playwright are at hand): the picture in docs/observability.md."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        return
+    if not CHROMIUM.exists():
+        return
+    import httpx
+
+    [project] = [p for p in httpx.get(f"{phoenix.url}/v1/projects", timeout=30).json()["data"]
+                 if p["name"] == "default"]
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as driver:
+        browser = driver.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                                         args=["--headless", "--no-sandbox", "--disable-gpu"])
+        try:
+            tab = browser.new_page(viewport={"width": 1500, "height": 900})
+            tab.goto(f"{phoenix.url}/projects/{project['id']}/traces/{trace_id}")
+            tab.get_by_text("invoke_agent fenster").first.wait_for(timeout=60_000)
+            tab.screenshot(path=str(ARTIFACTS / "trace.png"))
+        finally:
+            browser.close()
