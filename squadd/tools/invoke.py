@@ -38,7 +38,7 @@ from squadd.tools.base import (
     VariableSpec,
 )
 from squadd.tools.hooks import Hooks
-from squadd.tools.hooks.events import post_tool_use, pre_tool_use
+from squadd.tools.hooks.gate import gate_call, tell_model
 from squadd.tools.policy import approval_policy
 from squadd.tools.rich import RichResultError, bounded_details, is_rich, rich_result
 from squadd.tools.truncate import cut, spill, truncation_note
@@ -324,7 +324,7 @@ class ToolInvoker:
             announce(secrets)
         result = await self._finish(tool, call, origin, result, secrets)
         if ran.ctx is not None and tool is not None and result.ok:
-            result = await self._after_hooks(tool, ran.ctx, ran.arguments, result)
+            result = await tell_model(self.hooks, tool, ran.ctx, ran.arguments, result)
         self.sink.publish(ToolCompleted(
             session_id=origin.session_id, agent=origin.agent, tool=call.name, call_id=call.id,
             result_type=result.result_type, summary=result.text[:200],
@@ -358,7 +358,8 @@ class ToolInvoker:
         denial = await self.approvals.check(tool, call.arguments, ctx, resolved.secrets)
         if denial is not None:
             return denial, resolved.secrets
-        gated = await self._before_hooks(tool, call.arguments, args, ctx)
+        gated = await gate_call(self.hooks, tool, call.arguments, args, ctx,
+                                describe_validation_error)
         if isinstance(gated, ToolResult):
             return gated, resolved.secrets
         args, arguments = gated
@@ -394,45 +395,6 @@ class ToolInvoker:
         except RichResultError as exc:
             return ToolResult.failure(
                 f"{tool.name} returned a result squadd cannot use: {exc}"), resolved.secrets
-
-    async def _before_hooks(self, tool: Tool[Any], arguments: Mapping[str, Any],
-                            args: BaseModel, ctx: ToolContext,
-                            ) -> tuple[BaseModel, Mapping[str, Any]] | ToolResult:
-        """The PreToolUse hooks' say on a call the approval gate let through: a denial (the
-        model reads the hook's reason), an `ask` put to the approval flow, and the arguments
-        the call runs with (a hook's `updatedInput`, validated again)."""
-        verdict = await pre_tool_use(self.hooks, tool.name, arguments, ctx)
-        if verdict.blocked:
-            return ToolResult.failure(
-                f"{tool.name} was not run: blocked by a PreToolUse hook: {verdict.reason}",
-                approval="deny", hook="PreToolUse")
-        if verdict.decision == "ask":
-            why = f" ({verdict.reason})" if verdict.reason else ""
-            if not await ctx.confirm(f"Run {tool.name}? A PreToolUse hook asks{why}"):
-                return ToolResult.failure(
-                    f"{tool.name} was not run: a PreToolUse hook asked for approval{why} and "
-                    "it was not given", approval="denied", hook="PreToolUse")
-        if verdict.updated_input is None:
-            return args, arguments
-        try:
-            return tool.args_model.model_validate(verdict.updated_input), verdict.updated_input
-        except ValidationError as exc:
-            return ToolResult.failure(
-                f"{tool.name} was not run: a PreToolUse hook changed its arguments into ones it "
-                f"cannot take. {describe_validation_error(tool, exc)}", hook="PreToolUse")
-
-    async def _after_hooks(self, tool: Tool[Any], ctx: ToolContext,
-                           arguments: Mapping[str, Any], result: ToolResult) -> ToolResult:
-        """The PostToolUse hooks of a call that succeeded: what they tell the model (a block's
-        reason, additional context) is added to its result."""
-        verdict = await post_tool_use(self.hooks, tool.name, arguments, result.text, result.ok,
-                                      result.details, ctx)
-        notes = [f"[PostToolUse hook: {verdict.reason}]" if verdict.blocked else "",
-                 f"[PostToolUse hook context: {verdict.context}]" if verdict.context else ""]
-        added = "\n".join(note for note in notes if note)
-        if not added:
-            return result
-        return result.model_copy(update={"text": f"{result.text}\n{added}"})
 
     def _hidden_variables(self, tools: ToolSet, tool: Tool[Any]) -> frozenset[str]:
         """Scoped variables of other tools (of this set, or any this invoker has seen, so a
