@@ -4,13 +4,16 @@ the project's `.claude/settings.json`), in Claude Code's format::
     {"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [
         {"type": "command", "command": "./check.sh", "timeout": 30}]}]}}
 
-A file is read again when it changes (one `stat` a look otherwise). A file that cannot be
-used is an error that names the file, the place in it and what to write instead.
+A file is read again when it changes (one `stat` a look otherwise; a missing one is looked for
+once a second). A file that cannot be used is an error that names the file, the place in it
+and what to write instead.
 """
 
 from __future__ import annotations
 
 import re
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -25,6 +28,9 @@ HookEvent = Literal["SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolU
 EVENTS: tuple[HookEvent, ...] = get_args(HookEvent)
 MAX_HOOKS_FILE_BYTES = 1_048_576
 _PLAIN_MATCHER = re.compile(r"^[A-Za-z0-9_|]+$")
+ABSENT_RECHECK_S = 1.0
+"""Seconds a missing hooks file is taken as missing before it is looked for again (each
+tool call and session asks; a file that appears is run from then on)."""
 
 
 class HooksFileError(ConfigError):
@@ -158,25 +164,43 @@ def _load(path: Path, layout: SquadLayout, where: str, hooks_required: bool) -> 
 class HooksSource:
     """The hooks configured now, from each file read again only when it changed."""
 
-    def __init__(self, layout: SquadLayout, *, import_claude: bool):
+    def __init__(self, layout: SquadLayout, *, import_claude: bool,
+                 clock: Callable[[], float] = time.monotonic):
         self.layout = layout
+        self.clock = clock
         self.import_claude = import_claude
         self._squad: StatCache[HooksFile] = StatCache(
             lambda path: _load(path, layout, ".squad/hooks.json", True), limit=1)
         self._claude: StatCache[HooksFile] = StatCache(
             lambda path: _load(path, layout, ".claude/settings.json", False), limit=1)
+        self._absent_until: dict[Path, float] = {}
+        """A file found missing is looked for again after this (monotonic) time."""
+        self._paths: tuple[Path, Path] | None = None
+        """The two files' paths, checked once (every tool call looks at them)."""
 
     def files(self, cached_only: bool = False) -> list[HooksFile]:
         """The hooks of each file there is (blocking: it stats, and reads a changed file; with
         `cached_only` it only stats, and raises `NotCached` where a file must be read);
         `HooksFileError` (or `OSError`) when one cannot be used."""
-        found = [self._read(self._squad, self.layout.hooks_json, cached_only)]
+        if self._paths is None:
+            self._paths = (self.layout.hooks_json, self.layout.claude_settings)
+        squad, claude = self._paths
+        found = [self._read(self._squad, squad, cached_only)]
         if self.import_claude:
-            found.append(self._read(self._claude, self.layout.claude_settings, cached_only))
+            found.append(self._read(self._claude, claude, cached_only))
         return [hooks for hooks in found if hooks is not None]
 
-    @staticmethod
-    def _read(cache: StatCache[HooksFile], path: Path, cached_only: bool) -> HooksFile | None:
+    def _read(self, cache: StatCache[HooksFile], path: Path,
+              cached_only: bool) -> HooksFile | None:
+        if not len(cache):  # nothing read: most squads have no hooks file; a stat a second says
+            now = self.clock()
+            if now < self._absent_until.get(path, 0.0):
+                return None
+            try:
+                path.stat()
+            except FileNotFoundError:
+                self._absent_until[path] = now + ABSENT_RECHECK_S
+                return None
         try:
             return cache.peek(path) if cached_only else cache.get(path)
         except FileNotFoundError:

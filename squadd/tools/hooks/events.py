@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from squadd.tools.base import ToolContext
-from squadd.tools.hooks.runner import Hooks, HookSession, Verdict
+from squadd.tools.hooks.runner import NOTHING, Hooks, HookSession, Verdict
 from squadd.tools.hooks.wire import claude_input, claude_name, claude_response, squadd_arguments
 
 
@@ -23,10 +23,13 @@ def _tool_session(hooks: Hooks, ctx: ToolContext) -> HookSession:
 async def pre_tool_use(hooks: Hooks, tool: str, arguments: Mapping[str, Any],
                        ctx: ToolContext) -> Verdict:
     """The PreToolUse verdict on a call; its `updated_input` in squadd's argument names."""
-    verdict = await hooks.fire("PreToolUse", _tool_session(hooks, ctx), {
+    found = await hooks.matching("PreToolUse", claude_name(tool))
+    if isinstance(found, Verdict) or not found:
+        return found if isinstance(found, Verdict) else NOTHING
+    verdict = await hooks.run("PreToolUse", found, _tool_session(hooks, ctx), {
         "tool_name": claude_name(tool),
         "tool_input": claude_input(tool, arguments, ctx.workspace),
-        "tool_use_id": ctx.call_id}, match=claude_name(tool), cancel=ctx.cancel)
+        "tool_use_id": ctx.call_id}, cancel=ctx.cancel)
     if verdict.updated_input is None:
         return verdict
     return replace(verdict, updated_input=squadd_arguments(tool, verdict.updated_input,
@@ -37,11 +40,14 @@ async def post_tool_use(hooks: Hooks, tool: str, arguments: Mapping[str, Any], t
                         ok: bool, details: Mapping[str, Any], ctx: ToolContext) -> Verdict:
     """The PostToolUse verdict on a call that ran: `deny` (exit 2, `decision: block`) carries
     the feedback for the model."""
-    return await hooks.fire("PostToolUse", _tool_session(hooks, ctx), {
+    found = await hooks.matching("PostToolUse", claude_name(tool))
+    if isinstance(found, Verdict) or not found:
+        return found if isinstance(found, Verdict) else NOTHING
+    return await hooks.run("PostToolUse", found, _tool_session(hooks, ctx), {
         "tool_name": claude_name(tool),
         "tool_input": claude_input(tool, arguments, ctx.workspace),
         "tool_response": claude_response(tool, arguments, text, ok, details, ctx.workspace),
-        "tool_use_id": ctx.call_id}, match=claude_name(tool), cancel=ctx.cancel)
+        "tool_use_id": ctx.call_id}, cancel=ctx.cancel)
 
 
 async def session_start(hooks: Hooks, session: HookSession, *, resumed: bool,

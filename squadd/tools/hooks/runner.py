@@ -123,15 +123,17 @@ class Hooks:
         cwd = session.cwd if session.cwd.is_dir() else self.layout.repo
         return Command(argv=[SHELL, "-c", hook.command], cwd=cwd, env=env, stdin=payload)
 
-    async def fire(self, event: HookEvent, session: HookSession, fields: Mapping[str, Any],
-                   *, match: str | None = None, cancel: Waitable | None = None) -> Verdict:
-        """Run the hooks of `event` whose matcher takes `match` (None: every hook of the
-        event, whose matchers Claude Code ignores) and combine their answers."""
+    async def matching(self, event: HookEvent, match: str | None = None
+                       ) -> list[CommandHook] | Verdict:
+        """The hooks of `event` whose matcher takes `match` (None: every hook of the event,
+        whose matchers Claude Code ignores), each command once; or, when the files cannot be
+        read, the verdict that stands for them. Cheap when there are none (a `stat`): callers
+        ask before they build an event's input."""
         groups = await self._groups(event)
         if isinstance(groups, str):
             if self.settings.fail_closed:
                 return Verdict("deny", f"the hooks cannot be read ({groups}); "
-                                       "hooks.fail_closed blocks until they can", ran=0)
+                                       "hooks.fail_closed blocks until they can")
             return NOTHING
         hooks: list[CommandHook] = []
         seen: set[str] = set()
@@ -142,6 +144,19 @@ class Hooks:
                 if hook.command not in seen:
                     seen.add(hook.command)
                     hooks.append(hook)
+        return hooks
+
+    async def fire(self, event: HookEvent, session: HookSession, fields: Mapping[str, Any],
+                   *, match: str | None = None, cancel: Waitable | None = None) -> Verdict:
+        """Run the hooks of `event` that take `match` (see `matching`); their verdict."""
+        found = await self.matching(event, match)
+        if isinstance(found, Verdict):
+            return found
+        return await self.run(event, found, session, fields, cancel=cancel)
+
+    async def run(self, event: HookEvent, hooks: list[CommandHook], session: HookSession,
+                  fields: Mapping[str, Any], *, cancel: Waitable | None = None) -> Verdict:
+        """Run `hooks` at once with the event's input and combine their answers."""
         if not hooks:
             return NOTHING
         payload = json.dumps({

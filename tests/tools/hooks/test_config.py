@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 
 from squadd.state.layout import SquadLayout
-from squadd.tools.hooks.config import HooksFileError, HooksSource, MatcherGroup, parse_hooks
+from squadd.tools.hooks.config import (
+    ABSENT_RECHECK_S,
+    HooksFileError,
+    HooksSource,
+    MatcherGroup,
+    parse_hooks,
+)
 
 
 def _hooks(table: object) -> str:
@@ -94,10 +100,14 @@ def test_the_squads_file_comes_first_and_claude_settings_only_when_imported(
 
 def test_a_changed_file_is_read_again_and_a_removed_one_means_no_hooks(
         squad: SquadLayout) -> None:
-    source = HooksSource(squad, import_claude=False)
+    now = [100.0]
+    source = HooksSource(squad, import_claude=False, clock=lambda: now[0])
     assert source.groups("Stop") == []
     squad.hooks_json.write_text(_hooks({"Stop": [{"hooks": [
         {"type": "command", "command": "one"}]}]}), encoding="utf-8")
+    # a missing file is looked for again once ABSENT_RECHECK_S passed
+    assert source.groups("Stop") == []
+    now[0] += ABSENT_RECHECK_S
     assert [g.hooks[0].command for g in source.groups("Stop")] == ["one"]
     squad.hooks_json.write_text(_hooks({"Stop": [{"hooks": [
         {"type": "command", "command": "two!"}]}]}), encoding="utf-8")
