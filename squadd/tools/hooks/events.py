@@ -78,10 +78,13 @@ async def subagent_start(hooks: Hooks, parent: HookSession, *, session_id: str,
 
 async def subagent_stop(hooks: Hooks, parent: HookSession, *, session_id: str, agent: str,
                         status: str, last_message: str) -> Verdict:
-    return await hooks.fire("SubagentStop", parent, {
+    found = await hooks.matching("SubagentStop", agent)
+    if isinstance(found, Verdict):
+        return found
+    return await hooks.run("SubagentStop", found, parent, {
         "agent_id": session_id, "agent_type": agent, "stop_hook_active": False,
         "last_assistant_message": last_message, "status": status,
-        "agent_transcript_path": hooks.transcript_path(session_id)}, match=agent)
+        "agent_transcript_path": hooks.transcript_path(session_id) if found else ""})
 
 
 async def notification(hooks: Hooks, session: HookSession, *, message: str,

@@ -42,7 +42,6 @@ class HookSession:
     agent: str
     cwd: Path
     """Where the hook runs: the session's workspace."""
-    transcript_path: str
 
 
 @dataclass(frozen=True)
@@ -95,8 +94,7 @@ class Hooks:
             return ""
 
     def session(self, session_id: str, agent: str, cwd: Path | None) -> HookSession:
-        return HookSession(session_id, agent, cwd or self.layout.repo,
-                           self.transcript_path(session_id))
+        return HookSession(session_id, agent, cwd or self.layout.repo)
 
     async def _groups(self, event: HookEvent) -> list[MatcherGroup] | str:
         """The event's matcher groups (the files read in a thread only when they changed), or
@@ -160,7 +158,8 @@ class Hooks:
         if not hooks:
             return NOTHING
         payload = json.dumps({
-            "session_id": session.session_id, "transcript_path": session.transcript_path,
+            "session_id": session.session_id,
+            "transcript_path": self.transcript_path(session.session_id),
             "cwd": str(session.cwd), "hook_event_name": event, "permission_mode": "default",
             **fields}, default=str).encode()
         replies: list[HookReply | None] = [None] * len(hooks)
