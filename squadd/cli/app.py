@@ -30,6 +30,7 @@ COMMANDS: dict[str, str] = {
     "approve": "squadd.cli.control:approve",
     "deny": "squadd.cli.control:deny",
     "var": "squadd.cli.var:var",
+    "hooks": "squadd.cli.hooks:hooks",
     "mcp": "squadd.cli.mcp:mcp",
     "mcp-config": "squadd.cli.mcp:mcp_config",
     "demo": "squadd.cli.demo:demo",
