@@ -266,7 +266,7 @@ class RouteRunner:
                 workspace.outcome = landed.outcome()
                 span.set("squadd.land.state", workspace.outcome.state)
                 span.set("squadd.land.commit", workspace.outcome.commit)
-                if workspace.outcome.state != "landed":
+                if workspace.outcome.state not in ("landed", "skipped"):
                     span.fail(workspace.outcome.state, workspace.outcome.detail)
                 await after_landing(route, workspace)
         return workspace
