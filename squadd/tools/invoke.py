@@ -260,7 +260,7 @@ class ToolInvoker:
                     genai.arguments_json(call.arguments))))
             result = await self._invoke(tools, call, origin)
             if telemetry.capture_content():
-                span.set(genai.TOOL_RESULT, genai.bounded(result.text))
+                span.set(genai.TOOL_RESULT, genai.bounded(telemetry.redact(result.text)))
             if not result.ok:
                 span.fail("tool_failure", result.text[:200])
             return result
