@@ -52,8 +52,11 @@ with open(sys.argv[1], "a", encoding="utf-8") as out:
 def daemon(tmp_path: Path, model_server: OpenAIServer) -> Iterator[DaemonProcess]:
     process = DaemonProcess.in_new_repo(tmp_path, model_server.url, config=CONFIG,
                                         agents=("lead", "fenster"))
-    scripts = tmp_path / "hook-scripts"
-    record = f"{script(scripts, 'record.py', RECORDER)} {tmp_path / 'events.jsonl'}"
+    # Where Claude Code keeps them, in the repository: hooks run in the sandbox, which sees the
+    # workspace (and writes only there), not the test's temp folder.
+    repo = process.layout.repo
+    scripts = repo / ".claude" / "hooks"
+    record = f"{script(scripts, 'record.py', RECORDER)} {repo / 'events.jsonl'}"
     every = {"matcher": "*", "hooks": [command_hook(record)]}
     table: dict[str, list[dict[str, Any]]] = {
         event: [every] for event in ("SessionStart", "UserPromptSubmit", "PreToolUse",
@@ -63,15 +66,15 @@ def daemon(tmp_path: Path, model_server: OpenAIServer) -> Iterator[DaemonProcess
     table["PostToolUse"] = [{"matcher": "Edit|Write", "hooks": [
         command_hook(script(scripts, "format.py", FORMATTER))]}, every]
     table["Stop"] = [{"hooks": [command_hook(
-        f"{script(scripts, 'notify.py', STOP_NOTIFIER)} {tmp_path / 'notified.txt'}")]}, every]
+        f"{script(scripts, 'notify.py', STOP_NOTIFIER)} {repo / 'notified.txt'}")]}, every]
     process.layout.hooks_json.write_text(json.dumps({"hooks": table}), encoding="utf-8")
     with process:
         yield process
 
 
-def _events(tmp_path: Path) -> list[tuple[str, ...]]:
+def _events(daemon: DaemonProcess) -> list[tuple[str, ...]]:
     seen: list[tuple[str, ...]] = []
-    for data in recorded(tmp_path / "events.jsonl"):
+    for data in recorded(daemon.layout.repo / "events.jsonl"):
         name = data["hook_event_name"]
         detail = data.get("tool_name") or (
             data["agent_type"] if name.startswith("Subagent") else "")
@@ -97,14 +100,14 @@ def test_a_validator_blocks_rm_rf_a_formatter_formats_and_a_notifier_hears_the_e
     second = model_server.bodies[1]["messages"]
     [told] = [m for m in second if m["role"] == "tool" and m["tool_call_id"] == "call_rm"]
     assert "blocked by a PreToolUse hook: • rm -rf is not allowed here" in told["content"]
-    assert (tmp_path / "notified.txt").read_text() == \
+    assert (repo / "notified.txt").read_text() == \
         f"squadd: {session} finished (completed)\n"
-    assert _events(tmp_path) == [
+    assert _events(daemon) == [
         ("SessionStart", session, ""), ("UserPromptSubmit", session, ""),
         ("PreToolUse", session, "Bash"),
         ("PreToolUse", session, "Write"), ("PostToolUse", session, "Write"),
         ("Stop", session, "")]
-    [prompt] = [d for d in recorded(tmp_path / "events.jsonl")
+    [prompt] = [d for d in recorded(repo / "events.jsonl")
                 if d["hook_event_name"] == "UserPromptSubmit"]
     assert prompt["prompt"] == "tidy the repository" and prompt["cwd"] == str(repo)
     assert Path(prompt["transcript_path"]).is_file()
@@ -121,7 +124,7 @@ def test_a_routed_session_is_seen_from_its_parent(daemon: DaemonProcess,
     result = daemon.client.route("get the API drafted", "lead")
     assert result["ok"], result
     lead = result["session_id"]
-    events = _events(tmp_path)
+    events = _events(daemon)
     [child] = {sid for name, sid, _ in events if sid != lead}
     assert events == [
         ("SessionStart", lead, ""), ("UserPromptSubmit", lead, ""),
@@ -130,7 +133,7 @@ def test_a_routed_session_is_seen_from_its_parent(daemon: DaemonProcess,
         ("SessionStart", child, ""), ("UserPromptSubmit", child, ""),
         ("Stop", child, ""), ("SubagentStop", lead, "fenster"),
         ("PostToolUse", lead, "squad_route"), ("Stop", lead, "")]
-    [stopped] = [d for d in recorded(tmp_path / "events.jsonl")
+    [stopped] = [d for d in recorded(daemon.layout.repo / "events.jsonl")
                  if d["hook_event_name"] == "SubagentStop"]
     assert stopped["agent_id"] == child and stopped["last_assistant_message"] == "API drafted"
     assert stopped["agent_transcript_path"].endswith(f"{child}.jsonl")

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from squadd.config import Settings, load_settings
+from squadd.config import SandboxSettings, Settings, load_settings
 from squadd.contracts.messages import Completion
 from squadd.contracts.routes import RouteRequest
 from squadd.providers.base import CompletionRequest
@@ -18,6 +18,10 @@ from tests.runtime.scripted import call, make_squad, script, text
 from tests.support.hook_scripts import RECORDER, REPLY, command_hook, recorded
 from tests.support.hook_scripts import script as hook
 from tests.workspaces.conftest import git
+
+UNCONFINED = Settings(sandbox=SandboxSettings(mode="off"))
+"""These tests keep their hook scripts and logs in tmp_path, which a sandboxed hook cannot see
+(its /tmp is its own): tests/tools/hooks has the sandbox's test."""
 
 
 class Capture:
@@ -57,7 +61,7 @@ async def test_what_session_start_and_user_prompt_submit_add_reaches_the_model(
             {"hookSpecificOutput": {"hookEventName": "UserPromptSubmit",
                                     "additionalContext": "Ticket SQ-12 tracks this."}})))]}]})
     provider = Capture(lead=[text("noted")])
-    async with SquadRuntime(layout, Settings(), provider) as runtime:
+    async with SquadRuntime(layout, UNCONFINED, provider) as runtime:
         result = await runtime.route(RouteRequest(task="plan the release", targetAgent="lead"))
     assert result.ok, result.message
     system = provider.requests[0].messages[0].content
@@ -76,7 +80,7 @@ async def test_a_blocked_task_never_reaches_the_model_and_stop_still_fires(
     _hooks(layout, {"UserPromptSubmit": [{"hooks": [command_hook(refuse), record]}],
                     "Stop": [{"hooks": [record]}]})
     provider = Capture(lead=[text("never")])
-    async with SquadRuntime(layout, Settings(), provider) as runtime:
+    async with SquadRuntime(layout, UNCONFINED, provider) as runtime:
         result = await runtime.route(RouteRequest(task="do something", targetAgent="lead"))
     assert not result.ok and provider.requests == []
     assert result.error == "a UserPromptSubmit hook blocked the task: tasks must name a ticket"
@@ -111,7 +115,7 @@ if any("WIP" in commit for commit in data["commits"]):
                     "PostLand": [{"hooks": [record]}]})
     settings = load_settings(layout.root, overrides={
         "workspace": {"isolation": "worktree", "land": "auto"},
-        "tools": {"approvals": {"write": "allow"}}})
+        "tools": {"approvals": {"write": "allow"}}, "sandbox": {"mode": "off"}})
     provider = script(lead=[call("write", path="a.txt", content="a\n"), text("done"),
                             call("write", path="b.txt", content="b\n"), text("done")])
     async with SquadRuntime(layout, settings, provider) as runtime:
@@ -135,7 +139,7 @@ async def test_notify_fires_the_notification_hooks_of_its_type(tmp_path: Path) -
     log = tmp_path / "notes.jsonl"
     _hooks(layout, {"Notification": [{"matcher": "approval_needed", "hooks": [
         command_hook(f"{hook(tmp_path, 'rec.py', RECORDER)} {log}")]}]})
-    async with SquadRuntime(layout, Settings(), script()) as runtime:
+    async with SquadRuntime(layout, UNCONFINED, script()) as runtime:
         await runtime.notify("bash waits for approval", notification_type="approval_needed",
                              session_id="s-9", agent="lead")
         await runtime.notify("a landing failed", notification_type="landing_failed")

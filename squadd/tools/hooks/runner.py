@@ -1,14 +1,16 @@
 """`Hooks`: runs the hooks of an event as Claude Code does, and says what they decided.
 
-Every matching hook of an event runs at once (the same command only once), each as `sh -c`
-through the one process runner with its timeout, its JSON on stdin, `CLAUDE_PROJECT_DIR` in
-its environment. Their answers are combined: any deny wins, then ask, then allow; additional
-context is joined; the last `updatedInput` given is taken. A hook that cannot start, crashes
-or times out is logged and decides nothing, unless `hooks.fail_closed` makes it a denial.
+Every matching hook of an event runs at once (the same command only once), each as `bash -c`
+in the OS sandbox its session's tool calls get, through the one process runner with its
+timeout, its JSON on stdin, `CLAUDE_PROJECT_DIR` in its environment. Their answers are
+combined: any deny wins, then ask, then allow; additional context is joined; the last
+`updatedInput` given is taken. A hook that cannot start, crashes or times out is logged and
+decides nothing, unless `hooks.fail_closed` makes it a denial.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -21,8 +23,9 @@ import anyio
 import structlog
 
 from squadd.config import Settings
-from squadd.errors import ConfigError, SquaddError
+from squadd.errors import ConfigError, SandboxError, SquaddError
 from squadd.procs import Command, Waitable, run_group
+from squadd.sandbox import Confined, confine
 from squadd.statcache import NotCached
 from squadd.state.layout import SquadLayout
 from squadd.tools.hooks.config import CommandHook, HookEvent, HooksSource, MatcherGroup
@@ -111,7 +114,7 @@ class Hooks:
     def hook_command(self, event: HookEvent, hook: CommandHook, session: HookSession,
                      payload: bytes) -> Command:
         """The process a hook runs as: the one place its argv, working folder and environment
-        are made (the sandbox wraps what this returns)."""
+        are made (`_confine` wraps it in the sandbox)."""
         # Imported here: the bash tool's module imports the invocation pipeline, which uses this.
         from squadd.tools.builtin.bash import command_environment
 
@@ -120,6 +123,18 @@ class Hooks:
         env["SQUADD_HOOK_EVENT"] = event
         cwd = session.cwd if session.cwd.is_dir() else self.layout.repo
         return Command(argv=[SHELL, "-c", hook.command], cwd=cwd, env=env, stdin=payload)
+
+    def _confine(self, command: Command, session: HookSession) -> Confined:
+        """`command` wrapped in the OS sandbox a tool call of the session's agent gets (its
+        workspace writable, its network; `[sandbox]`, docs/sandbox.md). Blocking: it reads the
+        charter and may make a cgroup."""
+        # Imported here: the sandbox's policy reads charters through the state layer.
+        from squadd.tools.sandboxing import policy_for
+
+        policy = policy_for(self.environment_settings, agent=session.agent,
+                            workspace=command.cwd or self.layout.repo, repo=self.layout.repo,
+                            squad_dir=self.layout.root)
+        return confine(policy, command.argv, command.env or {})
 
     async def matching(self, event: HookEvent, match: str | None = None
                        ) -> list[CommandHook] | Verdict:
@@ -176,11 +191,20 @@ class Hooks:
                    payload: bytes, cancel: Waitable | None) -> HookReply:
         timeout = hook.timeout_s or self.settings.timeout_s
         out, err = _Capped(self.settings.max_output_bytes), _Capped(self.settings.max_output_bytes)
+        command = self.hook_command(event, hook, session, payload)
         try:
-            outcome = await run_group(self.hook_command(event, hook, session, payload), out, err,
-                                      deadline=anyio.current_time() + timeout, cancel=cancel)
+            confined = await anyio.to_thread.run_sync(self._confine, command, session)
+        except (SandboxError, OSError) as exc:
+            return HookReply(None, "", "", failed=f"could not start in the sandbox: {exc}")
+        try:
+            outcome = await run_group(
+                dataclasses.replace(command, argv=confined.argv, env=confined.env), out, err,
+                deadline=anyio.current_time() + timeout, cancel=cancel)
         except OSError as exc:
             return HookReply(None, "", "", failed=f"could not start: {exc}")
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(confined.close)
         if outcome.timed_out:
             return HookReply(None, out.text(), err.text(), failed=f"timed out after {timeout:g}s")
         if outcome.cancelled:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from squadd.config import HooksSettings, Settings, ToolsSettings
+from squadd.config import HooksSettings, SandboxSettings, Settings, ToolsSettings
 from squadd.contracts.events import NullSink
 from squadd.contracts.messages import ToolCall
 from squadd.state.layout import SquadLayout
@@ -29,10 +29,13 @@ from tests.support.hook_scripts import (
 )
 
 ALLOW_BASH = ToolsSettings(approvals={"bash": "allow"})
+UNCONFINED = SandboxSettings(mode="off")
+"""These tests are about what hooks decide: their scripts and logs live in tmp_path, which a
+sandboxed hook cannot see (its /tmp is its own). The sandbox has a test of its own below."""
 
 
 def _settings(**hooks: Any) -> Settings:
-    return Settings(tools=ALLOW_BASH, hooks=HooksSettings(**hooks))
+    return Settings(tools=ALLOW_BASH, hooks=HooksSettings(**hooks), sandbox=UNCONFINED)
 
 
 def _invoker(layout: SquadLayout, settings: Settings, gate: Any = None) -> tuple[ToolInvoker,
@@ -88,7 +91,7 @@ async def test_a_hook_never_runs_for_a_call_the_policy_denied(layout: SquadLayou
     write_hooks(layout, {"PreToolUse": [{"matcher": "Bash", "hooks": [
         command_hook(allow),
         command_hook(f"{script(tmp_path, 'rec.py', RECORDER)} {log}")]}]})
-    settings = Settings(tools=ToolsSettings(approvals={"bash": "deny"}))
+    settings = Settings(tools=ToolsSettings(approvals={"bash": "deny"}), sandbox=UNCONFINED)
     invoker, tools = _invoker(layout, settings)
     result = await _call(invoker, tools, "bash", {"command": "echo hi"})
     assert not result.ok and "denied by tools.approvals rule 'bash'" in result.text
@@ -234,3 +237,28 @@ async def test_post_tool_use_feedback_reaches_the_model_and_skips_failed_calls(
     assert seen["tool_use_id"] == "call-1"
     assert seen["tool_response"]["stdout"].startswith("built")
     assert seen["tool_response"]["exit_code"] == 0
+
+
+async def test_a_hook_runs_in_the_sandbox_its_sessions_tools_get(layout: SquadLayout,
+                                                                 tmp_path: Path) -> None:
+    # Outside the workspace and outside /tmp (a sandboxed process has a /tmp of its own).
+    outside = Path.home() / f".squadd-hook-probe-{tmp_path.name}"
+    folder = layout.repo / ".claude" / "hooks"
+    probe = script(folder, "probe.py", f"""\
+import json, pathlib, sys
+json.load(sys.stdin)
+pathlib.Path("inside.txt").write_text("written")
+try:
+    pathlib.Path({str(outside)!r}).write_text("escaped")
+except OSError as exc:
+    print(f"refused: {{exc.strerror}}", file=sys.stderr)
+    sys.exit(2)
+""")
+    write_hooks(layout, {"PreToolUse": [{"matcher": "Bash", "hooks": [command_hook(probe)]}]})
+    invoker, tools = _invoker(layout, Settings(tools=ALLOW_BASH))  # sandbox.mode = "auto"
+    result = await _call(invoker, tools, "bash", {"command": "echo ran"})
+    escaped = outside.exists()
+    outside.unlink(missing_ok=True)
+    assert (layout.repo / "inside.txt").read_text() == "written"
+    assert not escaped
+    assert not result.ok and "blocked by a PreToolUse hook: refused:" in result.text
