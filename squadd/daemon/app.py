@@ -155,8 +155,9 @@ async def resume_session(request: Request) -> Response:
 
 
 async def land_session(request: Request) -> Response:
-    """Land the session's worktree branch through the daemon's landing queue (a LandResult;
-    one that did not land is still a 200: read `ok` and `reason`)."""
+    """Land the session's worktree branch through the daemon's landing queue, and wait: a
+    LandResult with its `landing` outcome (one that did not land is still a 200: read `ok`,
+    `reason` and `landing.state`)."""
     runtime = context_of(request).runtime
     session_id = request.path_params["session_id"]
     try:
@@ -164,7 +165,8 @@ async def land_session(request: Request) -> Response:
     except InvalidNameError as exc:
         raise ApiError(422, str(exc)) from None
     result = await runtime.land(session_id)
-    return json_answer(result.model_dump(mode="json"))
+    return json_answer({**result.model_dump(mode="json"),
+                        "landing": result.outcome().model_dump(mode="json")})
 
 
 async def list_workspaces(request: Request) -> Response:

@@ -58,7 +58,12 @@ async def test_two_sessions_edit_the_same_line_first_lands_second_reports_the_co
     assert git(squad_repo.repo, "rev-parse", second.branch) == second_tip
     _no_rebase_in_progress(squad_repo, second)
     assert refused.workspace is not None and refused.workspace.state == "conflict"
-    assert events.types()[-2:] == ["workspace.landed", "workspace.conflict"]
+    assert events.types()[-2:] == ["workspace.landed", "workspace.land_failed"]
+    landed_event, failed_event = events.seen[-2:]
+    assert getattr(landed_event, "outcome").state == "landed"
+    assert getattr(landed_event, "outcome").commit == tip
+    assert getattr(failed_event, "outcome").state == "conflict"
+    assert "squadd land " + second.session_id in getattr(failed_event, "outcome").next
 
 
 async def test_a_conflict_in_a_file_whose_name_git_would_quote_names_it_as_it_is(
