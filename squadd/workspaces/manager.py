@@ -74,6 +74,13 @@ class Workspaces:
             name: agent.isolation for name, agent in settings.agents.items()
             if agent.isolation is not None}
 
+    def apply_settings(self, settings: Settings) -> None:
+        """Take changed `[workspace]` settings while running: each landing reads them when
+        it starts (`land_check`, `land`, timeouts), so the next one uses them."""
+        self.settings = settings.workspace
+        self.git = Git(self.settings.git_timeout_s)
+        self.want_spares()
+
     def isolation_for(self, agent: str, charter_sections: Mapping[str, str] | None,
                       requested: Isolation | None) -> Isolation:
         """route `isolation` > `[agents.NAME] isolation` > charter `## Workspace` > settings."""
