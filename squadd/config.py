@@ -445,7 +445,7 @@ def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for key, value in data.items():
         dotted = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value and dotted.count(".") < 2:
+        if isinstance(value, Mapping) and dotted.count(".") < 2:
             flat.update(_flatten(value, dotted + "."))
         else:
             flat[dotted] = value

@@ -274,6 +274,8 @@ class SettingsReloaded(BaseEvent):
     what it applied, what waits for a restart, or why it refused the files."""
 
     type: Literal["settings.reloaded"] = "settings.reloaded"
+    why: str = ""
+    """What made it read them: "changed on disk", "SIGHUP" or "squadd reload"."""
     applied: list[str] = Field(default_factory=list)
     restart_needed: list[str] = Field(default_factory=list)
     error: str = ""

@@ -103,7 +103,7 @@ class LiveSettings:
                 self.error = f"{exc} (the running settings stay; fix the file, then " \
                              "`squadd reload`)"
                 log.error("settings refused", why=why, error=str(exc))
-                self.sink.publish(SettingsReloaded(error=self.error))
+                self.sink.publish(SettingsReloaded(why=why, error=self.error))
                 return Reloaded(ok=False, why=why, error=self.error,
                                 restart_needed=self.restart_needed)
             self.error = ""
@@ -122,7 +122,7 @@ class LiveSettings:
             for key in news:
                 log.warning(f"{key} changed on disk: restart to apply", why=why)
             if applied or news or why != "changed on disk":
-                self.sink.publish(SettingsReloaded(applied=applied,
+                self.sink.publish(SettingsReloaded(why=why, applied=applied,
                                                    restart_needed=self.restart_needed))
             return Reloaded(ok=True, why=why, applied=applied,
                             restart_needed=self.restart_needed)

@@ -6,51 +6,23 @@ landing's own code and carry it in `--json`, events carry it for a caller that d
 from __future__ import annotations
 
 import json
-import re
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.daemon_process import FAST_CONFIG, DaemonProcess, clean_env
-from tests.support.fixing_agent import tool_results
-from tests.support.model_servers import OpenAIServer, Reply
-from tests.workspaces.conftest import git, make_repo
+from tests.support.daemon_process import DaemonProcess
+from tests.support.landing import (
+    set_config,
+    wait_for_event,
+    worktree_daemon,
+    writer,
+)
+from tests.support.model_servers import OpenAIServer
+from tests.workspaces.conftest import git
 
 pytestmark = pytest.mark.slow
-
-WORKTREE_CONFIG = FAST_CONFIG + """
-[workspace]
-isolation = "worktree"
-spares = 0
-"""
-
-
-def writer(body: dict[str, Any]) -> Reply:
-    """`write NAME TEXT` as the task: one `write` call, then "wrote NAME"."""
-    task = next(m["content"] for m in body["messages"] if m["role"] == "user")
-    name, text = re.search(r"write (\S+) (\S+)", task).groups()  # type: ignore[union-attr]
-    if not tool_results(body):
-        return OpenAIServer.tool_call_turn(("write", {"path": name, "content": text + "\n"}))
-    return OpenAIServer.text_turn(f"wrote {name}")
-
-
-def worktree_daemon(tmp_path: Path, url: str, config: str = WORKTREE_CONFIG) -> DaemonProcess:
-    layout = make_repo(tmp_path / "repo", {"app.txt": "one\n", "check.sh": "exit 0\n"})
-    from squadd.state.scaffold import templates_dir
-    from squadd.state.team import add_agent
-
-    add_agent(layout, "lead", "Lead", templates=templates_dir())
-    layout.config_toml.write_text(config, encoding="utf-8")
-    git(layout.repo, "add", "--all")
-    git(layout.repo, "commit", "--quiet", "-m", "squad")
-    return DaemonProcess(layout, url, env=clean_env(
-        XDG_CONFIG_HOME=str(tmp_path / "xdg-config"), GIT_AUTHOR_NAME="Tester",
-        GIT_AUTHOR_EMAIL="tester@example.com", GIT_COMMITTER_NAME="Tester",
-        GIT_COMMITTER_EMAIL="tester@example.com"))
-
 
 @pytest.fixture
 def daemon(tmp_path: Path) -> Iterator[DaemonProcess]:
@@ -61,10 +33,6 @@ def daemon(tmp_path: Path) -> Iterator[DaemonProcess]:
 def route(daemon: DaemonProcess, task: str, *extra: str) -> tuple[int, dict[str, Any]]:
     done = daemon.squadd("route", "lead", task, "--land", "--json", *extra, timeout=120)
     return done.returncode, json.loads(done.stdout)
-
-
-def set_config(daemon: DaemonProcess, extra: str) -> None:
-    daemon.layout.config_toml.write_text(WORKTREE_CONFIG + extra, encoding="utf-8")
 
 
 def test_a_landed_route_exits_0_and_its_json_names_the_new_commit(
@@ -158,13 +126,26 @@ def test_without_a_daemon_land_lands_in_process_with_the_same_json(
     assert result["landing"]["commit"] == git(daemon.layout.repo, "rev-parse", "main")
 
 
-def wait_for_event(daemon: DaemonProcess, kind: str, session: str,
-                   timeout: float = 15.0) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        for event in daemon.client.events(types=[kind], recent=200, follow=False):
-            if event.get("session_id") == session:
-                return event
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"no {kind} event for {session}")
-        time.sleep(0.05)
+async def test_squad_route_over_mcp_returns_the_landing_and_fails_when_it_was_refused(
+        daemon: DaemonProcess) -> None:
+    from tests.test_mcp import call, mcp_session, text_of
+
+    async with mcp_session(daemon.layout) as session:
+        landed = await call(session, "squad_route", {
+            "targetAgent": "lead", "task": "write m.txt mu", "waitForResult": True,
+            "land": True})
+        set_config(daemon, 'land_check = "echo not-green; exit 1"\n')
+        assert daemon.squadd("reload").returncode == 0
+        refused = await call(session, "squad_route", {
+            "targetAgent": "lead", "task": "write n.txt nu", "waitForResult": True,
+            "land": True})
+    assert not landed.is_error, text_of(landed)
+    assert landed.structured_content is not None
+    assert landed.structured_content["landing"]["state"] == "landed"
+    assert refused.is_error
+    assert refused.structured_content is not None
+    landing = refused.structured_content["landing"]
+    assert landing["state"] == "check_failed" and "not-green" in landing["detail"]
+    text = text_of(refused)
+    assert text.startswith("wrote n.txt") and "Landing: check_failed" in text
+    assert f"Next: {landing['next']}" in text
