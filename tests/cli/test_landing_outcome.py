@@ -85,6 +85,10 @@ def test_a_conflict_exits_3_with_the_path_and_the_command_to_continue(
     # The daemon landed it (its bus saw the event; a landing in the CLI's process has none).
     failed = wait_for_event(daemon, "workspace.land_failed", session)
     assert failed["outcome"]["state"] == "conflict" and failed["paths"] == ["app.txt"]
+    shown = daemon.squadd("events", "-n", "50", "--type", "workspace.land_failed")
+    assert f"{session} " in shown.stdout and "landing: conflict" in shown.stdout
+    assert f"next: resolve app.txt in the session's worktree, then `squadd land {session}`" \
+        in shown.stdout
 
 
 def test_a_landing_that_cannot_finish_is_pending_and_exits_4(daemon: DaemonProcess) -> None:
