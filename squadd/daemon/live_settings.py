@@ -83,6 +83,11 @@ class LiveSettings:
         self.error = ""
         """Why the files on disk were last refused ("" once they load again)."""
         self._lock = anyio.Lock()
+        self._stop = anyio.Event()
+
+    def close(self) -> None:
+        """End `watch` (its watcher thread returns within a step, not a whole timeout)."""
+        self._stop.set()
 
     @property
     def files(self) -> list[Path]:
@@ -108,15 +113,16 @@ class LiveSettings:
                                 restart_needed=self.restart_needed)
             self.error = ""
             running = self.target.settings
-            applied = [key for key in changed_settings(running, loaded) if is_live(key)]
-            kept: list[str] = []
-            if applied:
-                kept = self.target.apply_settings(with_live_sections(running, loaded))
-                applied = [key for key in applied if key not in kept]
-            waiting = [key for key in changed_settings(self.target.settings, loaded)
-                       if not is_live(key)] + kept
+            live = [key for key in changed_settings(running, loaded)
+                    if is_live(key) and key not in self.restart_needed]
+            if live:
+                self.target.apply_settings(with_live_sections(running, loaded))
+            # Whatever still differs waits for a restart: other sections, and a live key the
+            # runtime could not take (a cluster's pool size).
+            waiting = changed_settings(self.target.settings, loaded)
+            applied = [key for key in live if key not in waiting]
             news = [key for key in waiting if key not in self.restart_needed]
-            self.restart_needed = sorted(set(waiting))
+            self.restart_needed = waiting
             if applied:
                 log.info("settings applied", why=why, keys=applied)
             for key in news:
@@ -142,6 +148,7 @@ class LiveSettings:
         started = False
         try:
             watcher = watchfiles.awatch(*folders, watch_filter=relevant, recursive=False,
+                                        stop_event=self._stop,
                                         debounce=WATCH_DEBOUNCE_MS, step=50,
                                         rust_timeout=WATCH_TIMEOUT_MS)
             task_status.started()
@@ -158,7 +165,7 @@ class LiveSettings:
 
     async def _poll(self) -> None:
         seen = self._stats()
-        while True:
+        while not self._stop.is_set():
             await anyio.sleep(POLL_S)
             now = self._stats()
             if now != seen:

@@ -386,6 +386,8 @@ class Daemon:
             context.close_streams()
             scribe_stop.set()
             watching.cancel()
+            if context.live_settings is not None:
+                context.live_settings.close()
             reloading.cancel()
             for server in servers:
                 server.should_exit = True

@@ -10,13 +10,18 @@ import signal
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import pytest
 
+from squadd.config import Settings, load_settings
+from squadd.contracts.events import SettingsReloaded
+from squadd.daemon.live_settings import LiveSettings
+from squadd.state.layout import SquadLayout
+from squadd.state.scaffold import init_squad
+from tests.runtime.scripted import Recorder
 from tests.support.daemon_process import DaemonProcess
 from tests.support.landing import set_config, wait_for_event, worktree_daemon, writer
 from tests.support.model_servers import OpenAIServer
-
-pytestmark = pytest.mark.slow
 
 FAILING_CHECK = 'land_check = "echo no-landing-today; exit 7"\n'
 
@@ -38,6 +43,7 @@ def last_seq(daemon: DaemonProcess) -> int:
     return int(recent[-1]["seq"]) if recent else 0
 
 
+@pytest.mark.slow
 def test_an_edited_config_file_is_applied_without_a_command(daemon: DaemonProcess) -> None:
     since = last_seq(daemon)
     set_config(daemon, FAILING_CHECK)
@@ -47,6 +53,7 @@ def test_an_edited_config_file_is_applied_without_a_command(daemon: DaemonProces
     assert landing_code(daemon, "a.txt") == 3
 
 
+@pytest.mark.slow
 def test_sighup_rereads_the_user_config_and_the_next_landing_uses_the_new_check(
         daemon: DaemonProcess, tmp_path: Path) -> None:
     """The user config's folder did not exist when the daemon started (so it is not watched):
@@ -64,6 +71,7 @@ def test_sighup_rereads_the_user_config_and_the_next_landing_uses_the_new_check(
     assert daemon.proc is not None and daemon.proc.poll() is None  # SIGHUP did not stop it
 
 
+@pytest.mark.slow
 def test_squadd_reload_applies_pool_limits_and_reports_what_needs_a_restart(
         daemon: DaemonProcess) -> None:
     since = last_seq(daemon)
@@ -84,6 +92,7 @@ def test_squadd_reload_applies_pool_limits_and_reports_what_needs_a_restart(
     assert "restart to apply" not in daemon.squadd("status").stdout
 
 
+@pytest.mark.slow
 def test_a_bad_file_is_refused_naming_the_key_and_the_running_settings_stay(
         tmp_path: Path) -> None:
     with OpenAIServer(responder=writer) as server, \
@@ -104,3 +113,85 @@ def test_a_bad_file_is_refused_naming_the_key_and_the_running_settings_stay(
         assert daemon.squadd("reload").returncode == 0
         assert "land_chek" not in daemon.squadd("status").stdout
         assert landing_code(daemon, "b.txt") == 0
+
+
+class Target:
+    """What the settings are applied to, as the runtime takes them (a fixed-size limiter:
+    `pool.max_concurrent` is the key it cannot apply)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.applied: list[Settings] = []
+        self.changed = anyio.Event()
+
+    def apply_settings(self, settings: Settings) -> list[str]:
+        kept = ["pool.max_concurrent"] if \
+            settings.pool.max_concurrent != self.settings.pool.max_concurrent else []
+        if kept:
+            settings = settings.model_copy(update={"pool": settings.pool.model_copy(
+                update={"max_concurrent": self.settings.pool.max_concurrent})})
+        self.settings = settings
+        self.applied.append(settings)
+        self.changed.set()
+        return kept
+
+
+def _live(tmp_path: Path) -> tuple[SquadLayout, Target, Recorder, LiveSettings]:
+    (tmp_path / "repo").mkdir()
+    layout = SquadLayout.at(init_squad(tmp_path / "repo").squad_dir)
+    user = tmp_path / "user.toml"
+    target = Target(load_settings(layout.root, user_file=user))
+    events = Recorder()
+    return layout, target, events, LiveSettings(layout, target, events, user_file=user)
+
+
+async def test_a_reload_applies_live_keys_and_keeps_the_rest_for_a_restart(
+        tmp_path: Path) -> None:
+    layout, target, events, live = _live(tmp_path)
+    layout.config_toml.write_text('[workspace]\nland_check = "make test"\n[pool]\n'
+                                  'max_concurrent = 3\nmax_queued = 7\n[provider]\n'
+                                  'kind = "anthropic"\n', encoding="utf-8")
+    reloaded = await live.reload("squadd reload")
+    assert reloaded.ok and reloaded.applied == ["pool.max_queued", "workspace.land_check"]
+    assert reloaded.restart_needed == ["pool.max_concurrent", "provider.kind"]
+    assert target.settings.workspace.land_check == "make test"
+    assert target.settings.pool.max_queued == 7 and target.settings.pool.max_concurrent == 8
+    assert target.settings.provider.kind == "openai"
+    assert live.report()["restart_needed"] == [
+        "pool.max_concurrent changed on disk: restart to apply",
+        "provider.kind changed on disk: restart to apply"]
+    [event] = events.of("settings.reloaded")
+    assert isinstance(event, SettingsReloaded) and event.why == "squadd reload"
+    again = await live.reload("changed on disk")  # nothing new: applied nothing, said nothing
+    assert again.ok and again.applied == [] and len(events.of("settings.reloaded")) == 1
+    assert len(target.applied) == 1
+
+
+async def test_a_file_that_does_not_load_is_refused_and_nothing_changes(tmp_path: Path) -> None:
+    layout, target, events, live = _live(tmp_path)
+    before = target.settings
+    layout.config_toml.write_text("[workspace]\nland_check = 'x'\nland_chek = 'y'\n",
+                                  encoding="utf-8")
+    refused = await live.reload("SIGHUP")
+    assert not refused.ok and "unknown key 'workspace.land_chek'" in refused.error
+    assert str(layout.config_toml) in refused.error
+    assert target.settings is before and target.applied == []
+    [event] = events.of("settings.reloaded")
+    assert event.why == "SIGHUP" and "land_chek" in event.error and event.applied == []
+    assert "the running settings stay" in live.report()["error"]
+    layout.config_toml.write_text("[workspace]\nland_check = 'x'\n", encoding="utf-8")
+    assert (await live.reload("SIGHUP")).ok and live.report()["error"] == ""
+    assert target.settings.workspace.land_check == "x"
+
+
+async def test_watch_reloads_on_a_change_and_ends_when_closed(tmp_path: Path) -> None:
+    layout, target, events, live = _live(tmp_path)
+    async with anyio.create_task_group() as group:
+        await group.start(live.watch)
+        layout.config_toml.write_text("[tools]\ntimeout_s = 9.0\n", encoding="utf-8")
+        with anyio.fail_after(30):
+            await target.changed.wait()
+        assert target.settings.tools.timeout_s == 9.0
+        live.close()  # the watcher returns by itself: the group ends without a cancel
+    [event] = events.of("settings.reloaded")
+    assert event.why == "changed on disk" and event.applied == ["tools.timeout_s"]
