@@ -225,21 +225,25 @@ def main() -> None:
         plain_creates, plain_lands = git_side(layout, args.runs)
     plain_create, plain_land = ms(plain_creates), ms(plain_lands)
     print(f"repo of {args.files} files, {args.runs} runs each (p50)", file=sys.stderr)
-    if not args.cli_only:
-        create, cold_create, land = ms(creates), ms(cold), ms(lands)
-        print(f"workspace create_p50_ms={create} cold_create_p50_ms={cold_create} "
-              f"land_p50_ms={land} git_create_p50_ms={plain_create} "
-              f"git_land_p50_ms={plain_land} create_ratio={create / plain_create:.2f} "
-              f"land_ratio={land / plain_land:.2f}")
     version = ms(cli["version"])
     daemon_less = ms(cli["land_daemon"]) - version
     local_less = ms(cli["land_local"]) - version
-    print(f"workspace_cli version_p50_ms={version} land_daemon_p50_ms={ms(cli['land_daemon'])} "
-          f"land_local_p50_ms={ms(cli['land_local'])} land_api_p50_ms={ms(cli['land_api'])} "
-          f"git_land_p50_ms={plain_land} land_daemon_less_start_ms={daemon_less:.1f} "
-          f"land_local_less_start_ms={local_less:.1f} "
-          f"cli_ratio={daemon_less / plain_land:.2f} local_ratio={local_less / plain_land:.2f}")
-
+    figures = (f"version_p50_ms={version} cli_land_p50_ms={ms(cli['land_daemon'])} "
+               f"cli_land_local_p50_ms={ms(cli['land_local'])} "
+               f"land_api_p50_ms={ms(cli['land_api'])} git_land_p50_ms={plain_land} "
+               f"cli_land_less_start_ms={daemon_less:.1f} "
+               f"cli_land_local_less_start_ms={local_less:.1f} "
+               f"cli_land_ratio={daemon_less / plain_land:.2f} "
+               f"cli_land_local_ratio={local_less / plain_land:.2f}")
+    if args.cli_only:
+        print(f"workspace_cli {figures}")
+        return
+    # One last line (scripts/bench/report.py reads it).
+    create, cold_create, land = ms(creates), ms(cold), ms(lands)
+    print(f"workspace create_p50_ms={create} cold_create_p50_ms={cold_create} "
+          f"land_p50_ms={land} git_create_p50_ms={plain_create} "
+          f"create_ratio={create / plain_create:.2f} land_ratio={land / plain_land:.2f} "
+          f"{figures}")
 
 if __name__ == "__main__":
     main()
