@@ -281,6 +281,23 @@ class SettingsReloaded(BaseEvent):
     error: str = ""
 
 
+class SessionClaimed(BaseEvent):
+    """A cluster worker claimed a session's job (`worker` names it)."""
+
+    type: Literal["session.claimed"] = "session.claimed"
+    host: str = ""
+    epoch: int = 0
+
+
+class SessionReclaimed(BaseEvent):
+    """A cluster worker took over a session another worker held (it died, or was cut off)."""
+
+    type: Literal["session.reclaimed"] = "session.reclaimed"
+    host: str = ""
+    epoch: int = 0
+    previous_worker: str | None = None
+
+
 Event = Annotated[
     DaemonStarted | DaemonStopping | RouteQueued | AgentSpawned | AgentStateChanged | AgentIdle
     | AgentCompleted | AgentError | SessionMessage | ToolStarted | ToolUpdated | ToolCompleted
@@ -288,7 +305,8 @@ Event = Annotated[
     | ScribeArchived | ApprovalRequested | ApprovalResolved | VariableRequested
     | VariableResolved | ToolsLoadFailed | BusOverflow
     | WorkspaceCreated | WorkspaceCommitted | WorkspaceLanded | WorkspaceConflict
-    | WorkspaceRemoved | WorkspaceLandFailed | SettingsReloaded,
+    | WorkspaceRemoved | SessionClaimed | SessionReclaimed | WorkspaceLandFailed
+    | SettingsReloaded,
     Field(discriminator="type"),
 ]
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
