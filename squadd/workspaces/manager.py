@@ -80,7 +80,7 @@ class Workspaces:
     def apply_settings(self, settings: Settings) -> None:
         """Take changed `[workspace]` settings while running: each landing reads them when
         it starts (`land_check`, `land`, timeouts), so the next one uses them."""
-        self.settings = settings.workspace
+        self.settings, self.all_settings = settings.workspace, settings
         self.git = Git(self.settings.git_timeout_s)
         self.want_spares()
 
