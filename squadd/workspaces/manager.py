@@ -19,6 +19,7 @@ from pathlib import Path
 import anyio
 import structlog
 
+from squadd import telemetry
 from squadd.config import Settings
 from squadd.contracts.events import (
     EventSink,
@@ -264,6 +265,9 @@ class Workspaces:
         identity = self.identity(record.agent, display_name)
         message = f"{title.strip().splitlines()[0][:72] or 'squad session'}\n\n" \
                   f"Squad-Session: {record.session_id}\n"
+        trace = telemetry.trace_id()  # from the commit on main to the session's spans
+        if trace is not None:
+            message += f"Squad-Trace: {trace}\n"
         committed = await worktrees.commit(
             self.layout, self.git, record, author=identity["GIT_AUTHOR_NAME"],
             email=identity["GIT_AUTHOR_EMAIL"], message=message)
