@@ -235,13 +235,23 @@ def usage_from(data: dict[str, Any], input_key: str, output_key: str) -> Usage:
     if not isinstance(usage, dict):
         return Usage()
 
-    def count(key: str, where: dict[str, Any] = usage) -> int:
-        value = where.get(key)
+    def count(key: str, within: dict[str, Any] = usage) -> int:
+        value = within.get(key)
         return value if isinstance(value, int) and value >= 0 else 0
 
+    def cached(key: str, within: Any = usage) -> int | None:
+        # Anthropic: cache_read_input_tokens / cache_creation_input_tokens; OpenAI:
+        # prompt_tokens_details.cached_tokens.
+        return count(key, within) if isinstance(within, dict) and key in within else None
+
     details = usage.get("prompt_tokens_details")
-    cached = count("cached_tokens", details) if isinstance(details, dict) else 0
-    read, written = count("cache_read_input_tokens"), count("cache_creation_input_tokens")
-    prompt = count(input_key) + read + written
+    read = cached("cache_read_input_tokens")
+    in_prompt = cached("cached_tokens", details)  # OpenAI: part of prompt_tokens
+    written = cached("cache_creation_input_tokens")
+    prompt = count(input_key)
+    billed_read = read if read is not None else min(prompt, in_prompt or 0)
     return Usage(input_tokens=prompt, output_tokens=count(output_key),
-                 cache_read_tokens=min(prompt, cached + read), cache_write_tokens=written)
+                 cache_read_input_tokens=read if read is not None else in_prompt,
+                 cache_creation_input_tokens=written,
+                 cache_read_tokens=billed_read, cache_write_tokens=written or 0,
+                 cached_in_input=0 if read is not None else billed_read)

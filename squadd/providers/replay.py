@@ -198,8 +198,9 @@ def _recorded_turn(completion: Completion) -> dict[str, Any]:
         usage = completion.usage
         turn["usage"] = {"input_tokens": usage.input_tokens,
                          "output_tokens": usage.output_tokens,
-                         **usage.model_dump(include={"cache_read_tokens", "cache_write_tokens"},
-                                            exclude_defaults=True)}
+                         **usage.model_dump(include={"cache_read_input_tokens",
+                                                     "cache_creation_input_tokens"},
+                                            exclude_none=True)}
     return turn or {"text": ""}
 
 

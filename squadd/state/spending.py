@@ -73,7 +73,7 @@ def cost_of(usage: Usage, price: PriceSettings | None) -> float | None:
     if price is None:
         return None
     read, written = usage.cache_read_tokens, usage.cache_write_tokens
-    plain = max(0, usage.input_tokens - read - written)
+    plain = max(0, usage.input_tokens - usage.cached_in_input)
     cache_read = price.input if price.cache_read is None else price.cache_read
     cache_write = price.input if price.cache_write is None else price.cache_write
     total = (plain * price.input + read * cache_read + written * cache_write

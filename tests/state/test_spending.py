@@ -34,11 +34,16 @@ def test_a_dated_model_takes_the_longest_table_it_starts_with() -> None:
 
 
 def test_cache_tokens_are_priced_apart_and_unknown_is_none_not_zero() -> None:
-    usage = Usage(input_tokens=1_000_000, output_tokens=100_000, cache_read_tokens=400_000,
+    # Anthropic's shape: cache tokens besides input_tokens
+    usage = Usage(input_tokens=500_000, output_tokens=100_000, cache_read_tokens=400_000,
                   cache_write_tokens=100_000)
     # 500k plain at $3, 400k read at $0.30, 100k written at $3.75, 100k out at $15
     assert cost_of(usage, PRICES["anthropic/claude-sonnet-4-5"]) == pytest.approx(
         1.5 + 0.12 + 0.375 + 1.5)
+    # OpenAI's shape: cached tokens are part of the prompt's, billed once at the cache price
+    openai = Usage(input_tokens=1_000_000, output_tokens=0, cache_read_tokens=400_000,
+                   cached_in_input=400_000)
+    assert cost_of(openai, PRICES["openai/gpt-4o"]) == pytest.approx(1.5 + 0.5)
     # no cache prices: cached tokens cost what input costs
     assert cost_of(usage, PRICES["openai/gpt-4o-mini"]) == pytest.approx(0.15 + 0.06)
     assert cost_of(usage, None) is None
@@ -49,13 +54,15 @@ def test_providers_report_cache_tokens_in_either_shape() -> None:
     openai = usage_from({"usage": {"prompt_tokens": 100, "completion_tokens": 7,
                                    "prompt_tokens_details": {"cached_tokens": 60}}},
                         "prompt_tokens", "completion_tokens")
-    assert openai == Usage(input_tokens=100, output_tokens=7, cache_read_tokens=60)
+    assert (openai.input_tokens, openai.cache_read_tokens, openai.cached_in_input) == \
+        (100, 60, 60)
     anthropic = usage_from({"usage": {"input_tokens": 10, "output_tokens": 5,
                                       "cache_read_input_tokens": 70,
                                       "cache_creation_input_tokens": 20}},
                            "input_tokens", "output_tokens")
-    assert anthropic == Usage(input_tokens=100, output_tokens=5, cache_read_tokens=70,
-                              cache_write_tokens=20)
+    assert (anthropic.input_tokens, anthropic.cache_read_tokens, anthropic.cache_write_tokens,
+            anthropic.cached_in_input) == (10, 70, 20, 0)
+    assert anthropic.cache_read_input_tokens == 70  # as the provider said it, for traces
 
 
 def _spend(ts: float, session: str, agent: str, root: str, cost: float | None) -> Spend:

@@ -98,6 +98,13 @@ class ApprovalBroker:
         """The inbox, when there is one (the daemon): an `ask` of a call in a session goes
         there, durable, and waits without a slot until answered or `approvals.expire_after_s`."""
 
+    def apply_settings(self, settings: Settings) -> None:
+        """Take changed `[tools]` approval rules and timeouts (asks already waiting keep
+        theirs)."""
+        self.rules = settings.tools.approvals
+        self.timeout_s = settings.tools.approval_timeout_s
+        self.variable_timeout_s = settings.tools.variable_timeout_s
+
     def policy(self, tool: Tool[Any]) -> PolicyDecision:
         return approval_policy(tool, self.rules)
 
