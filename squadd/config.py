@@ -542,7 +542,7 @@ def _origin_of(loc: tuple[int | str, ...], origin: Mapping[str, str]) -> str:
 
 
 # Settings that change while the daemon runs.
-LIVE_SECTIONS = ("workspace", "tools", "scribe", "pool")
+LIVE_SECTIONS = ("workspace", "tools", "scribe", "pool", "budget", "pricing")
 """The sections a running daemon applies when its settings files change (`squadd reload`,
 SIGHUP, or the file watcher); a change anywhere else waits for a restart."""
 

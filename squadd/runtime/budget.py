@@ -102,7 +102,8 @@ class Spending:
                          "spent": breach.spent, "worst": breach.worst, "unit": breach.unit,
                          "setting": f"budget.{breach.setting}"})
             if item.open:
-                item = await self.inbox.wait_parked(item, "budget")
+                item = await self.inbox.wait_parked(
+                    item, "budget", cleared=lambda: self.breach(session, request) is None)
             if (item.resolution or {}).get("action") == "dismiss":
                 # A person chose to stop it here: the session ends, its work kept.
                 return (f"stopped at its budget by a person ({breach.reason()}); the "

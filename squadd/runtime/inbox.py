@@ -78,6 +78,7 @@ class Inbox:
         self._waiters: dict[str, anyio.Event] = {}
         self._sessions: dict[str, ParkedSession] = {}
         self._wake = anyio.Event()
+        self._settings_changed = anyio.Event()
 
     # Wiring.
     def add_hook(self, hook: NewItemHook) -> None:
@@ -142,17 +143,55 @@ class Inbox:
                 log.exception("inbox hook failed", item=item.id)
 
     # Waiting (parked).
-    async def wait_parked(self, item: InboxItem, reason: str) -> InboxItem:
-        """Park the item's session until the item is resolved; the resolved item."""
+    async def wait_parked(self, item: InboxItem, reason: str,
+                          cleared: Callable[[], bool] | None = None) -> InboxItem:
+        """Park the item's session until the item is resolved; the resolved item. With
+        `cleared`, each `settings_changed()` asks it again: True resolves the item (`resume`,
+        by the settings)."""
         session_id = item.session_id or ""
         session = self._sessions.get(session_id)
         if session is not None:
             await session.park(reason, item=item.id)
         async with self.pool.parked(session_id, reason):
-            resolved = await self._wait(item.id)
+            if cleared is None:
+                resolved = await self._wait(item.id)
+            else:
+                resolved = await self._wait_or_clear(item, cleared)
         if session is not None:
             await session.unpark()
         return resolved
+
+    def settings_changed(self) -> None:
+        """The settings changed (`squadd reload`): parked sessions check their limits again."""
+        changed, self._settings_changed = self._settings_changed, anyio.Event()
+        changed.set()
+
+    async def _wait_or_clear(self, item: InboxItem, cleared: Callable[[], bool]) -> InboxItem:
+        while True:
+            answered = await self._answer_or_change(item.id, self._settings_changed)
+            if answered is not None:
+                return answered
+            if cleared():
+                with contextlib.suppress(InboxError):
+                    return await self.resolve(item.id, "resume", reason="the limit was raised",
+                                              by="settings")
+                return self.store.get(item.id) or item
+
+    async def _answer_or_change(self, item_id: str, changed: anyio.Event) -> InboxItem | None:
+        """The resolved item, or None once the settings changed first."""
+        done: list[InboxItem] = []
+        async with anyio.create_task_group() as tg:
+            async def answered() -> None:
+                done.append(await self._wait(item_id))
+                tg.cancel_scope.cancel()
+
+            async def settings() -> None:
+                await changed.wait()
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(answered)
+            tg.start_soon(settings)
+        return done[0] if done else None
 
     async def _wait_bounded(self, item: InboxItem, timeout_s: float) -> InboxItem:
         with anyio.move_on_after(timeout_s):

@@ -249,6 +249,8 @@ class SquadRuntime:
         self.settings = self.runner.settings = settings
         self.invoker.apply_settings(settings)
         self.workspaces.apply_settings(settings)
+        self.spending.reload(settings)
+        self.inbox.settings_changed()  # a session parked at a raised limit goes on
         return kept
 
     # Lifecycle.

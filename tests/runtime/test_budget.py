@@ -184,3 +184,25 @@ async def test_a_priced_call_adds_no_sync_to_the_route_and_reaches_the_ledger_at
     again = SpendingLedger(squad)
     again.load()
     assert again.today().usd == pytest.approx(2.0)
+
+
+async def test_raising_the_limit_in_the_settings_resumes_a_parked_session(
+        squad: SquadLayout) -> None:
+    async with SquadRuntime(squad, priced(per_day_usd=1.0), script([text("hi", BIG)])) as rt:
+        first = await rt.route(RouteRequest(target_agent="fenster", task="spend"))
+        assert first.ok  # $2 spent today: the next call would pass $1
+        result: list[object] = []
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(lambda: _append(result, rt.route(
+                    RouteRequest(target_agent="lead", task="go"))))
+                item = await _item(rt, "parked")
+                rt.apply_settings(priced(per_day_usd=1.5))  # still under what it needs
+                await anyio.wait_all_tasks_blocked()
+                assert rt.inbox.get(item.id).open  # type: ignore[union-attr]
+                rt.apply_settings(priced(per_day_usd=10.0))
+        (done,) = result
+        assert done.ok  # type: ignore[attr-defined]
+        resolved = rt.inbox.store.get(item.id)
+        assert resolved is not None and resolved.resolution == {
+            "action": "resume", "by": "settings", "reason": "the limit was raised"}
