@@ -58,7 +58,9 @@ async def test_two_sessions_edit_the_same_line_first_lands_second_reports_the_co
     assert git(squad_repo.repo, "rev-parse", second.branch) == second_tip
     _no_rebase_in_progress(squad_repo, second)
     assert refused.workspace is not None and refused.workspace.state == "conflict"
-    assert events.types()[-2:] == ["workspace.landed", "workspace.conflict"]
+    # The landed worktree is removed (workspace.keep_landed = false).
+    assert events.types()[-3:] == ["workspace.landed", "workspace.removed",
+                                   "workspace.conflict"]
 
 
 async def test_a_conflict_in_a_file_whose_name_git_would_quote_names_it_as_it_is(
