@@ -119,3 +119,6 @@ def workspaces(prune: bool, remove_session: str | None, as_json: bool,
                    f"{_age(view, now):>5} {_disk(spaces.layout, view):>8}")
         if view.message:
             click.echo(f"  {view.message}")
+        step = records.next_step(view)
+        if step:
+            click.echo(f"  next: {step}")

@@ -193,12 +193,10 @@ async def land(layout: SquadLayout, git: Git, record: WorkspaceView, *, check: L
     await anyio.to_thread.run_sync(records.save, layout, record)
     records.kill_point("land.before_advance")
     result = await advance(layout, git, record, old_tip=old_tip, new_tip=new_tip,
-                           branch_tip=branch_tip)
+                           branch_tip=branch_tip, fixed=fixed, broke=broke, checked=passed)
     if result.ok and candidate is not None:
         # The candidate is the target's tip now: the next landing need not check it again.
         await anyio.to_thread.run_sync(remember_tip, layout, candidate)
-        result = result.model_copy(update={"fixed": fixed, "broke": broke})
-        result.message += f"; {passed}" + (f": fixed {', '.join(fixed[:10])}" if fixed else "")
     return result
 
 
@@ -225,8 +223,10 @@ async def _tip_result(layout: SquadLayout, git: Git, record: WorkspaceView, chec
 
 
 async def advance(layout: SquadLayout, git: Git, record: WorkspaceView, *, old_tip: str,
-                  new_tip: str, branch_tip: str) -> LandResult:
-    """Move the target from `old_tip` to `new_tip` by fast-forward only, then record it."""
+                  new_tip: str, branch_tip: str, fixed: list[str] | None = None,
+                  broke: list[str] | None = None, checked: str = "") -> LandResult:
+    """Move the target from `old_tip` to `new_tip` by fast-forward only, then record it (with
+    its outcome: the tests it `fixed` and `broke`, and what the check said)."""
     sid, repo, target = record.session_id, layout.repo, record.target or ""
     checkout = await checked_out_at(git, repo, target)
     if checkout is not None:
@@ -259,10 +259,15 @@ async def advance(layout: SquadLayout, git: Git, record: WorkspaceView, *, old_t
             message=f"{target} could not be fast-forwarded: {why}; it is unchanged"))
     records.kill_point("land.after_advance")
     record.state, record.landed_tip, record.conflict_paths = "landed", new_tip, []
-    record.landing = None
+    record.landing, record.repairs = None, 0
     record.message = f"landed on {target} at {new_tip[:12]}"
+    fixed = fixed or []
+    message = f"{record.branch} landed on {target}: {old_tip[:12]}..{new_tip[:12]}" + (
+        f"; {checked}" if checked else "") + (f": fixed {', '.join(fixed[:10])}" if fixed else "")
+    result = LandResult(ok=True, session_id=sid, target=target, old_tip=old_tip,
+                        new_tip=new_tip, message=message, fixed=fixed, broke=broke or [],
+                        workspace=record)
+    record.outcome = result.outcome()
     await anyio.to_thread.run_sync(records.save, layout, record)
     records.kill_point("land.after_record")
-    return LandResult(ok=True, session_id=sid, target=target, old_tip=old_tip, new_tip=new_tip,
-                      message=f"{record.branch} landed on {target}: {old_tip[:12]}.."
-                              f"{new_tip[:12]}", workspace=record)
+    return result

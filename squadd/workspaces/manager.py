@@ -336,10 +336,9 @@ class Workspaces:
         except (WorkspaceError, LockTimeoutError, TimeoutError, OSError) as exc:
             return LandResult(ok=False, session_id=session_id, reason="failed",
                               message=f"landing failed: {exc}")
-        if result.workspace is not None and result.reason != "invalid":
+        if result.workspace is not None and result.reason not in ("invalid", "landed"):
+            # (A landing's outcome is written with its `landed` state, in one write.)
             result.workspace.outcome = result.outcome()
-            if result.ok:
-                result.workspace.repairs = 0
             await anyio.to_thread.run_sync(records.save, self.layout, result.workspace)
         self._announce(result)
         if result.ok and result.reason == "landed" and not self.settings.keep_landed:

@@ -62,10 +62,7 @@ async def _recover_landing(layout: SquadLayout, git: Git, record: WorkspaceView,
         if tip in (old_tip, new_tip):
             result = await advance(layout, git, record, old_tip=old_tip, new_tip=new_tip,
                                    branch_tip=branch_tip)
-            if result.ok:
-                record.outcome = result.outcome()
-                await anyio.to_thread.run_sync(records.save, layout, record)
-            else:
+            if not result.ok:
                 retry.add(sid)
             return f"{sid}: landing resumed: {result.message}"
     await roll_back(git, record, branch_tip)
