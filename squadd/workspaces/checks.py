@@ -166,7 +166,7 @@ def judge(check: LandCheck, target: str, candidate: CheckResult,
                            f"the land check's report on {target} could not be read: {why}")
         if broke:
             return Verdict(False, fixed, broke,
-                           f"the candidate breaks {_tests(broke)} that pass on {target}")
+                           f"the candidate breaks {_tests(broke)}, passing on {target}")
         if candidate.exit_code != 0 and tip.exit_code == 0:
             return Verdict(False, fixed, broke,
                            f"the land check {cmd} {candidate.how()} on the candidate (its "

@@ -102,11 +102,13 @@ async def _stopped(layout: SquadLayout, git: Git, record: WorkspaceView, branch_
 async def squash(git: Git, tree: Path, record: WorkspaceView, *, onto: str,
                  branch_tip: str, committer: dict[str, str]) -> None:
     """Make the branch one commit on its fork point from `onto`: the branch's tree, authored
-    by its last commit's author, with the session's message (`commit_message`, else the last
+    by its first commit's author, with the session's message (`commit_message`, else the last
     commit's), committed by `committer`. Plumbing only: no hook runs."""
     base = await git.out(tree, "merge-base", onto, branch_tip, what="cannot find the fork point")
-    author = (await git.out(tree, "log", "-1", "--format=%an%x00%ae", branch_tip,
-                            what="cannot read the branch's author")).split("\0")
+    # The author of the session's first commit: later ones may be a person's fix-up.
+    authors = await git.out(tree, "log", "--reverse", "--format=%an%x00%ae",
+                            f"{base}..{branch_tip}", what="cannot read the branch's author")
+    author = (authors.splitlines() or ["Squad\0squad@squad.local"])[0].split("\0")
     message = record.commit_message or await git.out(
         tree, "log", "-1", "--format=%B", branch_tip, what="cannot read the branch's message")
     env = dict(committer, GIT_AUTHOR_NAME=author[0], GIT_AUTHOR_EMAIL=author[-1])

@@ -408,7 +408,7 @@ class Workspaces:
             if record.repairs else ""
         outcome.detail = f"not landed{tried}: {outcome.detail}"
         record.state, record.outcome = "needs_attention", outcome
-        record.message = f"{failed.message.splitlines()[0][:300]}; next: {outcome.next}"
+        record.message = outcome.detail.splitlines()[0][:500]
         await anyio.to_thread.run_sync(records.save, self.layout, record)
         return record
 
