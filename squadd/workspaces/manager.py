@@ -32,12 +32,13 @@ from squadd.contracts.workspaces import Isolation, LandResult, WorkspaceView
 from squadd.errors import LockTimeoutError, SquaddError, WorkspaceError
 from squadd.fsio import try_lock
 from squadd.state.layout import SquadLayout
-from squadd.workspaces import records, repair, spares, worktrees
+from squadd.workspaces import records, spares, worktrees
 from squadd.workspaces.checks import LandCheck
 from squadd.workspaces.git import Git, run
 from squadd.workspaces.landing import land
 from squadd.workspaces.messages import commit_message, parse_identity
 from squadd.workspaces.reconcile import reconcile
+from squadd.workspaces.repair import RepairTurns
 
 log = structlog.get_logger("squadd.workspaces")
 LOCK_POLL_S = 0.05
@@ -60,7 +61,7 @@ def charter_isolation(sections: Mapping[str, str] | None) -> Isolation | None:
     return None
 
 
-class Workspaces:
+class Workspaces(RepairTurns):
     """The workspaces of one repository."""
 
     def __init__(self, layout: SquadLayout, settings: Settings, sink: EventSink):
@@ -344,73 +345,6 @@ class Workspaces:
         if result.ok and result.reason == "landed" and not self.settings.keep_landed:
             result = await self._tidy_landed(result)
         return result
-
-    # Repair turns: a failed landing goes back to the agent before it waits for a person.
-    async def start_repair(self, session_id: str, failed: LandResult) -> str | None:
-        """Put the session's worktree where its agent repairs `failed` (see
-        `squadd.workspaces.repair`) and return the repair turn's prompt; None when the
-        repair attempts are spent or the worktree cannot be prepared (said in the log)."""
-        record = await anyio.to_thread.run_sync(records.load, self.layout, session_id)
-        if record is None or record.repairs >= self.settings.repair_attempts or \
-                failed.reason not in ("conflict", "check_failed"):
-            return None
-        prompt = None
-        try:
-            with anyio.CancelScope(shield=True):
-                prompt = await repair.start(
-                    self.layout, self.git, record, failed, committer=await self.committer(),
-                    style=self.settings.land_style, attempts=self.settings.repair_attempts)
-        except (SquaddError, OSError) as exc:
-            log.warning("repair turn not started", session_id=session_id, error=str(exc))
-            await self.abandon_repair(session_id, str(exc))
-        return prompt
-
-    async def finish_repair(self, session_id: str, *, answer: str) -> str:
-        """After a repair turn: continue the rebase with the agent's resolution and commit
-        what else it changed. "" when the work is ready to land again, else why not."""
-        record = await anyio.to_thread.run_sync(records.load, self.layout, session_id)
-        if record is None:
-            return f"session {session_id} has no worktree"
-        with anyio.CancelScope(shield=True):
-            try:
-                why = await repair.finish(self.layout, self.git, record,
-                                          committer=await self.committer())
-                if not why:
-                    await self.close(record, title="repair of the landing", answer=answer,
-                                     repair=True)
-            except (SquaddError, OSError) as exc:
-                await repair.abandon(self.git, Path(record.path))
-                why = str(exc)
-            if why:
-                record.state, record.message = "committed", f"repair turn failed: {why}"
-                await anyio.to_thread.run_sync(records.save, self.layout, record)
-        return why
-
-    async def abandon_repair(self, session_id: str, why: str) -> None:
-        """A repair turn that did not complete: its rebase is undone, the work is kept."""
-        record = await anyio.to_thread.run_sync(records.load, self.layout, session_id)
-        if record is None:
-            return
-        with anyio.CancelScope(shield=True):
-            await repair.abandon(self.git, Path(record.path))
-            await worktrees.describe(self.git, self.layout.repo, record)
-            record.state, record.message = "committed", f"repair turn did not finish: {why}"
-            await anyio.to_thread.run_sync(records.save, self.layout, record)
-
-    async def hold_for_person(self, session_id: str, failed: LandResult) -> WorkspaceView | None:
-        """Repairs ran out: the session waits for a person (`needs_attention`), its record
-        saying what failed and the exact command to continue."""
-        record = await anyio.to_thread.run_sync(records.load, self.layout, session_id)
-        if record is None or record.state in ("landed", "removed"):
-            return record
-        outcome = failed.model_copy(update={"workspace": record}).outcome()
-        tried = f" after {record.repairs} repair turn{'s' * (record.repairs != 1)}" \
-            if record.repairs else ""
-        outcome.detail = f"not landed{tried}: {outcome.detail}"
-        record.state, record.outcome = "needs_attention", outcome
-        record.message = outcome.detail.splitlines()[0][:500]
-        await anyio.to_thread.run_sync(records.save, self.layout, record)
-        return record
 
     async def _tidy_landed(self, result: LandResult) -> LandResult:
         """Remove a landed session's worktree and branch (`workspace.keep_landed` off); its

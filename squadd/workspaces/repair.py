@@ -12,15 +12,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import anyio
+import structlog
 
+from squadd.config import WorkspaceSettings
 from squadd.contracts.workspaces import LandResult, WorkspaceView
-from squadd.errors import WorkspaceError
+from squadd.errors import SquaddError, WorkspaceError
 from squadd.state.layout import SquadLayout
 from squadd.workspaces import records
 from squadd.workspaces.git import Git
 from squadd.workspaces.landing import LandStyle, squash
 from squadd.workspaces.worktrees import OUTSIDE_SQUAD, describe
 
+log = structlog.get_logger("squadd.workspaces")
 HUNK_CHARS = 8000
 """Most characters of conflict hunks or check output put in the repair prompt."""
 MARKERS = ("<<<<<<< ", ">>>>>>> ")
@@ -124,3 +127,87 @@ async def _has_markers(path: Path) -> bool:
     except OSError:
         return False
     return any(line.startswith(MARKERS) for line in text.splitlines())
+
+
+class RepairTurns:
+    """What `Workspaces` does around a repair turn (mixed into it): the worktree prepared
+    before the agent's turn, its resolution continued after it, and the hand-over to a
+    person when the attempts are spent."""
+
+    layout: SquadLayout
+    git: Git
+    settings: WorkspaceSettings
+
+    async def committer(self) -> dict[str, str]:
+        raise NotImplementedError
+
+    async def close(self, record: WorkspaceView, *, title: str,
+                    display_name: str | None = None, answer: str = "",
+                    repair: bool = False) -> WorkspaceView:
+        raise NotImplementedError
+
+    async def start_repair(self, session_id: str, failed: LandResult) -> str | None:
+        """Put the session's worktree where its agent repairs `failed` (see
+        `squadd.workspaces.repair`) and return the repair turn's prompt; None when the
+        repair attempts are spent or the worktree cannot be prepared (said in the log)."""
+        record = await anyio.to_thread.run_sync(records.load, self.layout, session_id)
+        if record is None or record.repairs >= self.settings.repair_attempts or \
+                failed.reason not in ("conflict", "check_failed"):
+            return None
+        prompt = None
+        try:
+            with anyio.CancelScope(shield=True):
+                prompt = await start(
+                    self.layout, self.git, record, failed, committer=await self.committer(),
+                    style=self.settings.land_style, attempts=self.settings.repair_attempts)
+        except (SquaddError, OSError) as exc:
+            log.warning("repair turn not started", session_id=session_id, error=str(exc))
+            await self.abandon_repair(session_id, str(exc))
+        return prompt
+
+    async def finish_repair(self, session_id: str, *, answer: str) -> str:
+        """After a repair turn: continue the rebase with the agent's resolution and commit
+        what else it changed. "" when the work is ready to land again, else why not."""
+        record = await anyio.to_thread.run_sync(records.load, self.layout, session_id)
+        if record is None:
+            return f"session {session_id} has no worktree"
+        with anyio.CancelScope(shield=True):
+            try:
+                why = await finish(self.layout, self.git, record,
+                                          committer=await self.committer())
+                if not why:
+                    await self.close(record, title="repair of the landing", answer=answer,
+                                     repair=True)
+            except (SquaddError, OSError) as exc:
+                await abandon(self.git, Path(record.path))
+                why = str(exc)
+            if why:
+                record.state, record.message = "committed", f"repair turn failed: {why}"
+                await anyio.to_thread.run_sync(records.save, self.layout, record)
+        return why
+
+    async def abandon_repair(self, session_id: str, why: str) -> None:
+        """A repair turn that did not complete: its rebase is undone, the work is kept."""
+        record = await anyio.to_thread.run_sync(records.load, self.layout, session_id)
+        if record is None:
+            return
+        with anyio.CancelScope(shield=True):
+            await abandon(self.git, Path(record.path))
+            await describe(self.git, self.layout.repo, record)
+            record.state, record.message = "committed", f"repair turn did not finish: {why}"
+            await anyio.to_thread.run_sync(records.save, self.layout, record)
+
+    async def hold_for_person(self, session_id: str, failed: LandResult) -> WorkspaceView | None:
+        """Repairs ran out: the session waits for a person (`needs_attention`), its record
+        saying what failed and the exact command to continue."""
+        record = await anyio.to_thread.run_sync(records.load, self.layout, session_id)
+        if record is None or record.state in ("landed", "removed"):
+            return record
+        outcome = failed.model_copy(update={"workspace": record}).outcome()
+        tried = f" after {record.repairs} repair turn{'s' * (record.repairs != 1)}" \
+            if record.repairs else ""
+        outcome.detail = f"not landed{tried}: {outcome.detail}"
+        record.state, record.outcome = "needs_attention", outcome
+        record.message = outcome.detail.splitlines()[0][:500]
+        await anyio.to_thread.run_sync(records.save, self.layout, record)
+        return record
