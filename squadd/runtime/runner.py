@@ -220,7 +220,10 @@ class RouteRunner:
             workspace.message = f"not committed: {exc}"
             return workspace
         if outcome.status != "completed" or not (plan.land or spaces.settings.land == "auto"):
-            return workspace
+            with anyio.CancelScope(shield=True):
+                return await spaces.not_landed(
+                    workspace, why="landing was not asked for" if outcome.status == "completed"
+                    else f"the session did not complete ({outcome.status})")
         with anyio.CancelScope(shield=True):
             landed = await spaces.land(info.session_id)
         while not landed.ok and landed.reason in ("conflict", "check_failed"):

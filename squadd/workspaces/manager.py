@@ -28,7 +28,7 @@ from squadd.contracts.events import (
     WorkspaceLanded,
     WorkspaceRemoved,
 )
-from squadd.contracts.workspaces import Isolation, LandResult, WorkspaceView
+from squadd.contracts.workspaces import Isolation, LandingOutcome, LandResult, WorkspaceView
 from squadd.errors import LockTimeoutError, SquaddError, WorkspaceError
 from squadd.fsio import try_lock
 from squadd.state.layout import SquadLayout
@@ -345,6 +345,19 @@ class Workspaces(RepairTurns):
         if result.ok and result.reason == "landed" and not self.settings.keep_landed:
             result = await self._tidy_landed(result)
         return result
+
+    async def not_landed(self, record: WorkspaceView, *, why: str) -> WorkspaceView:
+        """Record that a session's work was committed and not landed (`why`), and what lands
+        it; an outcome `skipped` either way."""
+        sid = record.session_id
+        if record.commits:
+            record.outcome = LandingOutcome(
+                state="skipped", next=f"squadd land {sid}",
+                detail=f"not landed: {why}; its work is on branch {record.branch}")
+        else:
+            record.outcome = LandingOutcome(state="skipped", detail="the session changed nothing")
+        await anyio.to_thread.run_sync(records.save, self.layout, record)
+        return record
 
     async def _tidy_landed(self, result: LandResult) -> LandResult:
         """Remove a landed session's worktree and branch (`workspace.keep_landed` off); its

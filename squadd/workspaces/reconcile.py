@@ -23,9 +23,11 @@ import structlog
 from squadd.contracts.workspaces import LandingOutcome, WorkspaceView
 from squadd.errors import SquaddError
 from squadd.state.layout import SquadLayout
+from squadd.state.transcripts import read_transcript
 from squadd.workspaces import records, spares
 from squadd.workspaces.git import Git
 from squadd.workspaces.landing import advance, roll_back
+from squadd.workspaces.messages import commit_message
 from squadd.workspaces.repair import abandon, rebasing
 from squadd.workspaces.worktrees import changes, commit, describe, undo_create, unlanded
 
@@ -125,7 +127,21 @@ async def _reconcile_one(layout: SquadLayout, git: Git, record: WorkspaceView,
         await anyio.to_thread.run_sync(records.save, layout, record)
         notes.append(f"{sid}: {record.message}")
     if record.state == "active" and await anyio.Path(tree).is_dir():
-        # No session runs before start-up ends: this one was stopped mid-task.
+        # No session runs before start-up ends: its task had ended (the commit was cut short)
+        # or it was stopped mid-task.
+        ended = await anyio.to_thread.run_sync(_ended_task, layout, sid)
+        if ended is not None and author is not None:
+            task, answer, completed = ended
+            who = author(record.agent)
+            record.commit_message = commit_message(task=task, answer=answer, session_id=sid,
+                                                   agent=record.agent)
+            await commit(layout, git, record, author=who["GIT_AUTHOR_NAME"],
+                         email=who["GIT_AUTHOR_EMAIL"], committer=who,
+                         message=record.commit_message)
+            if record.commits and completed:
+                retry.add(sid)
+            notes.append(f"{sid}: its task had ended: its work is {record.state}")
+            return notes
         pending = await changes(git, tree)
         record.state = "interrupted"
         record.message = (f"its session was stopped before its work was committed "
@@ -142,6 +158,21 @@ async def _reconcile_one(layout: SquadLayout, git: Git, record: WorkspaceView,
         notes.append(f"{sid}: worktree missing, marked removed")
     known.add(real_path(tree))
     return notes
+
+
+def _ended_task(layout: SquadLayout, session_id: str) -> tuple[str, str, bool] | None:
+    """The task and answer of a session whose transcript says its task ended (completed or
+    failed: its work is committed as a session's end commits it), and whether it completed;
+    None when it was stopped mid-task or has no transcript (blocking)."""
+    path = layout.transcript(session_id)
+    if not path.is_file():
+        return None
+    transcript = read_transcript(path)
+    if transcript.last_state not in ("completed", "error"):
+        return None
+    tasks = [str(m.get("content") or "") for m in transcript.messages if m.get("role") == "user"]
+    return (tasks[-1] if tasks else "", transcript.final_answer or "",
+            transcript.last_state == "completed")
 
 
 async def reconcile(layout: SquadLayout, git: Git, retry: set[str] | None = None,

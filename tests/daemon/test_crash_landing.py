@@ -16,7 +16,7 @@ from squadd.state.layout import SquadLayout
 from squadd.workspaces import records
 from squadd.workspaces.records import KILL_ENV
 from tests.support.daemon_process import FAST_CONFIG, DaemonProcess, clean_env, make_repo
-from tests.support.model_servers import OpenAIServer
+from tests.support.model_servers import OpenAIServer, Reply
 from tests.workspaces.conftest import git
 
 pytestmark = pytest.mark.slow
@@ -95,16 +95,9 @@ def test_a_daemon_killed_mid_landing_ends_every_session_settled_and_lands_once(
     assert len(landed.split()) == (1 if record.state == "landed" else 0)  # never twice
     assert git(repo, "rev-list", "--count", f"{start}..main") == \
         ("1" if record.state == "landed" else "0")
-    if point == "session.before_commit":
-        # Killed before its worktree commit: interrupted, its work kept uncommitted in its
-        # worktree, and the command that continues it said.
-        assert record.state == "interrupted"
-        assert (Path(record.path) / "added.txt").read_text() == "added\n"
-        assert record.outcome is not None
-        assert record.outcome.next == f"squadd sessions resume {session_id}"
-        assert f"squadd sessions resume {session_id}" in listing.stdout
-        return
-    assert record.state == "landed", record
+    # Killed before its worktree commit (its task had ended) or during the landing: its
+    # work is committed and landed, once.
+    assert record.state == "landed", (record, listing.stdout)
     assert git(repo, "show", "main:added.txt") == "added"
     assert record.outcome is not None and record.outcome.state == "landed"
     assert record.outcome.commit == git(repo, "rev-parse", "main")
@@ -112,3 +105,41 @@ def test_a_daemon_killed_mid_landing_ends_every_session_settled_and_lands_once(
     assert not list(gitdir.glob("worktrees/*/rebase-merge"))
     assert subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--", ":!.squad"],
                           capture_output=True, text=True, check=True).stdout == ""
+
+
+def test_a_session_killed_mid_task_is_interrupted_then_resumed_and_landed(
+        tmp_path: Path) -> None:
+    layout = _repo(tmp_path)
+    repo = layout.repo
+    xdg = str(tmp_path / "xdg-config")
+    with OpenAIServer() as server:
+        server.script(OpenAIServer.tool_call_turn(("write", {"path": "added.txt",
+                                                             "content": "added\n"})),
+                      Reply(body=None, delay_s=600))  # the next turn never comes back
+        with DaemonProcess(layout, server.url, env=clean_env(XDG_CONFIG_HOME=xdg)) as first:
+            session_id = first.client.route("add the file", "lead", wait=False)["session_id"]
+            added = layout.worktree(session_id) / "added.txt"
+            deadline = time.monotonic() + 60
+            while not added.exists():  # its tool wrote the file: it is mid-task
+                assert time.monotonic() < deadline, first.output[-2000:]
+                time.sleep(0.05)
+            first.kill()
+
+        server.script(OpenAIServer.text_turn("Added added.txt."))
+        with DaemonProcess(layout, server.url, env=clean_env(XDG_CONFIG_HOME=xdg)) as second:
+            record = _settled(layout, session_id)
+            assert record.state == "interrupted"
+            assert added.read_text() == "added\n"  # its work is kept, uncommitted
+            assert git(repo, "rev-list", "--count", "main") == "1"
+            assert record.outcome is not None
+            assert record.outcome.next == f"squadd sessions resume {session_id}"
+            listing = second.squadd("workspaces")
+            assert f"next: squadd sessions resume {session_id}" in listing.stdout
+            resumed = second.client.resume(session_id)
+        assert resumed["ok"], resumed
+
+    record = _settled(layout, session_id)
+    assert record.state == "landed", record
+    assert git(repo, "show", "main:added.txt") == "added"
+    landed = git(repo, "log", "--format=%H", "--grep", f"Squad-Session: {session_id}", "main")
+    assert len(landed.split()) == 1

@@ -79,6 +79,9 @@ async def test_a_worktree_sessions_shell_tool_runs_in_its_worktree_and_its_work_
     body = git(layout.repo, "log", "-1", "--format=%b", space.branch)
     assert "Task: Write the greeting" in body
     assert body.endswith(f"Squad-Session: {result.session_id}\nSquad-Agent: lead")
+    # Landing was not asked for: the result says so, and what lands it.
+    assert result.landing is not None and result.landing.state == "skipped"
+    assert result.landing.next == f"squadd land {result.session_id}"
     assert git(layout.repo, "rev-list", "--count", "main") == "1"
 
 
