@@ -319,6 +319,11 @@ class Workspaces(RepairTurns):
         if record is None or record.state == "removed":
             return LandResult(ok=False, session_id=session_id, reason="invalid",
                               message=f"session {session_id} has no worktree to land")
+        if record.state == "landed" and not await anyio.Path(record.path).is_dir():
+            return LandResult(ok=True, session_id=session_id, reason="nothing",
+                              target=record.target, new_tip=record.landed_tip,
+                              workspace=record, message=f"session {session_id} already "
+                              f"landed on {record.target} at {(record.landed_tip or '')[:12]}")
         try:
             async with self.landing_queue():
                 record = await anyio.to_thread.run_sync(records.load, self.layout, session_id)

@@ -125,3 +125,6 @@ async def test_a_fix_lands_one_commit_authored_by_the_agent_committed_by_one_ide
     kept = await spaces.view(record.session_id)
     assert kept is not None and kept.state == "landed" and kept.outcome is not None
     assert kept.outcome.commit == git(layout.repo, "rev-parse", "main")
+    again = await spaces.land(record.session_id)  # nothing lands twice
+    assert again.ok and again.reason == "nothing" and "already landed" in again.message
+    assert git(layout.repo, "rev-list", "--count", f"{start}..main") == "1"
