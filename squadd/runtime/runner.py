@@ -231,7 +231,10 @@ class RouteRunner:
         with anyio.CancelScope(shield=True):
             landed = await spaces.land(info.session_id)
         while not landed.ok and landed.reason in ("conflict", "check_failed"):
-            prompt = await spaces.start_repair(info.session_id, landed)
+            # A repair turn works on this machine's worktree (squadd's rebase, its conflict
+            # markers): with a host that may run it elsewhere, the session waits for a person.
+            prompt = None if self.host is not None else \
+                await spaces.start_repair(info.session_id, landed)
             if prompt is None:
                 with anyio.CancelScope(shield=True):
                     held = await spaces.hold_for_person(info.session_id, landed)
