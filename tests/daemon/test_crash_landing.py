@@ -120,7 +120,8 @@ def test_a_session_killed_mid_task_is_interrupted_then_resumed_and_landed(
             session_id = first.client.route("add the file", "lead", wait=False)["session_id"]
             added = layout.worktree(session_id) / "added.txt"
             deadline = time.monotonic() + 60
-            while not added.exists():  # its tool wrote the file: it is mid-task
+            # Its tool wrote the file and its next turn is waiting on the model: mid-task.
+            while not (added.exists() and len(server.requests) >= 2):
                 assert time.monotonic() < deadline, first.output[-2000:]
                 time.sleep(0.05)
             first.kill()
