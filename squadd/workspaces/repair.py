@@ -154,6 +154,10 @@ class RepairTurns:
         if record is None or record.repairs >= self.settings.repair_attempts or \
                 failed.reason not in ("conflict", "check_failed"):
             return None
+        if failed.next is not None:
+            # The landing knows the fix is not the agent's (the target itself fails the check
+            # and no report tells its failures apart): a repair turn would not help.
+            return None
         prompt = None
         try:
             with anyio.CancelScope(shield=True):
@@ -206,7 +210,7 @@ class RepairTurns:
         outcome = failed.model_copy(update={"workspace": record}).outcome()
         tried = f" after {record.repairs} repair turn{'s' * (record.repairs != 1)}" \
             if record.repairs else ""
-        outcome.detail = f"not landed{tried}: {outcome.detail}"
+        outcome.detail = f"not landed{tried}: {outcome.detail.removeprefix('not landed: ')}"
         record.state, record.outcome = "needs_attention", outcome
         record.message = outcome.detail.splitlines()[0][:500]
         await anyio.to_thread.run_sync(records.save, self.layout, record)

@@ -98,6 +98,8 @@ async def test_without_a_report_a_red_main_is_named_as_the_cause(tmp_path: Path)
     assert "main itself fails the land check" in refused.message
     outcome = refused.outcome()
     assert outcome.next is not None and "land_check_report" in outcome.next
+    # Not the agent's to fix: no repair turn is spent on it.
+    assert await spaces.start_repair("20260101-000000-0000000d", refused) is None
 
 
 async def test_a_fix_lands_one_commit_authored_by_the_agent_committed_by_one_identity(
