@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field
 
 from squadd.errors import SquaddError, WorkspaceError
 from squadd.fsio import atomic_write
+from squadd.sandbox import SandboxPolicy
 from squadd.state.layout import SquadLayout
 from squadd.workspaces.git import run
 from squadd.workspaces.junit import read_report
@@ -39,6 +40,8 @@ class LandCheck:
     timeout_s: float = 600.0
     report: str = ""
     policy: Policy = "green"
+    sandbox: SandboxPolicy | None = None
+    """The sandbox it runs in (it runs agent-written code); None: unconfined."""
 
 
 class CheckResult(BaseModel):
@@ -76,15 +79,18 @@ def _report_path(layout: SquadLayout, check: LandCheck, tree: Path, session_id: 
 
 async def run_check(layout: SquadLayout, check: LandCheck, tree: Path, *, session_id: str,
                     commit: str, step: str) -> CheckResult:
-    """Run the check in `tree` (checked out at `commit`); its whole output goes to the
-    session's `step` output file, its report is read when one is configured."""
+    """Run the check in `tree` (checked out at `commit`), in its sandbox (`SandboxError` when
+    it cannot run there); its whole output goes to the session's `step` output file, its
+    report is read when one is configured."""
     report = _report_path(layout, check, tree, session_id, step)
     command = check.command
+    fresh = report is not None and report == layout.land_check_report(session_id, step)
     if report is not None:
         await anyio.Path(report).unlink(missing_ok=True)  # never read a stale one
+        await anyio.Path(report.parent).mkdir(parents=True, exist_ok=True)
         command = command.replace(REPORT_TOKEN, shlex.quote(str(report)))
     ran = await run(["bash", "-c", command], tree, timeout_s=check.timeout_s,
-                    spill=layout.workspace_output(session_id, step))
+                    spill=layout.workspace_output(session_id, step), sandbox=check.sandbox)
     result = CheckResult(commit=commit, command=check.command, exit_code=ran.exit_code,
                          timed_out=ran.timed_out, tail=ran.tail)
     if report is not None and not ran.timed_out:
@@ -95,7 +101,7 @@ async def run_check(layout: SquadLayout, check: LandCheck, tree: Path, *, sessio
         else:
             result.failing, result.tests = sorted(tests.failing), len(tests.tests)
         finally:
-            if report.parent == layout.workspaces_dir:
+            if fresh:
                 await anyio.Path(report).unlink(missing_ok=True)
     return result
 

@@ -17,6 +17,7 @@ from typing import Any, Literal
 import anyio
 
 from squadd.contracts.workspaces import LandingIntent, LandResult, WorkspaceView
+from squadd.errors import SandboxError
 from squadd.state.layout import SquadLayout
 from squadd.workspaces import records
 from squadd.workspaces.checks import (
@@ -172,10 +173,15 @@ async def land(layout: SquadLayout, git: Git, record: WorkspaceView, *, check: L
     broke: list[str] = []
     passed = ""
     if check.command:
-        candidate = await run_check(layout, check, tree, session_id=sid, commit=new_tip,
-                                    step="land-check")
-        tip = await _tip_result(layout, git, record, check, old_tip) \
-            if needs_tip(check, candidate) else None
+        try:
+            candidate = await run_check(layout, check, tree, session_id=sid, commit=new_tip,
+                                        step="land-check")
+            tip = await _tip_result(layout, git, record, check, old_tip) \
+                if needs_tip(check, candidate) else None
+        except SandboxError as exc:
+            return await _stopped(layout, git, record, branch_tip, refuse(
+                "check_failed", f"the land check `{check.command}` cannot run: {exc}; "
+                                f"{record.target} is unchanged"))
         verdict = judge(check, record.target, candidate, tip)
         if not verdict.ok:
             red = tip is not None and not tip.passed and check.policy == "green"

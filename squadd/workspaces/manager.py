@@ -31,7 +31,9 @@ from squadd.contracts.events import (
 from squadd.contracts.workspaces import Isolation, LandingOutcome, LandResult, WorkspaceView
 from squadd.errors import LockTimeoutError, SquaddError, WorkspaceError
 from squadd.fsio import try_lock
+from squadd.sandbox import SandboxPolicy
 from squadd.state.layout import SquadLayout
+from squadd.tools.sandboxing import policy_for
 from squadd.workspaces import records, spares, worktrees
 from squadd.workspaces.checks import LandCheck
 from squadd.workspaces.git import Git, run
@@ -67,6 +69,7 @@ class Workspaces(RepairTurns):
     def __init__(self, layout: SquadLayout, settings: Settings, sink: EventSink):
         self.layout = layout
         self.settings = settings.workspace
+        self.all_settings = settings
         self.sink = sink
         self.git = Git(self.settings.git_timeout_s)
         self._queue = anyio.Lock()
@@ -115,9 +118,11 @@ class Workspaces(RepairTurns):
             return self._committer
         return {"GIT_COMMITTER_NAME": given[0], "GIT_COMMITTER_EMAIL": given[1]}
 
-    def land_check(self) -> LandCheck:
+    def land_check(self, record: WorkspaceView) -> LandCheck:
+        """The land check of `record`'s branch, as the settings say now, in its sandbox."""
         return LandCheck(self.settings.land_check, self.settings.land_check_timeout_s,
-                         self.settings.land_check_report, self.settings.policy)
+                         self.settings.land_check_report, self.settings.policy,
+                         self.check_sandbox(record))
 
     # A session's worktree.
     async def open(self, session_id: str, agent: str) -> WorkspaceView | None:
@@ -258,6 +263,12 @@ class Workspaces(RepairTurns):
                     f"{self.settings.min_free_mb})")
         return ""
 
+    def check_sandbox(self, record: WorkspaceView) -> SandboxPolicy:
+        """The sandbox the land check of `record`'s branch runs in: its worktree writable, its
+        agent's network."""
+        return policy_for(self.all_settings, agent=record.agent, workspace=Path(record.path),
+                          repo=self.layout.repo, squad_dir=self.layout.root)
+
     async def _setup(self, record: WorkspaceView) -> None:
         for command in self.settings.setup:
             ran = await run(["bash", "-c", command], Path(record.path),
@@ -336,7 +347,7 @@ class Workspaces(RepairTurns):
                 if closed:
                     await self.close(record, title=f"work of session {session_id}",
                                      repair=bool(record.commit_message))
-                result = await land(self.layout, self.git, record, check=self.land_check(),
+                result = await land(self.layout, self.git, record, check=self.land_check(record),
                                     identity=await self.committer(), checked_clean=closed,
                                     style=self.settings.land_style)
         except (WorkspaceError, LockTimeoutError, TimeoutError, OSError) as exc:
