@@ -155,7 +155,8 @@ def judge(check: LandCheck, target: str, candidate: CheckResult,
           tip: CheckResult | None) -> Verdict:
     """Whether `candidate` may land on the target whose tip gave `tip`."""
     cmd = f"`{check.command}`"
-    fixed = broke = []
+    fixed: list[str] = []
+    broke: list[str] = []
     if tip is not None and tip.failing is not None and candidate.failing is not None:
         fixed = sorted(set(tip.failing) - set(candidate.failing))
         broke = sorted(set(candidate.failing) - set(tip.failing))

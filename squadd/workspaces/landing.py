@@ -185,10 +185,12 @@ async def land(layout: SquadLayout, git: Git, record: WorkspaceView, *, check: L
         verdict = judge(check, record.target, candidate, tip)
         if not verdict.ok:
             red = tip is not None and not tip.passed and check.policy == "green"
+            how = ("set land_policy = \"no-new-failures\"" if check.report else
+                   "configure a JUnit report (land_check = \"pytest -q --junitxml={report}\", "
+                   "land_check_report = \"{report}\")")
             advice = None if not red else (
-                f"configure a JUnit report in .squad/config.toml ([workspace] land_check = "
-                f"\"pytest -q --junitxml={{report}}\", land_check_report = \"{{report}}\"), "
-                f"or make {record.target} pass `{check.command}`; then squadd land {sid}")
+                f"{how} under [workspace] in .squad/config.toml, or make {record.target} pass "
+                f"`{check.command}`; then squadd land {sid}")
             return await _stopped(layout, git, record, branch_tip, refuse(
                 "check_failed", f"not landed: {verdict.detail}; {record.target} is "
                                 f"unchanged").model_copy(update={
