@@ -87,15 +87,19 @@ def text_result(text: str, *, is_error: bool) -> types.CallToolResult:
 
 
 def mcp_result(result: Mapping[str, Any]) -> types.CallToolResult:
-    """A daemon `ToolResult` as an MCP result: its text and images, and `isError` unless it
-    succeeded."""
+    """A daemon `ToolResult` as an MCP result: its text and images, `isError` unless it
+    succeeded, and a route's landing (`squad_route`) as `structuredContent.landing`."""
     content: list[types.TextContent | types.ImageContent] = [
         types.TextContent(text=str(result.get("text", "")))]
     for image in result.get("images") or ():
         if isinstance(image, Mapping) and isinstance(image.get("data"), str):
             content.append(types.ImageContent(data=image["data"],
                                               mime_type=str(image.get("mime_type", ""))))
+    details = result.get("details")
+    landing = details.get("landing") if isinstance(details, Mapping) else None
     return types.CallToolResult(content=list(content),
+                                structured_content={"landing": landing}
+                                if isinstance(landing, Mapping) else None,
                                 is_error=result.get("result_type") != "success")
 
 

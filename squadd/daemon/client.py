@@ -239,6 +239,18 @@ class DaemonClient(_Base):
         result: dict[str, Any] = self._send(Calls.cancel(session_id))
         return result
 
+    def land(self, session_id: str) -> dict[str, Any]:
+        """`POST /v1/sessions/{id}/land`: land through the daemon's queue and wait; a
+        LandResult with its `landing` outcome (a landing refused is still an answer)."""
+        result: dict[str, Any] = self._send(Calls.land(session_id))
+        return result
+
+    def reload(self) -> dict[str, Any]:
+        """`POST /v1/reload`: read the settings files again now; what was applied, what
+        waits for a restart, or why the files were refused (`ok` false)."""
+        result: dict[str, Any] = self._send(Calls.reload())
+        return result
+
     def tools(self, *, agent: str | None = None,
               session_id: str | None = None) -> list[dict[str, Any]]:
         """`GET /v1/tools`: name, label, description, parameters (JSON schema), source, kind,

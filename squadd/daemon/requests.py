@@ -29,6 +29,7 @@ from squadd.untrusted import UntrustedInputError, parse_json
 
 if TYPE_CHECKING:
     from squadd.daemon.coordinator import Coordinator
+    from squadd.daemon.live_settings import LiveSettings
 
 log = structlog.get_logger("squadd.daemon")
 
@@ -61,6 +62,8 @@ class DaemonContext:
     """The latest events, replayed to a stream that asks for `recent=N`."""
     coordinator: Coordinator | None = None
     """In cluster mode: the coordinator of the workers (status lists them)."""
+    live_settings: LiveSettings | None = None
+    """The settings files read again while it runs (`squadd reload`, status's notes)."""
 
     def __post_init__(self) -> None:
         self.runtime.bus.add_listener(self.recent.append)

@@ -113,6 +113,17 @@ class Calls:
                      result_key="ok")
 
     @staticmethod
+    def land(session_id: str) -> Call:
+        # A landing waits its turn behind others and may run the test suite (land_check).
+        return Call("POST", f"{API}/sessions/{quote(session_id, safe='')}/land",
+                    timeout=ROUTE_WAIT_LIMIT_S, result_key="ok")
+
+    @staticmethod
+    def reload() -> Call:
+        return Call("POST", f"{API}/reload", timeout=DEFAULT_TIMEOUT_S * 3,
+                    result_key="ok")
+
+    @staticmethod
     def cancel(session_id: str) -> Call:
         return Call("POST", f"{API}/sessions/{quote(session_id, safe='')}/cancel")
 

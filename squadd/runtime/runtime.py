@@ -201,7 +201,8 @@ class SquadRuntime:
 
             def _find(self, *, cached_only: bool) -> ToolSet:
                 builtins = runtime.tools.names if runtime is not None else ()
-                found = discover_tools(layout, settings, bus, builtin_names=builtins,
+                current = runtime.settings if runtime is not None else settings
+                found = discover_tools(layout, current, bus, builtin_names=builtins,
                                        discoverer=discoverer, cached_only=cached_only).toolset()
                 if runtime is None:
                     return found
@@ -212,6 +213,19 @@ class SquadRuntime:
                       extra_tools=CustomTools(), owns_provider=True, secrets=secrets,
                       python_workers=discoverer.workers)
         return runtime
+
+    def apply_settings(self, settings: Settings) -> list[str]:
+        """Run with changed settings from now on: the live sections (`LIVE_SECTIONS`) reach
+        the pool, the tool invoker, the custom tools' discovery and the workspaces (each
+        landing reads its settings when it starts). `settings` keeps the running values of
+        every other section (`with_live_sections`). The keys it could not apply."""
+        kept = self.pool.apply_settings(settings.pool)
+        if kept:
+            settings = settings.model_copy(update={"pool": self.pool.settings})
+        self.settings = self.runner.settings = settings
+        self.invoker.apply_settings(settings)
+        self.workspaces.apply_settings(settings)
+        return kept
 
     # Lifecycle.
     async def __aenter__(self) -> SquadRuntime:
@@ -459,8 +473,9 @@ class SquadRuntime:
         if target and target.strip().lower() != "auto":
             agent, routed_by = resolve_agent(request, self.router, self._charters)
         else:
+            busy = frozenset(r.agent for r in self.pool.live())
             agent, routed_by = await anyio.to_thread.run_sync(
-                resolve_agent, request, self.router, self._charters)
+                resolve_agent, request, self.router, self._charters, busy)
         charter = await self._charter(agent)
         return new_plan(request, origin, agent, routed_by, charter, self.settings,
                         self.provider.default_model)

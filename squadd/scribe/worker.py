@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Callable
 
 import anyio
 import anyio.abc
@@ -65,9 +66,12 @@ async def run_scribe_worker(
     sink: EventSink,
     *,
     stop: anyio.Event | None = None,
+    current: Callable[[], Settings] | None = None,
     task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Run Scribe passes on inbox changes until `stop` is set (or the task is cancelled)."""
+    """Run Scribe passes on inbox changes until `stop` is set (or the task is cancelled).
+    With `current` (the daemon's live settings), each pass reads `[scribe]` from it, so a
+    change on disk applies from the next pass."""
     stop = stop or anyio.Event()
     layout.inbox_dir.mkdir(parents=True, exist_ok=True)
     wake = _Wake()
@@ -75,7 +79,8 @@ async def run_scribe_worker(
     async with anyio.create_task_group() as group:
         # The watcher starts watching before its first await, so before the first pass begins.
         group.start_soon(_watch, layout, settings, wake, stop)
-        await group.start(_merge_loop, layout, settings, sink, wake, stop)
+        await group.start(functools.partial(_merge_loop, layout, settings, sink, wake, stop,
+                                            current=current))
         task_status.started()
         await stop.wait()
         group.cancel_scope.cancel()
@@ -116,9 +121,9 @@ async def _poll(layout: SquadLayout, settings: Settings, wake: _Wake, stop: anyi
 
 async def _merge_loop(
     layout: SquadLayout, settings: Settings, sink: EventSink, wake: _Wake, stop: anyio.Event,
-    *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    *, current: Callable[[], Settings] | None = None,
+    task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    debounce = settings.scribe.debounce_ms / 1000
     retry_after: float | None = None
     first = True
     memory = ScribeMemory()
@@ -126,6 +131,11 @@ async def _merge_loop(
     while not stop.is_set():
         with anyio.move_on_after(retry_after):
             await wake.event.wait()
+        if current is not None:
+            settings = current()
+            failures.base_s = settings.scribe.poll_interval_s
+            failures.max_s = settings.scribe.max_backoff_s
+        debounce = settings.scribe.debounce_ms / 1000
         deadline = time.monotonic() + debounce * MAX_DEBOUNCE_WAITS
         while (quiet := wake.last + debounce - time.monotonic()) > 0:
             if time.monotonic() >= deadline:

@@ -91,6 +91,9 @@ class Unattended:
         self.rules = settings.tools.approvals
         self.approve_asks = approve_asks
 
+    def apply_settings(self, settings: Settings) -> None:
+        self.rules = settings.tools.approvals
+
     async def check(self, tool: Tool[Any], arguments: Mapping[str, Any], ctx: ToolContext,
                     secrets: Mapping[str, str]) -> ToolResult | None:
         decision = approval_policy(tool, self.rules)
@@ -225,6 +228,14 @@ class ToolInvoker:
         self.running: dict[str, str] = {}
         """Call id -> tool name of the calls running now (read by the daemon's loop watch)."""
         self._scoped: set[str] = set()
+
+    def apply_settings(self, settings: Settings) -> None:
+        """Run later calls with changed settings (`[tools]` limits, timeouts and approval
+        rules); calls running now keep theirs."""
+        self.settings = settings
+        apply = getattr(self.approvals, "apply_settings", None)
+        if callable(apply):
+            apply(settings)
 
     async def invoke(self, tools: ToolSet, call: ToolCall, origin: CallOrigin) -> ToolResult:
         """Run `call` against `tools`; always returns a result, never raises (but cancellation)."""

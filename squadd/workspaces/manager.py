@@ -23,9 +23,9 @@ from squadd.config import Settings
 from squadd.contracts.events import (
     EventSink,
     WorkspaceCommitted,
-    WorkspaceConflict,
     WorkspaceCreated,
     WorkspaceLanded,
+    WorkspaceLandFailed,
     WorkspaceRemoved,
 )
 from squadd.contracts.workspaces import Isolation, LandingOutcome, LandResult, WorkspaceView
@@ -82,6 +82,13 @@ class Workspaces(RepairTurns):
         self._agents: dict[str, Isolation] = {
             name: agent.isolation for name, agent in settings.agents.items()
             if agent.isolation is not None}
+
+    def apply_settings(self, settings: Settings) -> None:
+        """Take changed `[workspace]` settings while running: each landing reads them when
+        it starts (`land_check`, `land`, timeouts), so the next one uses them."""
+        self.settings, self.all_settings = settings.workspace, settings
+        self.git = Git(self.settings.git_timeout_s)
+        self.want_spares()
 
     def isolation_for(self, agent: str, charter_sections: Mapping[str, str] | None,
                       requested: Isolation | None) -> Isolation:
@@ -168,6 +175,7 @@ class Workspaces(RepairTurns):
             if record.state in ("committed", "landed", "conflict", "needs_attention",
                                 "interrupted"):
                 record.state = "active"
+            record.outcome = None  # the last landing's: this session's next one is its own
             await anyio.to_thread.run_sync(records.save, self.layout, record)
             return record
 
@@ -350,13 +358,10 @@ class Workspaces(RepairTurns):
                 result = await land(self.layout, self.git, record, check=self.land_check(record),
                                     identity=await self.committer(), checked_clean=closed,
                                     style=self.settings.land_style)
+                await self._keep_outcome(result)
         except (WorkspaceError, LockTimeoutError, TimeoutError, OSError) as exc:
             return LandResult(ok=False, session_id=session_id, reason="failed",
                               message=f"landing failed: {exc}")
-        if result.workspace is not None and result.reason not in ("invalid", "landed"):
-            # (A landing's outcome is written with its `landed` state, in one write.)
-            result.workspace.outcome = result.outcome()
-            await anyio.to_thread.run_sync(records.save, self.layout, result.workspace)
         self._announce(result)
         if result.ok and result.reason == "landed" and not self.settings.keep_landed:
             result = await self._tidy_landed(result)
@@ -388,20 +393,31 @@ class Workspaces(RepairTurns):
             return result
         return result.model_copy(update={"workspace": removed[0]})
 
+    async def _keep_outcome(self, result: LandResult) -> None:
+        """Write the landing's outcome on the session's record (what `squadd sessions show`,
+        the dashboard and a `--no-wait` caller read back)."""
+        record = result.workspace
+        if record is not None:
+            record.outcome = result.outcome()
+            await anyio.to_thread.run_sync(records.save, self.layout, record)
+
     def _announce(self, result: LandResult) -> None:
+        """`workspace.landed` or `workspace.land_failed`, each with the outcome a route's
+        result carries: a caller that did not wait learns it from the event."""
         record = result.workspace
         if record is None:
             return
+        outcome = result.outcome()
         if result.ok and result.reason == "landed":
             self.sink.publish(WorkspaceLanded(
                 session_id=record.session_id, agent=record.agent, branch=record.branch,
                 target=result.target or "", old_tip=result.old_tip or "",
-                new_tip=result.new_tip or ""))
+                new_tip=result.new_tip or "", outcome=outcome))
         elif not result.ok and result.reason != "invalid":
-            self.sink.publish(WorkspaceConflict(
+            self.sink.publish(WorkspaceLandFailed(
                 session_id=record.session_id, agent=record.agent, branch=record.branch,
                 target=result.target, reason=result.reason, paths=result.conflict_paths,
-                message=result.message[:2000]))
+                message=result.message[:2000], outcome=outcome))
 
     async def reconcile(self) -> list[str]:
         """Finish or undo what a crash cut short (see `squadd.workspaces.reconcile`)."""
