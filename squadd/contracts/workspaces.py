@@ -136,18 +136,20 @@ class LandResult(BaseModel):
             return LandingOutcome(state="landed", commit=self.new_tip, fixed=self.fixed,
                                   broke=self.broke, detail=self.message)
         if self.reason == "conflict":
-            paths = " ".join(self.conflict_paths) or "the conflicting files"
+            paths = ", ".join(self.conflict_paths) or "the conflicting files"
             return LandingOutcome(
                 state="conflict", detail=self.message,
-                next=f"cd {where} && git rebase {target}, resolve {paths}, git add them and "
-                     f"git rebase --continue; then {land_command}")
+                next=f"resolve {paths} in the session's worktree (cd {where} && git rebase "
+                     f"{target}, fix the files, git add them, git rebase --continue), then "
+                     f"`{land_command}`")
         if self.reason == "check_failed":
             detail = self.message + (f"\n{self.check_tail.strip()}" if self.check_tail else "")
             return LandingOutcome(state="check_failed", fixed=self.fixed, broke=self.broke,
                                   detail=detail,
-                                  next=self.next or f"fix it in {where} (uncommitted "
-                                                    f"changes are committed first), then "
-                                                    f"{land_command}")
+                                  next=self.next or f"fix the failing check in the "
+                                                    f"worktree {where} (uncommitted changes "
+                                                    f"are committed first), then "
+                                                    f"`{land_command}`")
         if self.reason == "invalid":
             return LandingOutcome(state="skipped", detail=self.message)
         return LandingOutcome(state="pending", detail=self.message, next=land_command)

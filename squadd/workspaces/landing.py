@@ -190,7 +190,7 @@ async def land(layout: SquadLayout, git: Git, record: WorkspaceView, *, check: L
                    "land_check_report = \"{report}\")")
             advice = None if not red else (
                 f"{how} under [workspace] in .squad/config.toml, or make {record.target} pass "
-                f"`{check.command}`; then squadd land {sid}")
+                f"`{check.command}`; then `squadd land {sid}`")
             return await _stopped(layout, git, record, branch_tip, refuse(
                 "check_failed", f"not landed: {verdict.detail}; {record.target} is "
                                 f"unchanged").model_copy(update={

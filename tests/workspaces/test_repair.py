@@ -79,7 +79,7 @@ async def test_past_the_attempts_the_session_waits_for_a_person_with_the_command
     held = await spaces.hold_for_person(SECOND, failed)
     assert held is not None and held.state == "needs_attention"
     assert held.outcome is not None and held.outcome.state == "conflict"
-    assert held.outcome.next is not None and held.outcome.next.endswith(f"squadd land {SECOND}")
+    assert held.outcome.next is not None and held.outcome.next.endswith(f"`squadd land {SECOND}`")
     assert "git rebase main" in held.outcome.next
     assert records.next_step(held) == held.outcome.next
 
