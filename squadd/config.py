@@ -206,6 +206,21 @@ class ClusterSettings(_Section):
         return self
 
 
+class HooksSettings(_Section):
+    import_claude: bool = False
+    fail_closed: bool = False
+    timeout_s: float = Field(60.0, gt=0, le=86400)
+    max_output_bytes: int = Field(65536, ge=1024, le=16_777_216)
+
+
+class TelemetrySettings(_Section):
+    traces: Literal["auto", "on", "off"] = "auto"
+    service_name: str = Field("squadd", min_length=1, max_length=256)
+    capture_content: bool = False
+    max_queue: int = Field(2048, ge=1, le=1_000_000)
+    export_timeout_s: float = Field(10.0, gt=0, le=600)
+
+
 class SandboxSettings(_Section):
     mode: Literal["auto", "bwrap", "landlock", "off"] = "auto"
     network: Literal["off", "on"] = "off"
@@ -238,6 +253,8 @@ class Settings(_Section):
     daemon: DaemonSettings = DaemonSettings()
     workspace: WorkspaceSettings = WorkspaceSettings()
     cluster: ClusterSettings = ClusterSettings()
+    hooks: HooksSettings = HooksSettings()
+    telemetry: TelemetrySettings = TelemetrySettings()
     sandbox: SandboxSettings = SandboxSettings()
     agents: dict[str, AgentSettings] = Field(default_factory=dict)
     variables: dict[str, str] = Field(default_factory=dict)

@@ -148,7 +148,8 @@ class DaemonBridge:
                                f"JSON: {exc}", is_error=True)
         try:
             result = await self.client.call_tool(params.name, arguments, agent=self.agent,
-                                                 session_id=self.session_id)
+                                                 session_id=self.session_id,
+                                                 traceparent=_traceparent(params))
         except DaemonNotRunningError as exc:
             log.warning("tool call without a daemon", tool=params.name)
             return text_result(str(exc), is_error=True)
@@ -166,6 +167,14 @@ class DaemonBridge:
             await ctx.session.send_tool_list_changed()
         except MCPError as exc:  # a transport with no channel for it: the client re-lists later
             log.debug("tool list change not sent", reason=exc.message)
+
+
+def _traceparent(params: types.CallToolRequestParams) -> str | None:
+    """The W3C `traceparent` an MCP client sent in the call's `_meta`, passed on to the daemon
+    so the call's spans join the client's trace."""
+    meta: Mapping[str, Any] = params.meta or {}
+    value = meta.get("traceparent")
+    return value if isinstance(value, str) and len(value) < 256 else None
 
 
 def instructions(layout: SquadLayout) -> str:

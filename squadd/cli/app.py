@@ -31,6 +31,7 @@ COMMANDS: dict[str, str] = {
     "deny": "squadd.cli.control:deny",
     "reload": "squadd.cli.control:reload",
     "var": "squadd.cli.var:var",
+    "hooks": "squadd.cli.hooks:hooks",
     "mcp": "squadd.cli.mcp:mcp",
     "mcp-config": "squadd.cli.mcp:mcp_config",
     "demo": "squadd.cli.demo:demo",

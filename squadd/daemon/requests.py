@@ -18,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from squadd import telemetry
 from squadd.contracts.events import BaseEvent
 from squadd.daemon.wire import RECENT_EVENTS_MAX
 from squadd.errors import InvalidNameError
@@ -103,10 +104,12 @@ Handler = Callable[[Request], Awaitable[Response]]
 
 
 def guarded(handler: Handler) -> Handler:
-    """`ApiError` becomes its JSON answer; anything else is logged and answered with a 500."""
+    """`ApiError` becomes its JSON answer; anything else is logged and answered with a 500.
+    A request's `traceparent` header makes the spans it causes part of the caller's trace."""
     async def endpoint(request: Request) -> Response:
         try:
-            return await handler(request)
+            with telemetry.continued(request.headers.get("traceparent")):
+                return await handler(request)
         except ApiError as exc:
             return error_answer(exc.status, str(exc), **exc.fields)
         except Exception:

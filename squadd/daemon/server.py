@@ -31,6 +31,7 @@ import structlog
 import uvicorn
 from starlette.types import ASGIApp
 
+from squadd import telemetry
 from squadd.config import Settings
 from squadd.contracts.events import DaemonStarted, DaemonStopping
 from squadd.daemon._unix import SocketAddress
@@ -54,6 +55,7 @@ from squadd.logs import configure_logging
 from squadd.loop_watch import LoopWatch
 from squadd.procs import stop_orphans
 from squadd.runtime.runtime import SquadRuntime
+from squadd.runtime.tracing import start_tracing
 from squadd.sandbox import cgroup
 from squadd.scribe.worker import run_scribe_worker
 from squadd.serving import run_serving
@@ -222,6 +224,7 @@ class Daemon:
                               json_file=layout.log_file, file_level=settings.daemon.log_level,
                               max_bytes=settings.daemon.log_max_bytes,
                               backups=settings.daemon.log_backups)
+            start_tracing(settings.telemetry, redact=known_secrets.redact)
             stale = clear_stale(layout)
             if stale:
                 log.warning("removed files a daemon that did not stop cleanly left behind",
@@ -253,6 +256,7 @@ class Daemon:
             served = True
             run_serving(self._main, runtime, listeners, token, dashboard)
         finally:
+            telemetry.shutdown()  # what is left is exported (bounded by its timeout)
             for listener in listeners:
                 listener.sock.close()
             clear_stale(layout)

@@ -18,8 +18,9 @@ from typing import Any, Protocol, runtime_checkable
 import anyio
 import structlog
 
+from squadd import telemetry
 from squadd.config import Settings
-from squadd.contracts.events import AgentSpawned
+from squadd.contracts.events import AgentError, AgentSpawned
 from squadd.contracts.routes import RouteResult
 from squadd.contracts.workspaces import WorkspaceView
 from squadd.errors import SquaddError
@@ -30,6 +31,14 @@ from squadd.runtime.orchestration import OrchestrationEntry, OrchestrationLog
 from squadd.runtime.planning import RoutePlan
 from squadd.runtime.pool import SessionPool, SessionRecord
 from squadd.runtime.session import AgentSession, SessionOutcome
+from squadd.runtime.session_hooks import (
+    RouteHooks,
+    after_landing,
+    before_landing,
+    closing,
+    opening,
+    route_hooks,
+)
 from squadd.runtime.session_info import session_toolset
 from squadd.runtime.session_sink import SessionSink
 from squadd.runtime.slots import SlotTicket
@@ -37,6 +46,7 @@ from squadd.statcache import NotCached, StatCache
 from squadd.state.journal import GroupCommit
 from squadd.state.layout import SquadLayout
 from squadd.state.transcripts import PromptFiles, SpareFiles
+from squadd.telemetry import genai
 from squadd.tools.base import Tool, ToolSet
 from squadd.tools.invoke import ToolInvoker
 from squadd.workspaces import Workspaces
@@ -104,7 +114,28 @@ class RouteRunner:
 
     async def run(self, plan: RoutePlan, record: SessionRecord, ticket: SlotTicket,
                   entry: OrchestrationEntry) -> RouteResult:
-        """Take a slot, run the session's task, and put the session to rest."""
+        """Take a slot, run the session's task, and put the session to rest. With tracing on,
+        all of it is an `invoke_agent {agent}` span, a child of the span the route was called
+        in (a parent session's `squad_route`, an HTTP or MCP caller's `traceparent`)."""
+        if not telemetry.active():
+            return await self._run(plan, record, ticket, entry)
+        info = plan.info
+        with telemetry.span(f"{genai.INVOKE_AGENT} {info.agent}", {
+                genai.OPERATION: genai.INVOKE_AGENT, genai.AGENT_NAME: info.agent,
+                genai.AGENT_ID: info.agent, genai.CONVERSATION_ID: info.session_id,
+                genai.PROVIDER: self.provider.name, genai.REQUEST_MODEL: info.model or None,
+                genai.SQUAD_NAME: self.layout.repo.name,
+                genai.PARENT_SESSION: info.parent_session_id, genai.ROUTE_DEPTH: info.depth,
+                genai.PRIORITY: info.priority}) as span:
+            result = await self._run(plan, record, ticket, entry)
+            span.set(genai.USAGE_INPUT, result.input_tokens)
+            span.set(genai.USAGE_OUTPUT, result.output_tokens)
+            if not result.ok:
+                span.fail(result.reason or "failed", result.message or "")
+            return result
+
+    async def _run(self, plan: RoutePlan, record: SessionRecord, ticket: SlotTicket,
+                   entry: OrchestrationEntry) -> RouteResult:
         info = plan.info
         started = time.monotonic()
         base_in, base_out = record.input_tokens, record.output_tokens
@@ -114,7 +145,10 @@ class RouteRunner:
         failure: str | None = None
         with scope:
             try:
-                await self.pool.take_slot(record, ticket, plan.timeout_s)
+                with telemetry.span("squadd.queue_wait", {
+                        genai.AGENT_NAME: info.agent, genai.CONVERSATION_ID: info.session_id,
+                        genai.PRIORITY: info.priority}):
+                    await self.pool.take_slot(record, ticket, plan.timeout_s)
             except TimeoutError:
                 message = (f"no slot came free within {plan.timeout_s:g}s (route timeout); "
                            "the pool is busy: try again later")
@@ -182,10 +216,13 @@ class RouteRunner:
         workspace, owned = await self._workspace(plan)
         if workspace is not None:
             self._in_use[info.session_id] = workspace
-        outcome = await self._converse(plan, record, workspace)
+        parent = self._in_use.get(info.parent_session_id or "")
+        route = route_hooks(self.invoker.hooks, plan, workspace.path if workspace else None,
+                            parent.path if parent is not None else None)
+        outcome = await self._converse(plan, record, workspace, route)
         if owned and workspace is not None and self.workspaces is not None:
             workspace = await self._end_workspace(plan, record, outcome, workspace,
-                                                  self.workspaces)
+                                                  self.workspaces, route)
         return outcome, workspace
 
     async def _workspace(self, plan: RoutePlan) -> tuple[WorkspaceView | None, bool]:
@@ -206,7 +243,7 @@ class RouteRunner:
 
     async def _end_workspace(self, plan: RoutePlan, record: SessionRecord,
                              outcome: SessionOutcome, workspace: WorkspaceView,
-                             spaces: Workspaces) -> WorkspaceView:
+                             spaces: Workspaces, route: RouteHooks) -> WorkspaceView:
         """Commit what the session changed; land it when the route or the settings say so. A
         conflict or a failed check goes back to the agent as a repair turn (up to
         `workspace.repair_attempts`), then waits for a person (`needs_attention`). The result
@@ -228,6 +265,30 @@ class RouteRunner:
                 return await spaces.not_landed(
                     workspace, why="landing was not asked for" if outcome.status == "completed"
                     else f"the session did not complete ({outcome.status})")
+        with telemetry.span("squadd.land", {
+                genai.AGENT_NAME: info.agent, genai.CONVERSATION_ID: info.session_id,
+                "squadd.land.branch": workspace.branch,
+                "squadd.land.target": workspace.target}) as span:
+            refused = await before_landing(route, workspace)
+            if refused is not None:
+                workspace.message, workspace.outcome = refused.detail, refused
+                span.fail("blocked", refused.detail)
+                return workspace
+            workspace = await self._land(plan, record, workspace, spaces, route)
+            landing = workspace.outcome
+            if landing is not None:
+                span.set("squadd.land.state", landing.state)
+                span.set("squadd.land.commit", landing.commit)
+                if landing.state not in ("landed", "skipped"):
+                    span.fail(landing.state, landing.detail)
+            await after_landing(route, workspace)
+        return workspace
+
+    async def _land(self, plan: RoutePlan, record: SessionRecord, workspace: WorkspaceView,
+                    spaces: Workspaces, route: RouteHooks) -> WorkspaceView:
+        """Land the session's work; a conflict or failed check goes to a repair turn while
+        attempts remain, then waits for a person. The workspace's record, with its outcome."""
+        info = plan.info
         with anyio.CancelScope(shield=True):
             landed = await spaces.land(info.session_id)
         while not landed.ok and landed.reason in ("conflict", "check_failed"):
@@ -239,7 +300,7 @@ class RouteRunner:
                 with anyio.CancelScope(shield=True):
                     held = await spaces.hold_for_person(info.session_id, landed)
                 return held or workspace
-            why = await self._repair_turn(plan, record, workspace, prompt, spaces)
+            why = await self._repair_turn(plan, record, workspace, prompt, spaces, route)
             if why:  # the work is as it was: landing it again spends the next attempt
                 log.info("repair turn did not resolve the landing", session_id=info.session_id,
                          why=why)
@@ -248,7 +309,8 @@ class RouteRunner:
         return landed.workspace or await spaces.view(info.session_id) or workspace
 
     async def _repair_turn(self, plan: RoutePlan, record: SessionRecord,
-                           workspace: WorkspaceView, prompt: str, spaces: Workspaces) -> str:
+                           workspace: WorkspaceView, prompt: str, spaces: Workspaces,
+                           route: RouteHooks) -> str:
         """One follow-up turn of the session in its worktree to repair its landing; "" when
         its repair is ready to land, else why not (the work is kept either way). A turn
         cancelled mid-way undoes the rebase squadd began before it re-raises."""
@@ -256,7 +318,7 @@ class RouteRunner:
         repair_plan = dataclasses.replace(plan, task=prompt, continuing=True, context=None,
                                           recorded=False)
         try:
-            turn = await self._converse(repair_plan, record, workspace)
+            turn = await self._converse(repair_plan, record, workspace, route)
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await spaces.abandon_repair(info.session_id, "the session was cancelled")
@@ -268,13 +330,37 @@ class RouteRunner:
         return await spaces.finish_repair(info.session_id, answer=turn.answer)
 
     async def _converse(self, plan: RoutePlan, record: SessionRecord,
-                        workspace: WorkspaceView | None) -> SessionOutcome:
+                        workspace: WorkspaceView | None, route: RouteHooks) -> SessionOutcome:
+        """Run the session's task between its opening and closing hooks."""
         info = plan.info
         self.bus.publish(AgentSpawned(
             session_id=info.session_id, agent=info.agent, task=info.task[:500],
             requested_by=info.requested_by, model=info.model,
             parent_session_id=info.parent_session_id,
         ))
+        outcome: SessionOutcome | None = None
+        ended = "error"  # what the Stop hooks hear when no outcome came: a crash, or ...
+        try:
+            opened = await opening(route, plan)
+            if isinstance(opened, str):  # a hook refused the task: the session never runs
+                await self._end_unstarted(plan, "error", error=opened)
+                self.bus.publish(AgentError(session_id=info.session_id, agent=info.agent,
+                                            error=opened, state="error"))
+                outcome = SessionOutcome(session_id=info.session_id, agent=info.agent,
+                                         status="error", error=opened, model=info.model)
+                return outcome
+            outcome = await self._run_session(opened, record, workspace)
+            return outcome
+        except anyio.get_cancelled_exc_class():
+            ended = "interrupted"  # ... a cancellation
+            raise
+        finally:
+            await closing(route, status=outcome.status if outcome else ended,
+                          answer=outcome.answer if outcome else "", cancelled=outcome is None)
+
+    async def _run_session(self, plan: RoutePlan, record: SessionRecord,
+                           workspace: WorkspaceView | None) -> SessionOutcome:
+        info = plan.info
         sink = SessionSink(self.bus, self.pool, record)
 
         def session_tools(cached_only: bool = False) -> ToolSet:

@@ -21,11 +21,13 @@ import anyio.abc
 import structlog
 import watchfiles
 
+from squadd import telemetry
 from squadd.config import Settings
 from squadd.contracts.events import BaseEvent, EventSink
 from squadd.scribe import ScribeMemory, ScribeReport, merge_inbox
 from squadd.state.inbox import scan_inbox
 from squadd.state.layout import SquadLayout
+from squadd.telemetry.genai import SQUAD_NAME
 
 log = structlog.get_logger("squadd.scribe")
 
@@ -186,8 +188,12 @@ async def _run_pass(layout: SquadLayout, settings: Settings, sink: EventSink,
                     memory: ScribeMemory | None, failures: _Failures) -> ScribeReport | None:
     collected = _ListSink()
     try:
-        report = await anyio.to_thread.run_sync(
-            functools.partial(merge_inbox, layout, settings, collected, memory=memory))
+        with telemetry.span("squadd.scribe_pass", {SQUAD_NAME: layout.repo.name}) as span:
+            report = await anyio.to_thread.run_sync(
+                functools.partial(merge_inbox, layout, settings, collected, memory=memory))
+            span.set("squadd.scribe.merged", report.merged)
+            span.set("squadd.scribe.rejected", len(report.rejected))
+            span.set("squadd.scribe.archived", report.archived)
     except Exception as exc:
         if failures.failed(exc):
             log.exception("scribe.pass_failed", retry_in_s=failures.wait)

@@ -266,6 +266,17 @@ class SquadLayout:
         return self._p("config.toml")
 
     @property
+    def hooks_json(self) -> Path:
+        """The squad's hooks, in Claude Code's format (`{"hooks": {EVENT: [...]}}`)."""
+        return self._p("hooks.json")
+
+    @property
+    def claude_settings(self) -> Path:
+        """The project's `.claude/settings.json`, whose hooks `hooks.import_claude` reads.
+        Outside the squad dir: read it through `open_file` (it must stay in the repository)."""
+        return self.repo / ".claude" / "settings.json"
+
+    @property
     def inbox_dir(self) -> Path:
         return self._p("decisions", "inbox")
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import anyio
 import structlog
 
+from squadd import telemetry
 from squadd.config import Settings
 from squadd.contracts.events import (
     EventSink,
@@ -295,8 +296,9 @@ class Workspaces(RepairTurns):
         message is kept as the one its work lands with, except after a repair turn, whose
         commit only completes the work it repairs."""
         identity = self.identity(record.agent, display_name)
+        # Squad-Trace: from the commit on main to the session's spans.
         message = commit_message(task=title, answer=answer, session_id=record.session_id,
-                                 agent=record.agent)
+                                 agent=record.agent, trace=telemetry.trace_id())
         if not repair:
             record.commit_message = message
         committed = await worktrees.commit(

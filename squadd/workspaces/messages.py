@@ -1,6 +1,6 @@
 """The message of a landed session's commit: a subject of at most 72 characters written from the
 agent's final answer (or the `commit_message:` line it ends with), a body with the task and a
-short summary, and the `Squad-Session:` / `Squad-Agent:` trailers.
+short summary, and the `Squad-Session:` / `Squad-Agent:` (and, traced, `Squad-Trace:`) trailers.
 
 An agent names its own subject with a line of its final answer such as
 ``commit_message: Fix the overflow in parse_duration``; that line is left out of the summary.
@@ -50,7 +50,8 @@ def _summary(answer: str) -> str:
                      else p for p in kept.split("\n"))
 
 
-def commit_message(*, task: str, answer: str, session_id: str, agent: str) -> str:
+def commit_message(*, task: str, answer: str, session_id: str, agent: str,
+                   trace: str | None = None) -> str:
     """The whole message of a session's commit."""
     head = given_subject(answer) or subject(answer) or subject(task) or f"work of {agent}"
     head = subject(head)
@@ -64,7 +65,8 @@ def commit_message(*, task: str, answer: str, session_id: str, agent: str) -> st
         summary = rest.strip()
     if summary:
         parts.append(summary)
-    parts.append(f"Squad-Session: {session_id}\nSquad-Agent: {agent}")
+    parts.append(f"Squad-Session: {session_id}\nSquad-Agent: {agent}"
+                 + (f"\nSquad-Trace: {trace}" if trace else ""))
     return "\n\n".join(parts) + "\n"
 
 
