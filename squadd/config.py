@@ -156,6 +156,30 @@ class WorkspaceSettings(_Section):
     max_worktrees: int = Field(64, ge=1, le=4096)
     min_free_mb: int = Field(512, ge=0)
     spares: int = Field(1, ge=0, le=64)
+    land_policy: Literal["green", "no-new-failures", ""] = ""
+    land_check_report: str = ""
+    repair_attempts: int = Field(2, ge=0, le=20)
+    land_style: Literal["squash", "rebase"] = "squash"
+    committer: str = ""
+    keep_landed: bool = False
+
+    @model_validator(mode="after")
+    def _landing_agrees(self) -> WorkspaceSettings:
+        if self.committer and not re.fullmatch(r"[^<>]+ <[^<>\s]+>", self.committer.strip()):
+            raise ValueError(f"committer {self.committer!r} is not `Name <email>`: write it "
+                             "as e.g. \"Squad Bot <squad@example.com>\", or leave it empty")
+        if self.land_policy == "no-new-failures" and not self.land_check_report:
+            raise ValueError("land_policy \"no-new-failures\" compares the failing tests of "
+                             "main and the candidate: set land_check_report (a JUnit XML file "
+                             "the check writes, e.g. \"{report}\") or use \"green\"")
+        return self
+
+    @property
+    def policy(self) -> Literal["green", "no-new-failures"]:
+        """`land_policy`, its default filled in: no-new-failures with a report, else green."""
+        if self.land_policy:
+            return self.land_policy
+        return "no-new-failures" if self.land_check_report else "green"
 
 
 class ClusterSettings(_Section):

@@ -524,6 +524,21 @@ class SquadLayout:
         """The full output of a workspace command (setup, land check) of a session."""
         return self._p("run", "workspaces", f"{safe_id(session_id)}.{safe_id(step)}.txt")
 
+    def land_check_report(self, session_id: str, step: str) -> Path:
+        """A fresh path for the JUnit report a land check writes (`{report}`): in the session
+        worktree's own copy of the squad dir, which its sandbox may write and squadd never
+        commits."""
+        return self.worktree(session_id) / self.root.name / "run" / \
+            f"land-check.{safe_id(step)}.xml"
+
+    def land_check_result(self, commit: str) -> Path:
+        """The land check's result on a target's tip commit, kept until the tip moves."""
+        return self._p("run", "land-checks", f"{safe_id(commit)}.json")
+
+    @property
+    def land_checks_dir(self) -> Path:
+        return self._p("run", "land-checks")
+
     @property
     def landing_lock(self) -> Path:
         """Held while a branch lands: one landing at a time per repository."""
