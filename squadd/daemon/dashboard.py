@@ -44,7 +44,7 @@ from squadd.daemon.requests import (
     json_answer,
     transcript_records,
 )
-from squadd.daemon.streams import open_stream, stream_response
+from squadd.daemon.streams import MAX_DASHBOARD_STREAMS, open_stream, stream_response
 from squadd.daemon.ui_guard import DashboardGuard
 from squadd.statcache import StatCache
 from squadd.state.decisions import parse_decisions
@@ -244,7 +244,7 @@ async def events(request: Request) -> Response:
     first; when some are no longer kept, a `reset` event says to fetch the state again."""
     ctx = context_of(request)
     last = _last_event_id(request)
-    subscription = open_stream(ctx)
+    subscription = open_stream(ctx, MAX_DASHBOARD_STREAMS, dashboard=True)
     replay: list[BaseEvent] = []
     reset = False
     if last is not None:
