@@ -18,7 +18,7 @@ from pathlib import Path
 import structlog
 
 from squadd.config import ScribeSettings
-from squadd.fsio import atomic_write
+from squadd.fsio import TEAM_FILE, atomic_write
 from squadd.state.crashpoint import crash_point
 from squadd.state.decision_index import DecisionIndex, entry_digest
 from squadd.state.decisions import DecisionEntry, parse_entries
@@ -190,7 +190,8 @@ def _finish(layout: SquadLayout, intent: AppendIntent) -> int:
         else:
             kept.append(entry.text)
     if removed:
-        atomic_write(layout.decisions_md, render_decisions(parsed.preamble, kept))
+        atomic_write(layout.decisions_md, render_decisions(parsed.preamble, kept),
+                     new_mode=TEAM_FILE)
         crash_point("decisions-rewritten")
         with DecisionIndex(layout, writable=True) as index:
             index.rebuild()
