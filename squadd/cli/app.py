@@ -29,6 +29,7 @@ COMMANDS: dict[str, str] = {
     "stop": "squadd.cli.control:stop",
     "approve": "squadd.cli.control:approve",
     "deny": "squadd.cli.control:deny",
+    "approvals": "squadd.cli.approvals:approvals",
     "var": "squadd.cli.var:var",
     "mcp": "squadd.cli.mcp:mcp",
     "mcp-config": "squadd.cli.mcp:mcp_config",
