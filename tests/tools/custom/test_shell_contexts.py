@@ -13,17 +13,22 @@ from __future__ import annotations
 import shlex
 import subprocess
 from pathlib import Path
+from typing import Any
 
+import anyio
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from squadd.state.layout import SquadLayout
 from squadd.tools.custom.shell_contexts import CONTEXTS
 from squadd.tools.custom.shell_template import (
     TemplateError,
     check_shell_template,
     substitute_shell,
 )
+
+from .conftest import call, shell_tool
 
 DECLARERS = ["declare", "typeset", "local", "export", "readonly"]
 PREFIXES = ["", "builtin ", "command ", "command -- "]
@@ -146,3 +151,42 @@ def test_data_contexts_still_load_and_pass_the_value_literally(template: str,
                           check=False)
     assert not (tmp_path / "M").exists()
     assert value in done.stdout or (tmp_path / value).exists() or "no" in done.stdout
+
+
+def _env_spec(variables: dict[str, str], **command: Any) -> dict[str, Any]:
+    return {"description": "d", "tags": ["read"], "timeout": 30000,
+            "parameters": {"X": {"type": "string", "description": "x"},
+                           "N": {"type": "number", "description": "n"}},
+            "environment": {"variables": variables}, **command}
+
+
+@pytest.mark.parametrize(("variables", "command", "what"), [
+    ({"N": "{X}"}, {"bash": "(( N > 1 )) && echo big"}, "((...))"),
+    ({"N": "{X}"}, {"bash": "[[ $N -gt 1 ]]"}, "arithmetic test"),
+    ({"V": "{X}"}, {"bash": "echo ${!V}"}, "indirection"),
+    ({"V": "{X}"}, {"bash": "declare \"$V\"=1"}, "variable named or declared"),
+    ({"V": "{X}"}, {"bash": "echo x >&$V"}, "file descriptor"),
+    ({"V": "pre-{X}"}, {"steps": [{"name": "a", "bash": "echo a"},
+                                  {"name": "b", "bash": "let V+1"}]}, "'let'"),
+    ({"BASH_ENV": "{X}"}, {"bash": "echo hi"}, "BASH_ENV"),
+    ({"LD_PRELOAD": "{X}"}, {"run": "true"}, "LD_PRELOAD"),
+    ({"PS4": "{X}"}, {"bash": "set -x; true"}, "PS4"),
+    ({"BASH_FUNC_f%%": "{X}"}, {"bash": "f"}, "BASH_FUNC_f%%"),
+])
+def test_a_value_reaching_a_command_through_the_environment_is_checked_as_an_assignment(
+        variables: dict[str, str], command: dict[str, Any], what: str) -> None:
+    with pytest.raises(ValueError) as caught:
+        shell_tool(_env_spec(variables, **command))
+    message = str(caught.value)
+    assert "environment.variables." in message and what in message, message
+
+
+@pytest.mark.parametrize("value", ["a[$(touch M)]", "('[$(touch M)]=1')", "$(touch M)"])
+def test_an_environment_value_used_as_data_loads_and_never_runs(
+        layout: SquadLayout, value: str) -> None:
+    tool = shell_tool(_env_spec({"V": "{X}", "K": "{N}"},
+                                bash="printf '%s\\n' \"$V\" \"$K\""))
+    result = anyio.run(lambda: call(layout, tool, tool.name, {"X": value, "N": 5}))
+    assert result.ok, result.text
+    assert result.text.splitlines()[:2] == [value, "5"]
+    assert not (layout.repo / "M").exists()
