@@ -35,7 +35,8 @@ CONTEXTS: dict[str, EvaluationContext] = {c.key: c for c in (
         "arithmetic-test", "[[ A -eq B ]] (and -ne -lt -le -gt -ge), [[ -v NAME ]]",
         "evaluates both operands as arithmetic", True),
     EvaluationContext(
-        "code", "eval, let, source and ., trap, alias, bind, complete, compgen, enable, fc",
+        "code", "eval, let, source and ., trap, alias, bind, complete, compgen, enable, fc, "
+        "the callback of mapfile -C",
         "runs the text as shell code or arithmetic", True),
     EvaluationContext(
         "declaration", "declare, typeset, local, export, readonly with -i -n -a -A and the "

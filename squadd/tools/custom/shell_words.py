@@ -141,6 +141,12 @@ def command_constructs(command: Command, depth: int = 0) -> list[tuple[str, int]
             if _expands(word if name in COMPOUND_DECLARERS else Word(0, text=name_part(word))):
                 found.append((f"a variable named or declared by an expansion ({word.text}) "
                               f"for '{name}'", word.start))
+    if name in ("mapfile", "readarray"):  # -C CALLBACK runs its argument as code
+        callback = next((words[i + 1] for i in range(index + 1, len(words) - 1)
+                         if words[i].literal.startswith("-") and "C" in words[i].literal), None)
+        if callback is not None and _expands(callback):
+            found.append((f"a '{name} -C' callback taken from an expansion ({callback.text})",
+                          callback.start))
     if name in EVALUATING_BUILTINS:
         found.append((f"'{name}'", at))
     elif name in DECLARING_BUILTINS and options:
