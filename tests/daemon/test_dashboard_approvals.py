@@ -52,7 +52,7 @@ def daemon(tmp_path: Path) -> Iterator[DaemonProcess]:
     layout = make_repo(tmp_path / "repo", agents=agents,
                        config=FAST_CONFIG + "\n[tools]\napproval_timeout_s = 120\n")
     layout.tools_dir.mkdir(parents=True, exist_ok=True)
-    (layout.tools_dir / "ship.py").write_text(TOOLS.format(ran=str(tmp_path / "ran.txt")),
+    (layout.tools_dir / "ship.py").write_text(TOOLS.format(ran=str(layout.repo / "ran.txt")),
                                              encoding="utf-8")
     script = {"agents": {agent: [_turn("", ("ship", arguments)), _turn("done")]
                          for agent, arguments in zip(agents, VARIANTS.values(), strict=True)}}
@@ -92,7 +92,7 @@ def test_squadd_approvals_lists_every_byte_of_what_approve_runs(daemon: DaemonPr
     assert [a["arguments"] for a in sorted(as_json, key=lambda a: a["agent"])] == \
         list(VARIANTS.values())
     assert daemon.squadd("approve", waiting[0]["approval_id"]).returncode == 0
-    ran = tmp_path / "ran.txt"
+    ran = daemon.layout.repo / "ran.txt"  # inside the repository: tools run sandboxed
     deadline = time.monotonic() + 60
     while not ran.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
