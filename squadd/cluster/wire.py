@@ -29,6 +29,9 @@ class Job(_Wire):
     agent: str
     priority: Literal["urgent", "normal"] = "normal"
     timeout_s: float = Field(gt=0)
+    traceparent: str | None = Field(None, max_length=256)
+    """The W3C trace context of the route that started the session (its `invoke_agent` span
+    on the coordinator): the worker's spans for the session are its children."""
 
 
 class Request(_Wire):
