@@ -559,6 +559,20 @@ class SquadLayout:
     def log_file(self) -> Path:
         return self._p("run", "squadd.log")
 
+    def private_dirs(self) -> tuple[Path, ...]:
+        """The folders of squadd's own files, kept 0700: transcripts and their journals and
+        stored prompts, tool output, workspace records, logs and run/ (never the team's
+        committed files)."""
+        return (self.run_dir, self.transcripts_dir, self.transcript_journals_dir,
+                self.transcript_prompts_dir, self.workspaces_dir, self.log_dir,
+                self._p("tool-output"), self._p("sessions"))
+
+    @property
+    def ui_handoff(self) -> Path:
+        """The page `squadd ui --open` gives the browser (0600 in run/, 0700): it carries the
+        dashboard's token, which must never be on a command line."""
+        return self._p("run", "ui-open.html")
+
     @property
     def run_dir(self) -> Path:
         return self._p("run")

@@ -20,7 +20,7 @@ import structlog
 
 from squadd.contracts.workspaces import WorkspaceView
 from squadd.errors import SquaddError, WorkspaceError
-from squadd.fsio import append_fsync, file_lock, read_text
+from squadd.fsio import TEAM_FILE, append_fsync, file_lock, read_text
 from squadd.state.layout import SQUAD_DIRNAMES, SquadLayout
 from squadd.workspaces import records
 from squadd.workspaces.git import Git
@@ -88,7 +88,7 @@ def ensure_ignored(layout: SquadLayout) -> None:
         text = read_text(path)
         if "worktrees/" not in text.split():
             append_fsync(path, ("" if not text or text.endswith("\n") else "\n") +
-                         "worktrees/\n")
+                         "worktrees/\n", mode=TEAM_FILE)
 
 
 async def new_record(layout: SquadLayout, git: Git, base: RepoBase, *, session_id: str,
