@@ -147,7 +147,8 @@ class TopApp(App[None]):
     def on_mount(self) -> None:
         self.query_one("#sessions", DataTable).add_columns(
             "agent", "state", "age", "model", "turns", "tokens", "tool", "task", "cost")
-        self.query_one("#approvals", DataTable).add_columns("agent", "what", "question", "id")
+        self.query_one("#approvals", DataTable).add_columns("agent", "tool", "question",
+                                                            "arguments", "id")
         self.follow()
 
     # Keeping up with the daemon.
@@ -224,13 +225,15 @@ class TopApp(App[None]):
         self.item_kinds = {}
         for a in self.snapshot.get("approvals", []):
             if self.agent is None or a["agent"] == self.agent:
+                # The size says how much there is; 'squadd approvals' shows all of it.
                 approvals.add_row(a["agent"], a["tool"], one_line(a.get("question"), 60),
+                                  f"{a.get('arguments_bytes', 0)} B (squadd approvals)",
                                   a["approval_id"])
                 self.approval_rows.append(a["approval_id"])
         for item in self.snapshot.get("inbox", []):  # the rest of the inbox
             if item["kind"] != "approval" and (self.agent is None or item["agent"] == self.agent):
                 approvals.add_row(item.get("agent") or "-", item["kind"],
-                                  one_line(item.get("reason"), 60), item["id"])
+                                  one_line(item.get("reason"), 60), "", item["id"])
                 self.approval_rows.append(item["id"])
                 self.item_kinds[item["id"]] = item["kind"]
 

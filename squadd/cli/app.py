@@ -31,6 +31,7 @@ COMMANDS: dict[str, str] = {
     "deny": "squadd.cli.control:deny",
     "inbox": "squadd.cli.inbox:inbox",
     "reload": "squadd.cli.control:reload",
+    "approvals": "squadd.cli.approvals:approvals",
     "var": "squadd.cli.var:var",
     "hooks": "squadd.cli.hooks:hooks",
     "mcp": "squadd.cli.mcp:mcp",

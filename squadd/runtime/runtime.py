@@ -274,6 +274,7 @@ class SquadRuntime:
             self._ledger_scope = anyio.CancelScope()
             self._tg.start_soon(self._write_ledger, self._ledger_scope)
             self._tg.start_soon(self._upkeep, self._upkeep_scope)
+            self._tg.start_soon(self.workspaces.retry_landings)
         except BaseException:
             await stack.__aexit__(None, None, None)
             raise
