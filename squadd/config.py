@@ -239,6 +239,43 @@ class SandboxSettings(_Section):
     max_file_mb: int = Field(4096, ge=1, le=1 << 30)
 
 
+class PriceSettings(_Section):
+    """One model's prices in US dollars per million tokens (`[pricing."PROVIDER/MODEL"]`)."""
+
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+    cache_read: float | None = Field(None, ge=0)
+    """Cached prompt tokens read (None: priced as `input`)."""
+    cache_write: float | None = Field(None, ge=0)
+    """Prompt tokens written to the cache (None: priced as `input`)."""
+
+
+class BudgetSettings(_Section):
+    per_day_usd: float = Field(0.0, ge=0)
+    per_agent_usd: float = Field(0.0, ge=0)
+    per_route_usd: float = Field(0.0, ge=0)
+    per_session_tokens: int = Field(0, ge=0)
+
+
+class ApprovalsSettings(_Section):
+    expire_after_s: float = Field(0.0, ge=0)
+    on_expiry: Literal["deny", "escalate"] = "deny"
+
+
+class NotifySettings(_Section):
+    command: list[str] = Field(default_factory=list)
+    webhook: str = ""
+    timeout_s: float = Field(10.0, gt=0, le=600)
+    attempts: int = Field(5, ge=1, le=100)
+    backoff_s: float = Field(1.0, ge=0, le=3600)
+
+    @model_validator(mode="after")
+    def _webhook_is_http(self) -> NotifySettings:
+        if self.webhook and not re.match(r"^https?://[^\s]+$", self.webhook):
+            raise ValueError(f"webhook {self.webhook!r} is not an http(s) URL")
+        return self
+
+
 class AgentSettings(_Section):
     model: str = ""
     isolation: Isolation | None = None
@@ -265,6 +302,11 @@ class Settings(_Section):
     sandbox: SandboxSettings = SandboxSettings()
     agents: dict[str, AgentSettings] = Field(default_factory=dict)
     variables: dict[str, str] = Field(default_factory=dict)
+    pricing: dict[str, PriceSettings] = Field(default_factory=lambda: dict(shipped_pricing()))
+    """Prices by "PROVIDER/MODEL" (e.g. "openai/gpt-4o"); the defaults are the shipped file's."""
+    budget: BudgetSettings = BudgetSettings()
+    approvals: ApprovalsSettings = ApprovalsSettings()
+    notify: NotifySettings = NotifySettings()
 
 
 _SECTIONS: dict[str, type[BaseModel]] = {
@@ -272,7 +314,8 @@ _SECTIONS: dict[str, type[BaseModel]] = {
     for name, field in Settings.model_fields.items()
     if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)
 }
-_FREE_SECTIONS = {"agents", "variables"}
+_FREE_SECTIONS = {"agents", "variables", "pricing"}
+_PRICED_MODEL = re.compile(r"^[A-Za-z0-9_.-]+/[^\s]+$")
 
 
 def data_path(name: str) -> Path:
@@ -288,6 +331,20 @@ def data_path(name: str) -> Path:
 
 def default_config_file() -> Path:
     return data_path("config") / "squadd.toml"
+
+
+_shipped_prices: dict[str, PriceSettings] | None = None
+
+
+def shipped_pricing() -> dict[str, PriceSettings]:
+    """The price tables of the shipped `config/squadd.toml`: the one place they are written
+    (read once)."""
+    global _shipped_prices
+    if _shipped_prices is None:
+        tables = _read_toml(default_config_file()).get("pricing", {})
+        _shipped_prices = {model: PriceSettings.model_validate(prices)
+                           for model, prices in tables.items()}
+    return _shipped_prices
 
 
 def user_config_file() -> Path:
@@ -386,6 +443,8 @@ def _check_keys(data: Mapping[str, Any], source: str) -> None:
                             f"{source}: 'variables.{name}': {name!r} is not a variable name "
                             f"(names match {_VARIABLE_NAME.pattern})", key=f"variables.{name}",
                             source=source)
+            if section == "pricing":
+                _check_pricing(body, source)
             if section == "agents":
                 for agent, agent_body in body.items():
                     if not is_safe_name(agent):
@@ -418,6 +477,23 @@ def _check_keys(data: Mapping[str, Any], source: str) -> None:
     _check_numbers(data, source)
 
 
+def _check_pricing(body: Mapping[str, Any], source: str) -> None:
+    for model, prices in body.items():
+        if not _PRICED_MODEL.fullmatch(model):
+            raise ConfigError(
+                f"{source}: [pricing.\"{model}\"]: a price table is named \"PROVIDER/MODEL\" "
+                "(e.g. [pricing.\"openai/gpt-4o\"])", key=f"pricing.{model}", source=source)
+        if not isinstance(prices, Mapping):
+            raise ConfigError(f"{source}: [pricing.\"{model}\"] must be a table",
+                              key=f"pricing.{model}", source=source)
+        for key in prices:
+            if key not in PriceSettings.model_fields:
+                raise ConfigError(
+                    f"{source}: unknown key 'pricing.\"{model}\".{key}' (known: "
+                    f"{', '.join(PriceSettings.model_fields)}, in US dollars per million "
+                    "tokens)", key=f"pricing.{model}.{key}", source=source)
+
+
 def _check_text(data: Mapping[str, Any], source: str) -> None:
     """No setting holds a NUL byte or text that is not valid UTF-8 (from the environment)."""
     stack: list[tuple[str, Any]] = [(str(k), v) for k, v in data.items()]
@@ -440,11 +516,11 @@ def _merge(base: dict[str, Any], layer: Mapping[str, Any], origin: dict[str, str
     for section, body in layer.items():
         target = base.setdefault(section, {})
         for key, value in body.items():
-            if section == "agents" and isinstance(value, Mapping):
+            if section in ("agents", "pricing") and isinstance(value, Mapping):
                 agent = target.setdefault(key, {})
                 for sub, sub_value in value.items():
                     agent[sub] = sub_value
-                    origin[f"agents.{key}.{sub}"] = source
+                    origin[f"{section}.{key}.{sub}"] = source
             else:
                 target[key] = value
                 origin[f"{section}.{key}"] = source
@@ -561,7 +637,7 @@ def _origin_of(loc: tuple[int | str, ...], origin: Mapping[str, str]) -> str:
 
 
 # Settings that change while the daemon runs.
-LIVE_SECTIONS = ("workspace", "tools", "scribe", "pool")
+LIVE_SECTIONS = ("workspace", "tools", "scribe", "pool", "budget", "pricing")
 """The sections a running daemon applies when its settings files change (`squadd reload`,
 SIGHUP, or the file watcher); a change anywhere else waits for a restart."""
 

@@ -51,6 +51,7 @@ def squad_tool_descriptions() -> list[dict[str, Any]]:
     a daemon: what a client is offered while none runs (each call then says to start one)."""
     from squadd.config import Settings
     from squadd.tools.builtin import workspace_tools
+    from squadd.tools.squad.ask import SquadAsk
     from squadd.tools.squad.decide import SquadDecide
     from squadd.tools.squad.memory import SquadMemory
     from squadd.tools.squad.route import SquadRoute
@@ -59,7 +60,7 @@ def squad_tool_descriptions() -> list[dict[str, Any]]:
 
     described = []
     squad: tuple[type[Tool[Any]], ...] = (SquadRoute, SquadDecide, SquadMemory, SquadStatus,
-                                          SquadSkill)
+                                          SquadSkill, SquadAsk)
     for tool in squad:  # classes: an instance needs the daemon's layout and runtime
         schema = tool.args_model.model_json_schema()
         schema.pop("title", None)
@@ -70,6 +71,34 @@ def squad_tool_descriptions() -> list[dict[str, Any]]:
         described.append({"name": builtin.name, "label": builtin.label,
                           "description": spec.description, "parameters": spec.parameters})
     return described
+
+
+INBOX_TOOL = "squad_inbox"
+INBOX_ACTIONS = ("list", "show", "approve", "deny", "answer", "resume", "dismiss")
+INBOX_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "action": {"type": "string", "enum": list(INBOX_ACTIONS),
+                   "description": "list (the default), show ID, or the action that resolves "
+                                  "item ID"},
+        "id": {"type": "string", "description": "The item's id (from list)"},
+        "answer": {"type": "string", "description": "For answer: the text the agent gets"},
+        "budget": {"type": "number", "exclusiveMinimum": 0,
+                   "description": "For approve of a budget item: how much more to allow"},
+        "reason": {"type": "string", "description": "Why (the agent sees it)"},
+    },
+    "additionalProperties": False,
+}
+
+
+def inbox_tool() -> types.Tool:
+    """The inbox as an MCP tool, for a person's client (not offered to a session's own)."""
+    return types.Tool(
+        name=INBOX_TOOL, title="Squad inbox", input_schema=INBOX_SCHEMA,
+        description="What waits on a person in the squad: approvals, agents' questions, "
+                    "sessions parked by a budget, failed sessions, landings that need "
+                    "attention. List them, show one, or resolve one (approve, deny, answer, "
+                    "resume, dismiss), as 'squadd inbox' does.")
 
 
 def mcp_tool(described: Mapping[str, Any]) -> types.Tool:
@@ -135,7 +164,37 @@ class DaemonBridge:
             described = squad_tool_descriptions()
         else:
             self._listed_without_daemon = False
-        return types.ListToolsResult(tools=[mcp_tool(tool) for tool in described])
+        tools = [mcp_tool(tool) for tool in described]
+        if self.agent is None and self.session_id is None:
+            tools.append(inbox_tool())
+        return types.ListToolsResult(tools=tools)
+
+    async def _inbox(self, arguments: Mapping[str, Any]) -> types.CallToolResult:
+        action = arguments.get("action") or "list"
+        item_id = arguments.get("id")
+        if action not in INBOX_ACTIONS:
+            return text_result(f"action must be one of {', '.join(INBOX_ACTIONS)}",
+                               is_error=True)
+        if action == "list":
+            items = (await self.client.inbox())["items"]
+            if not items:
+                return text_result("The inbox is empty: nothing waits on a person.",
+                                   is_error=False)
+            lines = [f"- {i['id']} [{i['kind']}] {i.get('agent') or '-'}: {i['reason'][:200]} "
+                     f"(resolve with: {', '.join(i['actions'])})" for i in items]
+            return text_result("\n".join(lines), is_error=False)
+        if not isinstance(item_id, str) or not item_id:
+            return text_result(f"{action} needs the item's id", is_error=True)
+        if action == "show":
+            item = await self.client.inbox_item(item_id)
+            return text_result(json.dumps(item["item"], indent=2), is_error=False)
+        budget = arguments.get("budget")
+        done = await self.client.inbox_resolve(
+            item_id, action, answer=str(arguments.get("answer") or ""),
+            budget=float(budget) if isinstance(budget, int | float) else None,
+            reason=str(arguments.get("reason") or ""))
+        return text_result(f"{action}: {done['item']['id']} ({done['item']['kind']})",
+                           is_error=False)
 
     async def call_tool(self, ctx: Context,
                         params: types.CallToolRequestParams) -> types.CallToolResult:
@@ -146,6 +205,11 @@ class DaemonBridge:
         except (UntrustedInputError, ValueError, RecursionError) as exc:
             return text_result(f"{params.name} did not run: its arguments cannot be sent as "
                                f"JSON: {exc}", is_error=True)
+        if params.name == INBOX_TOOL and self.agent is None and self.session_id is None:
+            try:
+                return await self._inbox(arguments)
+            except DaemonError as exc:
+                return text_result(f"{INBOX_TOOL}: {exc}", is_error=True)
         try:
             result = await self.client.call_tool(params.name, arguments, agent=self.agent,
                                                  session_id=self.session_id,

@@ -4,6 +4,7 @@ in a repo whose daemon (a real `squadd serve` process) talks to the test model s
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -88,12 +89,44 @@ async def test_lists_every_daemon_tool_with_the_same_schema(daemon: DaemonProces
     expected = {tool["name"]: tool for tool in daemon.client.tools()}
     async with mcp_session(daemon.layout) as session:
         listed = (await session.list_tools()).tools
-    assert {tool.name for tool in listed} == set(expected)
+    assert {tool.name for tool in listed} == set(expected) | {"squad_inbox"}  # a person's
     assert {"squad_route", "squad_decide", "squad_memory", "squad_status",
             "squad_skill"} <= set(expected)
     for tool in listed:
+        if tool.name == "squad_inbox":  # the client's own: the inbox, not a daemon tool
+            continue
         assert tool.input_schema == expected[tool.name]["parameters"]
         assert tool.description == expected[tool.name]["description"]
+
+
+def _inbox_of(daemon: DaemonProcess, session_id: str) -> list[dict[str, Any]]:
+    """The open inbox items once one is the session's (polled: the daemon is a process)."""
+    deadline = time.monotonic() + CALL_TIMEOUT_S
+    while True:
+        items: list[dict[str, Any]] = daemon.client.inbox()["items"]
+        if any(item["session_id"] == session_id for item in items):
+            return [item for item in items if item["session_id"] == session_id]
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no inbox item for {session_id}: {items}")
+        time.sleep(0.05)
+
+
+async def test_an_agent_question_is_answered_through_the_inbox_tool(
+        daemon: DaemonProcess, model_server: OpenAIServer) -> None:
+    model_server.script(OpenAIServer.tool_call_turn(("squad_ask", {"question": "Tabs?"})),
+                        OpenAIServer.text_turn("spaces it is"))
+    session_id = daemon.client.route("format the code", "backend", wait=False)["session_id"]
+    items = await anyio.to_thread.run_sync(_inbox_of, daemon, session_id)
+    async with mcp_session(daemon.layout) as session:
+        listed = text_of(await call(session, "squad_inbox", {}))
+        assert items[0]["id"] in listed and "Tabs?" in listed
+        done = await call(session, "squad_inbox", {"action": "answer", "id": items[0]["id"],
+                                                   "answer": "spaces"})
+        assert not done.is_error, text_of(done)
+        async with mcp_session(daemon.layout, "--session", session_id) as own:
+            assert "squad_inbox" not in {t.name for t in (await own.list_tools()).tools}
+    view = await anyio.to_thread.run_sync(daemon.wait_for_state, session_id, {"idle"})
+    assert view["answer"] == "spaces it is"
 
 
 async def test_workspace_tools_are_offered_and_run_over_mcp(daemon: DaemonProcess) -> None:
@@ -186,7 +219,8 @@ async def test_without_a_daemon_calls_fail_naming_squadd_serve(tmp_path: Path) -
         result = await call(session, "squad_decide", {
             "title": "t", "agentName": "lead", "body": "b"})
     assert listed == {"squad_route", "squad_decide", "squad_memory", "squad_status",
-                      "squad_skill", "read", "write", "edit", "find", "grep", "bash"}
+                      "squad_skill", "squad_ask", "squad_inbox",
+                      "read", "write", "edit", "find", "grep", "bash"}
     assert result.is_error
     assert "no squadd daemon is running" in text_of(result)
     assert "squadd serve" in text_of(result)

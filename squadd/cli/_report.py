@@ -17,7 +17,7 @@ TYPE_CHECKING = False  # no `typing` at run time: see the docstring
 if TYPE_CHECKING:
     from typing import Any
 
-SESSION_HEADERS = ("agent", "state", "session", "age", "idle", "tokens", "task")
+SESSION_HEADERS = ("agent", "state", "session", "age", "idle", "tokens", "cost", "task")
 
 
 def json_text(data: Any) -> str:
@@ -84,8 +84,27 @@ def session_rows(sessions: Sequence[Mapping[str, Any]], task_width: int = 50
         str(s.get("agent", "?")), str(s.get("state", "?")), str(s.get("session_id", "")),
         duration(s.get("age_s")), duration(s.get("idle_s")),
         tokens(int(s.get("input_tokens") or 0) + int(s.get("output_tokens") or 0)),
-        one_line(s.get("task"), task_width),
+        cost(s.get("cost_usd")), one_line(s.get("task"), task_width),
     ] for s in sessions]
+
+
+def cost(usd: Any) -> str:
+    """`$0.0123`, `$12.40`, or `unknown` (a model without a price: never shown as 0)."""
+    if not isinstance(usd, (int, float)) or isinstance(usd, bool):
+        return "unknown"
+    return f"${usd:.4f}" if usd < 1 else f"${usd:,.2f}"
+
+
+def spending_lines(spending: Any) -> list[str]:
+    """Today's spending: the squad's, then each agent's."""
+    if not isinstance(spending, Mapping):
+        return []
+    agents = spending.get("agents") or {}
+    shown = ", ".join(f"{name} {cost(a.get('cost_usd'))}" for name, a in sorted(agents.items())
+                      if isinstance(a, Mapping))
+    return [f"spent today ({spending.get('day')} UTC): {cost(spending.get('cost_usd'))}, "
+            f"{tokens(int(spending.get('tokens') or 0))} tokens"
+            + (f" ({shown})" if shown else "")]
 
 
 def worker_place(session: Mapping[str, Any]) -> str:
@@ -127,7 +146,9 @@ def status_lines(report: Mapping[str, Any], header: Callable[[str], str] = str) 
         lines.append(
             f"\npool: {pool.get('running', 0)}/{pool.get('max_concurrent', 0)} running, "
             f"{pool.get('queued', 0)}/{pool.get('max_queued', 0)} queued, "
-            f"{pool.get('waiting', 0)} waiting on a route, {pool.get('idle', 0)} at rest")
+            f"{pool.get('waiting', 0)} waiting on a route, {pool.get('idle', 0)} at rest"
+            + (f", {pool['parked']} parked in the inbox" if pool.get("parked") else ""))
+    lines += spending_lines(report.get("spending"))
     cluster = report.get("cluster")
     if isinstance(cluster, Mapping):
         lines += cluster_lines(cluster)

@@ -19,7 +19,7 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
-from squadd.cli._report import duration, one_line, tokens
+from squadd.cli._report import cost, duration, one_line, tokens
 from squadd.daemon.client import AsyncDaemonClient
 from squadd.errors import DaemonError
 
@@ -33,6 +33,7 @@ _REFRESHING = frozenset({
     "route.queued", "agent.spawned", "agent.state", "agent.idle", "agent.completed",
     "agent.error", "tool.started", "tool.completed", "pool.empty", "pool.at_capacity",
     "scribe.merged", "approval.requested", "approval.resolved", "daemon.started", "bus.overflow",
+    "inbox.added", "inbox.resolved", "model.called",
 })
 
 
@@ -98,6 +99,13 @@ def transcript_lines(records: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _spent(spending: dict[str, Any] | None) -> str:
+    """Today's spending on the pool line."""
+    if not spending:
+        return ""
+    return f" · today {cost(spending.get('cost_usd'))}"
+
+
 class TopApp(App[None]):
     """The live view; `client` talks to the repo's daemon."""
 
@@ -124,6 +132,8 @@ class TopApp(App[None]):
         self.status = "connecting…"
         self.session_rows: list[str] = []
         self.approval_rows: list[str] = []
+        self.item_kinds: dict[str, str] = {}
+        """The inbox items (not approvals) of `approval_rows`, by id: their kind."""
         self._refresh_due = False
 
     def compose(self) -> ComposeResult:
@@ -136,7 +146,7 @@ class TopApp(App[None]):
 
     def on_mount(self) -> None:
         self.query_one("#sessions", DataTable).add_columns(
-            "agent", "state", "age", "model", "turns", "tokens", "tool", "task")
+            "agent", "state", "age", "model", "turns", "tokens", "tool", "task", "cost")
         self.query_one("#approvals", DataTable).add_columns("agent", "tool", "question",
                                                             "arguments", "id")
         self.follow()
@@ -194,7 +204,8 @@ class TopApp(App[None]):
         self.query_one("#pool", Static).update(
             f"{self.status}{shown} · pool {pool.get('running', 0)}/"
             f"{pool.get('max_concurrent', 0)} running, {pool.get('queued', 0)} queued, "
-            f"{pool.get('waiting', 0)} waiting, {pool.get('idle', 0)} at rest{capacity}")
+            f"{pool.get('waiting', 0)} waiting, {pool.get('parked', 0)} parked, "
+            f"{pool.get('idle', 0)} at rest{capacity}{_spent(self.snapshot.get('spending'))}")
         table = self.query_one("#sessions", DataTable)
         cursor = table.cursor_row
         table.clear()
@@ -203,13 +214,15 @@ class TopApp(App[None]):
             spent = int(s.get("input_tokens") or 0) + int(s.get("output_tokens") or 0)
             table.add_row("  " * depth + ("└ " if depth else "") + s["agent"], s["state"],
                           duration(s.get("age_s")), s.get("model") or "-", str(s.get("turns", 0)),
-                          tokens(spent), tool_cell(s.get("tool")), one_line(s.get("task"), 60))
+                          tokens(spent), tool_cell(s.get("tool")), one_line(s.get("task"), 60),
+                          cost(s.get("cost_usd")))
             self.session_rows.append(s["session_id"])
         if self.session_rows:
             table.move_cursor(row=min(cursor, len(self.session_rows) - 1))
         approvals = self.query_one("#approvals", DataTable)
         approvals.clear()
         self.approval_rows = []
+        self.item_kinds = {}
         for a in self.snapshot.get("approvals", []):
             if self.agent is None or a["agent"] == self.agent:
                 # The size says how much there is; 'squadd approvals' shows all of it.
@@ -217,6 +230,12 @@ class TopApp(App[None]):
                                   f"{a.get('arguments_bytes', 0)} B (squadd approvals)",
                                   a["approval_id"])
                 self.approval_rows.append(a["approval_id"])
+        for item in self.snapshot.get("inbox", []):  # the rest of the inbox
+            if item["kind"] != "approval" and (self.agent is None or item["agent"] == self.agent):
+                approvals.add_row(item.get("agent") or "-", item["kind"],
+                                  one_line(item.get("reason"), 60), "", item["id"])
+                self.approval_rows.append(item["id"])
+                self.item_kinds[item["id"]] = item["kind"]
 
     # Keys.
     def action_next_agent(self) -> None:
@@ -237,8 +256,16 @@ class TopApp(App[None]):
             return
         row = self.query_one("#approvals", DataTable).cursor_row
         approval_id = self.approval_rows[min(max(row, 0), len(self.approval_rows) - 1)]
+        kind = self.item_kinds.get(approval_id)
+        if kind == "question":
+            self.notify(f"answer it with: squadd inbox answer {approval_id} \"...\"")
+            return
         try:
-            await self.client.resolve_approval(approval_id, approved, "from squadd top")
+            if kind is None:
+                await self.client.resolve_approval(approval_id, approved, "from squadd top")
+            else:  # a parked or failed session, a landing: go on, or clear it
+                await self.client.inbox_resolve(
+                    approval_id, "resume" if approved and kind != "landing" else "dismiss")
         except DaemonError as exc:
             self.notify(str(exc), severity="error")
             return

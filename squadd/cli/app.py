@@ -29,6 +29,7 @@ COMMANDS: dict[str, str] = {
     "stop": "squadd.cli.control:stop",
     "approve": "squadd.cli.control:approve",
     "deny": "squadd.cli.control:deny",
+    "inbox": "squadd.cli.inbox:inbox",
     "reload": "squadd.cli.control:reload",
     "approvals": "squadd.cli.approvals:approvals",
     "var": "squadd.cli.var:var",

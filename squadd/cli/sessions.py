@@ -13,7 +13,7 @@ from squadd.cli._daemon import client_for, print_sessions, state_style
 from squadd.cli._landing import exit_code
 from squadd.cli._landing import lines as landing_lines
 from squadd.cli._output import print_json
-from squadd.cli._report import duration, one_line, tokens, worker_place
+from squadd.cli._report import cost, duration, one_line, tokens, worker_place
 from squadd.cli._squad import TEXT, dir_option
 
 _ROLE_COLORS = {"system": "bright_black", "user": "blue", "assistant": "green", "tool": "cyan"}
@@ -63,6 +63,10 @@ def show(session_id: str, tail: int | None, as_json: bool, directory: Path | Non
     click.echo(f"model {view.get('model') or '-'}  age {duration(view.get('age_s'))}  tokens "
                f"{tokens(int(view.get('input_tokens') or 0) + int(view.get('output_tokens') or 0))}"
                f"  requested by {view.get('requested_by') or '-'}")
+    route = view.get("route")
+    click.echo(f"cost {cost(view.get('cost_usd'))}"
+               + (f"  route {route} cost {cost(view.get('route_cost_usd'))}" if route else "")
+               + (f"  parked: {view['parked_reason']}" if view.get("parked_reason") else ""))
     click.echo(f"task: {view.get('task')}")
     if view.get("worker"):
         click.echo(f"worker: {worker_place(view)}")

@@ -301,6 +301,40 @@ class SessionReclaimed(BaseEvent):
     previous_worker: str | None = None
 
 
+class ModelCalled(BaseEvent):
+    """One model call's tokens and cost (None: its model has no price)."""
+
+    type: Literal["model.called"] = "model.called"
+    provider: str = ""
+    model: str = ""
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    cost_usd: float | None = None
+    route: str | None = None
+    """The session that started the route tree the call belongs to."""
+
+
+class InboxAdded(BaseEvent):
+    """Something now waits on a person (`squadd inbox`)."""
+
+    type: Literal["inbox.added"] = "inbox.added"
+    item_id: str
+    kind: str
+    reason: str
+    actions: list[str] = Field(default_factory=list)
+    route: str | None = None
+
+
+class InboxResolved(BaseEvent):
+    type: Literal["inbox.resolved"] = "inbox.resolved"
+    item_id: str
+    kind: str
+    action: str
+    by: str = ""
+
+
 Event = Annotated[
     DaemonStarted | DaemonStopping | RouteQueued | AgentSpawned | AgentStateChanged | AgentIdle
     | AgentCompleted | AgentError | SessionMessage | ToolStarted | ToolUpdated | ToolCompleted
@@ -309,7 +343,7 @@ Event = Annotated[
     | VariableResolved | ToolsLoadFailed | BusOverflow
     | WorkspaceCreated | WorkspaceCommitted | WorkspaceLanded | WorkspaceConflict
     | WorkspaceRemoved | SessionClaimed | SessionReclaimed | WorkspaceLandFailed
-    | SettingsReloaded,
+    | SettingsReloaded | ModelCalled | InboxAdded | InboxResolved,
     Field(discriminator="type"),
 ]
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)

@@ -115,11 +115,34 @@ class ToolSpec(BaseModel):
 
 class Usage(BaseModel):
     input_tokens: int = 0
+    """Prompt tokens as the provider counts them (OpenAI's include cached ones, Anthropic's
+    do not)."""
     output_tokens: int = 0
     cache_read_input_tokens: int | None = None
     """Input tokens served from the provider's prompt cache (None: the provider did not say)."""
     cache_creation_input_tokens: int | None = None
     """Input tokens written to the provider's prompt cache (None: the provider did not say)."""
+    cache_read_tokens: int = 0
+    """Prompt tokens billed at the cache-read price (from either field above)."""
+    cache_write_tokens: int = 0
+    """Prompt tokens billed at the cache-write price."""
+    cached_in_input: int = 0
+    """Of `input_tokens`, those also counted in `cache_read_tokens` (OpenAI counts cached
+    tokens in its prompt tokens; Anthropic does not): billed once, at the cache price."""
+
+    def __add__(self, other: Usage) -> Usage:
+        def plus(a: int | None, b: int | None) -> int | None:
+            return None if a is None and b is None else (a or 0) + (b or 0)
+
+        return Usage(input_tokens=self.input_tokens + other.input_tokens,
+                     output_tokens=self.output_tokens + other.output_tokens,
+                     cache_read_input_tokens=plus(self.cache_read_input_tokens,
+                                                  other.cache_read_input_tokens),
+                     cache_creation_input_tokens=plus(self.cache_creation_input_tokens,
+                                                      other.cache_creation_input_tokens),
+                     cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
+                     cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+                     cached_in_input=self.cached_in_input + other.cached_in_input)
 
     @property
     def total(self) -> int:

@@ -12,9 +12,10 @@ from squadd.contracts.workspaces import WorkspaceView
 
 Priority = Literal["normal", "urgent"]
 SessionState = Literal[
-    "queued", "creating", "active", "waiting", "idle", "error", "interrupted", "destroyed"
+    "queued", "creating", "active", "waiting", "idle", "error", "interrupted", "destroyed",
+    "parked",
 ]
-LIVE_STATES: frozenset[str] = frozenset({"queued", "creating", "active", "waiting"})
+LIVE_STATES: frozenset[str] = frozenset({"queued", "creating", "active", "waiting", "parked"})
 """States of a session that has a task in hand (it cannot take another one yet)."""
 
 
@@ -28,6 +29,8 @@ class PoolTotals(BaseModel):
     idle: int
     max_concurrent: int
     max_queued: int
+    parked: int = 0
+    """Sessions parked until a person answers their inbox item (they hold no slot)."""
 
 
 class SessionView(BaseModel):
@@ -55,12 +58,38 @@ class SessionView(BaseModel):
     worker: str | None = None
     """The cluster worker that runs (or last ran) it; None: this daemon."""
     worker_host: str | None = None
+    cost_usd: float | None = None
+    """What its model calls cost in US dollars; None when unknown (a model without a price)."""
+    parked_reason: str | None = None
+    """Why it is parked (`budget`, `approval`, `question`), while it is."""
+    route: str | None = None
+    """The session that started its route tree (itself, for a route from outside)."""
+    route_cost_usd: float | None = None
+    """What the whole route tree's model calls cost; None when unknown."""
 
     @property
     def tokens(self) -> int:
         return self.input_tokens + self.output_tokens
 
 
+class AgentSpend(BaseModel):
+    """One agent's model calls today (UTC)."""
+
+    cost_usd: float | None
+    """None when some call's model has no price."""
+    tokens: int = 0
+
+
+class SpendingView(BaseModel):
+    """Today's spending (UTC day), the squad's and each agent's."""
+
+    day: str
+    cost_usd: float | None
+    tokens: int = 0
+    agents: dict[str, AgentSpend] = {}
+
+
 class StatusReport(BaseModel):
     sessions: list[SessionView]
     pool: PoolTotals
+    spending: SpendingView | None = None

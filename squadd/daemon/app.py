@@ -26,6 +26,7 @@ from squadd._version import __version__
 from squadd.contracts.messages import ToolCall
 from squadd.contracts.names import safe_name
 from squadd.contracts.routes import RouteRequest, RouteResult
+from squadd.daemon import inbox_api
 from squadd.daemon.dashboard import UI_PREFIX, Dashboard, dashboard_app
 from squadd.daemon.dashboard import state as dashboard_state
 from squadd.daemon.requests import (
@@ -116,7 +117,9 @@ async def list_sessions(request: Request) -> Response:
             continue
         seen.add(view.session_id)
         sessions.append(view.model_dump(mode="json"))
-    answer: dict[str, Any] = {"sessions": sessions, "pool": report.pool.model_dump()}
+    answer: dict[str, Any] = {"sessions": sessions, "pool": report.pool.model_dump(),
+                              "spending": report.spending.model_dump(mode="json")
+                              if report.spending is not None else None}
     coordinator = context_of(request).coordinator
     if coordinator is not None:
         answer["cluster"] = await coordinator.report()
@@ -276,6 +279,11 @@ async def resolve_approval(request: Request) -> Response:
     if not isinstance(reason, str):
         raise ApiError(422, "reason: must be a string",
                        fields=[{"field": "reason", "message": "must be a string"}])
+    item = runtime.inbox.get(approval_id)
+    if item is not None and item.kind == "approval" and item.open:  # it waits in the inbox
+        await inbox_api.resolve(runtime, approval_id, "approve" if approved else "deny",
+                                reason=reason)
+        return json_answer({"approval_id": approval_id, "approved": approved})
     broker = runtime.invoker.approvals
     if not isinstance(broker, ApprovalBroker) or not broker.resolve(approval_id, approved,
                                                                      reason):
@@ -361,6 +369,7 @@ ROUTES: list[tuple[str, str, Handler]] = [
     ("POST", "/v1/reload", reload_settings),
     ("GET", "/v1/ui", ui_link),
     ("GET", "/v1/dashboard", dashboard_state),
+    *inbox_api.ROUTES,
 ]
 
 

@@ -277,6 +277,29 @@ class DaemonClient(_Base):
         result: dict[str, Any] = self._send(Calls.approval(approval_id, approved, reason))
         return result
 
+    def inbox(self, *, include_resolved: bool = False) -> dict[str, Any]:
+        """`GET /v1/inbox`: `{"items": [...]}`, open items oldest first (`all`: resolved too)."""
+        result: dict[str, Any] = self._send(Calls.inbox(include_resolved))
+        return result
+
+    def inbox_item(self, item_id: str) -> dict[str, Any]:
+        """`GET /v1/inbox/{id}`: `{"item": {...}}`; 404 for an unknown id."""
+        result: dict[str, Any] = self._send(Calls.inbox_item(item_id))
+        return result
+
+    def inbox_resolve(self, item_id: str, action: str, *, answer: str = "",
+                      budget: float | None = None, reason: str = "") -> dict[str, Any]:
+        """`POST /v1/inbox/{id}`: resolve an item; `{"item": {...}}` as resolved."""
+        body: dict[str, Any] = {"action": action}
+        if answer:
+            body["answer"] = answer
+        if budget is not None:
+            body["budget"] = budget
+        if reason:
+            body["reason"] = reason
+        result: dict[str, Any] = self._send(Calls.inbox_resolve(item_id, body))
+        return result
+
     def dashboard(self) -> dict[str, Any]:
         """`GET /v1/dashboard`: what the dashboard draws, as of event `seq` (pool, sessions
         with their turns and current tool, queue, pending approvals, decisions, tokens)."""
@@ -450,6 +473,26 @@ class AsyncDaemonClient(_Base):
                                reason: str = "") -> dict[str, Any]:
         result: dict[str, Any] = await self._send(
             Calls.approval(approval_id, approved, reason))
+        return result
+
+    async def inbox(self, *, include_resolved: bool = False) -> dict[str, Any]:
+        result: dict[str, Any] = await self._send(Calls.inbox(include_resolved))
+        return result
+
+    async def inbox_item(self, item_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = await self._send(Calls.inbox_item(item_id))
+        return result
+
+    async def inbox_resolve(self, item_id: str, action: str, *, answer: str = "",
+                            budget: float | None = None, reason: str = "") -> dict[str, Any]:
+        body: dict[str, Any] = {"action": action}
+        if answer:
+            body["answer"] = answer
+        if budget is not None:
+            body["budget"] = budget
+        if reason:
+            body["reason"] = reason
+        result: dict[str, Any] = await self._send(Calls.inbox_resolve(item_id, body))
         return result
 
     async def dashboard(self) -> dict[str, Any]:

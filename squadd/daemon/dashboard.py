@@ -35,6 +35,7 @@ from squadd.contracts.events import (
     ToolUpdated,
 )
 from squadd.contracts.sessions import LIVE_STATES
+from squadd.daemon.inbox_api import resolve_item, shown_item
 from squadd.daemon.requests import (
     ApiError,
     DaemonContext,
@@ -186,9 +187,17 @@ def _prose(body: str) -> str:
 
 def _approvals(ctx: DaemonContext) -> list[dict[str, Any]]:
     broker = ctx.runtime.invoker.approvals
+    waiting = [{"approval_id": item.id, "tool": item.details.get("tool", ""),
+                "arguments": item.details.get("arguments", {}),
+                "arguments_text": arguments_text(item.details.get("arguments", {})),
+                "arguments_bytes": arguments_bytes(item.details.get("arguments", {})),
+                "question": item.details.get("question", item.reason),
+                "session_id": item.session_id, "agent": item.agent, "timeout_s": 0,
+                "created": dt.datetime.fromtimestamp(item.created, dt.UTC).isoformat()}
+               for item in ctx.runtime.inbox.items() if item.kind == "approval"]
     if not isinstance(broker, ApprovalBroker):
-        return []
-    return [{"approval_id": p.approval_id, "tool": p.tool, "arguments": p.arguments,
+        return waiting
+    return waiting + [{"approval_id": p.approval_id, "tool": p.tool, "arguments": p.arguments,
              "arguments_text": arguments_text(p.arguments),
              "arguments_bytes": arguments_bytes(p.arguments),
              "question": p.question, "session_id": p.session_id, "agent": p.agent,
@@ -218,6 +227,8 @@ async def state(request: Request) -> Response:
         "at_capacity": pool.running >= pool.max_concurrent, "sessions": sessions,
         "queue": [s["session_id"] for s in queue], "approvals": _approvals(ctx),
         "decisions": decisions, "tokens": list(board.token_points),
+        "inbox": [shown_item(item) for item in runtime.inbox.items()],
+        "spending": report.spending.model_dump(mode="json") if report.spending else None,
     })
 
 
@@ -268,6 +279,7 @@ def dashboard_app(context: DaemonContext, board: Dashboard, approve: Handler) ->
         ("GET", "/api/sessions/{session_id}", session),
         ("GET", "/api/events", events),
         ("POST", "/api/approvals/{approval_id}", approve),
+        ("POST", "/api/inbox/{item_id}", resolve_item),
     ]
     app = Starlette(routes=[Route(path, guarded(handler), methods=[method])
                             for method, path, handler in routes])

@@ -20,7 +20,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,6 +41,7 @@ from squadd.daemon.dashboard import UI_PREFIX, Dashboard
 from squadd.daemon.deadline import StopDeadline
 from squadd.daemon.guard import ListenerLimits, ensure_descriptors, guarded_protocol
 from squadd.daemon.live_settings import LiveSettings
+from squadd.daemon.notify import Notifier
 from squadd.daemon.recovery import (
     past_views,
     recover_sessions,
@@ -386,6 +387,10 @@ class Daemon:
             reloading = anyio.CancelScope()
             if context.live_settings is not None:
                 await group.start(_follow_settings, context.live_settings, reloading)
+            notifier = Notifier(self.settings, runtime.inbox)
+            runtime.inbox.add_hook(notifier.hook)
+            notifying = anyio.CancelScope()
+            group.start_soon(_in_scope, notifying, notifier.run)
             tune_for_serving()  # what startup built stays out of GC passes; fewer of them
             runtime.bus.publish(DaemonStarted(pid=context.pid, repo=str(self.layout.repo)))
             log.info("squadd serving", pid=context.pid, repo=str(self.layout.repo),
@@ -402,6 +407,7 @@ class Daemon:
             await runtime.shutdown(grace_s=self.settings.daemon.grace_s)
             context.close_streams()
             scribe_stop.set()
+            notifying.cancel()  # what it had not sent yet is sent at the next start
             watching.cancel()
             if context.live_settings is not None:
                 context.live_settings.close()
@@ -516,3 +522,8 @@ def start_detached(layout: SquadLayout, serve_args: list[str]) -> int:
 def console_log(layout: SquadLayout) -> Path:
     """Where a detached daemon's console output goes, beside its JSON log."""
     return layout.log_file.with_suffix(".out")
+
+
+async def _in_scope(scope: anyio.CancelScope, run: Callable[[], Awaitable[None]]) -> None:
+    with scope:
+        await run()

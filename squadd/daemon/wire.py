@@ -157,6 +157,18 @@ class Calls:
                      body={"approved": approved, "reason": reason})
 
     @staticmethod
+    def inbox(include_resolved: bool) -> Call:
+        return Call("GET", f"{API}/inbox", {"all": "1"} if include_resolved else {})
+
+    @staticmethod
+    def inbox_item(item_id: str) -> Call:
+        return Call("GET", f"{API}/inbox/{quote(item_id, safe='')}")
+
+    @staticmethod
+    def inbox_resolve(item_id: str, body: Mapping[str, Any]) -> Call:
+        return Call("POST", f"{API}/inbox/{quote(item_id, safe='')}", body=dict(body))
+
+    @staticmethod
     def dashboard() -> Call:
         return Call("GET", f"{API}/dashboard")
 

@@ -225,7 +225,12 @@ def malformed(provider: str, url: str, what: str) -> ProviderError:
 
 
 def usage_from(data: dict[str, Any], input_key: str, output_key: str) -> Usage:
-    """Token counts from an answer's `usage` object; what is missing counts as 0."""
+    """Token counts from an answer's `usage` object; what is missing counts as 0.
+
+    Cache tokens in either shape: OpenAI's `prompt_tokens_details.cached_tokens` (already
+    part of `prompt_tokens`), Anthropic's `cache_read_input_tokens` and
+    `cache_creation_input_tokens` (not part of `input_tokens`: added to it here, so that
+    `input_tokens` is every prompt token for both)."""
     usage = data.get("usage")
     if not isinstance(usage, dict):
         return Usage()
@@ -241,7 +246,12 @@ def usage_from(data: dict[str, Any], input_key: str, output_key: str) -> Usage:
 
     details = usage.get("prompt_tokens_details")
     read = cached("cache_read_input_tokens")
-    return Usage(input_tokens=count(input_key), output_tokens=count(output_key),
-                 cache_read_input_tokens=read if read is not None else cached(
-                     "cached_tokens", details),
-                 cache_creation_input_tokens=cached("cache_creation_input_tokens"))
+    in_prompt = cached("cached_tokens", details)  # OpenAI: part of prompt_tokens
+    written = cached("cache_creation_input_tokens")
+    prompt = count(input_key)
+    billed_read = read if read is not None else min(prompt, in_prompt or 0)
+    return Usage(input_tokens=prompt, output_tokens=count(output_key),
+                 cache_read_input_tokens=read if read is not None else in_prompt,
+                 cache_creation_input_tokens=written,
+                 cache_read_tokens=billed_read, cache_write_tokens=written or 0,
+                 cached_in_input=0 if read is not None else billed_read)

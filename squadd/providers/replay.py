@@ -195,7 +195,12 @@ def _recorded_turn(completion: Completion) -> dict[str, Any]:
              "arguments": c.arguments if c.arguments_error is None else arguments_json(c)}
             for c in completion.tool_calls]
     if completion.usage.total:
-        turn["usage"] = completion.usage.model_dump(exclude_none=True)
+        usage = completion.usage
+        turn["usage"] = {"input_tokens": usage.input_tokens,
+                         "output_tokens": usage.output_tokens,
+                         **usage.model_dump(include={"cache_read_input_tokens",
+                                                     "cache_creation_input_tokens"},
+                                            exclude_none=True)}
     return turn or {"text": ""}
 
 

@@ -62,6 +62,10 @@ class SessionRecord:
     worker: str | None = None
     """The cluster worker that claimed it last (None: it runs here)."""
     worker_host: str | None = None
+    parked_reason: str | None = None
+    """Why it waits on a person (state `parked`), while it does."""
+    deadline: anyio.CancelScope | None = None
+    """The scope of its task's route timeout (paused while it is parked)."""
 
     @property
     def session_id(self) -> str:
@@ -82,7 +86,7 @@ class SessionRecord:
             age_s=round(now - self.created, 3), idle_s=round(now - self.last_activity, 3),
             input_tokens=self.input_tokens, output_tokens=self.output_tokens,
             answer=self.answer, error=self.error, worker=self.worker,
-            worker_host=self.worker_host,
+            worker_host=self.worker_host, parked_reason=self.parked_reason,
         )
 
 
@@ -100,6 +104,7 @@ class SessionPool:
         self._resting: OrderedDict[str, SessionRecord] = OrderedDict()
         self._ended: OrderedDict[str, SessionView] = OrderedDict()
         self._waiting = 0
+        self._parked = 0
         self._pending: set[SlotTicket] = set()
         """Tickets in line or granted whose route has not collected its slot yet."""
         self.closed = False
@@ -124,7 +129,7 @@ class SessionPool:
         return PoolTotals(
             running=slots.in_use, queued=self.queued, waiting=self._waiting,
             idle=len(self._resting), max_concurrent=slots.total,
-            max_queued=self.settings.max_queued,
+            max_queued=self.settings.max_queued, parked=self._parked,
         )
 
     @property
@@ -267,6 +272,55 @@ class SessionPool:
                 self._pending.discard(ticket)
             record.holds_slot = True
         self._set(record, "active")
+
+    @asynccontextmanager
+    async def parked(self, session_id: str, reason: str) -> AsyncIterator[None]:
+        """While the body runs, the session waits on a person: it gives its slot back (state
+        `parked`) and its route timeout, and its callers' (who wait on it), stand still. On
+        a normal exit it takes a slot again ahead of new work and is `active`."""
+        record = self._records.get(session_id)
+        if record is None or record.state not in ("active", "creating"):
+            yield
+            return
+        paused = self._pause_deadlines(record)
+        had_slot = record.holds_slot
+        self._give_back(record, ended=False)
+        record.parked_reason = reason
+        self._parked += 1
+        self._set(record, "parked")
+        try:
+            yield
+        finally:
+            self._parked -= 1
+            record.parked_reason = None
+            now = anyio.current_time()
+            for scope, left in paused:
+                scope.deadline = now + left
+        if had_slot and not record.holds_slot:
+            ticket = self.slots.enqueue(SlotClass.RETURNING)
+            self._pending.add(ticket)
+            try:
+                await self.slots.wait(ticket)
+            finally:
+                self._pending.discard(ticket)
+            record.holds_slot = True
+        self._set(record, "active")
+
+    def _pause_deadlines(self, record: SessionRecord) -> list[tuple[anyio.CancelScope, float]]:
+        """Stop the route timeouts of `record` and of every session waiting on it."""
+        paused: list[tuple[anyio.CancelScope, float]] = []
+        now = anyio.current_time()
+        seen: set[str] = set()
+        current: SessionRecord | None = record
+        while current is not None and current.session_id not in seen:
+            seen.add(current.session_id)
+            scope = current.deadline
+            if scope is not None and scope.deadline != float("inf"):
+                paused.append((scope, max(0.0, scope.deadline - now)))
+                scope.deadline = float("inf")
+            parent = current.info.parent_session_id
+            current = self._records.get(parent) if parent else None
+        return paused
 
     # States.
     def _set(self, record: SessionRecord, state: SessionState) -> None:

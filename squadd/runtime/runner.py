@@ -27,10 +27,11 @@ from squadd.errors import SquaddError
 from squadd.providers.base import Provider
 from squadd.runtime.acceptance import record_unstarted_end
 from squadd.runtime.events import EventBus
+from squadd.runtime.inbox import Inbox
 from squadd.runtime.orchestration import OrchestrationEntry, OrchestrationLog
 from squadd.runtime.planning import RoutePlan
 from squadd.runtime.pool import SessionPool, SessionRecord
-from squadd.runtime.session import AgentSession, SessionOutcome
+from squadd.runtime.session import AgentSession, CallGuard, SessionOutcome
 from squadd.runtime.session_hooks import (
     RouteHooks,
     after_landing,
@@ -87,7 +88,8 @@ class RouteRunner:
                  extra_tools: ExtraTools | None, files: StatCache[str] | None = None,
                  summaries: StatCache[str] | None = None, spares: SpareFiles | None = None,
                  prompts: PromptFiles | None = None, workspaces: Workspaces | None = None,
-                 commits: GroupCommit | None = None):
+                 commits: GroupCommit | None = None, guard: CallGuard | None = None,
+                 inbox: Inbox | None = None):
         self.layout = layout
         self.settings = settings
         self.provider = provider
@@ -107,6 +109,10 @@ class RouteRunner:
         self.host: SessionHost | None = None
         """Set (at start-up) when sessions may run elsewhere; None runs every one here."""
         self.commits = commits
+        self.guard = guard
+        """Budgets and spending around every model call (None: neither)."""
+        self.inbox = inbox
+        """Where a failed session goes, and a parked one waits (None: no inbox)."""
 
     def workspace_of(self, session_id: str) -> WorkspaceView | None:
         """The worktree a running session works in (None: none, or not running here)."""
@@ -193,6 +199,7 @@ class RouteRunner:
                                    error="cancelled", session_id=info.session_id,
                                    agent=info.agent, state=record.state, duration_s=duration)
             self.pool.finish(record, "error", error=failure)
+            await self._failed(plan, failure)
             await self._log_end(entry, "error", failure, started, record)
             return RouteResult(ok=False, reason="failed", error=failure,
                                message=f'Agent "{info.agent}" failed: {failure}',
@@ -205,6 +212,8 @@ class RouteRunner:
         else:
             self.pool.finish(record, "interrupted" if outcome.status == "interrupted" else "error",
                              error=outcome.error or outcome.status)
+        if outcome.status == "error":
+            await self._failed(plan, outcome.error or "failed")
         await self._log_end(entry, outcome.status, outcome.error, started, record)
         return self._result(plan, record, outcome).model_copy(update={
             "workspace": workspace,
@@ -398,8 +407,12 @@ class RouteRunner:
                 prompts=self.prompts, commits=self.commits,
                 tools_source=session_tools if known is None else None,
                 workspace_dir=Path(workspace.path) if workspace is not None else None,
+                guard=self.guard,
+                on_deadline=functools.partial(_set_deadline, record),
             )
             sink.session = session
+            if self.inbox is not None:
+                self.inbox.attach(info.session_id, session)
             if plan.continuing:
                 if plan.task is None:  # a resume records no new message: active from here
                     self.pool.activate(record)
@@ -407,9 +420,28 @@ class RouteRunner:
             return await session.start(plan.task or info.task, plan.context,
                                        timeout_s=plan.timeout_s, accepted=plan.recorded)
 
-        if self.host is not None and known is not None:
-            return await self.host.run(plan, record, known, sink, run_here)
-        return await run_here()
+        try:
+            if self.host is not None and known is not None:
+                return await self.host.run(plan, record, known, sink, run_here)
+            return await run_here()
+        finally:
+            if self.inbox is not None:
+                self.inbox.detach(info.session_id)
+
+    async def _failed(self, plan: RoutePlan, error: str) -> None:
+        """A failed session waits on a person in the inbox (resume or dismiss)."""
+        if self.inbox is None:
+            return
+        info = plan.info
+        try:
+            with anyio.CancelScope(shield=True):
+                await self.inbox.add("failed", error[:500], agent=info.agent,
+                                     session_id=info.session_id,
+                                     key=f"failed:{info.session_id}",
+                                     details={"error": error[:4000], "task": info.task[:500]})
+        except (OSError, SquaddError) as exc:
+            log.warning("failed session not put in the inbox", session_id=info.session_id,
+                        error=str(exc))
 
     async def _end_unstarted(self, plan: RoutePlan, state: str, **fields: str) -> None:
         """Close the transcript the route's acceptance opened, or end the continuation it
@@ -446,3 +478,7 @@ class RouteRunner:
         return RouteResult(ok=False, reason="failed" if outcome.status == "error"
                            else "interrupted", error=error,
                            message=f'Agent "{info.agent}" failed: {error}', **common)
+
+
+def _set_deadline(record: SessionRecord, scope: anyio.CancelScope | None) -> None:
+    record.deadline = scope

@@ -22,7 +22,13 @@ from squadd import telemetry
 from squadd.config import Settings
 from squadd.contracts.events import EventSink, ProviderRetry
 from squadd.contracts.routes import RouteOrigin, RouteRequest, RouteResult
-from squadd.contracts.sessions import LIVE_STATES, SessionView, StatusReport
+from squadd.contracts.sessions import (
+    LIVE_STATES,
+    AgentSpend,
+    SessionView,
+    SpendingView,
+    StatusReport,
+)
 from squadd.errors import (
     InvalidNameError,
     NotFoundError,
@@ -31,8 +37,10 @@ from squadd.errors import (
     SquaddError,
 )
 from squadd.providers.base import Provider, RetryCallback, RetryInfo
+from squadd.runtime.budget import Spending
 from squadd.runtime.callers import CallScope, scope_call
 from squadd.runtime.events import EventBus
+from squadd.runtime.inbox import Inbox
 from squadd.runtime.orchestration import OrchestrationEntry, OrchestrationLog
 from squadd.runtime.planning import (
     TERMINAL_STATES,
@@ -58,6 +66,7 @@ from squadd.state.charters import Charter
 from squadd.state.journal import GroupCommit, replay_journals
 from squadd.state.layout import SquadLayout
 from squadd.state.skills import summary_cache
+from squadd.state.spending import SpendingLedger
 from squadd.state.transcripts import PromptFiles, SpareFiles
 from squadd.tools.base import ToolSet
 from squadd.tools.builtin import workspace_tools
@@ -66,6 +75,7 @@ from squadd.tools.custom.variables import SecretRegistry, SquadVariables
 from squadd.tools.hooks import events as hook_events
 from squadd.tools.invoke import ToolInvoker
 from squadd.tools.squad import file_tools
+from squadd.tools.squad.ask import SquadAsk
 from squadd.tools.squad.route import SquadRoute
 from squadd.tools.squad.status import SquadStatus
 from squadd.workspaces import LandResult, Workspaces
@@ -130,8 +140,16 @@ class SquadRuntime:
         self.extra_tools = extra_tools
         self.workspaces = Workspaces(layout, settings, self.bus)
         """Each session's git worktree (with `workspace.isolation = "worktree"`) and landing."""
+        self.ledger = SpendingLedger(layout)
+        """Every model call's cost, durable: the budgets' and the views' totals."""
+        self.inbox = Inbox(layout, settings, self.bus, self.pool)
+        """What waits on a person (approvals, questions, parked and failed sessions)."""
+        self.inbox.resumer = self._resume_for_inbox
+        self.spending = Spending(settings, self.ledger, self.inbox, self.bus,
+                                 provider=settings.provider.kind,
+                                 default_model=provider.default_model)
         self.tools = ToolSet([*file_tools(layout, settings), SquadRoute(self), SquadStatus(self),
-                              *workspace_tools(settings)])
+                              SquadAsk(self.inbox), *workspace_tools(settings)])
         """The built-in tools every session starts from (extra tools are added per session)."""
         # What this runtime keeps in memory is its own: two runtimes in one process (or two
         # tests) share no cache, no spare file, no discovered tool.
@@ -152,7 +170,7 @@ class SquadRuntime:
             tools=self.tools, extra_tools=extra_tools, files=self.files,
             summaries=self.skill_summaries, spares=self.spares, prompts=self.prompts,
             workspaces=self.workspaces,
-            commits=self.commits)
+            commits=self.commits, guard=self.spending, inbox=self.inbox)
         self._charters = CharterCache(layout)
         self._charter_reads: dict[str, anyio.Event] = {}
         """Charters being read in a worker thread now, by agent: a burst of routes to an agent
@@ -165,6 +183,7 @@ class SquadRuntime:
         self._background = 0
         self._background_done: anyio.Event | None = None
         self._upkeep_scope: anyio.CancelScope | None = None
+        self._ledger_scope: anyio.CancelScope | None = None
 
     @classmethod
     def from_settings(cls, layout: SquadLayout, settings: Settings, *,
@@ -214,6 +233,9 @@ class SquadRuntime:
         runtime = cls(layout, settings, provider, bus=bus, invoker=invoker,
                       extra_tools=CustomTools(), owns_provider=True, secrets=secrets,
                       python_workers=discoverer.workers)
+        broker = invoker.approvals
+        if isinstance(broker, ApprovalBroker):
+            broker.people = runtime.inbox  # asks wait in the inbox, durable, holding no slot
         return runtime
 
     def apply_settings(self, settings: Settings) -> list[str]:
@@ -227,6 +249,8 @@ class SquadRuntime:
         self.settings = self.runner.settings = settings
         self.invoker.apply_settings(settings)
         self.workspaces.apply_settings(settings)
+        self.spending.reload(settings)
+        self.inbox.settings_changed()  # a session parked at a raised limit goes on
         return kept
 
     # Lifecycle.
@@ -240,11 +264,15 @@ class SquadRuntime:
         try:
             # What a crashed runtime journaled and its transcripts lack, before anyone reads them.
             await anyio.to_thread.run_sync(replay_journals, self.layout)
+            await anyio.to_thread.run_sync(self.ledger.load)
+            await self.inbox.load()
             for note in await self.workspaces.reconcile():
                 log.warning("workspace reconciled at start", note=note)
             self._tg = await stack.enter_async_context(anyio.create_task_group())
             await self._tg.start(self.commits.run)
             await self._tg.start(self.orchestration.run)
+            self._ledger_scope = anyio.CancelScope()
+            self._tg.start_soon(self._write_ledger, self._ledger_scope)
             self._tg.start_soon(self._upkeep, self._upkeep_scope)
             self._tg.start_soon(self.workspaces.retry_landings)
         except BaseException:
@@ -281,6 +309,8 @@ class SquadRuntime:
                 await self._background_done.wait()
         if self._upkeep_scope is not None:
             self._upkeep_scope.cancel()
+        if self._ledger_scope is not None:
+            self._ledger_scope.cancel()  # its last batch is written, shielded
         self.orchestration.close()
         with anyio.move_on_after(10):  # its last entries still share the journal's syncs
             await self.orchestration.flush()
@@ -305,6 +335,10 @@ class SquadRuntime:
             for event in events:
                 tg.start_soon(wait_one, event)
 
+    async def _write_ledger(self, scope: anyio.CancelScope) -> None:
+        with scope:
+            await self.ledger.run()
+
     async def _upkeep(self, scope: anyio.CancelScope) -> None:
         """Idle sessions reaped, and spare files and git worktrees made ahead
         (see `Workspaces.keep_spares`), until `shutdown` cancels `scope`."""
@@ -313,6 +347,7 @@ class SquadRuntime:
                 tg.start_soon(self._reap_idle)
                 tg.start_soon(self._keep_spare_files)
                 tg.start_soon(self.workspaces.keep_spares)
+                tg.start_soon(functools.partial(self.inbox.run))
 
     async def _reap_idle(self) -> None:
         interval = min(5.0, max(0.05, self.settings.pool.idle_timeout_s / 4))
@@ -347,6 +382,18 @@ class SquadRuntime:
         return await self._admit_and_run(functools.partial(self._resume_plan, session_id),
                                          wait=wait, origin=RouteOrigin())
 
+    async def _resume_for_inbox(self, session_id: str, task: str | None) -> None:
+        """What answering an inbox item does when nobody waits on it any more (the daemon
+        restarted since): the session goes on from its transcript, in the background."""
+        if task is None:
+            result = await self.resume(session_id, wait=False)
+        else:
+            result = await self.route(RouteRequest(task=task, session_id=session_id,
+                                                   wait_for_result=False))
+        if not result.ok:
+            log.warning("inbox answer did not resume the session", session_id=session_id,
+                        reason=result.reason, message=result.message)
+
     async def land(self, session_id: str) -> LandResult:
         """Land a session's worktree branch on its target, in turn with every other landing."""
         return await self.workspaces.land(session_id)
@@ -374,14 +421,33 @@ class SquadRuntime:
         """Sessions (filtered) and pool totals; with `session_id`, just that session."""
         if session_id is not None:
             view = await self.session(session_id)
-            return StatusReport(sessions=[view] if view else [], pool=self.pool.totals())
+            return StatusReport(sessions=[view] if view else [],
+                                pool=self.pool.totals(), spending=self.spending_today())
         views = self.pool.views(include_destroyed=include_destroyed)
         if agent is not None:
             views = [v for v in views if v.agent == agent.lower()]
         spaces = {space.session_id: space for space in await self.workspaces.listing()}
         views = [v.model_copy(update={"workspace": spaces[v.session_id]})
                  if v.session_id in spaces else v for v in views]
-        return StatusReport(sessions=views, pool=self.pool.totals())
+        return StatusReport(sessions=self.priced(views), pool=self.pool.totals(),
+                            spending=self.spending_today())
+
+    def priced(self, views: list[SessionView]) -> list[SessionView]:
+        """The views with their sessions' and route trees' costs (from the ledger)."""
+        ledger = self.ledger
+        priced = []
+        for view in views:
+            root = ledger.root_of(view.session_id)
+            priced.append(view.model_copy(update={
+                "cost_usd": ledger.session(view.session_id).cost, "route": root,
+                "route_cost_usd": ledger.route(root).cost if root else None}))
+        return priced
+
+    def spending_today(self) -> SpendingView:
+        today = self.ledger.today()
+        return SpendingView(day=self.ledger.day, cost_usd=today.cost, tokens=today.tokens,
+                            agents={agent: AgentSpend(cost_usd=t.cost, tokens=t.tokens)
+                                    for agent, t in self.ledger.agents_today().items()})
 
     async def session(self, session_id: str) -> SessionView | None:
         """One session, from the pool, the memory of ended ones, or else its transcript."""
@@ -391,7 +457,9 @@ class SquadRuntime:
             if view is None:
                 return None
         workspace = await self.workspaces.view(session_id)
-        return view if workspace is None else view.model_copy(update={"workspace": workspace})
+        if workspace is not None:
+            view = view.model_copy(update={"workspace": workspace})
+        return self.priced([view])[0]
 
     async def _ended_view(self, session_id: str) -> SessionView | None:
         transcript = await anyio.to_thread.run_sync(load_transcript, self.layout, session_id)
@@ -414,8 +482,8 @@ class SquadRuntime:
 
     def snapshot(self) -> StatusReport:
         """Every session the pool knows (ended ones included) and the totals, synchronously."""
-        return StatusReport(sessions=self.pool.views(include_destroyed=True),
-                            pool=self.pool.totals())
+        return StatusReport(sessions=self.priced(self.pool.views(include_destroyed=True)),
+                            pool=self.pool.totals(), spending=self.spending_today())
 
     # Planning and running.
     async def _charter(self, agent: str) -> Charter:
@@ -450,7 +518,7 @@ class SquadRuntime:
         if record is not None:
             if record.state != "interrupted":
                 raise Refusal("invalid", f"session {session_id} is {record.state}: only an "
-                                         "interrupted session can be resumed")
+                                         "interrupted (or parked) session can be resumed")
             info, state = record.info, record.state
         else:
             transcript = await anyio.to_thread.run_sync(load_transcript, self.layout, session_id)

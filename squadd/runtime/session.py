@@ -17,6 +17,7 @@ import contextlib
 import dataclasses
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -108,6 +109,22 @@ class ToolsSource(Protocol):
     def __call__(self, cached_only: bool = False) -> ToolSet: ...
 
 
+class CallGuard(Protocol):
+    """What a session asks around each model call: the budgets before it (which may park the
+    session until a person allows it), the spending after it, and, when it resumes, which
+    dangling tool calls a person has answered since (they run now instead of getting an
+    "interrupted" stand-in)."""
+
+    async def before_call(self, session: AgentSession, request: CompletionRequest) -> str | None:
+        """None when the call may go out (after a park, maybe); else why the session stops."""
+
+    async def after_call(self, session: AgentSession, request: CompletionRequest,
+                         completion: Completion, message_id: str) -> float | None:
+        """Count the call's spending; its cost in US dollars (None: unknown)."""
+
+    def answered_later(self, session_id: str, call_id: str) -> bool: ...
+
+
 class AgentSession:
     """A conversation with one agent, persisted in its transcript."""
 
@@ -129,8 +146,16 @@ class AgentSession:
         tools_source: ToolsSource | None = None,
         commits: GroupCommit | None = None,
         writer: TranscriptWriter | None = None,
+        guard: CallGuard | None = None,
+        on_deadline: Callable[[anyio.CancelScope | None], None] | None = None,
     ):
         self.info = info
+        self.guard = guard
+        """Budgets and spending around each model call (None: neither)."""
+        self.on_deadline = on_deadline
+        """Told the scope of the route timeout while the task runs (to pause it while parked)."""
+        self._rerun: list[ToolCall] = []
+        """Dangling calls of the last turn a person answered since: run first on resume."""
         self.files = files
         """The owner's cache of the prompt's files (None: read them each time)."""
         self.summaries = summaries
@@ -297,8 +322,11 @@ class AgentSession:
 
     def _load_messages(self, transcript: Transcript) -> list[Message]:
         """The conversation so far, every call answered (a stand-in, recorded, for a call a
-        crash cut off), as the provider must see it."""
-        messages, stand_ins = paired([parse_message(m) for m in transcript.messages])
+        crash cut off), as the provider must see it. A last turn's calls that waited on a
+        person who has answered since are kept aside to run first (`_rerun`)."""
+        loaded = [parse_message(m) for m in transcript.messages]
+        loaded, self._rerun = self._answered_tail(loaded)
+        messages, stand_ins = paired(loaded)
         for message in stand_ins:
             self._record(message)
         if transcript.lost_prompt and messages and isinstance(messages[0], SystemMessage):
@@ -311,6 +339,27 @@ class AgentSession:
             messages[0] = SystemMessage(
                 content=build_system_prompt(self.agent, parts, self.settings.prompt))
         return messages
+
+    def _answered_tail(self, loaded: list[Message]) -> tuple[list[Message], list[ToolCall]]:
+        """When the conversation ends in a turn whose first unanswered call waited on a
+        person (an approval, a question) who answered it since, the conversation without that
+        turn's unanswered calls' part, and those calls (none had started: the wait comes
+        before the run)."""
+        guard = self.guard
+        last = next((i for i in range(len(loaded) - 1, -1, -1)
+                     if not isinstance(loaded[i], ToolMessage)), None)
+        if guard is None or last is None:
+            return loaded, []
+        assistant = loaded[last]
+        if not isinstance(assistant, AssistantMessage) or not assistant.tool_calls:
+            return loaded, []
+        answered = {m.tool_call_id for m in loaded[last + 1:] if isinstance(m, ToolMessage)}
+        dangling = [c for c in assistant.tool_calls if c.id not in answered]
+        if not dangling or not guard.answered_later(self.session_id, dangling[0].id):
+            return loaded, []
+        kept = assistant.model_copy(update={"tool_calls": [
+            c for c in assistant.tool_calls if c.id in answered]})
+        return [*loaded[:last], kept, *loaded[last + 1:]], dangling
 
     def _record(self, message: Message, **extra: Any) -> None:
         self._writer.add("message", message=message_record(message), **extra)
@@ -358,7 +407,13 @@ class AgentSession:
             self.mark("active")
         try:
             with anyio.move_on_after(timeout_s) as scope:
-                outcome = await self._loop(messages, cancel)
+                if self.on_deadline is not None:
+                    self.on_deadline(scope)
+                try:
+                    outcome = await self._loop(messages, cancel)
+                finally:
+                    if self.on_deadline is not None:
+                        self.on_deadline(None)
         except anyio.get_cancelled_exc_class():
             cancel.set()
             with anyio.CancelScope(shield=True):
@@ -398,6 +453,8 @@ class AgentSession:
                             lineage=(*info.lineage, info.agent), cancel=cancel,
                             workspace_dir=self.workspace_dir)
         max_turns = self.settings.session.max_turns
+        if self._rerun:
+            await self._run_answered(messages, origin)
         for _ in range(max_turns):
             request = CompletionRequest(
                 messages=messages, tools=self._specs, model=info.model or None,
@@ -405,21 +462,30 @@ class AgentSession:
                 session_id=info.session_id,
                 cwd=str(self.workspace_dir) if self.workspace_dir is not None else None,
             )
+            if self.guard is not None:  # may park until a person allows the call
+                stopped = await self.guard.before_call(self, request)
+                if stopped is not None:
+                    return self._outcome("error", error=stopped)
             completion = await self._ask_durably(request)
             if isinstance(completion, SessionOutcome):  # the provider failed: the session ends
                 return completion
+            message_id = new_message_id()
+            cost: dict[str, Any] = {}
+            if self.guard is not None:
+                cost["cost_usd"] = await self.guard.after_call(self, request, completion,
+                                                               message_id)
             self.turns += 1
-            self.usage = Usage(
-                input_tokens=self.usage.input_tokens + completion.usage.input_tokens,
-                output_tokens=self.usage.output_tokens + completion.usage.output_tokens,
-            )
+            self.usage = self.usage + completion.usage
             turn = sum(1 for m in messages if isinstance(m, AssistantMessage)) + 1
             calls = name_calls(completion.tool_calls, turn, used_call_ids(messages))
             assistant = AssistantMessage(content=completion.text, tool_calls=calls,
-                                         id=new_message_id())
+                                         id=message_id)
             messages.append(assistant)
-            self._record(assistant, input_tokens=completion.usage.input_tokens,
-                         output_tokens=completion.usage.output_tokens)
+            usage = completion.usage
+            cached = {k: v for k, v in (("cache_read_tokens", usage.cache_read_tokens),
+                                        ("cache_write_tokens", usage.cache_write_tokens)) if v}
+            self._record(assistant, input_tokens=usage.input_tokens,
+                         output_tokens=usage.output_tokens, **cached, **cost)
             if not calls:
                 return self._outcome("completed", answer=completion.text)
             await self._flush()  # the calls are on disk before any of them has an effect
@@ -435,6 +501,32 @@ class AgentSession:
             error=f"stopped after {max_turns} turns without a final answer "
                   "(session.max_turns); the transcript has the work so far",
         )
+
+    async def _run_answered(self, messages: list[Message], origin: CallOrigin) -> None:
+        """Run the calls a person answered while the session was away (`_rerun`), in order,
+        after the turn they belong to; their answer is found where they wait for it."""
+        calls, self._rerun = self._rerun, []
+        assistant = next((m for m in reversed(messages) if isinstance(m, AssistantMessage)),
+                         None)
+        in_turn = dataclasses.replace(origin, message_id=(assistant.id or "")
+                                      if assistant is not None else "")
+        if assistant is not None:
+            index = messages.index(assistant)
+            messages[index] = assistant.model_copy(update={
+                "tool_calls": [*assistant.tool_calls, *calls]})
+            # the turn's answered results follow it: the new ones go after them
+        for call in calls:
+            messages.append(await self._call(call, in_turn))
+            await self._flush()
+
+    async def park(self, reason: str, **fields: Any) -> None:
+        """Record that the session waits on a person (state `parked`), durably."""
+        self.mark("parked", reason=reason, **fields)
+        await self._flush()
+
+    async def unpark(self) -> None:
+        self.mark("active")
+        await self._flush()
 
     async def _ask_durably(self, request: CompletionRequest) -> Completion | SessionOutcome:
         """The provider's reply to `request` (or the session's end, when it failed), asked for

@@ -603,6 +603,23 @@ class SquadLayout:
     def scribe_lock(self) -> Path:
         return self._p("run", "scribe.lock")
 
+    # The inbox and spending (run/: the daemon's own, git-ignored).
+    @property
+    def spend_dir(self) -> Path:
+        """The spending ledger: one JSON-lines file per UTC day of model calls."""
+        return self._p("run", "spend")
+
+    def spend_file(self, day: str) -> Path:
+        """The ledger of one UTC day (`YYYY-MM-DD`)."""
+        if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", day):
+            raise ValueError(f"not a day: {day!r} (expected YYYY-MM-DD)")
+        return self._p("run", "spend", f"{day}.jsonl")
+
+    @property
+    def human_inbox(self) -> Path:
+        """What waits on a person: the inbox's append-only log of items and their ends."""
+        return self._p("run", "inbox.jsonl")
+
     def lock_for(self, path: Path) -> Path:
         """The lock file that guards `path`: kept under run/locks/ so git never sees it.
 

@@ -111,7 +111,8 @@ def test_on_a_daemon_the_quick_answer_is_the_click_commands_byte_for_byte(
     report = json.loads(_both(["status", "--json"], repo, daemon.env)[0].stdout)
     assert {s["agent"] for s in report["sessions"]} == {"lead", "backend"}
     table = _both(["status", "--agent", "lead"], repo, daemon.env)[0].stdout.splitlines()
-    assert table[0].split() == ["AGENT", "STATE", "SESSION", "AGE", "IDLE", "TOKENS", "TASK"]
+    assert table[0].split() == ["AGENT", "STATE", "SESSION", "AGE", "IDLE", "TOKENS", "COST",
+                               "TASK"]
     assert table[1].split()[0] == "lead" and table[1].endswith("Check the build")
 
 

@@ -84,6 +84,10 @@ async def test_top_shows_the_squad_live_filters_opens_and_approves(
         (tmp_path / "release").write_text("go", encoding="utf-8")
         await until(pilot, lambda: all(r[1] == "idle" for r in rows(app, "sessions")),
                     "every session at rest")
+        # the replay model has no price: its cost is unknown, never $0
+        await until(pilot, lambda: {r[8] for r in rows(app, "sessions")} == {"unknown"},
+                    "costs shown")
+        assert "today unknown" in str(app.query_one("#pool", Static).render())
 
         app.query_one("#sessions", DataTable).focus()
         app.query_one("#sessions", DataTable).move_cursor(row=names.index("└ backend"))

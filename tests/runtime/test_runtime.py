@@ -297,7 +297,8 @@ async def test_available_tools_and_model_reach_the_provider(layout: SquadLayout)
     assert first.model == "charter-model" and second.model == "route-model"
     assert [t.name for t in second.tools] == ["squad_status"]
     assert {t.name for t in third.tools} == {"squad_decide", "squad_memory", "squad_skill",
-                                             "squad_route", "squad_status", "read", "write",
+                                             "squad_route", "squad_status", "squad_ask",
+                                             "read", "write",
                                              "edit", "find", "grep", "bash"}
 
 

@@ -14,13 +14,14 @@ const EVENT_TYPES = [
   "approval.resolved", "tools.load_failed", "bus.overflow", "workspace.created",
   "workspace.committed", "workspace.landed", "workspace.conflict", "workspace.removed",
   "session.claimed", "session.reclaimed", "workspace.land_failed", "settings.reloaded",
+  "model.called", "inbox.added", "inbox.resolved",
 ];
 const REFRESHING = new Set([
   "route.queued", "agent.spawned", "agent.state", "agent.idle", "agent.completed",
   "agent.error", "tool.started", "tool.completed", "pool.empty", "scribe.merged",
   "approval.requested", "daemon.started", "workspace.created", "workspace.committed",
   "workspace.landed", "workspace.conflict", "workspace.removed", "session.claimed",
-  "session.reclaimed", "workspace.land_failed",
+  "session.reclaimed", "workspace.land_failed", "model.called", "inbox.added", "inbox.resolved",
 ]);
 
 const model = { state: null, lastSeq: 0, tokens: [], feedRows: 0, shownSession: null };
@@ -72,7 +73,7 @@ function renderPool(state) {
     el("span", { class: i < pool.running ? "slot busy" : "slot" })));
   $("pool-line").textContent = `${pool.running}/${pool.max_concurrent} slots in use · ` +
     `${pool.queued}/${pool.max_queued} queued · ${pool.waiting} waiting on a route · ` +
-    `${pool.idle} at rest`;
+    `${pool.idle} at rest` + (pool.parked ? ` · ${pool.parked} parked in the inbox` : "");
   $("capacity").hidden = !state.at_capacity;
   const byId = new Map(state.sessions.map((s) => [s.session_id, s]));
   $("queue").replaceChildren(...state.queue.map((id) => {
@@ -101,6 +102,7 @@ function sessionRow(s) {
     el("span", { class: "model" }, s.model || "-"), " ",
     el("span", { class: "turns" }, `${s.turns} turns`), " ",
     el("span", { class: "tokens" }, `${tokens} tok`), " ",
+    el("span", { class: "cost" }, cost(s.cost_usd)), " ",
     s.worker ? el("span", { class: "worker", title: "the cluster worker running it" },
                   s.worker_host ? `${s.worker}@${s.worker_host}` : s.worker) : null,
     s.worker ? " " : null,
@@ -156,7 +158,59 @@ function renderSessions(state) {
   $("no-sessions").hidden = state.sessions.length > 0;
 }
 
+// A cost in US dollars; a model without a price is "unknown", never $0.
+export function cost(usd) {
+  if (typeof usd !== "number") return "unknown";
+  return usd < 1 ? `$${usd.toFixed(4)}` : `$${usd.toFixed(2)}`;
+}
+
+// Everything else that waits on a person: questions, parked and failed sessions, landings.
+function inboxRow(item) {
+  const buttons = item.actions.map((action) => {
+    if (action === "answer") {
+      const input = el("input", { type: "text", class: "answer-text",
+                                  "aria-label": "answer", placeholder: "your answer" });
+      return el("span", {}, input, el("button", { type: "button", class: "answer",
+        onclick: () => resolveItem(item, "answer", { answer: input.value }) }, "Answer"));
+    }
+    const body = action === "approve" && item.kind === "parked" ? { budget: 5 } : {};
+    const label = action === "approve" && item.kind === "parked" ? "Approve +$5"
+      : action[0].toUpperCase() + action.slice(1);
+    return el("button", { type: "button", class: action,
+                          onclick: () => resolveItem(item, action, body) }, label);
+  });
+  return el("li", { class: `inbox-item ${item.kind}`, "data-item": item.id },
+    el("span", { class: `kind ${item.kind}` }, item.kind), " ",
+    el("span", { class: "agent" }, item.agent || "-"), " ",
+    el("span", { class: "reason" }, item.reason.slice(0, 300)), " ",
+    el("span", { class: "muted" }, duration(item.age_s)), " ", ...buttons);
+}
+
+async function resolveItem(item, action, extra) {
+  const row = document.querySelector(`[data-item="${CSS.escape(item.id)}"]`);
+  try {
+    await api(`api/inbox/${encodeURIComponent(item.id)}`,
+      { method: "POST", body: JSON.stringify({ action, ...extra }) });
+    if (row) row.remove();
+  } catch (error) {
+    if (row) row.append(el("span", { class: "error" }, ` ${error.message}`));
+  }
+}
+
+function renderCosts(state) {
+  const spending = state.spending;
+  if (!spending) { $("costs").replaceChildren(); return; }
+  const agents = Object.entries(spending.agents).sort(([a], [b]) => a.localeCompare(b));
+  $("costs").replaceChildren(
+    el("p", { class: "cost-total" },
+       `today (${spending.day} UTC): ${cost(spending.cost_usd)}, ${spending.tokens} tokens`),
+    el("ul", { class: "costs" }, ...agents.map(([agent, spent]) => el("li",
+      { "data-agent": agent }, `${agent}: ${cost(spent.cost_usd)} · ${spent.tokens} tokens`))));
+}
+
 function renderApprovals(state) {
+  const others = (state.inbox || []).filter((item) => item.kind !== "approval");
+  $("inbox").replaceChildren(...others.map(inboxRow));
   $("approvals").replaceChildren(...state.approvals.map((a) => el("li",
     { class: "approval", "data-approval": a.approval_id },
     el("span", { class: "agent" }, a.agent), " asks: ", el("strong", {}, a.question || a.tool),
@@ -167,7 +221,7 @@ function renderApprovals(state) {
     el("button", { type: "button", class: "approve", onclick: () => answer(a, true) },
       "Approve"),
     el("button", { type: "button", class: "deny", onclick: () => answer(a, false) }, "Deny"))));
-  $("no-approvals").hidden = state.approvals.length > 0;
+  $("no-approvals").hidden = state.approvals.length + others.length > 0;
 }
 
 async function answer(approval, approved) {
@@ -240,6 +294,7 @@ function render(state) {
   renderApprovals(state);
   renderDecisions(state);
   renderTokens();
+  renderCosts(state);
 }
 
 async function openTranscript(sessionId) {

@@ -28,6 +28,7 @@ from squadd.contracts.events import (
 )
 from squadd.tools.base import Approval, ConfirmFn, Tool, ToolContext, ToolResult, VariableSpec
 from squadd.tools.invoke import redact, redact_any
+from squadd.tools.people import PersonQueue, PersonRequest
 from squadd.tools.policy import PolicyDecision, approval_policy
 
 MAX_PENDING_APPROVALS = 64
@@ -93,6 +94,10 @@ class ApprovalBroker:
         self.variable_timeout_s = settings.tools.variable_timeout_s
         self._pending: dict[str, PendingApproval] = {}
         self._variables: dict[str, PendingApproval] = {}
+        self.expire_after_s = settings.approvals.expire_after_s
+        self.people: PersonQueue | None = None
+        """The inbox, when there is one (the daemon): an `ask` of a call in a session goes
+        there, durable, and waits without a slot until answered or `approvals.expire_after_s`."""
 
     def apply_settings(self, settings: Settings) -> None:
         """Take changed `[tools]` approval rules and timeouts (asks already waiting keep
@@ -117,7 +122,8 @@ class ApprovalBroker:
         answer = await self.ask(tool, arguments, ctx, secrets, question=f"Run {tool.name}?")
         if answer.approved:
             return None
-        return ToolResult.failure(denial_text(tool.name, answer, self.timeout_s),
+        waited = self.expire_after_s if self.people is not None else self.timeout_s
+        return ToolResult.failure(denial_text(tool.name, answer, waited),
                                   approval="denied", timed_out=answer.timed_out)
 
     def confirm_fn(self, tool: Tool[Any], ctx: ToolContext) -> ConfirmFn:
@@ -130,6 +136,9 @@ class ApprovalBroker:
     async def ask(self, tool: Tool[Any], arguments: Mapping[str, Any], ctx: ToolContext,
                   secrets: Mapping[str, str], *, question: str) -> Decision:
         """Publish `approval.requested` and wait for the answer or the timeout."""
+        people = self.people
+        if people is not None and ctx.call_id and ctx.session_id:
+            return await self._ask_inbox(people, tool, arguments, ctx, secrets, question)
         if len(self._pending) >= self.max_pending:
             return Decision(False, f"{self.max_pending} approvals are already waiting; answer "
                                    "them with 'squadd approve ID' or 'squadd deny ID' first")
@@ -157,6 +166,29 @@ class ApprovalBroker:
             self._pending.pop(approval_id, None)
         if not pending._answered.is_set():  # timed out or cancelled: nobody published it yet
             self._publish_resolved(pending, decision)
+        return decision
+
+    async def _ask_inbox(self, people: PersonQueue, tool: Tool[Any],
+                         arguments: Mapping[str, Any], ctx: ToolContext,
+                         secrets: Mapping[str, str], question: str) -> Decision:
+        shown = redact_any(_shown(arguments), secrets)
+        asked = redact(question, secrets)[:1000]
+
+        def requested(item_id: str) -> None:  # the same event as without an inbox
+            self.sink.publish(ApprovalRequested(
+                session_id=ctx.session_id, agent=ctx.agent, approval_id=item_id,
+                tool=tool.name, arguments=shown, question=asked, timeout_s=0))
+
+        answer = await people.ask_person(PersonRequest(
+            kind="approval", session_id=ctx.session_id, agent=ctx.agent, call_id=ctx.call_id,
+            reason=asked, actions=("approve", "deny"),
+            details={"tool": tool.name, "arguments": shown, "question": asked},
+            on_added=requested))
+        decision = (Decision(False, answer.reason, timed_out=True) if answer.expired
+                    else Decision(answer.action == "approve", answer.reason))
+        self.sink.publish(ApprovalResolved(
+            session_id=ctx.session_id, agent=ctx.agent, approval_id=answer.item_id,
+            approved=decision.approved, reason=decision.reason))
         return decision
 
     async def request_variables(self, tool: Tool[Any], missing: tuple[VariableSpec, ...],

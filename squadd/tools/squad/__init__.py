@@ -12,7 +12,8 @@ from squadd.config import Settings
 from squadd.state.layout import SquadLayout
 from squadd.tools.base import Tool
 
-SQUAD_TOOL_NAMES = ("squad_route", "squad_decide", "squad_memory", "squad_status", "squad_skill")
+SQUAD_TOOL_NAMES = ("squad_route", "squad_decide", "squad_memory", "squad_status", "squad_skill",
+                    "squad_ask")
 """The five squad tools: a custom tool of the same name is shadowed wherever tools are listed."""
 
 

@@ -1,0 +1,90 @@
+"""The dashboard's inbox and costs in a real browser (the system's Chromium, driven by
+Playwright): a question an agent asks shows in the inbox panel, answering it there resumes the
+session, and the session's and the agent's costs show beside their tokens."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.daemon.test_dashboard_browser import (
+    ARTIFACTS,
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    WAIT_MS,
+    _chromium_missing,
+)
+from tests.support.daemon_process import FAST_CONFIG, DaemonProcess
+from tests.support.model_servers import OpenAIServer
+
+pytestmark = pytest.mark.slow
+
+CONFIG = FAST_CONFIG + """
+[pricing."openai/test-model"]
+input = 1000.0
+output = 2000.0
+"""
+"""Each turn of the test server (11 tokens in, 7 out) costs $0.011 + $0.014 = $0.025."""
+
+
+@pytest.fixture
+def daemon(tmp_path: Path, model_server: OpenAIServer) -> Iterator[DaemonProcess]:
+    with DaemonProcess.in_new_repo(tmp_path, model_server.url, config=CONFIG,
+                                   extra_args=("--ui",)) as process:
+        yield process
+
+
+@pytest.fixture
+def page(daemon: DaemonProcess) -> Iterator[Any]:
+    missing = _chromium_missing()
+    if missing:
+        pytest.skip(missing)
+    from playwright.sync_api import expect, sync_playwright
+
+    expect.set_options(timeout=WAIT_MS)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as driver:
+        browser = driver.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS,
+                                         headless=True)
+        try:
+            tab = browser.new_page(viewport={"width": 1400, "height": 1000})
+            tab.set_default_timeout(WAIT_MS)
+            problems: list[str] = []
+            tab.on("pageerror", lambda error: problems.append(str(error)))
+            tab.on("console", lambda message: problems.append(message.text)
+                   if message.type == "error" else None)
+            tab.goto(daemon.client.ui()["link"])
+            yield tab
+            assert problems == [], problems
+        finally:
+            browser.close()
+
+
+def test_the_inbox_panel_answers_a_question_and_costs_show_beside_tokens(
+        daemon: DaemonProcess, model_server: OpenAIServer, page: Any) -> None:
+    from playwright.sync_api import expect
+
+    model_server.script(OpenAIServer.tool_call_turn(("squad_ask", {"question": "Which DB?"})),
+                        OpenAIServer.text_turn("using postgres"))
+    page.wait_for_selector("#link.ok")
+    session_id = daemon.client.route("set up the db", "lead", wait=False)["session_id"]
+    item = page.locator(".inbox-item.question")
+    expect(item).to_have_count(1)
+    expect(item.locator(".reason")).to_have_text("Which DB?")
+    expect(page.locator("#pool-line")).to_contain_text("1 parked in the inbox")
+    expect(page.locator("#costs")).to_contain_text("lead: $0.0250")
+    page.screenshot(path=str(ARTIFACTS / "inbox.png"), full_page=True)
+
+    item.locator("input.answer-text").fill("postgres")
+    item.locator("button.answer").click()
+    expect(page.locator(".inbox-item")).to_have_count(0)
+    lead = page.locator(f".session[data-session='{session_id}']")
+    expect(lead.locator(".state")).to_have_text("idle")
+    expect(lead.locator(".cost")).to_have_text("$0.0500")
+    expect(page.locator("#costs")).to_contain_text("lead: $0.0500")
+    expect(page.locator("#no-approvals")).to_be_visible()
+    assert daemon.wait_for_state(session_id, {"idle"})["answer"] == "using postgres"
+    page.screenshot(path=str(ARTIFACTS / "inbox-answered.png"), full_page=True)
