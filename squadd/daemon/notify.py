@@ -14,7 +14,7 @@ import hashlib
 import hmac
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
 import anyio
 import httpx
@@ -183,3 +183,28 @@ class _Capped:
     def text(self) -> str:
         return self._data.decode("utf-8", "replace")
 
+
+
+class HookRelay:
+    """Each new inbox item to the `Notification` hooks (`SquadRuntime.notify`), in the
+    background: the inbox's hook only queues it (bounded; a full queue drops it, logged)."""
+
+    def __init__(self, notify: Callable[..., Awaitable[None]]):
+        self._notify = notify
+        self._send, self._receive = anyio.create_memory_object_stream[InboxItem](QUEUE_SIZE)
+
+    def hook(self, item: InboxItem) -> None:
+        try:
+            self._send.send_nowait(item)
+        except anyio.WouldBlock:
+            log.warning("Notification hooks busy; item not told to them", item=item.id)
+
+    async def run(self) -> None:
+        async with self._receive:
+            async for item in self._receive:
+                try:
+                    await self._notify(item.reason, notification_type=item.kind,
+                                       session_id=item.session_id or "", agent=item.agent,
+                                       title=f"squadd inbox: {item.kind}")
+                except Exception:  # a hook's trouble is logged; the daemon goes on
+                    log.exception("Notification hooks failed", item=item.id)

@@ -41,7 +41,7 @@ from squadd.daemon.dashboard import UI_PREFIX, Dashboard
 from squadd.daemon.deadline import StopDeadline
 from squadd.daemon.guard import ListenerLimits, ensure_descriptors, guarded_protocol
 from squadd.daemon.live_settings import LiveSettings
-from squadd.daemon.notify import Notifier
+from squadd.daemon.notify import HookRelay, Notifier
 from squadd.daemon.recovery import (
     past_views,
     recover_sessions,
@@ -389,8 +389,11 @@ class Daemon:
                 await group.start(_follow_settings, context.live_settings, reloading)
             notifier = Notifier(self.settings, runtime.inbox)
             runtime.inbox.add_hook(notifier.hook)
+            relay = HookRelay(runtime.notify)
+            runtime.inbox.add_hook(relay.hook)
             notifying = anyio.CancelScope()
             group.start_soon(_in_scope, notifying, notifier.run)
+            group.start_soon(_in_scope, notifying, relay.run)
             tune_for_serving()  # what startup built stays out of GC passes; fewer of them
             runtime.bus.publish(DaemonStarted(pid=context.pid, repo=str(self.layout.repo)))
             log.info("squadd serving", pid=context.pid, repo=str(self.layout.repo),

@@ -21,6 +21,7 @@ import pytest
 
 from squadd.state.transcripts import read_transcript
 from tests.support.daemon_process import FAST_CONFIG, DaemonProcess, clean_env
+from tests.support.hook_scripts import RECORDER, command_hook, recorded, script, write_hooks
 from tests.support.model_servers import OpenAIServer
 
 pytestmark = pytest.mark.slow
@@ -208,3 +209,28 @@ def test_squad_ask_parks_notifies_once_and_the_answer_reaches_the_transcript(
     for headers, body in received:
         expected = "sha256=" + hmac.new(b"s3cret", body, hashlib.sha256).hexdigest()
         assert headers["x-squadd-signature"] == expected
+
+
+def test_each_new_item_reaches_the_notification_hooks(
+        tmp_path: Path, model_server: OpenAIServer) -> None:
+    model_server.script(OpenAIServer.tool_call_turn(("squad_ask", {"question": "Which DB?"})),
+                        OpenAIServer.text_turn("using sqlite"))
+    notes = tmp_path / "notes" / "heard.jsonl"
+    notes.parent.mkdir()
+    # The hook runs in the sandbox: the folder it lives and writes in is declared writable.
+    config = FAST_CONFIG + f'\n[sandbox]\nwritable = ["{notes.parent}"]\n'
+    daemon = DaemonProcess.in_new_repo(tmp_path, model_server.url, config=config)
+    recorder = script(notes.parent, "recorder.py", RECORDER)
+    write_hooks(daemon.layout, {"Notification": [{"matcher": "question", "hooks": [
+        command_hook(f"{recorder} {notes}")]}]})
+    with daemon:
+        session_id = daemon.client.route("pick a db", "lead", wait=False)["session_id"]
+        item = _wait_item(daemon, "question")
+        _wait(lambda: notes.exists() and recorded(notes), "the Notification hook never ran")
+        [note] = recorded(notes)
+        assert note["hook_event_name"] == "Notification"
+        assert note["notification_type"] == "question"
+        assert note["session_id"] == session_id and note["message"] == item["reason"]
+        assert daemon.squadd("inbox", "answer", item["id"], "sqlite").returncode == 0
+        assert daemon.wait_for_state(session_id, {"idle"}, timeout=30)["answer"] == \
+            "using sqlite"
