@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from squadd import gitsafe
 from squadd.cli._provider import provider_options, provider_overrides
 from squadd.cli._squad import TEXT
 
@@ -20,19 +21,28 @@ if TYPE_CHECKING:
 CLONE_TIMEOUT_S = 600.0
 
 
+def _git(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`git ARGS` in `cwd` with `squadd.gitsafe`'s overrides: a repository's hooks, filters
+    and drivers never run in the worker's clone."""
+    listed = subprocess.run(["git", *gitsafe.LIST_CONFIG], cwd=cwd, capture_output=True,
+                            timeout=CLONE_TIMEOUT_S, check=False,
+                            env=gitsafe.hardened_env(os.environ))
+    defined = gitsafe.parse_listed(listed.stdout) if listed.returncode == 0 else []
+    return subprocess.run(gitsafe.hardened_argv(["git", *args]), cwd=cwd, capture_output=True,
+                          text=True, timeout=CLONE_TIMEOUT_S, check=False,
+                          env=gitsafe.hardened_env(os.environ, defined))
+
+
 def ensure_clone(repo: str, clone: Path) -> None:
     """Clone `repo` into `clone` the first time; later, bring it up to date (fast-forward
     only; a clone that cannot be fast-forwarded keeps its commit and says so)."""
     if (clone / ".git").exists():
-        done = subprocess.run(["git", "-C", str(clone), "pull", "--ff-only", "--quiet"],
-                              capture_output=True, text=True, timeout=CLONE_TIMEOUT_S,
-                              check=False)
+        done = _git(clone, "pull", "--ff-only", "--quiet")
         if done.returncode != 0:
             click.echo(f"warning: {clone} not updated: {done.stderr.strip()[:300]}", err=True)
         return
     clone.parent.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(["git", "clone", "--quiet", repo, str(clone)], capture_output=True,
-                          text=True, timeout=CLONE_TIMEOUT_S, check=False)
+    done = _git(clone.parent, "clone", "--quiet", repo, str(clone))
     if done.returncode != 0:
         raise click.ClickException(f"could not clone {repo} into {clone}: "
                                    f"{done.stderr.strip()[:500]}")
