@@ -224,6 +224,11 @@ class Tool(ABC, Generic[ArgsT]):
             self.__dict__["_spec"] = cached
         return cached
 
+    async def approval_reason(self, args: ArgsT, ctx: ToolContext) -> str | None:
+        """Why this call needs a person's approval whatever the approval policy says (a write
+        to a file that squadd or git will execute), or None: the policy decides alone."""
+        return None
+
     @abstractmethod
     async def run(self, args: ArgsT, ctx: ToolContext) -> ToolOutput:
         """Do the work; raise or return a failure `ToolResult` on error (the invoker catches)."""

@@ -72,8 +72,11 @@ class VariableResolver(Protocol):
 
 class ApprovalGate(Protocol):
     async def check(self, tool: Tool[Any], arguments: Mapping[str, Any], ctx: ToolContext,
-                    secrets: Mapping[str, str]) -> ToolResult | None:
-        """None when the call may run, else the failure result that tells the model why not."""
+                    secrets: Mapping[str, str], *, reason: str | None = None
+                    ) -> ToolResult | None:
+        """None when the call may run, else the failure result that tells the model why not.
+        `reason` (the tool's `approval_reason`): this call must be asked about even where the
+        policy allows the tool; a `deny` still refuses it."""
 
     def confirm_fn(self, tool: Tool[Any], ctx: ToolContext) -> ConfirmFn: ...
 
@@ -92,8 +95,15 @@ class Unattended:
         self.approve_asks = approve_asks
 
     async def check(self, tool: Tool[Any], arguments: Mapping[str, Any], ctx: ToolContext,
-                    secrets: Mapping[str, str]) -> ToolResult | None:
+                    secrets: Mapping[str, str], *, reason: str | None = None
+                    ) -> ToolResult | None:
         decision = approval_policy(tool, self.rules)
+        if reason is not None and decision.approval == "allow":
+            if self.approve_asks:
+                return None
+            return ToolResult.failure(
+                f"{tool.name} was not run: {reason}, so this call needs approval and no one "
+                "can be asked here; run it through the daemon", approval="denied")
         if decision.approval == "allow" or (decision.approval == "ask" and self.approve_asks):
             return None
         if decision.approval == "deny":
@@ -314,7 +324,9 @@ class ToolInvoker:
         ctx.variables = resolved.values
         ctx._progress = self._progress_fn(tool, call, origin, resolved.secrets)
         ctx._confirm = self.approvals.confirm_fn(tool, ctx)
-        denial = await self.approvals.check(tool, call.arguments, ctx, resolved.secrets)
+        reason = await tool.approval_reason(args, ctx)
+        denial = await self.approvals.check(tool, call.arguments, ctx, resolved.secrets,
+                                            reason=reason)
         if denial is not None:
             return denial, resolved.secrets
         timeout = tool.timeout_s

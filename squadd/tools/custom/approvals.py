@@ -97,16 +97,19 @@ class ApprovalBroker:
         return approval_policy(tool, self.rules)
 
     async def check(self, tool: Tool[Any], arguments: Mapping[str, Any], ctx: ToolContext,
-                    secrets: Mapping[str, str]) -> ToolResult | None:
+                    secrets: Mapping[str, str], *, reason: str | None = None
+                    ) -> ToolResult | None:
         decision = self.policy(tool)
-        if decision.approval == "allow":
+        if decision.approval == "allow" and reason is None:
             return None
         if decision.approval == "deny":
             return ToolResult.failure(
                 f"{tool.name} was not run: denied by {decision.refusal_where()}; it cannot be "
                 "used here",
                 approval="deny")
-        answer = await self.ask(tool, arguments, ctx, secrets, question=f"Run {tool.name}?")
+        question = f"Run {tool.name}?" if reason is None else \
+            f"Run {tool.name}? {reason}: squadd, git or a later session will execute it"
+        answer = await self.ask(tool, arguments, ctx, secrets, question=question)
         if answer.approved:
             return None
         return ToolResult.failure(denial_text(tool.name, answer, self.timeout_s),
