@@ -22,8 +22,17 @@ from squadd.daemon.coordinator import Coordinator
 from squadd.providers.replay import ReplayProvider, ReplayScript
 from squadd.runtime.runtime import SquadRuntime
 from squadd.state.layout import SquadLayout
+from squadd.state.transcripts import TranscriptWriter
 from tests.support.daemon_process import make_repo
 from tests.support.redis_server import RedisServer
+
+
+def held_by(layout: SquadLayout, session_id: str, worker: str, epoch: int) -> None:
+    """Record in the transcript that `worker` claimed `session_id` under `epoch`, as an
+    earlier coordinator's claim did (for requests of a session whose caller is gone)."""
+    writer = TranscriptWriter(layout.transcript(session_id))
+    writer.add("state", state="active", worker=worker, epoch=epoch)
+    writer.flush()
 
 
 @dataclass(frozen=True)
