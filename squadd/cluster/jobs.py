@@ -91,9 +91,12 @@ class JobQueue:
                     return found
         return None
 
-    async def held_by(self, consumer: str, session_id: str) -> bool:
+    async def held_by(self, consumer: str, session_id: str,
+                      nonces: frozenset[str] | None = None) -> bool:
         """Whether `consumer` holds (has pending in the group) the job of `session_id`: the
-        coordinator's test of a claim, so no one claims a session whose job it was not given."""
+        coordinator's test of a claim, so no one claims a session whose job it was not given.
+        `nonces`: the marks of the jobs the coordinator submitted for it, where it knows them
+        (a job someone else added to the stream then counts for nothing)."""
         if not consumer:  # no name: XPENDING would list every consumer's jobs
             return False
         client = self.guard.client
@@ -109,8 +112,9 @@ class JobQueue:
                     s, min=e, max=e, count=1))
                 for _, fields in found or []:
                     try:
-                        if Job.model_validate_json((fields or {})["data"]).session_id == \
-                                session_id:
+                        job = Job.model_validate_json((fields or {})["data"])
+                        if job.session_id == session_id and (nonces is None or
+                                                             job.nonce in nonces):
                             return True
                     except (KeyError, ValidationError):
                         continue

@@ -29,6 +29,8 @@ class Job(_Wire):
     agent: str
     priority: Literal["urgent", "normal"] = "normal"
     timeout_s: float = Field(gt=0)
+    nonce: str = Field("", max_length=64)
+    """The coordinator's mark of a job it submitted (a claim must hold a job with it)."""
 
 
 class Request(_Wire):

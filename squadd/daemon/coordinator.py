@@ -17,6 +17,7 @@ workspace or custom tool, another worker's session, a stale epoch) is refused an
 from __future__ import annotations
 
 import functools
+import secrets
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -76,6 +77,8 @@ class RemoteSession:
     outcome: SessionOutcome | None = None
     worker: str | None = None
     cancelled: bool = False
+    nonces: set[str] = field(default_factory=set)
+    """The marks of the jobs submitted for it: a claim must hold a job with one of these."""
 
 
 @dataclass(frozen=True)
@@ -193,9 +196,11 @@ class Coordinator:
             # A cancel of an earlier run of this session (now resumed or continued) is over.
             client = self.guard.client
             await self.guard.run(lambda: client.delete(keys.cancel(info.session_id)))
+            nonce = secrets.token_hex(16)
+            remote.nonces.add(nonce)  # before the job is out: its claim may come at once
             await self.jobs.submit(Job(session_id=info.session_id, agent=info.agent,
                                        priority="urgent" if info.priority == "urgent"
-                                       else "normal", timeout_s=plan.timeout_s))
+                                       else "normal", timeout_s=plan.timeout_s, nonce=nonce))
             with anyio.fail_after(bound):
                 await remote.done.wait()
         except TimeoutError:
@@ -367,7 +372,9 @@ class Coordinator:
             self._orphans.pop(sid, None)  # its job is dropped: no request of its follows
             return refuse(refused="invalid", error=f"session {sid} was cancelled")
         info, tools = found
-        if not await self.jobs.held_by(request.worker, sid):
+        remote = self._remote.get(sid)
+        submitted = frozenset(remote.nonces) if remote is not None else None
+        if not await self.jobs.held_by(request.worker, sid, submitted):
             _refused(request, "claim of a job the worker was not given")
             return refuse(refused="invalid",
                           error=f"worker {request.worker!r} holds no job of session {sid}: a "

@@ -13,7 +13,7 @@ import anyio
 import pytest
 from structlog.testing import capture_logs
 
-from squadd.cluster.wire import Reply, Request
+from squadd.cluster.wire import Job, Reply, Request
 from squadd.runtime.acceptance import record_acceptance
 from squadd.runtime.planning import RouteOrigin, continue_plan
 from squadd.runtime.pool import SessionRecord
@@ -61,6 +61,14 @@ async def test_only_the_claiming_worker_may_send_and_only_squad_tools(tmp_path: 
                     for thief in ("w2", "w1 ", "W1", ""):
                         stolen = await _ask(here, "claim", "s1", thief)
                         assert not stolen.ok and stolen.refused == "invalid", thief
+                    # A job for s1 that someone else put on the stream, taken by its author:
+                    # the coordinator never submitted it, so it holds nothing.
+                    await coordinator.jobs.submit(Job(session_id="s1", agent="lead",
+                                                      timeout_s=60))
+                    forged = await coordinator.jobs.take("mallory", block_s=1)
+                    assert forged is not None and forged.job.session_id == "s1"
+                    stolen = await _ask(here, "claim", "s1", "mallory")
+                    assert not stolen.ok and stolen.refused == "invalid"
                     claim = await _ask(here, "claim", "s1", "w1")
                     assert claim.ok, claim.error
                     epoch = claim.body["epoch"]
@@ -103,7 +111,7 @@ async def test_only_the_claiming_worker_may_send_and_only_squad_tools(tmp_path: 
     whys = {entry["why"] for entry in refusals}
     assert whys == {"claim of a job the worker was not given", "not a squad tool",
                     "not the holder", "stale epoch"}
-    assert len(refusals) >= 4 + 6 + 9 + 1
+    assert len(refusals) >= 5 + 6 + 9 + 1
 
 
 @pytest.mark.parametrize("reclaimed_by", ["w2"])
