@@ -72,9 +72,11 @@ def denial_text(tool_name: str, decision: Decision, timeout_s: float) -> str:
 
 
 def secrets_of(tool: Tool[Any], ctx: ToolContext) -> dict[str, str]:
-    """The values of `tool`'s secret variables in this call (for redaction)."""
-    return {spec.name: ctx.variables[spec.name] for spec in tool.variables
-            if spec.type == "secret" and spec.name in ctx.variables}
+    """Every secret to redact from what this call shows: all the pipeline knows, and the
+    values of `tool`'s own secret variables."""
+    return {**ctx.known_secrets,
+            **{spec.name: ctx.variables[spec.name] for spec in tool.variables
+               if spec.type == "secret" and spec.name in ctx.variables}}
 
 
 class ApprovalBroker:
