@@ -99,13 +99,20 @@ def hardened_env(base: Mapping[str, str], defined: Iterable[str] = ()) -> dict[s
 
 _DIFFING = frozenset({"diff", "log", "show", "diff-tree", "diff-index", "diff-files"})
 """Subcommands that could run an external diff or a textconv program (given the flags)."""
+RECEIVE_PACK = ("git -c core.hooksPath=/dev/null -c core.fsmonitor=false -c receive.autogc=false "
+                "receive-pack")
+"""What a push runs on the receiving side (the coordinator's repository, reached as a path or
+over ssh): git clears the pushing side's config overrides for it, so they are named here, and
+the receiving repository's hooks (`pre-receive`, `update`, `post-receive`,
+`reference-transaction`, ...) never run."""
 _TAKES_VALUE = frozenset({"-c", "-C", "--git-dir", "--work-tree", "--namespace"})
 
 
 def hardened_argv(argv: Iterable[str]) -> list[str]:
-    """`git ARGS` as squadd runs it: never through a pager, and (for the commands that can
-    show a patch) never with an external diff or textconv program. The config overrides
-    travel in the environment: `hardened_env`."""
+    """`git ARGS` as squadd runs it: never through a pager, (for the commands that can show
+    a patch) never with an external diff or textconv program, and (for a push) with the
+    receiving side's hooks off too. The config overrides travel in the environment:
+    `hardened_env`."""
     parts = list(argv)
     if not parts or parts[0] != "git":
         raise ValueError(f"not a git command: {parts[:1]}")
@@ -113,6 +120,8 @@ def hardened_argv(argv: Iterable[str]) -> list[str]:
     while index < len(parts) and parts[index].startswith("-"):
         index += 2 if parts[index] in _TAKES_VALUE else 1
     head, rest = parts[1:index + 1], parts[index + 1:]
-    extra = ["--no-ext-diff", "--no-textconv"] if parts[index:index + 1] and \
-        parts[index] in _DIFFING else []
+    command = parts[index] if index < len(parts) else ""
+    extra = ["--no-ext-diff", "--no-textconv"] if command in _DIFFING else []
+    if command == "push":
+        extra = [f"--receive-pack={RECEIVE_PACK}"]
     return ["git", "--no-pager", *head, *extra, *rest]

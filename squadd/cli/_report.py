@@ -88,6 +88,15 @@ def session_rows(sessions: Sequence[Mapping[str, Any]], task_width: int = 50
     ] for s in sessions]
 
 
+def worker_place(session: Mapping[str, Any]) -> str:
+    """Where a session runs: `worker@host` on the cluster, `-` on the coordinator itself."""
+    worker = session.get("worker")
+    if not worker:
+        return "-"
+    host = session.get("worker_host")
+    return f"{worker}@{host}" if host else str(worker)
+
+
 def status_lines(report: Mapping[str, Any], header: Callable[[str], str] = str) -> list[str]:
     """The lines of `squadd status` for a `StatusReport`: the sessions table (its header line
     passed through `header`, which may make it bold), the worktrees, then the pool and cluster
@@ -95,7 +104,12 @@ def status_lines(report: Mapping[str, Any], header: Callable[[str], str] = str) 
     sessions = report.get("sessions") or []
     lines: list[str] = []
     if sessions:
-        table = format_table([name.upper() for name in SESSION_HEADERS], session_rows(sessions))
+        headers, rows = [name.upper() for name in SESSION_HEADERS], session_rows(sessions)
+        if any(s.get("worker") for s in sessions):  # cluster mode: where each one runs
+            headers.insert(3, "WORKER")
+            for row, session in zip(rows, sessions, strict=True):
+                row.insert(3, worker_place(session))
+        table = format_table(headers, rows)
         lines += [header(table[0]), *table[1:]]
     else:
         lines.append("no sessions")
@@ -128,8 +142,23 @@ def cluster_lines(cluster: Mapping[str, Any]) -> list[str]:
              f"{cluster.get('redis_outages', 0)} outages), {len(workers)} workers, "
              f"{cluster.get('busy', 0)}/{cluster.get('slots', 0)} slots busy, "
              f"{cluster.get('local_slots', 0)} local slots"]
+    owner = cluster.get("owner")
+    if isinstance(owner, Mapping):
+        lines.append(f"  coordinator: {owner.get('host')} pid {owner.get('pid')}, since "
+                     f"{owner.get('since')} (fencing token {owner.get('token')})")
+    held = cluster.get("pending_per_worker") or {}
     for worker in workers:
         lines.append(f"  {worker.get('name')}: {worker.get('busy')}/{worker.get('slots')} slots "
-                     f"busy, {worker.get('host')} pid {worker.get('pid')}, "
-                     f"squadd {worker.get('version')}")
+                     f"busy, {held.get(worker.get('name'), 0)} jobs held, {worker.get('host')} "
+                     f"pid {worker.get('pid')}, squadd {worker.get('version')}")
+    gone = sorted(set(held) - {w.get("name") for w in workers})
+    for name in gone:
+        lines.append(f"  {name}: gone, {held[name]} jobs held (reclaimed after cluster.lease_s)")
+    for stream, numbers in sorted((cluster.get("streams") or {}).items()):
+        oldest = numbers.get("oldest_unclaimed_s")
+        waited = "" if oldest is None else f", oldest waiting {duration(float(oldest))}"
+        lines.append(f"  {stream} jobs: {numbers.get('queued', 0)} queued, "
+                     f"{numbers.get('pending', 0)} running{waited}")
+    for session_id, why in sorted((cluster.get("resubmitting") or {}).items()):
+        lines.append(f"  submitted again: {session_id} ({why})")
     return lines

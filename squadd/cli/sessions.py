@@ -11,7 +11,7 @@ import click
 
 from squadd.cli._daemon import client_for, print_sessions, state_style
 from squadd.cli._output import print_json
-from squadd.cli._report import duration, one_line, tokens
+from squadd.cli._report import duration, one_line, tokens, worker_place
 from squadd.cli._squad import TEXT, dir_option
 
 _ROLE_COLORS = {"system": "bright_black", "user": "blue", "assistant": "green", "tool": "cyan"}
@@ -61,6 +61,8 @@ def show(session_id: str, tail: int | None, as_json: bool, directory: Path | Non
                f"{tokens(int(view.get('input_tokens') or 0) + int(view.get('output_tokens') or 0))}"
                f"  requested by {view.get('requested_by') or '-'}")
     click.echo(f"task: {view.get('task')}")
+    if view.get("worker"):
+        click.echo(f"worker: {worker_place(view)}")
     if view.get("error"):
         click.echo(click.style(f"error: {view['error']}", fg="red"))
     click.echo()

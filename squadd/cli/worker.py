@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 from pathlib import Path
@@ -15,6 +16,7 @@ from squadd.cli._provider import provider_options, provider_overrides
 from squadd.cli._squad import TEXT
 
 if TYPE_CHECKING:
+    from squadd.cluster.identity import SquadIdentity
     from squadd.config import Settings
     from squadd.state.layout import SquadLayout
 
@@ -33,19 +35,68 @@ def _git(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           env=gitsafe.hardened_env(os.environ, defined))
 
 
-def ensure_clone(repo: str, clone: Path) -> None:
+def ensure_clone(repo: str, clone: Path, *, remake: bool) -> None:
     """Clone `repo` into `clone` the first time; later, bring it up to date (fast-forward
-    only; a clone that cannot be fast-forwarded keeps its commit and says so)."""
-    if (clone / ".git").exists():
-        done = _git(clone, "pull", "--ff-only", "--quiet")
-        if done.returncode != 0:
-            click.echo(f"warning: {clone} not updated: {done.stderr.strip()[:300]}", err=True)
-        return
+    only; a clone that cannot be fast-forwarded keeps its commit and says so). A folder there
+    that is not a clone of `repo` (another origin, or none) is made again when `remake`
+    (squadd's own cache), and refused otherwise (a `--workdir` the user chose)."""
+    from squadd.cluster.identity import origin_of, repo_key
+
+    if clone.exists():
+        origin = origin_of(clone)
+        if origin is not None and repo_key(origin) == repo_key(repo):
+            done = _git(clone, "pull", "--ff-only", "--quiet")
+            if done.returncode != 0:
+                click.echo(f"warning: {clone} not updated: {done.stderr.strip()[:300]}",
+                           err=True)
+            return
+        what = "is not a git clone" if origin is None else f"is a clone of {origin or '?'}"
+        if not remake:
+            raise click.ClickException(
+                f"--workdir {clone} {what}, not of {repo}: give another folder, or empty "
+                "this one")
+        click.echo(f"{clone} {what}, not of {repo}: cloning it again", err=True)
+        shutil.rmtree(clone)
     clone.parent.mkdir(parents=True, exist_ok=True)
     done = _git(clone.parent, "clone", "--quiet", repo, str(clone))
     if done.returncode != 0:
         raise click.ClickException(f"could not clone {repo} into {clone}: "
                                    f"{done.stderr.strip()[:500]}")
+
+
+def check_squad(settings: Settings, layout: SquadLayout, password: str | None) -> SquadIdentity:
+    """This clone's squad, after a quick check that Redis answers and that the coordinator
+    there (if one runs yet) serves the same squad; a `ClickException` naming both when not."""
+    import socket
+
+    import anyio
+
+    from squadd.cluster.connection import RedisGuard, connect
+    from squadd.cluster.identity import published_identity, read_identity
+    from squadd.cluster.probe import probe, shown
+
+    cluster = settings.cluster
+    probe(cluster.url, password)
+    mine = read_identity(layout.repo, layout.squad_id_file, host=socket.gethostname())
+
+    async def theirs() -> SquadIdentity | None:
+        client = connect(cluster.url, password)
+        try:
+            return await published_identity(RedisGuard(client, url=shown(cluster.url),
+                                                       down_s=5.0))
+        finally:
+            await client.aclose()
+    published = anyio.run(theirs)
+    why = None if published is None else published.differs(mine)
+    if published is not None and why is not None:
+        raise click.ClickException(
+            f"the coordinator at {shown(cluster.url)} serves another squad ({why}):\n"
+            f"  coordinator: {published.named()}\n  this worker: {mine.named()}\n"
+            "start the worker with --repo naming the coordinator's repository")
+    if published is None:
+        click.echo("no coordinator has published its squad on this Redis yet: jobs are "
+                   "taken once one does, and only if it serves this repository", err=True)
+    return mine
 
 
 @click.command("worker")
@@ -59,7 +110,8 @@ def ensure_clone(repo: str, clone: Path) -> None:
 @click.option("--name", type=TEXT, default=None,
               help="This worker's name in status and events (default: host-pid).")
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Where the clone lives (default: ~/.cache/squadd/workers/NAME/clone).")
+              help="Where the clone lives (default: one per repository and worker name, "
+                   "under ~/.cache/squadd/workers/).")
 @click.option("--log-level", type=click.Choice(("debug", "info", "warning", "error")),
               default="info", help="Console log level.")
 @provider_options
@@ -91,8 +143,8 @@ def worker(cluster_url: str, repo: str, slots: int, name: str | None, workdir: P
     if not is_safe_name(name.lower()):
         raise click.BadParameter(f"{name!r}: use letters, digits, '.', '_' or '-'",
                                  param_hint="--name")
-    clone = clone_dir(name, workdir)
-    ensure_clone(repo, clone)
+    clone = clone_dir(name, workdir, repo)
+    ensure_clone(repo, clone, remake=workdir is None)
     layout = SquadLayout.for_repo(clone)
     layers: dict[str, dict[str, object]] = {"cluster": {"url": cluster_url}}
     overrides = provider_overrides(provider_kind, base_url, replay_file, model)
@@ -101,11 +153,15 @@ def worker(cluster_url: str, repo: str, slots: int, name: str | None, workdir: P
     settings = load_settings(layout.root if layout.root.is_dir() else None, overrides=layers)
     # The worker's tools read their variables from the environment (no resolver remembers
     # secrets here): the registry stays empty; the processor is required all the same.
+    from squadd.daemon.cluster_mode import cluster_password
+
+    identity = check_squad(settings, layout, cluster_password(settings))
     configure_logging(redact=SecretRegistry().redact_log_event, console_level=log_level)
-    run_serving(_serve, name, slots, layout, settings)
+    run_serving(_serve, name, slots, layout, settings, identity)
 
 
-async def _serve(name: str, slots: int, layout: SquadLayout, settings: Settings) -> None:
+async def _serve(name: str, slots: int, layout: SquadLayout, settings: Settings,
+                 identity: SquadIdentity) -> None:
     import anyio
 
     from squadd.cluster import workers
@@ -120,7 +176,7 @@ async def _serve(name: str, slots: int, layout: SquadLayout, settings: Settings)
     guard = RedisGuard(client, url=cluster.url, down_s=cluster.redis_down_s)
     provider = make_provider(settings.provider, cwd=layout.repo)
     the_worker = Worker(name=name, slots=slots, layout=layout, settings=settings,
-                        provider=provider, guard=guard)
+                        provider=provider, guard=guard, identity=identity)
     try:
         async with anyio.create_task_group() as tg:
             await tg.start(the_worker.run)

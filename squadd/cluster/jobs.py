@@ -78,18 +78,73 @@ class JobQueue:
             found = _first(normal)
         return await self._valid(found)
 
-    async def reclaim(self, consumer: str, *, lease_s: float) -> Delivery | None:
-        """One job another worker left idle past `lease_s`, now `consumer`'s (urgent first)."""
+    async def reclaim(self, consumer: str, *, lease_s: float,
+                      count: int = 1) -> list[Delivery]:
+        """Up to `count` jobs other workers left idle past `lease_s`, now `consumer`'s, urgent
+        first: one scan takes as many as the caller has slots for, so a dead worker's jobs
+        come back together, not one a scan."""
         client = self.guard.client
+        found: list[Delivery] = []
         for stream in keys.JOB_STREAMS:
-            result: Any = await self._grouped(lambda s=stream: client.xautoclaim(  # type: ignore[misc]
-                s, keys.WORKERS_GROUP, consumer, int(lease_s * 1000), "0-0", count=1))
-            entries = result[1] if result else []
-            for entry_id, fields in entries:
-                found = await self._valid((stream, str(entry_id), fields, True))
-                if found is not None:
-                    return found
-        return None
+            cursor = "0-0"
+            while len(found) < count:
+                result: Any = await self._grouped(lambda s=stream, c=cursor: client.xautoclaim(  # type: ignore[misc]
+                    s, keys.WORKERS_GROUP, consumer, int(lease_s * 1000), c,
+                    count=count - len(found)))
+                if not result:
+                    break
+                for entry_id, fields in result[1]:
+                    delivery = await self._valid((stream, str(entry_id), fields, True))
+                    if delivery is not None:
+                        found.append(delivery)
+                cursor = str(result[0])
+                if cursor == "0-0":
+                    break
+        return found
+
+    async def sessions_queued(self) -> set[str]:
+        """The sessions that have a job in either stream (waiting, or held by a worker)."""
+        client = self.guard.client
+        sessions: set[str] = set()
+        for stream in keys.JOB_STREAMS:
+            entries: Any = await self.guard.run(lambda s=stream: client.xrange(s, "-", "+"))  # type: ignore[misc]
+            for _, fields in entries or []:
+                try:
+                    sessions.add(Job.model_validate_json((fields or {})["data"]).session_id)
+                except (KeyError, ValidationError):
+                    continue
+        return sessions
+
+    async def backlog(self, *, now_ms: int) -> dict[str, Any]:
+        """What `squadd status` shows of the queue: per stream the jobs not yet taken, those
+        taken and not finished, and the age of the oldest one not taken; per worker the jobs
+        it holds."""
+        client = self.guard.client
+        streams: dict[str, dict[str, Any]] = {}
+        per_worker: dict[str, int] = {}
+        for stream in keys.JOB_STREAMS:
+            try:
+                groups: Any = await self.guard.run(lambda s=stream: client.xinfo_groups(s))  # type: ignore[misc]
+            except ResponseError:
+                continue
+            group = next((g for g in groups or [] if g.get("name") == keys.WORKERS_GROUP), None)
+            if group is None:
+                continue
+            last = str(group.get("last-delivered-id") or "0-0")
+            oldest: Any = await self.guard.run(lambda s=stream, f=last: client.xrange(  # type: ignore[misc]
+                s, f"({f}", "+", count=1))
+            age = None
+            if oldest:
+                age = max(0.0, (now_ms - int(str(oldest[0][0]).split("-")[0])) / 1000)
+            summary: Any = await self.guard.run(lambda s=stream: client.xpending(  # type: ignore[misc]
+                s, keys.WORKERS_GROUP))
+            for consumer in (summary or {}).get("consumers") or []:
+                name = str(consumer.get("name"))
+                per_worker[name] = per_worker.get(name, 0) + int(consumer.get("pending") or 0)
+            streams[stream.rsplit(":", 1)[-1]] = {
+                "queued": int(group.get("lag") or 0), "pending": int(group.get("pending") or 0),
+                "oldest_unclaimed_s": None if age is None else round(age, 1)}
+        return {"streams": streams, "pending_per_worker": per_worker}
 
     async def held_by(self, consumer: str, session_id: str,
                       nonces: frozenset[str] | None = None) -> bool:

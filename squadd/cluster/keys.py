@@ -48,6 +48,18 @@ def cancel(session_id: str) -> str:
     return f"{PREFIX}:cancel:{session_id}"
 
 
+OWNER = f"{PREFIX}:coordinator"
+"""The coordinator's ownership lease of this prefix (JSON: fencing token, host, pid, repo,
+since), with a TTL it renews: a second coordinator finds it and is refused."""
+FENCE = f"{PREFIX}:coordinator:fence"
+"""The counter each coordinator's fencing token is drawn from (INCR at each takeover)."""
+SQUAD = f"{PREFIX}:squad"
+"""The identity of the squad the coordinator serves (root commit, remote, squad id): a
+worker compares its clone with it before it takes a job."""
+RUN = f"{PREFIX}:run"
+"""The coordinator's run marker: found missing, Redis lost its data (restarted empty, or was
+flushed), and the coordinator submits again every route it holds."""
+
 WORKER_PREFIX = f"{PREFIX}:worker:"
 
 

@@ -80,3 +80,12 @@ class WorkerBeat(_Wire):
     busy: int
     started: str
     """ISO time the worker started."""
+
+
+SESSION_REFS = "refs/squad/sessions"
+
+
+def session_ref(session_id: str, epoch: int) -> str:
+    """The ref in the coordinator's repository that holds a worktree session's work as the
+    holder of lease `epoch` pushed it (epoch 0: where it starts, set by the coordinator)."""
+    return f"{SESSION_REFS}/{session_id}/{epoch}"

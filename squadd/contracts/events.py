@@ -250,6 +250,23 @@ class WorkspaceRemoved(BaseEvent):
     branch_kept: bool = False
 
 
+class SessionClaimed(BaseEvent):
+    """A cluster worker claimed a session's job (`worker` names it)."""
+
+    type: Literal["session.claimed"] = "session.claimed"
+    host: str = ""
+    epoch: int = 0
+
+
+class SessionReclaimed(BaseEvent):
+    """A cluster worker took over a session another worker held (it died, or was cut off)."""
+
+    type: Literal["session.reclaimed"] = "session.reclaimed"
+    host: str = ""
+    epoch: int = 0
+    previous_worker: str | None = None
+
+
 Event = Annotated[
     DaemonStarted | DaemonStopping | RouteQueued | AgentSpawned | AgentStateChanged | AgentIdle
     | AgentCompleted | AgentError | SessionMessage | ToolStarted | ToolUpdated | ToolCompleted
@@ -257,7 +274,7 @@ Event = Annotated[
     | ScribeArchived | ApprovalRequested | ApprovalResolved | VariableRequested
     | VariableResolved | ToolsLoadFailed | BusOverflow
     | WorkspaceCreated | WorkspaceCommitted | WorkspaceLanded | WorkspaceConflict
-    | WorkspaceRemoved,
+    | WorkspaceRemoved | SessionClaimed | SessionReclaimed,
     Field(discriminator="type"),
 ]
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)

@@ -52,6 +52,9 @@ class SessionView(BaseModel):
     error: str | None = None
     workspace: WorkspaceView | None = None
     """Its git worktree, branch, commits and diffstat (asked for by id, with a worktree)."""
+    worker: str | None = None
+    """The cluster worker that runs (or last ran) it; None: this daemon."""
+    worker_host: str | None = None
 
     @property
     def tokens(self) -> int:

@@ -16,12 +16,13 @@ workspace or custom tool, another worker's session, a stale epoch) is refused an
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import secrets
-from collections import OrderedDict
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
@@ -42,29 +43,32 @@ from squadd.contracts.messages import (
     Usage,
     message_record,
 )
+from squadd.daemon import remote_worktrees
+from squadd.daemon.cluster_keeper import PrefixKeeper
 from squadd.daemon.handover import recovered_results
+from squadd.daemon.orphans import Orphans
+from squadd.daemon.placement import claim_event, last_epoch, last_worker
 from squadd.runtime.acceptance import continuation_writer, record_acceptance
-from squadd.runtime.planning import RoutePlan, info_from_transcript, load_transcript
+from squadd.runtime.planning import RoutePlan
 from squadd.runtime.pool import SessionRecord
 from squadd.runtime.runner import RunHere
 from squadd.runtime.runtime import SquadRuntime
+
+if TYPE_CHECKING:
+    from squadd.daemon.cluster_mode import ClusterStart
 from squadd.runtime.session import AgentSession, SessionOutcome
 from squadd.runtime.session_info import SessionInfo, session_meta
 from squadd.runtime.session_sink import SessionSink
 from squadd.state.transcripts import TranscriptWriter, read_transcript
 from squadd.tools.base import CancelSignal, ToolSet
 from squadd.tools.invoke import CallOrigin
+from squadd.workspaces.git import Git
 
 log = structlog.get_logger("squadd.coordinator")
 
 REDO_SAFE = ("claim", "records", "end")
 """Requests whose handling is idempotent (a tool call is not: it is never applied twice)."""
 _ENDED = frozenset({"completed", "error"})
-ORPHANS_KEPT = 1024
-"""Orphans (see `Coordinator._orphans`) kept at most: one whose session never ends (its worker
-died, or Redis lost its job) must not stay for the daemon's lifetime."""
-
-
 @dataclass(eq=False)
 class RemoteSession:
     """A session this coordinator handed to the workers and whose route waits for it."""
@@ -81,23 +85,18 @@ class RemoteSession:
     """The marks of the jobs submitted for it: a claim must hold a job with one of these."""
 
 
-@dataclass(frozen=True)
-class _Orphan:
-    """A session on the workers whose route caller is gone, as read at its first request."""
-
-    info: SessionInfo
-    tools: ToolSet
-    cancelled: bool
-
-
 class Coordinator:
     """Runs sessions on the cluster's workers for one runtime, and serves their requests."""
 
-    def __init__(self, runtime: SquadRuntime, settings: ClusterSettings, guard: RedisGuard):
+    def __init__(self, runtime: SquadRuntime, settings: ClusterSettings, guard: RedisGuard,
+                 *, start: ClusterStart | None = None):
         self.runtime = runtime
+        self.start = start
+        """Its ownership lease, run marker and squad (None: a test's coordinator, unowned)."""
         self.settings = settings
         self.guard = guard
         self.jobs = JobQueue(guard)
+        self._git = Git(runtime.settings.workspace.git_timeout_s)
         self.server = RequestServer(guard, self.handle, reply_ttl_s=settings.reply_ttl_s,
                                     redo_safe=REDO_SAFE)
         self.local_free = settings.local_slots
@@ -110,10 +109,11 @@ class Coordinator:
         self._locks: dict[str, anyio.Lock] = {}
         self._holders: dict[str, tuple[str, int]] = {}
         """Per session, the worker that claimed it and the epoch its claim got."""
-        self._orphans: OrderedDict[str, _Orphan] = OrderedDict()
-        """Sessions whose route caller is gone (this coordinator restarted), as read once
-        from their transcript and Redis; dropped at their end, or when `ORPHANS_KEPT` newer
-        ones are kept (a later request reads it again)."""
+        self.keeper = None if start is None else PrefixKeeper(
+            runtime, settings, guard, self.jobs, start, self._remote, lambda: self.workers,
+            self._submit)
+        """Its lease, run marker and routes submitted again (None: unowned, in tests)."""
+        self._orphans = Orphans(runtime, guard)
 
     # Lifecycle.
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
@@ -121,6 +121,8 @@ class Coordinator:
         """Serve requests, relay events and watch the workers until cancelled."""
         await self.jobs.ensure()
         async with anyio.create_task_group() as tg:
+            if self.keeper is not None:
+                tg.start_soon(self._resilient, self.keeper.keep)
             tg.start_soon(self._resilient, self.server.run)
             tg.start_soon(self._resilient, functools.partial(
                 relay_events, self.guard, self.runtime.bus.publish))
@@ -144,14 +146,18 @@ class Coordinator:
         """What `squadd status` and `squadd doctor` show: Redis, the workers and their slots,
         the job streams' lags, the sessions out on workers."""
         lags: dict[str, dict[str, int]] = {}
+        backlog: dict[str, Any] = {}
         if self.guard.up:
-            try:
-                with anyio.fail_after(5):
-                    lags = await self.jobs.lags()
-            except (ClusterError, TimeoutError):
-                lags = {}
+            with contextlib.suppress(ClusterError, TimeoutError), anyio.fail_after(5):
+                lags = await self.jobs.lags()
+                backlog = await self.jobs.backlog(now_ms=int(time.time() * 1000))
         return {
             "url": self.guard.url, "redis_up": self.guard.up, "redis_outages": self.guard.outages,
+            "owner": self.start.ownership.holder if self.start is not None else None,
+            "squad": self.start.identity.model_dump() if self.start is not None else None,
+            "streams": backlog.get("streams", {}),
+            "pending_per_worker": backlog.get("pending_per_worker", {}),
+            "resubmitting": dict(self.keeper.resubmitting) if self.keeper is not None else {},
             "local_slots": self.settings.local_slots,
             "local_free": self.local_free,
             "workers": [w.model_dump(mode="json") for w in self.workers],
@@ -163,12 +169,27 @@ class Coordinator:
 
     async def close(self) -> None:
         with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+            if self.keeper is not None:
+                with contextlib.suppress(ClusterError):
+                    await self.keeper.release()
             await self.guard.client.aclose()
+
+    async def _submit(self, plan: RoutePlan) -> None:
+        info = plan.info
+        nonce = secrets.token_hex(16)
+        remote = self._remote.get(info.session_id)
+        if remote is not None:  # marked before the job is out: its claim may come at once
+            remote.nonces.add(nonce)
+        await self.jobs.submit(Job(session_id=info.session_id, agent=info.agent,
+                                   priority="urgent" if info.priority == "urgent"
+                                   else "normal", timeout_s=plan.timeout_s, nonce=nonce))
 
     async def _watch_workers(self) -> None:
         while True:
             try:
                 self.workers = await live_workers(self.guard)
+                if self.keeper is not None:
+                    await self.keeper.recheck()
                 # Every session out on a worker may hold one request while it waits.
                 self.server.fit(max(sum(w.slots for w in self.workers), len(self._remote)))
             except ClusterError as exc:
@@ -189,20 +210,19 @@ class Coordinator:
         self._remote[info.session_id] = remote
         # Seen before as an orphan (an earlier run's worker): that cached answer, its cancel
         # state included, is over; once this run ends, a request reads it afresh.
-        self._orphans.pop(info.session_id, None)
+        self._orphans.drop(info.session_id)
         bound = 2 * plan.timeout_s + self.settings.lease_s
         try:
             await anyio.to_thread.run_sync(self._open, plan)
             # A cancel of an earlier run of this session (now resumed or continued) is over.
             client = self.guard.client
             await self.guard.run(lambda: client.delete(keys.cancel(info.session_id)))
-            nonce = secrets.token_hex(16)
-            remote.nonces.add(nonce)  # before the job is out: its claim may come at once
-            await self.jobs.submit(Job(session_id=info.session_id, agent=info.agent,
-                                       priority="urgent" if info.priority == "urgent"
-                                       else "normal", timeout_s=plan.timeout_s, nonce=nonce))
+            await self._submit(plan)
             with anyio.fail_after(bound):
                 await remote.done.wait()
+            with anyio.CancelScope(shield=True):
+                await remote_worktrees.bring_back(self._git, self.runtime.layout,
+                                                  info.session_id)
         except TimeoutError:
             await self._cancel(remote)
             return _failed(info, f"no worker finished it within {bound:g}s (twice "
@@ -218,6 +238,8 @@ class Coordinator:
             raise
         finally:
             self._remote.pop(info.session_id, None)
+            if self.keeper is not None:
+                self.keeper.claimed(info.session_id)
         assert remote.outcome is not None
         return remote.outcome
 
@@ -327,40 +349,15 @@ class Coordinator:
         remote = self._remote.get(session_id)
         if remote is not None:
             return remote.cancelled
-        orphan = await self._orphan(session_id)
+        orphan = await self._orphans.get(session_id)
         return orphan is not None and orphan.cancelled
 
     async def _session(self, session_id: str) -> tuple[SessionInfo, ToolSet] | None:
         remote = self._remote.get(session_id)
         if remote is not None:
             return remote.plan.info, remote.tools
-        orphan = await self._orphan(session_id)
+        orphan = await self._orphans.get(session_id)
         return None if orphan is None else (orphan.info, orphan.tools)
-
-    async def _orphan(self, session_id: str) -> _Orphan | None:
-        """A session whose route caller is gone (this coordinator restarted): it still ends.
-        Read from its transcript and Redis at its first request, not at every one."""
-        orphan = self._orphans.get(session_id)
-        if orphan is not None:
-            self._orphans.move_to_end(session_id)
-            return orphan
-        transcript = await anyio.to_thread.run_sync(load_transcript, self.runtime.layout,
-                                                    session_id)
-        if transcript is None:  # not kept: anyone may name a session that does not exist
-            return None
-        tools = self.runtime.tools
-        if self.runtime.extra_tools is not None:
-            tools = tools.merged(list(await anyio.to_thread.run_sync(self.runtime.extra_tools)))
-        names = transcript.meta.get("tools")
-        if isinstance(names, list):
-            tools = tools.narrowed([str(n) for n in names])
-        client = self.guard.client
-        cancelled = bool(await self.guard.run(lambda: client.exists(keys.cancel(session_id))))
-        orphan = self._orphans[session_id] = _Orphan(info_from_transcript(transcript), tools,
-                                                     cancelled)
-        while len(self._orphans) > ORPHANS_KEPT:
-            self._orphans.popitem(last=False)
-        return orphan
 
     async def _claim(self, request: Request) -> Reply:
         sid = request.session_id
@@ -369,7 +366,7 @@ class Coordinator:
         if found is None:
             return refuse(refused="unknown_session", error=f"no session {sid}")
         if await self._cancelled(sid):
-            self._orphans.pop(sid, None)  # its job is dropped: no request of its follows
+            self._orphans.drop(sid)  # its job is dropped: no request of its follows
             return refuse(refused="invalid", error=f"session {sid} was cancelled")
         info, tools = found
         remote = self._remote.get(sid)
@@ -384,33 +381,52 @@ class Coordinator:
             transcript = await anyio.to_thread.run_sync(
                 read_transcript, self.runtime.layout.transcript(sid))
             if transcript.last_state in _ENDED:
-                self._orphans.pop(sid, None)
+                self._orphans.drop(sid)
                 return refuse(refused="invalid",
                               error=f"session {sid} has ended ({transcript.last_state})")
             epoch = int(await self.guard.run(lambda: client.incr(keys.epoch(sid))))
+            floor = max(self._epochs.get(sid, 0), last_epoch(transcript.states))
+            if epoch <= floor:
+                # Redis lost the session's epoch (it restarted empty): epochs never go back,
+                # or a late result of an earlier holder would pass as current.
+                epoch = floor + 1
+                await self.guard.run(lambda: client.set(keys.epoch(sid), epoch))
             self._epochs[sid] = epoch
             self._holders[sid] = (request.worker, epoch)
+            previous = last_worker(transcript.states)
             self._applied[sid] = (epoch, 0)
             # From here the earlier holder's requests are stale: a call of its that has no
             # stored reply now is never applied, and one that has one gets its real result.
             recovered = await recovered_results(self.guard, transcript.messages, sid, epoch)
+            host = str(request.body.get("host") or "")[:255]
             messages = await anyio.to_thread.run_sync(
-                self._hand_over, info, tools, request.worker, epoch, recovered)
+                self._hand_over, info, tools, request.worker, host, epoch, recovered)
         remote = self._remote.get(sid)
+        record = remote.record if remote is not None else self.runtime.pool.get(sid)
         if remote is not None:
             remote.worker = request.worker
             if remote.record.state == "creating":
                 self.runtime.pool.activate(remote.record)
-        log.info("session claimed", session_id=sid, worker=request.worker, epoch=epoch)
+        if record is not None:
+            record.worker, record.worker_host = request.worker, host or None
+        self.runtime.bus.publish(claim_event(info.session_id, info.agent, request.worker, host,
+                                             epoch, previous))
+        if self.keeper is not None:
+            self.keeper.claimed(sid)
+        log.info("session claimed", session_id=sid, worker=request.worker, host=host,
+                 epoch=epoch, previous_worker=previous)
+        workspace = await remote_worktrees.hand_out(self._git, self.runtime.layout,
+                                                    self.runtime.settings, sid)
         return Reply(request_id=request.request_id, ok=True, body={
             "epoch": epoch, "info": session_meta(info), "tools": tools.names,
+            "workspace": workspace,
             "squad_specs": [tool.spec().model_dump(mode="json") for tool in tools
                             if tool.squad_tool],
             "messages": [message_record(m) for m in messages],
         })
 
-    def _hand_over(self, info: SessionInfo, tools: ToolSet, worker: str, epoch: int,
-                   recovered: list[ToolMessage]) -> list[Any]:
+    def _hand_over(self, info: SessionInfo, tools: ToolSet, worker: str, host: str,
+                   epoch: int, recovered: list[ToolMessage]) -> list[Any]:
         runtime = self.runtime
         if recovered:
             writer = TranscriptWriter(runtime.layout.transcript(info.session_id))
@@ -425,7 +441,7 @@ class Coordinator:
         messages = session.conversation()
         writer = TranscriptWriter(runtime.layout.transcript(info.session_id))
         writer.add("meta", tools=tools.names, owner={"worker": worker, "epoch": epoch})
-        writer.add("state", state="active", worker=worker, epoch=epoch)
+        writer.add("state", state="active", worker=worker, host=host, epoch=epoch)
         writer.flush()
         return messages
 
@@ -519,7 +535,7 @@ class Coordinator:
         epoch from Redis and the last record applied from the transcript again."""
         self._epochs.pop(session_id, None)
         self._applied.pop(session_id, None)
-        self._orphans.pop(session_id, None)
+        self._orphans.drop(session_id)
         self._holders.pop(session_id, None)
         lock = self._locks.get(session_id)
         if lock is not None and not lock.locked() and not lock.statistics().tasks_waiting:

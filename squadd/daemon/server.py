@@ -192,6 +192,8 @@ class Daemon:
         self.tcp = parse_tcp(tcp, allow_remote=allow_remote) if tcp else None
         self.console_level = console_level
         self.coordinator: Coordinator | None = None
+        self._marked: list[str] = []
+        """Sessions found unfinished at start and marked interrupted."""
         """Set in cluster mode: the coordinator of `squadd worker`s (`[cluster] url`)."""
         self.deadline = StopDeadline()
         """Armed when the stop starts, disarmed when `run` is done (or the process exits): a
@@ -285,6 +287,7 @@ class Daemon:
             swept = await anyio.to_thread.run_sync(sweep_stale_temp_files, self.layout)
             if swept:
                 log.info("removed temp files a crash left mid-write", files=len(swept))
+            self._marked = recovered.marked
             if recovered.marked:
                 log.warning("sessions were running when squadd last stopped; marked "
                             "interrupted (resume one with 'squadd sessions resume ID')",
@@ -356,7 +359,10 @@ class Daemon:
             await group.start(_beat, watch, watching)
             coordinating = anyio.CancelScope()
             if self.coordinator is not None:
+                if self.coordinator.keeper is not None:
+                    self.coordinator.keeper.on_lost = context.request_stop
                 await group.start(_coordinate, self.coordinator, coordinating)
+                group.start_soon(_resume_accepted, self.coordinator, self._marked)
             scribe_stop = anyio.Event()
             group.start_soon(functools.partial(run_scribe_worker, self.layout, self.settings,
                                                runtime.bus, stop=scribe_stop))
@@ -411,6 +417,16 @@ async def _coordinate(coordinator: Coordinator, scope: anyio.CancelScope, *,
                       task_status: anyio.abc.TaskStatus[None]) -> None:
     with scope:
         await coordinator.run(task_status=task_status)
+
+
+async def _resume_accepted(coordinator: Coordinator, marked: list[str]) -> None:
+    """A restarted coordinator resumes the routes it had accepted and not finished."""
+    if coordinator.keeper is None:
+        return
+    try:
+        await coordinator.keeper.resume_unqueued(marked)
+    except Exception:  # the rest of the daemon serves on; `sessions resume` still works
+        log.exception("accepted routes not resumed after the restart")
 
 
 async def _beat(watch: LoopWatch, scope: anyio.CancelScope, *,

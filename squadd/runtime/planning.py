@@ -287,8 +287,11 @@ def view_from_transcript(transcript: Transcript) -> SessionView:
                     if r.get("kind") == "message")
     tokens_out = sum(int(r.get("output_tokens") or 0) for r in transcript.records
                      if r.get("kind") == "message")
+    claims = [r for r in transcript.states if r.get("worker")]
     return SessionView(
         session_id=info.session_id, agent=info.agent or "?", state=live or "destroyed",
+        worker=str(claims[-1]["worker"]) if claims else None,
+        worker_host=str(claims[-1].get("host") or "") or None if claims else None,
         task=info.task[:500], model=info.model,
         priority="urgent" if info.priority == "urgent" else "normal",
         parent_session_id=info.parent_session_id, requested_by=info.requested_by,

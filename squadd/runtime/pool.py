@@ -59,6 +59,9 @@ class SessionRecord:
     """The child session this one waits on (it gets the child's slot when the child ends)."""
     tools: ToolSet | None = None
     """The tools its latest task may use (set when the task starts)."""
+    worker: str | None = None
+    """The cluster worker that claimed it last (None: it runs here)."""
+    worker_host: str | None = None
 
     @property
     def session_id(self) -> str:
@@ -78,7 +81,8 @@ class SessionRecord:
             depth=info.depth, created=self.created_at,
             age_s=round(now - self.created, 3), idle_s=round(now - self.last_activity, 3),
             input_tokens=self.input_tokens, output_tokens=self.output_tokens,
-            answer=self.answer, error=self.error,
+            answer=self.answer, error=self.error, worker=self.worker,
+            worker_host=self.worker_host,
         )
 
 

@@ -97,6 +97,10 @@ class RouteRunner:
         """Set (at start-up) when sessions may run elsewhere; None runs every one here."""
         self.commits = commits
 
+    def workspace_of(self, session_id: str) -> WorkspaceView | None:
+        """The worktree a running session works in (None: none, or not running here)."""
+        return self._in_use.get(session_id)
+
     async def run(self, plan: RoutePlan, record: SessionRecord, ticket: SlotTicket,
                   entry: OrchestrationEntry) -> RouteResult:
         """Take a slot, run the session's task, and put the session to rest."""

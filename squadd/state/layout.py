@@ -516,6 +516,12 @@ class SquadLayout:
         return self._p("run")
 
     @property
+    def squad_id_file(self) -> Path:
+        """The squad's id (one line), made by the first cluster coordinator: workers whose
+        clone holds it compare it with the coordinator's. Commit it with the squad."""
+        return self._p("squad-id")
+
+    @property
     def socket(self) -> Path:
         return self._p("run", "squadd.sock")
 

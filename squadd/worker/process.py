@@ -12,7 +12,10 @@ slot back until the child is done.
 from __future__ import annotations
 
 import datetime as dt
+import functools
+import hashlib
 import os
+import re
 import secrets
 import socket
 from collections.abc import AsyncIterator
@@ -29,6 +32,7 @@ from squadd._version import __version__
 from squadd.cluster import keys, workers
 from squadd.cluster.connection import BLOCK_S, ClusterError, RedisGuard
 from squadd.cluster.events import publish_events
+from squadd.cluster.identity import SquadIdentity, published_identity, repo_key
 from squadd.cluster.jobs import Delivery, JobQueue
 from squadd.cluster.requests import send
 from squadd.cluster.wire import Reply, Request, WorkerBeat
@@ -52,6 +56,8 @@ from squadd.worker.session import (
     StaleLease,
     checked,
 )
+from squadd.worker.workspace import checkpoints, close_worktree, open_worktree, push
+from squadd.workspaces.git import Git
 
 log = structlog.get_logger("squadd.worker")
 SHORT_BLOCK_S = 0.1
@@ -77,8 +83,12 @@ class Worker:
     """One `squadd worker`: `await worker.run()` until cancelled."""
 
     def __init__(self, *, name: str, slots: int, layout: SquadLayout, settings: Settings,
-                 provider: Provider, guard: RedisGuard):
+                 provider: Provider, guard: RedisGuard, identity: SquadIdentity | None = None):
         self.name = name
+        self.identity = identity
+        """The squad this worker's clone holds (None: not checked)."""
+        self._identity_ok = True
+        self._identity_checked_until = 0.0
         self.layout = layout
         self.settings = settings
         self.cluster = settings.cluster
@@ -89,6 +99,7 @@ class Worker:
         self.bus = EventBus(buffer=settings.daemon.event_buffer)
         self.invoker = ToolInvoker(layout, settings, self.bus)
         self._discoverer = ToolDiscoverer()
+        self._git = Git(settings.workspace.git_timeout_s)
         self._builtins: list[Tool[Any]] = list(workspace_tools(settings))
         self._running: dict[str, Running] = {}
         self._started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
@@ -123,11 +134,15 @@ class Worker:
                 try:
                     delivery = None
                     now = anyio.current_time()
-                    if now >= next_reclaim:  # a stale job is looked for a few times a lease
-                        next_reclaim = now + self.cluster.lease_s / 4
-                        delivery = await self.jobs.reclaim(self.name,
-                                                           lease_s=self.cluster.lease_s)
+                    if now >= next_reclaim:  # stale jobs are looked for every heartbeat
+                        next_reclaim = now + min(self.cluster.lease_s / 4,
+                                                 self.cluster.heartbeat_s)
+                        delivery = await self._reclaim(tg)
                     if delivery is None:
+                        if not await self._same_squad():
+                            self.slots.release()
+                            await anyio.sleep(self.cluster.heartbeat_s)
+                            continue
                         # A session waiting on a child route wants its slot back soon after
                         # the child ends: hold this one only briefly while no job comes.
                         delivery = await self.jobs.take(
@@ -146,6 +161,49 @@ class Worker:
                     self.slots.release()
                     continue
                 tg.start_soon(self._run_job, delivery)
+
+    async def _reclaim(self, tg: anyio.abc.TaskGroup) -> Delivery | None:
+        """Take over every stale job this worker has free slots for, in one scan: the first
+        runs on the slot the caller holds, the others on slots taken here; those not needed
+        are given back."""
+        extra = 0
+        while self.slots.try_acquire():
+            extra += 1
+        found: list[Delivery] = []
+        try:
+            found = await self.jobs.reclaim(self.name, lease_s=self.cluster.lease_s,
+                                            count=1 + extra)
+        finally:
+            for _ in range(extra - max(0, len(found) - 1)):
+                self.slots.release()
+        if found:
+            log.info("stale jobs reclaimed", count=len(found),
+                     sessions=[d.job.session_id for d in found])
+        for delivery in found[1:]:
+            tg.start_soon(self._run_job, delivery)
+        return found[0] if found else None
+
+    async def _same_squad(self) -> bool:
+        """Whether the coordinator on this Redis serves the squad this worker's clone holds
+        (checked every heartbeat; jobs of another squad are never taken)."""
+        if self.identity is None:
+            return True
+        now = anyio.current_time()
+        if now < self._identity_checked_until:
+            return self._identity_ok
+        self._identity_checked_until = now + self.cluster.heartbeat_s
+        published = await published_identity(self.guard)
+        why = None if published is None else published.differs(self.identity)
+        ok = why is None
+        if ok != self._identity_ok or (not ok and published is not None):
+            if ok:
+                log.info("the coordinator's squad matches this clone again")
+            else:
+                assert published is not None
+                log.error("the coordinator serves another squad: no job taken",
+                          reason=why, coordinator=published.named(), clone=self.identity.named())
+        self._identity_ok = ok
+        return ok
 
     async def _beat(self) -> None:
         await workers.beat(self.guard, WorkerBeat(
@@ -290,7 +348,8 @@ class Worker:
         # its own job must get the conversation as it is now, not a stored earlier answer.
         claim_id = f"claim-{delivery.entry_id}-{self.name}-{secrets.token_hex(6)}"
         reply = await self._request(running, "claim", claim_id,
-                                    {"reclaimed": delivery.reclaimed})
+                                    {"reclaimed": delivery.reclaimed,
+                                     "host": socket.gethostname()})
         if not reply.ok:  # ended, cancelled or unknown: nothing to run
             log.info("job dropped", session_id=job.session_id, reason=reply.error)
             return None
@@ -309,15 +368,38 @@ class Worker:
             return self._request(running, kind, suffix, payload)
 
         tools = await self._tools(body, forward, on_cancel)
+        space = body.get("workspace")
+        tree = None
+        if isinstance(space, dict) and space.get("start_ref"):
+            tree = await open_worktree(
+                self._git, self.layout, session_id=job.session_id, agent=info.agent,
+                epoch=running.epoch, start_ref=str(space["start_ref"]),
+                author_email=str(space.get("author_email") or "{agent}@squad.local"))
         session = AgentSession(info, layout=self.layout, settings=self.settings,
                                provider=self.provider, invoker=self.invoker, tools=tools,
                                sink=self.bus,
-                               writer=ForwardingWriter(forward, on_cancel, self.stopping))
+                               writer=ForwardingWriter(forward, on_cancel, self.stopping),
+                               workspace_dir=tree.path if tree is not None else None)
         messages = [parse_message(m) for m in body.get("messages", [])]
         log.info("session running", session_id=job.session_id, agent=info.agent,
-                 epoch=running.epoch, reclaimed=delivery.reclaimed)
-        outcome = await session.run_from(messages, cancel=cancel, timeout_s=job.timeout_s)
-        return outcome
+                 epoch=running.epoch, reclaimed=delivery.reclaimed,
+                 worktree=str(tree.path) if tree is not None else None)
+        if tree is None:
+            return await session.run_from(messages, cancel=cancel, timeout_s=job.timeout_s)
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(functools.partial(checkpoints, self._git, tree,
+                                                every_s=max(1.0, self.cluster.lease_s / 2)))
+                outcome = await session.run_from(messages, cancel=cancel,
+                                                 timeout_s=job.timeout_s)
+                tg.cancel_scope.cancel()
+            # The work goes to the coordinator's repository before the end is reported.
+            with anyio.CancelScope(shield=True):
+                await push(self._git, tree, message=f"work of session {job.session_id}")
+            return outcome
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(30):
+                await close_worktree(self._git, tree)
 
     async def _tools(self, body: dict[str, Any], forward: Any, on_cancel: Any) -> ToolSet:
         proxies: list[Tool[Any]] = [
@@ -351,9 +433,14 @@ class Worker:
                 await self.slots.wait(ticket)
 
 
-def clone_dir(name: str, workdir: Path | None) -> Path:
-    """Where worker `name` keeps its clone: `--workdir`, else the user's cache."""
+def clone_dir(name: str, workdir: Path | None, repo: str) -> Path:
+    """Where worker `name` keeps its clone of `repo`: `--workdir`, else the user's cache, one
+    folder per repository (so a worker of the same name for another repository never reuses
+    this one's clone) and per worker name (two workers on one host never share a tree)."""
     if workdir is not None:
         return workdir.resolve()
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "squadd" / "workers" / name / "clone"
+    key = repo_key(repo)
+    tail = re.sub(r"[^A-Za-z0-9._-]+", "-", key.rsplit("/", 1)[-1].rsplit(":", 1)[-1])
+    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+    return Path(base) / "squadd" / "workers" / f"{tail[:40] or 'repo'}-{digest}" / name

@@ -7,9 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,67 +16,16 @@ from squadd.cluster.connection import RedisGuard, connect
 from squadd.cluster.requests import send
 from squadd.cluster.wire import Request
 from squadd.errors import DaemonError
-from tests.support.cluster import Cluster
+from tests.support.cluster import (
+    Background,
+    Cluster,
+    claims,
+    eventually,
+    marks,
+    one_session,
+)
 
 pytestmark = pytest.mark.slow
-
-WAIT_S = 90.0
-
-
-def eventually(check: Callable[[], Any], what: str, timeout: float = WAIT_S) -> Any:
-    """Poll `check` until it returns something true (bounded); the value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"never happened: {what}")
-        time.sleep(0.05)
-
-
-class Background:
-    """A route sent from a thread (its caller may die with the coordinator)."""
-
-    def __init__(self, cluster: Cluster, task: str, agent: str = "lead"):
-        self.result: dict[str, Any] | None = None
-        self.error: BaseException | None = None
-
-        def run() -> None:
-            try:
-                self.result = cluster.daemon.client.route(task, agent)
-            except BaseException as exc:
-                self.error = exc
-        self.thread = threading.Thread(target=run, daemon=True)
-        self.thread.start()
-
-    def wait(self) -> dict[str, Any]:
-        self.thread.join(WAIT_S)
-        assert not self.thread.is_alive(), "the route never returned"
-        if self.error is not None:
-            raise self.error
-        assert self.result is not None
-        return self.result
-
-
-def sessions_of(cluster: Cluster) -> list[str]:
-    return [p.name.removesuffix(".jsonl") for p in cluster.layout.transcripts_dir.glob("*.jsonl")]
-
-
-def one_session(cluster: Cluster) -> str:
-    found = eventually(lambda: sessions_of(cluster), "a transcript")
-    assert len(found) == 1, found
-    return str(found[0])
-
-
-def claims(cluster: Cluster, session_id: str) -> list[tuple[str, int]]:
-    return [(r["worker"], r["epoch"]) for r in cluster.transcript(session_id)
-            if r.get("kind") == "state" and r.get("state") == "active" and "worker" in r]
-
-
-def marks(cluster: Cluster, session_id: str) -> list[tuple[int, int]]:
-    return [tuple(r["cluster"]) for r in cluster.transcript(session_id) if "cluster" in r]
-
 
 def test_worker_killed_mid_session_another_worker_finishes_it(cluster: Cluster) -> None:
     route = Background(cluster, "hold:alpha")

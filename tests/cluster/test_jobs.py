@@ -35,9 +35,9 @@ async def test_a_job_idle_past_its_lease_moves_to_another_worker(guard: RedisGua
     first = await queue.take("w1", block_s=0.1)
     assert first is not None
     # Within the lease the job stays w1's: nobody can claim it.
-    assert await queue.reclaim("w2", lease_s=3600) is None
-    moved = await queue.reclaim("w2", lease_s=0.001)
-    assert moved is not None and moved.reclaimed and moved.job.session_id == "s1"
+    assert await queue.reclaim("w2", lease_s=3600) == []
+    [moved] = await queue.reclaim("w2", lease_s=0.001)
+    assert moved.reclaimed and moved.job.session_id == "s1"
     assert moved.entry_id == first.entry_id
     # w1 learns another worker holds the job, and renewing does not take it back.
     assert await queue.keep("w1", [first]) == ([first], [])
@@ -45,7 +45,7 @@ async def test_a_job_idle_past_its_lease_moves_to_another_worker(guard: RedisGua
     await queue.ack(moved.stream, moved.entry_id)
     # Done with: nobody holds it now (the worker tells this from Redis losing it).
     assert await queue.keep("w1", [first]) == ([], [first])
-    assert await queue.reclaim("w3", lease_s=0.001) is None
+    assert await queue.reclaim("w3", lease_s=0.001) == []
     lags = await queue.lags()
     assert all(entry["pending"] == 0 for entry in lags.values())
 
@@ -64,7 +64,7 @@ async def test_an_entry_that_is_no_job_is_dropped_not_handed_out_again(
     assert delivery is not None and delivery.job.session_id == "good"
     # Neither stays pending, so nobody reclaims them after the lease.
     await queue.ack(delivery.stream, delivery.entry_id)
-    assert await queue.reclaim("w2", lease_s=0.001) is None
+    assert await queue.reclaim("w2", lease_s=0.001) == []
     lags = await queue.lags()
     assert all(entry["pending"] == 0 for entry in lags.values()), lags
 
@@ -77,7 +77,7 @@ async def test_jobs_are_taken_again_after_redis_lost_the_group(guard: RedisGuard
     delivery = await queue.take("w1", block_s=0.1)
     assert delivery is not None and delivery.job.session_id == "after"
     await guard.client.flushdb()
-    assert await queue.reclaim("w2", lease_s=0.001) is None
+    assert await queue.reclaim("w2", lease_s=0.001) == []
     await queue.submit(job("later"))
     delivery = await queue.take("w2", block_s=0.1)
     assert delivery is not None and delivery.job.session_id == "later"
@@ -90,3 +90,46 @@ async def test_lags_leave_out_a_stream_redis_does_not_hold(guard: RedisGuard) ->
     await queue.submit(job("s1"))
     await guard.client.delete(keys.JOBS_URGENT)
     assert await queue.lags() == {keys.JOBS_NORMAL: {"lag": 1, "pending": 0}}
+
+
+async def test_one_scan_reclaims_as_many_stale_jobs_as_asked_urgent_first(
+        guard: RedisGuard) -> None:
+    queue = JobQueue(guard)
+    await queue.ensure()
+    for n in range(6):
+        await queue.submit(job(f"n{n}"))
+    await queue.submit(Job(session_id="u0", agent="lead", priority="urgent", timeout_s=60))
+    held = [await queue.take("dead", block_s=0.1) for _ in range(7)]
+    for delivery in held:
+        assert delivery is not None
+        # The dead worker's jobs have gone without a renewal for a long time (set in Redis,
+        # not waited for): a lease of 1,000 s finds them stale, and a fresh claim not.
+        await guard.client.xclaim(delivery.stream, keys.WORKERS_GROUP, "dead", 0,
+                                  [delivery.entry_id], idle=10_000_000, justid=True)
+    # A worker with five free slots takes five in one scan, the urgent one first...
+    first = await queue.reclaim("w2", lease_s=1000, count=5)
+    assert [d.job.session_id for d in first][:1] == ["u0"]
+    assert len(first) == 5 and all(d.reclaimed for d in first)
+    # ...and the two left are another's, whole; w2's fresh claims are not stale.
+    rest = await queue.reclaim("w3", lease_s=1000, count=8)
+    assert len(rest) == 2
+    assert sorted(d.job.session_id for d in first[1:] + rest) == [f"n{n}" for n in range(6)]
+    backlog = await queue.backlog(now_ms=0)
+    assert backlog["pending_per_worker"] == {"w2": 5, "w3": 2}
+    assert backlog["streams"]["normal"]["queued"] == 0
+    assert backlog["streams"]["normal"]["pending"] == 6
+
+
+async def test_backlog_shows_the_oldest_job_no_worker_took(guard: RedisGuard) -> None:
+    queue = JobQueue(guard)
+    await queue.ensure()
+    entry = await queue.submit(job("waiting"))
+    submitted_ms = int(entry.split("-")[0])
+    backlog = await queue.backlog(now_ms=submitted_ms + 4_000)
+    assert backlog["streams"]["normal"] == {"queued": 1, "pending": 0,
+                                            "oldest_unclaimed_s": 4.0}
+    assert await queue.sessions_queued() == {"waiting"}
+    await queue.take("w1", block_s=0.1)
+    backlog = await queue.backlog(now_ms=submitted_ms + 4_000)
+    assert backlog["streams"]["normal"]["oldest_unclaimed_s"] is None
+    assert backlog["pending_per_worker"] == {"w1": 1}

@@ -10,7 +10,7 @@ import pytest
 from squadd.cluster import keys
 from squadd.cluster.requests import send
 from squadd.cluster.wire import Request
-from squadd.daemon import coordinator as coordinator_module
+from squadd.daemon import orphans as orphans_module
 from squadd.runtime.acceptance import record_acceptance
 from squadd.runtime.planning import RouteOrigin, continue_plan, load_transcript
 from squadd.runtime.pool import SessionRecord
@@ -55,8 +55,8 @@ async def test_an_ended_session_leaves_nothing_behind_and_late_records_stay_appl
                 request_id="s1:1:end", kind="end", session_id="s1", worker="w1",
                 epoch=1))).ok
             kept = (coordinator._epochs, coordinator._applied, coordinator._locks,
-                    coordinator._orphans, coordinator._holders)
-            assert kept == ({}, {}, {}, {}, {})
+                    list(coordinator._orphans), coordinator._holders)
+            assert kept == ({}, {}, {}, [], {})
             # The same records again, late: the transcript already has them.
             assert (await coordinator.handle(records)).ok
     notes = [r for r in read_transcript(here.layout.transcript("s1")).records
@@ -71,7 +71,7 @@ async def test_requests_of_a_session_whose_caller_is_gone_read_its_transcript_an
     def counted(layout: SquadLayout, session_id: str) -> Transcript | None:
         reads.append(session_id)
         return load_transcript(layout, session_id)
-    monkeypatch.setattr(coordinator_module, "load_transcript", counted)
+    monkeypatch.setattr(orphans_module, "load_transcript", counted)
     async with coordinator_on_redis(tmp_path) as here:
         # This coordinator never submitted s1: an earlier one did, and its worker goes on.
         record_acceptance(here.layout, SessionInfo(session_id="s1", agent="lead", model="m",
@@ -140,7 +140,7 @@ async def test_a_session_seen_as_an_orphan_then_resumed_here_hears_of_its_cancel
 
 async def test_orphans_that_never_end_are_kept_only_up_to_the_bound(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(coordinator_module, "ORPHANS_KEPT", 2)
+    monkeypatch.setattr(orphans_module, "ORPHANS_KEPT", 2)
     async with coordinator_on_redis(tmp_path) as here:
         for sid in ("s1", "s2", "s3"):
             record_acceptance(here.layout, SessionInfo(session_id=sid, agent="lead", model="m",

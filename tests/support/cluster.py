@@ -9,6 +9,9 @@ The scripted team reads its task:
 - `step:MARKER` calls the project tool `step`, which appends to MARKER.started and waits for
   MARKER.go, then answers with the tool's result;
 - `route:AGENT:TASK` routes TASK to AGENT and waits, then answers with the child's answer;
+- `write:PATH` writes PATH (text: "written by the squad") with the built-in `write`, then
+  answers `wrote PATH`; `writehold:PATH` does the same but holds its second turn until
+  `release(PATH)`;
 - anything else is answered `answer: TASK`.
 """
 
@@ -22,6 +25,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Self
 
@@ -94,6 +98,11 @@ class ScriptedTeam:
         kind, _, rest = task.partition(":")
         if last["role"] == "tool":
             result = str(last.get("content") or "")
+            if kind in ("write", "writehold"):
+                if kind == "writehold":
+                    self._gate(self._reached, rest).set()
+                    self._gate(self._held, rest).wait(HOLD_LIMIT_S)
+                return OpenAIServer.text_turn(f"wrote {rest}")
             if kind == "hold":
                 self._gate(self._reached, rest).set()
                 self._gate(self._held, rest).wait(HOLD_LIMIT_S)
@@ -106,6 +115,9 @@ class ScriptedTeam:
             return OpenAIServer.tool_call_turn(("squad_decide", {
                 "title": rest, "body": f"We settle {rest}.", "agentName": "lead",
                 "category": "architecture"}))
+        if kind in ("write", "writehold"):
+            return OpenAIServer.tool_call_turn(("write", {
+                "path": rest, "content": "written by the squad\n"}))
         if kind == "step":
             with self._lock:
                 self.calls[f"step:{rest}"] += 1
@@ -120,6 +132,64 @@ class ScriptedTeam:
 def git(repo: Path, *args: str) -> None:
     subprocess.run(["git", "-c", "user.name=Test", "-c", "user.email=test@example.com", *args],
                    cwd=repo, check=True, capture_output=True)
+
+
+WAIT_S = 90.0
+
+
+def eventually(check: Callable[[], Any], what: str, timeout: float = WAIT_S) -> Any:
+    """Poll `check` until it returns something true (bounded); the value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"never happened: {what}")
+        time.sleep(0.05)
+
+
+class Background:
+    """A route sent from a thread (its caller may die with the coordinator)."""
+
+    def __init__(self, cluster: Cluster, task: str, agent: str = "lead"):
+        self.result: dict[str, Any] | None = None
+        self.error: BaseException | None = None
+
+        def run() -> None:
+            try:
+                self.result = cluster.daemon.client.route(task, agent)
+            except BaseException as exc:
+                self.error = exc
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+
+    def wait(self) -> dict[str, Any]:
+        self.thread.join(WAIT_S)
+        assert not self.thread.is_alive(), "the route never returned"
+        if self.error is not None:
+            raise self.error
+        assert self.result is not None
+        return self.result
+
+
+def sessions_of(cluster: Cluster) -> list[str]:
+    return [p.name.removesuffix(".jsonl") for p in cluster.layout.transcripts_dir.glob("*.jsonl")]
+
+
+def one_session(cluster: Cluster) -> str:
+    found = eventually(lambda: sessions_of(cluster), "a transcript")
+    assert len(found) == 1, found
+    return str(found[0])
+
+
+def claims(cluster: Cluster, session_id: str) -> list[tuple[str, int]]:
+    return [(r["worker"], r["epoch"]) for r in cluster.transcript(session_id)
+            if r.get("kind") == "state" and r.get("state") == "active" and "worker" in r]
+
+
+def marks(cluster: Cluster, session_id: str) -> list[tuple[int, int]]:
+    return [tuple(r["cluster"]) for r in cluster.transcript(session_id) if "cluster" in r]
 
 
 class Cluster:

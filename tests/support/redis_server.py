@@ -89,6 +89,15 @@ class RedisServer:
         self.stop()
         self.start()
 
+    def restart_empty(self) -> None:
+        """Stop it and start it again with none of its data, as a server without persistence
+        (or one whose disk was lost) comes back."""
+        self.stop()
+        for path in self.folder.iterdir():
+            if path.name != "redis.log":
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+        self.start()
+
     def close(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()

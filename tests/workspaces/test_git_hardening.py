@@ -197,3 +197,44 @@ def test_overrides_name_each_driver_exactly_and_argv_turns_off_external_diffs() 
                                 "GIT_CONFIG_VALUE_0": ".githooks", "GIT_SSH_COMMAND": "evil"})
     assert "GIT_SSH_COMMAND" not in env
     assert env["GIT_CONFIG_KEY_0"] == "core.hooksPath" and env["GIT_CONFIG_VALUE_0"] == "/dev/null"
+
+
+RECEIVING_HOOKS = ("pre-receive", "update", "post-receive", "post-update",
+                   "reference-transaction", "push-to-checkout")
+
+
+def _receiving_repo(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A coordinator's repository whose hook folder holds every hook a push runs there (an
+    absolute `core.hooksPath`), and a clone of it (as a worker keeps): (repo, clone, marks)."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    layout = make_repo(tmp_path / "repo", {"app.txt": "one\n"})
+    hooks = layout.repo / ".githooks"
+    hooks.mkdir()
+    for hook in RECEIVING_HOOKS:
+        (hooks / hook).write_text(f"#!/bin/sh\ntouch '{marks}/{hook}'\n")
+        (hooks / hook).chmod(0o755)
+    git(layout.repo, "config", "core.hooksPath", str(hooks))
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "--quiet", str(layout.repo), str(clone)], check=True,
+                   capture_output=True, timeout=60)
+    (clone / "app.txt").write_text("two\n")
+    git(clone, "commit", "-qam", "work")
+    return layout.repo, clone, marks
+
+
+def test_a_push_runs_the_receiving_repositorys_hooks_under_plain_git(tmp_path: Path) -> None:
+    _, clone, marks = _receiving_repo(tmp_path)
+    git(clone, "push", "--quiet", "origin", "HEAD:refs/squad/plain")
+    assert {p.name for p in marks.iterdir()} >= {"pre-receive", "update", "post-receive"}
+
+
+async def test_squadds_push_runs_no_hook_on_either_side(tmp_path: Path) -> None:
+    from squadd.workspaces.git import Git
+
+    repo, clone, marks = _receiving_repo(tmp_path)
+    _hooks_in(clone / ".git" / "hooks", marks)  # the pushing side's own pre-push and the rest
+    ran = await Git(60).ran(clone, "push", "--quiet", "origin", "HEAD:refs/squad/s1/1")
+    assert ran.ok, ran.output
+    assert git(repo, "rev-parse", "refs/squad/s1/1") == git(clone, "rev-parse", "HEAD")
+    assert sorted(p.name for p in marks.iterdir()) == []

@@ -13,12 +13,14 @@ const EVENT_TYPES = [
   "scribe.merged", "scribe.rejected", "scribe.archived", "approval.requested",
   "approval.resolved", "tools.load_failed", "bus.overflow", "workspace.created",
   "workspace.committed", "workspace.landed", "workspace.conflict", "workspace.removed",
+  "session.claimed", "session.reclaimed",
 ];
 const REFRESHING = new Set([
   "route.queued", "agent.spawned", "agent.state", "agent.idle", "agent.completed",
   "agent.error", "tool.started", "tool.completed", "pool.empty", "scribe.merged",
   "approval.requested", "daemon.started", "workspace.created", "workspace.committed",
-  "workspace.landed", "workspace.conflict", "workspace.removed",
+  "workspace.landed", "workspace.conflict", "workspace.removed", "session.claimed",
+  "session.reclaimed",
 ]);
 
 const model = { state: null, lastSeq: 0, tokens: [], feedRows: 0, shownSession: null };
@@ -99,6 +101,9 @@ function sessionRow(s) {
     el("span", { class: "model" }, s.model || "-"), " ",
     el("span", { class: "turns" }, `${s.turns} turns`), " ",
     el("span", { class: "tokens" }, `${tokens} tok`), " ",
+    s.worker ? el("span", { class: "worker", title: "the cluster worker running it" },
+                  s.worker_host ? `${s.worker}@${s.worker_host}` : s.worker) : null,
+    s.worker ? " " : null,
     el("span", { class: "task" }, s.task.slice(0, 90)),
     workspaceLine(s.workspace),
     toolLine(s.tool));
