@@ -29,6 +29,7 @@ FIXED: tuple[tuple[str, str], ...] = (
     ("maintenance.auto", "false"),
     ("gc.auto", "0"),
     ("protocol.ext.allow", "never"),        # `ext::` remotes run a command
+    ("core.alternateRefsCommand", ""),      # run for an alternate's refs in fetch and push
 )
 """Settings that hold whatever the repository's config says."""
 
@@ -100,11 +101,13 @@ def hardened_env(base: Mapping[str, str], defined: Iterable[str] = ()) -> dict[s
 _DIFFING = frozenset({"diff", "log", "show", "diff-tree", "diff-index", "diff-files"})
 """Subcommands that could run an external diff or a textconv program (given the flags)."""
 RECEIVE_PACK = ("git -c core.hooksPath=/dev/null -c core.fsmonitor=false -c receive.autogc=false "
-                "receive-pack")
+                "-c core.alternateRefsCommand= receive-pack")
 """What a push runs on the receiving side (the coordinator's repository, reached as a path or
 over ssh): git clears the pushing side's config overrides for it, so they are named here, and
 the receiving repository's hooks (`pre-receive`, `update`, `post-receive`,
 `reference-transaction`, ...) never run."""
+UPLOAD_PACK = "git upload-pack"
+_FETCHING = frozenset({"fetch", "pull", "clone", "ls-remote"})
 _TAKES_VALUE = frozenset({"-c", "-C", "--git-dir", "--work-tree", "--namespace"})
 
 
@@ -124,4 +127,6 @@ def hardened_argv(argv: Iterable[str]) -> list[str]:
     extra = ["--no-ext-diff", "--no-textconv"] if command in _DIFFING else []
     if command == "push":
         extra = [f"--receive-pack={RECEIVE_PACK}"]
+    elif command in _FETCHING:  # never a `remote.<name>.uploadpack` the config names
+        extra = [f"--upload-pack={UPLOAD_PACK}"]
     return ["git", "--no-pager", *head, *extra, *rest]

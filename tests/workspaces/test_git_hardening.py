@@ -238,3 +238,17 @@ async def test_squadds_push_runs_no_hook_on_either_side(tmp_path: Path) -> None:
     assert ran.ok, ran.output
     assert git(repo, "rev-parse", "refs/squad/s1/1") == git(clone, "rev-parse", "HEAD")
     assert sorted(p.name for p in marks.iterdir()) == []
+
+
+async def test_a_fetch_never_runs_the_upload_pack_the_config_names(tmp_path: Path) -> None:
+    from squadd.workspaces.git import Git
+
+    _, clone, marks = _receiving_repo(tmp_path)
+    git(clone, "config", "remote.origin.uploadpack",
+        _marker_script(marks, "uploadpack", 'exec git-upload-pack "$@"'))
+    git(clone, "fetch", "--quiet", "origin")
+    assert (marks / "uploadpack").exists()  # the plant is live under plain git
+    (marks / "uploadpack").unlink()
+    ran = await Git(60).ran(clone, "fetch", "--quiet", "origin")
+    assert ran.ok, ran.output
+    assert sorted(p.name for p in marks.iterdir()) == []
