@@ -182,9 +182,21 @@ class ClusterSettings(_Section):
         return self
 
 
+class SandboxSettings(_Section):
+    mode: Literal["auto", "bwrap", "landlock", "off"] = "auto"
+    network: Literal["off", "on"] = "off"
+    writable: list[str] = Field(default_factory=list)
+    deny_read: list[str] = Field(default_factory=lambda: [
+        "~/.ssh", "~/.gnupg", "~/.aws", "~/.config/gcloud", "~/.netrc",
+        "~/.docker/config.json", "~/.config/squadd/secrets"])
+    max_processes: int = Field(512, ge=8, le=1_000_000)
+    max_file_mb: int = Field(4096, ge=1, le=1 << 30)
+
+
 class AgentSettings(_Section):
     model: str = ""
     isolation: Isolation | None = None
+    network: Literal["off", "on"] | None = None
 
 
 class Settings(_Section):
@@ -202,6 +214,7 @@ class Settings(_Section):
     daemon: DaemonSettings = DaemonSettings()
     workspace: WorkspaceSettings = WorkspaceSettings()
     cluster: ClusterSettings = ClusterSettings()
+    sandbox: SandboxSettings = SandboxSettings()
     agents: dict[str, AgentSettings] = Field(default_factory=dict)
     variables: dict[str, str] = Field(default_factory=dict)
 

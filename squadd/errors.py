@@ -119,6 +119,10 @@ class WorkspaceError(SquaddError):
     """A git step of a session's workspace (create, commit, land, remove) failed."""
 
 
+class SandboxError(SquaddError):
+    """No sandbox mechanism the settings allow can run here (or it failed to start)."""
+
+
 class DaemonError(SquaddError):
     """Running or reaching the daemon failed."""
 

@@ -91,6 +91,10 @@ BENCHES = (
                "ms", (("python_p50_ms", "`python -c pass`"),)),
         Figure("ratio_vs_python", "`squadd status` p50 / `python -c pass` p50", 3.0, "lower"),
     )),
+    Bench("sandbox.py", (), (
+        Figure("added_p50_ms", "sandbox (bwrap) added to a `bash` call (p50)", 15.0, "lower",
+               "ms", (("unsandboxed_p50_ms", "same call unsandboxed"),)),
+    )),
     Bench("workspace.py", (), (
         Figure("create_p50_ms", "worktree session, 10,000-file repo (p50)", 150.0, "lower",
                "ms", (("git_create_p50_ms", "git worktree add"),)),

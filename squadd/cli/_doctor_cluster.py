@@ -35,11 +35,10 @@ async def _probe(url: str, ctx: DoctorContext) -> dict[str, Any]:
     import anyio
 
     from squadd.cluster import keys
-    from squadd.cluster.connection import RedisGuard, connect
+    from squadd.cluster.connection import RedisGuard, cluster_password, connect
     from squadd.cluster.jobs import JobQueue
     from squadd.cluster.workers import live_workers
     from squadd.config import Settings
-    from squadd.daemon.cluster_mode import cluster_password
 
     settings = ctx.settings or Settings()
     client = connect(url, cluster_password(settings))

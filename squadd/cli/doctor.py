@@ -173,9 +173,16 @@ def check_cluster(ctx: DoctorContext) -> CheckResult:
     return check(ctx)
 
 
+def check_sandbox(ctx: DoctorContext) -> CheckResult:
+    """The OS sandbox commands run in here (bwrap, Landlock, or off) and what it enforces."""
+    from squadd.cli._doctor_sandbox import check_sandbox as check
+
+    return check(ctx)
+
+
 CHECKS: list[Check] = [check_squad_dir, check_settings, check_roster, check_squad_compat,
                        check_memory_files,
-                       check_provider, check_daemon, check_cluster]
+                       check_provider, check_daemon, check_sandbox, check_cluster]
 """The checks `squadd doctor` runs, in order. Append to add one."""
 
 

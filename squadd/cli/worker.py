@@ -65,18 +65,17 @@ def ensure_clone(repo: str, clone: Path, *, remake: bool) -> None:
 
 
 def check_squad(settings: Settings, layout: SquadLayout, password: str | None) -> SquadIdentity:
-    """This clone's squad, after a quick check that Redis answers and that the coordinator
-    there (if one runs yet) serves the same squad; a `ClickException` naming both when not."""
+    """This clone's squad, after a check that the coordinator on this Redis (if one runs yet)
+    serves the same squad; a `ClickException` naming both when not."""
     import socket
 
     import anyio
 
     from squadd.cluster.connection import RedisGuard, connect
     from squadd.cluster.identity import published_identity, read_identity
-    from squadd.cluster.probe import probe, shown
+    from squadd.cluster.probe import shown
 
     cluster = settings.cluster
-    probe(cluster.url, password)
     mine = read_identity(layout.repo, layout.squad_id_file, host=socket.gethostname())
 
     async def theirs() -> SquadIdentity | None:
@@ -131,18 +130,24 @@ def worker(cluster_url: str, repo: str, slots: int, name: str | None, workdir: P
     """
     import socket
 
+    from squadd.cluster.connection import cluster_password
+    from squadd.cluster.probe import probe
     from squadd.config import load_settings
     from squadd.contracts.names import is_safe_name
+
+    name = name or f"{socket.gethostname()}-{os.getpid()}"
+    if not is_safe_name(name.lower()):
+        raise click.BadParameter(f"{name!r}: use letters, digits, '.', '_' or '-'",
+                                 param_hint="--name")
+    early = load_settings(None, overrides={"cluster": {"url": cluster_url}})
+    probe(cluster_url, cluster_password(early))  # a wrong address fails before any clone
+
     from squadd.logs import configure_logging
     from squadd.serving import run_serving
     from squadd.state.layout import SquadLayout
     from squadd.tools.custom.variables import SecretRegistry
     from squadd.worker.process import clone_dir
 
-    name = name or f"{socket.gethostname()}-{os.getpid()}"
-    if not is_safe_name(name.lower()):
-        raise click.BadParameter(f"{name!r}: use letters, digits, '.', '_' or '-'",
-                                 param_hint="--name")
     clone = clone_dir(name, workdir, repo)
     ensure_clone(repo, clone, remake=workdir is None)
     layout = SquadLayout.for_repo(clone)
@@ -153,8 +158,6 @@ def worker(cluster_url: str, repo: str, slots: int, name: str | None, workdir: P
     settings = load_settings(layout.root if layout.root.is_dir() else None, overrides=layers)
     # The worker's tools read their variables from the environment (no resolver remembers
     # secrets here): the registry stays empty; the processor is required all the same.
-    from squadd.daemon.cluster_mode import cluster_password
-
     identity = check_squad(settings, layout, cluster_password(settings))
     configure_logging(redact=SecretRegistry().redact_log_event, console_level=log_level)
     run_serving(_serve, name, slots, layout, settings, identity)
@@ -165,8 +168,7 @@ async def _serve(name: str, slots: int, layout: SquadLayout, settings: Settings,
     import anyio
 
     from squadd.cluster import workers
-    from squadd.cluster.connection import RedisGuard, connect
-    from squadd.daemon.cluster_mode import cluster_password
+    from squadd.cluster.connection import RedisGuard, cluster_password, connect
     from squadd.gc_tuning import tune_for_serving
     from squadd.providers.factory import make_provider
     from squadd.worker.process import Worker

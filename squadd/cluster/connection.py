@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import redis.asyncio as aioredis
 import structlog
@@ -17,6 +17,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from squadd.errors import SquaddError
+
+if TYPE_CHECKING:
+    from squadd.config import Settings
 
 log = structlog.get_logger("squadd.cluster")
 T = TypeVar("T")
@@ -42,6 +45,14 @@ def find_password(secrets: Callable[[], dict[str, str]] | None = None) -> str | 
     if secrets is not None:
         return secrets().get(PASSWORD_ENV) or None
     return None
+
+
+def cluster_password(settings: Settings) -> str | None:
+    """The Redis password from SQUADD_REDIS_PASSWORD or the secrets file (never `.squad/`)."""
+    from squadd.tools.custom.variables import SecretsFile, secrets_file_path
+
+    secrets_file = SecretsFile(secrets_file_path(settings))
+    return find_password(lambda: dict(secrets_file.read().values))
 
 
 def connect(url: str, password: str | None = None) -> aioredis.Redis:

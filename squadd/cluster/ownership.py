@@ -116,9 +116,9 @@ def take(client: redis.Redis, *, repo: str, ttl_ms: int, shown_url: str) -> Owne
             holder = {}
         if not isinstance(holder, dict) or not _gone(holder, repo):
             left = client.pttl(keys.OWNER)
+            who = describe(holder) if isinstance(holder, dict) else repr(holder_text)
             raise ClusterError(
-                f"another coordinator already serves the cluster at {shown_url} ("
-                f"{describe(holder) if isinstance(holder, dict) else holder_text!r}): one "
+                f"another coordinator already serves the cluster at {shown_url} ({who}): one "
                 f"coordinator per Redis database; stop that one first (its lease lapses "
                 f"{max(0, int(left)) / 1000:g}s after it stops renewing)")
         previous = holder_text

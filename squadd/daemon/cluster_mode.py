@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import redis
 
 from squadd.cluster import keys
-from squadd.cluster.connection import CONNECT_TIMEOUT_S, RedisGuard, connect, find_password
+from squadd.cluster.connection import CONNECT_TIMEOUT_S, RedisGuard, cluster_password, connect
 from squadd.cluster.identity import SquadIdentity, ensure_squad_id, read_identity
 from squadd.cluster.ownership import Ownership, take
 from squadd.cluster.probe import PROBE_TIMEOUT_S, probe, shown
@@ -25,13 +25,6 @@ from squadd.daemon.coordinator import Coordinator
 from squadd.runtime.runtime import SquadRuntime
 from squadd.runtime.slots import PrioritySlots
 from squadd.state.layout import SquadLayout
-from squadd.tools.custom.variables import SecretsFile, secrets_file_path
-
-
-def cluster_password(settings: Settings) -> str | None:
-    """The Redis password from SQUADD_REDIS_PASSWORD or the secrets file (never `.squad/`)."""
-    secrets_file = SecretsFile(secrets_file_path(settings))
-    return find_password(lambda: dict(secrets_file.read().values))
 
 
 @dataclass(frozen=True)

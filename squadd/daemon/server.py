@@ -53,6 +53,7 @@ from squadd.logs import configure_logging
 from squadd.loop_watch import LoopWatch
 from squadd.procs import stop_orphans
 from squadd.runtime.runtime import SquadRuntime
+from squadd.sandbox import cgroup
 from squadd.scribe.worker import run_scribe_worker
 from squadd.serving import run_serving
 from squadd.state.layout import SquadLayout
@@ -284,6 +285,10 @@ class Daemon:
             orphans = await anyio.to_thread.run_sync(stop_orphans)
             if orphans:
                 log.warning("stopped commands a killed squadd left running", pids=orphans)
+            caged = await anyio.to_thread.run_sync(cgroup.remove_stale)
+            if caged:
+                log.warning("stopped commands a killed squadd left in its sandbox cgroups",
+                            processes=caged)
             swept = await anyio.to_thread.run_sync(sweep_stale_temp_files, self.layout)
             if swept:
                 log.info("removed temp files a crash left mid-write", files=len(swept))

@@ -17,6 +17,7 @@ import anyio
 
 from squadd import gitsafe
 from squadd.errors import WorkspaceError
+from squadd.sandbox import SandboxPolicy
 from squadd.tools.base import CancelSignal
 from squadd.tools.custom.shell_output import OutputSink
 from squadd.tools.custom.shell_process import Command, run_command
@@ -60,16 +61,18 @@ def git_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 async def run(argv: Sequence[str], cwd: Path, *, timeout_s: float,
-              env: Mapping[str, str] | None = None, spill: Path | None = None) -> Ran:
+              env: Mapping[str, str] | None = None, spill: Path | None = None,
+              sandbox: SandboxPolicy | None = None) -> Ran:
     """Run `argv` in `cwd` until it ends or `timeout_s` passes; with `spill`, its whole output
-    also goes to that file (and the result keeps the last `TAIL_BYTES` of it)."""
+    also goes to that file (and the result keeps the last `TAIL_BYTES` of it). With `sandbox`
+    (the land check: agent-written code) it runs confined (`SandboxError` when it cannot)."""
     sink = OutputSink(spill or cwd / ".unused", {}, GIT_OUTPUT_BYTES)
     if spill is not None:
         await sink.open()
     try:
         outcome = await run_command(
             Command(tuple(argv), cwd, dict(env) if env is not None else git_env()), sink,
-            deadline=anyio.current_time() + timeout_s, cancel=CancelSignal())
+            deadline=anyio.current_time() + timeout_s, cancel=CancelSignal(), sandbox=sandbox)
     finally:
         await sink.close()
     if spill is not None and not sink.complete:

@@ -18,6 +18,8 @@ from typing import Any
 import anyio
 
 from squadd.contracts.workspaces import LandingIntent, LandResult, WorkspaceView
+from squadd.errors import SandboxError
+from squadd.sandbox import SandboxPolicy
 from squadd.state.layout import SquadLayout
 from squadd.workspaces import records
 from squadd.workspaces.git import Git, run
@@ -35,6 +37,8 @@ class LandCheck:
 
     command: str = ""
     timeout_s: float = 600.0
+    sandbox: SandboxPolicy | None = None
+    """The sandbox it runs in (it runs agent-written code); None: unconfined."""
 
 
 async def checked_out_at(git: Git, repo: Path, branch: str) -> Path | None:
@@ -139,8 +143,14 @@ async def land(layout: SquadLayout, git: Git, record: WorkspaceView, *, check: L
     records.kill_point("land.after_rebase")
     new_tip = await git.out(tree, "rev-parse", "HEAD")
     if check.command:
-        ran = await run(["bash", "-c", check.command], tree, timeout_s=check.timeout_s,
-                        spill=layout.workspace_output(sid, "land-check"))
+        try:
+            ran = await run(["bash", "-c", check.command], tree, timeout_s=check.timeout_s,
+                            spill=layout.workspace_output(sid, "land-check"),
+                            sandbox=check.sandbox)
+        except SandboxError as exc:
+            return await _stopped(layout, git, record, branch_tip, refuse(
+                "check_failed", f"the land check `{check.command}` cannot run: {exc}; "
+                                f"{record.target} is unchanged"))
         if not ran.ok:
             how = "timed out" if ran.timed_out else f"exited {ran.exit_code}"
             return await _stopped(layout, git, record, branch_tip, refuse(

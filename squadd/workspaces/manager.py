@@ -31,7 +31,9 @@ from squadd.contracts.events import (
 from squadd.contracts.workspaces import Isolation, LandResult, WorkspaceView
 from squadd.errors import LockTimeoutError, SquaddError, WorkspaceError
 from squadd.fsio import try_lock
+from squadd.sandbox import SandboxPolicy
 from squadd.state.layout import SquadLayout
+from squadd.tools.sandboxing import policy_for
 from squadd.workspaces import records, spares, worktrees
 from squadd.workspaces.git import Git, run
 from squadd.workspaces.landing import LandCheck, land
@@ -64,6 +66,7 @@ class Workspaces:
     def __init__(self, layout: SquadLayout, settings: Settings, sink: EventSink):
         self.layout = layout
         self.settings = settings.workspace
+        self.all_settings = settings
         self.sink = sink
         self.git = Git(self.settings.git_timeout_s)
         self._queue = anyio.Lock()
@@ -231,6 +234,12 @@ class Workspaces:
                     f"{self.settings.min_free_mb})")
         return ""
 
+    def check_sandbox(self, record: WorkspaceView) -> SandboxPolicy:
+        """The sandbox the land check of `record`'s branch runs in: its worktree writable, its
+        agent's network."""
+        return policy_for(self.all_settings, agent=record.agent, workspace=Path(record.path),
+                          repo=self.layout.repo, squad_dir=self.layout.root)
+
     async def _setup(self, record: WorkspaceView) -> None:
         for command in self.settings.setup:
             ran = await run(["bash", "-c", command], Path(record.path),
@@ -293,7 +302,8 @@ class Workspaces:
                     await anyio.Path(record.path).is_dir()
                 if closed:
                     await self.close(record, title=f"work of session {session_id}")
-                check = LandCheck(self.settings.land_check, self.settings.land_check_timeout_s)
+                check = LandCheck(self.settings.land_check, self.settings.land_check_timeout_s,
+                                  self.check_sandbox(record))
                 result = await land(self.layout, self.git, record, check=check,
                                     identity=self.identity(record.agent), checked_clean=closed)
         except (WorkspaceError, LockTimeoutError, TimeoutError, OSError) as exc:

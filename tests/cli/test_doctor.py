@@ -85,7 +85,7 @@ def test_doctor_json(squad: SquadLayout, replay_provider: Path) -> None:
     assert code == 0 and data["ok"] is True
     assert [c["name"] for c in data["checks"]] == ["squad dir", "settings", "roster",
                                                    "squad compat", "memory files", "provider",
-                                                   "daemon", "cluster"]
+                                                   "daemon", "sandbox", "cluster"]
     assert all(c["status"] == "ok" for c in data["checks"][:-1])
     assert data["checks"][-1]["status"] == "skip"  # one host: no cluster to check
 

@@ -4,7 +4,8 @@ It runs on the shell tools' process machinery (`shell_process.run_command`): out
 a file and, line by line, to `tool.updated`; on timeout or cancel the whole process tree is
 stopped; long output is spilled to `tool-output/{session}/{call}.txt`. squadd's own secrets
 (the provider's API key, anything named like a key, token, secret or password) are left out of
-the command's environment.
+the command's environment. It runs in the OS sandbox (`[sandbox]`, docs/sandbox.md); the
+result's details record the policy it ran under.
 """
 
 from __future__ import annotations
@@ -18,12 +19,14 @@ import anyio
 from pydantic import BaseModel, ConfigDict, Field
 
 from squadd.config import Settings
+from squadd.errors import SandboxError
 from squadd.state.layout import SquadLayout
 from squadd.tools.base import ProgressFn, ToolContext, ToolResult
 from squadd.tools.builtin.common import WorkspaceTool
 from squadd.tools.custom.shell_output import Block, OutputSink, model_view
 from squadd.tools.custom.shell_process import DRAIN_S, KILL_GRACE_S, Command, run_command
 from squadd.tools.custom.shell_tools import _safe
+from squadd.tools.sandboxing import call_policy
 
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 PROGRESS_CHARS = 400
@@ -97,7 +100,10 @@ class Bash(WorkspaceTool[BashArgs]):
             await sink.open()
             try:
                 outcome = await run_command(command, sink, deadline=anyio.current_time() +
-                                            seconds, cancel=ctx.cancel)
+                                            seconds, cancel=ctx.cancel,
+                                            sandbox=call_policy(self.settings, ctx))
+            except SandboxError as exc:
+                return ToolResult.failure(f"bash refused: {exc}")
             finally:
                 with anyio.CancelScope(shield=True):
                     await sink.close()
@@ -107,6 +113,8 @@ class Bash(WorkspaceTool[BashArgs]):
                                        "timed_out": outcome.timed_out}
             if full_output is not None:
                 details["full_output"] = str(full_output)
+            if outcome.sandbox is not None:
+                details["sandbox"] = outcome.sandbox
         finally:
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(sink.discard)

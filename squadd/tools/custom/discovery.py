@@ -360,6 +360,7 @@ class ToolDiscoverer:
                 python_tools = load_python_file(path, source, data=data)
                 for python_tool in python_tools:
                     python_tool.workers = self.workers
+                    python_tool.settings = settings
                 loaded.tools = list(python_tools)
             elif ((text := _utf8_or_none(data)) is not None
                   and (agent_tool := load_agent_tool(path, source=source, text=text)) is not None):

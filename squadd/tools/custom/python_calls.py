@@ -9,12 +9,14 @@ come back the same way, so events and the approval flow work as for any tool.
 One worker is kept started ahead (its imports done), so a call usually skips the start-up;
 each worker serves one call only, so no state leaks from one call to the next. The spares are
 their owner's (`SpareWorkers`, one per `ToolDiscoverer`, so one per runtime): two runtimes in one
-process share none.
+process share none. A worker starts inside the call's sandbox (`squadd.sandbox`); a spare serves
+only a call whose policy is the one it was started under.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -31,7 +33,10 @@ import structlog
 from anyio.abc import UNIXSocketStream
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+from squadd.errors import SandboxError
+from squadd.sandbox import Confined, SandboxPolicy, confine, mechanism_for
 from squadd.tools.base import ToolContext, ToolOutput, ToolResult
+from squadd.tools.sandboxing import call_policy
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -56,30 +61,55 @@ class Worker:
 
     process: subprocess.Popen[bytes]
     sock: socket.socket
+    policy: SandboxPolicy | None = None
+    confined: Confined | None = None
 
 
-def spawn_worker() -> Worker:
-    """Start a worker process (blocking; quick: its imports happen on its own time)."""
+def confined_policy(policy: SandboxPolicy | None) -> SandboxPolicy | None:
+    """`policy`, or None when it confines nothing (`mode = "off"`: the worker's process group
+    is all there is, as before)."""
+    if policy is None or mechanism_for(policy.mode) == "off":
+        return None
+    return policy
+
+
+def spawn_worker(policy: SandboxPolicy | None = None) -> Worker:
+    """Start a worker process (blocking; quick: its imports happen on its own time), inside
+    `policy`'s sandbox when there is one (`SandboxError` when it cannot run here)."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    confined: Confined | None = None
     try:
+        # In the sandbox's PID namespace the daemon's pid means nothing: the worker watches
+        # the parent it starts with (0), which dies with the daemon (--die-with-parent).
+        argv = [sys.executable, "-m", WORKER_MODULE, str(theirs.fileno()),
+                str(os.getpid()) if policy is None else "0"]
+        env = dict(os.environ)
+        if policy is not None:
+            confined = confine(policy, argv, env)
+            argv, env = confined.argv, confined.env
         process = subprocess.Popen(
-            [sys.executable, "-m", WORKER_MODULE, str(theirs.fileno()), str(os.getpid())],
-            pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            start_new_session=True, close_fds=True)
+            argv, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, start_new_session=True, close_fds=True, env=env,
+            cwd=policy.cwd if policy is not None else None)
     except BaseException:
         ours.close()
+        if confined is not None:
+            confined.close()
         raise
     finally:
         theirs.close()
-    return Worker(process, ours)
+    return Worker(process, ours, policy, confined)
 
 
 def kill_group(worker: Worker) -> None:
-    """SIGKILL the worker's process group (the worker and whatever it started)."""
+    """SIGKILL the worker's process group (the worker and whatever it started), and what is
+    left of its sandbox."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(worker.process.pid, signal.SIGKILL)
     with contextlib.suppress(OSError):
         worker.sock.close()
+    if worker.confined is not None:
+        worker.confined.close()
 
 
 class SpareWorkers:
@@ -91,6 +121,8 @@ class SpareWorkers:
         self.keep = keep
         self._spares: list[Worker] = []
         self._ended: list[Worker] = []
+        self.policy: SandboxPolicy | None = None
+        """The sandbox the spares start in: the last call's."""
         self._lock = threading.Lock()
         self._finalizer = weakref.finalize(self, _kill_all, self._spares, self._ended)
 
@@ -101,16 +133,23 @@ class SpareWorkers:
             with self._lock:
                 self._ended.append(worker)
 
-    def take(self) -> Worker | None:
-        """A started worker still waiting for its call, or None."""
+    def take(self, policy: SandboxPolicy | None = None) -> Worker | None:
+        """A started worker still waiting for its call under `policy`, or None (spares of
+        another policy are let go: the next ones start under this one)."""
+        stale: list[Worker] = []
+        found: Worker | None = None
         with self._lock:
+            self.policy = policy
             self._ended[:] = [w for w in self._ended if w.process.poll() is None]
             while self._spares:
                 worker = self._spares.pop()
-                if worker.process.poll() is None:
-                    return worker
-                kill_group(worker)
-        return None
+                if worker.process.poll() is None and worker.policy == policy:
+                    found = worker
+                    break
+                stale.append(worker)
+        for worker in stale:
+            kill_group(worker)
+        return found
 
     def refill(self) -> None:
         """Start workers until `keep` are waiting (blocking)."""
@@ -118,7 +157,8 @@ class SpareWorkers:
             with self._lock:
                 if len(self._spares) >= self.keep:
                     return
-            worker = spawn_worker()
+                policy = self.policy
+            worker = spawn_worker(policy)
             with self._lock:
                 self._spares.append(worker)
 
@@ -163,9 +203,15 @@ async def call_in_worker(tool: PythonTool, args: BaseModel, ctx: ToolContext,
     """Run `tool` (from `tool.file`) in a worker process, a spare one when `spares` has one;
     kill it when the call ends."""
     assert tool.file is not None
-    worker = spares.take() if spares is not None else None
-    if worker is None:
-        worker = await anyio.to_thread.run_sync(spawn_worker)
+    try:
+        policy = confined_policy(call_policy(tool.settings, ctx)) if tool.settings else None
+        if policy is not None:  # the worker loads the tool's file: its folder stays readable
+            policy = dataclasses.replace(policy, visible=(*policy.visible, tool.file.parent))
+        worker = spares.take(policy) if spares is not None else None
+        if worker is None:
+            worker = await anyio.to_thread.run_sync(spawn_worker, policy)
+    except SandboxError as exc:
+        return ToolResult.failure(f"{tool.name} refused: {exc}")
     request = {
         "op": "call", "file": str(tool.file), "source": tool.source, "tool": tool.name,
         "arguments": args.model_dump(mode="json", by_alias=True),

@@ -29,6 +29,7 @@ from squadd.tools.base import Tool, ToolContext, ToolOutput, VariableSpec
 from squadd.tools.custom.docstrings import parse_docstring
 
 if TYPE_CHECKING:
+    from squadd.config import Settings
     from squadd.tools.custom.python_calls import SpareWorkers
 
 TOOL_NAME_RULE = "^[A-Za-z0-9_-]{1,64}$"
@@ -153,6 +154,8 @@ class PythonTool(Tool[BaseModel]):
         self.module: str = getattr(func, "__module__", "") or ""
         self.workers: SpareWorkers | None = None
         """The discoverer's spare worker processes, which calls from a file start from."""
+        self.settings: Settings | None = None
+        """The settings discovery loaded it with: its calls' sandbox comes from them."""
         self.function_name: str = getattr(func, "__name__", name)
         self.is_async = inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(
             getattr(type(func), "__call__", None))  # noqa: B004 (an async callable object)

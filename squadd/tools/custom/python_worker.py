@@ -185,7 +185,7 @@ def _warm_up() -> None:
 
 
 def main(argv: list[str]) -> int:
-    parent = int(argv[2]) if len(argv) > 2 else os.getppid()
+    parent = int(argv[2]) if len(argv) > 2 and argv[2] != "0" else os.getppid()
     threading.Thread(target=_die_with_parent, args=(parent,), name="parent-watch",
                      daemon=True).start()
     sock = socket.socket(fileno=int(argv[1]))

@@ -17,6 +17,7 @@ from typing import Any, Literal, Protocol
 import anyio
 from pydantic import ValidationError
 
+from squadd.sandbox import SandboxPolicy
 from squadd.state.layout import SquadLayout
 from squadd.tools.base import CancelSignal
 from squadd.tools.custom.shell_checks import step_condition
@@ -60,6 +61,8 @@ class CallPlace:
     parts: list[OutputSink] = field(default_factory=list)
     hidden: frozenset[str] = frozenset()
     """Other tools' scoped variables: left out of the inherited environment."""
+    sandbox: SandboxPolicy | None = None
+    """The sandbox every command of the call runs in (None: unconfined)."""
 
     async def new_sink(self) -> OutputSink:
         path = self.layout.tool_output_part(self.session_id, self.call_id,
@@ -166,7 +169,8 @@ class PlanRunner:
             try:
                 outcome = await run_command(self._command(argv), sink,
                                             deadline=self.place.deadline,
-                                            cancel=self.place.cancel)
+                                            cancel=self.place.cancel,
+                                            sandbox=self.place.sandbox)
             finally:
                 await sink.close()
             ignored = spec.ignore_errors and not (outcome.timed_out or outcome.cancelled)
@@ -186,7 +190,8 @@ class PlanRunner:
             try:
                 outcome = await run_command(
                     self._command(bash_argv(item.final_command, self.words)), sink,
-                    deadline=anyio.current_time() + CLEANUP_S, cancel=CancelSignal())
+                    deadline=anyio.current_time() + CLEANUP_S, cancel=CancelSignal(),
+                    sandbox=self.place.sandbox)
             finally:
                 await sink.close()
             how = ("timed out" if outcome.timed_out else f"exit {outcome.exit_code}")
@@ -286,7 +291,7 @@ class PlanRunner:
                 if attempt > 1:
                     await sink.note(f"[attempt {attempt} of {attempts}]")
                 outcome = await run_command(self._command(argv), sink, deadline=place.deadline,
-                                            cancel=place.cancel)
+                                            cancel=place.cancel, sandbox=place.sandbox)
                 if outcome.ok or outcome.timed_out or outcome.cancelled or attempt == attempts:
                     break
                 await anyio.sleep(max(0.0, min(delay, place.deadline - anyio.current_time())))
@@ -297,7 +302,7 @@ class PlanRunner:
                 await sink.note(f"[exit {outcome.exit_code}: running the fallback]")
                 outcome = await run_command(
                     self._command(bash_argv(handling.fallback, self.words)), sink,
-                    deadline=place.deadline, cancel=place.cancel)
+                    deadline=place.deadline, cancel=place.cancel, sandbox=place.sandbox)
         finally:
             await sink.close()
         if outcome.timed_out:

@@ -8,6 +8,7 @@ view; when the model cannot see everything it assembles the spill file itself an
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
@@ -22,7 +23,8 @@ from pydantic import BaseModel, ValidationError
 
 from squadd.config import Settings
 from squadd.contracts.messages import ToolCall
-from squadd.errors import InvalidNameError
+from squadd.errors import InvalidNameError, SandboxError
+from squadd.sandbox import mechanism_for
 from squadd.state.layout import SquadLayout, safe_id
 from squadd.tools.base import Tool, ToolContext, ToolResult, ToolSet, ToolSource
 from squadd.tools.custom.python_tools import (
@@ -45,6 +47,7 @@ from squadd.tools.custom.shell_schema import (
 )
 from squadd.tools.custom.shell_template import PLACEHOLDER_RE, TemplateError, substitute_text
 from squadd.tools.invoke import CallOrigin, ToolInvoker
+from squadd.tools.sandboxing import call_policy
 
 log = structlog.get_logger("squadd.tools")
 
@@ -184,7 +187,7 @@ class ShellTool(Tool[BaseModel]):
             head_bytes=self.settings.tools.max_output_bytes,
             deadline=anyio.current_time() + self.run_timeout_s, cancel=ctx.cancel,
             variables=ctx.variables, repo=ctx.workspace, progress=ctx.progress,
-            hidden=ctx.hidden_variables)
+            hidden=ctx.hidden_variables, sandbox=call_policy(self.settings, ctx))
         try:
             try:
                 runner = PlanRunner(self, values, place)
@@ -192,6 +195,8 @@ class ShellTool(Tool[BaseModel]):
                 report.blocks += await runner.cleanup()
             except (FileNotFoundError, TemplateError, ValueError) as exc:
                 return ToolResult.failure(f"{self.name} cannot run: {exc}")
+            except SandboxError as exc:
+                return ToolResult.failure(f"{self.name} refused: {exc}")
             return await self._result(report, place)
         finally:
             with anyio.CancelScope(shield=True):
@@ -207,6 +212,9 @@ class ShellTool(Tool[BaseModel]):
         }
         if full_output is not None:
             details["full_output"] = str(full_output)
+        if place.sandbox is not None:
+            with contextlib.suppress(SandboxError):
+                details["sandbox"] = place.sandbox.describe(mechanism_for(place.sandbox.mode))
         body = view.rstrip("\n") if view.strip() else "(no output)"
         status = self._status(report)
         text = f"{body}\n{status}" if status else body

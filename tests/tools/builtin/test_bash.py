@@ -20,12 +20,19 @@ from squadd.tools.invoke import CallOrigin
 from tests.tools.builtin.conftest import Calls
 
 
-def _alive(pid: int) -> bool:
-    try:
-        status = Path(f"/proc/{pid}/status").read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return False
-    return "\nState:\tZ" not in status
+def _running(token: str) -> list[int]:
+    """The pids (as this host sees them) of live processes whose command line holds `token`:
+    the sandbox's PID namespace gives a command pids of its own, so it cannot report them."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            status = (entry / "status").read_text(encoding="utf-8")
+        except (OSError, ValueError):
+            continue
+        if token.encode() in cmdline and "\nState:\tZ" not in status:
+            found.append(int(entry.name))
+    return found
 
 
 async def test_runs_in_the_workspace_and_reports_the_exit_code(calls: Calls,
@@ -73,22 +80,26 @@ async def test_a_timeout_over_the_most_allowed_is_refused(calls: Calls) -> None:
 
 async def test_cancel_kills_the_whole_process_tree(calls: Calls, repo: Path) -> None:
     cancel = CancelSignal()
+    token = f"squadd-test-sleeper-{os.getpid()}"
+    seen: list[int] = []
 
     def publish(event: BaseEvent) -> None:
         calls.events.append(event)
         if isinstance(event, ToolUpdated) and "ready" in event.message:
+            seen.extend(_running(token))
             cancel.set()
 
     calls.invoker.sink = type("Sink", (), {"publish": staticmethod(publish)})()
-    command = "sleep 60 & echo $! > child.pid; echo ready; wait"
+    command = (f"(exec -a {token} sleep 60) & until pgrep -f {token} >/dev/null; "
+               "do sleep 0.05; done; echo ready; wait")
     call = ToolCall(id="c-1", name="bash", arguments={"command": command})
     with anyio.fail_after(30):
         result = await calls.invoker.invoke(calls.tools, call, CallOrigin(
             session_id="s-1", agent="fenster", cancel=cancel))
     assert not result.ok and "[cancelled: the command and its children were stopped]" \
         in result.text
-    child = int((repo / "child.pid").read_text(encoding="utf-8"))
-    assert not _alive(child)
+    assert seen, "the sleeper never ran"
+    assert not _running(token)
 
 
 async def test_squadds_secrets_are_not_in_the_commands_environment(

@@ -1,6 +1,9 @@
 """Python tool files run each call in a worker process: a timeout or a cancellation kills it
 and everything it started, whatever the tool does (sleeps, spins, blocks its event loop,
-ignores SIGTERM); progress, confirm, logs and results still travel as before."""
+ignores SIGTERM); progress, confirm, logs and results still travel as before.
+
+These run with `sandbox.mode = "off"`: they read the pids a tool reports and write outside the
+workspace, which a sandbox makes its own (tests/sandbox/ proves a sandboxed worker)."""
 
 from __future__ import annotations
 
@@ -26,7 +29,14 @@ from squadd.tools.custom.discovery import Discovery, ToolDiscoverer
 from squadd.tools.custom.python_tools import PythonTool
 from squadd.tools.invoke import ResolvedVariables
 
-from .conftest import Answering, Recorder, call, discover, write
+from .conftest import Answering, Recorder, call, write
+from .conftest import discover as discover_with
+
+UNCONFINED = Settings.model_validate({"sandbox": {"mode": "off"}})
+
+
+def discover(layout: SquadLayout, settings: Settings | None = None, **kwargs: Any) -> Discovery:
+    return discover_with(layout, settings or UNCONFINED, **kwargs)
 
 RUNAWAYS = {
     "sync_sleep": '''
@@ -107,8 +117,8 @@ def workers(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     started: list[int] = []
     spawn = python_calls.spawn_worker
 
-    def recorded() -> python_calls.Worker:
-        worker = spawn()
+    def recorded(*args: Any) -> python_calls.Worker:
+        worker = spawn(*args)
         started.append(worker.process.pid)
         return worker
 

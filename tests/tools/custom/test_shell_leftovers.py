@@ -1,5 +1,8 @@
 """A YAML tool's processes that leave its process group (`setsid`, `nohup ... & disown` in a
-new session, a double fork) are stopped when the tool ends, and the result names them."""
+new session, a double fork) are stopped when the tool ends, and the result names them.
+
+These run with `sandbox.mode = "off"`, where that cleanup is all there is (a sandbox's PID
+namespace ends them with the call: tests/sandbox/ proves that)."""
 
 from __future__ import annotations
 
@@ -9,9 +12,12 @@ import signal
 import anyio
 import pytest
 
+from squadd.config import Settings
 from squadd.state.layout import SquadLayout
 
 from .conftest import call, shell_tool
+
+UNCONFINED = Settings.model_validate({"sandbox": {"mode": "off"}})
 
 WAIT_FOR_PID = "\nwhile [ ! -s pid.txt ]; do sleep 0.01; done; echo started"
 """The escaped process writes its pid once it is in its own session: the tool ends after."""
@@ -37,7 +43,8 @@ def _running(pid: int) -> bool:
 @pytest.mark.parametrize("how", sorted(ESCAPES))
 async def test_a_process_that_left_the_group_is_stopped_and_named(
         layout: SquadLayout, how: str) -> None:
-    tool = shell_tool({"description": "d", "tags": ["run"], "bash": ESCAPES[how] + WAIT_FOR_PID})
+    tool = shell_tool({"description": "d", "tags": ["run"], "bash": ESCAPES[how] + WAIT_FOR_PID},
+                      UNCONFINED)
     result = await call(layout, tool, tool.name, {})
     pid = int((layout.repo / "pid.txt").read_text(encoding="ascii"))
     try:

@@ -1,5 +1,8 @@
 """Shell tool processes: own process group, timeouts and cancels kill grandchildren, stdin,
-and 100 MB of output that streams to the spill file with memory staying flat."""
+and 100 MB of output that streams to the spill file with memory staying flat.
+
+The process-group tests run with `sandbox.mode = "off"`: they read the pids a command reports,
+which a sandbox's PID namespace makes its own (tests/sandbox/ proves the sandboxed case)."""
 
 from __future__ import annotations
 
@@ -17,6 +20,8 @@ from squadd.state.layout import SquadLayout
 from squadd.tools.invoke import CallOrigin
 
 from .conftest import call, shell_tool
+
+UNCONFINED = Settings.model_validate({"sandbox": {"mode": "off"}})
 
 
 def _alive(pid: int) -> bool:
@@ -57,7 +62,7 @@ def _sleeper(pids: Path, timeout: str = "0.5s") -> dict[str, object]:
 
 async def test_timeout_kills_the_command_and_its_grandchild(layout: SquadLayout) -> None:
     pids = layout.repo / "pids"
-    tool = shell_tool(_sleeper(pids, timeout="3s"))
+    tool = shell_tool(_sleeper(pids, timeout="3s"), UNCONFINED)
     started = time.monotonic()
     result = await call(layout, tool, "t")
     assert time.monotonic() - started < 25  # not waiting for the 30 s sleeps
@@ -69,7 +74,7 @@ async def test_timeout_kills_the_command_and_its_grandchild(layout: SquadLayout)
 
 async def test_cancelling_the_session_kills_the_whole_group(layout: SquadLayout) -> None:
     pids = layout.repo / "pids"
-    tool = shell_tool(_sleeper(pids, timeout="30s"))
+    tool = shell_tool(_sleeper(pids, timeout="30s"), UNCONFINED)
     origin = CallOrigin(session_id="s-1", agent="fenster")
 
     async def cancel_soon() -> None:
@@ -89,7 +94,7 @@ async def test_cancelling_the_session_kills_the_whole_group(layout: SquadLayout)
 
 async def test_an_outer_cancel_scope_kills_the_group_too(layout: SquadLayout) -> None:
     pids = layout.repo / "pids"
-    tool = shell_tool(_sleeper(pids, timeout="30s"))
+    tool = shell_tool(_sleeper(pids, timeout="30s"), UNCONFINED)
     with anyio.CancelScope() as scope:
         async def cancel_once_started() -> None:
             while not pids.exists() or not pids.read_text().strip():  # noqa: ASYNC110
@@ -109,7 +114,7 @@ async def test_background_processes_do_not_outlive_a_finished_command(
     pids = layout.repo / "pids"
     out = shlex.quote(str(pids))
     tool = shell_tool({"description": "d", "tags": ["run"],
-                       "bash": f"sleep 30 & echo $$ $! > {out}; echo done"})
+                       "bash": f"sleep 30 & echo $$ $! > {out}; echo done"}, UNCONFINED)
     started = time.monotonic()
     result = await call(layout, tool, "t")
     assert result.ok and result.text == "done"
