@@ -111,6 +111,26 @@ _FETCHING = frozenset({"fetch", "pull", "clone", "ls-remote"})
 _TAKES_VALUE = frozenset({"-c", "-C", "--git-dir", "--work-tree", "--namespace"})
 
 
+_NO_CONTENT = frozenset({"rev-parse", "rev-list", "for-each-ref", "update-ref", "symbolic-ref",
+                         "merge-base", "show-ref", "config", "log"})
+"""Subcommands that never read a file's content through a filter or a driver (`log` runs with
+`--no-ext-diff --no-textconv`): their driver overrides would change nothing."""
+_NO_CONTENT_WORKTREE = frozenset({"list", "prune", "lock", "unlock", "move"})
+
+
+def needs_drivers(args: Iterable[str]) -> bool:
+    """Whether `git ARGS` could run a filter or a diff or merge driver, so the config's
+    drivers must be listed and switched off first (a listing costs a git process)."""
+    parts = list(args)
+    index = 0
+    while index < len(parts) and parts[index].startswith("-"):
+        index += 2 if parts[index] in _TAKES_VALUE else 1
+    command = parts[index] if index < len(parts) else ""
+    if command == "worktree":
+        return (parts[index + 1] if index + 1 < len(parts) else "") not in _NO_CONTENT_WORKTREE
+    return command not in _NO_CONTENT
+
+
 def hardened_argv(argv: Iterable[str]) -> list[str]:
     """`git ARGS` as squadd runs it: never through a pager, (for the commands that can show
     a patch) never with an external diff or textconv program, and (for a push) with the

@@ -96,10 +96,13 @@ class Git:
 
     async def ran(self, cwd: Path, *args: str, env: Mapping[str, str] | None = None) -> Ran:
         """`git ARGS` in `cwd`, with every driver the config there defines switched off (the
-        keys are read first, since a filter's or a merge driver's name is the config's own)."""
-        listed = await run(("git", *gitsafe.LIST_CONFIG), cwd, timeout_s=self.timeout_s,
-                           env=git_env())
-        defined = gitsafe.parse_listed(listed.output) if listed.ok else []
+        keys are read first, since a filter's or a merge driver's name is the config's own;
+        not for a command that never runs one)."""
+        defined: list[str] = []
+        if gitsafe.needs_drivers(args):
+            listed = await run(("git", *gitsafe.LIST_CONFIG), cwd, timeout_s=self.timeout_s,
+                               env=git_env())
+            defined = gitsafe.parse_listed(listed.output) if listed.ok else []
         return await run(gitsafe.hardened_argv(("git", *args)), cwd, timeout_s=self.timeout_s,
                          env=gitsafe.hardened_env(git_env(env), defined))
 

@@ -252,3 +252,14 @@ async def test_a_fetch_never_runs_the_upload_pack_the_config_names(tmp_path: Pat
     ran = await Git(60).ran(clone, "fetch", "--quiet", "origin")
     assert ran.ok, ran.output
     assert sorted(p.name for p in marks.iterdir()) == []
+
+
+def test_only_commands_that_never_read_content_skip_the_config_listing() -> None:
+    for args in (("rev-parse", "HEAD"), ("-c", "x=y", "for-each-ref"), ("worktree", "list"),
+                 ("worktree", "prune"), ("update-ref", "refs/x", "HEAD"), ("log", "-1")):
+        assert not gitsafe.needs_drivers(args), args
+    for args in (("add", "-A"), ("commit", "-m", "x"), ("rebase", "main"), ("status",),
+                 ("worktree", "add", "x"), ("worktree", "remove", "x"), ("diff", "a", "b"),
+                 ("-C", "rev-parse", "checkout", "x"), ("merge", "--ff-only", "x"),
+                 ("reset", "--hard"), ("cat-file", "--filters", "HEAD:x"), ("fetch",), ()):
+        assert gitsafe.needs_drivers(args), args
