@@ -182,6 +182,21 @@ class ClusterSettings(_Section):
         return self
 
 
+class HooksSettings(_Section):
+    import_claude: bool = False
+    fail_closed: bool = False
+    timeout_s: float = Field(60.0, gt=0, le=86400)
+    max_output_bytes: int = Field(65536, ge=1024, le=16_777_216)
+
+
+class TelemetrySettings(_Section):
+    traces: Literal["auto", "on", "off"] = "auto"
+    service_name: str = Field("squadd", min_length=1, max_length=256)
+    capture_content: bool = False
+    max_queue: int = Field(2048, ge=1, le=1_000_000)
+    export_timeout_s: float = Field(10.0, gt=0, le=600)
+
+
 class SandboxSettings(_Section):
     mode: Literal["auto", "bwrap", "landlock", "off"] = "auto"
     network: Literal["off", "on"] = "off"
@@ -214,6 +229,8 @@ class Settings(_Section):
     daemon: DaemonSettings = DaemonSettings()
     workspace: WorkspaceSettings = WorkspaceSettings()
     cluster: ClusterSettings = ClusterSettings()
+    hooks: HooksSettings = HooksSettings()
+    telemetry: TelemetrySettings = TelemetrySettings()
     sandbox: SandboxSettings = SandboxSettings()
     agents: dict[str, AgentSettings] = Field(default_factory=dict)
     variables: dict[str, str] = Field(default_factory=dict)
@@ -446,3 +463,37 @@ def _origin_of(loc: tuple[int | str, ...], origin: Mapping[str, str]) -> str:
         if source is not None:
             return source
     return "defaults"
+
+
+# Settings that change while the daemon runs.
+LIVE_SECTIONS = ("workspace", "tools", "scribe", "pool")
+"""The sections a running daemon applies when its settings files change (`squadd reload`,
+SIGHUP, or the file watcher); a change anywhere else waits for a restart."""
+
+
+def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, Mapping) and dotted.count(".") < 2:
+            flat.update(_flatten(value, dotted + "."))
+        else:
+            flat[dotted] = value
+    return flat
+
+
+def changed_settings(running: Settings, loaded: Settings) -> list[str]:
+    """The dotted keys (`provider.kind`, `agents.lead.model`) whose values differ, sorted."""
+    old, new = _flatten(running.model_dump()), _flatten(loaded.model_dump())
+    return sorted(key for key in old.keys() | new.keys() if old.get(key) != new.get(key))
+
+
+def is_live(key: str) -> bool:
+    """Whether a change of the dotted `key` applies without a restart (`LIVE_SECTIONS`)."""
+    return key.split(".", 1)[0] in LIVE_SECTIONS
+
+
+def with_live_sections(running: Settings, loaded: Settings) -> Settings:
+    """`running` with its live sections (`LIVE_SECTIONS`) taken from `loaded`: the settings a
+    daemon runs with after a reload whose other changes wait for a restart."""
+    return running.model_copy(update={name: getattr(loaded, name) for name in LIVE_SECTIONS})

@@ -87,15 +87,19 @@ def text_result(text: str, *, is_error: bool) -> types.CallToolResult:
 
 
 def mcp_result(result: Mapping[str, Any]) -> types.CallToolResult:
-    """A daemon `ToolResult` as an MCP result: its text and images, and `isError` unless it
-    succeeded."""
+    """A daemon `ToolResult` as an MCP result: its text and images, `isError` unless it
+    succeeded, and a route's landing (`squad_route`) as `structuredContent.landing`."""
     content: list[types.TextContent | types.ImageContent] = [
         types.TextContent(text=str(result.get("text", "")))]
     for image in result.get("images") or ():
         if isinstance(image, Mapping) and isinstance(image.get("data"), str):
             content.append(types.ImageContent(data=image["data"],
                                               mime_type=str(image.get("mime_type", ""))))
+    details = result.get("details")
+    landing = details.get("landing") if isinstance(details, Mapping) else None
     return types.CallToolResult(content=list(content),
+                                structured_content={"landing": landing}
+                                if isinstance(landing, Mapping) else None,
                                 is_error=result.get("result_type") != "success")
 
 
@@ -144,7 +148,8 @@ class DaemonBridge:
                                f"JSON: {exc}", is_error=True)
         try:
             result = await self.client.call_tool(params.name, arguments, agent=self.agent,
-                                                 session_id=self.session_id)
+                                                 session_id=self.session_id,
+                                                 traceparent=_traceparent(params))
         except DaemonNotRunningError as exc:
             log.warning("tool call without a daemon", tool=params.name)
             return text_result(str(exc), is_error=True)
@@ -162,6 +167,14 @@ class DaemonBridge:
             await ctx.session.send_tool_list_changed()
         except MCPError as exc:  # a transport with no channel for it: the client re-lists later
             log.debug("tool list change not sent", reason=exc.message)
+
+
+def _traceparent(params: types.CallToolRequestParams) -> str | None:
+    """The W3C `traceparent` an MCP client sent in the call's `_meta`, passed on to the daemon
+    so the call's spans join the client's trace."""
+    meta: Mapping[str, Any] = params.meta or {}
+    value = meta.get("traceparent")
+    return value if isinstance(value, str) and len(value) < 256 else None
 
 
 def instructions(layout: SquadLayout) -> str:

@@ -10,7 +10,8 @@ one), and the leader is always reaped.
 A squadd killed with SIGKILL cannot stop its groups. So every command carries its squadd's
 identity in its environment (`SQUADD_OWNER=pid:start`, inherited by its descendants), and the
 next squadd to start stops the groups whose owner is gone (`stop_orphans`). A process that
-clears its environment, or belongs to another user, is not found.
+clears its environment, or belongs to another user, is not found. With tracing on, a command
+also gets the `TRACEPARENT` of the span it was started in.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from typing import Literal, Protocol
 
 import anyio
 import anyio.abc
+
+from squadd import telemetry
 
 KILL_GRACE_S = 2.0
 """Default seconds between SIGTERM and SIGKILL for a command that timed out or was cancelled."""
@@ -275,7 +278,7 @@ async def run_group(
         stderr=subprocess.PIPE if stderr is not None else subprocess.STDOUT,
         cwd=command.cwd, start_new_session=True,
         env={**(command.env if command.env is not None else os.environ),
-             OWNER_VAR: owner_mark()})
+             OWNER_VAR: owner_mark(), **telemetry.environment()})
     pgid = process.pid  # start_new_session: the leader's pid is the group id
     ending: Ending = "exited"
     finished = False

@@ -194,3 +194,22 @@ def test_environment_values_must_be_utf8_and_shallow() -> None:
     with pytest.raises(ConfigError, match="SQUADD_TOOLS_EXTRA_DIRS: nested too deeply"):
         load_settings(environ={"SQUADD_TOOLS_EXTRA_DIRS": "[" * 100_000},
                       user_file=Path("/nonexistent/none.toml"))
+
+
+def test_a_reload_takes_only_the_live_sections_and_names_every_changed_key(
+        tmp_path: Path) -> None:
+    from squadd.config import changed_settings, is_live, with_live_sections
+
+    running = load_settings(tmp_path, user_file=tmp_path / "none.toml")
+    _write(tmp_path / "config.toml", '[workspace]\nland_check = "pytest -q"\n[provider]\n'
+           'kind = "anthropic"\n[pool]\nmax_concurrent = 2\n[agents.lead]\nmodel = "m"\n')
+    loaded = load_settings(tmp_path, user_file=tmp_path / "none.toml")
+    changed = changed_settings(running, loaded)
+    assert changed == ["agents.lead.model", "pool.max_concurrent", "provider.kind",
+                       "workspace.land_check"]
+    assert [key for key in changed if is_live(key)] == ["pool.max_concurrent",
+                                                        "workspace.land_check"]
+    applied = with_live_sections(running, loaded)
+    assert applied.workspace.land_check == "pytest -q" and applied.pool.max_concurrent == 2
+    assert applied.provider.kind == running.provider.kind and applied.agents == {}
+    assert changed_settings(applied, loaded) == ["agents.lead.model", "provider.kind"]

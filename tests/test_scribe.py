@@ -224,7 +224,9 @@ def test_a_decision_naming_agents_updates_their_histories_but_not_the_authors(
 
     report = merge_inbox(squad, Settings())
 
-    line = "- 📌 Team update (2025-04-01): Use Postgres — decided by ripley"
+    # The new agents' histories hold no learning yet: Squad's dated style.
+    line = ("### 2025-04-01: Team update: Use Postgres\n\n"
+            "📌 Team update (2025-04-01): Use Postgres — decided by ripley\n")
     assert report.team_updates == 2
     assert line in squad.history("dallas").read_text()
     assert line in squad.history("kane").read_text()
@@ -239,7 +241,7 @@ def test_team_updates_are_added_once_however_often_they_are_sent(squad: SquadLay
 
     assert len(append_history_lines(squad, "dallas", lines)) == 1
     assert append_history_lines(squad, "dallas", lines + lines) == []
-    assert squad.history("dallas").read_text().count("Team update") == 1
+    assert squad.history("dallas").read_text().count("📌 Team update") == 1
 
 
 def test_a_dry_run_reports_and_changes_nothing(squad: SquadLayout) -> None:

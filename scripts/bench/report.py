@@ -100,6 +100,8 @@ BENCHES = (
                "ms", (("git_create_p50_ms", "git worktree add"),)),
         Figure("land_p50_ms", "land a one-file change, 10,000-file repo (p50)", 300.0,
                "lower", "ms", (("git_land_p50_ms", "git rebase + merge --ff-only"),)),
+        Figure("cli_land_ratio", "`squadd land` with a daemon, less `squadd --version`, / "
+               "git rebase + merge --ff-only (p50s)", 3.0, "lower"),
     )),
 )
 

@@ -14,11 +14,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from squadd.contracts.names import is_safe_name
+from squadd.contracts.names import NAME_RULE, is_safe_name
 from squadd.errors import StateError
 from squadd.runtime.router import name_index, resolve_agent_cell, tables
 from squadd.state.layout import SquadLayout
-from squadd.state.members import Member, data_lines, is_members_heading, parse_members
+from squadd.state.members import (
+    Member,
+    data_lines,
+    is_members_heading,
+    parse_members,
+    plain_words,
+)
 from squadd.state.skills import front_matter, list_skills
 
 Level = Literal["warn", "note"]
@@ -27,8 +33,31 @@ TEAM_SECTIONS = frozenset({"members", "project context", "coordinator", "issue s
 """team.md sections squadd reads (Members) or knows are prose for people."""
 CHARTER_SECTIONS = frozenset({"identity", "what i own", "how i work", "boundaries", "model",
                               "collaboration", "voice", "tools"})
-SQUAD_COMMITS = ("log/", "sessions/")
 _HEADING_RE = re.compile(r"^##\s+(.+?)\s*$")
+_NO_AGENT = re.compile(r"^[\s—–-]*$")
+_WORK_WORDS = ("work type", "pattern", "work", "area", "domain")
+_AGENT_WORDS = ("route to", "agent", "owner", "primary", "secondary")
+
+
+_SQUAD_ROUTING_RE = re.compile(r"##\s*routing\s*table|##\s*work\s*type\s*.{0,5}agent", re.I)
+"""The sections whose tables Squad reads as routing rules."""
+
+
+def _section_at(lines: list[str], line: int) -> str:
+    """The last `## ` heading above 1-based `line` ("" for none)."""
+    return next((lines[i] for i in range(line - 2, -1, -1) if lines[i].startswith("## ")), "")
+
+
+def _why_not(header: list[str]) -> str:
+    """Why a table's header makes it no rule table, naming the columns it lacks."""
+    cells = [plain_words(c) for c in header]
+    missing = []
+    if not any(c.startswith(_WORK_WORDS) for c in cells):
+        missing.append("Work Type (or Pattern) column")
+    if not any(c.startswith(_AGENT_WORDS[:-1]) for c in cells):
+        missing.append("agent column (Route To, Agent, Owner or Primary)")
+    shown = " | ".join(header)
+    return f"its header '| {shown} |' has no {' and no '.join(missing) or 'usable columns'}"
 
 
 @dataclass(frozen=True)
@@ -111,15 +140,20 @@ class _Checker:
             charter = child / "charter.md"
             if not child.is_dir() or not charter.is_file():
                 continue
-            if not is_safe_name(child.name) or child.name != child.name.lower():
+            name = child.name.lower()
+            if not is_safe_name(name):
                 self.add(charter, None, "warn", f"agents/{child.name}/ is not read: agent "
-                                                "folders are lower-case names")
+                                                f"folders are names matching {NAME_RULE}")
                 continue
-            if child.name not in members:
-                self.add(charter, None, "note", f"{child.name} has a charter but no row in "
+            if name != child.name and (folder / name).is_dir():
+                self.add(charter, None, "warn", f"agents/{child.name}/ is not read: "
+                                                f"agents/{name}/ is the agent {name}")
+                continue
+            if name not in members:
+                self.add(charter, None, "note", f"{name} has a charter but no row in "
                                                 "team.md's Members: Squad does not count it")
             try:
-                text = _read(self.layout.charter(child.name)) or ""
+                text = _read(self.layout.charter(name)) or ""
             except StateError as exc:
                 self.add(charter, None, "warn", f"the charter is not read: {exc}")
                 continue
@@ -135,18 +169,28 @@ class _Checker:
             return
         names = name_index(list(members.values()))
         rules = 0
+        lines = text.replace("\r\n", "\n").split("\n")
         for table in tables(text):
+            squads = _SQUAD_ROUTING_RE.search(_section_at(lines, table.line)) is not None
             if table.columns is None:
-                self.add(path, table.line, "note", "this table is not a rule table (it needs "
-                         "Work Type and Route To or Agent columns): squadd does not route by it")
+                self.add(path, table.line, "warn" if squads else "note",
+                         f"this table is not read as routing rules: {_why_not(table.header)}")
                 continue
-            index = table.columns["route to"]
+            if not squads:
+                self.add(path, table.line, "note", "squadd routes by this table, but Squad "
+                         "reads routing rules only under '## Routing Table' or "
+                         "'## Work Type → Agent'")
             for number, row in table.rows:
-                cell = row[index] if index < len(row) else ""
-                rules += self.routing_row(path, number, cell, members, names)
+                for key in ("route to", "secondary"):
+                    index = table.columns.get(key)
+                    cell = row[index] if index is not None and index < len(row) else ""
+                    if key == "secondary" and _NO_AGENT.match(cell):
+                        continue
+                    rules += self.routing_row(path, number, cell, members, names)
         if rules == 0:
             self.add(path, None, "note", "no routing rules yet: a route that names no agent fails "
-                     "(add rows to a table with Work Type and Route To or Agent columns)")
+                     "(add rows to a table with Work Type and Route To, Agent, Owner or Primary "
+                     "columns)")
 
     def routing_row(self, path: Path, number: int, cell: str, members: dict[str, Member],
                     names: dict[str, str]) -> int:
@@ -185,16 +229,6 @@ class _Checker:
                              f"skill folder {child.name!r} ({source}) is not read: skill "
                              "names are lower-case")
 
-    def gitignore(self) -> None:
-        path = self.layout.root / ".gitignore"
-        text = _read(path)
-        if text is None:
-            return
-        for number, line in enumerate(text.splitlines(), start=1):
-            if line.strip() in SQUAD_COMMITS:
-                self.add(path, number, "warn", f"{line.strip()} is ignored, but Squad commits "
-                         "it; squadd keeps its own files in run/ (remove this line)")
-
 
 def squad_compat(layout: SquadLayout) -> list[Finding]:
     """Every difference found, file by file and line by line (blocking: reads the squad dir)."""
@@ -203,6 +237,5 @@ def squad_compat(layout: SquadLayout) -> list[Finding]:
     checker.agents(members)
     checker.routing(members)
     checker.skills()
-    checker.gitignore()
     files = list(dict.fromkeys(f.file for f in checker.findings))
     return sorted(checker.findings, key=lambda f: (files.index(f.file), f.line or 0))

@@ -49,6 +49,12 @@ def event_line(event: Mapping[str, Any]) -> str:
     if kind == "tool.completed":
         mark = "✓" if event.get("result_type") == "success" else "✗"
         return prefix + f"{mark} {event.get('tool')}: {one_line(event.get('summary'), 100)}"
+    outcome = event.get("outcome")
+    if kind in ("workspace.landed", "workspace.land_failed") and isinstance(outcome, Mapping):
+        state, commit = outcome.get("state"), str(outcome.get("commit") or "")[:12]
+        line = prefix + f"{event.get('session_id')} {event.get('branch')} landing: {state}"
+        line += f" {commit}" if commit else f": {one_line(str(outcome.get('detail')), 100)}"
+        return line + (f" next: {outcome['next']}" if outcome.get("next") else "")
     details = {k: v for k, v in event.items()
                if k not in ("type", "ts", "agent", "seq") and v not in (None, "", [], {})}
     shown = " ".join(f"{k}={one_line(v if isinstance(v, str) else json.dumps(v), 80)}"

@@ -131,6 +131,11 @@ def status_lines(report: Mapping[str, Any], header: Callable[[str], str] = str) 
     cluster = report.get("cluster")
     if isinstance(cluster, Mapping):
         lines += cluster_lines(cluster)
+    settings = report.get("settings")
+    if isinstance(settings, Mapping):
+        if settings.get("error"):
+            lines.append(f"\nsettings: {settings['error']}")
+        lines += [f"settings: {line}" for line in settings.get("restart_needed") or ()]
     return lines
 
 

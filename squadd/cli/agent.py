@@ -21,7 +21,8 @@ def agent() -> None:
     """Add agents to the squad and list them."""
 
 
-ADD_HELP = f"""Add agent NAME: its charter, its history, and a row in team.md.
+ADD_HELP = f"""Add agent NAME: its charter, its history, and a row in team.md (and, in a team
+Squad's CLI made, an entry in casting/registry.json and casting/history.json).
 
 NAME must match {NAME_RULE} (lower-case letters, digits, '.', '_' and '-'). Edit the new
 charter afterwards to say what the agent owns and how it works.
@@ -46,7 +47,7 @@ def add(name: str, role: str, directory: Path | None, as_json: bool) -> None:
         print_json({
             "name": added.name, "role": added.role, "charter": added.charter,
             "history": added.history, "created": added.created,
-            "team_updated": added.team_updated,
+            "team_updated": added.team_updated, "casting": added.casting,
         })
         return
     click.echo(f"Added {added.name} ({added.role}):")
@@ -54,6 +55,8 @@ def add(name: str, role: str, directory: Path | None, as_json: bool) -> None:
         click.echo(f"  {show_path(path)}")
     if added.team_updated:
         click.echo(f"  {show_path(layout.team_md)} (new row in Members)")
+    for path in added.casting:
+        click.echo(f"  {show_path(path)} (Squad's casting)")
     click.echo(f"Next: edit {show_path(added.charter)} to describe what {added.name} owns.")
 
 

@@ -133,3 +133,37 @@ approve = _resolver("approve", True, "Let a tool call that waits for approval ru
                                      "the approval.requested event).")
 deny = _resolver("deny", False, "Refuse a tool call that waits for approval; the agent is told, "
                                 "with your reason.")
+
+
+@click.command("reload")
+@click.option("--json", "as_json", is_flag=True, help="Print what the reload did as JSON.")
+@dir_option
+def reload(as_json: bool, directory: Path | None) -> None:
+    """Make the running daemon read its settings files again now (as SIGHUP does; it also
+    reads them whenever .squad/config.toml or the user config changes).
+
+    What can change live is applied at once: [workspace] (the next landing runs the new
+    land_check), [tools], [scribe] and the [pool] limits. A change anywhere else is logged and
+    shown by `squadd status` until the daemon restarts ("provider.kind changed on disk:
+    restart to apply"). A file that does not load is refused, naming the file and the key;
+    the daemon keeps running with the settings it had, and this exits 1.
+
+    \b
+    Example:
+      $EDITOR .squad/config.toml && squadd reload
+    """
+    import json
+
+    with client_for(directory) as client:
+        answer = client.reload()
+    if as_json:
+        click.echo(json.dumps(answer, indent=2, ensure_ascii=False))
+    elif not answer.get("ok"):
+        click.echo(f"Error: settings not reloaded: {answer.get('error')}", err=True)
+    else:
+        applied = answer.get("applied") or []
+        click.echo("applied: " + ", ".join(applied) if applied else "no live setting changed")
+        for line in answer.get("restart_needed") or ():
+            click.echo(line)
+    if not answer.get("ok"):
+        sys.exit(1)

@@ -92,6 +92,10 @@ def check_settings(ctx: DoctorContext) -> CheckResult:
     return CheckResult("settings", "ok", "settings load", details)
 
 
+SQUAD_BUILT_IN_AGENTS = frozenset({"scribe", "ralph", "rai"})
+"""Agents Squad's `init` creates outside team.md's Members table."""
+
+
 def check_roster(ctx: DoctorContext) -> CheckResult:
     if ctx.layout is None:
         return CheckResult("roster", "skip", "no squad dir")
@@ -102,14 +106,17 @@ def check_roster(ctx: DoctorContext) -> CheckResult:
     agents_dir = layout.root / "agents"
     if agents_dir.is_dir():
         for child in sorted(agents_dir.iterdir()):
-            if not child.is_dir() or child.name in names:
+            name = child.name.lower()
+            if not child.is_dir() or (name in names and layout.agent_folder(name) == child.name):
                 continue
-            why = ("its name breaks the naming rule" if not is_safe_name(child.name)
-                   or child.name != child.name.lower() else "it has no charter.md")
+            why = ("its name breaks the naming rule" if not is_safe_name(name)
+                   else f"agents/{name}/ is the agent {name}" if name in names
+                   else "it has no charter.md")
             details.append(f"agents/{child.name}/ is ignored: {why}")
     listed = set(member_names(read_text(layout.team_md)))
-    details += [f"{entry.name} is not in team.md's Members table"
-                for entry in entries if entry.name not in listed]
+    # Squad's own `init` makes these agents without a Members row: that is no fault.
+    details += [f"{entry.name} is not in team.md's Members table" for entry in entries
+                if entry.name not in listed and entry.name not in SQUAD_BUILT_IN_AGENTS]
     details += [f"{entry.name} has no history.md" for entry in entries if not entry.has_history]
     summary = f"{len(entries)} agent{'' if len(entries) == 1 else 's'}"
     if not entries:

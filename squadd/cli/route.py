@@ -2,7 +2,9 @@
 
 Progress goes to stderr (one line per tool start and end, routes to other agents, retries, and
 a spinner on a terminal while the model thinks); the final answer goes to stdout, so
-`squadd route lead "..." > answer.txt` keeps just the answer. Exit 0 only when it completed.
+`squadd route lead "..." > answer.txt` keeps just the answer. Exit 0 only when it completed
+and, when it landed its worktree, the landing landed (`squadd.cli._landing`: 3 refused, 4
+pending).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 import anyio
 import click
 
+from squadd.cli._landing import exit_code, lines
 from squadd.cli._output import print_json
 from squadd.cli._report import one_line
 from squadd.cli._squad import TEXT, FiniteFloatRange, dir_option, find_layout
@@ -159,21 +162,32 @@ async def follow(client: AsyncDaemonClient, start: Callable[[], Awaitable[dict[s
             group.start_soon(until, poll)
             group.start_soon(progress.spin)
         final = (await client.session(root, transcript=False))["session"]
-        return {"ok": final.get("state") == "idle" and final.get("error") is None, **final}
+        landing = (final.get("workspace") or {}).get("outcome")
+        return {"ok": final.get("state") == "idle" and final.get("error") is None, **final,
+                "landing": landing}
 
 
 def finish(outcome: dict[str, Any], as_json: bool) -> None:
-    """Print the answer (or the failure) and exit 1 unless the task completed."""
+    """Print the answer (or the failure) and the landing; exit 1 unless the task completed,
+    3 or 4 when its landing was refused or did not finish (`squadd.cli._landing`)."""
+    landing = outcome.get("landing")
     if as_json:
         print_json(outcome)
     elif outcome.get("ok"):
         click.echo(outcome.get("answer") or "")
+        if landing:
+            refused = exit_code(landing) != 0
+            for line in lines(landing):
+                click.echo(click.style(line, fg="red" if refused else None), err=True)
     else:
         agent = outcome.get("agent") or "the route"
         reason = outcome.get("error") or outcome.get("message") or outcome.get("state")
         click.echo(f"Error: {agent} did not complete: {reason}", err=True)
     if not outcome.get("ok"):
         sys.exit(1)
+    code = exit_code(landing)
+    if code:
+        sys.exit(code)
 
 
 def run_following(directory: Path | None, start: Callable[[AsyncDaemonClient],
@@ -226,11 +240,26 @@ def route(words: tuple[str, ...], context: str | None, priority: str, model: str
           no_wait: bool, as_json: bool, quiet: bool, directory: Path | None) -> None:
     """Route TASK to AGENT (or, with no agent, to whoever routing.md picks) and print the answer.
 
+    With a worktree that lands (--land, or workspace.land = "auto"), the landing's state,
+    detail and next step follow the answer (on stderr), and --json carries them as `landing`
+    ({state, commit, fixed, broke, detail, next}); `ok` says whether the task completed.
+
     \b
     Examples:
       squadd route lead "Plan the parser rewrite"
       squadd route "Fix the flaky test in @backend's suite"
       squadd route backend "Add tests" --priority urgent --no-wait
+      squadd route backend "Fix the parser" --isolation worktree --land
+
+    \b
+    Exit status:
+      0  completed (and landed, or nothing to land)
+      1  did not complete (or did not start)
+      3  completed, but the landing was refused: check_failed or conflict
+      4  completed, but the landing did not finish: pending (see `next`)
+      130  interrupted with Ctrl-C (the session is cancelled)
+    A --no-wait route learns its landing from the workspace.landed and
+    workspace.land_failed events (squadd events --follow --session ID).
     """
     if len(words) > 2:
         raise click.UsageError("expected [AGENT] \"TASK\": quote the task")

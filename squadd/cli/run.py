@@ -51,8 +51,15 @@ def run(agent: str, task: str, context: str | None, as_json: bool, verbose: bool
     layout = find_layout(directory)
     overrides = provider_overrides(provider_kind, base_url, replay_file)
     settings = load_settings(layout.root, overrides={"provider": overrides} if overrides else None)
-    outcome = anyio.run(_run_session, layout, settings, known_secrets, agent, task, context,
-                        model, as_json)
+    from squadd import telemetry
+    from squadd.runtime.tracing import start_tracing
+
+    start_tracing(settings.telemetry, redact=known_secrets.redact)
+    try:
+        outcome = anyio.run(_run_session, layout, settings, known_secrets, agent, task, context,
+                            model, as_json)
+    finally:
+        telemetry.shutdown()
     if as_json:
         print_json(outcome)
     elif outcome["status"] == "completed":

@@ -94,4 +94,4 @@ def serve(tcp: str | None, allow_remote: bool, ui: bool | None, ui_port: int | N
     from squadd.daemon.server import Daemon
 
     Daemon(layout, settings, tcp=tcp, allow_remote=allow_remote,
-           console_level=log_level or "info").run(until_exit=True)
+           console_level=log_level or "info", overrides=layers or None).run(until_exit=True)

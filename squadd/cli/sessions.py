@@ -10,6 +10,8 @@ from typing import Any
 import click
 
 from squadd.cli._daemon import client_for, print_sessions, state_style
+from squadd.cli._landing import exit_code
+from squadd.cli._landing import lines as landing_lines
 from squadd.cli._output import print_json
 from squadd.cli._report import duration, one_line, tokens, worker_place
 from squadd.cli._squad import TEXT, dir_option
@@ -48,7 +50,8 @@ def list_sessions(include_ended: bool, agent: str | None, as_json: bool,
 @click.option("--json", "as_json", is_flag=True, help="The session and its records as JSON.")
 @dir_option
 def show(session_id: str, tail: int | None, as_json: bool, directory: Path | None) -> None:
-    """Show SESSION_ID: who, what, its state, and its transcript in readable form."""
+    """Show SESSION_ID: who, what, its state, its worktree and how its landing went (state,
+    detail, next step), and its transcript in readable form."""
     with client_for(directory) as client:
         data = client.session(session_id, tail=tail)
     if as_json:
@@ -65,6 +68,14 @@ def show(session_id: str, tail: int | None, as_json: bool, directory: Path | Non
         click.echo(f"worker: {worker_place(view)}")
     if view.get("error"):
         click.echo(click.style(f"error: {view['error']}", fg="red"))
+    space = view.get("workspace") or {}
+    if space:
+        click.echo(f"worktree: {space.get('branch') or '-'}  {space.get('state')}  "
+                   f"{len(space.get('commits') or [])} commit(s)  {space.get('path')}")
+    if space.get("outcome"):
+        refused = exit_code(space["outcome"]) != 0
+        for line in landing_lines(space["outcome"]):
+            click.echo(click.style(line, fg="red" if refused else None))
     click.echo()
     for record in data.get("transcript") or []:
         for line in transcript_lines(record):

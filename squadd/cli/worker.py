@@ -160,7 +160,14 @@ def worker(cluster_url: str, repo: str, slots: int, name: str | None, workdir: P
     # secrets here): the registry stays empty; the processor is required all the same.
     identity = check_squad(settings, layout, cluster_password(settings))
     configure_logging(redact=SecretRegistry().redact_log_event, console_level=log_level)
-    run_serving(_serve, name, slots, layout, settings, identity)
+    from squadd import telemetry
+    from squadd.runtime.tracing import start_tracing
+
+    start_tracing(settings.telemetry)  # a job's spans continue its route's trace
+    try:
+        run_serving(_serve, name, slots, layout, settings, identity)
+    finally:
+        telemetry.shutdown()
 
 
 async def _serve(name: str, slots: int, layout: SquadLayout, settings: Settings,

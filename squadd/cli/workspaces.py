@@ -1,8 +1,11 @@
 """`squadd land SESSION` and `squadd workspaces`: land a session's worktree branch, list the
 worktrees, prune or remove them.
 
-Both work on the repository directly (the daemon need not run): landings take the same
-repository-wide landing lock as the daemon's landing queue, so they never overlap.
+With a daemon running, `squadd land` asks it to land (its one landing queue, with the settings
+it runs with) and waits for the outcome; without one it lands in this process. Either way the
+landing takes the repository-wide landing lock, so two never overlap. `squadd workspaces` works
+on the repository directly. Imports stay light until a command needs the landing code: a land
+through the daemon loads neither pydantic nor the settings.
 """
 
 from __future__ import annotations
@@ -13,50 +16,97 @@ import json
 import stat
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import anyio
 import click
 
+from squadd.cli._landing import EXIT_LANDING_PENDING, EXIT_LANDING_REFUSED, exit_code, lines
 from squadd.cli._squad import TEXT, dir_option, find_layout
-from squadd.config import load_settings
-from squadd.contracts.events import NullSink
-from squadd.contracts.workspaces import WorkspaceView
 from squadd.state.layout import SquadLayout
-from squadd.workspaces import Workspaces, records
-from squadd.workspaces.worktrees import own_folder
+
+if TYPE_CHECKING:
+    from squadd.contracts.workspaces import WorkspaceView
+    from squadd.workspaces import Workspaces
 
 
-def _workspaces(directory: Path | None) -> Workspaces:
-    layout = find_layout(directory)
+def _workspaces(layout: SquadLayout) -> Workspaces:
+    from squadd.config import load_settings
+    from squadd.contracts.events import NullSink
+    from squadd.workspaces import Workspaces
+
     return Workspaces(layout, load_settings(layout.root), NullSink())
 
 
-@click.command("land")
+def _land_through_daemon(layout: SquadLayout, session: str) -> dict[str, Any] | None:
+    """The daemon's landing of `session` (its LandResult and `landing`); None when no daemon
+    runs for this repository."""
+    from squadd.daemon.client import DaemonClient, DaemonNotRunningError
+
+    with DaemonClient(layout) as client:
+        try:
+            return client.land(session)
+        except DaemonNotRunningError:
+            return None
+
+
+def _land_here(layout: SquadLayout, session: str) -> dict[str, Any]:
+    import anyio
+
+    result = anyio.run(_workspaces(layout).land, session)
+    return {**result.model_dump(mode="json"), "landing": result.outcome().model_dump(mode="json")}
+
+
+@click.command("land", epilog=(
+    f"Exit status: 0 landed, or nothing to land; {EXIT_LANDING_REFUSED} refused (check_failed "
+    f"or conflict: the target is unchanged); {EXIT_LANDING_PENDING} not finished (pending: "
+    "the landing waits for a repair or a person; `next` says what to do); 1 any other error "
+    "(no such session, no worktree)."))
 @click.argument("session", type=TEXT)
-@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the outcome as JSON: the landing result and `landing` {state, "
+                   "commit, fixed, broke, detail, next}, as `squadd route --json` has it.")
 @dir_option
 def land(session: str, as_json: bool, directory: Path | None) -> None:
     """Land SESSION's worktree branch: rebase it onto its target branch's tip, run
     workspace.land_check, and fast-forward the target. Never pushes, never forces.
 
+    With a daemon running, the daemon lands it (in turn with its own landings, with the
+    settings it runs with, `squadd reload` to change them) and this waits for the outcome;
+    without one, it lands in this process.
+
+    A refused landing leaves the target unchanged and says what to do next. For a conflict:
+    rebase the branch in the session's worktree (`git -C WORKTREE rebase TARGET`, fix the
+    conflicting files, `git rebase --continue`), then run `squadd land SESSION` again. For a
+    failed check: fix the failure in the worktree and commit it there, then land again.
+
     \b
     Example:
       squadd land 20260101-120000-1a2b3c4d
+      squadd land 20260101-120000-1a2b3c4d --json | jq .landing.state
     """
-    result = anyio.run(_workspaces(directory).land, session)
+    layout = find_layout(directory)
+    result = _land_through_daemon(layout, session)
+    if result is None:
+        result = _land_here(layout, session)
+    landing = result.get("landing") or {}
+    code = exit_code(landing) or (0 if result.get("ok") else 1)
     if as_json:
-        click.echo(result.model_dump_json(indent=2))
+        click.echo(json.dumps(result, indent=2, ensure_ascii=False))
     else:
-        click.echo(result.message, err=not result.ok)
-        if result.conflict_paths:
-            click.echo("paths: " + ", ".join(result.conflict_paths), err=True)
-        if result.check_tail:
-            click.echo(result.check_tail.rstrip(), err=True)
-    if not result.ok:
-        sys.exit(1)
+        message = str(result.get("message") or "")
+        click.echo(message, err=code != 0)
+        if result.get("conflict_paths"):
+            click.echo("paths: " + ", ".join(result["conflict_paths"]), err=True)
+        shown = {**landing, "detail": ""} if landing.get("detail") == message else landing
+        for line in lines(shown):
+            click.echo(line, err=code != 0)
+    if code:
+        sys.exit(code)
 
 
 def _age(view: WorkspaceView, now: dt.datetime) -> str:
+    from squadd.workspaces import records
+
     created = records.parse_time(view.created)
     if created is None:
         return "?"
@@ -70,6 +120,8 @@ def _age(view: WorkspaceView, now: dt.datetime) -> str:
 def _disk(layout: SquadLayout, view: WorkspaceView) -> str:
     """The bytes of the worktree's regular files (symlinks not followed), one lstat each;
     "-" for a record whose path is not its own worktree (edited by hand: never walk `/`)."""
+    from squadd.workspaces.worktrees import own_folder
+
     if not own_folder(layout, view):
         return "-"
     total = 0
@@ -95,7 +147,9 @@ def workspaces(prune: bool, remove_session: str | None, as_json: bool,
     """List the sessions' worktrees: branch, session, state, age and disk use. Spare
     worktrees (made ahead for new sessions, workspace.spares) show as state `spare`; --prune
     removes them too."""
-    spaces = _workspaces(directory)
+    import anyio
+
+    spaces = _workspaces(find_layout(directory))
     if prune:
         for line in anyio.run(spaces.prune):
             click.echo(line)

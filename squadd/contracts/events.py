@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
+from squadd.contracts.workspaces import LandingOutcome
 from squadd.untrusted import mend
 
 
@@ -233,9 +234,27 @@ class WorkspaceLanded(BaseEvent):
     target: str
     old_tip: str
     new_tip: str
+    outcome: LandingOutcome | None = None
+    """The landing as the route's result carries it (state `landed`)."""
+
+
+class WorkspaceLandFailed(BaseEvent):
+    """A landing that did not land: a conflict, a failed check, a dirty tree, a moved target.
+    `outcome` says which (`check_failed`, `conflict`, `pending`) and what to do `next`."""
+
+    type: Literal["workspace.land_failed"] = "workspace.land_failed"
+    branch: str
+    target: str | None = None
+    reason: str
+    paths: list[str] = Field(default_factory=list)
+    message: str = ""
+    outcome: LandingOutcome | None = None
 
 
 class WorkspaceConflict(BaseEvent):
+    """No longer published: `workspace.land_failed` took its place (a failed check was shown
+    as a conflict). Kept so that streams and logs written before still parse."""
+
     type: Literal["workspace.conflict"] = "workspace.conflict"
     branch: str
     target: str | None = None
@@ -248,6 +267,18 @@ class WorkspaceRemoved(BaseEvent):
     type: Literal["workspace.removed"] = "workspace.removed"
     branch: str
     branch_kept: bool = False
+
+
+class SettingsReloaded(BaseEvent):
+    """The daemon read its settings files again (on a change, SIGHUP or `squadd reload`):
+    what it applied, what waits for a restart, or why it refused the files."""
+
+    type: Literal["settings.reloaded"] = "settings.reloaded"
+    why: str = ""
+    """What made it read them: "changed on disk", "SIGHUP" or "squadd reload"."""
+    applied: list[str] = Field(default_factory=list)
+    restart_needed: list[str] = Field(default_factory=list)
+    error: str = ""
 
 
 class SessionClaimed(BaseEvent):
@@ -274,7 +305,8 @@ Event = Annotated[
     | ScribeArchived | ApprovalRequested | ApprovalResolved | VariableRequested
     | VariableResolved | ToolsLoadFailed | BusOverflow
     | WorkspaceCreated | WorkspaceCommitted | WorkspaceLanded | WorkspaceConflict
-    | WorkspaceRemoved | SessionClaimed | SessionReclaimed,
+    | WorkspaceRemoved | SessionClaimed | SessionReclaimed | WorkspaceLandFailed
+    | SettingsReloaded,
     Field(discriminator="type"),
 ]
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)

@@ -116,6 +116,10 @@ class ToolSpec(BaseModel):
 class Usage(BaseModel):
     input_tokens: int = 0
     output_tokens: int = 0
+    cache_read_input_tokens: int | None = None
+    """Input tokens served from the provider's prompt cache (None: the provider did not say)."""
+    cache_creation_input_tokens: int | None = None
+    """Input tokens written to the provider's prompt cache (None: the provider did not say)."""
 
     @property
     def total(self) -> int:

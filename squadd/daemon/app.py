@@ -119,6 +119,9 @@ async def list_sessions(request: Request) -> Response:
     coordinator = context_of(request).coordinator
     if coordinator is not None:
         answer["cluster"] = await coordinator.report()
+    live = context_of(request).live_settings
+    if live is not None and (live.restart_needed or live.error):
+        answer["settings"] = live.report()
     return json_answer(answer)
 
 
@@ -155,8 +158,9 @@ async def resume_session(request: Request) -> Response:
 
 
 async def land_session(request: Request) -> Response:
-    """Land the session's worktree branch through the daemon's landing queue (a LandResult;
-    one that did not land is still a 200: read `ok` and `reason`)."""
+    """Land the session's worktree branch through the daemon's landing queue, and wait: a
+    LandResult with its `landing` outcome (one that did not land is still a 200: read `ok`,
+    `reason` and `landing.state`)."""
     runtime = context_of(request).runtime
     session_id = request.path_params["session_id"]
     try:
@@ -164,7 +168,8 @@ async def land_session(request: Request) -> Response:
     except InvalidNameError as exc:
         raise ApiError(422, str(exc)) from None
     result = await runtime.land(session_id)
-    return json_answer(result.model_dump(mode="json"))
+    return json_answer({**result.model_dump(mode="json"),
+                        "landing": result.outcome().model_dump(mode="json")})
 
 
 async def list_workspaces(request: Request) -> Response:
@@ -311,6 +316,16 @@ async def set_variable(request: Request) -> Response:
     return json_answer({"name": name, "stored_in": str(path), "waiting_calls": woken})
 
 
+async def reload_settings(request: Request) -> Response:
+    """Read the settings files again now (as SIGHUP does): what was applied, what waits for a
+    restart, or the error that refused the files (a 422; the running settings stay)."""
+    live = context_of(request).live_settings
+    if live is None:
+        raise ApiError(409, "this daemon does not read its settings again: restart it")
+    reloaded = await live.reload("squadd reload")
+    return json_answer(reloaded.answer(), 200 if reloaded.ok else 422)
+
+
 async def shutdown(request: Request) -> Response:
     ctx = context_of(request)
     ctx.request_stop("requested over the API")
@@ -342,6 +357,7 @@ ROUTES: list[tuple[str, str, Handler]] = [
     ("POST", "/v1/approvals/{approval_id}", resolve_approval),
     ("POST", "/v1/variables/{name}", set_variable),
     ("POST", "/v1/shutdown", shutdown),
+    ("POST", "/v1/reload", reload_settings),
     ("GET", "/v1/ui", ui_link),
     ("GET", "/v1/dashboard", dashboard_state),
 ]

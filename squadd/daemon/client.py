@@ -178,7 +178,7 @@ class DaemonClient(_Base):
         try:
             answer = exchange(uds=uds, tcp=self.tcp, method=call.method, path=call.path,
                               params=call.params or None, body=call.body,
-                              headers=self._headers(), timeout=limit,
+                              headers={**self._headers(), **call.headers}, timeout=limit,
                               connect_timeout=min(limit, 5.0))
         except ExchangeError as exc:
             raise self._exchange_failed(call, exc) from None
@@ -239,6 +239,18 @@ class DaemonClient(_Base):
         result: dict[str, Any] = self._send(Calls.cancel(session_id))
         return result
 
+    def land(self, session_id: str) -> dict[str, Any]:
+        """`POST /v1/sessions/{id}/land`: land through the daemon's queue and wait; a
+        LandResult with its `landing` outcome (a landing refused is still an answer)."""
+        result: dict[str, Any] = self._send(Calls.land(session_id))
+        return result
+
+    def reload(self) -> dict[str, Any]:
+        """`POST /v1/reload`: read the settings files again now; what was applied, what
+        waits for a restart, or why the files were refused (`ok` false)."""
+        result: dict[str, Any] = self._send(Calls.reload())
+        return result
+
     def tools(self, *, agent: str | None = None,
               session_id: str | None = None) -> list[dict[str, Any]]:
         """`GET /v1/tools`: name, label, description, parameters (JSON schema), source, kind,
@@ -249,12 +261,14 @@ class DaemonClient(_Base):
 
     def call_tool(self, name: str, arguments: Mapping[str, Any], *, agent: str | None = None,
                   session_id: str | None = None,
-                  limit_s: float = ROUTE_WAIT_LIMIT_S) -> dict[str, Any]:
+                  limit_s: float = ROUTE_WAIT_LIMIT_S,
+                  traceparent: str | None = None) -> dict[str, Any]:
         """`POST /v1/tools/{name}`: a ToolResult, `{"result_type", "text", "details"}`
         (a failure is a result too, e.g. bad arguments or an unknown tool). `limit_s` bounds
-        the wait (a squad_route call waits for its agent)."""
+        the wait (a squad_route call waits for its agent). `traceparent` (W3C) makes the
+        call's spans part of the caller's trace."""
         result: dict[str, Any] = self._send(
-            Calls.call_tool(name, arguments, agent, session_id, limit_s))
+            Calls.call_tool(name, arguments, agent, session_id, limit_s, traceparent))
         return result
 
     def resolve_approval(self, approval_id: str, approved: bool,
@@ -363,7 +377,7 @@ class AsyncDaemonClient(_Base):
         try:
             response = await self._client().request(
                 call.method, call.path, params=call.params, json=call.body,
-                timeout=self._timeout(call))
+                headers=call.headers or None, timeout=self._timeout(call))
         except _request_errors() as exc:
             raise self._failed(call, exc) from None
         return read_answer(call, response)
@@ -425,9 +439,11 @@ class AsyncDaemonClient(_Base):
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any], *,
                         agent: str | None = None, session_id: str | None = None,
-                        limit_s: float = ROUTE_WAIT_LIMIT_S) -> dict[str, Any]:
+                        limit_s: float = ROUTE_WAIT_LIMIT_S,
+                        traceparent: str | None = None) -> dict[str, Any]:
+        """As `DaemonClient.call_tool`; `traceparent` makes the call part of that trace."""
         result: dict[str, Any] = await self._send(
-            Calls.call_tool(name, arguments, agent, session_id, limit_s))
+            Calls.call_tool(name, arguments, agent, session_id, limit_s, traceparent))
         return result
 
     async def resolve_approval(self, approval_id: str, approved: bool,

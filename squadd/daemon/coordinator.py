@@ -28,6 +28,7 @@ import anyio
 import anyio.abc
 import structlog
 
+from squadd import telemetry
 from squadd.cluster import keys
 from squadd.cluster.connection import ClusterError, RedisGuard
 from squadd.cluster.events import relay_events
@@ -182,7 +183,8 @@ class Coordinator:
             remote.nonces.add(nonce)
         await self.jobs.submit(Job(session_id=info.session_id, agent=info.agent,
                                    priority="urgent" if info.priority == "urgent"
-                                   else "normal", timeout_s=plan.timeout_s, nonce=nonce))
+                                   else "normal", timeout_s=plan.timeout_s, nonce=nonce,
+                                   traceparent=telemetry.traceparent()))
 
     async def _watch_workers(self) -> None:
         while True:

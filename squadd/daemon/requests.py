@@ -18,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from squadd import telemetry
 from squadd.contracts.events import BaseEvent
 from squadd.daemon.wire import RECENT_EVENTS_MAX
 from squadd.errors import InvalidNameError
@@ -29,6 +30,7 @@ from squadd.untrusted import UntrustedInputError, parse_json
 
 if TYPE_CHECKING:
     from squadd.daemon.coordinator import Coordinator
+    from squadd.daemon.live_settings import LiveSettings
 
 log = structlog.get_logger("squadd.daemon")
 
@@ -61,6 +63,8 @@ class DaemonContext:
     """The latest events, replayed to a stream that asks for `recent=N`."""
     coordinator: Coordinator | None = None
     """In cluster mode: the coordinator of the workers (status lists them)."""
+    live_settings: LiveSettings | None = None
+    """The settings files read again while it runs (`squadd reload`, status's notes)."""
 
     def __post_init__(self) -> None:
         self.runtime.bus.add_listener(self.recent.append)
@@ -100,10 +104,12 @@ Handler = Callable[[Request], Awaitable[Response]]
 
 
 def guarded(handler: Handler) -> Handler:
-    """`ApiError` becomes its JSON answer; anything else is logged and answered with a 500."""
+    """`ApiError` becomes its JSON answer; anything else is logged and answered with a 500.
+    A request's `traceparent` header makes the spans it causes part of the caller's trace."""
     async def endpoint(request: Request) -> Response:
         try:
-            return await handler(request)
+            with telemetry.continued(request.headers.get("traceparent")):
+                return await handler(request)
         except ApiError as exc:
             return error_answer(exc.status, str(exc), **exc.fields)
         except Exception:

@@ -20,10 +20,10 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
@@ -31,6 +31,7 @@ import structlog
 import uvicorn
 from starlette.types import ASGIApp
 
+from squadd import telemetry
 from squadd.config import Settings
 from squadd.contracts.events import DaemonStarted, DaemonStopping
 from squadd.daemon._unix import SocketAddress
@@ -39,6 +40,7 @@ from squadd.daemon.client import DaemonClient
 from squadd.daemon.dashboard import UI_PREFIX, Dashboard
 from squadd.daemon.deadline import StopDeadline
 from squadd.daemon.guard import ListenerLimits, ensure_descriptors, guarded_protocol
+from squadd.daemon.live_settings import LiveSettings
 from squadd.daemon.recovery import (
     past_views,
     recover_sessions,
@@ -53,6 +55,7 @@ from squadd.logs import configure_logging
 from squadd.loop_watch import LoopWatch
 from squadd.procs import stop_orphans
 from squadd.runtime.runtime import SquadRuntime
+from squadd.runtime.tracing import start_tracing
 from squadd.sandbox import cgroup
 from squadd.scribe.worker import run_scribe_worker
 from squadd.serving import run_serving
@@ -187,9 +190,12 @@ class Daemon:
     """One repo's daemon. `run()` blocks until it has stopped and cleaned up."""
 
     def __init__(self, layout: SquadLayout, settings: Settings, *, tcp: str | None = None,
-                 allow_remote: bool = False, console_level: str = "info"):
+                 allow_remote: bool = False, console_level: str = "info",
+                 overrides: Mapping[str, Mapping[str, Any]] | None = None):
         self.layout = layout
         self.settings = settings
+        self.overrides = overrides
+        """The command line's settings, kept over the files when they are read again."""
         self.tcp = parse_tcp(tcp, allow_remote=allow_remote) if tcp else None
         self.console_level = console_level
         self.coordinator: Coordinator | None = None
@@ -218,6 +224,7 @@ class Daemon:
                               json_file=layout.log_file, file_level=settings.daemon.log_level,
                               max_bytes=settings.daemon.log_max_bytes,
                               backups=settings.daemon.log_backups)
+            start_tracing(settings.telemetry, redact=known_secrets.redact)
             stale = clear_stale(layout)
             if stale:
                 log.warning("removed files a daemon that did not stop cleanly left behind",
@@ -249,6 +256,7 @@ class Daemon:
             served = True
             run_serving(self._main, runtime, listeners, token, dashboard)
         finally:
+            telemetry.shutdown()  # what is left is exported (bounded by its timeout)
             for listener in listeners:
                 listener.sock.close()
             clear_stale(layout)
@@ -303,8 +311,9 @@ class Daemon:
             async with runtime:
                 outer.start_soon(self._remember_past, runtime, recovered.ended)
                 outer.start_soon(self._sweep_empty_entries)
+                live = LiveSettings(self.layout, runtime, runtime.bus, overrides=self.overrides)
                 context = DaemonContext(runtime=runtime, request_stop=request_stop,
-                                        coordinator=self.coordinator)
+                                        coordinator=self.coordinator, live_settings=live)
                 try:
                     await self._serve(context, listeners, token, dashboard, stop, reasons)
                 finally:  # a stop, an error or a cancellation: the end is bounded all the same
@@ -370,7 +379,11 @@ class Daemon:
                 group.start_soon(_resume_accepted, self.coordinator, self._marked)
             scribe_stop = anyio.Event()
             group.start_soon(functools.partial(run_scribe_worker, self.layout, self.settings,
-                                               runtime.bus, stop=scribe_stop))
+                                               runtime.bus, stop=scribe_stop,
+                                               current=lambda: runtime.settings))
+            reloading = anyio.CancelScope()
+            if context.live_settings is not None:
+                await group.start(_follow_settings, context.live_settings, reloading)
             tune_for_serving()  # what startup built stays out of GC passes; fewer of them
             runtime.bus.publish(DaemonStarted(pid=context.pid, repo=str(self.layout.repo)))
             log.info("squadd serving", pid=context.pid, repo=str(self.layout.repo),
@@ -388,6 +401,9 @@ class Daemon:
             context.close_streams()
             scribe_stop.set()
             watching.cancel()
+            if context.live_settings is not None:
+                context.live_settings.close()
+            reloading.cancel()
             for server in servers:
                 server.should_exit = True
             coordinating.cancel()
@@ -412,6 +428,22 @@ class Daemon:
                 deadline.arm(SECOND_SIGNAL_S, "the stop after a second signal")
                 scope.cancel()
                 return
+
+
+async def _follow_settings(live: LiveSettings, scope: anyio.CancelScope, *,
+                           task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+                           ) -> None:
+    """Read the settings files again on a change and on SIGHUP, until `scope` is cancelled."""
+    async def on_hangup() -> None:
+        with anyio.open_signal_receiver(signal.SIGHUP) as signals:
+            async for _ in signals:
+                await live.reload("SIGHUP")
+
+    with scope:
+        async with anyio.create_task_group() as group:
+            group.start_soon(on_hangup)
+            await group.start(live.watch)
+            task_status.started()
 
 
 LOOP_BLOCKED_AFTER_S = 2.0

@@ -57,11 +57,13 @@ class Call:
     """One request, built the same way by both clients. `result_key`: an error answer whose
     body has this key is a structured result, returned as it is."""
 
-    __slots__ = ("body", "method", "params", "path", "result_key", "timeout")
+    __slots__ = ("body", "headers", "method", "params", "path", "result_key", "timeout")
 
     def __init__(self, method: str, path: str, params: dict[str, str] | None = None, *,
                  body: Any = None, timeout: float = DEFAULT_TIMEOUT_S,
-                 result_key: str | None = None):
+                 result_key: str | None = None, headers: dict[str, str] | None = None):
+        self.headers: dict[str, str] = headers if headers is not None else {}
+        """Sent besides the client's own (a caller's `traceparent`)."""
         self.method = method
         self.path = path
         self.params: dict[str, str] = params if params is not None else {}
@@ -113,6 +115,17 @@ class Calls:
                      result_key="ok")
 
     @staticmethod
+    def land(session_id: str) -> Call:
+        # A landing waits its turn behind others and may run the test suite (land_check).
+        return Call("POST", f"{API}/sessions/{quote(session_id, safe='')}/land",
+                    timeout=ROUTE_WAIT_LIMIT_S, result_key="ok")
+
+    @staticmethod
+    def reload() -> Call:
+        return Call("POST", f"{API}/reload", timeout=DEFAULT_TIMEOUT_S * 3,
+                    result_key="ok")
+
+    @staticmethod
     def cancel(session_id: str) -> Call:
         return Call("POST", f"{API}/sessions/{quote(session_id, safe='')}/cancel")
 
@@ -127,14 +140,16 @@ class Calls:
 
     @staticmethod
     def call_tool(name: str, arguments: Mapping[str, Any], agent: str | None,
-                  session_id: str | None, timeout: float) -> Call:
+                  session_id: str | None, timeout: float,
+                  traceparent: str | None = None) -> Call:
         body: dict[str, Any] = {"arguments": dict(arguments)}
         if agent:
             body["agent"] = agent
         if session_id:
             body["sessionId"] = session_id
         return Call("POST", f"{API}/tools/{quote(name, safe='')}", body=body, timeout=timeout,
-                     result_key="result_type")
+                     result_key="result_type",
+                     headers={"traceparent": traceparent} if traceparent else None)
 
     @staticmethod
     def approval(approval_id: str, approved: bool, reason: str) -> Call:

@@ -230,8 +230,18 @@ def usage_from(data: dict[str, Any], input_key: str, output_key: str) -> Usage:
     if not isinstance(usage, dict):
         return Usage()
 
-    def count(key: str) -> int:
-        value = usage.get(key)
+    def count(key: str, within: dict[str, Any] = usage) -> int:
+        value = within.get(key)
         return value if isinstance(value, int) and value >= 0 else 0
 
-    return Usage(input_tokens=count(input_key), output_tokens=count(output_key))
+    def cached(key: str, within: Any = usage) -> int | None:
+        # Anthropic: cache_read_input_tokens / cache_creation_input_tokens; OpenAI:
+        # prompt_tokens_details.cached_tokens.
+        return count(key, within) if isinstance(within, dict) and key in within else None
+
+    details = usage.get("prompt_tokens_details")
+    read = cached("cache_read_input_tokens")
+    return Usage(input_tokens=count(input_key), output_tokens=count(output_key),
+                 cache_read_input_tokens=read if read is not None else cached(
+                     "cached_tokens", details),
+                 cache_creation_input_tokens=cached("cache_creation_input_tokens"))

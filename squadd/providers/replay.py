@@ -195,7 +195,7 @@ def _recorded_turn(completion: Completion) -> dict[str, Any]:
              "arguments": c.arguments if c.arguments_error is None else arguments_json(c)}
             for c in completion.tool_calls]
     if completion.usage.total:
-        turn["usage"] = completion.usage.model_dump()
+        turn["usage"] = completion.usage.model_dump(exclude_none=True)
     return turn or {"text": ""}
 
 

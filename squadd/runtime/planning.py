@@ -112,9 +112,10 @@ def unknown_agent(layout: SquadLayout, agent: str) -> Refusal:
                    agent=agent)
 
 
-def resolve_agent(request: RouteRequest, router: Router,
-                  charters: CharterCache) -> tuple[str, RoutedBy]:
-    """The agent a new session is for (blocking only on the auto path: call it in a thread)."""
+def resolve_agent(request: RouteRequest, router: Router, charters: CharterCache,
+                  busy: frozenset[str] = frozenset()) -> tuple[str, RoutedBy]:
+    """The agent a new session is for (blocking only on the auto path: call it in a thread).
+    `busy`: the agents with a live session, whom a rule's Secondary stands in for."""
     target = (request.target_agent or "").strip()
     if target and target.lower() != "auto":
         try:
@@ -124,7 +125,7 @@ def resolve_agent(request: RouteRequest, router: Router,
             if folder is None:
                 raise Refusal("invalid", f"cannot route: {exc}") from None
             return folder, "explicit"
-    choice = router.choose(request.task, charters.exists)
+    choice = router.choose(request.task, charters.exists, busy.__contains__)
     if choice is None:
         raise Refusal(
             "no_route",

@@ -104,6 +104,20 @@ class SessionPool:
         """Tickets in line or granted whose route has not collected its slot yet."""
         self.closed = False
 
+    def apply_settings(self, settings: PoolSettings) -> list[str]:
+        """Take changed `[pool]` limits while running; the keys it could not apply (a limiter
+        of a fixed size, as a cluster's, keeps its `max_concurrent` until a restart)."""
+        kept = []
+        if settings.max_concurrent != self.settings.max_concurrent:
+            if isinstance(self.slots, PrioritySlots):
+                self.slots.resize(settings.max_concurrent)
+            else:
+                kept.append("pool.max_concurrent")
+                settings = settings.model_copy(
+                    update={"max_concurrent": self.settings.max_concurrent})
+        self.settings = settings
+        return kept
+
     # Queries.
     def totals(self) -> PoolTotals:
         slots = self.slots

@@ -5,10 +5,12 @@ rule tables is scored by the words it shares with the task, a Work Type word cou
 an Examples word once; the best score wins, and on a tie the row higher in the table. The same
 task and table always give the same agent.
 
-A rule table has a Work Type column and a `Route To` or `Agent` column (Examples is optional).
-Agent cells may be decorated as Squad writes them (`EECOM 🔧`, `**Fenster**`, `@keaton (UI)`):
-they resolve to an agent folder through team.md's display names, case and emoji ignored. Rows
-naming a member whose team.md status is not active (`📋 Silent`, `🔄 Monitor`) are skipped.
+A rule table has a Work Type (or Pattern) column and an agent column: `Route To`, `Agent`,
+`Owner` or `Primary`, with `Secondary` naming the fallback taken when the primary is busy (a live
+session), unknown (no charter) or not active (Examples is optional). Agent cells may be
+decorated as Squad writes them (`EECOM 🔧`, `**Fenster**`, `@keaton (UI)`): they resolve to an
+agent folder through team.md's display names, case and emoji ignored. Rows naming a member whose
+team.md status is not active (`📋 Silent`, `🔄 Monitor`) are skipped (or go to the Secondary).
 Tables inside HTML comments or code fences are examples, not rules.
 """
 
@@ -36,8 +38,9 @@ from squadd.state.members import (
 )
 from squadd.untrusted import replace_spans
 
-_WORK_COLUMNS = ("work type", "work", "area", "domain")
-_AGENT_COLUMNS = ("route to", "agent", "owner")
+_WORK_COLUMNS = ("work type", "pattern", "work", "area", "domain")
+_AGENT_COLUMNS = ("route to", "agent", "owner", "primary")
+_NONE_CELL_RE = re.compile(r"^[\s—–-]*$")
 log = structlog.get_logger("squadd.router")
 _WORD_RE = re.compile(r"[a-z0-9]+")
 _MENTION_RE = re.compile(r"(?<![\w.@/])@([A-Za-z0-9][A-Za-z0-9._-]{0,63})")
@@ -79,6 +82,8 @@ class RoutingRule:
     agent_cell: str = ""
     """The agent cell as written (`EECOM 🔧`)."""
     line: int = 0
+    fallback: str = ""
+    """The agent folder the `Secondary` cell names ("" for none, or `—`)."""
 
     def score(self, task_words: frozenset[str]) -> int:
         return (2 * len(task_words & self.type_words)
@@ -131,7 +136,7 @@ def _columns(header: list[str]) -> dict[str, int] | None:
     lowered = [plain_words(cell) for cell in header]
     found: dict[str, int] = {}
     for key, choices in (("work type", _WORK_COLUMNS), ("route to", _AGENT_COLUMNS),
-                         ("examples", ("example",))):
+                         ("secondary", ("secondary",)), ("examples", ("example",))):
         for choice in choices:
             index = next((i for i, c in enumerate(lowered) if c.startswith(choice)), None)
             if index is not None and index not in found.values():
@@ -148,7 +153,8 @@ class Table:
     """1-based line of its header row."""
     header: list[str]
     columns: dict[str, int] | None
-    """Where Work Type, Route To and Examples are; None when it is not a rule table."""
+    """Where Work Type, the agent column (`route to`), Secondary and Examples are; None when it
+    is not a rule table."""
     rows: list[tuple[int, list[str]]]
     """(line, cells) of each row after the header and its separator."""
 
@@ -185,7 +191,11 @@ def parse_routing(text: str, names: dict[str, str] | None = None) -> list[Routin
             continue
         for number, row in table.rows:
             agent_cell = _cell_at(row, columns, "route to")
+            second = _cell_at(row, columns, "secondary")
             agent = resolve_agent_cell(agent_cell, names)
+            fallback = "" if _NONE_CELL_RE.match(second) else resolve_agent_cell(second, names)
+            if not agent:
+                agent, fallback = fallback, ""
             if not agent:
                 continue
             work_type = _cell_at(row, columns, "work type")
@@ -193,7 +203,8 @@ def parse_routing(text: str, names: dict[str, str] | None = None) -> list[Routin
             rules.append(RoutingRule(work_type=work_type, agent=agent, examples=examples,
                                      type_words=words(work_type),
                                      example_words=words(examples),
-                                     agent_cell=agent_cell, line=number))
+                                     agent_cell=agent_cell, line=number,
+                                     fallback=fallback if fallback != agent else ""))
     return rules
 
 
@@ -248,21 +259,33 @@ class Router:
         `problem` says why."""
         return self._load()[0]
 
-    def choose(self, task: str, is_agent: Callable[[str], bool]) -> RouteChoice | None:
-        """The agent for `task`, or None when neither a mention nor a rule matches."""
+    def choose(self, task: str, is_agent: Callable[[str], bool],
+               is_busy: Callable[[str], bool] | None = None) -> RouteChoice | None:
+        """The agent for `task`, or None when neither a mention nor a rule matches. A rule's
+        `Secondary` agent takes the task when its primary is busy (`is_busy`), unknown or not
+        active, and the secondary is none of those."""
         mention = mentioned_agent(task, is_agent)
         if mention is not None:
             return RouteChoice(agent=mention, routed_by="mention")
         rules, members = self._load()
         task_words = words(task)
         best: RouteChoice | None = None
+
+        def usable(agent: str) -> bool:
+            member = members.get(agent)
+            return bool(agent) and (member is None or member.routable) and is_agent(agent)
+
         for rule in rules:
-            member = members.get(rule.agent)
-            if member is not None and not member.routable:
-                continue
             score = rule.score(task_words)
-            if score > 0 and (best is None or score > best.score) and is_agent(rule.agent):
-                best = RouteChoice(agent=rule.agent, routed_by="rules", rule=rule, score=score)
+            if score <= 0 or (best is not None and score <= best.score):
+                continue
+            agent = rule.agent if usable(rule.agent) else ""
+            busy = bool(agent) and is_busy is not None and is_busy(agent)
+            if (not agent or busy) and usable(rule.fallback) and not (
+                    is_busy is not None and is_busy(rule.fallback)):
+                agent = rule.fallback
+            if agent:
+                best = RouteChoice(agent=agent, routed_by="rules", rule=rule, score=score)
         return best
 
     def describe(self) -> str:
@@ -272,8 +295,8 @@ class Router:
             return f"routing.md was not read: {self.problem}"
         if not rules:
             return (f"{self.layout.routing_md} has no routing rules: add rows to a table with "
-                    "Work Type and Route To (or Agent) columns (| Work Type | Route To | "
-                    "Examples |)")
+                    "Work Type and Route To (or Agent, Owner, Primary) columns (| Work Type | "
+                    "Route To | Examples |)")
         lines = ["| Work Type | Route To | Examples |", "|---|---|---|"]
         lines.extend(f"| {r.work_type} | {r.agent} | {r.examples} |" for r in rules)
         return "\n".join(lines)

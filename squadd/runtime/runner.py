@@ -17,8 +17,9 @@ from typing import Any, Protocol, runtime_checkable
 import anyio
 import structlog
 
+from squadd import telemetry
 from squadd.config import Settings
-from squadd.contracts.events import AgentSpawned
+from squadd.contracts.events import AgentError, AgentSpawned
 from squadd.contracts.routes import RouteResult
 from squadd.contracts.workspaces import WorkspaceView
 from squadd.errors import SquaddError
@@ -29,6 +30,14 @@ from squadd.runtime.orchestration import OrchestrationEntry, OrchestrationLog
 from squadd.runtime.planning import RoutePlan
 from squadd.runtime.pool import SessionPool, SessionRecord
 from squadd.runtime.session import AgentSession, SessionOutcome
+from squadd.runtime.session_hooks import (
+    RouteHooks,
+    after_landing,
+    before_landing,
+    closing,
+    opening,
+    route_hooks,
+)
 from squadd.runtime.session_info import session_toolset
 from squadd.runtime.session_sink import SessionSink
 from squadd.runtime.slots import SlotTicket
@@ -36,6 +45,7 @@ from squadd.statcache import NotCached, StatCache
 from squadd.state.journal import GroupCommit
 from squadd.state.layout import SquadLayout
 from squadd.state.transcripts import PromptFiles, SpareFiles
+from squadd.telemetry import genai
 from squadd.tools.base import Tool, ToolSet
 from squadd.tools.invoke import ToolInvoker
 from squadd.workspaces import Workspaces
@@ -103,7 +113,28 @@ class RouteRunner:
 
     async def run(self, plan: RoutePlan, record: SessionRecord, ticket: SlotTicket,
                   entry: OrchestrationEntry) -> RouteResult:
-        """Take a slot, run the session's task, and put the session to rest."""
+        """Take a slot, run the session's task, and put the session to rest. With tracing on,
+        all of it is an `invoke_agent {agent}` span, a child of the span the route was called
+        in (a parent session's `squad_route`, an HTTP or MCP caller's `traceparent`)."""
+        if not telemetry.active():
+            return await self._run(plan, record, ticket, entry)
+        info = plan.info
+        with telemetry.span(f"{genai.INVOKE_AGENT} {info.agent}", {
+                genai.OPERATION: genai.INVOKE_AGENT, genai.AGENT_NAME: info.agent,
+                genai.AGENT_ID: info.agent, genai.CONVERSATION_ID: info.session_id,
+                genai.PROVIDER: self.provider.name, genai.REQUEST_MODEL: info.model or None,
+                genai.SQUAD_NAME: self.layout.repo.name,
+                genai.PARENT_SESSION: info.parent_session_id, genai.ROUTE_DEPTH: info.depth,
+                genai.PRIORITY: info.priority}) as span:
+            result = await self._run(plan, record, ticket, entry)
+            span.set(genai.USAGE_INPUT, result.input_tokens)
+            span.set(genai.USAGE_OUTPUT, result.output_tokens)
+            if not result.ok:
+                span.fail(result.reason or "failed", result.message or "")
+            return result
+
+    async def _run(self, plan: RoutePlan, record: SessionRecord, ticket: SlotTicket,
+                   entry: OrchestrationEntry) -> RouteResult:
         info = plan.info
         started = time.monotonic()
         base_in, base_out = record.input_tokens, record.output_tokens
@@ -113,7 +144,10 @@ class RouteRunner:
         failure: str | None = None
         with scope:
             try:
-                await self.pool.take_slot(record, ticket, plan.timeout_s)
+                with telemetry.span("squadd.queue_wait", {
+                        genai.AGENT_NAME: info.agent, genai.CONVERSATION_ID: info.session_id,
+                        genai.PRIORITY: info.priority}):
+                    await self.pool.take_slot(record, ticket, plan.timeout_s)
             except TimeoutError:
                 message = (f"no slot came free within {plan.timeout_s:g}s (route timeout); "
                            "the pool is busy: try again later")
@@ -181,10 +215,14 @@ class RouteRunner:
         workspace, owned = await self._workspace(plan)
         if workspace is not None:
             self._in_use[info.session_id] = workspace
-        outcome = await self._converse(plan, record, workspace)
+        parent = self._in_use.get(info.parent_session_id or "")
+        route = route_hooks(self.invoker.hooks, plan, workspace.path if workspace else None,
+                            parent.path if parent is not None else None)
+        outcome = await self._converse(plan, record, workspace, route)
         if owned and workspace is not None and self.workspaces is not None:
             with anyio.CancelScope(shield=True):
-                workspace = await self._end_workspace(plan, outcome, workspace, self.workspaces)
+                workspace = await self._end_workspace(plan, outcome, workspace, self.workspaces,
+                                                      route)
         return outcome, workspace
 
     async def _workspace(self, plan: RoutePlan) -> tuple[WorkspaceView | None, bool]:
@@ -204,7 +242,8 @@ class RouteRunner:
         return await spaces.open(info.session_id, info.agent), True
 
     async def _end_workspace(self, plan: RoutePlan, outcome: SessionOutcome,
-                             workspace: WorkspaceView, spaces: Workspaces) -> WorkspaceView:
+                             workspace: WorkspaceView, spaces: Workspaces,
+                             route: RouteHooks) -> WorkspaceView:
         """Commit what the session changed; land it when the route or the settings say so."""
         info = plan.info
         try:
@@ -216,20 +255,58 @@ class RouteRunner:
             workspace.message = f"not committed: {exc}"
             return workspace
         if outcome.status == "completed" and (plan.land or spaces.settings.land == "auto"):
-            landed = await spaces.land(info.session_id)
-            workspace = landed.workspace or workspace
-            workspace.message = landed.message
-            workspace.outcome = landed.outcome()
+            with telemetry.span("squadd.land", {
+                    genai.AGENT_NAME: info.agent, genai.CONVERSATION_ID: info.session_id,
+                    "squadd.land.branch": workspace.branch,
+                    "squadd.land.target": workspace.target}) as span:
+                refused = await before_landing(route, workspace)
+                if refused is not None:
+                    workspace.message, workspace.outcome = refused.detail, refused
+                    span.fail("blocked", refused.detail)
+                    return workspace
+                landed = await spaces.land(info.session_id)
+                workspace = landed.workspace or workspace
+                workspace.message = landed.message
+                workspace.outcome = landed.outcome()
+                span.set("squadd.land.state", workspace.outcome.state)
+                span.set("squadd.land.commit", workspace.outcome.commit)
+                if workspace.outcome.state not in ("landed", "skipped"):
+                    span.fail(workspace.outcome.state, workspace.outcome.detail)
+                await after_landing(route, workspace)
         return workspace
 
     async def _converse(self, plan: RoutePlan, record: SessionRecord,
-                        workspace: WorkspaceView | None) -> SessionOutcome:
+                        workspace: WorkspaceView | None, route: RouteHooks) -> SessionOutcome:
+        """Run the session's task between its opening and closing hooks."""
         info = plan.info
         self.bus.publish(AgentSpawned(
             session_id=info.session_id, agent=info.agent, task=info.task[:500],
             requested_by=info.requested_by, model=info.model,
             parent_session_id=info.parent_session_id,
         ))
+        outcome: SessionOutcome | None = None
+        ended = "error"  # what the Stop hooks hear when no outcome came: a crash, or ...
+        try:
+            opened = await opening(route, plan)
+            if isinstance(opened, str):  # a hook refused the task: the session never runs
+                await self._end_unstarted(plan, "error", error=opened)
+                self.bus.publish(AgentError(session_id=info.session_id, agent=info.agent,
+                                            error=opened, state="error"))
+                outcome = SessionOutcome(session_id=info.session_id, agent=info.agent,
+                                         status="error", error=opened, model=info.model)
+                return outcome
+            outcome = await self._run_session(opened, record, workspace)
+            return outcome
+        except anyio.get_cancelled_exc_class():
+            ended = "interrupted"  # ... a cancellation
+            raise
+        finally:
+            await closing(route, status=outcome.status if outcome else ended,
+                          answer=outcome.answer if outcome else "", cancelled=outcome is None)
+
+    async def _run_session(self, plan: RoutePlan, record: SessionRecord,
+                           workspace: WorkspaceView | None) -> SessionOutcome:
+        info = plan.info
         sink = SessionSink(self.bus, self.pool, record)
 
         def session_tools(cached_only: bool = False) -> ToolSet:

@@ -18,6 +18,7 @@ import anyio
 import structlog
 from anyio.abc import TaskGroup
 
+from squadd import telemetry
 from squadd.config import Settings
 from squadd.contracts.events import EventSink, ProviderRetry
 from squadd.contracts.routes import RouteOrigin, RouteRequest, RouteResult
@@ -62,6 +63,7 @@ from squadd.tools.base import ToolSet
 from squadd.tools.builtin import workspace_tools
 from squadd.tools.custom.python_calls import SpareWorkers
 from squadd.tools.custom.variables import SecretRegistry, SquadVariables
+from squadd.tools.hooks import events as hook_events
 from squadd.tools.invoke import ToolInvoker
 from squadd.tools.squad import file_tools
 from squadd.tools.squad.route import SquadRoute
@@ -218,7 +220,8 @@ class SquadRuntime:
 
             def _find(self, *, cached_only: bool) -> ToolSet:
                 builtins = runtime.tools.names if runtime is not None else ()
-                found = discover_tools(layout, settings, bus, builtin_names=builtins,
+                current = runtime.settings if runtime is not None else settings
+                found = discover_tools(layout, current, bus, builtin_names=builtins,
                                        discoverer=discoverer, cached_only=cached_only).toolset()
                 if runtime is None:
                     return found
@@ -229,6 +232,19 @@ class SquadRuntime:
                       extra_tools=CustomTools(), owns_provider=True, secrets=secrets,
                       python_workers=discoverer.workers)
         return runtime
+
+    def apply_settings(self, settings: Settings) -> list[str]:
+        """Run with changed settings from now on: the live sections (`LIVE_SECTIONS`) reach
+        the pool, the tool invoker, the custom tools' discovery and the workspaces (each
+        landing reads its settings when it starts). `settings` keeps the running values of
+        every other section (`with_live_sections`). The keys it could not apply."""
+        kept = self.pool.apply_settings(settings.pool)
+        if kept:
+            settings = settings.model_copy(update={"pool": self.pool.settings})
+        self.settings = self.runner.settings = settings
+        self.invoker.apply_settings(settings)
+        self.workspaces.apply_settings(settings)
+        return kept
 
     # Lifecycle.
     async def __aenter__(self) -> SquadRuntime:
@@ -350,6 +366,16 @@ class SquadRuntime:
     async def land(self, session_id: str) -> LandResult:
         """Land a session's worktree branch on its target, in turn with every other landing."""
         return await self.workspaces.land(session_id)
+
+    async def notify(self, message: str, *, notification_type: str, session_id: str = "",
+                     agent: str = "", title: str = "squadd") -> None:
+        """Tell the `Notification` hooks of something that waits on a person (an inbox item):
+        `notification_type` names the kind, which their matcher is tried on. Returns once they
+        ran; their answers decide nothing."""
+        hooks = self.invoker.hooks
+        await hook_events.notification(hooks, hooks.session(session_id, agent, None),
+                                       message=message, notification_type=notification_type,
+                                       title=title)
 
     async def cancel(self, session_id: str) -> bool:
         """Cancel a queued, running or waiting session; False when it has no task in hand."""
@@ -475,8 +501,9 @@ class SquadRuntime:
         if target and target.strip().lower() != "auto":
             agent, routed_by = resolve_agent(request, self.router, self._charters)
         else:
+            busy = frozenset(r.agent for r in self.pool.live())
             agent, routed_by = await anyio.to_thread.run_sync(
-                resolve_agent, request, self.router, self._charters)
+                resolve_agent, request, self.router, self._charters, busy)
         charter = await self._charter(agent)
         return new_plan(request, origin, agent, routed_by, charter, self.settings,
                         self.provider.default_model)
@@ -550,7 +577,8 @@ class SquadRuntime:
             if self._background == 0:
                 self._background_done = anyio.Event()
             self._background += 1
-            self._tg.start_soon(self._run_in_background, plan, record, ticket, entry)
+            self._tg.start_soon(self._run_in_background, plan, record, ticket, entry,
+                                telemetry.capture())
             return RouteResult(
                 ok=True, session_id=plan.info.session_id, agent=plan.info.agent,
                 state=record.state, routed_by=plan.routed_by,
@@ -561,9 +589,11 @@ class SquadRuntime:
         return _Admitted(plan, record, ticket, entry)
 
     async def _run_in_background(self, plan: RoutePlan, record: SessionRecord,
-                                 ticket: SlotTicket, entry: OrchestrationEntry) -> None:
+                                 ticket: SlotTicket, entry: OrchestrationEntry,
+                                 trace: object | None = None) -> None:
         try:
-            await self.runner.run(plan, record, ticket, entry)
+            with telemetry.resumed(trace):  # the caller's trace, though it has moved on
+                await self.runner.run(plan, record, ticket, entry)
         finally:
             self._background -= 1
             if self._background == 0 and self._background_done is not None:

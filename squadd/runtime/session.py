@@ -24,6 +24,7 @@ from typing import Any, Literal, Protocol
 import anyio
 import structlog
 
+from squadd import telemetry
 from squadd.config import Settings
 from squadd.contracts.events import AgentCompleted, AgentError, EventSink, SessionMessage
 from squadd.contracts.messages import (
@@ -55,6 +56,7 @@ from squadd.state.transcripts import (
     now_iso,
     read_transcript,
 )
+from squadd.telemetry import genai
 from squadd.tools.base import CancelSignal, ToolSet
 from squadd.tools.invoke import CallOrigin, ToolInvoker
 from squadd.tools.rich import bounded_details
@@ -464,12 +466,43 @@ class AgentSession:
     async def _ask(self, request: CompletionRequest) -> Completion | SessionOutcome:
         """The provider's reply, or the session's end when the provider failed."""
         try:
-            return await self.provider.complete(request)
+            if not telemetry.active():
+                return await self.provider.complete(request)
+            return await self._ask_traced(request)
         except (ProviderError, SquaddError) as exc:
             return self._outcome("error", error=str(exc))
         except Exception as exc:  # a provider bug must end this session, not the pool
             log.exception("provider crashed", session_id=self.session_id)
             return self._outcome("error", error=f"provider crashed: {type(exc).__name__}: {exc}")
+
+    async def _ask_traced(self, request: CompletionRequest) -> Completion:
+        """`provider.complete` as a `chat {model}` span (GenAI conventions)."""
+        model = request.model or self.provider.default_model
+        with telemetry.span(f"{genai.CHAT} {model}".strip(), {
+                genai.OPERATION: genai.CHAT, genai.PROVIDER: self.provider.name,
+                genai.REQUEST_MODEL: model or None,
+                genai.REQUEST_MAX_TOKENS: request.max_tokens,
+                genai.AGENT_NAME: self.agent, genai.CONVERSATION_ID: self.session_id,
+        }, kind="client") as span:
+            if telemetry.capture_content():
+                span.set(genai.INPUT_MESSAGES, genai.bounded(telemetry.redact(
+                    genai.messages_json(request.messages))))
+                span.set(genai.SYSTEM_INSTRUCTIONS, genai.system_json(request.messages))
+            completion = await self.provider.complete(request)
+            usage = completion.usage
+            span.set(genai.RESPONSE_MODEL, completion.model or model or None)
+            finish = genai.FINISH_REASONS.get(completion.stop_reason, completion.stop_reason)
+            span.set(genai.RESPONSE_FINISH_REASONS, [finish])
+            span.set(genai.USAGE_INPUT, usage.input_tokens)
+            span.set(genai.USAGE_OUTPUT, usage.output_tokens)
+            span.set(genai.USAGE_CACHE_READ, usage.cache_read_input_tokens)
+            span.set(genai.USAGE_CACHE_CREATION, usage.cache_creation_input_tokens)
+            if telemetry.capture_content():
+                reply = AssistantMessage(content=completion.text,
+                                         tool_calls=completion.tool_calls)
+                span.set(genai.OUTPUT_MESSAGES, genai.bounded(telemetry.redact(
+                    genai.messages_json([reply], finish_reason=finish))))
+            return completion
 
     async def _call(self, call: ToolCall, origin: CallOrigin) -> Message:
         result = await self.invoker.invoke(self.tools, call, origin)

@@ -75,7 +75,27 @@ class PrioritySlots:
 
     @property
     def total(self) -> int:
-        return self._total
+        # After a shrink, the slots still held count until their sessions give them back.
+        return max(self._total, self._in_use)
+
+    def resize(self, total: int) -> None:
+        """Make it `total` slots (`pool.max_concurrent` changed while the daemon runs): more
+        go to those in line at once; fewer take effect as running sessions give theirs back
+        (none is stopped)."""
+        if total < 1:
+            raise ValueError(f"a pool needs at least one slot, got total={total}")
+        self._total = total
+        while self._in_use < self._total and self.waiting():
+            self._in_use += 1
+            self._grant_next()
+
+    def _grant_next(self) -> None:
+        for line in self._lines:
+            if line:
+                ticket = line.popleft()
+                ticket.granted = True
+                ticket._event.set()
+                return
 
     @property
     def in_use(self) -> int:
@@ -118,12 +138,9 @@ class PrioritySlots:
             self._lines[ticket.klass].remove(ticket)
 
     def release(self) -> None:
-        for line in self._lines:
-            if line:
-                ticket = line.popleft()
-                ticket.granted = True
-                ticket._event.set()
-                return
+        if self._in_use <= self._total and self.waiting():
+            self._grant_next()
+            return
         if self._in_use <= 0:
             raise RuntimeError("slot released more often than acquired")
         self._in_use -= 1

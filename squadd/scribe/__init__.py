@@ -59,6 +59,7 @@ from squadd.state.intent import (
     sweep_temp_files,
 )
 from squadd.state.layout import SquadLayout
+from squadd.state.textstyle import TextStyle, file_style, in_style
 from squadd.untrusted import shown_name
 
 __all__ = [
@@ -246,8 +247,10 @@ def _write_batch(
                                               written, memory)
     intent = None
     if batch.new:
-        chunk = (separator_before_append(layout.decisions_md, DECISIONS_HEADING)
-                 + "\n".join(text for text, _, _ in batch.new))
+        # In decisions.md's own line ending, so that only the new lines differ.
+        eol = file_style(layout.decisions_md).eol
+        chunk = in_style(separator_before_append(layout.decisions_md, DECISIONS_HEADING)
+                         + "\n".join(text for text, _, _ in batch.new), TextStyle(False, eol))
         intent = append_with_intent(layout, layout.decisions_md, chunk.encode("utf-8"))
         index.record_append([digest for _, digest, _ in batch.new], chunk)
     pending = deleter.submit(_delete_merged, layout, batch.accepted, intent)

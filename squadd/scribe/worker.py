@@ -14,17 +14,20 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Callable
 
 import anyio
 import anyio.abc
 import structlog
 import watchfiles
 
+from squadd import telemetry
 from squadd.config import Settings
 from squadd.contracts.events import BaseEvent, EventSink
 from squadd.scribe import ScribeMemory, ScribeReport, merge_inbox
 from squadd.state.inbox import scan_inbox
 from squadd.state.layout import SquadLayout
+from squadd.telemetry.genai import SQUAD_NAME
 
 log = structlog.get_logger("squadd.scribe")
 
@@ -65,9 +68,12 @@ async def run_scribe_worker(
     sink: EventSink,
     *,
     stop: anyio.Event | None = None,
+    current: Callable[[], Settings] | None = None,
     task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Run Scribe passes on inbox changes until `stop` is set (or the task is cancelled)."""
+    """Run Scribe passes on inbox changes until `stop` is set (or the task is cancelled).
+    With `current` (the daemon's live settings), each pass reads `[scribe]` from it, so a
+    change on disk applies from the next pass."""
     stop = stop or anyio.Event()
     layout.inbox_dir.mkdir(parents=True, exist_ok=True)
     wake = _Wake()
@@ -75,7 +81,8 @@ async def run_scribe_worker(
     async with anyio.create_task_group() as group:
         # The watcher starts watching before its first await, so before the first pass begins.
         group.start_soon(_watch, layout, settings, wake, stop)
-        await group.start(_merge_loop, layout, settings, sink, wake, stop)
+        await group.start(functools.partial(_merge_loop, layout, settings, sink, wake, stop,
+                                            current=current))
         task_status.started()
         await stop.wait()
         group.cancel_scope.cancel()
@@ -116,9 +123,9 @@ async def _poll(layout: SquadLayout, settings: Settings, wake: _Wake, stop: anyi
 
 async def _merge_loop(
     layout: SquadLayout, settings: Settings, sink: EventSink, wake: _Wake, stop: anyio.Event,
-    *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    *, current: Callable[[], Settings] | None = None,
+    task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    debounce = settings.scribe.debounce_ms / 1000
     retry_after: float | None = None
     first = True
     memory = ScribeMemory()
@@ -126,6 +133,11 @@ async def _merge_loop(
     while not stop.is_set():
         with anyio.move_on_after(retry_after):
             await wake.event.wait()
+        if current is not None:
+            settings = current()
+            failures.base_s = settings.scribe.poll_interval_s
+            failures.max_s = settings.scribe.max_backoff_s
+        debounce = settings.scribe.debounce_ms / 1000
         deadline = time.monotonic() + debounce * MAX_DEBOUNCE_WAITS
         while (quiet := wake.last + debounce - time.monotonic()) > 0:
             if time.monotonic() >= deadline:
@@ -176,8 +188,12 @@ async def _run_pass(layout: SquadLayout, settings: Settings, sink: EventSink,
                     memory: ScribeMemory | None, failures: _Failures) -> ScribeReport | None:
     collected = _ListSink()
     try:
-        report = await anyio.to_thread.run_sync(
-            functools.partial(merge_inbox, layout, settings, collected, memory=memory))
+        with telemetry.span("squadd.scribe_pass", {SQUAD_NAME: layout.repo.name}) as span:
+            report = await anyio.to_thread.run_sync(
+                functools.partial(merge_inbox, layout, settings, collected, memory=memory))
+            span.set("squadd.scribe.merged", report.merged)
+            span.set("squadd.scribe.rejected", len(report.rejected))
+            span.set("squadd.scribe.archived", report.archived)
     except Exception as exc:
         if failures.failed(exc):
             log.exception("scribe.pass_failed", retry_in_s=failures.wait)

@@ -21,7 +21,7 @@ from squadd.config import ScribeSettings
 from squadd.fsio import atomic_write
 from squadd.state.crashpoint import crash_point
 from squadd.state.decision_index import DecisionIndex, entry_digest
-from squadd.state.decisions import DecisionEntry, parse_entries
+from squadd.state.decisions import DecisionEntry, ParsedDecisions, parse_entries
 from squadd.state.intent import (
     AppendIntent,
     append_with_intent,
@@ -30,6 +30,7 @@ from squadd.state.intent import (
     pending_intent,
 )
 from squadd.state.layout import SquadLayout
+from squadd.state.textstyle import TextStyle, detect, file_style, in_style, plain, restyle
 
 log = structlog.get_logger("squadd.state")
 
@@ -146,8 +147,9 @@ def archive_decisions(
     ).encode("utf-8"))
     if dry_run:
         return outcome
-    chunk = (separator_before_append(layout.decisions_archive, ARCHIVE_HEADING)
-             + "\n".join(e.text for e in moved))
+    style = file_style(layout.decisions_archive, TextStyle(bom=False, eol=detect(text).eol))
+    chunk = in_style(separator_before_append(layout.decisions_archive, ARCHIVE_HEADING)
+                     + "\n".join(e.text for e in moved), style)
     intent = append_with_intent(
         layout, layout.decisions_archive, chunk.encode("utf-8"),
         {"remove": [entry_digest(e.text).hex() for e in moved]},
@@ -179,23 +181,47 @@ def _finish(layout: SquadLayout, intent: AppendIntent) -> int:
         text = layout.decisions_md.read_bytes().decode("utf-8")
     except FileNotFoundError:
         text = ""
-    parsed = parse_entries(text)
-    kept: list[str] = []
-    removed = 0
-    for entry in parsed.entries:
+    body = plain(text)
+    parsed = parse_entries(body)
+    gone: list[int] = []
+    for n, entry in enumerate(parsed.entries):
         digest = entry_digest(entry.text)
         if remove[digest] > 0:
             remove[digest] -= 1
-            removed += 1
-        else:
-            kept.append(entry.text)
+            gone.append(n)
+    removed = len(gone)
     if removed:
-        atomic_write(layout.decisions_md, render_decisions(parsed.preamble, kept))
+        atomic_write(layout.decisions_md, restyle(text, without_entries(body, parsed, gone)))
         crash_point("decisions-rewritten")
         with DecisionIndex(layout, writable=True) as index:
             index.rebuild()
     clear_intent(intent)
     return removed
+
+
+def without_entries(text: str, parsed: ParsedDecisions, gone: list[int]) -> str:
+    """Plain `text` without the entries at positions `gone`, each cut from its heading to the
+    next entry's heading (its trailing blank lines with it); every other line stays as it is."""
+    spans: list[tuple[int, int]] = []
+    cursor = len(parsed.preamble)
+    for entry in parsed.entries:
+        at = text.find(entry.text.rstrip("\n"), cursor)
+        if at < 0:  # cannot happen for text parse_entries split; keep the file whole
+            return text
+        spans.append((at, at + len(entry.text.rstrip("\n"))))
+        cursor = spans[-1][1]
+    out: list[str] = []
+    last = 0
+    for n in sorted(gone):
+        start = spans[n][0]
+        end = spans[n + 1][0] if n + 1 < len(spans) else len(text)
+        out.append(text[last:start])
+        last = end
+    out.append(text[last:])
+    joined = "".join(out)
+    if gone and max(gone) == len(spans) - 1:  # the last entry went: end on one newline
+        joined = joined.rstrip("\n") + "\n" if joined.strip() else ""
+    return joined
 
 
 def separator_before_append(path: Path, heading: str) -> str:
@@ -204,12 +230,12 @@ def separator_before_append(path: Path, heading: str) -> str:
     try:
         with path.open("rb") as handle:
             size = handle.seek(0, 2)
-            handle.seek(max(0, size - 2))
+            handle.seek(max(0, size - 4))
             last = handle.read()
     except FileNotFoundError:
         return heading
     if size == 0:
         return heading
-    if last.endswith(b"\n\n"):
+    if last.endswith((b"\n\n", b"\n\r\n")):
         return ""
     return "\n" if last.endswith(b"\n") else "\n\n"

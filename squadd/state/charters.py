@@ -142,19 +142,26 @@ def roster(layout: SquadLayout) -> list[RosterEntry]:
         return []
     members = team_members(layout)
     out = []
-    for child in sorted(agents_dir.iterdir()):
+    seen: set[str] = set()
+    # Folders are read whatever their case (Squad makes `agents/Rai/`: the agent `rai`); where
+    # `rai/` and `Rai/` both exist, the lower-case one is the agent.
+    def order(child: Path) -> tuple[str, bool]:
+        return child.name.lower(), child.name != child.name.lower()
+
+    for child in sorted(agents_dir.iterdir(), key=order):
         charter_path = child / "charter.md"
-        if not (is_safe_name(child.name) and child.name == child.name.lower()
-                and charter_path.is_file()):
+        name = child.name.lower()
+        if not (is_safe_name(name) and name not in seen and charter_path.is_file()):
             continue
+        seen.add(name)
         try:
             text = layout.read_text(charter_path)
         except (OSError, UnicodeDecodeError, StateError):
             text = ""  # listed without a role; reading it for a route says what is wrong
-        parsed = parse_charter(child.name, text)
-        member = members.get(child.name)
+        parsed = parse_charter(name, text)
+        member = members.get(name)
         out.append(RosterEntry(
-            name=child.name, role=(member.role if member and member.role else parsed.role),
+            name=name, role=(member.role if member and member.role else parsed.role),
             model=parsed.model, tools=parsed.tools, charter=charter_path,
             has_history=(child / "history.md").is_file(),
             display_name=member.display_name if member else child.name,

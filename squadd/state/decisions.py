@@ -26,6 +26,7 @@ from squadd.errors import LimitExceededError, StateError
 from squadd.fsio import publish_exclusive, read_text
 from squadd.state.layout import SquadLayout
 from squadd.state.markdown import nest_body
+from squadd.state.textstyle import plain
 
 CATEGORIES = ("architecture", "process", "security", "feature", "team", "general")
 # Every pattern here runs in linear time on hostile text: values are stripped in code, not by
@@ -176,7 +177,8 @@ def _headings(lines: list[str]) -> list[_Heading]:
 
 
 def parse_entries(text: str) -> ParsedDecisions:
-    """Split markdown into the preamble and its entries (line endings normalized).
+    """Split markdown into the preamble and its entries (`\r\n` read as `\n`; a stray `\r`
+    and the BOM's absence are left to `squadd.state.textstyle.restyle` when writing back).
 
     The rule, in order, for each heading outside a ``` fence:
 
@@ -192,7 +194,7 @@ def parse_entries(text: str) -> ParsedDecisions:
     4. Outside any decision, a plain `### ` heading starts a bare entry; other headings belong
        to the preamble (before the first entry) or to the section they are in.
     """
-    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    text = plain(text)
     lines = text.split("\n")
     starts: list[tuple[int, str]] = []
     current: _Heading | None = None

@@ -35,13 +35,15 @@ from squadd.state.learnings import (
     LEARNINGS_HEADING,
     HistoryShape,
     Segment,
-    format_block,
+    entry_date,
+    format_in_style,
     format_learning,
     insert_learning,
     learning_title,
     learnings,
     parse_history,
 )
+from squadd.state.textstyle import TextStyle, detect, file_style, in_style, plain, restyle
 
 __all__ = [
     "HISTORY_SKELETON", "LEARNINGS_HEADING", "LEARNING_CATEGORIES", "HistoryNote",
@@ -71,10 +73,9 @@ def read_history(path: Path) -> str:
 
 
 def _styled(content: str, *, bullet: str, title: str, body: str, day: dt.date) -> str:
-    """The new entry in the shape this history uses."""
-    if parse_history(content).style == "block":
-        return format_block(title, body, day)
-    return bullet
+    """The new entry in the shape this history uses (plain `content`)."""
+    style = parse_history(content).style if content.strip() else "dated"
+    return format_in_style(style, bullet=bullet, title=title, body=body, day=day)
 
 
 def append_learning(
@@ -105,10 +106,11 @@ def append_learning(
         )
     path = layout.history(agent)
     with file_lock(layout.lock_for(path)):
-        content = read_history(path)
+        raw = read_history(path)
+        content = plain(raw)
         entry = _styled(content, bullet=format_learning(text, category),
                         title=learning_title(text), body=text, day=today or dt.date.today())
-        atomic_write(path, insert_learning(content, entry))
+        atomic_write(path, restyle(raw, insert_learning(content, entry)))
     return path
 
 
@@ -129,7 +131,8 @@ def append_history_lines(
     written, so compaction in the same pass can leave them alone). One locked, atomic rewrite."""
     path = layout.history(agent)
     with file_lock(layout.lock_for(path)):
-        content = read_history(path)
+        raw = read_history(path)
+        content = plain(raw)
         added: list[str] = []
         for note in dict.fromkeys(notes):
             flat = " ".join(note.text.split())
@@ -140,7 +143,7 @@ def append_history_lines(
             content = insert_learning(content, entry)
             added.append(entry)
         if added:
-            atomic_write(path, content)
+            atomic_write(path, restyle(raw, content))
     return added
 
 
@@ -165,11 +168,12 @@ def compact_history(
 ) -> int:
     """Compact `agent`'s history.md once it reaches `max_bytes`; return how many entries moved.
 
-    `# ` headings, `## Project Context`, `## Core Context`, the Learnings lead-in and the newest
+    Everything outside the learnings (headings, lead-ins, other sections) and the newest
     learnings within `keep_bytes` (half of `max_bytes` by default) stay, and so do the newest
-    learning and those in `protect` (entry texts written in this pass). Older learnings and
-    other `## ` sections go to history-archive.md, whole. A compaction a crash interrupted is
-    finished first, and said so in `recovered`.
+    learning and those in `protect` (entry texts written in this pass). The older learnings, from
+    whichever `## Learnings` section holds them, go to history-archive.md, each whole; a section
+    never moves whole. Lines that stay keep their bytes (line endings, BOM). A compaction a
+    crash interrupted is finished first, and said so in `recovered`.
     """
     path = layout.history(agent)
     archive = layout.history_archive(agent)
@@ -179,9 +183,10 @@ def compact_history(
             note = _recover(layout, path, archive)
             if note and recovered is not None:
                 recovered.append(f"{note} of agents/{agent}/history.md")
-        content = read_history(path)
-        if len(content.encode("utf-8")) < max_bytes:
+        raw = read_history(path)
+        if len(raw.encode("utf-8")) < max_bytes:
             return 0
+        content = plain(raw)
         shape = parse_history(content)
         moved = _segments_to_move(shape, budget, {" ".join(p.split()) for p in protect})
         if not moved or dry_run:
@@ -191,11 +196,13 @@ def compact_history(
             f"# History Archive: {agent}\n\nLearnings moved out of history.md by the Scribe.\n\n")
         texts = [shape.text(s) for s in moved]
         body = "".join(t if t.endswith("\n") else t + "\n" for t in texts)
-        chunk = f"{prefix}## Archived {day}\n\n{body}\n"
+        style = TextStyle(bom=False, eol=detect(raw).eol) if prefix else file_style(archive)
+        chunk = in_style(f"{prefix}## Archived {day}\n\n{body}\n", style)
         gone = {s.start for s in moved}
-        after = "".join(shape.text(s) for s in shape.segments if s.start not in gone)
+        after = restyle(raw, "".join(shape.text(s) for s in shape.segments
+                                     if s.start not in gone))
         intent = append_with_intent(layout, archive, chunk.encode("utf-8"), {
-            "remove": [_digest(t) for t in texts], "before": _sha(content), "after": _sha(after),
+            "remove": [_digest(t) for t in texts], "before": _sha(raw), "after": _sha(after),
         })
         crash_point("history-archived")
         atomic_write(path, after)
@@ -228,12 +235,21 @@ def _recover(layout: SquadLayout, path: Path, archive: Path) -> str:
 
 
 def _segments_to_move(shape: HistoryShape, budget: int, protect: set[str]) -> list[Segment]:
-    """Everything but the fixed parts and the newest learnings that fit `budget` bytes."""
+    """The oldest learnings, whichever `## Learnings` section holds them, past the newest ones
+    that fit `budget` bytes beside the fixed parts. Dated learnings rank by their date; an
+    undated one ranks with the dated one before it in the file's order (file order breaks
+    ties)."""
     size = {s.start: len(shape.text(s).encode("utf-8")) for s in shape.segments}
     room = budget - sum(size[s.start] for s in shape.segments if s.kind == "fixed")
-    newest_first = list(shape.entries)
-    if shape.order == "oldest-first":
-        newest_first.reverse()
+    oldest_first = list(shape.entries)
+    if shape.order == "newest-first":
+        oldest_first.reverse()
+    carry = dt.date.min
+    ranked: list[tuple[dt.date, int, Segment]] = []
+    for position, s in enumerate(oldest_first):
+        carry = entry_date(shape.lines[s.start]) or carry
+        ranked.append((carry, position, s))
+    newest_first = [s for _, _, s in sorted(ranked, key=lambda r: (r[0], r[1]), reverse=True)]
     keep: set[int] = set()
     for s in newest_first:
         if " ".join(shape.text(s).split()) in protect:
@@ -246,13 +262,13 @@ def _segments_to_move(shape: HistoryShape, budget: int, protect: set[str]) -> li
             break
         room -= size[s.start]
         keep.add(s.start)
-    return [s for s in shape.segments if s.kind != "fixed" and s.start not in keep]
+    return [s for s in shape.entries if s.start not in keep]
 
 
 def _rewrite_without(path: Path, content: str, remove: list[str]) -> None:
     """Rewrite history.md without the entries whose digests are listed (each once, in order)."""
     left = Counter(remove)
-    shape = parse_history(content)
+    shape = parse_history(plain(content))
     kept: list[str] = []
     for segment in shape.segments:
         text = shape.text(segment)
@@ -261,6 +277,6 @@ def _rewrite_without(path: Path, content: str, remove: list[str]) -> None:
             left[digest] -= 1
         else:
             kept.append(text)
-    new = "".join(kept)
+    new = restyle(content, "".join(kept))
     if new != content:
         atomic_write(path, new)

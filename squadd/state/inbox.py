@@ -4,8 +4,8 @@ and the bad ones moved to ``inbox/.rejected/`` with a ``.reason`` file (never de
 A file is merged only when complete: sealed (read-only, as squad tools write it: a temp file
 linked into place) or, from any other writer, quiet for `scribe.settle_ms` with the same size
 and mtime at the listing and at the read. A file is rejected when it is empty, binary (holds
-NUL bytes), not UTF-8 (its text or its name), too large, or not a plain file. Text outside a
-decision becomes an entry named after the file (`file_entries`).
+NUL bytes), not UTF-8 (its text or its name), too large, or not a plain file. Each file becomes
+one Squad entry (`file_entries`).
 """
 
 from __future__ import annotations
@@ -23,9 +23,10 @@ from pathlib import Path
 
 from squadd.fsio import atomic_write, fsync_dir
 from squadd.state.decision_index import fence_parity
-from squadd.state.decisions import META_LINE_RE, format_entry, heading_title, parse_entries
+from squadd.state.decisions import META_LINE_RE, heading_title, parse_entries
 from squadd.state.layout import SquadLayout
-from squadd.state.markdown import heading_level
+from squadd.state.markdown import heading_level, nest_body
+from squadd.state.textstyle import plain
 from squadd.untrusted import has_surrogate, shown_name
 
 EMPTY_GRACE_S = 10.0
@@ -211,53 +212,60 @@ def _oversized(size: int, limit: int) -> str:
 
 
 def file_entries(text: str, name: str, day: dt.date, agents: Sequence[str] = ()) -> list[str]:
-    """Split an inbox file into whole decisions, as they will be written to decisions.md.
+    """An inbox file as the entries it adds to decisions.md, each one Squad entry as Squad's own
+    merge (`prepareInboxBodyForMerge`) makes it.
 
-    A decision under a decision heading is kept byte for byte. Text outside any (the file's
-    preamble), a bare `### Title` entry and a stray section are written as squadd entries: the
-    title from their heading (else the file name), the author and date from their `**By:**` /
-    `**Author:**` / `**Date:**` lines (else the file name and `day`), and their own headings
-    moved below `###` so that they stay inside the entry in decisions.md.
+    A file holding several decisions (decision headings: dated, `Decision:`, or with their own
+    `**By:**` line) gives one entry per decision, any text before the first one its own entry.
+    Otherwise the whole file is one entry. An entry is `### {date}: {title}`: the title from its
+    first heading (`# Decision: T`, `## T`, a dated heading) else the file name; the date from
+    that heading or a `**Date:**` line, else the file's `day`; then a `**By:**` line naming the
+    author from `**By:**` / `**Author:**`, else the file name. The body's headings move down so
+    that the shallowest is `####`: Squad's parsers read the decision whole, title, date, author.
     """
     parsed = parse_entries(text)
     agent, file_title = agent_and_title(name, agents)
-    out: list[str] = []
-    if parsed.preamble.strip():
-        out.append(close_fence(_as_entry(parsed.preamble, file_title, agent, day)))
+    if sum(1 for e in parsed.entries if e.kind == "decision") < 2:
+        return [close_fence(_as_entry(plain(text), file_title, agent, day))]
+    groups: list[str] = [parsed.preamble + "\n"]
     for entry in parsed.entries:
         if entry.kind == "decision":
-            out.append(close_fence(entry.text))
-        else:
-            out.append(close_fence(_as_entry(entry.text, file_title, agent, day)))
-    return out
-
-
+            groups.append(entry.text)
+        else:  # a plain heading's text belongs to the decision above it
+            groups[-1] += "\n" + entry.text
+    return [close_fence(_as_entry(group, file_title, agent, day))
+            for group in groups if group.strip()]
 
 
 def _as_entry(text: str, title: str, agent: str, day: dt.date) -> str:
-    """Loose decision text as one squadd entry (see `file_entries`)."""
+    """A whole inbox file as one Squad entry (see `file_entries`)."""
     lines = text.strip("\n").split("\n")
-    if lines and heading_level(lines[0]):
-        title = heading_title(lines[0])[0] or title
-        lines = lines[1:]
-    body: list[str] = []
-    author: str | None = None
+    lead = next((i for i, line in enumerate(lines) if line.strip()), 0)
     dated: dt.date | None = None
+    if lines and heading_level(lines[lead]):
+        title, dated = heading_title(lines[lead])
+        title = title or lines[lead].lstrip("#").strip()
+        lines = lines[:lead] + lines[lead + 1:]
+    author: str | None = None
+    has_by = False
     for line in lines:
         meta = META_LINE_RE.match(line)
         value = meta.group(2).strip() if meta else ""
-        if meta and value and meta.group(1).lower() in ("by", "author") and author is None:
-            author = value
+        if not meta or not value:
             continue
-        if meta and meta.group(1).lower() == "date" and dated is None:
+        key = meta.group(1).lower()
+        if key in ("by", "author") and author is None:
+            author = value
+            has_by = key == "by" and line.lstrip().startswith("**By:**")
+        elif key == "date" and dated is None:
             found = re.search(r"\d{4}-\d{2}-\d{2}", value)
             if found:
                 with contextlib.suppress(ValueError):
                     dated = dt.date.fromisoformat(found.group(0))
-                    continue
-        body.append(line)
-    return format_entry(title=title, body="\n".join(body), agent=author or agent,
-                        category="general", date=dated or day)
+    body = nest_body("\n".join(lines).strip("\n"), 3)
+    by = "" if has_by else f"**By:** {author or agent}\n\n"
+    heading = f"### {(dated or day).isoformat()}: {' '.join(title.split()) or 'Decision'}"
+    return f"{heading}\n\n{by}{body}\n"
 
 
 def close_fence(entry: str) -> str:

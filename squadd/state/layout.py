@@ -230,7 +230,7 @@ class SquadLayout:
         if part == "decisions":
             path = self._p("decisions.md", check=check)
         elif part in ("charter", "history"):
-            path = self._p("agents", safe_name(agent), f"{part}.md", check=check)
+            path = self._p("agents", self.agent_folder(agent), f"{part}.md", check=check)
         else:
             raise ValueError(f"not a prompt file: {part!r}")
         if not check:
@@ -266,6 +266,17 @@ class SquadLayout:
         return self._p("config.toml")
 
     @property
+    def hooks_json(self) -> Path:
+        """The squad's hooks, in Claude Code's format (`{"hooks": {EVENT: [...]}}`)."""
+        return self._p("hooks.json")
+
+    @property
+    def claude_settings(self) -> Path:
+        """The project's `.claude/settings.json`, whose hooks `hooks.import_claude` reads.
+        Outside the squad dir: read it through `open_file` (it must stay in the repository)."""
+        return self.repo / ".claude" / "settings.json"
+
+    @property
     def inbox_dir(self) -> Path:
         return self._p("decisions", "inbox")
 
@@ -278,8 +289,21 @@ class SquadLayout:
     def agents_dir(self) -> Path:
         return self._p("agents")
 
+    def agent_folder(self, agent: str) -> str:
+        """The folder under `agents/` that holds agent `agent`: its lower-case name, or, where
+        only a folder of another case exists (Squad's `agents/Rai/`), that one."""
+        name = safe_name(agent)
+        agents = self._prefix + "agents"
+        if os.path.lexists(agents + os.sep + name):
+            return name
+        try:
+            children = sorted(child.name for child in Path(agents).iterdir())
+        except OSError:
+            return name
+        return next((child for child in children if child.lower() == name), name)
+
     def agent_dir(self, agent: str) -> Path:
-        return self._p("agents", safe_name(agent))
+        return self._p("agents", self.agent_folder(agent))
 
     def charter(self, agent: str) -> Path:
         return self.prompt_file("charter", agent)
@@ -288,7 +312,16 @@ class SquadLayout:
         return self.prompt_file("history", agent)
 
     def history_archive(self, agent: str) -> Path:
-        return self._p("agents", safe_name(agent), "history-archive.md")
+        return self._p("agents", self.agent_folder(agent), "history-archive.md")
+
+    # Squad's casting state (written by Squad's `init`, `cast` and presets).
+    @property
+    def casting_registry(self) -> Path:
+        return self._p("casting", "registry.json")
+
+    @property
+    def casting_history(self) -> Path:
+        return self._p("casting", "history.json")
 
     # Skills and tools.
     @property
@@ -504,7 +537,7 @@ class SquadLayout:
     # Daemon runtime files (git-ignored): run/ and tool-output/.
     @property
     def log_dir(self) -> Path:
-        """Where squadd's own log lives: run/ (Squad commits `log/`, so squadd keeps out)."""
+        """Where squadd's own log lives: run/ (`log/` is Squad's, so squadd keeps out)."""
         return self._p("run")
 
     @property

@@ -2,14 +2,18 @@
 
 Squad writes learnings in two shapes, and squadd reads both and writes the one the file uses:
 
-- The section runs from a `## ` heading titled "Learnings" (case and decoration ignored) to the
-  next `# ` or `## ` heading. Headings and bullets inside ``` fences do not count.
+- A section runs from a `## ` heading titled "Learnings" (case and decoration ignored) to the
+  next `# ` or `## ` heading. A file may hold several (one per `# ... History` block): all of
+  them hold learnings, and new ones go to the last. Headings and bullets inside ``` fences do
+  not count. Everything outside the Learnings sections is fixed and never moved.
 - An entry is either a `### ` block, its heading and everything up to the next heading of level
   1-3 (so `#### ` sub-headings, paragraphs and bullets stay inside), or, outside any `### `
   block, a `- ` / `* ` bullet with its continuation lines, up to the next bullet or heading.
   Text before the first entry is the section's lead-in and is never an entry.
-- Style: a section holding at least one `### ` entry is a block file, and new learnings become
-  `### {title} ({date})` blocks; otherwise they are `- **[{category}]** {text}` bullets.
+- Style: new learnings take the shape the file's learnings have: `### {date}: {title}` blocks
+  (Squad's style) when most `### ` entries start with their date, `### {title} ({date})` blocks
+  when they do not, `- **[{category}]** {text}` bullets when there are only bullets, and
+  Squad's `### {date}: {title}` when the file has no learning yet.
 - Order: an entry's date is the first YYYY-MM-DD in its first line. Each pair of neighbouring
   dated entries votes: a later date below an earlier one for oldest-first, the reverse for
   newest-first; the majority wins. On a tie, or with fewer than two dated entries, the lead-in
@@ -31,22 +35,22 @@ from squadd.state.markdown import heading_level, nest_body
 
 LEARNINGS_HEADING = "## Learnings"
 HISTORY_SKELETON = "# Project Context\n\n## Learnings\n"
-_KEPT_SECTIONS = ("project context", "core context")
 _DATE_RE = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
+_DATED_HEADING_RE = re.compile(r"###[ \t]+\d{4}-\d{2}-\d{2}\b")
 _NEWEST_FIRST_HINT = re.compile(
     r"newest[- ]first|most[- ]recent[- ]first|newest (?:on|at the) top|reverse[- ]chronological",
     re.IGNORECASE)
 _MAX_TITLE = 60
 
-Kind = Literal["fixed", "learning", "section"]
+Kind = Literal["fixed", "learning"]
 Order = Literal["oldest-first", "newest-first"]
-Style = Literal["bullet", "block"]
+Style = Literal["bullet", "block", "dated"]
 
 
 @dataclass(frozen=True)
 class Segment:
-    """A run of whole lines of history.md: `fixed` (always kept), one `learning`, or another
-    `section` (a `## ` section other than Learnings and the context ones)."""
+    """A run of whole lines of history.md: `fixed` (always kept: headings, lead-ins, every
+    section other than Learnings) or one `learning`."""
 
     kind: Kind
     start: int
@@ -62,9 +66,11 @@ class HistoryShape:
     """The lines, each with its newline (the last may lack one)."""
     segments: list[Segment]
     learnings_heading: int | None
-    """Line index of the `## Learnings` heading (None: the file has none)."""
+    """Line index of the last `## Learnings` heading (None: the file has none)."""
     learnings_end: int
-    """Line index where the Learnings section ends (the next `# ` / `## ` heading, or EOF)."""
+    """Line index where that Learnings section ends (the next `# ` / `## ` heading, or EOF)."""
+    sections: tuple[tuple[int, int], ...] = ()
+    """(heading, end) of every `## Learnings` section, in file order."""
 
     def text(self, segment: Segment) -> str:
         return "".join(self.lines[segment.start:segment.end])
@@ -75,8 +81,16 @@ class HistoryShape:
 
     @property
     def style(self) -> Style:
-        blocked = any(heading_level(self.lines[s.start]) == 3 for s in self.entries)
-        return "block" if blocked else "bullet"
+        """`dated` (Squad's `### YYYY-MM-DD: title`) when the blocks start with their date, or
+        when there are no learnings yet; `block` for `### Title (date)`; else `bullet`."""
+        if not self.entries:
+            return "dated"
+        blocks = [self.lines[s.start] for s in self.entries
+                  if heading_level(self.lines[s.start]) == 3]
+        if not blocks:
+            return "bullet"
+        dated = sum(1 for line in blocks if _DATED_HEADING_RE.match(line))
+        return "dated" if 2 * dated >= len(blocks) else "block"
 
     @property
     def order(self) -> Order:
@@ -97,14 +111,15 @@ def is_learnings_heading(line: str) -> bool:
 
 
 def parse_history(content: str) -> HistoryShape:
-    """Cut history.md into segments (see the module docstring for the rules)."""
+    """Cut history.md into segments (see the module docstring for the rules). Every `## Learnings`
+    section holds learnings (a file may repeat the heading, one per `# ` block); the shape's
+    `learnings_heading` and `learnings_end` are those of the last one, where new ones go."""
     lines = split_lines(content)
     segments: list[Segment] = []
     start = 0
     kind: Kind = "fixed"
     in_learnings = in_block = in_fence = False
-    heading_at: int | None = None
-    end_at = len(lines)
+    sections: list[list[int]] = []
 
     def cut(at: int, new_kind: Kind) -> None:
         nonlocal start, kind
@@ -122,22 +137,22 @@ def parse_history(content: str) -> HistoryShape:
         level = heading_level(bare)
         if level in (1, 2):
             if in_learnings:
-                end_at = i
-            in_learnings = heading_at is None and is_learnings_heading(bare)
+                sections[-1][1] = i
+            in_learnings = is_learnings_heading(bare)
             if in_learnings:
-                heading_at = i
-            kept = in_learnings or level == 1 or _title(bare) in _KEPT_SECTIONS
+                sections.append([i, len(lines)])
             in_block = False
-            cut(i, "fixed" if kept or i == 0 else "section")
+            cut(i, "fixed")
         elif in_learnings and level == 3:
             in_block = True
             cut(i, "learning")
         elif in_learnings and not in_block and bare.startswith(("- ", "* ")):
             cut(i, "learning")
     cut(len(lines), "fixed")
-    if heading_at is not None and end_at < heading_at:
-        end_at = len(lines)
-    return HistoryShape(lines, segments, heading_at, end_at if heading_at is not None else 0)
+    if not sections:
+        return HistoryShape(lines, segments, None, 0)
+    return HistoryShape(lines, segments, sections[-1][0], sections[-1][1],
+                        tuple((a, b) for a, b in sections))
 
 
 def entry_date(first_line: str) -> dt.date | None:
@@ -157,9 +172,10 @@ def learning_order(shape: HistoryShape) -> Order:
     newer_first = sum(1 for a, b in itertools.pairwise(dates) if b < a)
     if newer_first != older_first:
         return "newest-first" if newer_first > older_first else "oldest-first"
-    if shape.learnings_heading is not None:
-        first = shape.entries[0].start if shape.entries else shape.learnings_end
-        lead = "".join(shape.lines[shape.learnings_heading:first])
+    if shape.sections:
+        heading, end = shape.sections[0]
+        first = min([s.start for s in shape.entries if heading < s.start < end] + [end])
+        lead = "".join(shape.lines[heading:first])
         if _NEWEST_FIRST_HINT.search(lead):
             return "newest-first"
     return "oldest-first"
@@ -189,6 +205,23 @@ def format_block(title: str, body: str, day: dt.date) -> str:
     return f"### {clean} ({day.isoformat()})\n\n{nest_body(text, 3)}"
 
 
+def format_dated(title: str, body: str, day: dt.date) -> str:
+    """One learning in Squad's style: `### {date}: {title}`, a blank line, then the learning
+    (headings in it moved below `###`, an open fence closed)."""
+    clean = " ".join(title.split()).lstrip("#").strip() or "Learning"
+    text = "\n".join(line.rstrip() for line in body.strip().replace("\r\n", "\n").split("\n"))
+    return f"### {day.isoformat()}: {clean}\n\n{nest_body(text, 3)}"
+
+
+def format_in_style(style: Style, *, bullet: str, title: str, body: str, day: dt.date) -> str:
+    """The new entry in `style` (`bullet` is the whole bullet line)."""
+    if style == "dated":
+        return format_dated(title, body, day)
+    if style == "block":
+        return format_block(title, body, day)
+    return bullet
+
+
 def learnings(content: str) -> list[str]:
     """The entries of the `## Learnings` section, in file order, without trailing blank lines."""
     shape = parse_history(content)
@@ -205,7 +238,7 @@ def insert_learning(content: str, entry: str) -> str:
     lines = shape.lines
     if shape.learnings_heading is None:
         return f"{content.rstrip(chr(10))}\n\n{LEARNINGS_HEADING}\n\n{entry}\n"
-    block = entry.startswith("### ") or shape.style == "block"
+    block = entry.startswith("### ") or shape.style != "bullet"
     entries = shape.entries
     if entries and shape.order == "newest-first":
         at = entries[0].start
@@ -218,7 +251,8 @@ def insert_learning(content: str, entry: str) -> str:
     head = [*lines[:last]]
     if head and not head[-1].endswith("\n"):
         head[-1] += "\n"
-    gap = "\n" if (block or not entries or last == start + 1) else ""
+    own = [e for e in entries if start < e.start < end]
+    gap = "\n" if (block or not own or last == start + 1) else ""
     rest = lines[end:]
     tail = "\n" if rest else ""
     return "".join([*head, gap, entry + "\n", tail, *rest])

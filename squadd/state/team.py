@@ -9,12 +9,13 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from squadd.contracts.names import safe_name
 from squadd.errors import ConfigError, StateError
 from squadd.fsio import atomic_write, create_exclusive, file_lock, read_text
+from squadd.state.casting import register_agent
 from squadd.state.layout import SquadLayout
 from squadd.state.members import (
     MEMBERS_HEADING,
@@ -25,6 +26,7 @@ from squadd.state.members import (
     members_span,
     parse_members,
 )
+from squadd.state.textstyle import plain, restyle
 
 MEMBERS_TABLE_HEAD = "| Name | Role | Charter | Status |\n|------|------|---------|--------|"
 TEAM_SKELETON = f"# Team\n\n{MEMBERS_HEADING}\n\n{MEMBERS_TABLE_HEAD}\n"
@@ -45,6 +47,8 @@ class AddedAgent:
     history: Path
     created: list[Path]
     team_updated: bool
+    casting: list[Path] = field(default_factory=list)
+    """Squad's casting files updated (registry.json, history.json), where the team has them."""
 
 
 def check_role(role: str) -> str:
@@ -137,8 +141,18 @@ def add_member_row(team_md: str, *, name: str, role: str, squad_dirname: str = "
     else:
         block = ["", *MEMBERS_TABLE_HEAD.split("\n"), row]
         new_lines = [*lines[:start + 1], *block, *lines[start + 1:]]
-    result = "\n".join(new_lines)
-    return result if result.endswith("\n") else result + "\n"
+    return "\n".join(new_lines)  # the end of the file is untouched, final newline or none
+
+
+def _read_exact(path: Path) -> str:
+    """team.md as its bytes say (no newline translation); "" when it is missing."""
+    try:
+        return path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        return ""
+    except UnicodeDecodeError as exc:
+        raise StateError(f"{path} is not valid UTF-8 (byte {exc.start}): re-save it as UTF-8, "
+                         "then add the agent again") from None
 
 
 def _read_template(folder: Path, filename: str) -> str:
@@ -176,11 +190,13 @@ def add_agent(layout: SquadLayout, name: str, role: str, *, templates: Path) -> 
         if create_exclusive(history_path, history):
             created.append(history_path)
         with file_lock(layout.lock_for(team_path)):
-            team = read_text(team_path)
+            team = _read_exact(team_path)
             team_updated = name not in member_names(team)
             if team_updated:
-                atomic_write(team_path, add_member_row(team, name=name, role=role,
-                                                        squad_dirname=layout.root.name))
+                # Only the new row differs: the file keeps its line endings, BOM and bytes.
+                row_added = add_member_row(plain(team), name=name, role=role,
+                                           squad_dirname=layout.root.name)
+                atomic_write(team_path, restyle(team, row_added))
     except BaseException:
         for path in created:
             with contextlib.suppress(FileNotFoundError):
@@ -189,5 +205,8 @@ def add_agent(layout: SquadLayout, name: str, role: str, *, templates: Path) -> 
             with contextlib.suppress(OSError):
                 agent_dir.rmdir()
         raise
+    display = next((m.display_name for m in parse_members(read_text(team_path)).members
+                    if m.folder == name), name)
+    casting = register_agent(layout, name, display)
     return AddedAgent(name=name, role=role, charter=charter_path, history=history_path,
-                      created=created, team_updated=team_updated)
+                      created=created, team_updated=team_updated, casting=casting)

@@ -1,7 +1,8 @@
 """The one invocation pipeline every tool call goes through, whoever makes it.
 
-lookup -> validate args -> variables (a missing one may be asked for) -> approval -> run
-(timeout, cancel) -> redact secrets -> truncate + spill -> events -> ToolResult. Nothing raises
+lookup -> validate args -> variables (a missing one may be asked for) -> approval -> PreToolUse
+hooks -> run (timeout, cancel) -> redact secrets -> truncate + spill -> PostToolUse hooks ->
+events -> ToolResult. Nothing raises
 out of `ToolInvoker.invoke` but cancellation: every failure becomes a ``result_type="failure"``
 result the model can read.
 
@@ -25,10 +26,12 @@ import anyio
 import structlog
 from pydantic import BaseModel, ValidationError
 
+from squadd import telemetry
 from squadd.config import Settings
 from squadd.contracts.events import EventSink, NullSink, ToolCompleted, ToolStarted, ToolUpdated
 from squadd.contracts.messages import ToolCall
 from squadd.state.layout import SquadLayout
+from squadd.telemetry import genai
 from squadd.tools.base import (
     CancelSignal,
     ConfirmFn,
@@ -39,6 +42,8 @@ from squadd.tools.base import (
     ToolSet,
     VariableSpec,
 )
+from squadd.tools.hooks import Hooks
+from squadd.tools.hooks.gate import gate_call, tell_model
 from squadd.tools.policy import approval_policy
 from squadd.tools.redaction import redact as redact
 from squadd.tools.redaction import redact_any as redact_any
@@ -101,6 +106,9 @@ class Unattended:
         self.rules = settings.tools.approvals
         self.approve_asks = approve_asks
 
+    def apply_settings(self, settings: Settings) -> None:
+        self.rules = settings.tools.approvals
+
     async def check(self, tool: Tool[Any], arguments: Mapping[str, Any], ctx: ToolContext,
                     secrets: Mapping[str, str], *, reason: str | None = None
                     ) -> ToolResult | None:
@@ -154,6 +162,14 @@ class EnvironmentVariables:
             if spec.type == "secret":
                 secrets[spec.name] = value
         return ResolvedVariables(values, secrets)
+
+
+@dataclass
+class _Ran:
+    """What the tool ran with, once it ran (for the PostToolUse hooks)."""
+
+    ctx: ToolContext | None = None
+    arguments: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -221,6 +237,7 @@ class ToolInvoker:
         variables: VariableResolver | None = None,
         approvals: ApprovalGate | None = None,
         secrets: KnownSecrets | None = None,
+        hooks: Hooks | None = None,
     ):
         """`secrets`: the owner's registry of secret values (default: the resolver's
         `registry`, if it has one)."""
@@ -229,6 +246,9 @@ class ToolInvoker:
         self.sink = sink or NullSink()
         self.variables = variables or EnvironmentVariables()
         self.approvals: ApprovalGate = approvals if approvals is not None else Unattended(settings)
+        self.hooks = hooks if hooks is not None else Hooks(layout, settings)
+        """The squad's hooks (`.squad/hooks.json`): PreToolUse after the approval gate,
+        PostToolUse on a call that ran and succeeded."""
         self.running: dict[str, str] = {}
         """Call id -> tool name of the calls running now (read by the daemon's loop watch)."""
         self._scoped: set[str] = set()
@@ -239,12 +259,42 @@ class ToolInvoker:
         self._fallback: dict[str, str] = {}
         """The secrets found that way, when the owner keeps no registry."""
 
+    def apply_settings(self, settings: Settings) -> None:
+        """Run later calls with changed settings (`[tools]` limits, timeouts and approval
+        rules); calls running now keep theirs."""
+        self.settings = settings
+        apply = getattr(self.approvals, "apply_settings", None)
+        if callable(apply):
+            apply(settings)
+
     async def invoke(self, tools: ToolSet, call: ToolCall, origin: CallOrigin) -> ToolResult:
-        """Run `call` against `tools`; always returns a result, never raises (but cancellation)."""
+        """Run `call` against `tools`; always returns a result, never raises (but cancellation).
+        With tracing on, the call is an `execute_tool {tool}` span."""
+        if not telemetry.active():
+            return await self._invoke(tools, call, origin)
+        tool = tools.get(call.name)
+        with telemetry.span(f"{genai.EXECUTE_TOOL} {call.name}", {
+                genai.OPERATION: genai.EXECUTE_TOOL, genai.TOOL_NAME: call.name,
+                genai.TOOL_CALL_ID: call.id, genai.TOOL_TYPE: "function",
+                genai.TOOL_DESCRIPTION: tool.description[:500] if tool is not None else None,
+                genai.AGENT_NAME: origin.agent, genai.CONVERSATION_ID: origin.session_id,
+        }) as span:
+            if telemetry.capture_content():
+                span.set(genai.TOOL_ARGUMENTS, genai.bounded(telemetry.redact(
+                    genai.arguments_json(call.arguments))))
+            result = await self._invoke(tools, call, origin)
+            if telemetry.capture_content():
+                span.set(genai.TOOL_RESULT, genai.bounded(telemetry.redact(result.text)))
+            if not result.ok:
+                span.fail("tool_failure", result.text[:200])
+            return result
+
+    async def _invoke(self, tools: ToolSet, call: ToolCall, origin: CallOrigin) -> ToolResult:
         started = time.monotonic()
         tool = tools.get(call.name)
         secrets: dict[str, str] = {}
         announced: list[bool] = []
+        ran = _Ran()
 
         def announce(known_secrets: Mapping[str, str]) -> None:
             # tool.started goes out once the secrets are known, so its arguments can be redacted.
@@ -280,7 +330,8 @@ class ToolInvoker:
                         else f"unknown tool {call.name!r}: the tools available are {available}"
                 )
             else:
-                result, own = await self._run(tools, tool, call, origin, announce, secrets)
+                result, own = await self._run(tools, tool, call, origin, announce, secrets,
+                                              ran)
                 secrets = {**secrets, **own}
         except anyio.get_cancelled_exc_class():
             # The session is being cancelled: say the call ended, so no watcher sees a tool
@@ -299,6 +350,8 @@ class ToolInvoker:
         finally:
             announce(secrets)
         result = await self._finish(tool, call, origin, result, secrets)
+        if ran.ctx is not None and tool is not None and result.ok:
+            result = await tell_model(self.hooks, tool, ran.ctx, ran.arguments, result)
         self.sink.publish(ToolCompleted(
             session_id=origin.session_id, agent=origin.agent, tool=call.name, call_id=call.id,
             result_type=result.result_type, summary=result.text[:200],
@@ -329,6 +382,7 @@ class ToolInvoker:
 
     async def _run(self, tools: ToolSet, tool: Tool[Any], call: ToolCall, origin: CallOrigin,
                    announce: Callable[[Mapping[str, str]], None], known: Mapping[str, str],
+                   ran: _Ran,
                    ) -> tuple[ToolResult, dict[str, str]]:
         try:
             args: BaseModel = tool.args_model.model_validate(call.arguments)
@@ -351,14 +405,20 @@ class ToolInvoker:
         ctx.known_secrets = secrets
         ctx._progress = self._progress_fn(tool, call, origin, secrets)
         ctx._confirm = self.approvals.confirm_fn(tool, ctx)
-        if tool.squad_tool and secrets:
-            # What a squad tool records (decisions, memory, a routed task) never holds a
-            # secret, even one the model pieced together from a form redaction missed.
-            args = type(args).model_validate(redact_any(args.model_dump(), secrets))
         reason = await tool.approval_reason(args, ctx)
         denial = await self.approvals.check(tool, call.arguments, ctx, secrets, reason=reason)
         if denial is not None:
             return denial, resolved.secrets
+        gated = await gate_call(self.hooks, tool, call.arguments, args, ctx,
+                                describe_validation_error)
+        if isinstance(gated, ToolResult):
+            return gated, resolved.secrets
+        args, arguments = gated
+        if tool.squad_tool and secrets:
+            # What a squad tool records (decisions, memory, a routed task) never holds a
+            # secret, even one the model pieced together from a form redaction missed.
+            args = type(args).model_validate(redact_any(args.model_dump(), secrets))
+        ran.ctx, ran.arguments = ctx, arguments
         timeout = tool.timeout_s
         if timeout is None and not tool.squad_tool:
             timeout = self.settings.tools.timeout_s

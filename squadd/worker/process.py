@@ -28,6 +28,7 @@ import anyio
 import anyio.abc
 import structlog
 
+from squadd import telemetry
 from squadd._version import __version__
 from squadd.cluster import keys, workers
 from squadd.cluster.connection import BLOCK_S, ClusterError, RedisGuard
@@ -283,7 +284,7 @@ class Worker:
         self._running[delivery.entry_id] = running
         sid = delivery.job.session_id
         try:
-            with running.scope:
+            with running.scope, telemetry.continued(delivery.job.traceparent):
                 outcome = await self._claim_and_run(running)
                 if outcome is not None:
                     await self._request(running, "end", "end", {

@@ -19,13 +19,14 @@ from pathlib import Path
 import anyio
 import structlog
 
+from squadd import telemetry
 from squadd.config import Settings
 from squadd.contracts.events import (
     EventSink,
     WorkspaceCommitted,
-    WorkspaceConflict,
     WorkspaceCreated,
     WorkspaceLanded,
+    WorkspaceLandFailed,
     WorkspaceRemoved,
 )
 from squadd.contracts.workspaces import Isolation, LandResult, WorkspaceView
@@ -76,6 +77,13 @@ class Workspaces:
         self._agents: dict[str, Isolation] = {
             name: agent.isolation for name, agent in settings.agents.items()
             if agent.isolation is not None}
+
+    def apply_settings(self, settings: Settings) -> None:
+        """Take changed `[workspace]` settings while running: each landing reads them when
+        it starts (`land_check`, `land`, timeouts), so the next one uses them."""
+        self.settings, self.all_settings = settings.workspace, settings
+        self.git = Git(self.settings.git_timeout_s)
+        self.want_spares()
 
     def isolation_for(self, agent: str, charter_sections: Mapping[str, str] | None,
                       requested: Isolation | None) -> Isolation:
@@ -139,6 +147,7 @@ class Workspaces:
                 return None
             if record.state in ("committed", "landed", "conflict"):
                 record.state = "active"
+            record.outcome = None  # the last landing's: this session's next one is its own
             await anyio.to_thread.run_sync(records.save, self.layout, record)
             return record
 
@@ -256,6 +265,9 @@ class Workspaces:
         identity = self.identity(record.agent, display_name)
         message = f"{title.strip().splitlines()[0][:72] or 'squad session'}\n\n" \
                   f"Squad-Session: {record.session_id}\n"
+        trace = telemetry.trace_id()  # from the commit on main to the session's spans
+        if trace is not None:
+            message += f"Squad-Trace: {trace}\n"
         committed = await worktrees.commit(
             self.layout, self.git, record, author=identity["GIT_AUTHOR_NAME"],
             email=identity["GIT_AUTHOR_EMAIL"], message=message)
@@ -306,26 +318,38 @@ class Workspaces:
                                   self.check_sandbox(record))
                 result = await land(self.layout, self.git, record, check=check,
                                     identity=self.identity(record.agent), checked_clean=closed)
+                await self._keep_outcome(result)
         except (WorkspaceError, LockTimeoutError, TimeoutError, OSError) as exc:
             return LandResult(ok=False, session_id=session_id, reason="failed",
                               message=f"landing failed: {exc}")
         self._announce(result)
         return result
 
+    async def _keep_outcome(self, result: LandResult) -> None:
+        """Write the landing's outcome on the session's record (what `squadd sessions show`,
+        the dashboard and a `--no-wait` caller read back)."""
+        record = result.workspace
+        if record is not None:
+            record.outcome = result.outcome()
+            await anyio.to_thread.run_sync(records.save, self.layout, record)
+
     def _announce(self, result: LandResult) -> None:
+        """`workspace.landed` or `workspace.land_failed`, each with the outcome a route's
+        result carries: a caller that did not wait learns it from the event."""
         record = result.workspace
         if record is None:
             return
+        outcome = result.outcome()
         if result.ok and result.reason == "landed":
             self.sink.publish(WorkspaceLanded(
                 session_id=record.session_id, agent=record.agent, branch=record.branch,
                 target=result.target or "", old_tip=result.old_tip or "",
-                new_tip=result.new_tip or ""))
+                new_tip=result.new_tip or "", outcome=outcome))
         elif not result.ok and result.reason != "invalid":
-            self.sink.publish(WorkspaceConflict(
+            self.sink.publish(WorkspaceLandFailed(
                 session_id=record.session_id, agent=record.agent, branch=record.branch,
                 target=result.target, reason=result.reason, paths=result.conflict_paths,
-                message=result.message[:2000]))
+                message=result.message[:2000], outcome=outcome))
 
     async def reconcile(self) -> list[str]:
         """Finish or undo what a crash cut short (see `squadd.workspaces.reconcile`)."""

@@ -66,7 +66,11 @@ def test_environment_settings_are_listed(squad: SquadLayout,
 def test_roster_problems_are_warnings_not_failures(squad: SquadLayout,
                                                    replay_provider: Path) -> None:
     (squad.agents_dir / "half").mkdir()
-    (squad.agents_dir / "Caps").mkdir()
+    (squad.agents_dir / "Caps").mkdir()  # no charter: ignored, whatever its case
+    (squad.agents_dir / "Rai").mkdir()  # Squad's init makes agents/Rai/: the agent rai
+    (squad.agents_dir / "Rai" / "charter.md").write_text("## Identity\n\n- **Role:** RAI\n")
+    (squad.agents_dir / "Rai" / "history.md").write_text("# Project Context\n")
+    (squad.agents_dir / "Bad Name").mkdir()
     (squad.agents_dir / "loner").mkdir()
     (squad.agents_dir / "loner" / "charter.md").write_text("## Identity\n\n- **Role:** Solo\n")
     squad.routing_md.unlink()
@@ -74,7 +78,9 @@ def test_roster_problems_are_warnings_not_failures(squad: SquadLayout,
     assert code == 0
     assert "[warn] squad dir" in out and "missing: routing.md" in out
     assert "agents/half/ is ignored: it has no charter.md" in out
-    assert "agents/Caps/ is ignored: its name breaks the naming rule" in out
+    assert "agents/Caps/ is ignored: it has no charter.md" in out
+    assert "agents/Bad Name/ is ignored: its name breaks the naming rule" in out
+    assert "Rai" not in out and "rai " not in out  # read as the agent rai, and no fault
     assert "loner is not in team.md's Members table" in out
     assert "loner has no history.md" in out
 

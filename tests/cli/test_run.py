@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import traceback
@@ -60,7 +61,9 @@ def test_run_decides_remembers_answers_and_memory_reaches_the_next_session(
         inbox = squad / "decisions" / "inbox" / "fenster-use-jwt-for-auth.md"
         assert "**Category:** security" in inbox.read_text(encoding="utf-8")
         history = (squad / "agents" / "fenster" / "history.md").read_text(encoding="utf-8")
-        assert "- **[technical]** Auth lives in src/auth" in history
+        # No learning yet: Squad's dated style.
+        assert re.search(r"^### \d{4}-\d{2}-\d{2}: Auth lives in src/auth\n\nAuth lives in "
+                         r"src/auth$", history, re.MULTILINE)
         transcripts = list((squad / "run" / "transcripts").glob("*.jsonl"))
         assert len(transcripts) == 1
         transcript = read_transcript(transcripts[0])

@@ -45,7 +45,8 @@ def test_land_lands_and_workspaces_lists_then_prunes(tmp_path: Path) -> None:
     assert "squad/lead/0000aaaa" not in git(layout.repo, "branch")
 
 
-def test_land_of_a_conflict_exits_1_and_names_the_path(tmp_path: Path) -> None:
+def test_land_of_a_conflict_exits_3_names_the_path_and_what_to_do_next(
+        tmp_path: Path) -> None:
     layout = make_repo(tmp_path / "repo")
     _committed_session(layout, "20260101-000000-0000bbbb", {"app.txt": "mine\n"})
     (layout.repo / "app.txt").write_text("theirs\n")
@@ -53,8 +54,11 @@ def test_land_of_a_conflict_exits_1_and_names_the_path(tmp_path: Path) -> None:
     before = git(layout.repo, "rev-parse", "main")
     result = CliRunner().invoke(main, ["land", "20260101-000000-0000bbbb", "--dir",
                                        str(layout.repo)])
-    assert result.exit_code == 1
+    assert result.exit_code == 3
     assert "conflicts in app.txt" in result.output
+    assert "landing: conflict" in result.output
+    assert "next: resolve app.txt in the session's worktree, then `squadd land " \
+        "20260101-000000-0000bbbb`" in result.output
     assert git(layout.repo, "rev-parse", "main") == before
 
 

@@ -328,3 +328,21 @@ async def test_a_worktree_sessions_branch_and_changes_are_in_the_state(tmp_path:
     assert shown["workspace"]["target"] == "main"
     assert shown["workspace"]["path"] == str(squad.runtime.layout.worktree(
         result.session_id or ""))
+
+
+async def test_a_sessions_landing_outcome_is_in_the_state(tmp_path: Path) -> None:
+    provider = script(hockney=[call("steps"), text("looked")])
+    async with running_squad(tmp_path, provider) as squad:
+        repo = squad.runtime.layout.repo
+        git(repo, "init", "--quiet", "-b", "main")
+        (repo / "app.py").write_text("VALUE = 1\n")
+        git(repo, "add", "--all")
+        git(repo, "commit", "--quiet", "-m", "start")
+        squad.gate.release.set()
+        result = await squad.runtime.route(RouteRequest(
+            task="look around", target_agent="hockney", isolation="worktree", land=True))
+        assert result.ok and result.landing is not None, result.message
+        state = (await squad.http.get(f"{UI}/api/state", headers=auth())).json()
+    [shown] = [s for s in state["sessions"] if s["agent"] == "hockney"]
+    assert shown["workspace"]["outcome"] == result.landing.model_dump(mode="json")
+    assert shown["workspace"]["outcome"]["state"] == "skipped"  # it changed nothing

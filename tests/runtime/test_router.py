@@ -176,3 +176,45 @@ def test_a_decorated_agent_cell_resolves_without_team_md() -> None:
     assert resolve_agent_cell("`@keaton` (UI)") == "keaton"
     assert resolve_agent_cell("Mission Control 🎯", {"mission control": "capcom"}) == "capcom"
     assert resolve_agent_cell("??? ") == ""
+
+
+PRESET_TABLE = """# Work Routing
+
+## Work Type → Agent
+
+| Work Type | Primary | Secondary |
+|-----------|---------|----------|
+| security review, auth | security | lead |
+| docs, README | docs | — |
+| release planning | Ralph 🔄 | lead |
+| flight checks | nobody-here | EECOM |
+"""
+
+
+def test_the_primary_column_is_read_and_secondary_is_its_fallback(layout: SquadLayout) -> None:
+    layout.team_md.write_text(SQUAD_TEAM, encoding="utf-8")
+    layout.routing_md.write_text(PRESET_TABLE, encoding="utf-8")
+    router = Router(layout)
+    assert [(r.work_type, r.agent, r.fallback) for r in router.rules()] == [
+        ("security review, auth", "security", "lead"), ("docs, README", "docs", ""),
+        ("release planning", "ralph", "lead"), ("flight checks", "nobody", "eecom")]
+    agents = {"security", "docs", "lead", "ralph", "eecom"}
+    choice = router.choose("security review of the login flow", agents.__contains__)
+    assert choice is not None and (choice.agent, choice.routed_by) == ("security", "rules")
+    # The primary busy: the Secondary takes it; both busy: the primary (it waits its turn).
+    busy = router.choose("security review of the login flow", agents.__contains__,
+                         {"security"}.__contains__)
+    assert busy is not None and busy.agent == "lead"
+    both = router.choose("security review", agents.__contains__,
+                         {"security", "lead"}.__contains__)
+    assert both is not None and both.agent == "security"
+    # The primary not active (🔄 Monitor) or unknown (no charter): the Secondary.
+    assert router.choose("release planning", agents.__contains__).agent == "lead"
+    assert router.choose("run the flight checks", agents.__contains__).agent == "eecom"
+    # No Secondary (`—`) and the primary unknown: no route by this row.
+    assert router.choose("update the README docs", {"lead"}.__contains__) is None
+
+
+def test_a_pattern_column_names_the_work_type() -> None:
+    rules = parse_routing("## Routing Table\n\n| Pattern | Owner |\n|---|---|\n| *.py | lead |\n")
+    assert [(r.work_type, r.agent) for r in rules] == [("*.py", "lead")]

@@ -585,3 +585,31 @@ async def test_a_route_cancelled_in_or_waiting_for_its_admission_place_gives_it_
         assert runtime._admitting.value == places  # every place is back
     assert planning == [f"job {n}" for n in range(count) if n != places + 1]
     assert len(results) == count - 2 and all(result.ok for result in results)
+
+
+async def test_settings_applied_while_running_reach_the_tools_the_pool_and_the_workspaces(
+        layout: SquadLayout) -> None:
+    """What a reload hands the runtime: the next tool call meets the new approval rule, the
+    pool its new size, the next landing its new land_check."""
+    from squadd.contracts.messages import ToolCall
+    from squadd.tools.invoke import CallOrigin
+
+    provider = script(lead=[call("squad_decide", title="Ship it", body="b", agentName="lead"),
+                            text("done")])
+    async with SquadRuntime(layout, settings(max_concurrent=2), provider) as runtime:
+        changed = runtime.settings.model_copy(update={
+            "tools": runtime.settings.tools.model_copy(
+                update={"approvals": {"squad_decide": "deny"}}),
+            "pool": runtime.settings.pool.model_copy(update={"max_concurrent": 5}),
+            "workspace": runtime.settings.workspace.model_copy(
+                update={"land_check": "make check"})})
+        assert runtime.apply_settings(changed) == []
+        decide = ToolCall(id="c1", name="squad_decide",
+                          arguments={"title": "t", "body": "b", "agentName": "lead"})
+        refused = await runtime.invoker.invoke(runtime.tools, decide,
+                                               CallOrigin(session_id="outside", agent="user"))
+        routed = await runtime.route(RouteRequest(task="decide", target_agent="lead"))
+    assert not refused.ok and "denied by tools.approvals rule" in refused.text
+    assert runtime.pool.totals().max_concurrent == 5
+    assert runtime.workspaces.settings.land_check == "make check"
+    assert routed.ok and not any(layout.inbox_dir.glob("*.md"))  # its decide was refused too

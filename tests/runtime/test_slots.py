@@ -59,3 +59,30 @@ def test_release_without_acquire_is_a_bug_not_a_free_slot() -> None:
         slots.release()
     with pytest.raises(ValueError, match="at least one slot"):
         PrioritySlots(0)
+
+
+def test_growing_hands_the_new_slots_to_those_in_line_in_their_order() -> None:
+    slots = PrioritySlots(1)
+    assert slots.try_acquire()
+    normal, urgent, last = (slots.enqueue(SlotClass.NORMAL), slots.enqueue(SlotClass.URGENT),
+                            slots.enqueue(SlotClass.NORMAL))
+    slots.resize(3)
+    assert urgent.granted and normal.granted and not last.granted
+    assert slots.in_use == 3 and slots.total == 3 and slots.waiting() == 1
+
+
+def test_shrinking_stops_no_one_and_takes_effect_as_slots_come_back() -> None:
+    slots = PrioritySlots(3)
+    assert slots.try_acquire() and slots.try_acquire() and slots.try_acquire()
+    waiter = slots.enqueue(SlotClass.URGENT)
+    slots.resize(1)
+    assert slots.in_use == 3 and slots.total == 3  # the held slots still count
+    slots.release()
+    assert not waiter.granted and slots.in_use == 2 and slots.total == 2
+    slots.release()
+    assert not waiter.granted and slots.in_use == 1 and slots.total == 1
+    slots.release()  # now within the new size: the slot goes to the one in line
+    assert waiter.granted and slots.in_use == 1
+    assert not slots.try_acquire()
+    with pytest.raises(ValueError, match="at least one slot"):
+        slots.resize(0)

@@ -201,3 +201,37 @@ async def test_the_runtime_makes_a_spare_worktree_ahead_and_the_next_session_tak
         assert second.ok and second.workspace is not None, second.message
         assert git(layout.worktree(second.session_id or ""), "rev-parse",
                    "--absolute-git-dir") == admin
+
+
+async def test_a_nested_route_whose_landing_was_refused_tells_the_calling_model(
+        tmp_path: Path) -> None:
+    """The squad_route tool's result to the model that routed: the answer, then the landing's
+    state, its check output and the next step; a failure, with `landing` in its details."""
+    layout = _squad(tmp_path)
+    provider = script(
+        lead=[call("squad_route", targetAgent="fenster", task="Write c.txt",
+                   isolation="worktree", land=True), text("told")],
+        fenster=[call("jot", FILE="c.txt", TEXT="third"), text("wrote c.txt")])
+    settings = _settings(layout, land_check="echo red-suite; exit 1")
+    seen: list[Any] = []
+    async with _runtime(layout, settings, provider) as runtime:
+        runtime.bus.add_listener(seen.append)
+        routed = await runtime.route(RouteRequest(task="Delegate", targetAgent="lead"))
+    assert routed.ok and routed.landing is None  # the lead's own session has no worktree
+    [completed] = [e for e in seen if getattr(e, "type", "") == "tool.completed"
+                   and e.tool == "squad_route"]
+    assert completed.result_type == "failure"
+    landing = completed.details["landing"]
+    assert landing["state"] == "check_failed" and "red-suite" in landing["detail"]
+    told = provider_requests_tool_text(layout, routed.session_id or "")
+    assert told.startswith("wrote c.txt") and "Landing: check_failed" in told
+    assert "red-suite" in told and f"Next: {landing['next']}" in told
+    assert git(layout.repo, "log", "--format=%s", "main").splitlines() == ["start"]
+
+
+def provider_requests_tool_text(layout: SquadLayout, session_id: str) -> str:
+    """The text of the first tool result in the session's transcript (what its model read)."""
+    from squadd.state.transcripts import read_transcript
+
+    transcript = read_transcript(layout.transcript(session_id))
+    return str(next(m["content"] for m in transcript.messages if m["role"] == "tool"))

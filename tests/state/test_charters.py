@@ -61,3 +61,19 @@ def test_reading_a_missing_charter_names_the_agents_and_how_to_add_one(
 ) -> None:
     with pytest.raises(NotFoundError, match=r"agents: scribe.*squadd agent add"):
         read_charter(squad, "ghost")
+
+
+def test_agent_folders_are_read_whatever_their_case(squad: SquadLayout) -> None:
+    rai = squad.agents_dir / "Rai"  # what Squad's own `init` makes
+    rai.mkdir()
+    (rai / "charter.md").write_text("## Identity\n\n- **Role:** Responsible AI\n")
+    assert squad.charter("rai") == rai / "charter.md"
+    assert squad.history("RAI") == rai / "history.md"
+    assert squad.agent_dir("rai") == rai
+    [entry] = [e for e in roster(squad) if e.name == "rai"]
+    assert (entry.role, entry.charter) == ("Responsible AI", rai / "charter.md")
+    # Where both cases exist, the lower-case folder is the agent.
+    (squad.agents_dir / "rai").mkdir()
+    (squad.agents_dir / "rai" / "charter.md").write_text("## Identity\n\n- **Role:** Other\n")
+    assert squad.charter("rai") == squad.agents_dir / "rai" / "charter.md"
+    assert [e.role for e in roster(squad) if e.name == "rai"] == ["Other"]

@@ -61,7 +61,11 @@ def test_body_metadata_wins_over_the_file_name_and_the_mtime(squad: SquadLayout)
     [merged] = [e for e in parse_decisions(squad.decisions_md).entries]
     assert (merged.title, merged.date, merged.by) == (
         "Sample wind speed at 4 Hz", dt.date(2026, 2, 1), "Osprey")
-    assert merged.text == DECISION_FILE
+    # One Squad entry: dated `###` heading, the body's headings moved below it (`####`).
+    assert merged.text == (
+        "### 2026-02-01: Sample wind speed at 4 Hz\n\n**By:** Osprey\n**Date:** 2026-02-01\n\n"
+        "#### Context\n\nGusts shorter than half a second were lost at 1 Hz.\n\n"
+        "#### Consequences\n\n- Tern updates the expected rates of the bench rig.\n")
     tern = squad.history("tern").read_text()
     assert ("📌 Team update (2026-02-01): Sample wind speed at 4 Hz — decided by Osprey"
             in tern)
@@ -75,7 +79,8 @@ def test_identical_sub_sections_of_two_decisions_are_not_duplicates(squad: Squad
 
     assert (report.merged, report.skipped) == (2, 0)
     text = squad.decisions_md.read_text()
-    assert text.count("### Cross-References\n\n- The flash budget note in the README.") == 2
+    assert text.count("\n#### Cross-References\n\n- The flash budget note in the README.") == 2
+    assert text.count("\n### ") == 2  # each decision one Squad entry, sub-sections below it
     assert [e.title for e in parse_decisions(squad.decisions_md).entries] == [
         "Log in CBOR, not JSON", "Retry uploads three times"]
 
@@ -96,8 +101,10 @@ def test_loose_text_and_bare_entries_become_entries_that_keep_their_sub_sections
     assert (tabs.kind, tabs.by) == ("decision", "wren")
     assert (budget.date, budget.by) == (dt.date(2026, 1, 30), "wren")
     assert "#### Why\n\nThe bootloader grew." in budget.text  # moved below the entry's level
-    assert (ram.date, ram.text) == (dt.date(2026, 1, 31),
-                                    "## RAM budget\n\n**Date:** 2026-01-31\n\n### Why\n\nStacks.\n")
+    assert (ram.date, ram.text) == (
+        dt.date(2026, 1, 31),
+        "### 2026-01-31: RAM budget\n\n**By:** wren\n\n**Date:** 2026-01-31\n\n"
+        "#### Why\n\nStacks.\n")
     assert "Poll sensors every second" in entries  # the earlier decisions are whole still
     assert "The old code uses tabs." not in entries["Poll sensors every second"].text
 

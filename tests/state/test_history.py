@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from pathlib import Path
 
@@ -47,7 +48,9 @@ def test_fifty_processes_appending_at_once_all_land_and_the_file_parses(
     numbers = sorted(int(re.search(r"writer (\d+)", item).group(1))  # type: ignore[union-attr]
                      for item in items)
     assert numbers == list(range(WRITERS))
-    assert all(item.startswith("- **[technical]** writer ") for item in items)
+    # A new agent's history has no learning yet: each takes Squad's dated style.
+    assert all(re.fullmatch(r"### \d{4}-\d{2}-\d{2}: writer (\d+) learned thing \1\n\n"
+                            r"writer \1 learned thing \1", item) for item in items)
     # The template's text before ## Learnings is intact, and there is one Learnings section.
     assert content.startswith(before.split("## Learnings")[0])
     assert content.count("## Learnings") == 1
@@ -80,11 +83,21 @@ def test_empty_history_gets_the_skeleton() -> None:
     assert learnings(result) == ["- **[general]** x"]
 
 
-def test_a_multi_line_learning_becomes_one_list_item(squad: SquadLayout) -> None:
+def test_a_multi_line_learning_becomes_one_list_item_in_a_bullet_file(
+    squad: SquadLayout,
+) -> None:
+    squad.history("newbie").parent.mkdir(parents=True, exist_ok=True)
+    squad.history("newbie").write_text("# Project Context\n\n## Learnings\n\n- **[team]** a\n")
     append_learning(squad, "newbie", "line one\nline two\n\n  line three", category="team")
     assert learnings(squad.history("newbie").read_text()) == [
-        "- **[team]** line one line two line three"
+        "- **[team]** a", "- **[team]** line one line two line three"
     ]
+
+
+def test_a_learning_in_an_empty_history_takes_squads_dated_style(squad: SquadLayout) -> None:
+    append_learning(squad, "newbie", "Use the lock. Always.", today=dt.date(2026, 5, 2))
+    assert learnings(squad.history("newbie").read_text()) == [
+        "### 2026-05-02: Use the lock\n\nUse the lock. Always."]
 
 
 def test_learning_over_the_limit_is_refused_with_the_limit_and_nothing_written(

@@ -39,11 +39,13 @@ def test_a_large_history_keeps_its_context_and_newest_learnings(squad: SquadLayo
     assert kept and kept[-1].startswith("- **[technical]** Learning number 119:")
     numbers = [int(line.split("number ")[1].split(":")[0]) for line in kept]
     assert numbers == list(range(120 - len(numbers), 120))  # the newest, in order
-    assert "## Archived 2025-06-01" in archive and "Something from long ago." in archive
-    assert "Old Notes" not in kept_text
+    assert "## Archived 2025-06-01" in archive
+    # A section other than Learnings is never archived whole: it stays where it was.
+    assert "## Old Notes\n\nSomething from long ago.\n" in kept_text
+    assert "Something from long ago." not in archive
     archived = [i for i in range(120) if f"Learning number {i}:" in archive]
     assert archived == list(range(0, 120 - len(numbers)))
-    assert moved == len(archived) + 1
+    assert moved == len(archived)
 
 
 def test_a_history_under_the_threshold_is_left_alone(squad: SquadLayout) -> None:
@@ -153,3 +155,31 @@ def test_a_new_learning_survives_the_next_compaction_in_a_newest_first_block_fil
     assert first == ("### The anemometer needs a pull-up (2026-03-01)\n\n"
                      "The anemometer needs a pull-up. Without it reads float.")
     assert "anemometer" not in squad.history_archive("scribe").read_text()
+
+
+def test_compaction_works_by_entry_across_every_learnings_section(squad: SquadLayout) -> None:
+    def block(day: dt.date, n: int) -> str:
+        return f"### {day.isoformat()}: Finding {n}\n\n{'Detail of the finding. ' * 20}\n\n"
+
+    early = "".join(block(dt.date(2026, 3, 1) + dt.timedelta(days=i), i) for i in range(12))
+    late = "".join(block(dt.date(2026, 6, 1) + dt.timedelta(days=i), 100 + i) for i in range(12))
+    text = ("# Osprey — Project History\n\n## Learnings\n\n" + early
+            + "# Osprey — Project History (v2)\n\n## Core Context\n\nThe v2 board.\n\n"
+            "## Learnings\n\n" + late)
+    path = squad.history("osprey")
+    path.parent.mkdir(parents=True)
+    path.write_text(text)
+
+    moved = compact_history(squad, "osprey", max_bytes=len(text) - 1, keep_bytes=len(text) // 3)
+
+    kept = path.read_text()
+    archive = squad.history_archive("osprey").read_text()
+    # The oldest went, from the first section; the newest (the second section) all stayed.
+    assert moved >= 12 and all(f"Finding {i}\n" in archive for i in range(12))
+    late_moved = moved - 12
+    assert late_moved < 12 and f"Finding {111}\n" in kept
+    assert all(f"Finding {100 + i}\n" in archive for i in range(late_moved))
+    assert all(f"Finding {100 + i}\n" in kept for i in range(late_moved, 12))
+    # No section moved whole: both headings and the context stay.
+    assert kept.count("## Learnings\n") == 2 and "The v2 board." in kept
+    assert "## Learnings" not in archive.split("## Archived", 1)[1]

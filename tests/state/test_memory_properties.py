@@ -18,6 +18,7 @@ from squadd.scribe import merge_inbox
 from squadd.state.decision_index import DecisionIndex, entry_digest
 from squadd.state.decisions import parse_decisions
 from squadd.state.history import HistoryNote, append_history_lines, append_learning, compact_history
+from squadd.state.inbox import file_entries
 from squadd.state.layout import SquadLayout
 from squadd.state.learnings import learnings
 from squadd.state.scaffold import init_squad
@@ -130,6 +131,10 @@ def test_archiving_keeps_every_decision_once_whole_and_the_newest_live(
     items: list[tuple[str, int, str]], soft: int, days: int, passes: int,
 ) -> None:
     texts = [render_decision(i, *item) for i, item in enumerate(items)]
+    # Each file as the one Squad entry the Scribe makes of it (every shape here is dated).
+    merged = ["".join(file_entries(t, f"osprey-d{i:04}.md", dt.date(2000, 1, 1)))
+              for i, t in enumerate(texts)]
+    assert all(m.startswith("### ") and m.count("\n### ") == 0 for m in merged)
     scribe = Settings(scribe=ScribeSettings(archive_soft_bytes=soft, archive_soft_days=days,
                                             archive_hard_bytes=10**9))
     old = time.time() - 3600
@@ -145,7 +150,7 @@ def test_archiving_keeps_every_decision_once_whole_and_the_newest_live(
         live = layout.decisions_md.read_text(encoding="utf-8")
         archive = (layout.decisions_archive.read_text(encoding="utf-8")
                    if layout.decisions_archive.exists() else "")
-        for text in texts:
+        for text in merged:
             assert (live + "\n" + archive).count(text.rstrip("\n")) == 1, text
         # The index, caught up pass by pass, knows exactly the entries a full parse finds.
         whole = {entry_digest(e.text) for e in parse_decisions(layout.decisions_md).entries}
@@ -153,4 +158,4 @@ def test_archiving_keeps_every_decision_once_whole_and_the_newest_live(
             assert len(index) == len(whole) and all(d in index for d in whole)
         merged_order = [i for chunk in chunks for i in chunk]
         newest = max(merged_order, key=lambda i: (items[i][1], merged_order.index(i)))
-        assert texts[newest].rstrip("\n") in live
+        assert merged[newest].rstrip("\n") in live

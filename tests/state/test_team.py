@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from pathlib import Path
 
@@ -33,9 +34,11 @@ def test_add_agent_writes_charter_history_and_team_row(squad: SquadLayout) -> No
 
 def test_a_new_agents_history_takes_learnings(squad: SquadLayout) -> None:
     add_agent(squad, "lead", "Lead", templates=templates_dir())
-    append_learning(squad, "lead", "tests live in tests/", category="technical")
+    append_learning(squad, "lead", "tests live in tests/", category="technical",
+                    today=dt.date(2026, 3, 1))
+    # A history with no learning yet takes Squad's style.
     assert learnings(squad.history("lead").read_text()) == [
-        "- **[technical]** tests live in tests/"]
+        "### 2026-03-01: tests live in tests/\n\ntests live in tests/"]
 
 
 def test_an_existing_agent_is_refused_and_nothing_changes(squad: SquadLayout) -> None:

@@ -202,6 +202,9 @@ class Cluster:
         self.team = ScriptedTeam()
         self.model = OpenAIServer(self.team, keep_bodies=False)
         self.redis = RedisServer(tmp_path / "redis")
+        # The `step` tool's markers live in the test's folder, outside the worktree: the
+        # sandbox lets its processes write there, as a project would declare a cache.
+        config += f'\n[sandbox]\nwritable = ["{tmp_path}"]\n'
         self.layout = make_repo(tmp_path / "repo", agents, config)
         self.layout.tools_dir.mkdir(parents=True, exist_ok=True)
         (self.layout.tools_dir / "step.py").write_text(STEP_TOOL, encoding="utf-8")

@@ -8,6 +8,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from squadd.contracts.events import WorkspaceLanded, WorkspaceLandFailed
 from squadd.contracts.workspaces import LandResult, WorkspaceView
 from squadd.state.layout import SquadLayout
 from squadd.workspaces import Workspaces
@@ -58,7 +59,13 @@ async def test_two_sessions_edit_the_same_line_first_lands_second_reports_the_co
     assert git(squad_repo.repo, "rev-parse", second.branch) == second_tip
     _no_rebase_in_progress(squad_repo, second)
     assert refused.workspace is not None and refused.workspace.state == "conflict"
-    assert events.types()[-2:] == ["workspace.landed", "workspace.conflict"]
+    assert events.types()[-2:] == ["workspace.landed", "workspace.land_failed"]
+    landed_event, failed_event = events.seen[-2:]
+    assert isinstance(landed_event, WorkspaceLanded) and landed_event.outcome is not None
+    assert landed_event.outcome.state == "landed" and landed_event.outcome.commit == tip
+    assert isinstance(failed_event, WorkspaceLandFailed) and failed_event.outcome is not None
+    assert failed_event.outcome.state == "conflict"
+    assert f"squadd land {second.session_id}" in (failed_event.outcome.next or "")
 
 
 async def test_a_conflict_in_a_file_whose_name_git_would_quote_names_it_as_it_is(

@@ -13,14 +13,14 @@ const EVENT_TYPES = [
   "scribe.merged", "scribe.rejected", "scribe.archived", "approval.requested",
   "approval.resolved", "tools.load_failed", "bus.overflow", "workspace.created",
   "workspace.committed", "workspace.landed", "workspace.conflict", "workspace.removed",
-  "session.claimed", "session.reclaimed",
+  "session.claimed", "session.reclaimed", "workspace.land_failed", "settings.reloaded",
 ];
 const REFRESHING = new Set([
   "route.queued", "agent.spawned", "agent.state", "agent.idle", "agent.completed",
   "agent.error", "tool.started", "tool.completed", "pool.empty", "scribe.merged",
   "approval.requested", "daemon.started", "workspace.created", "workspace.committed",
   "workspace.landed", "workspace.conflict", "workspace.removed", "session.claimed",
-  "session.reclaimed",
+  "session.reclaimed", "workspace.land_failed",
 ]);
 
 const model = { state: null, lastSeq: 0, tokens: [], feedRows: 0, shownSession: null };
@@ -119,7 +119,25 @@ function workspaceLine(space) {
     el("span", { class: "muted" }, `${commits} ${space.diffstat.trim()}`),
     space.conflict_paths.length
       ? el("span", { class: "conflict" }, ` conflict: ${space.conflict_paths.join(", ")}`)
-      : null);
+      : null,
+    landingLine(space.outcome));
+}
+
+// How the session's landing ended, and the one thing to do next when it did not land.
+function landingLine(outcome) {
+  if (!outcome) return null;
+  const commit = outcome.commit ? ` ${outcome.commit.slice(0, 12)}` : "";
+  const tests = [
+    outcome.fixed.length ? `fixed ${outcome.fixed.join(", ")}` : "",
+    outcome.broke.length ? `broke ${outcome.broke.join(", ")}` : "",
+  ].filter(Boolean).join("; ");
+  return el("div", { class: `landing ${outcome.state}` },
+    el("span", { class: `state ${outcome.state}` }, `landing: ${outcome.state}${commit}`),
+    tests ? el("span", { class: "tests" }, ` ${tests.slice(0, 300)}`) : null,
+    outcome.state !== "landed" && outcome.detail
+      ? el("span", { class: "muted" }, ` ${outcome.detail.split("\n")[0].slice(0, 200)}`)
+      : null,
+    outcome.next ? el("div", { class: "next" }, `next: ${outcome.next}`) : null);
 }
 
 function renderSessions(state) {

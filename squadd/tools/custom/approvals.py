@@ -95,6 +95,13 @@ class ApprovalBroker:
         self._pending: dict[str, PendingApproval] = {}
         self._variables: dict[str, PendingApproval] = {}
 
+    def apply_settings(self, settings: Settings) -> None:
+        """Take changed `[tools]` approval rules and timeouts (asks already waiting keep
+        theirs)."""
+        self.rules = settings.tools.approvals
+        self.timeout_s = settings.tools.approval_timeout_s
+        self.variable_timeout_s = settings.tools.variable_timeout_s
+
     def policy(self, tool: Tool[Any]) -> PolicyDecision:
         return approval_policy(tool, self.rules)
 

@@ -3,7 +3,9 @@
 Its arguments are `squadd.contracts.routes.RouteRequest`, the body of `POST /v1/route` too. It
 spawns (or continues) a session through the runtime's `SquadService`. With `waitForResult` it
 returns the agent's final answer; without, the session id to collect it with `squad_status`.
-An unknown agent, a full pool, a too-deep route or a cycle is a failure that says why.
+An unknown agent, a full pool, a too-deep route or a cycle is a failure that says why; so is a
+route whose worktree did not land (its answer, then the landing's state, detail and next step,
+and `landing` in the details).
 The Squad SDK's priorities are accepted too: `low` and `normal` run as normal, `high` and
 `critical` as urgent (the pool has two levels: urgent tasks are admitted before normal ones).
 """
@@ -12,6 +14,9 @@ from __future__ import annotations
 
 from squadd.contracts.routes import RouteOrigin, RouteRequest, SquadService
 from squadd.tools.base import Tool, ToolContext, ToolResult
+
+LANDING_DETAIL_CHARS = 2000
+"""Of a refused landing's detail (a check's output tail), what the calling model reads."""
 
 
 class SquadRoute(Tool[RouteRequest]):
@@ -40,6 +45,16 @@ async def route_for(service: SquadService, request: RouteRequest, ctx: ToolConte
                          lineage=ctx.lineage)
     result = await service.route(request, origin=origin)
     details = result.model_dump(exclude_none=True, exclude={"message", "answer"})
+    landing = result.landing
+    if landing is not None and landing.state not in ("landed", "skipped"):
+        told = [result.message, "", f"Landing: {landing.state}"]
+        if landing.broke:
+            told.append(f"Broke: {', '.join(landing.broke)}")
+        if landing.detail:
+            told.append(landing.detail[-LANDING_DETAIL_CHARS:])
+        if landing.next:
+            told.append(f"Next: {landing.next}")
+        return ToolResult.failure("\n".join(told), **details)
     if result.ok:
         return ToolResult.success(result.message, **details)
     return ToolResult.failure(result.message, **details)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +80,9 @@ async def test_memory_appends_learning_to_history(layout: SquadLayout) -> None:
                         learning="Parser tests live in tests/parser", category="technical")
     assert result.ok, result.text
     items = learnings(layout.history("fenster").read_text(encoding="utf-8"))
-    assert items == ["- **[technical]** Parser tests live in tests/parser"]
+    assert len(items) == 1  # no learning yet: Squad's `### YYYY-MM-DD: title` style
+    assert re.fullmatch(r"### \d{4}-\d{2}-\d{2}: Parser tests live in tests/parser\n\n"
+                        r"Parser tests live in tests/parser", items[0])
 
 
 async def test_memory_unknown_agent_lists_agents(layout: SquadLayout) -> None:
