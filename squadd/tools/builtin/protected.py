@@ -113,6 +113,17 @@ def protected_places(root: Path, squad_dir: Path, settings: Settings) -> Protect
             outside.append((os.path.realpath(folder.path), what))
     for relative, what in (*HOOK_FOLDERS, *EXECUTED_FILES):
         add(relative, what)
+    # The hooks files as the hooks feature finds them (the squad's folder may be named
+    # otherwise than `.squad`), and its settings file.
+    for place, what in (("hooks_json", "hooks that squadd runs"),
+                        ("claude_settings", "hooks that agents run (Claude Code settings)"),
+                        ("config_toml", "squadd's settings, which name the commands it runs")):
+        try:
+            relative = _relative_to_repo(getattr(layout, place), layout.repo)
+        except StateError:  # it leads out of the squad: the fixed names above still count
+            continue
+        if relative is not None:
+            add(relative, what)
     hooks = configured_hooks_path(root)
     if hooks is not None:
         real = os.path.realpath(hooks)
