@@ -9,6 +9,7 @@ value and what was expected.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import tomllib
@@ -25,6 +26,12 @@ from squadd.errors import ConfigError
 
 ENV_PREFIX = "SQUADD_"
 MAX_CONFIG_FILE_BYTES = 1_048_576
+MAX_SETTING_NUMBER = 10**15
+"""The largest magnitude any number in a config file may have (no setting needs more)."""
+MAX_SETTING_SECONDS = 100_000_000
+"""The longest duration (a `*_s` key) in seconds, about three years: longer waits overflow
+the clocks and timers they reach."""
+_LONG_NUMBER = re.compile(r"^\s*([^=#\[\s][^=#]*?)\s*=\s*[\[{]?\s*[+-]?[0-9][0-9_]{99,}")
 _VARIABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _BAD_TEXT = re.compile("[\x00\ud800-\udfff]")
 
@@ -156,6 +163,30 @@ class WorkspaceSettings(_Section):
     max_worktrees: int = Field(64, ge=1, le=4096)
     min_free_mb: int = Field(512, ge=0)
     spares: int = Field(1, ge=0, le=64)
+    land_policy: Literal["green", "no-new-failures", ""] = ""
+    land_check_report: str = ""
+    repair_attempts: int = Field(2, ge=0, le=20)
+    land_style: Literal["squash", "rebase"] = "squash"
+    committer: str = ""
+    keep_landed: bool = False
+
+    @model_validator(mode="after")
+    def _landing_agrees(self) -> WorkspaceSettings:
+        if self.committer and not re.fullmatch(r"[^<>]+ <[^<>\s]+>", self.committer.strip()):
+            raise ValueError(f"committer {self.committer!r} is not `Name <email>`: write it "
+                             "as e.g. \"Squad Bot <squad@example.com>\", or leave it empty")
+        if self.land_policy == "no-new-failures" and not self.land_check_report:
+            raise ValueError("land_policy \"no-new-failures\" compares the failing tests of "
+                             "main and the candidate: set land_check_report (a JUnit XML file "
+                             "the check writes, e.g. \"{report}\") or use \"green\"")
+        return self
+
+    @property
+    def policy(self) -> Literal["green", "no-new-failures"]:
+        """`land_policy`, its default filled in: no-new-failures with a report, else green."""
+        if self.land_policy:
+            return self.land_policy
+        return "no-new-failures" if self.land_check_report else "green"
 
 
 class ClusterSettings(_Section):
@@ -279,11 +310,59 @@ def _read_toml(path: Path) -> dict[str, Any]:
         return tomllib.loads(data.decode("utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}", source=str(path)) from exc
+    except ValueError:  # an integer of more digits than Python converts (4,300)
+        raise _long_number_error(path, data.decode("utf-8", "replace")) from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not valid UTF-8: {exc}", source=str(path)) from exc
     except RecursionError:
         raise ConfigError(f"{path}: not valid TOML: arrays or tables nested too deeply",
                           source=str(path)) from None
+
+
+def _long_number_error(path: Path, text: str) -> ConfigError:
+    """The error for a file holding an integer too long to read: it names the key."""
+    table = ""
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("[") and "=" not in stripped.split("]", 1)[0]:
+            table = stripped.strip("[]").strip()
+            continue
+        found = _LONG_NUMBER.match(line)
+        if found is not None:
+            key = f"{table}.{found.group(1).strip()}" if table else found.group(1).strip()
+            return ConfigError(f"{path}: '{key}' holds a number too large for any setting "
+                               f"(at most {MAX_SETTING_NUMBER:,})", key=key, source=str(path))
+    return ConfigError(f"{path}: holds a number too large for any setting (at most "
+                       f"{MAX_SETTING_NUMBER:,})", source=str(path))
+
+
+def _check_numbers(data: Mapping[str, Any], source: str) -> None:
+    """Every number is finite and within `MAX_SETTING_NUMBER` (durations: seconds within
+    `MAX_SETTING_SECONDS`); the error names the key and where it came from."""
+    stack: list[tuple[str, Any]] = [(str(k), v) for k, v in data.items()]
+    while stack:
+        dotted, value = stack.pop()
+        if isinstance(value, Mapping):
+            stack.extend((f"{dotted}.{k}", v) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((f"{dotted}.{i}", v) for i, v in enumerate(value))
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            limit = MAX_SETTING_SECONDS if dotted.endswith("_s") else MAX_SETTING_NUMBER
+            if isinstance(value, float) and not math.isfinite(value):
+                problem = f"= {value} is not a finite number"
+            elif abs(value) > limit:
+                problem = (f"= {_shown_number(value)} is out of range: at most {limit:,}"
+                           + (" seconds" if limit == MAX_SETTING_SECONDS else ""))
+            else:
+                continue
+            raise ConfigError(f"{source}: '{dotted}' {problem}", key=dotted, source=source)
+
+
+def _shown_number(value: float) -> str:
+    if isinstance(value, float):
+        return repr(value)
+    digits = len(str(abs(value))) if value.bit_length() < 10_000 else 0
+    return f"a number of {digits:,} digits" if digits > 24 or not digits else str(value)
 
 
 def _check_keys(data: Mapping[str, Any], source: str) -> None:
@@ -336,6 +415,7 @@ def _check_keys(data: Mapping[str, Any], source: str) -> None:
                     key=f"{section}.{key}", source=source,
                 )
     _check_text(data, source)
+    _check_numbers(data, source)
 
 
 def _check_text(data: Mapping[str, Any], source: str) -> None:
@@ -396,6 +476,9 @@ def _parse_env_value(name: str, raw: str) -> Any:
             return json.loads(stripped)
         except json.JSONDecodeError:
             return raw
+        except ValueError:  # an integer of more digits than Python converts
+            raise ConfigError(f"environment variable {name}: holds a number too large for any "
+                              f"setting (at most {MAX_SETTING_NUMBER:,})", source=name) from None
         except RecursionError:
             raise ConfigError(f"environment variable {name}: nested too deeply",
                               source=name) from None
@@ -429,9 +512,19 @@ def load_settings(
         _check_keys(data, source)
         _merge(merged, data, origin, source)
     try:
-        return Settings.model_validate(merged)
+        settings = Settings.model_validate(merged)
     except ValidationError as exc:
         raise _explain(exc, merged, origin) from None
+    # Again on the typed values: the environment's text ("1e400", "inf") becomes numbers here.
+    dumped = settings.model_dump()
+    try:
+        _check_numbers(dumped, "settings")
+    except ConfigError as exc:
+        key = exc.key or ""
+        raise ConfigError(str(exc).replace("settings:", _origin_of(tuple(key.split(".")),
+                                                                     origin) + ":", 1),
+                          key=key, source=_origin_of(tuple(key.split(".")), origin)) from None
+    return settings
 
 
 def _explain(exc: ValidationError, merged: Mapping[str, Any],
@@ -452,7 +545,9 @@ def _explain(exc: ValidationError, merged: Mapping[str, Any],
         source = _origin_of(error["loc"], origin)
         first_key = first_key or dotted
         first_source = first_source or source
-        lines.append(f"{source}: '{dotted}' = {value!r} is invalid: {error['msg']}")
+        shown = _shown_number(value) if isinstance(value, int | float) else repr(value)
+        shown = shown if len(shown) <= 80 else shown[:77] + "..."
+        lines.append(f"{source}: '{dotted}' = {shown} is invalid: {error['msg']}")
     return ConfigError("; ".join(lines), key=first_key, source=first_source)
 
 

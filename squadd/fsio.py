@@ -3,6 +3,10 @@ one sync of a whole file system.
 
 Every write that matters in squadd goes through here. Locks are `flock` locks on a separate
 lock file, so they work between processes and between threads of one process alike.
+
+What squadd creates is private unless said otherwise: files 0600 and the folders made for them
+0700 (transcripts, prompts, logs, tool output, journals, run/). The team's committed files
+(decisions, histories, charters, skills, team.md, routing.md) are written with `TEAM_FILE`.
 """
 
 from __future__ import annotations
@@ -17,11 +21,53 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, cast
 
 from squadd.errors import LockTimeoutError, StateError
 
 DEFAULT_LOCK_TIMEOUT_S = 30.0
+PRIVATE_FILE = 0o600
+"""The mode of a file squadd creates for itself (transcripts, logs, spills, journals)."""
+PRIVATE_DIR = 0o700
+"""The mode of a folder squadd creates for its own files."""
+TEAM_FILE = 0o644
+"""The mode of a file the team commits (decisions, histories, charters, skills, team.md)."""
+
+
+def private_dir(path: Path) -> Path:
+    """Make `path` (and any missing folder above it) a folder only its owner can enter: 0700,
+    also when it exists already with a looser mode (made by an older squadd)."""
+    missing = []
+    folder = path
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    for folder in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            folder.mkdir(PRIVATE_DIR)
+    info = path.stat()
+    if info.st_mode & 0o077 and info.st_uid == os.getuid():
+        path.chmod(PRIVATE_DIR)
+    return path
+
+
+def open_private(path: Path, how: str = "ab") -> BinaryIO:
+    """`path` opened for writing (`"ab"` appends, `"wb"` truncates), created 0600 in a private
+    folder when new: squadd's own logs and outputs."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | (os.O_APPEND if how == "ab" else
+                                                       os.O_TRUNC)
+    _parent_for(path, PRIVATE_FILE)
+    return cast(BinaryIO, os.fdopen(os.open(path, flags, PRIVATE_FILE), how))
+
+
+def _parent_for(path: Path, mode: int) -> None:
+    """Create the folder of `path` when missing: private (0700) for a private file."""
+    if path.parent.is_dir():
+        return
+    if mode & 0o077:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    else:
+        private_dir(path.parent)
 
 
 def _to_bytes(data: str | bytes) -> bytes:
@@ -80,7 +126,7 @@ def sync_file_system(fd: int) -> bool:
 
 def _synced_temp(path: Path, data: str | bytes, mode: int) -> str:
     """A hidden temp file beside `path` holding `data`, given `mode` and fsynced; its name."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    _parent_for(path, mode)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
@@ -95,11 +141,19 @@ def _synced_temp(path: Path, data: str | bytes, mode: int) -> str:
     return tmp
 
 
-def atomic_write(path: Path, data: str | bytes, *, mode: int = 0o644) -> None:
+def atomic_write(path: Path, data: str | bytes, *, mode: int | None = None,
+                 new_mode: int = PRIVATE_FILE) -> None:
     """Replace `path` with `data`: write a temp file, fsync it, rename it, fsync the dir.
 
-    A reader sees either the old file or the new one, never a partial one.
+    A reader sees either the old file or the new one, never a partial one. `mode` None keeps
+    the mode of the file replaced, or gives a new file `new_mode` (private unless the caller
+    writes a team file).
     """
+    if mode is None:
+        try:
+            mode = path.stat().st_mode & 0o7777
+        except FileNotFoundError:
+            mode = new_mode
     tmp = _synced_temp(path, data, mode)
     try:
         os.replace(tmp, path)
@@ -110,11 +164,12 @@ def atomic_write(path: Path, data: str | bytes, *, mode: int = 0o644) -> None:
     fsync_dir(path.parent)
 
 
-def append_fsync(path: Path, data: str | bytes) -> None:
-    """Append `data` to `path` in one write and fsync it before returning."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+def append_fsync(path: Path, data: str | bytes, *, mode: int = PRIVATE_FILE) -> None:
+    """Append `data` to `path` in one write and fsync it before returning (a new file gets
+    `mode`)."""
+    _parent_for(path, mode)
     existed = path.exists()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, mode)
     try:
         payload = _to_bytes(data)
         write_all(fd, payload)
@@ -125,14 +180,15 @@ def append_fsync(path: Path, data: str | bytes) -> None:
         fsync_dir(path.parent)
 
 
-def create_exclusive(path: Path, data: str | bytes) -> bool:
-    """Create `path` holding `data` only if it does not exist yet (O_EXCL); fsync it.
+def create_exclusive(path: Path, data: str | bytes, *, mode: int = PRIVATE_FILE) -> bool:
+    """Create `path` holding `data`, given `mode`, only if it does not exist yet (O_EXCL);
+    fsync it.
 
     Returns False when the name is already taken, so callers can try the next name.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
+    _parent_for(path, mode)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     except FileExistsError:
         return False
     try:
@@ -189,8 +245,8 @@ def file_lock(
 
     Waits at most `timeout` seconds, then raises `LockTimeoutError` naming the lock.
     """
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    _parent_for(lock_path, PRIVATE_FILE)
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, PRIVATE_FILE)
     try:
         _acquire(fd, lock_path, timeout, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
         try:

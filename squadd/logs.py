@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import logging
 import logging.handlers
+import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import structlog
 
@@ -59,8 +61,8 @@ def configure_logging(
         root.addHandler(stream)
         levels.append(_LEVELS[console_level])
     if json_file is not None:
-        json_file.parent.mkdir(parents=True, exist_ok=True)
-        rotating = logging.handlers.RotatingFileHandler(
+        json_file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        rotating = _PrivateRotatingHandler(
             json_file, maxBytes=max_bytes, backupCount=backups, encoding="utf-8")
         rotating.setLevel(_LEVELS[file_level])
         rotating.setFormatter(_formatter(structlog.processors.JSONRenderer(), redact))
@@ -70,6 +72,16 @@ def configure_logging(
     # Libraries we use are chatty at INFO; their warnings still come through.
     for noisy in ("httpx", "httpcore", "uvicorn.access", "watchfiles"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+class _PrivateRotatingHandler(logging.handlers.RotatingFileHandler):
+    """The JSON log, each of its files created 0600 (what agents and tools did is private; the
+    folder is run/, which the daemon keeps 0700). Here, not in `fsio`: logs sit below it."""
+
+    def _open(self) -> Any:
+        fd = os.open(self.baseFilename, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
+                     0o600)
+        return os.fdopen(fd, "a", encoding=self.encoding, errors=self.errors)
 
 
 def _formatter(renderer: structlog.types.Processor,

@@ -178,10 +178,14 @@ class LinearPattern:
         except SchemaError as exc:
             lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
             reason = next((line for line in lines if line.startswith("error:")), lines[-1])
+            construct = nonlinear_construct(pattern)
+            why = (f"it uses {construct}, which only a backtracking engine can run"
+                   if construct else reason.removeprefix("error:").strip())
+            shown = pattern if len(pattern) <= 80 else pattern[:77] + "..."
             raise UntrustedInputError(
-                f"the pattern {pattern!r} cannot be used: {reason.removeprefix('error:').strip()}"
-                " (patterns run in a linear-time engine: write it without look-around or "
-                "backreferences)") from None
+                f"the pattern {shown!r} cannot be used: {why} (patterns run in a linear-time "
+                "engine: write it without look-around, backreferences, atomic groups, "
+                "possessive quantifiers or conditionals)") from None
         self.pattern = pattern
 
     def search(self, text: str) -> bool:
@@ -193,3 +197,45 @@ class LinearPattern:
 def linear_pattern(pattern: str) -> LinearPattern:
     """`LinearPattern(pattern)`, cached (`UntrustedInputError` when it cannot be compiled)."""
     return LinearPattern(pattern)
+
+
+_GROUP_CONSTRUCTS = (
+    ("(?<=", "a look-behind (?<=...)"), ("(?<!", "a negative look-behind (?<!...)"),
+    ("(?=", "a look-ahead (?=...)"), ("(?!", "a negative look-ahead (?!...)"),
+    ("(?P=", "a named backreference (?P=name)"), ("(?>", "an atomic group (?>...)"),
+    ("(?(", "a conditional group (?(...)...)"),
+)
+"""Group openings that need a backtracking engine, each with the name an error shows."""
+
+
+def nonlinear_construct(pattern: str) -> str | None:
+    """The first construct of `pattern` that no linear-time engine can run (look-around,
+    backreferences, atomic groups, possessive quantifiers, conditionals), named for an error;
+    None when there is none. One pass, minding escapes and character classes."""
+    i, size, in_class = 0, len(pattern), False
+    while i < size:
+        c = pattern[i]
+        if c == "\\":
+            nxt = pattern[i + 1:i + 2]
+            if not in_class and nxt.isdigit() and nxt != "0":
+                return f"a backreference \\{nxt}"
+            if not in_class and nxt == "g":
+                return "a backreference \\g<...>"
+            i += 2
+            continue
+        if in_class:
+            if c == "]":
+                in_class = False
+        elif c == "[":
+            in_class = True
+            i += 2 if pattern[i + 1:i + 2] == "^" else 1
+            i += 1 if pattern[i:i + 1] == "]" else 0  # `[]...]`, `[^]...]`: a literal ] first
+            continue
+        elif c == "(":
+            for opening, name in _GROUP_CONSTRUCTS:
+                if pattern.startswith(opening, i):
+                    return name
+        elif c in "*+?}" and pattern[i + 1:i + 2] == "+":
+            return f"a possessive quantifier {c}+"
+        i += 1
+    return None

@@ -24,6 +24,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from squadd.cli._report import one_line
 from squadd.daemon.client import AsyncDaemonClient, DaemonClient
 from squadd.errors import DaemonError
+from squadd.fsio import open_private
 from squadd.state.layout import SquadLayout
 
 START_TIMEOUT_S = 30.0
@@ -59,11 +60,10 @@ class DemoDaemon:
         return self.proc.pid
 
     def start(self) -> DemoDaemon:
-        self.output.parent.mkdir(parents=True, exist_ok=True)
         command = [sys.executable, "-m", "squadd", "serve", "--dir", str(self.layout.repo),
                    "--provider", "replay", "--replay-file", str(self.recording),
                    "--log-level", "warning", *(["--ui"] if self.ui else [])]
-        with self.output.open("ab") as out:
+        with open_private(self.output) as out:
             start = out.tell()
             # A session of its own: the demo, not the terminal's Ctrl-C, decides when it stops.
             self.proc = subprocess.Popen(command, cwd=self.layout.repo, stdin=subprocess.DEVNULL,

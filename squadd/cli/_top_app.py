@@ -137,7 +137,8 @@ class TopApp(App[None]):
     def on_mount(self) -> None:
         self.query_one("#sessions", DataTable).add_columns(
             "agent", "state", "age", "model", "turns", "tokens", "tool", "task")
-        self.query_one("#approvals", DataTable).add_columns("agent", "tool", "question", "id")
+        self.query_one("#approvals", DataTable).add_columns("agent", "tool", "question",
+                                                            "arguments", "id")
         self.follow()
 
     # Keeping up with the daemon.
@@ -211,7 +212,9 @@ class TopApp(App[None]):
         self.approval_rows = []
         for a in self.snapshot.get("approvals", []):
             if self.agent is None or a["agent"] == self.agent:
+                # The size says how much there is; 'squadd approvals' shows all of it.
                 approvals.add_row(a["agent"], a["tool"], one_line(a.get("question"), 60),
+                                  f"{a.get('arguments_bytes', 0)} B (squadd approvals)",
                                   a["approval_id"])
                 self.approval_rows.append(a["approval_id"])
 

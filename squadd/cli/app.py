@@ -30,6 +30,7 @@ COMMANDS: dict[str, str] = {
     "approve": "squadd.cli.control:approve",
     "deny": "squadd.cli.control:deny",
     "reload": "squadd.cli.control:reload",
+    "approvals": "squadd.cli.approvals:approvals",
     "var": "squadd.cli.var:var",
     "hooks": "squadd.cli.hooks:hooks",
     "mcp": "squadd.cli.mcp:mcp",

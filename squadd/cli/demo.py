@@ -27,7 +27,7 @@ from squadd import gitsafe
 from squadd.cli._daemon import client_for, print_sessions
 from squadd.cli._squad import FiniteFloatRange
 from squadd.cli.app import load_command
-from squadd.fsio import atomic_write, read_text
+from squadd.fsio import TEAM_FILE, atomic_write, read_text
 from squadd.state.layout import SquadLayout
 from squadd.state.transcripts import PROMPTS_DIRNAME, SPARES_DIRNAME
 
@@ -143,7 +143,7 @@ def set_up(repo: Path, *, here: bool) -> SquadLayout:
             continue
         run_command("agent", "add", name, "--role", role)
         charter = demo_file("charters", f"{name}.md").read_text(encoding="utf-8")
-        atomic_write(layout.charter(name), charter)
+        atomic_write(layout.charter(name), charter, new_mode=TEAM_FILE)
         click.echo(f"(the demo wrote {name}'s charter: what it owns, how it works)")
     run_command("agent", "list")
     return layout

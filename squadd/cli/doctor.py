@@ -224,6 +224,33 @@ def _squad_compat_report(directory: Path | None, as_json: bool) -> None:
     click.echo(f"{warnings} warning(s), {len(findings) - warnings} note(s)")
 
 
+def _security_report(directory: Path | None, as_json: bool) -> None:
+    from squadd.cli._doctor_security import GuardContext, run_guards
+
+    start = (directory or Path.cwd()).resolve()
+    layout: SquadLayout | None = None
+    settings: Settings | None = None
+    try:
+        layout = SquadLayout.find(start)
+        settings = load_settings(layout.root)
+    except SquaddError:
+        pass  # the guards that need them say so
+    reports = run_guards(GuardContext(layout, settings))
+    off = any(report.status == "off" for report in reports)
+    if as_json:
+        print_json({"ok": not off, "guards": [
+            {"guard": r.guard, "status": r.status, "detail": r.detail} for r in reports]})
+    else:
+        width = max(len(r.guard) for r in reports)
+        click.echo(f"{'GUARD'.ljust(width)}  STATUS  DETAIL")
+        for report in reports:
+            color = {"on": "green", "warn": "yellow", "off": "red"}[report.status]
+            click.echo(f"{report.guard.ljust(width)}  "
+                       f"{click.style(report.status.ljust(6), fg=color)}  {report.detail}")
+    if off:
+        raise click.exceptions.Exit(1)
+
+
 @click.command()
 @dir_option
 @click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON.")
@@ -232,8 +259,11 @@ def _squad_compat_report(directory: Path | None, as_json: bool) -> None:
                    "message) instead of running the checks.")
 @click.option("--cluster", "cluster_url", default=None, metavar="URL",
               help="Check this cluster's Redis and workers (default: [cluster] url).")
+@click.option("--security", "security_only", is_flag=True,
+              help="Report the security guards in force (guard, status, detail) instead of "
+                   "running the checks; exits 1 when one is off.")
 def doctor(directory: Path | None, as_json: bool, squad_compat_only: bool,
-           cluster_url: str | None) -> None:
+           cluster_url: str | None, security_only: bool) -> None:
     """Check the squad's setup: its folder, settings, roster, Squad compatibility, provider
     and daemon.
 
@@ -249,9 +279,14 @@ def doctor(directory: Path | None, as_json: bool, squad_compat_only: bool,
       squadd doctor --squad-compat
       squadd doctor --squad-compat --json
       squadd doctor --cluster redis://redis.internal:6379/0
+      squadd doctor --security
+      squadd doctor --security --json
     """
     if squad_compat_only:
         _squad_compat_report(directory, as_json)
+        return
+    if security_only:
+        _security_report(directory, as_json)
         return
     results = run_checks((directory or Path.cwd()).resolve(), cluster_url=cluster_url)
     failed = any(result.status == "fail" for result in results)

@@ -21,7 +21,7 @@ from squadd.cli._output import print_json, print_table
 from squadd.cli._squad import TEXT, dir_option, find_layout, show_path
 from squadd.config import Settings, load_settings
 from squadd.contracts.events import BaseEvent, ToolUpdated
-from squadd.fsio import create_exclusive
+from squadd.fsio import TEAM_FILE, create_exclusive
 from squadd.state.layout import SquadLayout
 from squadd.tools.base import ConfirmFn, Tool, ToolContext, ToolResult, ToolSet
 from squadd.tools.custom.approvals import Decision, denial_text, secrets_of
@@ -399,7 +399,7 @@ def new(name: str, kind: str, directory: Path | None) -> None:
         path, text = folder / f"{name}.yaml", YAML_TEMPLATE.format(name=name)
     taken = [p for p in (folder / f"{name}.py", folder / f"{name}.yaml",
                          folder / f"{name}.yml") if p.exists()]
-    if taken or not create_exclusive(path, text):
+    if taken or not create_exclusive(path, text, mode=TEAM_FILE):
         raise click.ClickException(f"{show_path((taken or [path])[0])} already exists")
     click.echo(f"Created {show_path(path)}")
     example = "--arg text=hello" if kind == "python" else '--arg TEXT="one two"'

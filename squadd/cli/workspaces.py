@@ -166,10 +166,15 @@ def workspaces(prune: bool, remove_session: str | None, as_json: bool,
     if not views:
         click.echo("no worktrees", err=True)
         return
+    from squadd.workspaces.records import next_step
+
     now = dt.datetime.now(dt.UTC)
-    click.echo(f"{'BRANCH':<32} {'SESSION':<30} {'STATE':<10} {'AGE':>5} {'DISK':>8}")
+    click.echo(f"{'BRANCH':<32} {'SESSION':<30} {'STATE':<15} {'AGE':>5} {'DISK':>8}")
     for view in views:
-        click.echo(f"{view.branch or '(spare)':<32} {view.session_id:<30} {view.state:<10} "
+        click.echo(f"{view.branch or '(spare)':<32} {view.session_id:<30} {view.state:<15} "
                    f"{_age(view, now):>5} {_disk(spaces.layout, view):>8}")
         if view.message:
             click.echo(f"  {view.message}")
+        step = next_step(view)
+        if step:
+            click.echo(f"  next: {step}")

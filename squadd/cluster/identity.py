@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict
 
 from squadd.cluster import keys
 from squadd.cluster.connection import RedisGuard
-from squadd.fsio import atomic_write
+from squadd.fsio import TEAM_FILE, atomic_write
 
 GIT_TIMEOUT_S = 30.0
 
@@ -86,7 +86,7 @@ def ensure_squad_id(squad_id_file: Path) -> str:
     if found:
         return found
     made = "sq-" + secrets.token_hex(8)
-    atomic_write(squad_id_file, made + "\n")
+    atomic_write(squad_id_file, made + "\n", new_mode=TEAM_FILE)  # committed with the squad
     return made
 
 

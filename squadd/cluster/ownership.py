@@ -23,6 +23,8 @@ import redis
 
 from squadd.cluster import keys
 from squadd.cluster.connection import ClusterError, RedisGuard
+from squadd.procs import process_start
+from squadd.state.owner import owner_alive
 
 _TAKE = """
 local current = redis.call('GET', KEYS[1])
@@ -62,26 +64,15 @@ class Ownership:
         return dict(json.loads(self.value))
 
 
-def _pid_runs(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _gone(holder: dict[str, Any], repo: str) -> bool:
     """Whether `holder` is a coordinator on this host that cannot be running: this process
-    holds the repository's daemon lock, so one of the same repository is gone, and one whose
-    PID no longer runs is gone."""
+    holds the repository's daemon lock, so one of the same repository is gone, and so is one
+    whose process (PID and start time) no longer runs."""
     if holder.get("host") != socket.gethostname():
         return False
     if holder.get("repo") == repo:
         return True
-    pid = holder.get("pid")
-    return isinstance(pid, int) and not _pid_runs(pid)
+    return not owner_alive(holder)
 
 
 def describe(holder: dict[str, Any]) -> str:
@@ -105,7 +96,8 @@ def take(client: redis.Redis, *, repo: str, ttl_ms: int, shown_url: str) -> Owne
         token = max(int(client.incr(keys.FENCE)), last_token + 1)
         client.set(keys.FENCE, token)
         value = json.dumps({
-            "token": token, "host": socket.gethostname(), "pid": os.getpid(), "repo": repo,
+            "token": token, "host": socket.gethostname(), "pid": os.getpid(),
+            "start": process_start(os.getpid()), "repo": repo,
             "since": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")})
         taken, holder_text = take_script(keys=[keys.OWNER], args=[value, ttl_ms, previous])
         if int(taken) == 1:

@@ -170,6 +170,9 @@ class ApprovalRequested(BaseEvent):
     approval_id: str
     tool: str
     arguments: dict[str, Any] = Field(default_factory=dict)
+    """Long strings cut (ending in "…"); the dashboard and `squadd approvals` show them whole."""
+    arguments_bytes: int = 0
+    """The size of the whole arguments (compact UTF-8 JSON)."""
     question: str = ""
     timeout_s: float = 0.0
 

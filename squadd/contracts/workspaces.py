@@ -97,6 +97,11 @@ class WorkspaceView(BaseModel):
     """Set while the state is `landing`: what start-up needs to finish or undo it."""
     outcome: LandingOutcome | None = None
     """How the last landing asked for ended (what the route's result and events carry)."""
+    commit_message: str = ""
+    """The message its work lands with (`land_style = "squash"`), written when its task ended
+    from the agent's answer (or the `commit_message:` line it gave) and the task."""
+    repairs: int = 0
+    """Repair turns the agent had for the landing under way (reset when it lands)."""
 
 
 class LandResult(BaseModel):
@@ -112,24 +117,39 @@ class LandResult(BaseModel):
     new_tip: str | None = None
     conflict_paths: list[str] = Field(default_factory=list)
     check_tail: str = ""
+    fixed: list[str] = Field(default_factory=list)
+    """With a report: tests failing on the target's tip that pass with the candidate."""
+    broke: list[str] = Field(default_factory=list)
+    """With a report: tests passing on the target's tip that fail with the candidate."""
+    next: str | None = None
+    """What to do next, when the landing knows better than its reason's usual advice."""
     workspace: WorkspaceView | None = None
 
     def outcome(self) -> LandingOutcome:
         """This result as every caller receives it."""
         land_command = f"squadd land {self.session_id}"
+        where = self.workspace.path if self.workspace is not None else "the session's worktree"
+        target = self.target or "the target branch"
         if self.ok:
             if self.reason == "nothing":
                 return LandingOutcome(state="skipped", detail=self.message)
-            return LandingOutcome(state="landed", commit=self.new_tip, detail=self.message)
+            return LandingOutcome(state="landed", commit=self.new_tip, fixed=self.fixed,
+                                  broke=self.broke, detail=self.message)
         if self.reason == "conflict":
+            paths = ", ".join(self.conflict_paths) or "the conflicting files"
             return LandingOutcome(
                 state="conflict", detail=self.message,
-                next=f"resolve {', '.join(self.conflict_paths) or 'the conflict'} in the "
-                     f"session's worktree, then `{land_command}`")
+                next=f"resolve {paths} in the session's worktree (cd {where} && git rebase "
+                     f"{target}, fix the files, git add them, git rebase --continue), then "
+                     f"`{land_command}`")
         if self.reason == "check_failed":
-            return LandingOutcome(state="check_failed", detail=self.check_tail or self.message,
-                                  next=f"fix the failing check in the worktree, then "
-                                       f"`{land_command}`")
+            detail = self.message + (f"\n{self.check_tail.strip()}" if self.check_tail else "")
+            return LandingOutcome(state="check_failed", fixed=self.fixed, broke=self.broke,
+                                  detail=detail,
+                                  next=self.next or f"fix the failing check in the "
+                                                    f"worktree {where} (uncommitted changes "
+                                                    f"are committed first), then "
+                                                    f"`{land_command}`")
         if self.reason == "invalid":
             return LandingOutcome(state="skipped", detail=self.message)
         return LandingOutcome(state="pending", detail=self.message, next=land_command)

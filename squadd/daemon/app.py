@@ -87,6 +87,7 @@ async def health(request: Request) -> Response:
         "squad_dir": str(runtime.layout.root), "stopping": ctx.stopping,
         "uptime_s": round(time.monotonic() - ctx.started, 3),
         "provider": runtime.settings.provider.kind, "event_streams": len(ctx.streams),
+        "dashboard_streams": len(ctx.dashboard_streams),
         "pool": runtime.pool.totals().model_dump(),
         "pool_problems": runtime.pool.invariant_violations(),
     })

@@ -44,11 +44,11 @@ from squadd.daemon.requests import (
     json_answer,
     transcript_records,
 )
-from squadd.daemon.streams import open_stream, stream_response
+from squadd.daemon.streams import MAX_DASHBOARD_STREAMS, open_stream, stream_response
 from squadd.daemon.ui_guard import DashboardGuard
 from squadd.statcache import StatCache
 from squadd.state.decisions import parse_decisions
-from squadd.tools.custom.approvals import ApprovalBroker
+from squadd.tools.custom.approvals import ApprovalBroker, arguments_bytes, arguments_text
 
 __all__ = ["UI_PREFIX", "Dashboard", "dashboard_app"]
 
@@ -189,6 +189,8 @@ def _approvals(ctx: DaemonContext) -> list[dict[str, Any]]:
     if not isinstance(broker, ApprovalBroker):
         return []
     return [{"approval_id": p.approval_id, "tool": p.tool, "arguments": p.arguments,
+             "arguments_text": arguments_text(p.arguments),
+             "arguments_bytes": arguments_bytes(p.arguments),
              "question": p.question, "session_id": p.session_id, "agent": p.agent,
              "timeout_s": p.timeout_s,
              "created": dt.datetime.fromtimestamp(p.created, dt.UTC).isoformat()}
@@ -244,7 +246,7 @@ async def events(request: Request) -> Response:
     first; when some are no longer kept, a `reset` event says to fetch the state again."""
     ctx = context_of(request)
     last = _last_event_id(request)
-    subscription = open_stream(ctx)
+    subscription = open_stream(ctx, MAX_DASHBOARD_STREAMS, dashboard=True)
     replay: list[BaseEvent] = []
     reset = False
     if last is not None:

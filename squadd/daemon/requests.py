@@ -59,6 +59,10 @@ class DaemonContext:
     started: float = field(default_factory=time.monotonic)
     stopping: bool = False
     streams: set[Subscription] = field(default_factory=set)
+    """The API's open event streams (`/v1/events`)."""
+    dashboard_streams: set[Subscription] = field(default_factory=set)
+    """The dashboard's open event streams: a budget of their own, so that browser tabs never
+    lock `squadd events` or `squadd top` out."""
     recent: deque[BaseEvent] = field(default_factory=lambda: deque(maxlen=RECENT_EVENTS))
     """The latest events, replayed to a stream that asks for `recent=N`."""
     coordinator: Coordinator | None = None
@@ -71,7 +75,7 @@ class DaemonContext:
 
     def close_streams(self) -> None:
         """End every event stream (the daemon is stopping)."""
-        for subscription in list(self.streams):
+        for subscription in [*self.streams, *self.dashboard_streams]:
             subscription.close()
 
 

@@ -49,7 +49,7 @@ from squadd.daemon.recovery import (
 )
 from squadd.daemon.ui_guard import UiPortOnly
 from squadd.errors import ConfigError, DaemonAlreadyRunningError, DaemonError, DaemonNotRunningError
-from squadd.fsio import atomic_write, try_lock
+from squadd.fsio import atomic_write, open_private, private_dir, try_lock
 from squadd.gc_tuning import tune_for_serving
 from squadd.logs import configure_logging
 from squadd.loop_watch import LoopWatch
@@ -212,7 +212,9 @@ class Daemon:
         worker thread stuck in a call to a disk that does not answer (one a cancelled call
         gave up on) cannot hold the exit, which waits for every such thread, for good."""
         layout, settings = self.layout, self.settings
-        layout.run_dir.mkdir(parents=True, exist_ok=True)
+        for folder in layout.private_dirs():  # made 0700, also those an older squadd made
+            if folder == layout.run_dir or folder.is_dir():
+                private_dir(folder)
         lock_fd = take_daemon_lock(layout)
         listeners: list[Listener] = []
         address: SocketAddress | None = None
@@ -486,8 +488,7 @@ def start_detached(layout: SquadLayout, serve_args: list[str]) -> int:
         raise already_running(layout)
     os.close(fd)
     out_path = console_log(layout)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    with out_path.open("ab") as out:
+    with open_private(out_path) as out:
         start = out.tell()
         proc = subprocess.Popen(
             [sys.executable, "-m", "squadd", "serve", *serve_args], stdin=subprocess.DEVNULL,

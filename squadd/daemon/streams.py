@@ -32,6 +32,9 @@ MAX_EVENT_STREAMS = 64
 """Event streams that may be open at once; one more gets a 503 (but see the reserve)."""
 ROUTE_STREAM_RESERVE = 64
 """More streams kept for following routes (`reserve=route`) once the ordinary ones are taken."""
+MAX_DASHBOARD_STREAMS = 64
+"""The dashboard's event streams (browser tabs) that may be open at once, counted apart from
+the API's: however many tabs are open, `squadd events` and `squadd top` still get a stream."""
 
 
 def _event_types(raw: str | None) -> list[str] | None:
@@ -72,16 +75,20 @@ async def events(request: Request) -> Response:
 
 
 def open_stream(ctx: DaemonContext, limit: int = MAX_EVENT_STREAMS, *,
-                types: list[str] | None = None, session_id: str | None = None) -> Subscription:
-    """Subscribe one more event stream (the API's or the dashboard's) and count it as open;
-    503 while squadd stops or when `limit` streams are open already."""
+                types: list[str] | None = None, session_id: str | None = None,
+                dashboard: bool = False) -> Subscription:
+    """Subscribe one more event stream and count it as open, among the API's streams or (with
+    `dashboard`) the dashboard's; 503 while squadd stops or when `limit` streams of that kind
+    are open already."""
     if ctx.stopping:
         raise ApiError(503, "squadd is stopping")
-    if len(ctx.streams) >= limit:
-        raise ApiError(503, f"{len(ctx.streams)} event streams are open already; close one "
-                            "first", limit=limit)
+    pool = ctx.dashboard_streams if dashboard else ctx.streams
+    if len(pool) >= limit:
+        what = "dashboard event streams (tabs)" if dashboard else "event streams"
+        raise ApiError(503, f"{len(pool)} {what} are open already; close one first",
+                       limit=limit)
     subscription = ctx.runtime.bus.subscribe(types=types, session_id=session_id)
-    ctx.streams.add(subscription)
+    pool.add(subscription)
     return subscription
 
 
@@ -104,6 +111,7 @@ class _EventStream(StreamingResponse):
 
 def _release(ctx: DaemonContext, subscription: Subscription) -> None:
     ctx.streams.discard(subscription)
+    ctx.dashboard_streams.discard(subscription)
     subscription.close()
 
 

@@ -30,7 +30,7 @@ import structlog
 from anyio.abc import TaskStatus
 
 from squadd.errors import StateError
-from squadd.fsio import fsync_dir, write_all
+from squadd.fsio import TEAM_FILE, fsync_dir, write_all
 from squadd.state.journal import GroupCommit
 from squadd.state.layout import SquadLayout
 from squadd.state.transcripts import Appended, SpareFiles, open_new
@@ -171,7 +171,7 @@ class _Batch:
             return
         try:
             write_all(fd, render(entry).encode("utf-8"))
-            os.fchmod(fd, 0o644)
+            os.fchmod(fd, TEAM_FILE)
         except OSError as exc:
             os.close(fd)
             Path(name).unlink(missing_ok=True)
@@ -273,7 +273,7 @@ class _EntryFile:
                 fd = os.open(target, flags | os.O_APPEND)
         text = render_outcome(self.entry) if fd is not None else render(self.entry)
         if fd is None:  # a stamp is this process's own: the file is new
-            fd = open_new(target, flags, self.spares)
+            fd = open_new(target, flags, self.spares, mode=TEAM_FILE)
             created = True
         else:
             created = False

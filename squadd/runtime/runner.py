@@ -8,6 +8,7 @@ the pool's record ends at rest and the caller gets a `RouteResult`.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -220,9 +221,8 @@ class RouteRunner:
                             parent.path if parent is not None else None)
         outcome = await self._converse(plan, record, workspace, route)
         if owned and workspace is not None and self.workspaces is not None:
-            with anyio.CancelScope(shield=True):
-                workspace = await self._end_workspace(plan, outcome, workspace, self.workspaces,
-                                                      route)
+            workspace = await self._end_workspace(plan, record, outcome, workspace,
+                                                  self.workspaces, route)
         return outcome, workspace
 
     async def _workspace(self, plan: RoutePlan) -> tuple[WorkspaceView | None, bool]:
@@ -241,39 +241,93 @@ class RouteRunner:
             return None, False
         return await spaces.open(info.session_id, info.agent), True
 
-    async def _end_workspace(self, plan: RoutePlan, outcome: SessionOutcome,
-                             workspace: WorkspaceView, spaces: Workspaces,
-                             route: RouteHooks) -> WorkspaceView:
-        """Commit what the session changed; land it when the route or the settings say so."""
+    async def _end_workspace(self, plan: RoutePlan, record: SessionRecord,
+                             outcome: SessionOutcome, workspace: WorkspaceView,
+                             spaces: Workspaces, route: RouteHooks) -> WorkspaceView:
+        """Commit what the session changed; land it when the route or the settings say so. A
+        conflict or a failed check goes back to the agent as a repair turn (up to
+        `workspace.repair_attempts`), then waits for a person (`needs_attention`). The result
+        is the workspace's record, its `outcome` the landing's end."""
         info = plan.info
+        answer = outcome.answer if outcome.status == "completed" else ""
+        workspace_records.kill_point("session.before_commit")
         try:
-            workspace = await spaces.close(workspace, title=plan.task or info.task,
-                                           display_name=info.agent.title())
+            with anyio.CancelScope(shield=True):
+                workspace = await spaces.close(workspace, title=plan.task or info.task,
+                                               display_name=info.agent.title(), answer=answer)
         except SquaddError as exc:
             log.warning("session work not committed", session_id=info.session_id,
                         error=str(exc))
             workspace.message = f"not committed: {exc}"
             return workspace
-        if outcome.status == "completed" and (plan.land or spaces.settings.land == "auto"):
-            with telemetry.span("squadd.land", {
-                    genai.AGENT_NAME: info.agent, genai.CONVERSATION_ID: info.session_id,
-                    "squadd.land.branch": workspace.branch,
-                    "squadd.land.target": workspace.target}) as span:
-                refused = await before_landing(route, workspace)
-                if refused is not None:
-                    workspace.message, workspace.outcome = refused.detail, refused
-                    span.fail("blocked", refused.detail)
-                    return workspace
-                landed = await spaces.land(info.session_id)
-                workspace = landed.workspace or workspace
-                workspace.message = landed.message
-                workspace.outcome = landed.outcome()
-                span.set("squadd.land.state", workspace.outcome.state)
-                span.set("squadd.land.commit", workspace.outcome.commit)
-                if workspace.outcome.state not in ("landed", "skipped"):
-                    span.fail(workspace.outcome.state, workspace.outcome.detail)
-                await after_landing(route, workspace)
+        if outcome.status != "completed" or not (plan.land or spaces.settings.land == "auto"):
+            with anyio.CancelScope(shield=True):
+                return await spaces.not_landed(
+                    workspace, why="landing was not asked for" if outcome.status == "completed"
+                    else f"the session did not complete ({outcome.status})")
+        with telemetry.span("squadd.land", {
+                genai.AGENT_NAME: info.agent, genai.CONVERSATION_ID: info.session_id,
+                "squadd.land.branch": workspace.branch,
+                "squadd.land.target": workspace.target}) as span:
+            refused = await before_landing(route, workspace)
+            if refused is not None:
+                workspace.message, workspace.outcome = refused.detail, refused
+                span.fail("blocked", refused.detail)
+                return workspace
+            workspace = await self._land(plan, record, workspace, spaces, route)
+            landing = workspace.outcome
+            if landing is not None:
+                span.set("squadd.land.state", landing.state)
+                span.set("squadd.land.commit", landing.commit)
+                if landing.state not in ("landed", "skipped"):
+                    span.fail(landing.state, landing.detail)
+            await after_landing(route, workspace)
         return workspace
+
+    async def _land(self, plan: RoutePlan, record: SessionRecord, workspace: WorkspaceView,
+                    spaces: Workspaces, route: RouteHooks) -> WorkspaceView:
+        """Land the session's work; a conflict or failed check goes to a repair turn while
+        attempts remain, then waits for a person. The workspace's record, with its outcome."""
+        info = plan.info
+        with anyio.CancelScope(shield=True):
+            landed = await spaces.land(info.session_id)
+        while not landed.ok and landed.reason in ("conflict", "check_failed"):
+            # A repair turn works on this machine's worktree (squadd's rebase, its conflict
+            # markers): with a host that may run it elsewhere, the session waits for a person.
+            prompt = None if self.host is not None else \
+                await spaces.start_repair(info.session_id, landed)
+            if prompt is None:
+                with anyio.CancelScope(shield=True):
+                    held = await spaces.hold_for_person(info.session_id, landed)
+                return held or workspace
+            why = await self._repair_turn(plan, record, workspace, prompt, spaces, route)
+            if why:  # the work is as it was: landing it again spends the next attempt
+                log.info("repair turn did not resolve the landing", session_id=info.session_id,
+                         why=why)
+            with anyio.CancelScope(shield=True):
+                landed = await spaces.land(info.session_id)
+        return landed.workspace or await spaces.view(info.session_id) or workspace
+
+    async def _repair_turn(self, plan: RoutePlan, record: SessionRecord,
+                           workspace: WorkspaceView, prompt: str, spaces: Workspaces,
+                           route: RouteHooks) -> str:
+        """One follow-up turn of the session in its worktree to repair its landing; "" when
+        its repair is ready to land, else why not (the work is kept either way). A turn
+        cancelled mid-way undoes the rebase squadd began before it re-raises."""
+        info = plan.info
+        repair_plan = dataclasses.replace(plan, task=prompt, continuing=True, context=None,
+                                          recorded=False)
+        try:
+            turn = await self._converse(repair_plan, record, workspace, route)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await spaces.abandon_repair(info.session_id, "the session was cancelled")
+            raise
+        if turn.status != "completed":
+            why = turn.error or turn.status
+            await spaces.abandon_repair(info.session_id, why)
+            return why
+        return await spaces.finish_repair(info.session_id, answer=turn.answer)
 
     async def _converse(self, plan: RoutePlan, record: SessionRecord,
                         workspace: WorkspaceView | None, route: RouteHooks) -> SessionOutcome:

@@ -263,6 +263,7 @@ class SquadRuntime:
             await self._tg.start(self.commits.run)
             await self._tg.start(self.orchestration.run)
             self._tg.start_soon(self._upkeep, self._upkeep_scope)
+            self._tg.start_soon(self.workspaces.retry_landings)
         except BaseException:
             await stack.__aexit__(None, None, None)
             raise

@@ -18,7 +18,7 @@ from pathlib import Path
 import structlog
 
 from squadd.config import ScribeSettings
-from squadd.fsio import atomic_write
+from squadd.fsio import TEAM_FILE, atomic_write
 from squadd.state.crashpoint import crash_point
 from squadd.state.decision_index import DecisionIndex, entry_digest
 from squadd.state.decisions import DecisionEntry, ParsedDecisions, parse_entries
@@ -191,7 +191,8 @@ def _finish(layout: SquadLayout, intent: AppendIntent) -> int:
             gone.append(n)
     removed = len(gone)
     if removed:
-        atomic_write(layout.decisions_md, restyle(text, without_entries(body, parsed, gone)))
+        atomic_write(layout.decisions_md, restyle(text, without_entries(body, parsed, gone)),
+                     new_mode=TEAM_FILE)
         crash_point("decisions-rewritten")
         with DecisionIndex(layout, writable=True) as index:
             index.rebuild()

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from squadd.contracts.names import safe_name
 from squadd.errors import LimitExceededError, NotUtf8Error, StateError
-from squadd.fsio import atomic_write, file_lock
+from squadd.fsio import TEAM_FILE, atomic_write, file_lock
 from squadd.state.crashpoint import crash_point
 from squadd.state.intent import (
     append_with_intent,
@@ -110,7 +110,7 @@ def append_learning(
         content = plain(raw)
         entry = _styled(content, bullet=format_learning(text, category),
                         title=learning_title(text), body=text, day=today or dt.date.today())
-        atomic_write(path, restyle(raw, insert_learning(content, entry)))
+        atomic_write(path, restyle(raw, insert_learning(content, entry)), new_mode=TEAM_FILE)
     return path
 
 
@@ -143,7 +143,7 @@ def append_history_lines(
             content = insert_learning(content, entry)
             added.append(entry)
         if added:
-            atomic_write(path, restyle(raw, content))
+            atomic_write(path, restyle(raw, content), new_mode=TEAM_FILE)
     return added
 
 
@@ -205,7 +205,7 @@ def compact_history(
             "remove": [_digest(t) for t in texts], "before": _sha(raw), "after": _sha(after),
         })
         crash_point("history-archived")
-        atomic_write(path, after)
+        atomic_write(path, after, new_mode=TEAM_FILE)
         crash_point("history-rewritten")
         clear_intent(intent)
         return len(moved)
@@ -279,4 +279,4 @@ def _rewrite_without(path: Path, content: str, remove: list[str]) -> None:
             kept.append(text)
     new = restyle(content, "".join(kept))
     if new != content:
-        atomic_write(path, new)
+        atomic_write(path, new, new_mode=TEAM_FILE)

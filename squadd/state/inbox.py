@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from squadd.fsio import atomic_write, fsync_dir
+from squadd.fsio import TEAM_FILE, atomic_write, fsync_dir
 from squadd.state.decision_index import fence_parity
 from squadd.state.decisions import META_LINE_RE, heading_title, parse_entries
 from squadd.state.layout import SquadLayout
@@ -334,7 +334,8 @@ def reject_file(layout: SquadLayout, file: InboxFile, reason: str) -> Path:
         n += 1
     stamp = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     atomic_write(target.with_name(target.name + ".reason"),
-                 f"{file.shown}: {reason}\nrejected by the Scribe at {stamp}\n")
+                 f"{file.shown}: {reason}\nrejected by the Scribe at {stamp}\n",
+                 new_mode=TEAM_FILE)  # beside the team's own inbox entry
     file.path.rename(target)
     fsync_dir(rejected)
     fsync_dir(file.path.parent)

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import structlog
 
-from squadd.fsio import append_fsync, atomic_write, fsync_dir
+from squadd.fsio import TEAM_FILE, append_fsync, atomic_write, fsync_dir
 from squadd.state.crashpoint import crash_point
 from squadd.state.layout import SquadLayout
 
@@ -72,8 +72,8 @@ def append_with_intent(
     atomic_write(journal, json.dumps(header).encode("utf-8") + b"\n" + data)
     crash_point(f"intent-saved-{target.name}")
     crash_point(f"append-torn-{target.name}",
-                before=lambda: append_fsync(target, data[:len(data) // 2]))
-    append_fsync(target, data)
+                before=lambda: append_fsync(target, data[:len(data) // 2], mode=TEAM_FILE))
+    append_fsync(target, data, mode=TEAM_FILE)
     return AppendIntent(journal, target, start, inode, data, dict(meta or {}))
 
 
@@ -117,7 +117,7 @@ def finish_append(intent: AppendIntent) -> AppendState:
         fd = os.open(intent.target, os.O_RDONLY)
     except FileNotFoundError:
         if intent.start == 0:
-            append_fsync(intent.target, intent.data)
+            append_fsync(intent.target, intent.data, mode=TEAM_FILE)
             return "finished"
         return "stale"
     try:
@@ -131,7 +131,7 @@ def finish_append(intent: AppendIntent) -> AppendState:
         return "stale"
     if stat.st_size >= end:
         return "complete"
-    append_fsync(intent.target, intent.data[len(have):])
+    append_fsync(intent.target, intent.data[len(have):], mode=TEAM_FILE)
     return "finished"
 
 

@@ -49,7 +49,7 @@ import structlog
 from anyio.abc import TaskStatus
 
 from squadd.errors import InvalidNameError, StateError
-from squadd.fsio import fsync_dir, sync_file_system, write_all
+from squadd.fsio import PRIVATE_FILE, fsync_dir, private_dir, sync_file_system, write_all
 from squadd.state.layout import JOURNAL_SUFFIX, SquadLayout, safe_id
 from squadd.state.transcripts import Appended
 
@@ -410,12 +410,11 @@ class GroupCommit:
 
     # Blocking parts, in worker threads.
     def _open(self) -> None:
-        folder = self.layout.transcript_journals_dir
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = private_dir(self.layout.transcript_journals_dir)
         for _attempt in range(_OPEN_ATTEMPTS):
             path = self.layout.transcript_journal(os.getpid(), secrets.token_hex(4))
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
-                         0o644)
+                         PRIVATE_FILE)
             # Until it is locked, a replay in another process may take the new file for an
             # ended runtime's and remove it: then this one is not the journal, and another is
             # made. Once locked (held while this runtime lives) it is never replayed.
@@ -818,8 +817,10 @@ def _restore(line: _Line) -> bool:
         log.warning("transcript shorter than its journal says; left alone", path=line.where,
                     size=size, journaled_from=line.start)
         return False
-    line.target.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(line.target, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    if not line.target.parent.is_dir():
+        private_dir(line.target.parent)
+    fd = os.open(line.target, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW,
+                 PRIVATE_FILE)
     try:
         # The part it holds must be this line's: after a replay that failed, recovery may
         # have appended its own record where the lost bytes were.

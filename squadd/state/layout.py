@@ -524,6 +524,21 @@ class SquadLayout:
         """The full output of a workspace command (setup, land check) of a session."""
         return self._p("run", "workspaces", f"{safe_id(session_id)}.{safe_id(step)}.txt")
 
+    def land_check_report(self, session_id: str, step: str) -> Path:
+        """A fresh path for the JUnit report a land check writes (`{report}`): in the session
+        worktree's own copy of the squad dir, which its sandbox may write and squadd never
+        commits."""
+        return self.worktree(session_id) / self.root.name / "run" / \
+            f"land-check.{safe_id(step)}.xml"
+
+    def land_check_result(self, commit: str) -> Path:
+        """The land check's result on a target's tip commit, kept until the tip moves."""
+        return self._p("run", "land-checks", f"{safe_id(commit)}.json")
+
+    @property
+    def land_checks_dir(self) -> Path:
+        return self._p("run", "land-checks")
+
     @property
     def landing_lock(self) -> Path:
         """Held while a branch lands: one landing at a time per repository."""
@@ -543,6 +558,20 @@ class SquadLayout:
     @property
     def log_file(self) -> Path:
         return self._p("run", "squadd.log")
+
+    def private_dirs(self) -> tuple[Path, ...]:
+        """The folders of squadd's own files, kept 0700: transcripts and their journals and
+        stored prompts, tool output, workspace records, logs and run/ (never the team's
+        committed files)."""
+        return (self.run_dir, self.transcripts_dir, self.transcript_journals_dir,
+                self.transcript_prompts_dir, self.workspaces_dir, self.log_dir,
+                self._p("tool-output"), self._p("sessions"))
+
+    @property
+    def ui_handoff(self) -> Path:
+        """The page `squadd ui --open` gives the browser (0600 in run/, 0700): it carries the
+        dashboard's token, which must never be on a command line."""
+        return self._p("run", "ui-open.html")
 
     @property
     def run_dir(self) -> Path:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from squadd.config import data_path
 from squadd.errors import StateError
-from squadd.fsio import create_exclusive
+from squadd.fsio import TEAM_FILE, create_exclusive
 from squadd.state.layout import SQUAD_DIRNAMES, SquadLayout
 
 TEMPLATES_DIRNAME = "templates"
@@ -79,7 +79,8 @@ def init_squad(repo: Path, *, template: Path | None = None) -> InitResult:
     for relative in files:
         target = layout.inside(layout.root / relative)
         # O_EXCL: a file that appeared since we looked (or always was there) is left alone.
-        if target.exists() or not create_exclusive(target, (source / relative).read_bytes()):
+        if target.exists() or not create_exclusive(target, (source / relative).read_bytes(),
+                                                         mode=TEAM_FILE):
             existing.append(target)
         else:
             created.append(target)

@@ -18,7 +18,7 @@ import yaml
 
 from squadd.contracts.names import safe_name
 from squadd.errors import LimitExceededError, NotFoundError, PathEscapeError, StateError
-from squadd.fsio import atomic_write, file_lock
+from squadd.fsio import TEAM_FILE, atomic_write, file_lock
 from squadd.statcache import NotCached, StatCache
 from squadd.state.layout import SquadLayout
 
@@ -173,5 +173,6 @@ def write_skill(layout: SquadLayout, name: str, content: str, *, max_bytes: int 
         raise StateError("skill content must not be empty")
     _source, path = layout.skill_write_file(name)
     with file_lock(layout.lock_for(path)):
-        atomic_write(path, content if content.endswith("\n") else content + "\n")
+        atomic_write(path, content if content.endswith("\n") else content + "\n",
+                     new_mode=TEAM_FILE)
     return path

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from squadd.contracts.names import safe_name
 from squadd.errors import ConfigError, StateError
-from squadd.fsio import atomic_write, create_exclusive, file_lock, read_text
+from squadd.fsio import TEAM_FILE, atomic_write, create_exclusive, file_lock, read_text
 from squadd.state.casting import register_agent
 from squadd.state.layout import SquadLayout
 from squadd.state.members import (
@@ -184,10 +184,10 @@ def add_agent(layout: SquadLayout, name: str, role: str, *, templates: Path) -> 
     made_dir = not agent_dir.exists()
     created: list[Path] = []
     try:
-        if not create_exclusive(charter_path, charter):
+        if not create_exclusive(charter_path, charter, mode=TEAM_FILE):
             raise StateError(f"agent {name!r} already exists: its charter is {charter_path}")
         created.append(charter_path)
-        if create_exclusive(history_path, history):
+        if create_exclusive(history_path, history, mode=TEAM_FILE):
             created.append(history_path)
         with file_lock(layout.lock_for(team_path)):
             team = _read_exact(team_path)
@@ -196,7 +196,7 @@ def add_agent(layout: SquadLayout, name: str, role: str, *, templates: Path) -> 
                 # Only the new row differs: the file keeps its line endings, BOM and bytes.
                 row_added = add_member_row(plain(team), name=name, role=role,
                                            squad_dirname=layout.root.name)
-                atomic_write(team_path, restyle(team, row_added))
+                atomic_write(team_path, restyle(team, row_added), new_mode=TEAM_FILE)
     except BaseException:
         for path in created:
             with contextlib.suppress(FileNotFoundError):

@@ -33,7 +33,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from squadd.fsio import atomic_write, fsync_dir, libc_function, write_all
+from squadd.fsio import (
+    PRIVATE_FILE,
+    atomic_write,
+    fsync_dir,
+    libc_function,
+    private_dir,
+    write_all,
+)
 from squadd.statcache import NotCached
 from squadd.state.layout import SquadLayout
 
@@ -99,7 +106,7 @@ class PromptFiles:
         if whole:  # another writer made it: its folder entry may not be synced yet
             fsync_dir(self.folder)
         else:  # none yet, or a damaged one
-            self.folder.mkdir(parents=True, exist_ok=True)
+            private_dir(self.folder)
             atomic_write(path, text)
         with self._lock:
             self._known[text] = digest
@@ -173,7 +180,7 @@ class SpareFiles:
         """Create spares until `target` are known (blocking); return how many were made."""
         if not self.usable:
             return 0
-        self.folder.mkdir(parents=True, exist_ok=True)
+        private_dir(self.folder)
         if not self._adopted:  # spares an earlier process made and never used
             self._adopted = True
             with self._lock:
@@ -183,7 +190,7 @@ class SpareFiles:
         stem = f"{os.getpid()}-{secrets.token_hex(4)}"
         while len(self._names) + len(made) < target:
             name = f"{stem}-{next(self._counter)}"
-            fd = os.open(self.folder / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = os.open(self.folder / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE)
             os.close(fd)
             made.append(name)
         if made:
@@ -234,17 +241,24 @@ class SpareFiles:
             return True
 
 
-def open_new(target: Path, flags: int, spares: SpareFiles | None) -> int:
-    """Open `target` as a new file with `flags`: a spare moved into place when one is left,
-    else one created here (and its folder, if missing). `FileExistsError` when `target`
-    exists: a new file never replaces one."""
+def open_new(target: Path, flags: int, spares: SpareFiles | None, *,
+             mode: int = PRIVATE_FILE) -> int:
+    """Open `target` as a new file with `flags` and `mode`: a spare moved into place when one
+    is left, else one created here (and its folder, private for a private file, if missing).
+    `FileExistsError` when `target` exists: a new file never replaces one."""
     if spares is not None and spares.take_into(target):
-        return os.open(target, flags)
+        fd = os.open(target, flags)
+        if mode != PRIVATE_FILE:  # spares are made private
+            os.fchmod(fd, mode)
+        return fd
     try:
-        return os.open(target, flags | os.O_CREAT | os.O_EXCL, 0o644)
+        return os.open(target, flags | os.O_CREAT | os.O_EXCL, mode)
     except FileNotFoundError:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        return os.open(target, flags | os.O_CREAT | os.O_EXCL, 0o644)
+        if mode & 0o077:
+            target.parent.mkdir(parents=True, exist_ok=True)
+        else:
+            private_dir(target.parent)
+        return os.open(target, flags | os.O_CREAT | os.O_EXCL, mode)
 
 
 _RENAMEAT2 = libc_function("renameat2", ctypes.c_int, ctypes.c_char_p, ctypes.c_int,

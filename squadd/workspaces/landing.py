@@ -11,34 +11,34 @@ the target ends at its old tip or at the new one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 
 from squadd.contracts.workspaces import LandingIntent, LandResult, WorkspaceView
 from squadd.errors import SandboxError
-from squadd.sandbox import SandboxPolicy
 from squadd.state.layout import SquadLayout
 from squadd.workspaces import records
-from squadd.workspaces.git import Git, run
+from squadd.workspaces.checks import (
+    CheckResult,
+    LandCheck,
+    cached_tip,
+    judge,
+    needs_tip,
+    remember_tip,
+    run_check,
+)
+from squadd.workspaces.git import Git
 from squadd.workspaces.worktrees import branch_tips, changes, describe, status_paths
+
+__all__ = ["LandCheck", "advance", "checked_out_at", "land", "roll_back"]
+LandStyle = Literal["squash", "rebase"]
 
 LIST_ATTEMPTS = 5
 MAX_PATHSPEC_BYTES = 256 << 10
 """Most bytes of landed paths named to `git status` (a command line is bounded: ARG_MAX);
 past that the whole tree's status is read."""
-
-
-@dataclass(frozen=True)
-class LandCheck:
-    """The `workspace.land_check` command ("" = none) and its timeout."""
-
-    command: str = ""
-    timeout_s: float = 600.0
-    sandbox: SandboxPolicy | None = None
-    """The sandbox it runs in (it runs agent-written code); None: unconfined."""
 
 
 async def checked_out_at(git: Git, repo: Path, branch: str) -> Path | None:
@@ -83,6 +83,8 @@ async def roll_back(git: Git, record: WorkspaceView, branch_tip: str) -> None:
     tree = Path(record.path)
     for stop in ("--abort", "--quit"):
         await git.ran(tree, "rebase", stop)
+    # A tip check cut short leaves the worktree detached at the target's tip.
+    await git.ran(tree, "checkout", "--quiet", "--force", record.branch)
     await git.out(tree, "reset", "--quiet", "--hard", branch_tip,
                   what="cannot put the branch back")
 
@@ -98,11 +100,31 @@ async def _stopped(layout: SquadLayout, git: Git, record: WorkspaceView, branch_
     return result.model_copy(update={"workspace": record})
 
 
+async def squash(git: Git, tree: Path, record: WorkspaceView, *, onto: str,
+                 branch_tip: str, committer: dict[str, str]) -> None:
+    """Make the branch one commit on its fork point from `onto`: the branch's tree, authored
+    by its first commit's author, with the session's message (`commit_message`, else the last
+    commit's), committed by `committer`. Plumbing only: no hook runs."""
+    base = await git.out(tree, "merge-base", onto, branch_tip, what="cannot find the fork point")
+    # The author of the session's first commit: later ones may be a person's fix-up.
+    authors = await git.out(tree, "log", "--reverse", "--format=%an%x00%ae",
+                            f"{base}..{branch_tip}", what="cannot read the branch's author")
+    author = (authors.splitlines() or ["Squad\0squad@squad.local"])[0].split("\0")
+    message = record.commit_message or await git.out(
+        tree, "log", "-1", "--format=%B", branch_tip, what="cannot read the branch's message")
+    env = dict(committer, GIT_AUTHOR_NAME=author[0], GIT_AUTHOR_EMAIL=author[-1])
+    one = await git.out(tree, "commit-tree", f"{branch_tip}^{{tree}}", "-p", base,
+                        "-m", message.strip(), env=env, what="cannot squash the branch")
+    await git.out(tree, "reset", "--quiet", "--soft", one, what="cannot squash the branch")
+
+
 async def land(layout: SquadLayout, git: Git, record: WorkspaceView, *, check: LandCheck,
-               identity: dict[str, str], checked_clean: bool = False) -> LandResult:
+               identity: dict[str, str], checked_clean: bool = False,
+               style: LandStyle = "rebase") -> LandResult:
     """Land `record`'s branch on its target. The caller holds the landing lock; with
     `checked_clean` it has just committed the worktree's changes (so its status is not read
-    again)."""
+    again). `identity` is the committer's (`GIT_COMMITTER_NAME` / `_EMAIL`); with `squash` the
+    branch becomes one commit first."""
     sid, repo = record.session_id, layout.repo
 
     def refuse(reason: Any, message: str) -> LandResult:
@@ -131,6 +153,10 @@ async def land(layout: SquadLayout, git: Git, record: WorkspaceView, *, check: L
     record.landing = LandingIntent(phase="rebase", old_tip=old_tip, branch_tip=branch_tip)
     await anyio.to_thread.run_sync(records.save, layout, record)
     records.kill_point("land.before_rebase")
+    if style == "squash":
+        await squash(git, tree, record, onto=old_tip, branch_tip=branch_tip,
+                     committer=identity)
+        records.kill_point("land.after_squash")
     rebased = await git.ran(tree, "rebase", "--quiet", old_tip, env=identity)
     if not rebased.ok:
         conflicted = await git.ran(tree, "diff", "--name-only", "--diff-filter=U", "-z")
@@ -142,33 +168,75 @@ async def land(layout: SquadLayout, git: Git, record: WorkspaceView, *, check: L
             update={"conflict_paths": paths}))
     records.kill_point("land.after_rebase")
     new_tip = await git.out(tree, "rev-parse", "HEAD")
+    candidate: CheckResult | None = None
+    fixed: list[str] = []
+    broke: list[str] = []
+    passed = ""
     if check.command:
         try:
-            ran = await run(["bash", "-c", check.command], tree, timeout_s=check.timeout_s,
-                            spill=layout.workspace_output(sid, "land-check"),
-                            sandbox=check.sandbox)
+            candidate = await run_check(layout, check, tree, session_id=sid, commit=new_tip,
+                                        step="land-check")
+            tip = await _tip_result(layout, git, record, check, old_tip) \
+                if needs_tip(check, candidate) else None
         except SandboxError as exc:
             return await _stopped(layout, git, record, branch_tip, refuse(
                 "check_failed", f"the land check `{check.command}` cannot run: {exc}; "
                                 f"{record.target} is unchanged"))
-        if not ran.ok:
-            how = "timed out" if ran.timed_out else f"exited {ran.exit_code}"
+        verdict = judge(check, record.target, candidate, tip)
+        if not verdict.ok:
+            red = tip is not None and not tip.passed and check.policy == "green"
+            how = ("set land_policy = \"no-new-failures\"" if check.report else
+                   "configure a JUnit report (land_check = \"pytest -q --junitxml={report}\", "
+                   "land_check_report = \"{report}\")")
+            advice = None if not red else (
+                f"{how} under [workspace] in .squad/config.toml, or make {record.target} pass "
+                f"`{check.command}`; then `squadd land {sid}`")
             return await _stopped(layout, git, record, branch_tip, refuse(
-                "check_failed", f"the land check `{check.command}` {how}; "
-                                f"{record.target} is unchanged").model_copy(
-                update={"check_tail": ran.tail}))
+                "check_failed", f"not landed: {verdict.detail}; {record.target} is "
+                                f"unchanged").model_copy(update={
+                    "check_tail": candidate.tail, "fixed": verdict.fixed,
+                    "broke": verdict.broke, "next": advice}))
+        fixed, broke, passed = verdict.fixed, verdict.broke, verdict.detail
     records.kill_point("land.after_check")
     record.landing = LandingIntent(phase="advance", old_tip=old_tip, branch_tip=branch_tip,
                                    new_tip=new_tip)
     await anyio.to_thread.run_sync(records.save, layout, record)
     records.kill_point("land.before_advance")
-    return await advance(layout, git, record, old_tip=old_tip, new_tip=new_tip,
-                         branch_tip=branch_tip)
+    result = await advance(layout, git, record, old_tip=old_tip, new_tip=new_tip,
+                           branch_tip=branch_tip, fixed=fixed, broke=broke, checked=passed)
+    if result.ok and candidate is not None:
+        # The candidate is the target's tip now: the next landing need not check it again.
+        await anyio.to_thread.run_sync(remember_tip, layout, candidate)
+    return result
+
+
+async def _tip_result(layout: SquadLayout, git: Git, record: WorkspaceView, check: LandCheck,
+                      old_tip: str) -> CheckResult:
+    """The check's result on the target's tip: remembered, or run now in the session's
+    worktree checked out (detached) at the tip, then put back on the session's branch."""
+    cached = await anyio.to_thread.run_sync(cached_tip, layout, old_tip, check.command)
+    if cached is not None:
+        return cached
+    tree = Path(record.path)
+    await git.out(tree, "checkout", "--quiet", "--force", "--detach", old_tip,
+                  what="cannot check out the target's tip to check it")
+    records.kill_point("land.tip_check")
+    try:
+        result = await run_check(layout, check, tree, session_id=record.session_id,
+                                 commit=old_tip, step="land-check-tip")
+    finally:
+        with anyio.CancelScope(shield=True):
+            await git.out(tree, "checkout", "--quiet", "--force", record.branch,
+                          what="cannot put the worktree back on its branch")
+    await anyio.to_thread.run_sync(remember_tip, layout, result)
+    return result
 
 
 async def advance(layout: SquadLayout, git: Git, record: WorkspaceView, *, old_tip: str,
-                  new_tip: str, branch_tip: str) -> LandResult:
-    """Move the target from `old_tip` to `new_tip` by fast-forward only, then record it."""
+                  new_tip: str, branch_tip: str, fixed: list[str] | None = None,
+                  broke: list[str] | None = None, checked: str = "") -> LandResult:
+    """Move the target from `old_tip` to `new_tip` by fast-forward only, then record it (with
+    its outcome: the tests it `fixed` and `broke`, and what the check said)."""
     sid, repo, target = record.session_id, layout.repo, record.target or ""
     checkout = await checked_out_at(git, repo, target)
     if checkout is not None:
@@ -201,10 +269,15 @@ async def advance(layout: SquadLayout, git: Git, record: WorkspaceView, *, old_t
             message=f"{target} could not be fast-forwarded: {why}; it is unchanged"))
     records.kill_point("land.after_advance")
     record.state, record.landed_tip, record.conflict_paths = "landed", new_tip, []
-    record.landing = None
+    record.landing, record.repairs = None, 0
     record.message = f"landed on {target} at {new_tip[:12]}"
+    fixed = fixed or []
+    message = f"{record.branch} landed on {target}: {old_tip[:12]}..{new_tip[:12]}" + (
+        f"; {checked}" if checked else "") + (f": fixed {', '.join(fixed[:10])}" if fixed else "")
+    result = LandResult(ok=True, session_id=sid, target=target, old_tip=old_tip,
+                        new_tip=new_tip, message=message, fixed=fixed, broke=broke or [],
+                        workspace=record)
+    record.outcome = result.outcome()
     await anyio.to_thread.run_sync(records.save, layout, record)
     records.kill_point("land.after_record")
-    return LandResult(ok=True, session_id=sid, target=target, old_tip=old_tip, new_tip=new_tip,
-                      message=f"{record.branch} landed on {target}: {old_tip[:12]}.."
-                              f"{new_tip[:12]}", workspace=record)
+    return result

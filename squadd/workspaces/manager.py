@@ -29,16 +29,19 @@ from squadd.contracts.events import (
     WorkspaceLandFailed,
     WorkspaceRemoved,
 )
-from squadd.contracts.workspaces import Isolation, LandResult, WorkspaceView
+from squadd.contracts.workspaces import Isolation, LandingOutcome, LandResult, WorkspaceView
 from squadd.errors import LockTimeoutError, SquaddError, WorkspaceError
 from squadd.fsio import try_lock
 from squadd.sandbox import SandboxPolicy
 from squadd.state.layout import SquadLayout
 from squadd.tools.sandboxing import policy_for
 from squadd.workspaces import records, spares, worktrees
+from squadd.workspaces.checks import LandCheck
 from squadd.workspaces.git import Git, run
-from squadd.workspaces.landing import LandCheck, land
+from squadd.workspaces.landing import land
+from squadd.workspaces.messages import commit_message, parse_identity
 from squadd.workspaces.reconcile import reconcile
+from squadd.workspaces.repair import RepairTurns
 
 log = structlog.get_logger("squadd.workspaces")
 LOCK_POLL_S = 0.05
@@ -61,7 +64,7 @@ def charter_isolation(sections: Mapping[str, str] | None) -> Isolation | None:
     return None
 
 
-class Workspaces:
+class Workspaces(RepairTurns):
     """The workspaces of one repository."""
 
     def __init__(self, layout: SquadLayout, settings: Settings, sink: EventSink):
@@ -74,6 +77,9 @@ class Workspaces:
         self._admin = anyio.Lock()
         self._refilling = anyio.Lock()
         self._spares_wanted = anyio.Event()
+        self._committer: dict[str, str] | None = None
+        self._retry: set[str] = set()
+        """Sessions whose landing start-up rolled back: `retry_landings` lands them again."""
         self._agents: dict[str, Isolation] = {
             name: agent.isolation for name, agent in settings.agents.items()
             if agent.isolation is not None}
@@ -103,6 +109,28 @@ class Workspaces:
         email = self.settings.author_email.replace("{agent}", agent)
         return {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email,
                 "GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email}
+
+    async def committer(self) -> dict[str, str]:
+        """The committer of every commit squadd makes: `workspace.committer`, else the
+        repository's own `user.name` / `user.email` (read once), else "Squad"."""
+        given = parse_identity(self.settings.committer)
+        if given is None and self._committer is not None:
+            return self._committer
+        if given is None:
+            name = await self.git.ran(self.layout.repo, "config", "--get", "user.name")
+            email = await self.git.ran(self.layout.repo, "config", "--get", "user.email")
+            given = (name.output.strip() if name.ok and name.output.strip() else "Squad",
+                     email.output.strip() if email.ok and email.output.strip()
+                     else "squad@squad.local")
+            self._committer = {"GIT_COMMITTER_NAME": given[0], "GIT_COMMITTER_EMAIL": given[1]}
+            return self._committer
+        return {"GIT_COMMITTER_NAME": given[0], "GIT_COMMITTER_EMAIL": given[1]}
+
+    def land_check(self, record: WorkspaceView) -> LandCheck:
+        """The land check of `record`'s branch, as the settings say now, in its sandbox."""
+        return LandCheck(self.settings.land_check, self.settings.land_check_timeout_s,
+                         self.settings.land_check_report, self.settings.policy,
+                         self.check_sandbox(record))
 
     # A session's worktree.
     async def open(self, session_id: str, agent: str) -> WorkspaceView | None:
@@ -145,7 +173,8 @@ class Workspaces:
             if record is None or record.state == "removed" or \
                     not await anyio.Path(record.path).is_dir():
                 return None
-            if record.state in ("committed", "landed", "conflict"):
+            if record.state in ("committed", "landed", "conflict", "needs_attention",
+                                "interrupted"):
                 record.state = "active"
             record.outcome = None  # the last landing's: this session's next one is its own
             await anyio.to_thread.run_sync(records.save, self.layout, record)
@@ -260,17 +289,22 @@ class Workspaces:
                                      f"{ran.tail.strip()[-1500:]}")
 
     async def close(self, record: WorkspaceView, *, title: str,
-                    display_name: str | None = None) -> WorkspaceView:
-        """Commit the session's changes on its branch (author: the agent)."""
+                    display_name: str | None = None, answer: str = "",
+                    repair: bool = False) -> WorkspaceView:
+        """Commit the session's changes on its branch (author: the agent; committer: the one
+        `committer`), with a message written from its task (`title`) and `answer`; that
+        message is kept as the one its work lands with, except after a repair turn, whose
+        commit only completes the work it repairs."""
         identity = self.identity(record.agent, display_name)
-        message = f"{title.strip().splitlines()[0][:72] or 'squad session'}\n\n" \
-                  f"Squad-Session: {record.session_id}\n"
-        trace = telemetry.trace_id()  # from the commit on main to the session's spans
-        if trace is not None:
-            message += f"Squad-Trace: {trace}\n"
+        # Squad-Trace: from the commit on main to the session's spans.
+        message = commit_message(task=title, answer=answer, session_id=record.session_id,
+                                 agent=record.agent, trace=telemetry.trace_id())
+        if not repair:
+            record.commit_message = message
         committed = await worktrees.commit(
             self.layout, self.git, record, author=identity["GIT_AUTHOR_NAME"],
-            email=identity["GIT_AUTHOR_EMAIL"], message=message)
+            email=identity["GIT_AUTHOR_EMAIL"], message=message,
+            committer=await self.committer())
         if committed:
             self.sink.publish(WorkspaceCommitted(
                 session_id=record.session_id, agent=record.agent, branch=record.branch,
@@ -306,24 +340,60 @@ class Workspaces:
         if record is None or record.state == "removed":
             return LandResult(ok=False, session_id=session_id, reason="invalid",
                               message=f"session {session_id} has no worktree to land")
+        if record.state == "landed" and not await anyio.Path(record.path).is_dir():
+            return LandResult(ok=True, session_id=session_id, reason="nothing",
+                              target=record.target, new_tip=record.landed_tip,
+                              workspace=record, message=f"session {session_id} already "
+                              f"landed on {record.target} at {(record.landed_tip or '')[:12]}")
         try:
             async with self.landing_queue():
                 record = await anyio.to_thread.run_sync(records.load, self.layout, session_id)
                 assert record is not None
-                closed = record.state in ("active", "committing") and \
+                # What a person (or an interrupted session) left in the worktree is
+                # committed first: `squadd land` after fixing a conflict or a check by hand.
+                closed = record.state in ("active", "committing", "committed", "conflict",
+                                          "needs_attention", "interrupted") and \
                     await anyio.Path(record.path).is_dir()
                 if closed:
-                    await self.close(record, title=f"work of session {session_id}")
-                check = LandCheck(self.settings.land_check, self.settings.land_check_timeout_s,
-                                  self.check_sandbox(record))
-                result = await land(self.layout, self.git, record, check=check,
-                                    identity=self.identity(record.agent), checked_clean=closed)
+                    await self.close(record, title=f"work of session {session_id}",
+                                     repair=bool(record.commit_message))
+                result = await land(self.layout, self.git, record, check=self.land_check(record),
+                                    identity=await self.committer(), checked_clean=closed,
+                                    style=self.settings.land_style)
                 await self._keep_outcome(result)
         except (WorkspaceError, LockTimeoutError, TimeoutError, OSError) as exc:
             return LandResult(ok=False, session_id=session_id, reason="failed",
                               message=f"landing failed: {exc}")
         self._announce(result)
+        if result.ok and result.reason == "landed" and not self.settings.keep_landed:
+            result = await self._tidy_landed(result)
         return result
+
+    async def not_landed(self, record: WorkspaceView, *, why: str) -> WorkspaceView:
+        """Record that a session's work was committed and not landed (`why`), and what lands
+        it; an outcome `skipped` either way."""
+        sid = record.session_id
+        if record.commits:
+            record.outcome = LandingOutcome(
+                state="skipped", next=f"squadd land {sid}",
+                detail=f"not landed: {why}; its work is on branch {record.branch}")
+        else:
+            record.outcome = LandingOutcome(state="skipped", detail="the session changed nothing")
+        await anyio.to_thread.run_sync(records.save, self.layout, record)
+        return record
+
+    async def _tidy_landed(self, result: LandResult) -> LandResult:
+        """Remove a landed session's worktree and branch (`workspace.keep_landed` off); its
+        record stays, `landed`, with the outcome. A failure is logged: the landing stands."""
+        sid = result.session_id
+        try:
+            removed = await self._remove(sid, lambda r: r.state == "landed", landed=True)
+        except (SquaddError, OSError) as exc:
+            log.warning("landed worktree not removed", session_id=sid, error=str(exc))
+            return result
+        if removed is None:
+            return result
+        return result.model_copy(update={"workspace": removed[0]})
 
     async def _keep_outcome(self, result: LandResult) -> None:
         """Write the landing's outcome on the session's record (what `squadd sessions show`,
@@ -358,11 +428,35 @@ class Workspaces:
         try:
             async with self.landing_queue(RECONCILE_WAIT_S), \
                     _turn(self._admin, self.layout.worktrees_lock, RECONCILE_WAIT_S):
-                return await reconcile(self.layout, self.git)
+                committer = await self.committer()
+                return await reconcile(self.layout, self.git, self._retry,
+                                       lambda agent: {**self.identity(agent), **committer})
         except TimeoutError:
             # A `squadd land` or `squadd workspaces` is at work: its work is its own to finish.
             return [f"not reconciled: another process was landing or changing worktrees for "
                     f"{RECONCILE_WAIT_S:g}s; run the daemon again once it is done"]
+
+    async def retry_landings(self) -> None:
+        """Land again what start-up rolled back (with `workspace.land = "auto"`), in turn; a
+        refusal waits for a person (`needs_attention`). Logged, never raised."""
+        if self.settings.land != "auto":
+            return
+        while self._retry:
+            session_id = min(self._retry)
+            self._retry.discard(session_id)
+            try:
+                # Not shielded: a stop cuts it short as a crash would; the next start-up
+                # finishes or undoes it from its intent.
+                result = await self.land(session_id)
+                if not result.ok and result.reason in ("conflict", "check_failed"):
+                    with anyio.CancelScope(shield=True):
+                        await self.hold_for_person(session_id, result)
+            except (SquaddError, OSError) as exc:
+                log.warning("rolled-back landing not retried", session_id=session_id,
+                            error=str(exc))
+                continue
+            log.info("rolled-back landing retried", session_id=session_id,
+                     outcome=result.reason, message=result.message)
 
     # Housekeeping.
     async def view(self, session_id: str) -> WorkspaceView | None:
@@ -381,8 +475,8 @@ class Workspaces:
         removed = await self._remove(session_id, lambda _: True)
         return None if removed is None else removed[1]
 
-    async def _remove(self, session_id: str, wanted: Callable[[WorkspaceView], bool]
-                      ) -> tuple[WorkspaceView, bool] | None:
+    async def _remove(self, session_id: str, wanted: Callable[[WorkspaceView], bool], *,
+                      landed: bool = False) -> tuple[WorkspaceView, bool] | None:
         """Remove the worktree if its record, read under the worktrees lock, is still
         `wanted`; the record and whether its branch was kept, or None."""
         async with self.admin():
@@ -393,7 +487,7 @@ class Workspaces:
                 await worktrees.undo_create(self.layout, self.git, record)
                 kept = False
             else:
-                kept = await worktrees.remove(self.layout, self.git, record)
+                kept = await worktrees.remove(self.layout, self.git, record, landed=landed)
         self.sink.publish(WorkspaceRemoved(session_id=session_id, agent=record.agent,
                                            branch=record.branch, branch_kept=kept))
         return record, kept

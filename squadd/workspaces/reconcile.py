@@ -5,25 +5,33 @@ taken is undone the same way); a ready spare is kept, its record dropped if a se
 folder; a commit under way is
 read back from git; a landing is rolled forward from its intent when the target may still move
 to the new tip, else rolled back. Worktrees git knows under the squad dir with no record are
-reported as orphans, and records whose worktree vanished are marked removed. A record git
+reported as orphans, and records whose worktree vanished are marked removed. A repair turn's
+rebase cut short is undone; a session stopped mid-task (its record `active`) is marked
+`interrupted`, its worktree kept for `squadd sessions resume`. A record git
 cannot bring back is reported and left for the next start; it never stops this one.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
 import structlog
 
-from squadd.contracts.workspaces import WorkspaceView
+from squadd.contracts.workspaces import LandingOutcome, WorkspaceView
 from squadd.errors import SquaddError
 from squadd.state.layout import SquadLayout
+from squadd.state.transcripts import read_transcript
 from squadd.workspaces import records, spares
 from squadd.workspaces.git import Git
 from squadd.workspaces.landing import advance, roll_back
-from squadd.workspaces.worktrees import describe, undo_create, unlanded
+from squadd.workspaces.messages import commit_message
+from squadd.workspaces.repair import abandon, rebasing
+from squadd.workspaces.worktrees import changes, commit, describe, undo_create, unlanded
+
+_ROLLED_BACK = "a landing was interrupted and rolled back"
 
 log = structlog.get_logger("squadd.workspaces")
 
@@ -40,7 +48,8 @@ async def registered_worktrees(git: Git, repo: Path) -> list[Path]:
     return [p for p in paths if real_path(p) != repo]
 
 
-async def _recover_landing(layout: SquadLayout, git: Git, record: WorkspaceView) -> str:
+async def _recover_landing(layout: SquadLayout, git: Git, record: WorkspaceView,
+                           retry: set[str]) -> str:
     intent = record.landing
     sid = record.session_id
     record.landing = None
@@ -55,16 +64,26 @@ async def _recover_landing(layout: SquadLayout, git: Git, record: WorkspaceView)
         if tip in (old_tip, new_tip):
             result = await advance(layout, git, record, old_tip=old_tip, new_tip=new_tip,
                                    branch_tip=branch_tip)
+            if not result.ok:
+                retry.add(sid)
             return f"{sid}: landing resumed: {result.message}"
     await roll_back(git, record, branch_tip)
-    record.state, record.message = "committed", "a landing was interrupted and rolled back"
+    retry.add(sid)
+    record.state, record.message = "committed", _ROLLED_BACK
+    record.outcome = LandingOutcome(state="pending", detail=_ROLLED_BACK,
+                                    next=f"squadd land {sid}")
     await describe(git, layout.repo, record)
     await anyio.to_thread.run_sync(records.save, layout, record)
     return f"{sid}: landing rolled back; {record.branch} is at {branch_tip[:12]}"
 
 
+Identity = Callable[[str], dict[str, str]]
+"""An agent's commit identity: `GIT_AUTHOR_*` and `GIT_COMMITTER_*` variables."""
+
+
 async def _reconcile_one(layout: SquadLayout, git: Git, record: WorkspaceView,
-                         known: set[Path]) -> list[str]:
+                         known: set[Path], retry: set[str],
+                         author: Identity | None = None) -> list[str]:
     """Finish or undo what `record` says was under way; adds its worktree to `known`."""
     tree, sid = Path(record.path), record.session_id
     if record.state == "spare":
@@ -79,13 +98,60 @@ async def _reconcile_one(layout: SquadLayout, git: Git, record: WorkspaceView,
         return [f"{sid}: unfinished worktree removed"]
     notes = []
     if record.state == "landing":
-        notes.append(await _recover_landing(layout, git, record))
+        notes.append(await _recover_landing(layout, git, record, retry))
     elif record.state == "committing":
+        # Its session had ended: what it left uncommitted is committed now, as it would have
+        # been, and lands like the rest of its work.
+        if await anyio.Path(tree).is_dir() and await changes(git, tree) and author is not None:
+            who = author(record.agent)
+            await commit(layout, git, record, author=who["GIT_AUTHOR_NAME"],
+                         email=who["GIT_AUTHOR_EMAIL"], committer=who,
+                         message=record.commit_message or f"work of session {sid}\n\n"
+                                                          f"Squad-Session: {sid}\n")
         await describe(git, layout.repo, record)
         record.state = "committed" if record.commits else "active"
         await anyio.to_thread.run_sync(records.save, layout, record)
+        if record.commits:
+            retry.add(sid)
         notes.append(f"{sid}: commit checked: {record.state}")
-    if record.state != "removed" and not await anyio.Path(tree).is_dir():
+    elif record.state not in ("removed", "landed") and await anyio.Path(tree).is_dir() and \
+            await rebasing(git, tree):
+        # A repair turn cut short: squadd's rebase is undone, the agent's work before it kept.
+        await abandon(git, tree)
+        await describe(git, layout.repo, record)
+        retry.add(sid)
+        record.state, record.message = "committed", "a repair turn was interrupted; its " \
+                                                    "rebase was undone"
+        record.outcome = LandingOutcome(state="pending", detail=record.message,
+                                        next=f"squadd land {sid}")
+        await anyio.to_thread.run_sync(records.save, layout, record)
+        notes.append(f"{sid}: {record.message}")
+    if record.state == "active" and await anyio.Path(tree).is_dir():
+        # No session runs before start-up ends: its task had ended (the commit was cut short)
+        # or it was stopped mid-task.
+        ended = await anyio.to_thread.run_sync(_ended_task, layout, sid)
+        if ended is not None and author is not None:
+            task, answer, completed = ended
+            who = author(record.agent)
+            record.commit_message = commit_message(task=task, answer=answer, session_id=sid,
+                                                   agent=record.agent)
+            await commit(layout, git, record, author=who["GIT_AUTHOR_NAME"],
+                         email=who["GIT_AUTHOR_EMAIL"], committer=who,
+                         message=record.commit_message)
+            if record.commits and completed:
+                retry.add(sid)
+            notes.append(f"{sid}: its task had ended: its work is {record.state}")
+            return notes
+        pending = await changes(git, tree)
+        record.state = "interrupted"
+        record.message = (f"its session was stopped before its work was committed "
+                          f"({len(pending)} uncommitted path{'s' * (len(pending) != 1)} kept "
+                          f"in {tree}); continue it with squadd sessions resume {sid}")
+        record.outcome = LandingOutcome(state="pending", detail=record.message,
+                                        next=f"squadd sessions resume {sid}")
+        await anyio.to_thread.run_sync(records.save, layout, record)
+        notes.append(f"{sid}: interrupted: {record.message}")
+    if record.state not in ("removed", "landed") and not await anyio.Path(tree).is_dir():
         await git.ran(layout.repo, "worktree", "prune")
         record.state, record.message = "removed", "its worktree was gone at start-up"
         await anyio.to_thread.run_sync(records.save, layout, record)
@@ -94,14 +160,32 @@ async def _reconcile_one(layout: SquadLayout, git: Git, record: WorkspaceView,
     return notes
 
 
-async def reconcile(layout: SquadLayout, git: Git) -> list[str]:
+def _ended_task(layout: SquadLayout, session_id: str) -> tuple[str, str, bool] | None:
+    """The task and answer of a session whose transcript says its task ended (completed or
+    failed: its work is committed as a session's end commits it), and whether it completed;
+    None when it was stopped mid-task or has no transcript (blocking)."""
+    path = layout.transcript(session_id)
+    if not path.is_file():
+        return None
+    transcript = read_transcript(path)
+    if transcript.last_state not in ("completed", "error"):
+        return None
+    tasks = [str(m.get("content") or "") for m in transcript.messages if m.get("role") == "user"]
+    return (tasks[-1] if tasks else "", transcript.final_answer or "",
+            transcript.last_state == "completed")
+
+
+async def reconcile(layout: SquadLayout, git: Git, retry: set[str] | None = None,
+                    author: Identity | None = None) -> list[str]:
     """Bring every workspace record and git's worktree list back in line; returns what was
-    done, one line per workspace. The caller holds the landing lock."""
+    done, one line per workspace, and adds to `retry` the sessions whose landing was rolled
+    back (to land again). The caller holds the landing lock."""
+    retry = set() if retry is None else retry
     notes: list[str] = []
     known: set[Path] = set()
     for record in await anyio.to_thread.run_sync(records.load_all, layout):
         try:
-            notes += await _reconcile_one(layout, git, record, known)
+            notes += await _reconcile_one(layout, git, record, known, retry, author)
         except (SquaddError, OSError) as exc:
             # One record git cannot bring back (a tip edited by hand, a stuck git) is left
             # as it is, said, and tried again at the next start: it never stops the start.

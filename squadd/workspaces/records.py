@@ -75,3 +75,18 @@ def load_all(layout: SquadLayout, *, prefix: str = "") -> list[WorkspaceView]:
         if record is not None and record.session_id == path.stem:
             records.append(record)
     return sorted(records, key=lambda r: r.created)
+
+
+def next_step(record: WorkspaceView) -> str | None:
+    """What moves a workspace that will not move by itself: one command or action (None for
+    one that moves by itself: a session at work, a step a start-up finishes, or one done)."""
+    sid = record.session_id
+    if record.state == "conflict" and record.message.startswith("repair turn"):
+        return None  # its agent is at work on it
+    if record.state in ("conflict", "needs_attention", "interrupted", "committed"):
+        if record.outcome is not None and record.outcome.next:
+            return record.outcome.next
+        if record.state == "interrupted":
+            return f"squadd sessions resume {sid}"
+        return f"squadd land {sid}"
+    return None

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,7 +20,7 @@ import structlog
 
 from squadd.contracts.workspaces import WorkspaceView
 from squadd.errors import SquaddError, WorkspaceError
-from squadd.fsio import append_fsync, file_lock, read_text
+from squadd.fsio import TEAM_FILE, append_fsync, file_lock, read_text
 from squadd.state.layout import SQUAD_DIRNAMES, SquadLayout
 from squadd.workspaces import records
 from squadd.workspaces.git import Git
@@ -87,7 +88,7 @@ def ensure_ignored(layout: SquadLayout) -> None:
         text = read_text(path)
         if "worktrees/" not in text.split():
             append_fsync(path, ("" if not text or text.endswith("\n") else "\n") +
-                         "worktrees/\n")
+                         "worktrees/\n", mode=TEAM_FILE)
 
 
 async def new_record(layout: SquadLayout, git: Git, base: RepoBase, *, session_id: str,
@@ -213,7 +214,7 @@ async def describe(git: Git, repo: Path, record: WorkspaceView) -> None:
 
 
 async def commit(layout: SquadLayout, git: Git, record: WorkspaceView, *, author: str,
-                 email: str, message: str) -> bool:
+                 email: str, message: str, committer: Mapping[str, str] | None = None) -> bool:
     """Commit every change in the worktree (outside its squad dir) on the session's branch;
     False when there was nothing to commit."""
     tree = Path(record.path)
@@ -227,7 +228,7 @@ async def commit(layout: SquadLayout, git: Git, record: WorkspaceView, *, author
     records.kill_point("commit.before")
     await git.out(tree, "add", "--all", *OUTSIDE_SQUAD, what="cannot stage the changes")
     identity = {"GIT_AUTHOR_NAME": author, "GIT_AUTHOR_EMAIL": email,
-                "GIT_COMMITTER_NAME": author, "GIT_COMMITTER_EMAIL": email}
+                "GIT_COMMITTER_NAME": author, "GIT_COMMITTER_EMAIL": email, **(committer or {})}
     await git.out(tree, "-c", "maintenance.auto=false", "commit", "--quiet", "--no-verify",
                   "-m", message, env=identity,
                   what=f"cannot commit the work of session {record.session_id}")
@@ -248,9 +249,11 @@ async def unlanded(git: Git, repo: Path, record: WorkspaceView) -> list[str]:
     return listed.split()
 
 
-async def remove(layout: SquadLayout, git: Git, record: WorkspaceView) -> bool:
+async def remove(layout: SquadLayout, git: Git, record: WorkspaceView, *,
+                 landed: bool = False) -> bool:
     """Remove the worktree; delete its branch only when it holds no unlanded commit.
-    Returns whether the branch was kept."""
+    Returns whether the branch was kept. With `landed` (just landed), a record whose branch
+    went stays, `landed`, saying so: it keeps the landing's outcome."""
     repo = layout.repo
     path = Path(record.path)
     await git.ran(repo, "worktree", "unlock", str(path))
@@ -265,6 +268,10 @@ async def remove(layout: SquadLayout, git: Git, record: WorkspaceView) -> bool:
         if tip is not None:
             # Compare-and-delete: a branch that moved since it was read is left alone.
             await git.ran(repo, "update-ref", "-d", f"refs/heads/{record.branch}", tip)
+    if landed and not kept:
+        record.message += "; its worktree and branch were removed (workspace.keep_landed)"
+        await anyio.to_thread.run_sync(records.save, layout, record)
+        return kept
     record.state = "removed"
     await anyio.to_thread.run_sync(records.save, layout, record)
     if not kept:

@@ -58,13 +58,18 @@ def test_a_failed_check_exits_3_says_so_and_what_to_do_and_main_is_untouched(
     landing = result["landing"]
     assert result["ok"] and landing["state"] == "check_failed"
     assert "the-check-said-no" in landing["detail"]
+    # The check fails on main's tip too: the refusal says main itself fails, and how to
+    # configure a report.
+    assert "main itself fails the land check" in landing["detail"]
+    assert "land_check_report" in landing["next"]
     assert landing["next"].endswith(f"`squadd land {result['session_id']}`")
     assert git(daemon.layout.repo, "rev-parse", "main") == before
 
     human = daemon.squadd("route", "lead", "write d.txt delta", "--land", timeout=120)
     assert human.returncode == 3
     assert "landing: check_failed" in human.stderr and "the-check-said-no" in human.stderr
-    assert "next: fix the failing check in the worktree" in human.stderr
+    assert "main itself fails the land check" in human.stderr
+    assert "next: configure a JUnit report" in human.stderr
     shown = daemon.squadd("sessions", "show", result["session_id"])
     assert shown.returncode == 0
     assert "landing: check_failed" in shown.stdout and "next: " in shown.stdout
@@ -80,15 +85,17 @@ def test_a_conflict_exits_3_with_the_path_and_the_command_to_continue(
     assert landed.returncode == 3, landed.stderr
     result = json.loads(landed.stdout)
     assert result["landing"]["state"] == "conflict" and result["conflict_paths"] == ["app.txt"]
-    assert result["landing"]["next"] == (
-        f"resolve app.txt in the session's worktree, then `squadd land {session}`")
+    worktree = daemon.layout.worktree(session)
+    continued = (f"resolve app.txt in the session's worktree (cd {worktree} && git rebase main, "
+                 f"fix the files, git add them, git rebase --continue), then `squadd land "
+                 f"{session}`")
+    assert result["landing"]["next"] == continued
     # The daemon landed it (its bus saw the event; a landing in the CLI's process has none).
     failed = wait_for_event(daemon, "workspace.land_failed", session)
     assert failed["outcome"]["state"] == "conflict" and failed["paths"] == ["app.txt"]
     shown = daemon.squadd("events", "-n", "50", "--type", "workspace.land_failed")
     assert f"{session} " in shown.stdout and "landing: conflict" in shown.stdout
-    assert f"next: resolve app.txt in the session's worktree, then `squadd land {session}`" \
-        in shown.stdout
+    assert f"next: {continued}" in shown.stdout
 
 
 def test_a_landing_that_cannot_finish_is_pending_and_exits_4(daemon: DaemonProcess) -> None:

@@ -57,7 +57,9 @@ def test_land_of_a_conflict_exits_3_names_the_path_and_what_to_do_next(
     assert result.exit_code == 3
     assert "conflicts in app.txt" in result.output
     assert "landing: conflict" in result.output
-    assert "next: resolve app.txt in the session's worktree, then `squadd land " \
+    worktree = layout.worktree("20260101-000000-0000bbbb")
+    assert f"next: resolve app.txt in the session's worktree (cd {worktree} && git rebase " \
+        "main, fix the files, git add them, git rebase --continue), then `squadd land " \
         "20260101-000000-0000bbbb`" in result.output
     assert git(layout.repo, "rev-parse", "main") == before
 

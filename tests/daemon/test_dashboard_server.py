@@ -30,11 +30,19 @@ def test_serve_ui_and_squadd_ui_print_a_url_that_opens_the_dashboard(
         assert plain.stdout.strip() == link
         opened = tmp_path / "opened.txt"
         browser = tmp_path / "browser.sh"
-        browser.write_text(f'#!/bin/sh\nprintf "%s" "$1" > {opened}\n', encoding="utf-8")
+        browser.write_text(f'#!/bin/sh\nprintf "%s\\n" "$0" "$@" > {opened}\n'
+                           f'tr "\\0" "\\n" < /proc/$$/cmdline >> {opened}\n',
+                           encoding="utf-8")
         browser.chmod(0o755)
         daemon.env["BROWSER"] = str(browser)
         assert daemon.squadd("ui", "--open").returncode == 0
-        assert opened.read_text(encoding="utf-8") == link
+        argv = opened.read_text(encoding="utf-8")
+        assert token not in argv  # neither in the arguments nor on the process's command line
+        handoff = daemon.layout.ui_handoff
+        assert handoff.as_uri() in argv.splitlines()
+        assert handoff.stat().st_mode & 0o777 == 0o600
+        assert handoff.parent.stat().st_mode & 0o777 == 0o700
+        assert link.replace("&", "&amp;") in handoff.read_text(encoding="utf-8")
         assert not daemon.layout.token_file.exists()  # the UI token lives in memory only
 
         without = httpx.get(url, timeout=10)

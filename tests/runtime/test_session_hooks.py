@@ -98,6 +98,25 @@ def _git_squad(tmp_path: Path) -> SquadLayout:
     return make_squad(repo)
 
 
+class AnswersByTask:
+    """A replay provider whose final answers are chosen by the session's task (the replay
+    script gives every session the same turns)."""
+
+    def __init__(self, inner: Any, answers: dict[str, str]):
+        self.inner, self.answers = inner, answers
+        self.name, self.default_model = inner.name, inner.default_model
+
+    async def complete(self, request: CompletionRequest) -> Completion:
+        completion: Completion = await self.inner.complete(request)
+        task = next(m.content for m in request.messages if m.role == "user")
+        if not completion.tool_calls:
+            completion.text = self.answers.get(str(task), completion.text)
+        return completion
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
 async def test_pre_land_keeps_a_branch_off_main_and_post_land_hears_a_landing(
         tmp_path: Path) -> None:
     layout = _git_squad(tmp_path)
@@ -116,8 +135,10 @@ if any("WIP" in commit for commit in data["commits"]):
     settings = load_settings(layout.root, overrides={
         "workspace": {"isolation": "worktree", "land": "auto"},
         "tools": {"approvals": {"write": "allow"}}, "sandbox": {"mode": "off"}})
-    provider = script(lead=[call("write", path="a.txt", content="a\n"), text("done"),
-                            call("write", path="b.txt", content="b\n"), text("done")])
+    # A landed commit's subject is the agent's answer: the first task's answer says WIP.
+    provider = AnswersByTask(script(lead=[call("write", path="a.txt", content="a\n"),
+                                          text("done")]),
+                             {"WIP first try": "WIP: a try", "Add b": "Add b"})
     async with SquadRuntime(layout, settings, provider) as runtime:
         held = await runtime.route(RouteRequest(task="WIP first try", targetAgent="lead"))
         landed = await runtime.route(RouteRequest(task="Add b", targetAgent="lead"))

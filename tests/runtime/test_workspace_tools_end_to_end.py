@@ -112,8 +112,8 @@ async def test_in_its_own_worktree_the_fix_lands_as_one_commit(layout: SquadLayo
     assert "Ran 1 test" in bash_result and bash_result.endswith("OK\n[exit code 0]")
     # main moved by exactly one commit: the agent's, changing calc.py and nothing else
     assert git(repo, "rev-list", "--count", f"{start}..main") == "1"
-    assert git(repo, "log", "-1", "--format=%an|%s", "main") == \
-        "Fenster|make the failing test pass"
+    assert git(repo, "log", "-1", "--format=%an|%s", "main") == f"Fenster|{ANSWER}"
+    assert "Task: make the failing test pass" in git(repo, "log", "-1", "--format=%b", "main")
     assert git(repo, "show", "--name-only", "--format=", "main") == "calc.py"
     assert git(repo, "show", "main:calc.py") + "\n" == CALC.replace("a - b", "a + b")
     # the user's checkout of main followed the fast-forward, and is clean

@@ -36,6 +36,8 @@ def _squad(tmp_path: Path) -> SquadLayout:
     (repo / "README.md").write_text("project\n")
     git(repo, "add", "--all")
     git(repo, "commit", "--quiet", "-m", "start")
+    git(repo, "config", "user.name", "Repo Owner")
+    git(repo, "config", "user.email", "owner@example.com")
     layout = make_squad(repo)
     layout.tools_dir.mkdir(parents=True, exist_ok=True)
     (layout.tools_dir / "jot.yaml").write_text(textwrap.dedent(WRITE_TOOL))
@@ -70,8 +72,16 @@ async def test_a_worktree_sessions_shell_tool_runs_in_its_worktree_and_its_work_
     assert str(tree) in transcript  # the tool's `pwd`
     assert not (layout.repo / "out.txt").exists()
     assert git(layout.repo, "show", f"{space.branch}:out.txt") == "hello"
-    assert git(layout.repo, "log", "-1", "--format=%an %s", space.branch) == \
-        "Lead Write the greeting"
+    # Subject from the agent's answer, the task in the body, the trailers; author the agent,
+    # committer the repository's own user.
+    assert git(layout.repo, "log", "-1", "--format=%an|%cn <%ce>|%s", space.branch) == \
+        "Lead|Repo Owner <owner@example.com>|done"
+    body = git(layout.repo, "log", "-1", "--format=%b", space.branch)
+    assert "Task: Write the greeting" in body
+    assert body.endswith(f"Squad-Session: {result.session_id}\nSquad-Agent: lead")
+    # Landing was not asked for: the result says so, and what lands it.
+    assert result.landing is not None and result.landing.state == "skipped"
+    assert result.landing.next == f"squadd land {result.session_id}"
     assert git(layout.repo, "rev-list", "--count", "main") == "1"
 
 
@@ -130,12 +140,20 @@ async def test_continuing_a_session_reuses_its_worktree_and_land_true_lands_it(
     assert first.workspace is not None and second.workspace is not None
     assert first.workspace.branch == second.workspace.branch
     assert second.workspace.state == "landed"
-    assert git(layout.repo, "log", "--format=%s", "main").splitlines() == [
-        "Second part", "First part", "start"]
+    # Both rounds land as one squashed commit, with the last round's message.
+    assert git(layout.repo, "log", "--format=%s", "main").splitlines() == ["two", "start"]
+    assert "Task: Second part" in git(layout.repo, "log", "-1", "--format=%b", "main")
     assert (layout.repo / "a.txt").read_text() == "first\n"
     assert (layout.repo / "b.txt").read_text() == "second\n"
     assert [kind for kind in seen if kind.startswith("workspace.")] == [
-        "workspace.created", "workspace.committed", "workspace.committed", "workspace.landed"]
+        "workspace.created", "workspace.committed", "workspace.committed", "workspace.landed",
+        "workspace.removed"]
+    # Landed: its worktree and branch are gone (workspace.keep_landed = false), its record
+    # keeps the outcome.
+    assert not Path(second.workspace.path).exists()
+    assert git(layout.repo, "branch", "--list", second.workspace.branch) == ""
+    assert second.landing is not None and second.landing.state == "landed"
+    assert second.landing.commit == git(layout.repo, "rev-parse", "main")
 
 
 async def test_eight_agents_at_once_each_land_their_own_commit_on_a_linear_history(
@@ -149,7 +167,7 @@ async def test_eight_agents_at_once_each_land_their_own_commit_on_a_linear_histo
         add_agent(layout, agent)
     provider = script(**{agent: [call("jot", FILE=f"{agent}.txt", TEXT=agent),
                                  call("jot", FILE=f"{agent}.txt", TEXT=f"{agent} edited"),
-                                 text("done")] for agent in agents})
+                                 text(f"wrote {agent}.txt")] for agent in agents})
     settings = load_settings(layout.root, overrides={
         "workspace": {"isolation": "worktree", "land": "auto"},
         "pool": {"max_concurrent": 8}, "tools": {"approvals": {"jot": "allow"}}})
@@ -164,7 +182,9 @@ async def test_eight_agents_at_once_each_land_their_own_commit_on_a_linear_histo
     assert all(r.ok and r.workspace and r.workspace.state == "landed" for r in results), [
         (r.message, r.workspace) for r in results]
     subjects = git(layout.repo, "log", "--format=%s", "main").splitlines()
-    assert sorted(subjects[:-1]) == sorted(f"work of {agent}" for agent in agents)
+    assert sorted(subjects[:-1]) == sorted(f"wrote {agent}.txt" for agent in agents)
+    assert set(git(layout.repo, "log", "--format=%cn", "main").splitlines()[:-1]) == \
+        {"Repo Owner"}
     assert git(layout.repo, "rev-list", "--merges", "main") == ""
     for agent in agents:
         assert (layout.repo / f"{agent}.txt").read_text() == f"{agent} edited\n"

@@ -80,7 +80,10 @@ def busy_squad(tmp_path: Path, *serve_args: str) -> Iterator[DaemonProcess]:
     """The daemon of a fresh repo under `tmp_path`, started with `serve_args` too; killed at
     the end. Write `tmp_path / "release"` to let `work_build` finish."""
     layout = make_repo(tmp_path / "repo", agents=("lead", "backend", "tester", "writer"),
-                       config=FAST_CONFIG + "\n[tools]\napproval_timeout_s = 120\n")
+                       config=FAST_CONFIG + "\n[tools]\napproval_timeout_s = 120\n"
+                       # `work_build` waits for the release file beside the repo: the
+                       # sandbox's private /tmp would hide that folder unless it is declared.
+                       + f'\n[sandbox]\nwritable = ["{tmp_path}"]\n')
     layout.tools_dir.mkdir(parents=True, exist_ok=True)
     (layout.tools_dir / "work.py").write_text(
         TOOLS.format(release=str(tmp_path / "release")), encoding="utf-8")

@@ -20,7 +20,8 @@ from tests.workspaces.conftest import git, make_repo, settings_with
 
 KILL_POINTS = [
     "create.before_add", "create.after_add", "create.after_record", "commit.before", "commit.after",
-    "land.before_rebase", "land.after_rebase", "land.after_check", "land.before_advance",
+    "land.before_rebase", "land.after_squash", "land.after_rebase", "land.after_check",
+    "land.before_advance",
     "land.after_advance", "land.after_record",
     # A spare made ahead, then taken by the session.
     "spare.before_add", "spare.after_add", "spare.after_checkout", "spare.before_move",

@@ -59,8 +59,10 @@ async def test_two_sessions_edit_the_same_line_first_lands_second_reports_the_co
     assert git(squad_repo.repo, "rev-parse", second.branch) == second_tip
     _no_rebase_in_progress(squad_repo, second)
     assert refused.workspace is not None and refused.workspace.state == "conflict"
-    assert events.types()[-2:] == ["workspace.landed", "workspace.land_failed"]
-    landed_event, failed_event = events.seen[-2:]
+    # The landed worktree is removed (workspace.keep_landed = false) after it is announced.
+    assert events.types()[-3:] == ["workspace.landed", "workspace.removed",
+                                   "workspace.land_failed"]
+    landed_event, failed_event = events.seen[-3], events.seen[-1]
     assert isinstance(landed_event, WorkspaceLanded) and landed_event.outcome is not None
     assert landed_event.outcome.state == "landed" and landed_event.outcome.commit == tip
     assert isinstance(failed_event, WorkspaceLandFailed) and failed_event.outcome is not None

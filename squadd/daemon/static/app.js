@@ -160,7 +160,10 @@ function renderApprovals(state) {
   $("approvals").replaceChildren(...state.approvals.map((a) => el("li",
     { class: "approval", "data-approval": a.approval_id },
     el("span", { class: "agent" }, a.agent), " asks: ", el("strong", {}, a.question || a.tool),
-    el("code", {}, JSON.stringify(a.arguments).slice(0, 300)),
+    el("div", { class: "arguments" },
+      el("span", { class: "bytes" }, `arguments, whole: ${a.arguments_bytes} bytes`),
+      // Every byte that will run, scrollable: nothing is cut (what is shown is what runs).
+      el("pre", { class: "arguments-text", tabindex: "0" }, a.arguments_text)),
     el("button", { type: "button", class: "approve", onclick: () => answer(a, true) },
       "Approve"),
     el("button", { type: "button", class: "deny", onclick: () => answer(a, false) }, "Deny"))));

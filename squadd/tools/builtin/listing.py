@@ -9,7 +9,6 @@ the order of a sorted walk (a folder's files by name, `a/b` before `a.txt`).
 from __future__ import annotations
 
 import os
-import re
 import stat
 import subprocess
 from dataclasses import dataclass, field
@@ -20,14 +19,20 @@ import anyio
 
 from squadd import gitsafe
 from squadd.tools.builtin.confine import Parts, PathRefused, Workspace, shown
+from squadd.untrusted import LinearPattern
 
 LIST_TIMEOUT_S = 60.0
 
 
 @lru_cache(maxsize=256)
-def glob_regex(pattern: str) -> re.Pattern[str]:
-    """`*` (within a name), `?`, `[...]`, `{a,b}` and `**` (any folders) as a regex."""
-    return re.compile(_translate(pattern) + r"\Z")
+def glob_regex(pattern: str) -> LinearPattern:
+    """`*` (within a name), `?`, `[...]`, `{a,b}` and `**` (any folders) as a whole-text regex
+    run in linear time: a model's `*a*a*a*a*b` would backtrack for ages in Python's engine."""
+    return LinearPattern(r"\A(?:" + _translate(pattern) + r")\z")
+
+
+def _literal(char: str) -> str:
+    return char if char.isalnum() or char == "_" else f"\\x{{{ord(char):x}}}"
 
 
 def _translate(pattern: str) -> str:
@@ -50,14 +55,15 @@ def _translate(pattern: str) -> str:
             body = pattern[i + 1:end]
             negate = body[:1] in ("!", "^")
             body = body[1:] if negate else body
-            out.append("[" + ("^" if negate else "") + body.replace("\\", "\\\\") + "]")
+            out.append("[" + ("^" if negate else "")
+                       + "".join(c if c == "-" else _literal(c) for c in body) + "]")
             i = end + 1
         elif pattern[i] == "{" and (end := pattern.find("}", i)) > 0:
             alternatives = pattern[i + 1:end].split(",")
             out.append("(?:" + "|".join(_translate(a) for a in alternatives) + ")")
             i = end + 1
         else:
-            out.append(re.escape(pattern[i]))
+            out.append(_literal(pattern[i]))
             i += 1
     return "".join(out)
 
@@ -66,7 +72,7 @@ def glob_matches(pattern: str, relative: str) -> bool:
     """A pattern without `/` matches a file's name at any depth; one with `/` matches its path
     relative to the folder searched."""
     target = relative if "/" in pattern.strip("/") else relative.rsplit("/", 1)[-1]
-    return glob_regex(pattern.strip("/")).match(target) is not None
+    return glob_regex(pattern.strip("/")).search(target)
 
 
 @dataclass

@@ -2,12 +2,11 @@
 
 Both engines of `grep` search the same list of files in the same order with the same rules
 (binary files skipped, files over `workspace_tools.max_read_bytes` skipped, lines split on
-"\\n"), so `rg` and the Python fallback give the same results; `rg` is only faster. A pattern
-`rg` cannot parse but Python can is searched with Python. Every line `rg` reports is read back
-through the confined walk before it is shown. The Python fallback matches in the linear-time
-engine whenever the pattern fits it, and the call ends at its timeout either way; but a
-look-around or backreference pattern (Python's backtracking `re`) stuck on one long line keeps
-its abandoned thread busy until that line is done: only a process could be stopped sooner.
+"\\n"), so `rg` and the Python fallback give the same results; `rg` is only faster. Every line
+`rg` reports is read back through the confined walk before it is shown. Both engines match in
+linear time: the fallback runs the pattern in the same kind of engine as `rg` (no
+backtracking), so no pattern can keep a thread busy for long; a pattern that needs
+backtracking (look-around, backreferences, atomic groups, ...) is refused, naming the construct.
 """
 
 from __future__ import annotations
@@ -16,7 +15,6 @@ import base64
 import contextlib
 import json
 import os
-import re
 import shutil
 import subprocess
 from dataclasses import dataclass, field
@@ -30,8 +28,8 @@ from squadd.tools.base import CancelSignal, ToolContext, ToolResult
 from squadd.tools.builtin.common import WorkspaceTool, is_binary
 from squadd.tools.builtin.confine import Parts, PathRefused, Workspace, read_fd, shown
 from squadd.tools.builtin.files import cut_line
-from squadd.tools.builtin.listing import Listing, glob_matches, list_files
-from squadd.untrusted import LinearPattern, UntrustedInputError, linear_pattern
+from squadd.tools.builtin.listing import Listing, glob_matches, glob_regex, list_files
+from squadd.untrusted import UntrustedInputError, linear_pattern, nonlinear_construct
 
 RG_BATCH = 1000
 """Files per `rg` run (their names go on its command line)."""
@@ -66,10 +64,13 @@ class Find(WorkspaceTool[FindArgs]):
     async def run(self, args: FindArgs, ctx: ToolContext) -> ToolResult:
         workspace = self.workspace(ctx)
         try:
+            glob_regex(args.pattern.strip("/"))
             base = workspace.resolve(args.path or ".")
             listing = await list_files(workspace, base)
         except PathRefused as exc:
             return ToolResult.failure(f"find refused: {exc}")
+        except UntrustedInputError as exc:
+            return ToolResult.failure(f"find: the glob {args.pattern!r} cannot be used: {exc}")
         found = [shown(parts) for parts, _ in listing.files
                  if glob_matches(args.pattern, listing.relative(parts))]
         limit = self.limits.max_matches
@@ -120,28 +121,33 @@ class Grep(WorkspaceTool[GrepArgs]):
         return choice
 
     async def run(self, args: GrepArgs, ctx: ToolContext) -> ToolResult:
-        flags = re.IGNORECASE if args.ignore_case else 0
-        try:
-            regex = re.compile(args.pattern, flags)
-        except re.error as exc:
+        try:  # linear time in either engine: a model's pattern must not stall a thread
+            regex = linear_pattern(("(?i)" if args.ignore_case else "") + args.pattern)
+        except UntrustedInputError as exc:
+            if nonlinear_construct(args.pattern) is not None:
+                return ToolResult.failure(f"grep refused: {exc}")
             return ToolResult.failure(f"grep: {args.pattern!r} is not a valid regular "
                                       f"expression: {exc}")
         workspace = self.workspace(ctx)
         try:
+            if args.glob is not None:
+                glob_regex(args.glob.strip("/"))
             base = workspace.resolve(args.path or ".")
             listing = await list_files(workspace, base)
         except PathRefused as exc:
             return ToolResult.failure(f"grep refused: {exc}")
+        except UntrustedInputError as exc:
+            return ToolResult.failure(f"grep: the glob {args.glob!r} cannot be used: {exc}")
         files = [(parts, size) for parts, size in listing.files
                  if args.glob is None or glob_matches(args.glob, listing.relative(parts))]
         searched = [parts for parts, size in files if size <= self.limits.max_read_bytes]
         skipped = len(files) - len(searched)
-        search = Search(_linear(args) or regex, self.limits.max_matches,
+        search = Search(regex, self.limits.max_matches,
                         self.limits.max_line_chars, cancel=ctx.cancel)
         engine = self.engine()
         if engine == "rg" and not await _rg_search(workspace, searched, args, search,
                                                    self.limits.max_read_bytes):
-            engine = "python"  # rg could not parse the pattern; Python could
+            engine = "python"  # rg could not parse the pattern; the linear engine could
             search.matches.clear()
         if engine == "python":
             # Given up on when the call ends: the thread then stops at its next line.
@@ -170,15 +176,6 @@ def _report(args: GrepArgs, base: Parts, listing: Listing, search: Search, skipp
 
 def _line_text(raw: bytes) -> str:
     return raw.rstrip(b"\r").decode("utf-8", errors="replace")
-
-
-def _linear(args: GrepArgs) -> LinearPattern | None:
-    """The pattern in the linear-time engine, where it fits (no look-around, no
-    backreferences): a pattern that backtracks for ever in Python's engine is then harmless."""
-    try:
-        return linear_pattern(("(?i)" if args.ignore_case else "") + args.pattern)
-    except UntrustedInputError:
-        return None
 
 
 def _python_search(workspace: Workspace, files: list[Parts], search: Search) -> None:

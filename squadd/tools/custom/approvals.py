@@ -9,6 +9,7 @@ so does a call whose required variable has no value: `variable.requested`, answe
 
 from __future__ import annotations
 
+import json
 import secrets as token
 import time
 from collections.abc import Mapping
@@ -140,7 +141,7 @@ class ApprovalBroker:
         approval_id = self._new_id()
         pending = PendingApproval(
             approval_id=approval_id, tool=tool.name,
-            arguments=redact_any(_shown(arguments), secrets),
+            arguments=redact_any(dict(arguments), secrets),  # whole: what is shown is what runs
             question=redact(question, secrets)[:1000], session_id=ctx.session_id,
             agent=ctx.agent, timeout_s=self.timeout_s,
         )
@@ -148,7 +149,8 @@ class ApprovalBroker:
         try:
             self.sink.publish(ApprovalRequested(
                 session_id=ctx.session_id, agent=ctx.agent, approval_id=approval_id,
-                tool=tool.name, arguments=pending.arguments, question=pending.question,
+                tool=tool.name, arguments=_shown(pending.arguments),
+                arguments_bytes=arguments_bytes(pending.arguments), question=pending.question,
                 timeout_s=self.timeout_s,
             ))
             decision = await self._wait(pending, ctx)
@@ -272,7 +274,23 @@ class ApprovalBroker:
                 return candidate
 
 
+def arguments_text(arguments: Mapping[str, Any]) -> str:
+    """The whole of a call's arguments as a person reviews them before approving: indented JSON
+    with every character outside ASCII escaped (no right-to-left override or look-alike can
+    hide part of it), nothing cut."""
+    return json.dumps(arguments, indent=2, ensure_ascii=True, default=str)
+
+
+def arguments_bytes(arguments: Mapping[str, Any]) -> int:
+    """The size of a call's arguments, in bytes of compact UTF-8 JSON (what the tool gets)."""
+    return len(json.dumps(arguments, ensure_ascii=False, separators=(",", ":"),
+                          default=str).encode("utf-8", "surrogatepass"))
+
+
 def _shown(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """The arguments an event carries (events are kept and replayed): long strings cut, with
+    a marker; `arguments_bytes` says how much the whole is, the dashboard and `squadd
+    approvals` show all of it."""
     shown: dict[str, Any] = {}
     for key, value in list(arguments.items())[:50]:
         if isinstance(value, str) and len(value) > 2000:

@@ -6,6 +6,7 @@ their interpreter, steps that name earlier steps, and sections whose values depe
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Mapping
 
@@ -22,8 +23,17 @@ from squadd.tools.custom.shell_schema import (
     StepSpec,
     _check_parameter,
 )
-from squadd.tools.custom.shell_template import TemplateError, check_run_template, refuse_nul
+from squadd.tools.custom.shell_template import (
+    PLACEHOLDER_RE,
+    TemplateError,
+    check_run_template,
+    check_shell_template,
+    refuse_nul,
+    value_text,
+)
+from squadd.tools.custom.shell_words import EVALUATED_VARIABLES
 
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 ESCAPE_SHELL_REFUSED = (
     "'escape-shell: false' is refused: squadd always quotes parameter values, so that a value "
     "can never become shell syntax; pass shell code as a separate command or a step instead")
@@ -67,6 +77,52 @@ def check_spec(spec: ShellToolFile) -> None:
         run_template(spec.run, names, "run", kinds=kinds)
     if spec.steps is not None:
         _check_steps(spec.steps, names, kinds)
+    _check_environment(spec, kinds)
+
+
+def _posix_commands(spec: ShellToolFile) -> list[tuple[str, str]]:
+    """(key, template) of every command of `spec` a POSIX shell runs."""
+    found: list[tuple[str, str]] = []
+    command = spec.main_command()
+    if command is not None and dialect_of(command[0]) == "posix":
+        found.append(("the command", command[1]))
+    for step in spec.steps or ():
+        shell_command = step.command()
+        if shell_command is not None and shell_command[0] == "bash":
+            found.append((f"steps.{step.name}", shell_command[1]))
+        handling = step.error_handling
+        if handling is not None and handling.fallback is not None:
+            found.append((f"steps.{step.name}.error-handling.fallback", handling.fallback))
+    for index, cleanup in enumerate(spec.resources.cleanup):
+        if cleanup.final_command is not None:
+            found.append((f"resources.cleanup.{index}.final-command", cleanup.final_command))
+    return found
+
+
+def _check_environment(spec: ShellToolFile, kinds: Mapping[str, str]) -> None:
+    """A value put into `environment.variables` reaches the commands as that variable: it is
+    refused where the shell or the loader evaluates the variable itself (`BASH_ENV`,
+    `LD_PRELOAD`, `PS4`, exported functions), and checked as an assignment at the head of each
+    command, so that `(( N > 1 ))` on `N: "{X}"` is refused as `N={X}; (( N > 1 ))` is."""
+    params = set(spec.parameters)
+    for name, raw in spec.environment.variables.items():
+        used = [m.group(1) for m in PLACEHOLDER_RE.finditer(value_text(raw))
+                if m.group(1) in params]
+        if not used:
+            continue
+        if name in EVALUATED_VARIABLES or name.startswith("BASH_FUNC_"):
+            raise ValueError(f"environment.variables.{name}: {{{used[0]}}} is assigned to "
+                             f"{name}, which the shell or the loader evaluates, runs or "
+                             "searches: use a variable of your own")
+        if not _IDENTIFIER.fullmatch(name):
+            continue  # not a shell variable: bash never reads it
+        head = "".join(f"{name}={{{param}}}\n" for param in used)
+        for key, command in _posix_commands(spec):
+            try:
+                check_shell_template(head + command, params, kinds=kinds)
+            except TemplateError as exc:
+                raise ValueError(f"environment.variables.{name} (as {key} reads it): "
+                                 f"{exc}") from None
 
 
 def _bounds_for_numbers_only(param: ParameterSpec) -> ParameterSpec:

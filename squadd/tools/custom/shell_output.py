@@ -19,7 +19,7 @@ from typing import BinaryIO
 import anyio
 
 from squadd.config import ToolsSettings
-from squadd.fsio import fsync_dir
+from squadd.fsio import fsync_dir, open_private
 from squadd.state.layout import SquadLayout
 from squadd.tools.truncate import Cut, cut, truncation_note
 
@@ -83,8 +83,7 @@ class OutputSink:
         self._file: BinaryIO | None = None
 
     async def open(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = await anyio.to_thread.run_sync(self.path.open, "wb")
+        self._file = await anyio.to_thread.run_sync(open_private, self.path, "wb")
 
     async def write(self, data: bytes) -> None:
         await self._put(self._redactor.feed(data))
@@ -188,7 +187,7 @@ def assemble(blocks: Sequence[Block], target: Path, scratch: Path) -> None:
         os.replace(blocks[0].sink.path, target)
         fsync_dir(target.parent)
         return
-    with scratch.open("wb") as out:
+    with open_private(scratch, "wb") as out:
         for block in blocks:
             if block.header is not None:
                 out.write(block.header.encode("utf-8") + b"\n")

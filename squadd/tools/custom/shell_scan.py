@@ -31,6 +31,9 @@ class Word:
     list_item: bool = False
     """An element of a compound assignment `name=( ... )`."""
     text: str = ""
+    fd: bool = False
+    """Read as a file descriptor: the target of `>&`/`<&`, or written against a redirection
+    operator (`{X}>file`)."""
     position: int = -1
     """Index among its command's `arguments()` (-1 for redirections and list items)."""
 
@@ -93,6 +96,7 @@ class _Frame:
     command: Command = field(default_factory=Command)
     word: Word | None = None
     redirect_next: bool = False
+    fd_next: bool = False
 
 
 class _Scanner:
@@ -115,8 +119,9 @@ class _Scanner:
     def _touch_word(self, at: int) -> Word:
         frame = self._command_frame()
         if frame.word is None:
-            frame.word = Word(at, redirect=frame.redirect_next, list_item=frame.kind == "list")
-            frame.redirect_next = False
+            frame.word = Word(at, redirect=frame.redirect_next, list_item=frame.kind == "list",
+                              fd=frame.fd_next)
+            frame.redirect_next = frame.fd_next = False
         return frame.word
 
     def _end_word(self, frame: _Frame, at: int) -> None:
@@ -132,6 +137,9 @@ class _Scanner:
             self._end_command(frame)
             return
         command.add(word)
+        if word.fd and word.redirect and ("$" in word.text or "`" in word.text):
+            self.constructs.append((f"a file descriptor taken from an expansion ({word.text})",
+                                    word.start))
         if word.literal == "[[" and command.name_index() == len(command.arguments()) - 1:
             command.dbracket = True
         elif word.literal == "]]" and command.dbracket:
@@ -258,7 +266,12 @@ class _Scanner:
         if match is None:
             return
         rest = self.text[match.end():match.end() + 3]
-        if rest.startswith("[") and rest[1:3] not in ("@]", "*]"):
+        indirect = match.group(0).startswith("!") and not (
+            rest[:3] in ("[@]", "[*]") or rest[:1] in ("*", "@"))
+        if indirect or rest.startswith("@P") or self.text.startswith(("[@]@P", "[*]@P"),
+                                                                       match.end()):
+            self.constructs.append((f"an indirection ${{{match.group(0)}...}}", at - 2))
+        elif rest.startswith("[") and rest[1:3] not in ("@]", "*]"):
             self.constructs.append(("an array subscript ${name[...]}", at - 2))
         elif rest.startswith(":") and rest[1:2] not in ("-", "=", "+", "?"):
             self.constructs.append(("a substring ${name:offset}", at - 2))
@@ -355,6 +368,8 @@ class _Scanner:
         if word is not None and text[word.start:i].isdigit():
             frame.word = None  # the file descriptor of `2>file`
         else:
+            if word is not None:
+                word.fd = True  # `{X}>file`: written where bash looks for a descriptor
             self._end_word(frame, i)
         if text.startswith("<<<", i):
             frame.redirect_next = True
@@ -366,6 +381,7 @@ class _Scanner:
         while j < len(text) and text[j] in "<>&|":
             j += 1
         frame.redirect_next = True
+        frame.fd_next = text[i:j] in (">&", "<&")  # `>&WORD`: WORD is read as a descriptor
         return j
 
 

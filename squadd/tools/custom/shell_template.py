@@ -3,10 +3,12 @@
 In a `bash`/`script` command every value is `shlex.quote`d; inside double quotes (`"{P}"`) it
 is escaped for double quotes instead. That is only sound where the shell parses quotes and
 never evaluates the word, so a template is checked when it is loaded (with `shell_scan` and
-`shell_words`): a placeholder inside single quotes, backticks, `${...}`, a heredoc or
-arithmetic, in a template
-that evaluates text (`eval`, `(( ))`, `let`, `[[ -gt ]]`, `declare -i`, subscripts, ...), as
-the command name, or in the code of a nested shell or interpreter is refused, with the reason.
+`shell_words`) against the grammar of bash's evaluation contexts (`shell_contexts`): a
+placeholder inside single quotes, backticks, `${...}`, a heredoc or arithmetic; in a template
+that evaluates text (`eval`, `(( ))`, `let`, `[[ -gt ]]`, `declare -i`, subscripts, `${!v}`,
+...); as a variable name (`declare {X}=`, `read {X}`, `printf -v {X}`), a declared value, a
+file descriptor (`>&{X}`), the command name, or in the code of a nested shell or interpreter
+is refused, with the reason.
 A `run` command is split into words first and never sees a shell. A value holding NUL is
 refused.
 """
@@ -20,17 +22,22 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from squadd.tools.custom.shell_contexts import context_reason
 from squadd.tools.custom.shell_scan import PLACEHOLDER_RE as PLACEHOLDER_RE
 from squadd.tools.custom.shell_scan import Command, Hit, Scan, Word, scan, scan_words
 from squadd.tools.custom.shell_words import (
+    COMPOUND_DECLARERS,
+    DECLARING_BUILTINS,
     EVALUATED_VARIABLES,
     INTERPRETERS,
     NAMING_BUILTINS,
     REMOTE_SHELLS,
     SHELLS,
     WRAPPERS,
+    builtin_index,
     code_word,
     command_constructs,
+    name_part,
     program_name,
 )
 
@@ -124,6 +131,10 @@ def _check_word(hit: Hit, kind: str, *, shell: bool, memo: dict[int, _Facts]) ->
         raise _refusal(hit, "is an array parameter where its items cannot be separate words "
                        "(in an assignment, a redirection, [[ ]] or joined to other text): put "
                        "it alone between spaces, as in 'ls -- {" + hit.name + "}`")
+    if shell and word.fd:
+        raise _refusal(hit, "is " + context_reason("file-descriptor") + ": write the descriptor "
+                       "number in the template, or redirect to a file named by the value "
+                       f"('> {{{hit.name}}}')")
     if word.redirect or word.list_item:
         return
     words = command.arguments()
@@ -138,12 +149,30 @@ def _check_word(hit: Hit, kind: str, *, shell: bool, memo: dict[int, _Facts]) ->
     if position == name_at:
         raise _refusal(hit, "would be the command that runs: name the program in the "
                        "template and pass the value as an argument")
-    name = words[name_at].literal
+    builtin_at = builtin_index(words, name_at) if shell else name_at
+    if position == builtin_at:
+        raise _refusal(hit, f"would be the command that '{words[name_at].literal}' runs: name "
+                       "it in the template and pass the value as an argument")
+    name = words[builtin_at].literal
     facts = _facts(command, memo)
+    if shell and name in DECLARING_BUILTINS:
+        if hit.start - word.start < len(name_part(word)) or "=" not in word.text:
+            raise _refusal(hit, f"is the variable name (or an option) of '{name}': it "
+                           + "is " + context_reason("variable-name") + "; declare the "
+                           f"variable first and assign it apart, as in '{name} v; "
+                           f"v={{{hit.name}}}'")
+        if name_part(word) in EVALUATED_VARIABLES:
+            raise _refusal(hit, f"is assigned to {name_part(word)}, which the shell evaluates "
+                           "or searches: use a variable of your own")
+        if name in COMPOUND_DECLARERS:
+            raise _refusal(hit, f"is a value '{name}' declares: bash re-reads a declared value "
+                           "shaped like '(...)' as an array assignment, "
+                           + context_reason("array-subscript") + "; declare the variable "
+                           f"first and assign it apart, as in '{name} v; v={{{hit.name}}}'")
     if shell and name in NAMING_BUILTINS | {"printf"} and (
             name != "printf" or (facts.dash_v is not None and facts.dash_v < position)):
-        raise _refusal(hit, f"names a variable for '{name}', and bash evaluates subscripts "
-                       "in variable names as code")
+        raise _refusal(hit, f"names a variable for '{name}' (or an option of it): it is "
+                       + context_reason("variable-name"))
     for index in facts.runners:
         if index >= position:
             break

@@ -19,6 +19,8 @@ EVALUATING_BUILTINS = frozenset({"eval", "let", "source", ".", "trap", "alias", 
                                  "complete", "compgen", "enable", "fc"})
 DECLARING_BUILTINS = frozenset({"declare", "typeset", "local", "readonly", "export"})
 """With an option (`-i`, `-n`, `-a`, ...) these evaluate assigned values or names."""
+COMPOUND_DECLARERS = frozenset({"declare", "typeset", "local"})
+"""These re-read an assigned value shaped like `(...)` as an array assignment."""
 ARITHMETIC_TESTS = frozenset({"-eq", "-ne", "-lt", "-le", "-gt", "-ge", "-v", "-R"})
 EVALUATED_VARIABLES = frozenset({
     "RANDOM", "SRANDOM", "OPTIND", "OPTERR", "LINENO", "SECONDS", "HISTCMD", "COLUMNS",
@@ -45,6 +47,48 @@ REMOTE_SHELLS = frozenset({"ssh", "su", "runuser", "watch", "parallel", "script"
 """Programs that join their arguments into a command line for a shell."""
 NAMING_BUILTINS = frozenset({"read", "mapfile", "readarray", "getopts", "unset", "wait"})
 """Builtins whose arguments name variables (`a[$(cmd)]` would run as a subscript)."""
+BUILTIN_PREFIXES = frozenset({"builtin", "command", "coproc"})
+"""Words before a builtin that still run it as that builtin (`builtin declare ...`)."""
+VALUE_OPTIONS = {"read": "dinNptu", "mapfile": "dnOsuCc", "readarray": "dnOsuCc"}
+"""For each naming builtin, the options whose argument is a value, not a variable name."""
+
+
+def builtin_index(words: list[Word], index: int) -> int:
+    """The index of the command that `words[index]` runs as a builtin: past `builtin`,
+    `command` and `coproc` (and their options), so `builtin declare` is judged as `declare`."""
+    while index < len(words) and words[index].literal in BUILTIN_PREFIXES:
+        index += 1
+        while index < len(words) and words[index].literal.startswith("-"):
+            index += 1
+    return min(index, len(words) - 1)
+
+
+def name_part(word: Word) -> str:
+    """The part of an argument of `declare` & co. that names a variable: before its `=`."""
+    return word.text.split("=", 1)[0]
+
+
+def named_words(name: str, words: list[Word], index: int) -> list[Word]:
+    """The words after a naming builtin at `index` that bash takes as variable names (not its
+    options, nor the argument of an option that takes a value, such as `read -p PROMPT`)."""
+    rest = words[index + 1:]
+    if name in DECLARING_BUILTINS:
+        return [w for w in rest if not w.literal.startswith(("-", "+"))]
+    if name in ("printf", "wait"):  # printf -v NAME, wait -p NAME
+        flag = "v" if name == "printf" else "p"
+        return [rest[at + 1] for at, w in enumerate(rest[:-1])
+                if w.literal.startswith("-") and w.literal.endswith(flag)]
+    found: list[Word] = []
+    skip = False
+    for word in rest:
+        text = word.literal
+        if skip:
+            skip = False
+        elif text.startswith("-") and len(text) > 1:
+            skip = text[-1] in VALUE_OPTIONS.get(name, "")
+        else:
+            found.append(word)
+    return found[1:2] if name == "getopts" else found
 
 
 def code_word(words: list[Word], index: int) -> int | None:
@@ -83,11 +127,26 @@ def command_constructs(command: Command, depth: int = 0) -> list[tuple[str, int]
     index = command.name_index()
     if index is None:
         return found
+    if _expands(words[index]):
+        found.append((f"a command named by an expansion ({words[index].text})",
+                      words[index].start))
+    index = builtin_index(words, index)
     name = words[index].literal
     options = [w.literal for w in words[index + 1:] if w.literal[:1] in "-+"]
     at = words[index].start
-    if _expands(words[index]):
-        found.append((f"a command named by an expansion ({words[index].text})", at))
+    if name in DECLARING_BUILTINS | NAMING_BUILTINS | {"printf"}:
+        for word in named_words(name, words, index):
+            # `declare v="$x"` re-reads a value shaped like `(...)` as an array assignment,
+            # evaluating its subscripts: for declarations the value counts too.
+            if _expands(word if name in COMPOUND_DECLARERS else Word(0, text=name_part(word))):
+                found.append((f"a variable named or declared by an expansion ({word.text}) "
+                              f"for '{name}'", word.start))
+    if name in ("mapfile", "readarray"):  # -C CALLBACK runs its argument as code
+        callback = next((words[i + 1] for i in range(index + 1, len(words) - 1)
+                         if words[i].literal.startswith("-") and "C" in words[i].literal), None)
+        if callback is not None and _expands(callback):
+            found.append((f"a '{name} -C' callback taken from an expansion ({callback.text})",
+                          callback.start))
     if name in EVALUATING_BUILTINS:
         found.append((f"'{name}'", at))
     elif name in DECLARING_BUILTINS and options:

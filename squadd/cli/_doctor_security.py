@@ -1,0 +1,176 @@
+"""`squadd doctor --security`: the guards in force, one entry each, checked where they can be.
+
+A guard is a function from `GuardContext` to `GuardReport` (guard, status, detail), listed in
+`GUARDS` by the `@guard` decorator; a new guard is one more decorated function here. A status
+is `on` (in force, checked), `warn` (in force with a weakness here, said in the detail) or
+`off` (not in force: `doctor --security` then exits 1).
+"""
+
+from __future__ import annotations
+
+import shutil
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from squadd.config import MAX_SETTING_NUMBER, MAX_SETTING_SECONDS, Settings
+from squadd.state.layout import SquadLayout
+
+GuardStatus = Literal["on", "warn", "off"]
+
+
+@dataclass
+class GuardContext:
+    """What the guards may look at: the squad (None outside one) and its settings."""
+
+    layout: SquadLayout | None
+    settings: Settings | None
+
+
+@dataclass(frozen=True)
+class GuardReport:
+    guard: str
+    status: GuardStatus
+    detail: str
+
+
+Guard = Callable[[GuardContext], GuardReport]
+GUARDS: list[Guard] = []
+"""Every guard, in the order shown."""
+
+
+def guard(check: Guard) -> Guard:
+    """Register `check` in `GUARDS`."""
+    GUARDS.append(check)
+    return check
+
+
+def run_guards(ctx: GuardContext, guards: list[Guard] | None = None) -> list[GuardReport]:
+    """Each guard's report; one that raises is reported `off`, with what it raised."""
+    reports = []
+    for check in GUARDS if guards is None else guards:
+        name = check.__name__.removeprefix("guard_").replace("_", " ")
+        try:
+            reports.append(check(ctx))
+        except Exception as exc:  # a broken guard is a finding, not a crash of doctor
+            reports.append(GuardReport(name, "off", f"its check failed: "
+                                                    f"{type(exc).__name__}: {exc}"))
+    return reports
+
+
+@guard
+def guard_untrusted_regex(ctx: GuardContext) -> GuardReport:
+    """Patterns from models and files run in linear time; backtracking ones are refused."""
+    from squadd.untrusted import UntrustedInputError, linear_pattern
+
+    try:
+        linear_pattern("(?=(a+)+b)")
+    except UntrustedInputError:
+        pass
+    else:
+        return GuardReport("regex engine", "off", "a look-around pattern was accepted")
+    if not linear_pattern("(a+)+b").search("a" * 64 + "b"):
+        return GuardReport("regex engine", "off", "the linear-time engine does not match")
+    choice = ctx.settings.workspace_tools.grep if ctx.settings else "auto"
+    rg = shutil.which("rg")
+    engine = ("rg " + rg if rg else "Python linear engine (rg not found)") \
+        if choice == "auto" else choice
+    return GuardReport("regex engine", "on", f"linear time only (grep: {engine}; find and "
+                       "tool conditions: linear engine); look-around, backreferences, atomic "
+                       "groups, possessive quantifiers and conditionals are refused")
+
+
+@guard
+def guard_shell_template_grammar(ctx: GuardContext) -> GuardReport:
+    """One probe per evaluation context of the grammar must be refused at load."""
+    from squadd.tools.custom.shell_contexts import CONTEXTS
+    from squadd.tools.custom.shell_template import TemplateError, check_shell_template
+
+    probes = {"arithmetic": "echo $(( {X} ))", "arithmetic-test": "[[ {X} -eq 1 ]]",
+              "code": "eval {X}", "declaration": "declare -i n={X}",
+              "variable-name": "declare {X}=1", "array-subscript": "local v={X}",
+              "indirection": "v={X}; echo ${!v}", "file-descriptor": "echo x >&{X}",
+              "evaluated-variable": "PATH={X}", "command-name": "{X} --help",
+              "nested-code": "sh -c {X}", "quoting": "echo '{X}'"}
+    loaded = []
+    for key in CONTEXTS:
+        try:
+            check_shell_template(probes[key], ["X"])
+        except TemplateError:
+            continue
+        loaded.append(key)
+    if loaded:
+        return GuardReport("shell template grammar", "off",
+                           f"a value is accepted in: {', '.join(loaded)}")
+    return GuardReport("shell template grammar", "on",
+                       f"{len(CONTEXTS)} evaluation contexts refused at load "
+                       f"({', '.join(CONTEXTS)})")
+
+
+def _loose(path: Path) -> bool:
+    return bool(path.lstat().st_mode & 0o077)
+
+
+@guard
+def guard_file_modes(ctx: GuardContext) -> GuardReport:
+    """squadd's own folders are 0700 and its files 0600."""
+    if ctx.layout is None:
+        return GuardReport("file modes", "on", "new files 0600, folders 0700 (no squad here "
+                           "to inspect)")
+    loose_dirs = [p for p in ctx.layout.private_dirs() if p.is_dir() and _loose(p)]
+    loose_files = 0
+    for folder in ctx.layout.private_dirs():
+        if folder.is_dir():
+            loose_files += sum(1 for p in folder.iterdir()
+                               if p.is_file() and not p.is_symlink() and _loose(p))
+    if loose_dirs:
+        shown = ", ".join(f"{p.relative_to(ctx.layout.root)} "
+                          f"({oct(stat.S_IMODE(p.stat().st_mode))})" for p in loose_dirs)
+        return GuardReport("file modes", "warn", f"open to others: {shown} (the daemon makes "
+                           "them 0700 when it starts; or chmod 700 them)")
+    more = f"; {loose_files} older files are 0644 inside them" if loose_files else ""
+    return GuardReport("file modes", "on", "squadd's own files 0600 in 0700 folders "
+                       f"(run/, tool-output/); team files 0644{more}")
+
+
+@guard
+def guard_dashboard_streams(ctx: GuardContext) -> GuardReport:
+    from squadd.daemon.streams import (
+        MAX_DASHBOARD_STREAMS,
+        MAX_EVENT_STREAMS,
+        ROUTE_STREAM_RESERVE,
+    )
+
+    return GuardReport("dashboard stream budget", "on",
+                       f"{MAX_DASHBOARD_STREAMS} dashboard streams, apart from the API's "
+                       f"{MAX_EVENT_STREAMS} (+{ROUTE_STREAM_RESERVE} kept for routes)")
+
+
+@guard
+def guard_approval_display(ctx: GuardContext) -> GuardReport:
+    from squadd.tools.custom.approvals import arguments_bytes, arguments_text
+
+    probe = {"command": "echo ok" + " " * 5000 + "; rm -rf ~", "note": "\u202e"}
+    text = arguments_text(probe)
+    if "rm -rf ~" not in text or "\u202e" in text or arguments_bytes(probe) < 5000:
+        return GuardReport("approval display", "off", "arguments are cut or hide characters")
+    return GuardReport("approval display", "on", "the dashboard and 'squadd approvals' show "
+                       "the whole arguments (non-ASCII escaped) with their size in bytes")
+
+
+@guard
+def guard_ui_token(ctx: GuardContext) -> GuardReport:
+    detail = "'squadd ui --open' hands the token over in a 0600 page in run/, never in argv"
+    if ctx.layout is not None and ctx.layout.ui_handoff.exists() \
+            and _loose(ctx.layout.ui_handoff):
+        return GuardReport("ui token handoff", "warn",
+                           f"{ctx.layout.ui_handoff} is readable by others: delete it")
+    return GuardReport("ui token handoff", "on", detail)
+
+
+@guard
+def guard_config_numbers(ctx: GuardContext) -> GuardReport:
+    return GuardReport("config numbers", "on", f"finite, at most {MAX_SETTING_NUMBER:.0e} "
+                       f"(durations {MAX_SETTING_SECONDS:.0e} s); errors name the key and file")

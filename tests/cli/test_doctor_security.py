@@ -1,0 +1,75 @@
+"""`squadd doctor --security`: one line per guard in force (a table, or `--json`), each checked
+where it can be; a loose folder is a warning, a guard that is off (or whose check breaks) makes
+the exit status 1; a new guard is one registered function."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from squadd.cli import _doctor_security
+from squadd.cli._doctor_security import GuardContext, GuardReport, run_guards
+from squadd.cli.app import main
+from squadd.state.layout import SquadLayout
+
+MINE = ["regex engine", "shell template grammar", "file modes", "dashboard stream budget",
+        "approval display", "ui token handoff", "config numbers"]
+
+
+def _security(directory: Path, *extra: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, ["doctor", "--security", "--dir", str(directory), *extra])
+    return result.exit_code, result.stdout
+
+
+def test_every_guard_is_reported_on_in_a_fresh_squad(squad: SquadLayout) -> None:
+    code, out = _security(squad.repo, "--json")
+    assert code == 0, out
+    report = json.loads(out)
+    assert report["ok"] is True
+    guards = {g["guard"]: g for g in report["guards"]}
+    assert set(MINE) <= set(guards)
+    assert all(guards[name]["status"] == "on" for name in MINE), guards
+    assert "12 evaluation contexts" in guards["shell template grammar"]["detail"]
+    code, table = _security(squad.repo)
+    assert code == 0 and table.splitlines()[0].split() == ["GUARD", "STATUS", "DETAIL"]
+    assert all(any(line.startswith(name) for line in table.splitlines()) for name in MINE)
+
+
+def test_without_rg_the_regex_guard_says_which_engine_runs(
+        squad: SquadLayout, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    code, out = _security(squad.repo, "--json")
+    regex = next(g for g in json.loads(out)["guards"] if g["guard"] == "regex engine")
+    assert code == 0 and regex["status"] == "on" and "rg not found" in regex["detail"]
+
+
+def test_a_folder_open_to_others_is_a_warning_naming_it(squad: SquadLayout) -> None:
+    squad.run_dir.mkdir(exist_ok=True)
+    squad.run_dir.chmod(0o755)
+    code, out = _security(squad.repo, "--json")
+    modes = next(g for g in json.loads(out)["guards"] if g["guard"] == "file modes")
+    assert code == 0 and modes["status"] == "warn" and "run (0o755)" in modes["detail"]
+
+
+def test_a_guard_that_is_off_or_breaks_fails_the_report(
+        squad: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    def guard_sandbox(ctx: GuardContext) -> GuardReport:
+        return GuardReport("sandbox", "off", "sandbox.mode is none")
+
+    def guard_broken(ctx: GuardContext) -> GuardReport:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(_doctor_security, "GUARDS",
+                        [*_doctor_security.GUARDS, guard_sandbox, guard_broken])
+    code, out = _security(squad.repo, "--json")
+    report = json.loads(out)
+    assert code == 1 and report["ok"] is False
+    assert {"guard": "sandbox", "status": "off", "detail": "sandbox.mode is none"} in \
+        report["guards"]
+    assert {"guard": "broken", "status": "off",
+            "detail": "its check failed: RuntimeError: boom"} in report["guards"]
+    assert [r.guard for r in run_guards(GuardContext(None, None), [guard_sandbox])] == \
+        ["sandbox"]
