@@ -7,7 +7,6 @@ clone).
 
 from __future__ import annotations
 
-import os
 import secrets
 import subprocess
 from pathlib import Path
@@ -15,7 +14,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from squadd import gitsafe
 from squadd.cluster import keys
 from squadd.cluster.connection import RedisGuard
 from squadd.fsio import TEAM_FILE, atomic_write
@@ -60,9 +58,8 @@ class SquadIdentity(BaseModel):
 
 def _git(repo: Path, *args: str) -> str:
     try:
-        done = subprocess.run(gitsafe.hardened_argv(["git", "-C", str(repo), *args]),
-                              capture_output=True, text=True, timeout=GIT_TIMEOUT_S,
-                              check=False, env=gitsafe.hardened_env(os.environ))
+        done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
+                              timeout=GIT_TIMEOUT_S, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return ""
     return done.stdout.strip() if done.returncode == 0 else ""
