@@ -174,3 +174,86 @@ def guard_ui_token(ctx: GuardContext) -> GuardReport:
 def guard_config_numbers(ctx: GuardContext) -> GuardReport:
     return GuardReport("config numbers", "on", f"finite, at most {MAX_SETTING_NUMBER:.0e} "
                        f"(durations {MAX_SETTING_SECONDS:.0e} s); errors name the key and file")
+
+
+@guard
+def guard_git_hardening(ctx: GuardContext) -> GuardReport:
+    """squadd's own git runs no hook, filter, fsmonitor or driver the repository chose."""
+    import os
+    import subprocess
+    import tempfile
+
+    from squadd import gitsafe
+
+    if shutil.which("git") is None:
+        return GuardReport("git hardening", "on", "git is not installed: squadd runs no git "
+                           "here (where it does, no repository hook, filter or driver runs)")
+    with tempfile.TemporaryDirectory(prefix="squadd-doctor-") as folder:
+        repo, marker = Path(folder) / "repo", Path(folder) / "ran"
+        plain = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull}
+        subprocess.run(["git", "init", "-q", str(repo)], check=True, timeout=30, env=plain,
+                       capture_output=True)
+        hook = repo / ".githooks" / "pre-commit"
+        hook.parent.mkdir()
+        hook.write_text(f"#!/bin/sh\ntouch '{marker}'\n")
+        hook.chmod(0o755)
+        (repo / ".gitattributes").write_text("* filter=probe\n")
+        for key, value in (("core.hooksPath", ".githooks"),
+                           ("filter.probe.clean", f"touch '{marker}'; cat")):
+            subprocess.run(["git", "config", key, value], cwd=repo, check=True, timeout=30,
+                           env=plain)
+        env = gitsafe.hardened_env(plain, ["core.hooksPath", "filter.probe.clean"])
+        for args in (("add", "-A"), ("-c", "user.name=d", "-c", "user.email=d@d", "commit",
+                                     "-q", "-m", "probe")):
+            subprocess.run(gitsafe.hardened_argv(["git", *args]), cwd=repo, timeout=30,
+                           env=env, capture_output=True, check=False)
+        if marker.exists():
+            return GuardReport("git hardening", "off",
+                               "a repository's hook or filter ran under squadd's git")
+    return GuardReport("git hardening", "on",
+                       "hooks, filters, fsmonitor, diff/merge drivers, pager, editor, signing "
+                       "and ssh command from the repository's config are off in every git "
+                       "command squadd runs (checked: a hook and a filter did not run)")
+
+
+@guard
+def guard_executable_files(ctx: GuardContext) -> GuardReport:
+    """write and edit ask before changing a file that squadd, git or a later session runs."""
+    from squadd.tools.builtin.protected import protected_places
+
+    if ctx.layout is None or ctx.settings is None:
+        return GuardReport("write-protected executable files", "on",
+                           "tool folders, hook folders, .gitattributes and hook settings need "
+                           "an approval to change (no squad here to list them for)")
+    places = protected_places(ctx.layout.repo, ctx.layout.root, ctx.settings)
+    probes = (".cycod/tools/x.yaml", ".squad/tools/x.py", ".husky/pre-commit",
+              "src/.gitattributes", ".claude/settings.json")
+    missed = [p for p in probes
+              if places.reason(ctx.layout.repo, tuple(p.split("/"))) is None]
+    if missed:
+        return GuardReport("write-protected executable files", "off",
+                           f"not protected: {', '.join(missed)}")
+    return GuardReport("write-protected executable files", "on",
+                       f"{len(places.prefixes) + len(places.outside)} folders and files (every "
+                       "tool folder discovery reads, hook folders, any .gitattributes, hook "
+                       "settings) need an approval to change through write and edit")
+
+
+@guard
+def guard_redaction(ctx: GuardContext) -> GuardReport:
+    """Secrets are redacted from every tool's output, in the common encodings too."""
+    import base64
+
+    from squadd.tools.redaction import redact
+
+    secret = "doctor-probe-Secret/42+x"
+    data = secret.encode()
+    shown = [secret, base64.b64encode(b"a" + data).decode(), data.hex().upper(),
+             secret[:7] + "\n" + secret[7:], "%" + "%".join(f"{b:02x}" for b in data)]
+    left = [s for s in shown if "[secret:PROBE" not in redact(s, {"PROBE": secret})]
+    if left:
+        return GuardReport("secret redaction", "off", f"{len(left)} form(s) not redacted")
+    return GuardReport("secret redaction", "on",
+                       "every tool's output: the value, base64 (3 alignments), hex, "
+                       "URL-encoding, split across lines; not other encodings "
+                       "(docs/security.md)")

@@ -23,6 +23,7 @@ from pathlib import Path
 import anyio
 import click
 
+from squadd import gitsafe
 from squadd.cli._daemon import client_for, print_sessions
 from squadd.cli._squad import FiniteFloatRange
 from squadd.cli.app import load_command
@@ -121,8 +122,8 @@ def git_init(repo: Path) -> None:
     if shutil.which("git") is None:
         click.echo("(git is not installed: the demo goes on without a git repository)")
         return
-    subprocess.run(["git", "init", "--quiet", str(repo)], check=True, timeout=30,
-                   stdin=subprocess.DEVNULL)
+    subprocess.run(gitsafe.hardened_argv(["git", "init", "--quiet", str(repo)]), check=True,
+                   timeout=30, stdin=subprocess.DEVNULL, env=gitsafe.hardened_env(os.environ))
     click.echo(f"Initialized an empty git repository in {repo}")
 
 

@@ -193,14 +193,16 @@ class TerminalApprovals:
         self.timeout_s = settings.tools.approval_timeout_s
 
     async def check(self, tool: Tool[Any], arguments: Mapping[str, Any], ctx: ToolContext,
-                    secrets: Mapping[str, str]) -> ToolResult | None:
+                    secrets: Mapping[str, str], *, reason: str | None = None
+                    ) -> ToolResult | None:
         policy = approval_policy(tool, self.rules)
-        if policy.approval == "allow":
+        if policy.approval == "allow" and reason is None:
             return None
         if policy.approval == "deny":
             return ToolResult.failure(f"{tool.name} was not run: denied by the approval policy")
         shown = json.dumps(redact_any(dict(arguments), secrets), ensure_ascii=False)[:500]
-        decision = await self._ask(f"Run {tool.name} with {shown}?", tool.name)
+        why = "" if reason is None else f" ({reason}: it will be executed later)"
+        decision = await self._ask(f"Run {tool.name} with {shown}?{why}", tool.name)
         if decision.approved:
             return None
         return ToolResult.failure(decision.reason if decision.reason.startswith(tool.name)

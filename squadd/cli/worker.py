@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from squadd import gitsafe
 from squadd.cli._provider import provider_options, provider_overrides
 from squadd.cli._squad import TEXT
 
@@ -20,6 +21,18 @@ if TYPE_CHECKING:
     from squadd.state.layout import SquadLayout
 
 CLONE_TIMEOUT_S = 600.0
+
+
+def _git(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`git ARGS` in `cwd` with `squadd.gitsafe`'s overrides: a repository's hooks, filters
+    and drivers never run in the worker's clone."""
+    listed = subprocess.run(["git", *gitsafe.LIST_CONFIG], cwd=cwd, capture_output=True,
+                            timeout=CLONE_TIMEOUT_S, check=False,
+                            env=gitsafe.hardened_env(os.environ))
+    defined = gitsafe.parse_listed(listed.stdout) if listed.returncode == 0 else []
+    return subprocess.run(gitsafe.hardened_argv(["git", *args]), cwd=cwd, capture_output=True,
+                          text=True, timeout=CLONE_TIMEOUT_S, check=False,
+                          env=gitsafe.hardened_env(os.environ, defined))
 
 
 def ensure_clone(repo: str, clone: Path, *, remake: bool) -> None:
@@ -32,9 +45,7 @@ def ensure_clone(repo: str, clone: Path, *, remake: bool) -> None:
     if clone.exists():
         origin = origin_of(clone)
         if origin is not None and repo_key(origin) == repo_key(repo):
-            done = subprocess.run(["git", "-C", str(clone), "pull", "--ff-only", "--quiet"],
-                                  capture_output=True, text=True, timeout=CLONE_TIMEOUT_S,
-                                  check=False)
+            done = _git(clone, "pull", "--ff-only", "--quiet")
             if done.returncode != 0:
                 click.echo(f"warning: {clone} not updated: {done.stderr.strip()[:300]}",
                            err=True)
@@ -47,8 +58,7 @@ def ensure_clone(repo: str, clone: Path, *, remake: bool) -> None:
         click.echo(f"{clone} {what}, not of {repo}: cloning it again", err=True)
         shutil.rmtree(clone)
     clone.parent.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(["git", "clone", "--quiet", repo, str(clone)], capture_output=True,
-                          text=True, timeout=CLONE_TIMEOUT_S, check=False)
+    done = _git(clone.parent, "clone", "--quiet", repo, str(clone))
     if done.returncode != 0:
         raise click.ClickException(f"could not clone {repo} into {clone}: "
                                    f"{done.stderr.strip()[:500]}")

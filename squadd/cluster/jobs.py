@@ -23,6 +23,9 @@ from squadd.cluster.wire import Job
 
 log = structlog.get_logger("squadd.cluster")
 
+HELD_SCAN = 4096
+"""Most pending jobs of one worker looked through when its claim is checked (its slots)."""
+
 
 @dataclass(frozen=True)
 class Delivery:
@@ -142,6 +145,35 @@ class JobQueue:
                 "queued": int(group.get("lag") or 0), "pending": int(group.get("pending") or 0),
                 "oldest_unclaimed_s": None if age is None else round(age, 1)}
         return {"streams": streams, "pending_per_worker": per_worker}
+
+    async def held_by(self, consumer: str, session_id: str,
+                      nonces: frozenset[str] | None = None) -> bool:
+        """Whether `consumer` holds (has pending in the group) the job of `session_id`: the
+        coordinator's test of a claim, so no one claims a session whose job it was not given.
+        `nonces`: the marks of the jobs the coordinator submitted for it, where it knows them
+        (a job someone else added to the stream then counts for nothing)."""
+        if not consumer:  # no name: XPENDING would list every consumer's jobs
+            return False
+        client = self.guard.client
+        for stream in keys.JOB_STREAMS:
+            pending: Any = await self._grouped(lambda s=stream: client.xpending_range(  # type: ignore[misc]
+                s, keys.WORKERS_GROUP, min="-", max="+", count=HELD_SCAN,
+                consumername=consumer))
+            for entry in pending or []:
+                if str(entry.get("consumer")) != consumer:
+                    continue
+                entry_id = str(entry.get("message_id"))
+                found: Any = await self.guard.run(lambda s=stream, e=entry_id: client.xrange(  # type: ignore[misc]
+                    s, min=e, max=e, count=1))
+                for _, fields in found or []:
+                    try:
+                        job = Job.model_validate_json((fields or {})["data"])
+                        if job.session_id == session_id and (nonces is None or
+                                                             job.nonce in nonces):
+                            return True
+                    except (KeyError, ValidationError):
+                        continue
+        return False
 
     async def _grouped(self, read: Callable[[], Awaitable[Any]]) -> Any:
         """`read()` of the job streams in the workers' group; None when Redis has lost the

@@ -29,6 +29,8 @@ class Job(_Wire):
     agent: str
     priority: Literal["urgent", "normal"] = "normal"
     timeout_s: float = Field(gt=0)
+    nonce: str = Field("", max_length=64)
+    """The coordinator's mark of a job it submitted (a claim must hold a job with it)."""
     traceparent: str | None = Field(None, max_length=256)
     """The W3C trace context of the route that started the session (its `invoke_agent` span
     on the coordinator): the worker's spans for the session are its children."""

@@ -7,12 +7,18 @@ lease epoch and hands over the conversation so far; transcript records are appen
 before the reply; squad-tool calls go through the one invocation pipeline; the end of a session
 wakes the route that waits for it. Every request but a claim must carry the current epoch, so
 a worker whose job moved on is refused. Events from the workers are relayed onto the bus.
+
+Anyone who can write to Redis can send a request, so a worker is trusted with no more than a
+worker sends: a claim only of a job the group gave that worker; then, for the session it holds
+under its current epoch, records, its end, and calls of the squad tools. Anything else (a
+workspace or custom tool, another worker's session, a stale epoch) is refused and logged.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -76,6 +82,8 @@ class RemoteSession:
     outcome: SessionOutcome | None = None
     worker: str | None = None
     cancelled: bool = False
+    nonces: set[str] = field(default_factory=set)
+    """The marks of the jobs submitted for it: a claim must hold a job with one of these."""
 
 
 class Coordinator:
@@ -100,6 +108,8 @@ class Coordinator:
         self._applied: dict[str, tuple[int, int]] = {}
         """Per session, the (epoch, number) of the last transcript record appended."""
         self._locks: dict[str, anyio.Lock] = {}
+        self._holders: dict[str, tuple[str, int]] = {}
+        """Per session, the worker that claimed it and the epoch its claim got."""
         self.keeper = None if start is None else PrefixKeeper(
             runtime, settings, guard, self.jobs, start, self._remote, lambda: self.workers,
             self._submit)
@@ -167,9 +177,13 @@ class Coordinator:
 
     async def _submit(self, plan: RoutePlan) -> None:
         info = plan.info
+        nonce = secrets.token_hex(16)
+        remote = self._remote.get(info.session_id)
+        if remote is not None:  # marked before the job is out: its claim may come at once
+            remote.nonces.add(nonce)
         await self.jobs.submit(Job(session_id=info.session_id, agent=info.agent,
                                    priority="urgent" if info.priority == "urgent"
-                                   else "normal", timeout_s=plan.timeout_s,
+                                   else "normal", timeout_s=plan.timeout_s, nonce=nonce,
                                    traceparent=telemetry.traceparent()))
 
     async def _watch_workers(self) -> None:
@@ -290,13 +304,45 @@ class Coordinator:
         return known
 
     async def _stale(self, request: Request) -> Reply | None:
-        current = await self._epoch(request.session_id)
-        if request.epoch == current:
+        """The refusal of a request that is not the holder's: a stale epoch, or a worker
+        that is not the one whose claim holds the session now. None: it may go on."""
+        sid = request.session_id
+        current = await self._epoch(sid)
+        if request.epoch != current:
+            _refused(request, "stale epoch", current=current)
+            return Reply(request_id=request.request_id, ok=False, refused="stale_epoch",
+                         error=f"lease epoch {request.epoch} of session {sid} is "
+                               f"stale (now {current}): the job was reclaimed by another "
+                               "worker, so this worker's results are refused")
+        holder = await self._holder(sid)
+        if holder != (request.worker, current):
+            _refused(request, "not the holder", holder=holder)
+            return Reply(request_id=request.request_id, ok=False, refused="invalid",
+                         error=f"session {sid} is not held by worker {request.worker!r} under "
+                               f"epoch {current}: only the worker whose claim holds it may "
+                               "send its requests")
+        return None
+
+    async def _holder(self, session_id: str) -> tuple[str, int] | None:
+        """The worker whose claim holds the session, and that claim's epoch (after a restart
+        of this coordinator: as the claim recorded it in the transcript)."""
+        known = self._holders.get(session_id)
+        if known is None:
+            known = await anyio.to_thread.run_sync(self._recorded_holder, session_id)
+            if known is not None:
+                self._holders[session_id] = known
+        return known
+
+    def _recorded_holder(self, session_id: str) -> tuple[str, int] | None:
+        path = self.runtime.layout.transcript(session_id)
+        if not path.exists():
             return None
-        return Reply(request_id=request.request_id, ok=False, refused="stale_epoch",
-                     error=f"lease epoch {request.epoch} of session {request.session_id} is "
-                           f"stale (now {current}): the job was reclaimed by another worker, "
-                           "so this worker's results are refused")
+        for record in reversed(read_transcript(path).records):
+            if record.get("kind") == "state" and "cluster" not in record \
+                    and isinstance(record.get("worker"), str) \
+                    and isinstance(record.get("epoch"), int):
+                return record["worker"], record["epoch"]
+        return None
 
     async def _cancelled(self, session_id: str) -> bool:
         """Whether the session was cancelled: this coordinator knows for the sessions it
@@ -325,6 +371,13 @@ class Coordinator:
             self._orphans.drop(sid)  # its job is dropped: no request of its follows
             return refuse(refused="invalid", error=f"session {sid} was cancelled")
         info, tools = found
+        remote = self._remote.get(sid)
+        submitted = frozenset(remote.nonces) if remote is not None else None
+        if not await self.jobs.held_by(request.worker, sid, submitted):
+            _refused(request, "claim of a job the worker was not given")
+            return refuse(refused="invalid",
+                          error=f"worker {request.worker!r} holds no job of session {sid}: a "
+                                "session is claimed only by the worker its job went to")
         client = self.guard.client
         async with self._lock(sid):
             transcript = await anyio.to_thread.run_sync(
@@ -341,6 +394,7 @@ class Coordinator:
                 epoch = floor + 1
                 await self.guard.run(lambda: client.set(keys.epoch(sid), epoch))
             self._epochs[sid] = epoch
+            self._holders[sid] = (request.worker, epoch)
             previous = last_worker(transcript.states)
             self._applied[sid] = (epoch, 0)
             # From here the earlier holder's requests are stale: a call of its that has no
@@ -441,6 +495,14 @@ class Coordinator:
                          error=f"no session {request.session_id}")
         info, tools = found
         call = ToolCall.model_validate(request.body.get("call", {}))
+        tool = tools.get(call.name)
+        if tool is None or not tool.squad_tool:
+            _refused(request, "not a squad tool", tool=call.name[:100])
+            return Reply(request_id=request.request_id, ok=False, refused="invalid",
+                         error=f"{call.name[:100]!r} is not a squad tool of session "
+                               f"{info.session_id}: a worker runs every other tool itself, "
+                               "and sends only squad-tool calls")
+        tools = ToolSet([t for t in tools if t.squad_tool])
         origin = CallOrigin(session_id=info.session_id, agent=info.agent, depth=info.depth,
                             lineage=(*info.lineage, info.agent), cancel=CancelSignal())
         result = await self.runtime.invoker.invoke(tools, call, origin)
@@ -449,6 +511,9 @@ class Coordinator:
                      cancelled=await self._cancelled(request.session_id))
 
     async def _end(self, request: Request) -> Reply:
+        if await self._session(request.session_id) is None:
+            return Reply(request_id=request.request_id, ok=False, refused="unknown_session",
+                         error=f"no session {request.session_id}")
         stale = await self._stale(request)
         if stale is not None:
             return stale
@@ -473,6 +538,7 @@ class Coordinator:
         self._epochs.pop(session_id, None)
         self._applied.pop(session_id, None)
         self._orphans.drop(session_id)
+        self._holders.pop(session_id, None)
         lock = self._locks.get(session_id)
         if lock is not None and not lock.locked() and not lock.statistics().tasks_waiting:
             del self._locks[session_id]
@@ -487,6 +553,12 @@ class _Host:
     async def run(self, plan: RoutePlan, record: SessionRecord, tools: ToolSet,
                   sink: SessionSink, run_here: RunHere) -> SessionOutcome:
         return await self.coordinator.run_session(plan, record, tools, sink, run_here)
+
+
+def _refused(request: Request, why: str, **fields: Any) -> None:
+    log.warning("cluster request refused", why=why, kind=request.kind,
+                session_id=request.session_id[:200], worker=request.worker[:200],
+                epoch=request.epoch, **fields)
 
 
 def _failed(info: SessionInfo, error: str) -> SessionOutcome:

@@ -106,6 +106,20 @@ class _Admitted(NamedTuple):
     entry: OrchestrationEntry
 
 
+def provider_key(settings: Settings) -> dict[str, str]:
+    """The provider's API key by its variable's name, where the provider takes one and it is
+    set (for redaction)."""
+    from squadd.providers import anthropic, openai
+    from squadd.providers.http import api_key_from
+
+    default = {"openai": openai.DEFAULT_KEY_ENV,
+               "anthropic": anthropic.DEFAULT_KEY_ENV}.get(settings.provider.kind, "")
+    if not default and not settings.provider.api_key_env:
+        return {}
+    key, name = api_key_from(settings.provider, default)
+    return {name: key} if key else {}
+
+
 class SquadRuntime:
     """One squad's runtime. Build it, then `async with` it (that starts its background tasks)."""
 
@@ -204,6 +218,9 @@ class SquadRuntime:
         provider = make_provider(settings.provider, on_retry=retry_publisher(bus),
                                  cwd=layout.repo)
         secrets = secrets if secrets is not None else SecretRegistry()
+        # The provider's API key is a secret too: a tool that prints it (a `.env` file read)
+        # has it redacted like any other.
+        secrets.remember(provider_key(settings))
         invoker = ToolInvoker(layout, settings, bus,
                               variables=SquadVariables(layout, settings, registry=secrets),
                               approvals=ApprovalBroker(settings, bus))

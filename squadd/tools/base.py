@@ -154,6 +154,9 @@ class ToolContext:
     """The session's working copy, where the workspace tools work (None = the repository)."""
     message_id: str = ""
     """The id of the assistant message that made this call ("" for calls from outside)."""
+    known_secrets: Mapping[str, str] = field(default_factory=dict)
+    """Every secret value the pipeline redacts from this call's output (name -> value): a tool
+    that writes output somewhere itself (a spill file) redacts it with these."""
     hidden_variables: frozenset[str] = frozenset()
     """Scoped variables of other tools: a tool that starts a process leaves them out of its
     environment."""
@@ -223,6 +226,11 @@ class Tool(ABC, Generic[ArgsT]):
                               parameters=self.parameters_schema())
             self.__dict__["_spec"] = cached
         return cached
+
+    async def approval_reason(self, args: ArgsT, ctx: ToolContext) -> str | None:
+        """Why this call needs a person's approval whatever the approval policy says (a write
+        to a file that squadd or git will execute), or None: the policy decides alone."""
+        return None
 
     @abstractmethod
     async def run(self, args: ArgsT, ctx: ToolContext) -> ToolOutput:

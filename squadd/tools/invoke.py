@@ -5,6 +5,11 @@ hooks -> run (timeout, cancel) -> redact secrets -> truncate + spill -> PostTool
 events -> ToolResult. Nothing raises
 out of `ToolInvoker.invoke` but cancellation: every failure becomes a ``result_type="failure"``
 result the model can read.
+
+Redaction takes every secret the owner knows (`KnownSecrets`, and each secret any tool of the
+call's set declares), not only the calling tool's own: whichever tool prints a secret, in
+whichever of the common encodings (`squadd.tools.redaction`), it is replaced before the result
+reaches the model, the transcript, an event or a squad tool's record.
 """
 
 from __future__ import annotations
@@ -40,6 +45,8 @@ from squadd.tools.base import (
 from squadd.tools.hooks import Hooks
 from squadd.tools.hooks.gate import gate_call, tell_model
 from squadd.tools.policy import approval_policy
+from squadd.tools.redaction import redact as redact
+from squadd.tools.redaction import redact_any as redact_any
 from squadd.tools.rich import RichResultError, bounded_details, is_rich, rich_result
 from squadd.tools.truncate import cut, spill, truncation_note
 
@@ -77,8 +84,11 @@ class VariableResolver(Protocol):
 
 class ApprovalGate(Protocol):
     async def check(self, tool: Tool[Any], arguments: Mapping[str, Any], ctx: ToolContext,
-                    secrets: Mapping[str, str]) -> ToolResult | None:
-        """None when the call may run, else the failure result that tells the model why not."""
+                    secrets: Mapping[str, str], *, reason: str | None = None
+                    ) -> ToolResult | None:
+        """None when the call may run, else the failure result that tells the model why not.
+        `reason` (the tool's `approval_reason`): this call must be asked about even where the
+        policy allows the tool; a `deny` still refuses it."""
 
     def confirm_fn(self, tool: Tool[Any], ctx: ToolContext) -> ConfirmFn: ...
 
@@ -100,8 +110,15 @@ class Unattended:
         self.rules = settings.tools.approvals
 
     async def check(self, tool: Tool[Any], arguments: Mapping[str, Any], ctx: ToolContext,
-                    secrets: Mapping[str, str]) -> ToolResult | None:
+                    secrets: Mapping[str, str], *, reason: str | None = None
+                    ) -> ToolResult | None:
         decision = approval_policy(tool, self.rules)
+        if reason is not None and decision.approval == "allow":
+            if self.approve_asks:
+                return None
+            return ToolResult.failure(
+                f"{tool.name} was not run: {reason}, so this call needs approval and no one "
+                "can be asked here; run it through the daemon", approval="denied")
         if decision.approval == "allow" or (decision.approval == "ask" and self.approve_asks):
             return None
         if decision.approval == "deny":
@@ -170,25 +187,12 @@ class CallOrigin:
     """The assistant message whose tool calls these are ("" for calls from outside)."""
 
 
-def redact(text: str, secrets: Mapping[str, str]) -> str:
-    """Replace every secret value in `text` with `[secret:NAME]` (longest values first)."""
-    for name, value in sorted(secrets.items(), key=lambda item: -len(item[1])):
-        if value:
-            text = text.replace(value, f"[secret:{name}]")
-    return text
+class KnownSecrets(Protocol):
+    """Every secret value the invoker's owner has handed out (`SecretRegistry`)."""
 
+    def snapshot(self) -> dict[str, str]: ...
 
-def redact_any(value: Any, secrets: Mapping[str, str]) -> Any:
-    """`redact` applied through strings nested in dicts and lists."""
-    if not secrets:
-        return value
-    if isinstance(value, str):
-        return redact(value, secrets)
-    if isinstance(value, dict):
-        return {k: redact_any(v, secrets) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [redact_any(v, secrets) for v in value]
-    return value
+    def remember(self, secrets: Mapping[str, str]) -> None: ...
 
 
 def describe_validation_error(tool: Tool[Any], exc: ValidationError) -> str:
@@ -232,8 +236,11 @@ class ToolInvoker:
         *,
         variables: VariableResolver | None = None,
         approvals: ApprovalGate | None = None,
+        secrets: KnownSecrets | None = None,
         hooks: Hooks | None = None,
     ):
+        """`secrets`: the owner's registry of secret values (default: the resolver's
+        `registry`, if it has one)."""
         self.layout = layout
         self.settings = settings
         self.sink = sink or NullSink()
@@ -245,6 +252,12 @@ class ToolInvoker:
         self.running: dict[str, str] = {}
         """Call id -> tool name of the calls running now (read by the daemon's loop watch)."""
         self._scoped: set[str] = set()
+        registry = secrets if secrets is not None else getattr(self.variables, "registry", None)
+        self.known: KnownSecrets | None = registry
+        self._declared: set[VariableSpec] = set()
+        """Secret declarations of every tool seen, resolved once so their values are known."""
+        self._fallback: dict[str, str] = {}
+        """The secrets found that way, when the owner keeps no registry."""
 
     def apply_settings(self, settings: Settings) -> None:
         """Run later calls with changed settings (`[tools]` limits, timeouts and approval
@@ -295,6 +308,7 @@ class ToolInvoker:
             ))
 
         try:
+            secrets = await self._all_secrets(tools, {})
             if call.arguments_error is not None:
                 result = ToolResult.failure(
                     f"arguments were not valid JSON: {call.arguments_error}. "
@@ -316,7 +330,9 @@ class ToolInvoker:
                         else f"unknown tool {call.name!r}: the tools available are {available}"
                 )
             else:
-                result, secrets = await self._run(tools, tool, call, origin, announce, ran)
+                result, own = await self._run(tools, tool, call, origin, announce, secrets,
+                                              ran)
+                secrets = {**secrets, **own}
         except anyio.get_cancelled_exc_class():
             # The session is being cancelled: say the call ended, so no watcher sees a tool
             # still running, then let the cancellation go on.
@@ -344,8 +360,29 @@ class ToolInvoker:
         ))
         return result
 
+    async def _all_secrets(self, tools: ToolSet, own: Mapping[str, str]) -> dict[str, str]:
+        """Every secret value to redact from a call of `tools`: the owner's registry, the
+        secrets any tool of the set declares (resolved once, where they have a value), and
+        the call's own."""
+        fresh = {spec.model_copy(update={"required": False}) for tool in tools
+                 for spec in tool.variables if spec.type == "secret"} - self._declared
+        if fresh and len(self._declared) < MAX_SCOPED_NAMES:
+            self._declared |= fresh
+            try:
+                found = await anyio.to_thread.run_sync(self.variables.resolve, tuple(fresh))
+            except Exception as exc:  # a broken secrets file: the call's own step says so
+                log.warning("declared secrets not read for redaction", error=str(exc))
+            else:
+                if self.known is not None:
+                    self.known.remember(found.secrets)
+                else:
+                    self._fallback.update(found.secrets)
+        known = self.known.snapshot() if self.known is not None else dict(self._fallback)
+        return {**known, **own}
+
     async def _run(self, tools: ToolSet, tool: Tool[Any], call: ToolCall, origin: CallOrigin,
-                   announce: Callable[[Mapping[str, str]], None], ran: _Ran,
+                   announce: Callable[[Mapping[str, str]], None], known: Mapping[str, str],
+                   ran: _Ran,
                    ) -> tuple[ToolResult, dict[str, str]]:
         try:
             args: BaseModel = tool.args_model.model_validate(call.arguments)
@@ -362,11 +399,14 @@ class ToolInvoker:
         resolved = await self._resolve(tool, ctx)
         if isinstance(resolved, ToolResult):
             return resolved, {}
-        announce(resolved.secrets)
+        secrets = {**known, **resolved.secrets}
+        announce(secrets)
         ctx.variables = resolved.values
-        ctx._progress = self._progress_fn(tool, call, origin, resolved.secrets)
+        ctx.known_secrets = secrets
+        ctx._progress = self._progress_fn(tool, call, origin, secrets)
         ctx._confirm = self.approvals.confirm_fn(tool, ctx)
-        denial = await self.approvals.check(tool, call.arguments, ctx, resolved.secrets)
+        reason = await tool.approval_reason(args, ctx)
+        denial = await self.approvals.check(tool, call.arguments, ctx, secrets, reason=reason)
         if denial is not None:
             return denial, resolved.secrets
         gated = await gate_call(self.hooks, tool, call.arguments, args, ctx,
@@ -374,6 +414,10 @@ class ToolInvoker:
         if isinstance(gated, ToolResult):
             return gated, resolved.secrets
         args, arguments = gated
+        if tool.squad_tool and secrets:
+            # What a squad tool records (decisions, memory, a routed task) never holds a
+            # secret, even one the model pieced together from a form redaction missed.
+            args = type(args).model_validate(redact_any(args.model_dump(), secrets))
         ran.ctx, ran.arguments = ctx, arguments
         timeout = tool.timeout_s
         if timeout is None and not tool.squad_tool:

@@ -2,7 +2,8 @@
 
 Every command runs in its own process group with a hard deadline (`shell_process.run_command`),
 so a hung git or test suite never outlives its timeout. Git runs with a fixed locale, no pager,
-no prompt and no editor, so its output can be read and it never waits on a terminal.
+no prompt and no editor, so its output can be read and it never waits on a terminal; and with
+`squadd.gitsafe`'s overrides, so it never runs a hook, filter or driver the repository chose.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import anyio
 
+from squadd import gitsafe
 from squadd.errors import WorkspaceError
 from squadd.sandbox import SandboxPolicy
 from squadd.tools.base import CancelSignal
@@ -24,8 +26,6 @@ GIT_OUTPUT_BYTES = 4 << 20
 """Most bytes of one git command's output kept (in memory: git's answers here are short)."""
 TAIL_BYTES = 4000
 """Bytes of a failed command's output quoted in a result."""
-_SCRUBBED = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY",
-             "GIT_COMMON_DIR", "GIT_PREFIX")
 
 
 @dataclass(frozen=True)
@@ -51,8 +51,9 @@ class Ran:
 
 
 def git_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment git runs with: the daemon's, without anything that redirects git."""
-    env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED}
+    """The environment git runs with: the daemon's, without anything that redirects git or
+    names a program for it (the config overrides are added per command: `Git.ran`)."""
+    env = gitsafe.hardened_env(os.environ)
     env.update(LC_ALL="C", LANG="C", GIT_TERMINAL_PROMPT="0", GIT_EDITOR="true",
                GIT_PAGER="cat", GIT_OPTIONAL_LOCKS="0")
     env.update(extra or {})
@@ -94,7 +95,16 @@ class Git:
         self.timeout_s = timeout_s
 
     async def ran(self, cwd: Path, *args: str, env: Mapping[str, str] | None = None) -> Ran:
-        return await run(("git", *args), cwd, timeout_s=self.timeout_s, env=git_env(env))
+        """`git ARGS` in `cwd`, with every driver the config there defines switched off (the
+        keys are read first, since a filter's or a merge driver's name is the config's own;
+        not for a command that never runs one)."""
+        defined: list[str] = []
+        if gitsafe.needs_drivers(args):
+            listed = await run(("git", *gitsafe.LIST_CONFIG), cwd, timeout_s=self.timeout_s,
+                               env=git_env())
+            defined = gitsafe.parse_listed(listed.output) if listed.ok else []
+        return await run(gitsafe.hardened_argv(("git", *args)), cwd, timeout_s=self.timeout_s,
+                         env=gitsafe.hardened_env(git_env(env), defined))
 
     async def out(self, cwd: Path, *args: str, what: str = "git failed",
                   env: Mapping[str, str] | None = None) -> str:

@@ -73,3 +73,27 @@ def test_a_guard_that_is_off_or_breaks_fails_the_report(
             "detail": "its check failed: RuntimeError: boom"} in report["guards"]
     assert [r.guard for r in run_guards(GuardContext(None, None), [guard_sandbox])] == \
         ["sandbox"]
+
+
+GUARDS_OF_PLANTED_CODE = ["git hardening", "write-protected executable files",
+                          "secret redaction"]
+
+
+def test_the_planted_code_and_redaction_guards_are_checked_and_on(squad: SquadLayout) -> None:
+    code, out = _security(squad.repo, "--json")
+    guards = {g["guard"]: g for g in json.loads(out)["guards"]}
+    assert code == 0, out
+    for name in GUARDS_OF_PLANTED_CODE:
+        assert guards[name]["status"] == "on", guards[name]
+    assert "a hook and a filter did not run" in guards["git hardening"]["detail"]
+
+
+def test_git_hardening_is_off_when_a_hook_runs_under_squadds_git(
+        squad: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    from squadd import gitsafe
+
+    monkeypatch.setattr(gitsafe, "FIXED", ())
+    monkeypatch.setattr(gitsafe, "DRIVER_KEYS", {})
+    code, out = _security(squad.repo, "--json")
+    hardening = next(g for g in json.loads(out)["guards"] if g["guard"] == "git hardening")
+    assert code == 1 and hardening["status"] == "off"

@@ -18,15 +18,16 @@ from squadd.runtime.session import SessionOutcome
 from squadd.runtime.session_info import SessionInfo
 from squadd.state.layout import SquadLayout
 from squadd.state.transcripts import Transcript, read_transcript
-from tests.support.coordinator import coordinator_on_redis
+from tests.support.coordinator import coordinator_on_redis, held_by
 
 
 async def test_requests_are_answered_again_after_redis_lost_its_data(tmp_path: Path) -> None:
     async with coordinator_on_redis(tmp_path, {"heartbeat_s": 0.1}) as here:
         async def ask(rid: str) -> bool:
+            """Answered (a session no one knows: refused as such, never left unanswered)."""
             reply = await send(here.guard, Request(request_id=rid, kind="end", session_id="gone",
                                                    worker="w1"), timeout_s=5, attempts=6)
-            return reply.ok
+            return reply.refused == "unknown_session"
 
         async with here.runtime, anyio.create_task_group() as tg:
             await tg.start(here.coordinator.run)
@@ -43,20 +44,24 @@ async def test_an_ended_session_leaves_nothing_behind_and_late_records_stay_appl
         coordinator = here.coordinator
         record_acceptance(here.layout, SessionInfo(session_id="s1", agent="lead", model="m",
                                                    task="t"), None)
-        records = Request(request_id="s1:0:r1-1", kind="records", session_id="s1",
-                          worker="w1", body={"records": [{"kind": "note", "n": 1, "text": "x"}]})
+        held_by(here.layout, "s1", "w1", 1)
+        await here.client.set(keys.epoch("s1"), 1)
+        records = Request(request_id="s1:1:r1-1", kind="records", session_id="s1",
+                          worker="w1", epoch=1,
+                          body={"records": [{"kind": "note", "n": 1, "text": "x"}]})
         async with here.runtime:
             assert (await coordinator.handle(records)).ok
             assert (await coordinator.handle(Request(
-                request_id="s1:0:end", kind="end", session_id="s1", worker="w1"))).ok
+                request_id="s1:1:end", kind="end", session_id="s1", worker="w1",
+                epoch=1))).ok
             kept = (coordinator._epochs, coordinator._applied, coordinator._locks,
-                    list(coordinator._orphans))
-            assert kept == ({}, {}, {}, [])
+                    list(coordinator._orphans), coordinator._holders)
+            assert kept == ({}, {}, {}, [], {})
             # The same records again, late: the transcript already has them.
             assert (await coordinator.handle(records)).ok
     notes = [r for r in read_transcript(here.layout.transcript("s1")).records
              if r.get("kind") == "note"]
-    assert [r["cluster"] for r in notes] == [[0, 1]]
+    assert [r["cluster"] for r in notes] == [[1, 1]]
 
 
 async def test_requests_of_a_session_whose_caller_is_gone_read_its_transcript_and_cancel_once(
@@ -72,6 +77,7 @@ async def test_requests_of_a_session_whose_caller_is_gone_read_its_transcript_an
         record_acceptance(here.layout, SessionInfo(session_id="s1", agent="lead", model="m",
                                                    task="t"), None)
         await here.client.set(keys.epoch("s1"), 1)
+        held_by(here.layout, "s1", "w1", 1)
         await here.client.config_resetstat()
         async with here.runtime:
             for n in (1, 2):
@@ -98,6 +104,7 @@ async def test_a_session_seen_as_an_orphan_then_resumed_here_hears_of_its_cancel
         info = SessionInfo(session_id="s1", agent="lead", model="m", task="t")
         record_acceptance(here.layout, info, None)
         await here.client.set(keys.epoch("s1"), 1)
+        held_by(here.layout, "s1", "w1", 1)
         coordinator = here.coordinator
         async with here.runtime:
             old = await coordinator.handle(Request(
@@ -116,6 +123,8 @@ async def test_a_session_seen_as_an_orphan_then_resumed_here_hears_of_its_cancel
                               here.runtime.tools, None, run_here)
                 with anyio.fail_after(30):
                     while True:  # the job is submitted by the task just started
+                        if not await coordinator.jobs.held_by("w2", "s1"):
+                            await coordinator.jobs.take("w2", block_s=0.01)
                         claim = await coordinator.handle(Request(
                             request_id="claim-x", kind="claim", session_id="s1", worker="w2"))
                         if claim.ok:
@@ -137,6 +146,7 @@ async def test_orphans_that_never_end_are_kept_only_up_to_the_bound(
             record_acceptance(here.layout, SessionInfo(session_id=sid, agent="lead", model="m",
                                                        task="t"), None)
             await here.client.set(keys.epoch(sid), 1)
+            held_by(here.layout, sid, "w1", 1)
         async with here.runtime:
             for n, sid in enumerate(("s1", "s2", "s1", "s3"), start=1):  # s1 used again
                 answer = await here.coordinator.handle(Request(

@@ -14,7 +14,7 @@ from squadd.runtime.conversation import INTERRUPTED_TOOL_TEXT
 from squadd.runtime.session_info import SessionInfo
 from squadd.state.transcripts import TranscriptWriter
 from squadd.tools.base import ToolResult
-from tests.support.coordinator import coordinator_on_redis
+from tests.support.coordinator import coordinator_on_redis, give_job
 
 
 async def test_a_claim_recovers_applied_results_and_fences_the_earlier_holder(
@@ -36,6 +36,7 @@ async def test_a_claim_recovers_applied_results_and_fences_the_earlier_holder(
             request_id="s1:1:tc1", ok=True,
             body={"result": applied.model_dump(mode="json")}).dump())
         async with here.runtime:
+            await give_job(here, "s1", "w2")
             claim = await here.coordinator.handle(Request(
                 request_id="claim-1", kind="claim", session_id="s1", worker="w2"))
             late = await here.coordinator.handle(Request(

@@ -106,3 +106,29 @@ async def test_an_unknown_session_is_refused(layout: SquadLayout,
             await daemon.client.call_tool("squad_status", {},
                                           session_id="20260101-000000-00000000")
     assert caught.value.status == 404 and "no session" in str(caught.value)
+
+
+async def test_a_secret_read_through_the_tool_api_comes_back_redacted(
+        layout: SquadLayout, model_server: OpenAIServer, monkeypatch: pytest.MonkeyPatch,
+        ) -> None:
+    """The path MCP clients take: a secret one tool declares (never called) is redacted from
+    what `read` and `grep` return, in its base64 form too."""
+    import base64
+
+    secret = "sk-api-7731-QQx/+zz"
+    monkeypatch.setenv("SERVICE_TOKEN", secret)
+    (layout.root / "tools" / "svc.yaml").write_text(
+        "description: Call the service\nbash: echo calling\ntags: [run]\nvariables:\n"
+        "  - name: SERVICE_TOKEN\n    type: secret\n", encoding="utf-8")
+    encoded = base64.b64encode(secret.encode()).decode()
+    (layout.repo / "dump.txt").write_text(f"raw {secret}\nb64 {encoded}\n", encoding="utf-8")
+    async with running(layout, model_server) as daemon:
+        client = daemon.client
+        answers = [await client.call_tool("read", {"path": "dump.txt"}),
+                   await client.call_tool("grep", {"pattern": "raw|b64"})]
+    for answer in answers:
+        assert answer["result_type"] == "success", answer
+        text = answer["text"]
+        assert secret not in text and encoded not in text
+    assert "[secret:SERVICE_TOKEN]" in answers[0]["text"]
+    assert "[secret:SERVICE_TOKEN:base64]" in answers[1]["text"]

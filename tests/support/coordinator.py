@@ -17,13 +17,32 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from squadd.cluster.connection import RedisGuard, connect
+from squadd.cluster.wire import Job
 from squadd.config import load_settings
 from squadd.daemon.coordinator import Coordinator
 from squadd.providers.replay import ReplayProvider, ReplayScript
 from squadd.runtime.runtime import SquadRuntime
 from squadd.state.layout import SquadLayout
+from squadd.state.transcripts import TranscriptWriter
 from tests.support.daemon_process import make_repo
 from tests.support.redis_server import RedisServer
+
+
+def held_by(layout: SquadLayout, session_id: str, worker: str, epoch: int) -> None:
+    """Record in the transcript that `worker` claimed `session_id` under `epoch`, as an
+    earlier coordinator's claim did (for requests of a session whose caller is gone)."""
+    writer = TranscriptWriter(layout.transcript(session_id))
+    writer.add("state", state="active", worker=worker, epoch=epoch)
+    writer.flush()
+
+
+async def give_job(here: CoordinatorHere, session_id: str, worker: str) -> None:
+    """Put `session_id`'s job on the stream and have `worker` take it, as the group would
+    deliver it: only then may that worker claim the session."""
+    await here.coordinator.jobs.ensure()
+    await here.coordinator.jobs.submit(Job(session_id=session_id, agent="lead", timeout_s=60))
+    delivery = await here.coordinator.jobs.take(worker, block_s=1)
+    assert delivery is not None and delivery.job.session_id == session_id
 
 
 @dataclass(frozen=True)

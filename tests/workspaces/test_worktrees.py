@@ -334,20 +334,23 @@ async def test_an_agent_named_like_a_git_lock_file_still_gets_a_worktree(
 
 async def test_a_failed_worktree_add_leaves_no_worktree_branch_or_record(
         squad_repo: SquadLayout) -> None:
-    """A user's post-checkout hook that fails makes `git worktree add` fail after it made the
-    worktree: the session's open fails, and nothing of it is left to count or to clean up."""
+    """A checkout that fails (here: a damaged object) makes `git worktree add` fail after it
+    made the worktree: the session's open fails, and nothing of it is left to count or to
+    clean up. (A failing post-checkout hook used to be the way in; squadd runs no hooks.)"""
     from squadd.contracts.events import NullSink
     from squadd.errors import WorkspaceError
     spaces = Workspaces(squad_repo, settings_with(squad_repo, spares=0), NullSink())
-    hook = squad_repo.repo / ".git" / "hooks" / "post-checkout"
-    hook.write_text("#!/bin/sh\nexit 3\n")
-    hook.chmod(0o755)
+    blob = git(squad_repo.repo, "rev-parse", "HEAD:app.txt")
+    loose = squad_repo.repo / ".git" / "objects" / blob[:2] / blob[2:]
+    kept = loose.read_bytes()
+    loose.chmod(0o644)
+    loose.write_bytes(b"damaged")
     with pytest.raises(WorkspaceError, match="cannot make the worktree"):
         await spaces.open("20260101-000000-00000080", "lead")
     assert await spaces.listing() == []
     assert str(squad_repo.worktrees_dir) not in git(squad_repo.repo, "worktree", "list")
     assert git(squad_repo.repo, "branch", "--list", "squad/*") == ""
-    hook.unlink()
+    loose.write_bytes(kept)
     assert await spaces.open("20260101-000000-00000080", "lead") is not None
 
 

@@ -55,9 +55,11 @@ class StreamingSink(OutputSink):
                 self._report(tail.decode("utf-8", errors="replace"), None)
 
 
-def command_environment(settings: Settings, environ: Mapping[str, str]) -> dict[str, str]:
-    """squadd's environment without its secrets."""
-    hidden = {settings.provider.api_key_env} - {""}
+def command_environment(settings: Settings, environ: Mapping[str, str],
+                        scoped: frozenset[str] = frozenset()) -> dict[str, str]:
+    """squadd's environment without its secrets, and without the tools' scoped variables
+    (`scoped`: `bash` declares none, so every one is another tool's)."""
+    hidden = ({settings.provider.api_key_env} | scoped) - {""}
     return {name: value for name, value in environ.items()
             if name not in hidden and not SECRET_NAME.search(name)}
 
@@ -88,10 +90,12 @@ class Bash(WorkspaceTool[BashArgs]):
         session = _safe(ctx.session_id, "session id")
         call = _safe(ctx.call_id, "tool call id")
         limits = self.settings.tools
-        sink = StreamingSink(layout.tool_output_part(session, call, "1"), {},
+        # Every secret the pipeline knows stays out of the spill file and the progress lines.
+        sink = StreamingSink(layout.tool_output_part(session, call, "1"), ctx.known_secrets,
                              limits.max_output_bytes, progress=ctx.progress)
         command = Command(argv=["bash", "-c", args.command], cwd=ctx.workspace,
-                          env=command_environment(self.settings, os.environ))
+                          env=command_environment(self.settings, os.environ,
+                                                  ctx.hidden_variables))
         try:
             await sink.open()
             try:

@@ -18,6 +18,7 @@ from squadd.config import Settings
 from squadd.fsio import atomic_write_at
 from squadd.tools.base import ArgsT, Tool, ToolContext
 from squadd.tools.builtin.confine import Parts, PathRefused, Workspace, read_fd, shown
+from squadd.tools.builtin.protected import protected_places
 
 BINARY_SNIFF_BYTES = 8192
 """A NUL byte in this much of a file's head makes it binary (as git and grep tell)."""
@@ -39,6 +40,21 @@ class WorkspaceTool(Tool[ArgsT]):
 
     def workspace(self, ctx: ToolContext) -> Workspace:
         return Workspace(ctx.workspace, on_checked=self.on_checked)
+
+    async def protected_reason(self, path: str, ctx: ToolContext) -> str | None:
+        """Why writing `path` needs approval (a file squadd, git or a later session will
+        execute: `protected`), or None (also when the path is refused: the run says why)."""
+        return await anyio.to_thread.run_sync(self._protected_reason, path, ctx)
+
+    def _protected_reason(self, path: str, ctx: ToolContext) -> str | None:
+        try:
+            workspace = self.workspace(ctx)
+            parts = workspace.writable(path, self.limits)
+            lexical = workspace.lexical_parts(path)
+        except PathRefused:
+            return None
+        places = protected_places(workspace.root, ctx.squad_dir, self.settings)
+        return places.reason(workspace.root, parts, lexical)
 
 
 class FileLocks:

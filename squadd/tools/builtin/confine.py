@@ -109,6 +109,10 @@ class Workspace:
                     f"{path} leads out of the workspace through '..': paths must stay inside it")
         return lexical
 
+    def lexical_parts(self, path: str) -> Parts:
+        """`path`'s components under the root by its letters alone (symlinks not followed)."""
+        return _parts(self._lexical(path), str(self.root))
+
     def writable(self, path: str, settings: WorkspaceToolsSettings) -> Parts:
         """`resolve`, then the rules for write and edit (`.git/`, `.squad/run/`, `.squad/`)."""
         parts = self.resolve(path)

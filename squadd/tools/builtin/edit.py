@@ -91,6 +91,9 @@ class Edit(WorkspaceTool[EditArgs]):
     )
     args_model = EditArgs
 
+    async def approval_reason(self, args: EditArgs, ctx: ToolContext) -> str | None:
+        return await self.protected_reason(args.path, ctx)
+
     async def run(self, args: EditArgs, ctx: ToolContext) -> ToolResult:
         if args.old == args.new:
             return ToolResult.failure("edit refused: old and new are the same text")

@@ -118,6 +118,9 @@ class Write(WorkspaceTool[WriteArgs]):
     )
     args_model = WriteArgs
 
+    async def approval_reason(self, args: WriteArgs, ctx: ToolContext) -> str | None:
+        return await self.protected_reason(args.path, ctx)
+
     async def run(self, args: WriteArgs, ctx: ToolContext) -> ToolResult:
         data = args.content.encode("utf-8")
         if len(data) > self.limits.max_write_bytes:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import anyio
 
+from squadd import gitsafe
 from squadd.tools.builtin.confine import Parts, PathRefused, Workspace, shown
 from squadd.untrusted import LinearPattern
 
@@ -114,12 +115,14 @@ def _lstat(workspace: Workspace, parts: Parts) -> os.stat_result:
 
 async def _git_files(workspace: Workspace, base: Parts) -> list[Parts] | None:
     """The paths git lists under `base`, or None when the workspace is not in a git repo."""
-    command = ["git", "-c", "core.quotepath=off", "ls-files", "-z", "--cached", "--others",
-               "--exclude-standard", "--", shown(base)]
+    command = gitsafe.hardened_argv(["git", "-c", "core.quotepath=off", "ls-files", "-z",
+                                     "--cached", "--others", "--exclude-standard", "--",
+                                     shown(base)])
     try:
         with anyio.fail_after(LIST_TIMEOUT_S):
             done = await anyio.run_process(command, cwd=workspace.root, check=False,
-                                           stdin=subprocess.DEVNULL)
+                                           stdin=subprocess.DEVNULL,
+                                           env=gitsafe.hardened_env(os.environ))
     except (OSError, TimeoutError):
         return None
     if done.returncode != 0:

@@ -74,9 +74,11 @@ def denial_text(tool_name: str, decision: Decision, timeout_s: float) -> str:
 
 
 def secrets_of(tool: Tool[Any], ctx: ToolContext) -> dict[str, str]:
-    """The values of `tool`'s secret variables in this call (for redaction)."""
-    return {spec.name: ctx.variables[spec.name] for spec in tool.variables
-            if spec.type == "secret" and spec.name in ctx.variables}
+    """Every secret to redact from what this call shows: all the pipeline knows, and the
+    values of `tool`'s own secret variables."""
+    return {**ctx.known_secrets,
+            **{spec.name: ctx.variables[spec.name] for spec in tool.variables
+               if spec.type == "secret" and spec.name in ctx.variables}}
 
 
 class ApprovalBroker:
@@ -110,16 +112,19 @@ class ApprovalBroker:
         return approval_policy(tool, self.rules)
 
     async def check(self, tool: Tool[Any], arguments: Mapping[str, Any], ctx: ToolContext,
-                    secrets: Mapping[str, str]) -> ToolResult | None:
+                    secrets: Mapping[str, str], *, reason: str | None = None
+                    ) -> ToolResult | None:
         decision = self.policy(tool)
-        if decision.approval == "allow":
+        if decision.approval == "allow" and reason is None:
             return None
         if decision.approval == "deny":
             return ToolResult.failure(
                 f"{tool.name} was not run: denied by {decision.refusal_where()}; it cannot be "
                 "used here",
                 approval="deny")
-        answer = await self.ask(tool, arguments, ctx, secrets, question=f"Run {tool.name}?")
+        question = f"Run {tool.name}?" if reason is None else \
+            f"Run {tool.name}? {reason}: squadd, git or a later session will execute it"
+        answer = await self.ask(tool, arguments, ctx, secrets, question=question)
         if answer.approved:
             return None
         waited = self.expire_after_s if self.people is not None else self.timeout_s

@@ -219,7 +219,7 @@ async def call_in_worker(tool: PythonTool, args: BaseModel, ctx: ToolContext,
         "ctx": {"session_id": ctx.session_id, "call_id": ctx.call_id, "agent": ctx.agent,
                 "repo_dir": str(ctx.repo_dir), "squad_dir": str(ctx.squad_dir),
                 "variables": dict(ctx.variables), "depth": ctx.depth,
-                "lineage": list(ctx.lineage)},
+                "lineage": list(ctx.lineage), "hidden": sorted(ctx.hidden_variables)},
     }
     try:
         stream = await UNIXSocketStream.from_socket(worker.sock)

@@ -128,6 +128,10 @@ async def run_call(request: dict[str, Any], channel: Channel) -> dict[str, Any]:
     except Exception as exc:  # a tool file may raise anything while loading
         return {"op": "error", "error": f"cannot load it: {type(exc).__name__}: {exc}"}
     given = request.get("ctx") or {}
+    # Other tools' scoped variables leave this process's environment (and its children's)
+    # before the tool's code runs: a worker serves this one call only.
+    for name in given.get("hidden") or ():
+        os.environ.pop(str(name), None)
     ctx = ToolContext(
         session_id=str(given.get("session_id", "")), call_id=str(given.get("call_id", "")),
         agent=str(given.get("agent", "")), repo_dir=Path(given.get("repo_dir") or "."),

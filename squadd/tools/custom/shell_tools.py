@@ -179,8 +179,9 @@ class ShellTool(Tool[BaseModel]):
         layout = SquadLayout.at(ctx.squad_dir)
         session = _safe(ctx.session_id, "session id")
         call = _safe(ctx.call_id, "tool call id")
-        secrets = {s.name: ctx.variables[s.name] for s in self.variables
-                   if s.type == "secret" and s.name in ctx.variables}
+        secrets = {**ctx.known_secrets,
+                   **{s.name: ctx.variables[s.name] for s in self.variables
+                      if s.type == "secret" and s.name in ctx.variables}}
         place = CallPlace(
             layout=layout, session_id=session, call_id=call, secrets=secrets,
             head_bytes=self.settings.tools.max_output_bytes,

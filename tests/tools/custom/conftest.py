@@ -54,7 +54,7 @@ class Answering:
         self.answer = answer
         self.asked: list[str] = []
 
-    async def check(self, *args: Any) -> None:
+    async def check(self, *args: Any, **kwargs: Any) -> None:
         return None
 
     def confirm_fn(self, tool: Tool[Any], ctx: ToolContext) -> ConfirmFn:
