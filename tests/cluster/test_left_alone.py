@@ -183,9 +183,13 @@ def test_status_shows_the_queue_per_stream_and_the_jobs_each_worker_holds(
     assert report["pending_per_worker"] == {"w1": 1}
     assert report["streams"]["normal"]["oldest_unclaimed_s"] is not None
     assert report["owner"]["pid"] == cluster.daemon.pid
-    text = cluster.daemon.squadd("status").stdout
+    # The workers' lines come from their heartbeats (every cluster.heartbeat_s): look until
+    # one after the claim is in.
+    def shown() -> str | None:
+        text = cluster.daemon.squadd("status").stdout
+        return text if "w1: 1/1 slots busy, 1 jobs held" in text else None
+    text = eventually(shown, "w1's busy slot and held job in squadd status")
     assert "normal jobs: 1 queued, 1 running, oldest waiting" in text
-    assert "w1: 1/1 slots busy, 1 jobs held" in text
     cluster.team.release("busy")
     assert first.wait()["ok"] and second.wait()["ok"]
 
