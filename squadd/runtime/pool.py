@@ -264,14 +264,18 @@ class SessionPool:
                 self._give_back(record, ended=False)
             return
         if not record.holds_slot:
-            ticket = self.slots.enqueue(SlotClass.RETURNING)
-            self._pending.add(ticket)
-            try:
-                await self.slots.wait(ticket)
-            finally:
-                self._pending.discard(ticket)
-            record.holds_slot = True
+            await self._slot_back(record)
         self._set(record, "active")
+
+    async def _slot_back(self, record: SessionRecord) -> None:
+        """Take a slot again for a session that gave its own back, ahead of new work."""
+        ticket = self.slots.enqueue(SlotClass.RETURNING)
+        self._pending.add(ticket)
+        try:
+            await self.slots.wait(ticket)
+        finally:
+            self._pending.discard(ticket)
+        record.holds_slot = True
 
     @asynccontextmanager
     async def parked(self, session_id: str, reason: str) -> AsyncIterator[None]:
@@ -297,13 +301,7 @@ class SessionPool:
             for scope, left in paused:
                 scope.deadline = now + left
         if had_slot and not record.holds_slot:
-            ticket = self.slots.enqueue(SlotClass.RETURNING)
-            self._pending.add(ticket)
-            try:
-                await self.slots.wait(ticket)
-            finally:
-                self._pending.discard(ticket)
-            record.holds_slot = True
+            await self._slot_back(record)
         self._set(record, "active")
 
     def _pause_deadlines(self, record: SessionRecord) -> list[tuple[anyio.CancelScope, float]]:
