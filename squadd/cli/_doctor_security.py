@@ -257,3 +257,23 @@ def guard_redaction(ctx: GuardContext) -> GuardReport:
                        "every tool's output: the value, base64 (3 alignments), hex, "
                        "URL-encoding, split across lines; not other encodings "
                        "(docs/security.md)")
+
+
+@guard
+def guard_sandbox(ctx: GuardContext) -> GuardReport:
+    """Every process a session causes runs confined (docs/sandbox.md)."""
+    from squadd.sandbox.report import enforcement
+
+    box = (ctx.settings or Settings()).sandbox
+    found = enforcement(box.mode, network=box.network, max_processes=box.max_processes,
+                        max_file_bytes=box.max_file_mb << 20)
+    if found.mechanism is None:
+        return GuardReport("sandbox", "off", found.summary)
+    if found.mechanism == "off":
+        return GuardReport("sandbox", "off", "sandbox.mode = \"off\": bash, shell tools, Python "
+                                             "tool workers, hooks and the land check run "
+                                             "unconfined (logged at each call)")
+    return GuardReport("sandbox", "on",
+                       f"{found.mechanism}: bash, shell tools, Python tool workers, hooks and "
+                       f"the land check run confined; network {box.network}; "
+                       + "; ".join(line for line in found.lines[:3]))

@@ -97,3 +97,19 @@ def test_git_hardening_is_off_when_a_hook_runs_under_squadds_git(
     code, out = _security(squad.repo, "--json")
     hardening = next(g for g in json.loads(out)["guards"] if g["guard"] == "git hardening")
     assert code == 1 and hardening["status"] == "off"
+
+
+def test_the_sandbox_guard_names_its_mechanism_and_is_off_when_switched_off(
+        squad: SquadLayout) -> None:
+    from squadd.sandbox.core import unavailable
+
+    if unavailable("bwrap") and unavailable("landlock"):
+        pytest.skip("neither bubblewrap nor Landlock is available here")
+    code, out = _security(squad.repo, "--json")
+    [sandbox] = [g for g in json.loads(out)["guards"] if g["guard"] == "sandbox"]
+    assert sandbox["status"] == "on" and "run confined" in sandbox["detail"]
+    assert sandbox["detail"].split(":")[0] in ("bwrap", "landlock")
+    squad.config_toml.write_text('[sandbox]\nmode = "off"\n', encoding="utf-8")
+    code, out = _security(squad.repo, "--json")
+    [sandbox] = [g for g in json.loads(out)["guards"] if g["guard"] == "sandbox"]
+    assert code == 1 and sandbox["status"] == "off" and "unconfined" in sandbox["detail"]
