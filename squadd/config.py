@@ -367,10 +367,10 @@ def _read_toml(path: Path) -> dict[str, Any]:
         return tomllib.loads(data.decode("utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}", source=str(path)) from exc
+    except UnicodeDecodeError as exc:  # a ValueError too: before the clause below
+        raise ConfigError(f"{path}: not valid UTF-8: {exc}", source=str(path)) from exc
     except ValueError:  # an integer of more digits than Python converts (4,300)
         raise _long_number_error(path, data.decode("utf-8", "replace")) from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not valid UTF-8: {exc}", source=str(path)) from exc
     except RecursionError:
         raise ConfigError(f"{path}: not valid TOML: arrays or tables nested too deeply",
                           source=str(path)) from None

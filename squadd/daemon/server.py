@@ -393,7 +393,8 @@ class Daemon:
             runtime.inbox.add_hook(relay.hook)
             notifying = anyio.CancelScope()
             group.start_soon(_in_scope, notifying, notifier.run)
-            group.start_soon(_in_scope, notifying, relay.run)
+            relaying = anyio.CancelScope()
+            group.start_soon(_in_scope, relaying, relay.run)
             tune_for_serving()  # what startup built stays out of GC passes; fewer of them
             runtime.bus.publish(DaemonStarted(pid=context.pid, repo=str(self.layout.repo)))
             log.info("squadd serving", pid=context.pid, repo=str(self.layout.repo),
@@ -411,6 +412,7 @@ class Daemon:
             context.close_streams()
             scribe_stop.set()
             notifying.cancel()  # what it had not sent yet is sent at the next start
+            relaying.cancel()
             watching.cancel()
             if context.live_settings is not None:
                 context.live_settings.close()

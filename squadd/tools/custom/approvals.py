@@ -177,6 +177,9 @@ class ApprovalBroker:
                          arguments: Mapping[str, Any], ctx: ToolContext,
                          secrets: Mapping[str, str], question: str) -> Decision:
         shown = redact_any(_shown(arguments), secrets)
+        # The item keeps the whole arguments (what Approve runs, all of it shown to the
+        # person); only the event, kept and replayed, carries them cut.
+        whole = redact_any(dict(arguments), secrets)
         asked = redact(question, secrets)[:1000]
 
         def requested(item_id: str) -> None:  # the same event as without an inbox
@@ -187,7 +190,7 @@ class ApprovalBroker:
         answer = await people.ask_person(PersonRequest(
             kind="approval", session_id=ctx.session_id, agent=ctx.agent, call_id=ctx.call_id,
             reason=asked, actions=("approve", "deny"),
-            details={"tool": tool.name, "arguments": shown, "question": asked},
+            details={"tool": tool.name, "arguments": whole, "question": asked},
             on_added=requested))
         decision = (Decision(False, answer.reason, timed_out=True) if answer.expired
                     else Decision(answer.action == "approve", answer.reason))
