@@ -9,6 +9,7 @@ branch back where it was.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from pathlib import Path
 
 import anyio
@@ -129,22 +130,22 @@ async def _has_markers(path: Path) -> bool:
     return any(line.startswith(MARKERS) for line in text.splitlines())
 
 
-class RepairTurns:
+class RepairTurns(ABC):
     """What `Workspaces` does around a repair turn (mixed into it): the worktree prepared
     before the agent's turn, its resolution continued after it, and the hand-over to a
-    person when the attempts are spent."""
+    person when the attempts are spent. `Workspaces` provides the two abstract methods."""
 
     layout: SquadLayout
     git: Git
     settings: WorkspaceSettings
 
-    async def committer(self) -> dict[str, str]:
-        raise NotImplementedError
+    @abstractmethod
+    async def committer(self) -> dict[str, str]: ...
 
+    @abstractmethod
     async def close(self, record: WorkspaceView, *, title: str,
                     display_name: str | None = None, answer: str = "",
-                    repair: bool = False) -> WorkspaceView:
-        raise NotImplementedError
+                    repair: bool = False) -> WorkspaceView: ...
 
     async def start_repair(self, session_id: str, failed: LandResult) -> str | None:
         """Put the session's worktree where its agent repairs `failed` (see
