@@ -290,14 +290,8 @@ class DaemonClient(_Base):
     def inbox_resolve(self, item_id: str, action: str, *, answer: str = "",
                       budget: float | None = None, reason: str = "") -> dict[str, Any]:
         """`POST /v1/inbox/{id}`: resolve an item; `{"item": {...}}` as resolved."""
-        body: dict[str, Any] = {"action": action}
-        if answer:
-            body["answer"] = answer
-        if budget is not None:
-            body["budget"] = budget
-        if reason:
-            body["reason"] = reason
-        result: dict[str, Any] = self._send(Calls.inbox_resolve(item_id, body))
+        result: dict[str, Any] = self._send(Calls.inbox_resolve(
+            item_id, action, answer=answer, budget=budget, reason=reason))
         return result
 
     def dashboard(self) -> dict[str, Any]:
@@ -485,14 +479,8 @@ class AsyncDaemonClient(_Base):
 
     async def inbox_resolve(self, item_id: str, action: str, *, answer: str = "",
                             budget: float | None = None, reason: str = "") -> dict[str, Any]:
-        body: dict[str, Any] = {"action": action}
-        if answer:
-            body["answer"] = answer
-        if budget is not None:
-            body["budget"] = budget
-        if reason:
-            body["reason"] = reason
-        result: dict[str, Any] = await self._send(Calls.inbox_resolve(item_id, body))
+        result: dict[str, Any] = await self._send(Calls.inbox_resolve(
+            item_id, action, answer=answer, budget=budget, reason=reason))
         return result
 
     async def dashboard(self) -> dict[str, Any]:

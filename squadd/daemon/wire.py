@@ -165,8 +165,17 @@ class Calls:
         return Call("GET", f"{API}/inbox/{quote(item_id, safe='')}")
 
     @staticmethod
-    def inbox_resolve(item_id: str, body: Mapping[str, Any]) -> Call:
-        return Call("POST", f"{API}/inbox/{quote(item_id, safe='')}", body=dict(body))
+    def inbox_resolve(item_id: str, action: str, *, answer: str = "",
+                      budget: float | None = None, reason: str = "") -> Call:
+        """Resolve an inbox item: the action, and what it carries (fields left empty out)."""
+        body: dict[str, Any] = {"action": action}
+        if answer:
+            body["answer"] = answer
+        if budget is not None:
+            body["budget"] = budget
+        if reason:
+            body["reason"] = reason
+        return Call("POST", f"{API}/inbox/{quote(item_id, safe='')}", body=body)
 
     @staticmethod
     def dashboard() -> Call:
