@@ -31,7 +31,7 @@ import structlog
 from squadd.config import PriceSettings
 from squadd.contracts.messages import Usage
 from squadd.errors import SquaddError
-from squadd.fsio import append_fsync, write_all
+from squadd.fsio import PRIVATE_FILE, append_fsync, private_dir, write_all
 from squadd.state.layout import SquadLayout
 from squadd.state.transcripts import list_transcripts, read_transcript
 
@@ -307,8 +307,9 @@ class SpendingLedger:
 
 def _append(path: Path, data: str) -> None:
     """Append `data` in one write, not synced."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    if not path.parent.is_dir():
+        private_dir(path.parent)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, PRIVATE_FILE)
     try:
         write_all(fd, data.encode("utf-8"))
     finally:
