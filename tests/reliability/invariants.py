@@ -250,9 +250,12 @@ def learnings_once(layout: SquadLayout, transcripts: Mapping[str, Transcript]) -
     for session_id, args in _successes(transcripts, "squad_memory"):
         check.checked += 1
         agent = str(args.get("agentName", "")).lower()
-        expected = format_learning(str(args.get("learning", "")),
-                                   str(args.get("category", "general")))
-        count = history_lines(agent)[expected]
+        learning = str(args.get("learning", ""))
+        expected = format_learning(learning, str(args.get("category", "general")))
+        # A bullet (`- **[category]** text`) in a bullet-style history, or the text below its
+        # `### YYYY-MM-DD: title` heading in Squad's style (a fresh history's): once in all.
+        counted = history_lines(agent)
+        count = counted[expected] + counted[learning.strip()]
         if count != 1:
             check.failures.append(f"learning {expected!r} (session {session_id}) appears "
                                   f"{count} times in {agent}'s history.md and archive")
@@ -326,14 +329,16 @@ def no_processes_left(root: Path, *, exclude: Iterable[int] = ()) -> Check:
 def run_dir_clean(layout: SquadLayout) -> Check:
     """After a clean stop .squad/run/ has no socket, pid or token file, no pending intent in
     its journal and no temp file: only lock files and the Scribe's index stay, beside what is
-    kept on purpose (the transcripts folder and the daemon's log)."""
+    kept on purpose (the transcripts folder, the daemon's log, the inbox's log and the
+    spending ledger, which the next daemon reads)."""
     check = Check("no stale file under .squad/run/ after a clean stop")
     daemon_files = {layout.socket, layout.pid_file, layout.token_file}
     run_dir = layout.run_dir
-    kept = layout.transcripts_dir
+    kept = (layout.transcripts_dir, layout.spend_dir)
     logs = (layout.log_file.name, layout.log_file.with_suffix(".out").name)
     for path in sorted(run_dir.rglob("*")) if run_dir.exists() else []:
-        if path.is_dir() or kept in path.parents or path.name.startswith(logs):
+        if path.is_dir() or any(folder in path.parents for folder in kept) \
+                or path.name.startswith(logs) or path == layout.human_inbox:
             continue
         check.checked += 1
         name = path.relative_to(run_dir)
