@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from squadd.tools.custom.approvals import arguments_bytes, arguments_text
-from tests.daemon.test_dashboard_browser import CHROMIUM, CHROMIUM_ARGS, _chromium_missing
+from tests.support.browser import CHROMIUM, CHROMIUM_ARGS, chromium_missing
 from tests.support.daemon_process import FAST_CONFIG, DaemonProcess, make_repo
 
 pytestmark = pytest.mark.slow
@@ -101,7 +101,7 @@ def test_squadd_approvals_lists_every_byte_of_what_approve_runs(daemon: DaemonPr
 
 def test_the_dashboard_shows_the_whole_arguments_scrollable_with_their_size(
         daemon: DaemonProcess) -> None:
-    missing = _chromium_missing()
+    missing = chromium_missing()
     if missing:
         pytest.skip(missing)
     from playwright.sync_api import expect, sync_playwright

@@ -6,36 +6,20 @@ windowed while 1,000 events stream. Screenshots land in `test-artifacts/dashboar
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support.browser import ARTIFACTS, browser_page
 from tests.support.busy_squad import TASKS, busy_squad
 from tests.support.daemon_process import DaemonProcess
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
 FEED_WINDOW = 200
 """The page's FEED_WINDOW (app.js): event rows it keeps."""
-ARTIFACTS = Path(os.environ.get("SQUADD_TEST_ARTIFACTS")
-                 or Path(__file__).resolve().parents[2] / "test-artifacts") / "dashboard"
-WAIT_MS = 30_000
-
-def _chromium_missing() -> str | None:
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        return "playwright is not installed (pip install -e '.[dev]' brings it)"
-    if not CHROMIUM.exists():
-        return (f"{CHROMIUM} is missing: 'apt-get install -y chromium' (scripts/test does it "
-                "under CI or as root)")
-    return None
 
 
 @pytest.fixture
@@ -46,30 +30,8 @@ def daemon(tmp_path: Path) -> Iterator[DaemonProcess]:
 
 @pytest.fixture
 def page(daemon: DaemonProcess) -> Iterator[Any]:
-    missing = _chromium_missing()
-    if missing:
-        pytest.skip(missing)
-    from playwright.sync_api import expect, sync_playwright
-
-    expect.set_options(timeout=WAIT_MS)
-
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as driver:
-        browser = driver.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS,
-                                         headless=True)
-        try:
-            tab = browser.new_page(viewport={"width": 1400, "height": 1000})
-            tab.set_default_timeout(WAIT_MS)
-            problems: list[str] = []
-            tab.on("pageerror", lambda error: problems.append(str(error)))
-            # A CSP violation or a failed request shows as a console error.
-            tab.on("console", lambda message: problems.append(message.text)
-                   if message.type == "error" else None)
-            tab.goto(daemon.client.ui()["link"])
-            yield tab
-            assert problems == [], problems
-        finally:
-            browser.close()
+    with browser_page(daemon.client.ui()["link"]) as tab:
+        yield tab
 
 
 def test_the_page_shows_the_squad_working_and_approve_resolves_the_approval(

@@ -10,13 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.daemon.test_dashboard_browser import (
-    ARTIFACTS,
-    CHROMIUM,
-    CHROMIUM_ARGS,
-    WAIT_MS,
-    _chromium_missing,
-)
+from tests.support.browser import ARTIFACTS, browser_page
 from tests.support.daemon_process import FAST_CONFIG, DaemonProcess
 from tests.support.model_servers import OpenAIServer
 
@@ -39,28 +33,8 @@ def daemon(tmp_path: Path, model_server: OpenAIServer) -> Iterator[DaemonProcess
 
 @pytest.fixture
 def page(daemon: DaemonProcess) -> Iterator[Any]:
-    missing = _chromium_missing()
-    if missing:
-        pytest.skip(missing)
-    from playwright.sync_api import expect, sync_playwright
-
-    expect.set_options(timeout=WAIT_MS)
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as driver:
-        browser = driver.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS,
-                                         headless=True)
-        try:
-            tab = browser.new_page(viewport={"width": 1400, "height": 1000})
-            tab.set_default_timeout(WAIT_MS)
-            problems: list[str] = []
-            tab.on("pageerror", lambda error: problems.append(str(error)))
-            tab.on("console", lambda message: problems.append(message.text)
-                   if message.type == "error" else None)
-            tab.goto(daemon.client.ui()["link"])
-            yield tab
-            assert problems == [], problems
-        finally:
-            browser.close()
+    with browser_page(daemon.client.ui()["link"]) as tab:
+        yield tab
 
 
 def test_the_inbox_panel_answers_a_question_and_costs_show_beside_tokens(
