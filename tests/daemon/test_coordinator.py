@@ -12,13 +12,11 @@ from squadd.cluster.requests import send
 from squadd.cluster.wire import Request
 from squadd.daemon import orphans as orphans_module
 from squadd.runtime.acceptance import record_acceptance
-from squadd.runtime.planning import RouteOrigin, continue_plan, load_transcript
-from squadd.runtime.pool import SessionRecord
-from squadd.runtime.session import SessionOutcome
+from squadd.runtime.planning import load_transcript
 from squadd.runtime.session_info import SessionInfo
 from squadd.state.layout import SquadLayout
 from squadd.state.transcripts import Transcript, read_transcript
-from tests.support.coordinator import coordinator_on_redis, held_by
+from tests.support.coordinator import coordinator_on_redis, held_by, submit_remote
 
 
 async def test_requests_are_answered_again_after_redis_lost_its_data(tmp_path: Path) -> None:
@@ -112,15 +110,8 @@ async def test_a_session_seen_as_an_orphan_then_resumed_here_hears_of_its_cancel
                 epoch=1, body={"records": [{"kind": "note", "n": 1, "text": "x"}]}))
             assert old.ok and not old.cancelled
             charter = await here.runtime._charter("lead")
-            plan = continue_plan(None, RouteOrigin(), info, None, charter,
-                                 here.runtime.settings)
-
-            async def run_here() -> SessionOutcome:
-                raise AssertionError("no local slot: the session runs on a worker")
-
             async with anyio.create_task_group() as tg:
-                tg.start_soon(coordinator.run_session, plan, SessionRecord(info),
-                              here.runtime.tools, None, run_here)
+                submit_remote(here, tg, info, charter)
                 with anyio.fail_after(30):
                     while True:  # the job is submitted by the task just started
                         if not await coordinator.jobs.held_by("w2", "s1"):

@@ -15,12 +15,9 @@ from structlog.testing import capture_logs
 
 from squadd.cluster.wire import Job, Reply, Request
 from squadd.runtime.acceptance import record_acceptance
-from squadd.runtime.planning import RouteOrigin, continue_plan
-from squadd.runtime.pool import SessionRecord
-from squadd.runtime.session import SessionOutcome
 from squadd.runtime.session_info import SessionInfo
 from squadd.state.transcripts import read_transcript
-from tests.support.coordinator import CoordinatorHere, coordinator_on_redis
+from tests.support.coordinator import CoordinatorHere, coordinator_on_redis, submit_remote
 
 _ids = itertools.count(1)
 
@@ -43,15 +40,8 @@ async def test_only_the_claiming_worker_may_send_and_only_squad_tools(tmp_path: 
         record_acceptance(here.layout, info, None)
         async with here.runtime:
             charter = await here.runtime._charter("lead")
-            plan = continue_plan(None, RouteOrigin(), info, None, charter,
-                                 here.runtime.settings)
-
-            async def run_here() -> SessionOutcome:
-                raise AssertionError("no local slot: the session runs on a worker")
-
             async with anyio.create_task_group() as tg:
-                tg.start_soon(coordinator.run_session, plan, SessionRecord(info),
-                              here.runtime.tools, None, run_here)
+                submit_remote(here, tg, info, charter)
                 with anyio.fail_after(30):
                     while (delivery := await coordinator.jobs.take("w1", block_s=0.05)) is None:
                         pass
@@ -125,15 +115,8 @@ async def test_a_worker_that_reclaimed_the_job_takes_the_session_over(
         record_acceptance(here.layout, info, None)
         async with here.runtime:
             charter = await here.runtime._charter("lead")
-            plan = continue_plan(None, RouteOrigin(), info, None, charter,
-                                 here.runtime.settings)
-
-            async def run_here() -> SessionOutcome:
-                raise AssertionError("no local slot")
-
             async with anyio.create_task_group() as tg:
-                tg.start_soon(coordinator.run_session, plan, SessionRecord(info),
-                              here.runtime.tools, None, run_here)
+                submit_remote(here, tg, info, charter)
                 with anyio.fail_after(30):
                     while await coordinator.jobs.take("w1", block_s=0.05) is None:
                         pass

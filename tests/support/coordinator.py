@@ -14,14 +14,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anyio.abc
 import redis.asyncio as aioredis
 
 from squadd.cluster.connection import RedisGuard, connect
 from squadd.cluster.wire import Job
 from squadd.config import load_settings
+from squadd.contracts.routes import RouteOrigin
 from squadd.daemon.coordinator import Coordinator
 from squadd.providers.replay import ReplayProvider, ReplayScript
+from squadd.runtime.planning import continue_plan
+from squadd.runtime.pool import SessionRecord
 from squadd.runtime.runtime import SquadRuntime
+from squadd.runtime.session import SessionOutcome
+from squadd.runtime.session_info import SessionInfo
+from squadd.state.charters import Charter
 from squadd.state.layout import SquadLayout
 from squadd.state.transcripts import TranscriptWriter
 from tests.support.daemon_process import make_repo
@@ -70,3 +77,16 @@ async def coordinator_on_redis(tmp_path: Path, cluster: dict[str, Any] | None = 
                                   Coordinator(runtime, settings.cluster, guard))
         finally:
             await client.aclose()
+
+
+def submit_remote(here: CoordinatorHere, tg: anyio.abc.TaskGroup, info: SessionInfo,
+                  charter: Charter) -> None:
+    """Start the route of `info` through the coordinator in `tg`: with no local slot, its job
+    goes to the workers' stream (the caller takes it as a worker would)."""
+    plan = continue_plan(None, RouteOrigin(), info, None, charter, here.runtime.settings)
+
+    async def run_here() -> SessionOutcome:
+        raise AssertionError("no local slot: the session runs on a worker")
+
+    tg.start_soon(here.coordinator.run_session, plan, SessionRecord(info), here.runtime.tools,
+                  None, run_here)
