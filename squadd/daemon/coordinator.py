@@ -461,15 +461,32 @@ class Coordinator:
             if fresh:
                 await anyio.to_thread.run_sync(self._append, sid, epoch, fresh)
                 self._applied[sid] = (epoch, max(int(r.get("n", 0)) for r in fresh))
+        calls = [r for r in fresh if r.get("kind") == "message" and "input_tokens" in r]
         remote = self._remote.get(sid)
         if remote is not None:
-            usage = [r for r in fresh if r.get("kind") == "message"
-                     and "input_tokens" in r]
             self.runtime.pool.touch(
-                remote.record, input_tokens=sum(int(r.get("input_tokens", 0)) for r in usage),
-                output_tokens=sum(int(r.get("output_tokens", 0)) for r in usage))
+                remote.record, input_tokens=sum(int(r.get("input_tokens", 0)) for r in calls),
+                output_tokens=sum(int(r.get("output_tokens", 0)) for r in calls))
+        if calls:
+            await self._charge(sid, epoch, calls)
         return Reply(request_id=request.request_id, ok=True,
                      cancelled=await self._cancelled(sid))
+
+    async def _charge(self, session_id: str, epoch: int, calls: list[dict[str, Any]]) -> None:
+        """A worker's model calls into this coordinator's spending ledger, as a local
+        session's are (their cost is shown, and counted against the day's and route's)."""
+        found = await self._session(session_id)
+        if found is None:
+            return
+        info, spending = found[0], self.runtime.spending
+        root = spending.root_for(info)
+        for record in calls:
+            usage = Usage(input_tokens=int(record.get("input_tokens") or 0),
+                          output_tokens=int(record.get("output_tokens") or 0),
+                          cache_read_tokens=int(record.get("cache_read_tokens") or 0),
+                          cache_write_tokens=int(record.get("cache_write_tokens") or 0))
+            spending.charge(info, root, str(record.get("model") or info.model), usage,
+                            f"{session_id}:{epoch}:{int(record.get('n', 0))}")
 
     def _last_applied(self, session_id: str) -> tuple[int, int]:
         transcript = read_transcript(self.runtime.layout.transcript(session_id))

@@ -20,6 +20,7 @@ from squadd.providers.base import CompletionRequest
 from squadd.runtime.events import EventBus
 from squadd.runtime.inbox import Inbox
 from squadd.runtime.session import AgentSession
+from squadd.runtime.session_info import SessionInfo
 from squadd.state.spending import Spend, SpendingLedger, cost_of, price_for, shown_cost
 
 CHARS_PER_TOKEN = 4
@@ -79,14 +80,7 @@ class Spending:
         return price_for(self.pricing, self.provider, model or self.default_model)
 
     def root_of(self, session: AgentSession) -> str:
-        info = session.info
-        known = self.ledger.root_of(info.session_id)
-        if known is not None:
-            return known
-        parent = info.parent_session_id
-        root = (self.ledger.root_of(parent) or parent) if parent else info.session_id
-        self.ledger.note_root(info.session_id, root)
-        return root
+        return self.root_for(session.info)
 
     # CallGuard.
     async def before_call(self, session: AgentSession, request: CompletionRequest) -> str | None:
@@ -149,11 +143,17 @@ class Spending:
 
     async def after_call(self, session: AgentSession, request: CompletionRequest,
                          completion: Completion, message_id: str) -> float | None:
-        info, usage = session.info, completion.usage
-        model = request.model or info.model or completion.model or self.default_model
-        price = self.price(model) or self.price(completion.model)
+        model = request.model or session.info.model or completion.model or self.default_model
+        return self.charge(session.info, self.root_of(session), model, completion.usage,
+                           message_id, reported_model=completion.model)
+
+    def charge(self, info: SessionInfo, root: str, model: str, usage: Usage, message_id: str,
+               *, reported_model: str = "") -> float | None:
+        """Count one model call of `info`'s session in the ledger and the events; its cost
+        (None: the model has no price). A cluster worker's calls come here through the
+        coordinator, which keeps the ledger."""
+        price = self.price(model) or (self.price(reported_model) if reported_model else None)
         cost = cost_of(usage, price)
-        root = self.root_of(session)
         spend = Spend(ts=time.time(), session_id=info.session_id, agent=info.agent, root=root,
                       provider=self.provider, model=model, input_tokens=usage.input_tokens,
                       output_tokens=usage.output_tokens,
@@ -170,6 +170,16 @@ class Spending:
             cache_read_tokens=usage.cache_read_tokens, cache_write_tokens=usage.cache_write_tokens,
             cost_usd=None if cost is None else round(cost, 8), route=root))
         return None if cost is None else round(cost, 8)
+
+    def root_for(self, info: SessionInfo) -> str:
+        """The route tree `info`'s session belongs to (known, or its parent's, or its own)."""
+        known = self.ledger.root_of(info.session_id)
+        if known is not None:
+            return known
+        parent = info.parent_session_id
+        root = (self.ledger.root_of(parent) or parent) if parent else info.session_id
+        self.ledger.note_root(info.session_id, root)
+        return root
 
     def answered_later(self, session_id: str, call_id: str) -> bool:
         return self.inbox.answer_for(session_id, call_id) is not None

@@ -210,7 +210,8 @@ def on_main(cluster: Cluster, path: str) -> str | None:
 
 def test_a_worktree_session_on_a_worker_lands_on_the_coordinators_main(
         tmp_path: Path) -> None:
-    with Cluster(tmp_path, config=WORKTREE_CONFIG) as cluster:
+    priced = WORKTREE_CONFIG + '\n[pricing."openai/test-model"]\ninput = 1000.0\noutput = 1000.0\n'
+    with Cluster(tmp_path, config=priced) as cluster:
         cluster.start_worker("w1", slots=2)
         result = cluster.daemon.client.route("write:src/feature.txt", "lead")
         assert result["ok"], result
@@ -222,6 +223,10 @@ def test_a_worktree_session_on_a_worker_lands_on_the_coordinators_main(
         log = subprocess.run(["git", "log", "-1", "--format=%an %s%n%b"],
                              cwd=cluster.layout.repo, capture_output=True, text=True).stdout
         assert log.startswith("Lead ") and f"Squad-Session: {result['session_id']}" in log
+        # The worker's model calls are in the coordinator's ledger: priced like a local one's.
+        shown = json.loads(cluster.daemon.squadd(
+            "sessions", "show", result["session_id"], "--json").stdout)["session"]
+        assert shown["cost_usd"] is not None and shown["cost_usd"] > 0, shown
 
 
 def test_a_worker_killed_mid_session_leaves_its_work_for_the_next(tmp_path: Path) -> None:
