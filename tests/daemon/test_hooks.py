@@ -6,12 +6,12 @@ session's seen from its parent as SubagentStart / SubagentStop."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from squadd.state.layout import SquadLayout
 from tests.support.daemon_process import DaemonProcess
 from tests.support.hook_scripts import BASH_VALIDATOR, RECORDER, command_hook, recorded, script
 from tests.support.model_servers import OpenAIServer
@@ -48,13 +48,10 @@ with open(sys.argv[1], "a", encoding="utf-8") as out:
 '''
 
 
-@pytest.fixture
-def daemon(tmp_path: Path, model_server: OpenAIServer) -> Iterator[DaemonProcess]:
-    process = DaemonProcess.in_new_repo(tmp_path, model_server.url, config=CONFIG,
-                                        agents=("lead", "fenster"))
+def _hooks(layout: SquadLayout) -> None:
     # Where Claude Code keeps them, in the repository: hooks run in the sandbox, which sees the
     # workspace (and writes only there), not the test's temp folder.
-    repo = process.layout.repo
+    repo = layout.repo
     scripts = repo / ".claude" / "hooks"
     record = f"{script(scripts, 'record.py', RECORDER)} {repo / 'events.jsonl'}"
     every = {"matcher": "*", "hooks": [command_hook(record)]}
@@ -67,9 +64,10 @@ def daemon(tmp_path: Path, model_server: OpenAIServer) -> Iterator[DaemonProcess
         command_hook(script(scripts, "format.py", FORMATTER))]}, every]
     table["Stop"] = [{"hooks": [command_hook(
         f"{script(scripts, 'notify.py', STOP_NOTIFIER)} {repo / 'notified.txt'}")]}, every]
-    process.layout.hooks_json.write_text(json.dumps({"hooks": table}), encoding="utf-8")
-    with process:
-        yield process
+    layout.hooks_json.write_text(json.dumps({"hooks": table}), encoding="utf-8")
+
+
+pytestmark = pytest.mark.daemon(config=CONFIG, agents=("lead", "fenster"), prepare=_hooks)
 
 
 def _events(daemon: DaemonProcess) -> list[tuple[str, ...]]:
