@@ -5,8 +5,9 @@ is there to read. Approve then runs exactly those arguments."""
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -71,12 +72,16 @@ pytestmark = [pytest.mark.slow, pytest.mark.daemon(build=_build, ready=_route_ea
 
 
 def _waiting(daemon: DaemonProcess, count: int) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + 60
-    while True:
-        approvals: list[dict[str, Any]] = daemon.client.dashboard()["approvals"]
-        if len(approvals) >= count or time.monotonic() > deadline:
-            return sorted(approvals, key=lambda a: a["agent"])
-        time.sleep(0.05)
+    """The dashboard's approvals once `count` wait (or all there are after 60 s): read now,
+    then again at each `approval.requested` event."""
+    approvals: list[dict[str, Any]] = []
+    with contextlib.suppress(TimeoutError), daemon.follow_events(
+            60, types=["approval.requested"]) as requested:
+        for _ in itertools.chain([None], requested):
+            approvals = daemon.client.dashboard()["approvals"]
+            if len(approvals) >= count:
+                break
+    return sorted(approvals, key=lambda a: a["agent"])
 
 
 def test_squadd_approvals_lists_every_byte_of_what_approve_runs(daemon: DaemonProcess,
@@ -96,11 +101,13 @@ def test_squadd_approvals_lists_every_byte_of_what_approve_runs(daemon: DaemonPr
     as_json = json.loads(daemon.squadd("approvals", "--json").stdout)
     assert [a["arguments"] for a in sorted(as_json, key=lambda a: a["agent"])] == \
         list(VARIANTS.values())
-    assert daemon.squadd("approve", waiting[0]["approval_id"]).returncode == 0
     ran = daemon.layout.repo / "ran.txt"  # inside the repository: tools run sandboxed
-    deadline = time.monotonic() + 60
-    while not ran.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    with contextlib.suppress(TimeoutError), daemon.follow_events(
+            60, types=["tool.completed"]) as completed:
+        assert daemon.squadd("approve", waiting[0]["approval_id"]).returncode == 0
+        for _ in itertools.chain([None], completed):
+            if ran.exists():
+                break
     assert ran.read_text(encoding="utf-8") == VARIANTS["spaces"]["target"]  # what was shown
 
 
