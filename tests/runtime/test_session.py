@@ -31,7 +31,6 @@ from squadd.tools.base import ToolContext, ToolSet
 from squadd.tools.invoke import ToolInvoker
 from squadd.tools.squad import file_tools
 from tests.support.held import Held, hold
-from tests.tools.conftest import make_squad
 
 
 class Events:
@@ -79,11 +78,6 @@ def _session(layout: SquadLayout, provider: Any, settings: Settings | None = Non
         tools=ToolSet(file_tools(layout, settings)), sink=events, commits=commits,
     )
     return session, events
-
-
-@pytest.fixture
-def squad(tmp_path: Path) -> SquadLayout:
-    return make_squad(tmp_path / "repo")
 
 
 DECIDE = {"name": "squad_decide",
