@@ -29,14 +29,14 @@ from squadd.contracts.routes import RouteRequest, RouteResult
 from squadd.daemon import inbox_api
 from squadd.daemon.dashboard import UI_PREFIX, Dashboard, dashboard_app
 from squadd.daemon.dashboard import state as dashboard_state
-from squadd.daemon.requests import (
+from squadd.daemon.handler_context import (
     ApiError,
     DaemonContext,
     Handler,
+    answering_errors,
     context_of,
     error_answer,
     flag,
-    guarded,
     invalid,
     json_answer,
     object_body,
@@ -378,7 +378,7 @@ def create_app(context: DaemonContext, dashboard: Dashboard | None = None) -> St
     What the dashboard draws is followed either way: `GET /v1/dashboard` (`squadd top`)."""
     board = dashboard if dashboard is not None else Dashboard(token="")
     context.runtime.bus.add_listener(board.observe)
-    routes: list[BaseRoute] = [Route(path, guarded(handler), methods=[method])
+    routes: list[BaseRoute] = [Route(path, answering_errors(handler), methods=[method])
                                for method, path, handler in ROUTES]
     if dashboard is not None:
         routes.append(Mount(UI_PREFIX, app=dashboard_app(context, dashboard, resolve_approval)))
