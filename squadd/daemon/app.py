@@ -72,11 +72,12 @@ _ROUTE_STATUS = {
 """HTTP status of a route that did not run; one that ran (even into an error) is a 200."""
 
 
-def _route_answer(result: RouteResult) -> JSONResponse:
+def _route_answer(result: RouteResult, **beside: Any) -> JSONResponse:
     status = 200 if result.ok or result.reason is None else _ROUTE_STATUS.get(result.reason, 200)
     headers = ({"retry-after": str(POOL_FULL_RETRY_AFTER_S)}
                if result.reason in ("pool_full", "queue_timeout") else None)
-    return json_answer(result, status, headers)
+    return json_answer({**result.model_dump(mode="json"), **beside} if beside else result,
+                       status, headers)
 
 
 # Endpoints.
@@ -151,14 +152,23 @@ async def route(request: Request) -> Response:
     except ValidationError as exc:
         raise invalid("route request", exc) from None
     result = await runtime.route(route_request)
-    return _route_answer(result)
+    return await _route_answer_with_view(request, result)
 
 
 async def resume_session(request: Request) -> Response:
     runtime = context_of(request).runtime
     result = await runtime.resume(request.path_params["session_id"],
                                   wait=flag(request, "wait", True))
-    return _route_answer(result)
+    return await _route_answer_with_view(request, result)
+
+
+async def _route_answer_with_view(request: Request, result: RouteResult) -> Response:
+    """The route's answer; with `?view=session`, the session's view as it ended beside it
+    (`squadd route` prints it), so that the caller needs no second request."""
+    if request.query_params.get("view") != "session" or result.session_id is None:
+        return _route_answer(result)
+    view = await context_of(request).runtime.session(result.session_id)
+    return _route_answer(result, session=view.model_dump(mode="json") if view else None)
 
 
 async def land_session(request: Request) -> Response:

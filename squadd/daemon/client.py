@@ -45,7 +45,7 @@ from squadd.state.layout import SquadLayout
 
 TYPE_CHECKING = False  # no `typing` at run time: `squadd status` starts fast
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Self
 
     import anyio
     import httpx
@@ -91,6 +91,11 @@ class _Base:
         self.token = token
         self.timeout = timeout
         self._address: _unix.SocketAddress | None = None
+
+    @classmethod
+    def find(cls, start: Path | None = None, **options: Any) -> Self:
+        """A client for the squad dir at or above `start` (default: the working directory)."""
+        return cls(SquadLayout.find(start), **options)
 
     def _transport_target(self) -> tuple[str, str | None]:
         """The base URL and the socket path (None on TCP)."""
@@ -144,11 +149,6 @@ class DaemonClient(_Base):
     `tcp="127.0.0.1:PORT"` with `token=` talks TCP instead of the socket. `timeout` caps every
     call (None: each call's own default).
     """
-
-    @classmethod
-    def find(cls, start: Path | None = None, **options: Any) -> DaemonClient:
-        """A client for the squad dir at or above `start` (default: the working directory)."""
-        return cls(SquadLayout.find(start), **options)
 
     def _where(self, call: Call) -> dict[str, Any]:
         _base, uds = self._transport_target()
@@ -331,10 +331,6 @@ class AsyncDaemonClient(_Base):
         self._max = max_connections
         self._lanes: tuple[anyio.Semaphore, anyio.Semaphore] | None = None
 
-    @classmethod
-    def find(cls, start: Path | None = None, **options: Any) -> AsyncDaemonClient:
-        return cls(SquadLayout.find(start), **options)
-
     def _client(self) -> httpx.AsyncClient:
         """The httpx client. Its own pool is left unbounded: httpcore scans every queued
         request at each request's start and end, so a queue there costs each request in
@@ -388,8 +384,7 @@ class AsyncDaemonClient(_Base):
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    # The endpoints (see `DaemonClient` for what each returns).
-    async def health(self) -> dict[str, Any]:
+    async def health(self) -> dict[str, Any]:  # the endpoints: see `DaemonClient`'s
         return await self._send(Calls.health())
 
     async def status(self, *, agent: str | None = None,
@@ -410,11 +405,13 @@ class AsyncDaemonClient(_Base):
                                                 session_id, available_tools, timeout_s,
                                                 isolation, land))
 
-    async def route_args(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
-        return await self._send(Calls.route(arguments))
+    async def route_args(self, arguments: Mapping[str, Any], view: bool = False
+                         ) -> dict[str, Any]:  # view: with the SessionView, as `session`
+        return await self._send(Calls.route(arguments, view))
 
-    async def resume(self, session_id: str, *, wait: bool = True) -> dict[str, Any]:
-        return await self._send(Calls.resume(session_id, wait))
+    async def resume(self, session_id: str, *, wait: bool = True,
+                     view: bool = False) -> dict[str, Any]:
+        return await self._send(Calls.resume(session_id, wait, view))
 
     async def cancel(self, session_id: str) -> dict[str, Any]:
         return await self._send(Calls.cancel(session_id))

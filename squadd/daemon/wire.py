@@ -103,16 +103,19 @@ class Calls:
         return Call("GET", f"{API}/sessions/{quote(session_id, safe='')}", params)
 
     @staticmethod
-    def route(body: Mapping[str, Any]) -> Call:
-        return Call("POST", f"{API}/route", body=dict(body), timeout=wait_timeout(body),
-                     result_key="ok")
+    def route(body: Mapping[str, Any], view: bool = False) -> Call:
+        """`view`: the answer carries the session's `SessionView` too, as `session`."""
+        return Call("POST", f"{API}/route", {"view": "session"} if view else None,
+                    body=dict(body), timeout=wait_timeout(body), result_key="ok")
 
     @staticmethod
-    def resume(session_id: str, wait: bool) -> Call:
-        return Call("POST", f"{API}/sessions/{quote(session_id, safe='')}/resume",
-                     {"wait": "1" if wait else "0"},
-                     timeout=ROUTE_WAIT_LIMIT_S if wait else DEFAULT_TIMEOUT_S * 3,
-                     result_key="ok")
+    def resume(session_id: str, wait: bool, view: bool = False) -> Call:
+        params = {"wait": "1" if wait else "0"}
+        if view:
+            params["view"] = "session"
+        return Call("POST", f"{API}/sessions/{quote(session_id, safe='')}/resume", params,
+                    timeout=ROUTE_WAIT_LIMIT_S if wait else DEFAULT_TIMEOUT_S * 3,
+                    result_key="ok")
 
     @staticmethod
     def land(session_id: str) -> Call:
