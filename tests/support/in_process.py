@@ -30,7 +30,7 @@ from starlette.types import ASGIApp, Message
 from squadd.config import Settings, load_settings
 from squadd.daemon.app import create_app
 from squadd.daemon.client import AsyncDaemonClient
-from squadd.daemon.requests import DaemonContext
+from squadd.daemon.handler_context import DaemonContext
 from squadd.runtime.runtime import SquadRuntime
 from squadd.state.layout import SquadLayout
 

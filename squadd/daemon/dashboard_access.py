@@ -16,7 +16,7 @@ from urllib.parse import parse_qsl, urlsplit
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from squadd.daemon.requests import error_answer
+from squadd.daemon.handler_context import error_answer
 
 __all__ = ["DASHBOARD_HEADERS", "TOKEN_PARAM", "UI_TOKEN_HEADER", "DashboardGuard", "UiPortOnly"]
 

@@ -107,7 +107,7 @@ def error_answer(status: int, message: str, **fields: Any) -> JSONResponse:
 Handler = Callable[[Request], Awaitable[Response]]
 
 
-def guarded(handler: Handler) -> Handler:
+def answering_errors(handler: Handler) -> Handler:
     """`ApiError` becomes its JSON answer; anything else is logged and answered with a 500.
     A request's `traceparent` header makes the spans it causes part of the caller's trace."""
     async def endpoint(request: Request) -> Response:

@@ -13,8 +13,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from squadd.daemon.requests import (
-    guarded,
+from squadd.daemon.handler_context import (
+    answering_errors,
     json_answer,
     object_body,
     query_count,
@@ -32,8 +32,8 @@ async def not_finite(request: Request) -> Response:
 
 @pytest.fixture
 async def client() -> AsyncIterator[httpx.AsyncClient]:
-    app = Starlette(routes=[Route("/echo", guarded(echo), methods=["POST"]),
-                            Route("/nan", guarded(not_finite), methods=["GET"])])
+    app = Starlette(routes=[Route("/echo", answering_errors(echo), methods=["POST"]),
+                            Route("/nan", answering_errors(not_finite), methods=["GET"])])
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                  base_url="http://test") as http:
         yield http
