@@ -36,16 +36,19 @@ AppendState = Literal["complete", "finished", "stale"]
 
 
 def finish_append(target: Path, start: int, data: bytes, *, inode: int = 0,
-                  mode: int = PRIVATE_FILE, sync: bool = True, name: str = "") -> AppendState:
+                  mode: int = PRIVATE_FILE, sync: bool = True, follow: bool = False,
+                  name: str = "") -> AppendState:
     """Make the append of `data` at offset `start` of `target` whole, if the file still ends
     inside it (blocking). `inode` (0: not known) must still be the file's; with `sync` what
-    is written is fsynced (and a new file's folder entry). A link or a folder at `target` is
-    never written through; `name` says which file in a warning."""
+    is written is fsynced (and a new file's folder entry). A folder at `target` is never
+    written into, nor a link (unless `follow`: a team file the user linked is written as
+    its first write was); `name` says which file in a warning."""
     end = start + len(data)
     name = name or target.name
+    links = 0 if follow else os.O_NOFOLLOW
     try:
         # (O_NONBLOCK: a FIFO planted there opens at once, and is then found not a file)
-        fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(target, os.O_RDONLY | links | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         fd = None
     except OSError as exc:
@@ -84,8 +87,7 @@ def finish_append(target: Path, start: int, data: bytes, *, inode: int = 0,
             target.parent.mkdir(parents=True, exist_ok=True)
         else:
             private_dir(target.parent)
-    fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 mode)
+    fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT | links | os.O_CLOEXEC, mode)
     try:
         write_all(fd, data[len(have):])
         if sync:
