@@ -6,10 +6,13 @@ the event loop `squadd serve` uses. Everything is real: the files, the journal, 
 `fdatasync`. Prints, as its last line:
 
     group_commit commits_per_s=… p50_ms=… p99_ms=… syncs=… records_per_sync=… unsynced=…
+        cpu_us_per_record=…
 
 `syncs` is the journal syncs the writer made (`GroupCommit.batches`), `records_per_sync` the
 session records and log entries each made durable; `unsynced` the batches of log entries
 written ahead of a sync while the commit thread was idle. More records a sync is better.
+`cpu_us_per_record` is the process's CPU time (every thread) over the run, a record: on a
+shared machine it moves far less with the load than the wall-clock figures do.
 
     .venv/bin/python scripts/bench/group_commit.py [--sessions 64] [--commits 50] [--logs 400]
 """
@@ -24,7 +27,7 @@ from pathlib import Path
 import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import bench_folder, fmt, make_squad, percentile, run_like_squadd
+from _common import bench_folder, cpu_s, fmt, make_squad, percentile, run_like_squadd
 
 
 async def measure(root: Path, sessions: int, commits: int, logs: int) -> dict[str, float]:
@@ -53,20 +56,20 @@ async def measure(root: Path, sessions: int, commits: int, logs: int) -> dict[st
 
     async with anyio.create_task_group() as tg:
         await tg.start(writer.run)
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), cpu_s()
         async with anyio.create_task_group() as work:
             for n in range(sessions):
                 work.start_soon(session, n)
             for n in range(logs):
                 work.start_soon(log_entry, n)
-        elapsed = time.perf_counter() - started
+        elapsed, cpu = time.perf_counter() - started, cpu_s() - cpu_started
         writer.close()
     waits.sort()
     records = sessions * commits + logs
     return {"commits_per_s": sessions * commits / elapsed,
             "p50_ms": percentile(waits, 0.5) * 1000, "p99_ms": percentile(waits, 0.99) * 1000,
             "syncs": float(writer.batches), "records_per_sync": records / max(writer.batches, 1),
-            "unsynced": float(writer.unsynced_batches)}
+            "unsynced": float(writer.unsynced_batches), "cpu_us_per_record": cpu / records * 1e6}
 
 
 def main() -> None:

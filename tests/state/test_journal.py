@@ -96,6 +96,75 @@ async def test_records_waiting_together_share_one_sync_and_nobody_wakes_before_i
     assert not list(layout.transcript_journals_dir.iterdir())  # a clean close removes it
 
 
+async def test_the_commit_loop_moves_through_its_states_and_flushed_waits_for_each_record(
+        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    held = hold(monkeypatch, writer_module, "_datasync")
+    commits = GroupCommit(layout)
+    assert commits.state is CommitState.STOPPED and not commits.running
+    flushed = anyio.Event()
+
+    async def wait_flushed() -> None:
+        await commits.flushed(timeout_s=30)
+        flushed.set()
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(commits.run)
+        assert commits.state is CommitState.IDLE
+        await commits.flushed()  # nothing submitted: nothing to wait for
+        tg.start_soon(commits.commit, writer_for(layout, "first", "x"))
+        await held.wait_entered()
+        assert commits.state is CommitState.SYNCING
+        begun = commits.begin(writer_for(layout, "begun", "y"))  # rides after the first
+        with pytest.raises(TimeoutError, match="not all durable"):
+            await commits.flushed(timeout_s=0.05)  # its sync is held
+        tg.start_soon(wait_flushed)
+        await anyio.wait_all_tasks_blocked()
+        assert not flushed.is_set()
+        held.release.set()
+        await commits.reached(CommitState.LINGERING, timeout_s=30)  # the begun one waits
+        with anyio.fail_after(30):
+            await flushed.wait()  # once the linger sent it and its sync ended
+        assert begun._job is not None and begun._job.done.is_set()
+        assert commits.batches == 2
+        commits.close()
+    assert commits.state is CommitState.CLOSED and not commits.running
+    for name, text in (("first", "x"), ("begun", "y")):
+        messages = read_transcript(layout.transcripts_dir / f"{name}.jsonl").messages
+        assert messages == [{"role": "user", "content": text}]
+
+
+async def test_flushed_does_not_wait_for_records_submitted_after_it(
+        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    held = hold(monkeypatch, writer_module, "_datasync")
+    commits = GroupCommit(layout)
+    async with anyio.create_task_group() as tg:
+        await tg.start(commits.run)
+        tg.start_soon(commits.commit, writer_for(layout, "first", "x"))
+        await held.wait_entered()
+        flushed = anyio.Event()
+
+        async def wait_flushed() -> None:
+            await commits.flushed(timeout_s=30)
+            flushed.set()
+
+        tg.start_soon(wait_flushed)
+        await anyio.wait_all_tasks_blocked()
+        second = writer_for(layout, "second", "y")
+        tg.start_soon(commits.commit, second)  # queued behind the held batch, after flushed
+        await anyio.wait_all_tasks_blocked()
+        held.entered.clear()
+        real = held.release
+        # Hold the second batch's sync: flushed must return with only the first durable.
+        second_held = hold(monkeypatch, writer_module, "_datasync")
+        real.set()
+        with anyio.fail_after(30):
+            await flushed.wait()
+        await second_held.wait_entered()
+        assert not second_held.release.is_set() and commits.state is CommitState.SYNCING
+        second_held.release.set()
+        commits.close()
+
+
 async def test_commits_made_in_one_pass_of_the_loop_share_one_batch(
         layout: SquadLayout) -> None:
     commits = GroupCommit(layout)
