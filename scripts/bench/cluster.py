@@ -88,6 +88,7 @@ def prepare_repo(root: Path) -> Path:
 async def forwarded_calls(root: Path, calls: int) -> tuple[list[float], list[float]]:
     """Round trips of `squad_status` forwarded through Redis, and the same call in-process."""
     from squadd.cluster.connection import RedisGuard, connect
+    from squadd.cluster.jobs import JobQueue
     from squadd.cluster.requests import send
     from squadd.cluster.wire import Request
     from squadd.contracts.messages import ToolCall
@@ -112,7 +113,15 @@ async def forwarded_calls(root: Path, calls: int) -> tuple[list[float], list[flo
             return await send(guard, Request(request_id=rid, kind=kind,  # type: ignore[arg-type]
                                              session_id=sid, worker="bench", epoch=epoch,
                                              body=body), timeout_s=10, attempts=3)
+        # As a worker does: the session's job is taken in the workers' group before its claim.
+        jobs = JobQueue(guard)
+        await jobs.ensure()
+        delivery = await jobs.take("bench", block_s=10)
+        if delivery is None or delivery.job.session_id != sid:
+            raise SystemExit(f"the route's job did not come: {delivery}")
         claim = await request("claim", "bench-claim", 0, {})
+        if not claim.ok:
+            raise SystemExit(f"claim refused: {claim.error}")
         epoch = int(claim.body["epoch"])
         forwarded: list[float] = []
         for n in range(calls):
