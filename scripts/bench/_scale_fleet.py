@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import signal
 import subprocess
 import sys
@@ -83,12 +84,19 @@ def cpu_s(process: psutil.Process) -> float:
 class Fleet:
     """The model server and squadd's processes for one setup."""
 
-    def __init__(self, root: Path, setup: Setup, repo: Path, delay_s: float):
+    def __init__(self, root: Path, setup: Setup, repo: Path, delay_s: float, *,
+                 probes: Path | None = None):
         self.root = root
         self.setup = setup
         self.repo = repo
         self.delay_s = delay_s
         self.env = clean_env(XDG_CONFIG_HOME=str(root / "xdg"), XDG_CACHE_HOME=str(root / "xc"))
+        self.probes = probes
+        """Where to write the squadd processes' profiles and system call counts over the
+        measured routes (None: they are not probed, and their CPU times are the real ones)."""
+        if probes is not None:
+            self.env["PYTHONPATH"] += f":{HERE / '_profiling'}"
+            self.env["SQUADD_BENCH_PROFILE"] = str(root / "profile")
         self.procs: dict[str, list[subprocess.Popen[Any]]] = {}
         self.redis: RedisServer | None = None
         self.model_port = 0
@@ -183,6 +191,55 @@ class Fleet:
         with urllib.request.urlopen(url, timeout=30) as answer:
             return int(json.loads(answer.read())["served"])
 
+    def _probe_start(self) -> list[tuple[str, subprocess.Popen[bytes]]]:
+        """cProfile on in each squadd process's main thread, strace on all its threads."""
+        tracers = []
+        for kind, pid in _squadd_kinds(self.procs):
+            os.kill(pid, signal.SIGUSR1)
+            tids = [f"-p{task.name}" for task in Path(f"/proc/{pid}/task").iterdir()]
+            out = self.root / f"strace-{pid}"
+            tracers.append((kind, subprocess.Popen(
+                ["strace", "-c", "-f", "-q", "-e", f"trace={SYSCALLS}", "-o", str(out), *tids],
+                stdin=subprocess.DEVNULL, stderr=subprocess.DEVNULL)))
+        time.sleep(1.0)  # strace attaches to every thread before the routes start
+        return tracers
+
+    def _probe_stop(self, tracers: list[tuple[str, subprocess.Popen[bytes]]],
+                    routes: int) -> None:
+        """Write, per kind of process, the profile's top functions and the system calls a
+        route, to `probes`."""
+        import pstats
+
+        assert self.probes is not None
+        self.probes.mkdir(parents=True, exist_ok=True)
+        counts: dict[str, dict[str, int]] = {}
+        for (kind, tracer), (_, pid) in zip(tracers, _squadd_kinds(self.procs), strict=True):
+            tracer.send_signal(signal.SIGINT)
+            tracer.wait(timeout=30)
+            os.kill(pid, signal.SIGUSR2)
+            for line in (self.root / f"strace-{pid}").read_text().splitlines():
+                parts = line.split()
+                if len(parts) >= 5 and parts[-1].isidentifier() and parts[3].isdigit():
+                    seen = counts.setdefault(kind, {})
+                    seen[parts[-1]] = seen.get(parts[-1], 0) + int(parts[3])
+        lines = [f"system calls a route ({routes} routes, all processes of a kind, "
+                 "all threads):"]
+        for kind, seen in counts.items():
+            lines.append(f"  {kind}: " + ", ".join(
+                f"{name} {n / routes:.2f}" for name, n in sorted(seen.items(),
+                                                               key=lambda i: -i[1])))
+        name = self.setup.name
+        (self.probes / f"{name}-syscalls.txt").write_text("\n".join(lines) + "\n")
+        time.sleep(2.0)  # the profiles are written by the processes' signal handlers
+        for kind, pid in _squadd_kinds(self.procs):
+            found = self.root / f"profile.{pid}"
+            if not found.exists():
+                continue
+            with (self.probes / f"{name}-{kind}-{pid}.txt").open("w") as out:
+                stats = pstats.Stats(str(found), stream=out)
+                stats.sort_stats("tottime").print_stats(40)
+                stats.sort_stats("cumulative").print_stats(60)
+
     def measure(self, routes: int, clients: int) -> Measured:
         """`routes` routes from `clients` client processes, after a warm-up of one round."""
         slots = self.setup.total_slots
@@ -204,6 +261,7 @@ class Fleet:
                 if _line(client.stdout) != "ready":
                     raise SystemExit(f"client {n} did not warm up: "
                                      + (self.root / f"client{n}.err").read_text()[-2000:])
+            probing = self._probe_start() if self.probes is not None else []
             cpu_before, calls_before = self._snapshot(), self._redis_calls()
             turns_before = self._completions()
             began = time.perf_counter()
@@ -215,6 +273,8 @@ class Fleet:
             elapsed = time.perf_counter() - began
             cpu_after, calls_after = self._snapshot(), self._redis_calls()
             turns = self._completions() - turns_before
+            if self.probes is not None:
+                self._probe_stop(probing, routes)
         finally:
             for client in started:
                 if client.stdin is not None:
@@ -234,6 +294,14 @@ class Fleet:
                         {name: calls - calls_before.get(name, 0)
                          for name, calls in calls_after.items()
                          if calls - calls_before.get(name, 0) > 0}, turns)
+
+
+SYSCALLS = "fsync,fdatasync,write,writev,sendto,sendmsg,recvfrom,read,openat,epoll_wait"
+
+
+def _squadd_kinds(procs: dict[str, list[subprocess.Popen[Any]]]) -> list[tuple[str, int]]:
+    return [(kind, p.pid) for kind in ("daemon", "coordinator", "workers")
+            for p in procs.get(kind, [])]
 
 
 def _line(stream: IO[str] | None) -> str:

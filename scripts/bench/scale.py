@@ -30,6 +30,7 @@ Targets (issue 39): served ≤ 1.3; cluster ≤ 1.5; coordinator ≤ 1.0; share 
 
     .venv/bin/python scripts/bench/scale.py [--quick] [--routes 640] [--delay-ms 200]
         [--clients 8] [--setups daemon32,daemon64,w1,w2,w4,w8] [--worker-slots 8]
+        [--probe DIR] [--no-inprocess]
 """
 
 from __future__ import annotations
@@ -111,6 +112,11 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--setups", default="daemon32,daemon64,w1,w2,w4,w8")
     parser.add_argument("--worker-slots", type=int, default=8)
+    parser.add_argument("--probe", type=Path, default=None, metavar="DIR",
+                        help="write, per setup and kind of squadd process, a cProfile of its "
+                             "event loop's thread and its system calls a route (strace) over "
+                             "the measured routes to DIR (the CPU times then include the "
+                             "probes' cost)")
     parser.add_argument("--no-inprocess", action="store_true",
                         help="skip the in-process run the served ratio is measured against")
     args = parser.parse_args()
@@ -127,7 +133,8 @@ def main() -> None:
     for setup in setups:
         with bench_folder() as tmp:
             root = Path(tmp)
-            with Fleet(root, setup, prepare_repo(root, setup, args.routes), delay_s) as fleet:
+            with Fleet(root, setup, prepare_repo(root, setup, args.routes), delay_s,
+                       probes=args.probe) as fleet:
                 measured = fleet.measure(args.routes, args.clients)
         show(measured, setup.total_slots / delay_s)
         results.append(measured)

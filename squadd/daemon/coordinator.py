@@ -49,7 +49,6 @@ from squadd.daemon.cluster_keeper import PrefixKeeper
 from squadd.daemon.handover import recovered_results
 from squadd.daemon.orphans import Orphans
 from squadd.daemon.placement import claim_event, last_epoch, last_worker
-from squadd.runtime.acceptance import continuation_writer, record_acceptance
 from squadd.runtime.planning import RoutePlan
 from squadd.runtime.pool import SessionRecord
 from squadd.runtime.runner import RunHere
@@ -84,6 +83,8 @@ class RemoteSession:
     cancelled: bool = False
     nonces: set[str] = field(default_factory=set)
     """The marks of the jobs submitted for it: a claim must hold a job with one of these."""
+    entries: dict[str, str] = field(default_factory=dict)
+    """The stream entries of those jobs (entry id to stream), once Redis has answered."""
 
 
 class Coordinator:
@@ -181,10 +182,12 @@ class Coordinator:
         remote = self._remote.get(info.session_id)
         if remote is not None:  # marked before the job is out: its claim may come at once
             remote.nonces.add(nonce)
-        await self.jobs.submit(Job(session_id=info.session_id, agent=info.agent,
-                                   priority="urgent" if info.priority == "urgent"
-                                   else "normal", timeout_s=plan.timeout_s, nonce=nonce,
-                                   traceparent=telemetry.traceparent()))
+        job = Job(session_id=info.session_id, agent=info.agent,
+                  priority="urgent" if info.priority == "urgent" else "normal",
+                  timeout_s=plan.timeout_s, nonce=nonce, traceparent=telemetry.traceparent())
+        entry = await self.jobs.submit(job)
+        if remote is not None:
+            remote.entries[entry] = self.jobs.stream_of(job)
 
     async def _watch_workers(self) -> None:
         while True:
@@ -215,7 +218,7 @@ class Coordinator:
         self._orphans.drop(info.session_id)
         bound = 2 * plan.timeout_s + self.settings.lease_s
         try:
-            await anyio.to_thread.run_sync(self._open, plan)
+            await self._open(plan)
             # A cancel of an earlier run of this session (now resumed or continued) is over.
             client = self.guard.client
             await self.guard.run(lambda: client.delete(keys.cancel(info.session_id)))
@@ -250,17 +253,23 @@ class Coordinator:
         """This coordinator as the runner's `SessionHost`."""
         return _Host(self)
 
-    def _open(self, plan: RoutePlan) -> None:
+    async def _open(self, plan: RoutePlan) -> None:
         """Make the route's start durable before a worker may take it, unless its acceptance
-        did (blocking). A continuation's task is recorded as accepted; the claim's
-        `conversation()` makes it the next user message, as a local resume would."""
+        did. A continuation's task is recorded as accepted; the claim's `conversation()`
+        makes it the next user message, as a local resume would."""
         if plan.recorded:
             return
-        layout, info = self.runtime.layout, plan.info
-        if not plan.continuing:
-            record_acceptance(layout, info, plan.context)
-        elif plan.task is not None:
-            continuation_writer(layout, info.session_id, plan.task, plan.context).flush()
+        runtime = self.runtime
+        writer = await anyio.to_thread.run_sync(plan.acceptance, runtime.layout, runtime.spares)
+        if writer is not None:
+            await self._durable(writer)
+
+    async def _durable(self, writer: TranscriptWriter) -> None:
+        """`writer`'s records appended and made durable in the runtime's group commit: one
+        sync for the records of every session that commits meanwhile, as a local session's
+        are, not one fsync per request."""
+        with anyio.CancelScope(shield=True):
+            await self.runtime.commits.commit(writer)
 
     async def _cancel(self, remote: RemoteSession) -> None:
         """Tell the workers the session is cancelled (a worker holding it stops at its next
@@ -373,7 +382,8 @@ class Coordinator:
         info, tools = found
         remote = self._remote.get(sid)
         submitted = frozenset(remote.nonces) if remote is not None else None
-        if not await self.jobs.held_by(request.worker, sid, submitted):
+        entries = dict(remote.entries) if remote is not None else None
+        if not await self.jobs.held_by(request.worker, sid, submitted, entries):
             _refused(request, "claim of a job the worker was not given")
             return refuse(refused="invalid",
                           error=f"worker {request.worker!r} holds no job of session {sid}: a "
@@ -401,8 +411,9 @@ class Coordinator:
             # stored reply now is never applied, and one that has one gets its real result.
             recovered = await recovered_results(self.guard, transcript.messages, sid, epoch)
             host = str(request.body.get("host") or "")[:255]
-            messages = await anyio.to_thread.run_sync(
+            messages, writer = await anyio.to_thread.run_sync(
                 self._hand_over, info, tools, request.worker, host, epoch, recovered)
+            await self._durable(writer)
         remote = self._remote.get(sid)
         record = remote.record if remote is not None else self.runtime.pool.get(sid)
         if remote is not None:
@@ -428,9 +439,12 @@ class Coordinator:
         })
 
     def _hand_over(self, info: SessionInfo, tools: ToolSet, worker: str, host: str,
-                   epoch: int, recovered: list[ToolMessage]) -> list[Any]:
+                   epoch: int, recovered: list[ToolMessage],
+                   ) -> tuple[list[Any], TranscriptWriter]:
+        """The conversation the claiming worker carries on (blocking), and the records of its
+        claim for the caller to make durable before the worker hears of it."""
         runtime = self.runtime
-        if recovered:
+        if recovered:  # durable at once: the conversation below reads them back
             writer = TranscriptWriter(runtime.layout.transcript(info.session_id))
             for message in recovered:
                 writer.add("message", message=message_record(message), recovered=True,
@@ -444,8 +458,7 @@ class Coordinator:
         writer = TranscriptWriter(runtime.layout.transcript(info.session_id))
         writer.add("meta", tools=tools.names, owner={"worker": worker, "epoch": epoch})
         writer.add("state", state="active", worker=worker, host=host, epoch=epoch)
-        writer.flush()
-        return messages
+        return messages, writer
 
     async def _records(self, request: Request) -> Reply:
         stale = await self._stale(request)
@@ -459,7 +472,7 @@ class Coordinator:
                 last = await anyio.to_thread.run_sync(self._last_applied, sid)
             fresh = [r for r in records if (epoch, int(r.get("n", 0))) > last]
             if fresh:
-                await anyio.to_thread.run_sync(self._append, sid, epoch, fresh)
+                await self._durable(self._appended(sid, epoch, fresh))
                 self._applied[sid] = (epoch, max(int(r.get("n", 0)) for r in fresh))
         calls = [r for r in fresh if r.get("kind") == "message" and "input_tokens" in r]
         remote = self._remote.get(sid)
@@ -494,13 +507,15 @@ class Coordinator:
                  if isinstance(r.get("cluster"), list) and len(r["cluster"]) == 2]
         return max((int(m[0]), int(m[1])) for m in marks) if marks else (0, 0)
 
-    def _append(self, session_id: str, epoch: int, records: list[dict[str, Any]]) -> None:
+    def _appended(self, session_id: str, epoch: int,
+                  records: list[dict[str, Any]]) -> TranscriptWriter:
+        """A writer holding a worker's `records`, each marked with its (epoch, number)."""
         writer = TranscriptWriter(self.runtime.layout.transcript(session_id))
         for record in records:
             fields = {k: v for k, v in record.items() if k not in ("kind", "n", "ts")}
             writer.add(str(record.get("kind", "note")), **fields,
                        cluster=[epoch, int(record.get("n", 0))])
-        writer.flush()
+        return writer
 
     async def _tool(self, request: Request) -> Reply:
         stale = await self._stale(request)
