@@ -62,12 +62,19 @@ class JobQueue:
     def stream_of(job: Job) -> str:
         return keys.JOBS_URGENT if job.priority == "urgent" else keys.JOBS_NORMAL
 
-    async def submit(self, job: Job) -> str:
-        """Add `job` to its stream; its entry id."""
+    async def submit(self, job: Job, *, uncancel: bool = False) -> str:
+        """Add `job` to its stream; its entry id. `uncancel`: first, in the same round trip,
+        delete the session's cancel mark (a cancel of an earlier run of it is over)."""
         stream = self.stream_of(job)
         client = self.guard.client
-        entry: Any = await self.guard.run(lambda: client.xadd(stream, {"data": job.dump()}))
-        return str(entry)
+
+        async def add() -> Any:
+            async with client.pipeline(transaction=False) as pipe:
+                if uncancel:
+                    pipe.delete(keys.cancel(job.session_id))
+                pipe.xadd(stream, {"data": job.dump()})
+                return (await pipe.execute())[-1]
+        return str(await self.guard.run(add))
 
     async def take(self, consumer: str, *, block_s: float = BLOCK_S) -> Delivery | None:
         """One new job for `consumer`: an urgent one if any waits, else a normal one (waiting

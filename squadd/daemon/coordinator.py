@@ -176,7 +176,7 @@ class Coordinator:
                     await self.keeper.release()
             await self.guard.client.aclose()
 
-    async def _submit(self, plan: RoutePlan) -> None:
+    async def _submit(self, plan: RoutePlan, *, uncancel: bool = False) -> None:
         info = plan.info
         nonce = secrets.token_hex(16)
         remote = self._remote.get(info.session_id)
@@ -185,7 +185,7 @@ class Coordinator:
         job = Job(session_id=info.session_id, agent=info.agent,
                   priority="urgent" if info.priority == "urgent" else "normal",
                   timeout_s=plan.timeout_s, nonce=nonce, traceparent=telemetry.traceparent())
-        entry = await self.jobs.submit(job)
+        entry = await self.jobs.submit(job, uncancel=uncancel)
         if remote is not None:
             remote.entries[entry] = self.jobs.stream_of(job)
 
@@ -220,9 +220,7 @@ class Coordinator:
         try:
             await self._open(plan)
             # A cancel of an earlier run of this session (now resumed or continued) is over.
-            client = self.guard.client
-            await self.guard.run(lambda: client.delete(keys.cancel(info.session_id)))
-            await self._submit(plan)
+            await self._submit(plan, uncancel=True)
             with anyio.fail_after(bound):
                 await remote.done.wait()
             with anyio.CancelScope(shield=True):
