@@ -183,15 +183,12 @@ class RequestServer:
 
     async def _finish(self, entry_id: str, rid: str | None = None, data: str | None = None,
                       *, store: bool = False, applied: bool = False) -> None:
-        """In one round trip, in this order: the reply `data` stored under `rid` (when new)
-        and pushed to its box, the write-ahead mark of an `applied` call cleared, the entry
-        acknowledged. No transaction is needed (it cost a third of the answer's parsing): a
-        stop part way leaves the entry pending, and it is answered again from the reply stored
-        first; the mark goes only once the reply is stored, so a call is never applied twice."""
+        """In one transaction: the reply `data` pushed to its box (and stored under `rid`
+        when new), the write-ahead mark of an `applied` call cleared, the entry acknowledged."""
         client = self.guard.client
 
         async def finish() -> None:
-            async with client.pipeline(transaction=False) as pipe:
+            async with client.pipeline(transaction=True) as pipe:
                 if rid is not None and data is not None:
                     if store:
                         pipe.set(keys.reply(rid), data, ex=self.reply_ttl_s)
