@@ -12,7 +12,7 @@ import pytest
 from squadd.runtime.pool import SessionPool
 from squadd.state.layout import SquadLayout
 from squadd.state.scaffold import init_squad
-from squadd.tools.custom import python_calls
+from squadd.tools.python import calls as python_calls
 
 
 @pytest.fixture(autouse=True)
