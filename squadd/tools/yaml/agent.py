@@ -26,7 +26,12 @@ from squadd.tools.naming import check_tool_name, default_label
 from squadd.tools.squad.route import route_for
 from squadd.tools.yaml.durations import Bounds, parse_duration
 from squadd.tools.yaml.files import parse_yaml
-from squadd.tools.yaml.schema import MAX_FILE_BYTES, ParameterSpec, parameters_model
+from squadd.tools.yaml.schema import (
+    MAX_FILE_BYTES,
+    ParameterSpec,
+    parameters_model,
+    problem_text,
+)
 from squadd.untrusted import UntrustedInputError, check_document
 
 KINDS = ("agent", "prompt")
@@ -151,7 +156,7 @@ def _describe(exc: ValidationError) -> str:
         elif error["type"] == "missing":
             problems.append(f"'{where}' is required")
         else:
-            problems.append(f"'{where}': {error['msg']}")
+            problems.append(f"'{where}': {problem_text(error)}")
     return "; ".join(problems)
 
 

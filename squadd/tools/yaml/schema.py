@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -281,8 +281,16 @@ def describe_problems(exc: ValidationError) -> str:
         elif error["type"] == "missing":
             problems.append(f"'{where}' is required")
         else:
-            problems.append(f"'{where}': {error['msg']}")
+            problems.append(f"'{where}': {problem_text(error)}")
     return "; ".join(problems)
+
+
+def problem_text(error: Mapping[str, Any]) -> str:
+    """What pydantic says of one value; for text where a boolean is wanted, the fix too."""
+    if error["type"] == "bool_type" and isinstance(error.get("input"), str):
+        return (f"{error['msg']}, not {error['input']!r}: write true or false (tool files are "
+                "YAML 1.2, where yes, no, on and off are text)")
+    return str(error["msg"])
 
 
 def _check_parameter(name: str, param: ParameterSpec) -> None:

@@ -72,6 +72,7 @@ def test_yes_or_on_where_a_boolean_is_wanted_is_an_error_naming_file_and_key(
         tmp_path: Path, text: str, key: str) -> None:
     error = _refused(write(tmp_path, "flags.yaml", text))
     assert f"'{key}'" in error and "valid boolean" in error
+    assert "write true or false (tool files are YAML 1.2" in error
 
 
 def test_true_and_false_are_still_booleans(tmp_path: Path) -> None:
@@ -93,4 +94,5 @@ def test_an_agent_tool_reads_yaml_1_2_too(tmp_path: Path) -> None:
     with pytest.raises(ShellToolError) as caught:
         load_agent_tool(path, source="project")
     assert str(caught.value).startswith(f"{path}: ")
-    assert "'blocking'" in str(caught.value) and "valid boolean" in str(caught.value)
+    assert "'blocking': Input should be a valid boolean, not 'no': write true or false" in \
+        str(caught.value)
