@@ -14,7 +14,8 @@ from squadd.config import Settings, ToolsSettings
 from squadd.state.layout import SquadLayout
 from squadd.tools.discovery import ToolDiscoverer, tool_dirs
 from squadd.tools.invoke import ToolInvoker
-from squadd.tools.yaml.tool import ShellTool, run_tool_tests
+from squadd.tools.yaml.self_tests import run_tool_tests
+from squadd.tools.yaml.tool import ShellTool
 from tests.tools.custom_tools import call, discover, write
 
 FIXTURES = Path(__file__).parent / "fixtures" / "cycod"

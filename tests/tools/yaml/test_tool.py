@@ -10,7 +10,8 @@ from squadd.state.layout import SquadLayout
 from squadd.tools.invoke import ToolInvoker
 from squadd.tools.yaml.run import step_dependencies
 from squadd.tools.yaml.schema import ShellToolFile
-from squadd.tools.yaml.tool import ShellTool, run_tool_tests
+from squadd.tools.yaml.self_tests import run_tool_tests
+from squadd.tools.yaml.tool import ShellTool
 from tests.tools.custom_tools import call, discover, shell_tool, write
 
 
