@@ -15,7 +15,7 @@ from squadd.runtime.pool import SessionPool
 from squadd.sandbox import core as sandbox_core
 from squadd.state.layout import SquadLayout
 from squadd.state.scaffold import init_squad
-from squadd.tools.custom import python_calls
+from squadd.tools.python import calls as python_calls
 from tests.support.daemon_process import DaemonProcess
 from tests.support.daemon_spec import DaemonSpec
 from tests.support.model_servers import OpenAIServer

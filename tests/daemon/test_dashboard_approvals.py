@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from squadd.tools.custom.approvals import arguments_bytes, arguments_text
+from squadd.tools.approvals import arguments_bytes, arguments_text
 from tests.support.browser import CHROMIUM, CHROMIUM_ARGS, chromium_missing
 from tests.support.daemon_process import FAST_CONFIG, DaemonProcess, make_repo
 

@@ -14,7 +14,7 @@ import structlog.testing
 
 from squadd.errors import SandboxError
 from squadd.sandbox import bwrap, cgroup, core, landlock
-from squadd.tools.custom.discovery import ToolDiscoverer
+from squadd.tools.discovery import ToolDiscoverer
 from tests.sandbox.conftest import World, running, sandbox_settings
 
 ESCAPES = ("setsid -f env -i /bin/bash -c 'exec -a {token}-a sleep 300'; "
