@@ -13,19 +13,34 @@ The tree (catch a branch to catch everything below it)::
     │   ├── NotFoundError            an agent, skill or session that does not exist
     │   └── NotUtf8Error             a .squad/ text file holds bytes that are not UTF-8
     ├── ProviderError                a model provider failed (names provider, status, its text)
-    │   └── ProviderTimeoutError     the provider did not answer in time
+    │   ├── ProviderTimeoutError     the provider did not answer in time
+    │   └── RetryableStatusError     a 429 or 5xx answer: worth another try (`retry_after_s`)
     ├── RouteError                   a route could not be admitted or run
     │   └── PoolFullError            the admission queue is full (carries the numbers)
     ├── WorkspaceError               a git worktree step failed (names the command and its output)
+    ├── SandboxError                 no sandbox the settings allow can run here
     └── DaemonError                  talking to or running the daemon failed
         ├── DaemonNotRunningError    no daemon answers on the repo's socket
-        └── DaemonAlreadyRunningError  another daemon holds the repo's lock (names its PID)
+        ├── DaemonAlreadyRunningError  another daemon holds the repo's lock (names its PID)
+        └── DaemonRequestError       the daemon answered with an error status (`status`, `payload`)
+
+    ValueError
+    └── UntrustedInputError          input from outside squadd cannot accept (says what and where)
+
+    Exception                        signals caught inside squadd, never shown as they are
+    ├── ApiError                     a daemon handler's refusal, answered as JSON with its status
+    └── ChannelFailed                one try of one notification channel failed (retried)
 
 Errors that reach a person say what happened, where, and what to do next. Errors that reach a
 model are never exceptions: the tool pipeline turns them into failure ``ToolResult`` objects.
 """
 
 from __future__ import annotations
+
+TYPE_CHECKING = False  # no `typing` at run time: `squadd status` imports this module
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
 
 
 class SquaddError(Exception):
@@ -137,3 +152,40 @@ class DaemonAlreadyRunningError(DaemonError):
     def __init__(self, message: str, *, pid: int | None):
         super().__init__(message)
         self.pid = pid
+
+
+# client: the daemon's API, its clients and what they read
+class DaemonRequestError(DaemonError):
+    """The daemon answered with an error status; the message is the daemon's own."""
+
+    def __init__(self, message: str, *, status: int, payload: Mapping[str, Any] | None = None):
+        super().__init__(message)
+        self.status = status
+        self.payload: dict[str, Any] = dict(payload or {})
+
+
+class ApiError(Exception):
+    """Raised by one of the daemon's HTTP handlers: answered as `{"error": message, **fields}`
+    with `status`."""
+
+    def __init__(self, status: int, message: str, **fields: Any):
+        super().__init__(message)
+        self.status = status
+        self.fields = fields
+
+
+class ChannelFailed(Exception):
+    """One try of one notification channel did not get through (retried)."""
+
+
+class RetryableStatusError(ProviderError):
+    """A 429 or 5xx answer: worth another attempt, no sooner than `retry_after_s` if it is set."""
+
+    def __init__(self, message: str, *, provider: str, status: int,
+                 retry_after_s: float | None = None):
+        super().__init__(message, provider=provider, status=status, retryable=True)
+        self.retry_after_s = retry_after_s
+
+
+class UntrustedInputError(ValueError):
+    """Input squadd cannot accept; the message says what was wrong and where."""

@@ -23,8 +23,8 @@ from squadd.cli._output import print_json
 from squadd.cli._report import one_line
 from squadd.cli._squad import TEXT, FiniteFloatRange, dir_option, find_layout
 from squadd.daemon.client import AsyncDaemonClient, DaemonClient
-from squadd.daemon.wire import ROUTE_WAIT_LIMIT_S, DaemonRequestError, route_wire
-from squadd.errors import DaemonError
+from squadd.daemon.wire import ROUTE_WAIT_LIMIT_S, route_wire
+from squadd.errors import DaemonError, DaemonRequestError
 
 MAX_TIMEOUT_S = ROUTE_WAIT_LIMIT_S
 """`--timeout`'s bound: `contracts.routes.MAX_ROUTE_TIMEOUT_S` (a test holds them equal), named

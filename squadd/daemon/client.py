@@ -34,13 +34,12 @@ from squadd.daemon.wire import (
     TOKEN_HEADER,
     Call,
     Calls,
-    DaemonRequestError,
     asubscribed,
     read_answer,
     route_wire,
     subscribed,
 )
-from squadd.errors import DaemonError, DaemonNotRunningError
+from squadd.errors import DaemonError, DaemonNotRunningError, DaemonRequestError
 from squadd.state.layout import SquadLayout
 
 TYPE_CHECKING = False  # no `typing` at run time: `squadd status` starts fast

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from squadd.daemon.wire import DaemonRequestError
+from squadd.errors import DaemonRequestError
 from tests.support.daemon_process import FAST_CONFIG, DaemonProcess
 from tests.support.model_servers import OpenAIServer
 

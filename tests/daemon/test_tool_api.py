@@ -13,7 +13,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from squadd.daemon.wire import DaemonRequestError
+from squadd.errors import DaemonRequestError
 from squadd.state.layout import SquadLayout
 from tests.support.daemon_process import FAST_CONFIG, make_repo
 from tests.support.in_process import InProcessDaemon, api_in_process
