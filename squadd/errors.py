@@ -25,7 +25,8 @@ The tree (catch a branch to catch everything below it)::
         └── DaemonRequestError       the daemon answered with an error status (`status`, `payload`)
 
     ValueError
-    └── UntrustedInputError          input from outside squadd cannot accept (says what and where)
+    └── UntrustedInputError          input from outside squadd cannot accept (says what and where;
+                                     in `squadd.untrusted`, a leaf that imports nothing of squadd)
 
     Exception                        signals caught inside squadd, never shown as they are
     ├── ApiError                     a daemon handler's refusal, answered as JSON with its status
@@ -185,7 +186,3 @@ class RetryableStatusError(ProviderError):
                  retry_after_s: float | None = None):
         super().__init__(message, provider=provider, status=status, retryable=True)
         self.retry_after_s = retry_after_s
-
-
-class UntrustedInputError(ValueError):
-    """Input squadd cannot accept; the message says what was wrong and where."""

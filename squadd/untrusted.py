@@ -15,14 +15,15 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
-from squadd.errors import UntrustedInputError as UntrustedInputError  # raised here; callers
-
-# import it from here or from squadd.errors
-
 MAX_JSON_DEPTH = 100
 """Deepest nesting of arrays and objects accepted in JSON from outside (no real call nests so)."""
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _PATH_SHOWN = 80
+
+
+class UntrustedInputError(ValueError):
+    """Input squadd cannot accept; the message says what was wrong and where. (Defined here,
+    not in `squadd.errors`: the two are sibling leaves, and neither imports the other.)"""
 
 
 
