@@ -202,7 +202,7 @@ def _run(layout: SquadLayout, pace: float, ui: bool) -> None:
     import anyio
 
     from squadd.cli._demo_run import DemoDaemon, play
-    from squadd.daemon.server import console_log
+    from squadd.daemon.startup import console_log
 
     with resources.as_file(demo_file(RECORDING)) as recording:
         before = snapshot(layout.root)
