@@ -4,6 +4,7 @@ The tree (catch a branch to catch everything below it)::
 
     SquaddError                      anything squadd raised deliberately
     ├── ConfigError                  a setting is unknown or has a bad value (names key and file)
+    │   └── HooksFileError           a hooks file that cannot be used (names file and place)
     ├── SquadNotFoundError           no .squad/ (or legacy .ai-team/) above the working directory
     ├── StateError                   the .squad/ filesystem refused an operation
     │   ├── InvalidNameError         an agent, skill or session name breaks the naming rule
@@ -24,11 +25,17 @@ The tree (catch a branch to catch everything below it)::
         ├── DaemonAlreadyRunningError  another daemon holds the repo's lock (names its PID)
         └── DaemonRequestError       the daemon answered with an error status (`status`, `payload`)
 
-    ValueError
+    ValueError                       (kept as bases: callers catch these by them)
+    ├── ShellToolError               a YAML tool file that cannot be loaded (names file and key)
+    ├── TemplateError                a command template that cannot be substituted safely
+    ├── ConditionError               a run-condition that cannot be parsed (says where)
+    ├── VariableValueError           a value `store_variable` refuses (never shows the value)
     └── UntrustedInputError          input from outside squadd cannot accept (says what and where;
                                      in `squadd.untrusted`, a leaf that imports nothing of squadd)
 
-    Exception                        signals caught inside squadd, never shown as they are
+    Exception                        caught inside squadd and reported in its own words
+    ├── ToolDefinitionError          a tool declared wrongly: its file's load failure
+    ├── VariablesMissing             a required variable has no value (says where to set it)
     ├── ApiError                     a daemon handler's refusal, answered as JSON with its status
     └── ChannelFailed                one try of one notification channel failed (retried)
 
@@ -186,3 +193,41 @@ class RetryableStatusError(ProviderError):
                  retry_after_s: float | None = None):
         super().__init__(message, provider=provider, status=status, retryable=True)
         self.retry_after_s = retry_after_s
+
+
+# --- tools: custom tool files (YAML and Python), their variables, hooks ---------------------
+# These keep their historical bases (ValueError, Exception): callers catch them by those.
+
+
+class ToolDefinitionError(Exception):
+    """A tool is declared wrongly; discovery reports it as the load failure of its file."""
+
+
+class ShellToolError(ValueError):
+    """A YAML tool file that cannot be loaded; the message names the file and the key."""
+
+
+class TemplateError(ValueError):
+    """A command template that cannot be substituted safely (the message says why)."""
+
+
+class ConditionError(ValueError):
+    """A run-condition that cannot be parsed (the message says where)."""
+
+
+class VariablesMissing(Exception):
+    """Raised by a resolver when a required variable has no value (message says where to set it)."""
+
+    def __init__(self, message: str, missing: tuple[Any, ...] = ()):
+        super().__init__(message)
+        self.missing = missing
+        """The declarations (`VariableSpec`) without a value (empty when the resolver does not
+        say)."""
+
+
+class VariableValueError(ValueError):
+    """A value `store_variable` refuses; the message never shows the value."""
+
+
+class HooksFileError(ConfigError):
+    """A hooks file that cannot be used (names the file and the place in it)."""

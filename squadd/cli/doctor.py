@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 import click
 
+from squadd.cli._doctor_result import CheckResult, DoctorContext, Status
 from squadd.cli._output import print_json
 from squadd.cli._squad import dir_option
 from squadd.contracts.names import is_safe_name
@@ -26,31 +26,11 @@ from squadd.state.team import member_names
 if TYPE_CHECKING:
     from squadd.config import Settings
 
-Status = Literal["ok", "warn", "fail", "skip"]
 _COMPAT_SHOWN = 10
 _MARKS: dict[Status, tuple[str, str]] = {
     "ok": ("ok", "green"), "warn": ("warn", "yellow"), "fail": ("FAIL", "red"),
     "skip": ("skip", "bright_black"),
 }
-
-
-@dataclass
-class DoctorContext:
-    """What the checks know: where to look, and what earlier checks found."""
-
-    start: Path
-    layout: SquadLayout | None = None
-    settings: Settings | None = None
-    cluster_url: str | None = None
-    """`--cluster URL`: check this cluster (else `[cluster] url`, if set)."""
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    name: str
-    status: Status
-    summary: str
-    details: list[str] = field(default_factory=list)
 
 
 Check = Callable[[DoctorContext], CheckResult]

@@ -38,7 +38,7 @@ def scribe(as_json: bool, dry_run: bool, watch: bool, directory: Path | None) ->
     from squadd.config import load_settings
     from squadd.logs import configure_logging
     from squadd.scribe import merge_inbox
-    from squadd.tools.custom.variables import SecretRegistry
+    from squadd.tools.secrets import SecretRegistry
 
     # A pass reports what it merged and rejected itself; log lines would only repeat it. A
     # watcher has no report at the end: its failures are logged on stderr. No tool runs here,

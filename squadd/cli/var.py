@@ -41,11 +41,8 @@ def set_(name: str, value: str | None, directory: Path | None) -> None:
             answer = client.set_variable(name, value)
     except DaemonNotRunningError:
         from squadd.config import load_settings
-        from squadd.tools.custom.variables import (
-            VariableValueError,
-            secrets_file_path,
-            store_variable,
-        )
+        from squadd.errors import VariableValueError
+        from squadd.tools.variables import secrets_file_path, store_variable
 
         layout = find_layout(directory)
         path = secrets_file_path(load_settings(layout.root))

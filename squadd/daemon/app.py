@@ -43,18 +43,13 @@ from squadd.daemon.handler_context import (
     transcript_records,
 )
 from squadd.daemon.streams import events
-from squadd.errors import ApiError, InvalidNameError
+from squadd.errors import ApiError, InvalidNameError, VariableValueError
 from squadd.runtime.callers import OUTSIDE_SESSION, CallerError, CallScope
 from squadd.runtime.runtime import SquadRuntime
 from squadd.state.layout import safe_id
+from squadd.tools.approvals import ApprovalBroker
 from squadd.tools.base import Tool, ToolSet
-from squadd.tools.custom.approvals import ApprovalBroker
-from squadd.tools.custom.variables import (
-    SquadVariables,
-    VariableValueError,
-    secrets_file_path,
-    store_variable,
-)
+from squadd.tools.variables import SquadVariables, secrets_file_path, store_variable
 
 __all__ = ["BearerAuth", "DaemonContext", "create_app"]
 

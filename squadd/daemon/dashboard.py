@@ -49,7 +49,7 @@ from squadd.daemon.streams import MAX_DASHBOARD_STREAMS, open_stream, stream_res
 from squadd.errors import ApiError
 from squadd.statcache import StatCache
 from squadd.state.decisions import parse_decisions
-from squadd.tools.custom.approvals import ApprovalBroker, arguments_bytes, arguments_text
+from squadd.tools.approvals import ApprovalBroker, arguments_bytes, arguments_text
 
 __all__ = ["UI_PREFIX", "Dashboard", "dashboard_app"]
 

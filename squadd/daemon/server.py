@@ -62,7 +62,7 @@ from squadd.sandbox import cgroup
 from squadd.scribe.worker import run_scribe_worker
 from squadd.serving import run_serving
 from squadd.state.layout import SquadLayout
-from squadd.tools.custom.variables import SecretRegistry
+from squadd.tools.secrets import SecretRegistry
 
 if TYPE_CHECKING:
     from squadd.daemon.coordinator import Coordinator

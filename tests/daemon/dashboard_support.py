@@ -26,8 +26,8 @@ from squadd.daemon.handler_context import DaemonContext
 from squadd.providers.base import Provider
 from squadd.runtime.events import EventBus
 from squadd.runtime.runtime import SquadRuntime
+from squadd.tools.approvals import ApprovalBroker
 from squadd.tools.base import Tool, ToolContext, ToolOutput, VariableSpec
-from squadd.tools.custom.approvals import ApprovalBroker
 from squadd.tools.invoke import ToolInvoker
 from tests.runtime.scripted import make_squad
 
