@@ -11,8 +11,6 @@ from squadd.cli._output import print_json, print_table
 from squadd.cli._squad import TEXT, dir_option, find_layout, show_path
 from squadd.contracts.names import NAME_RULE
 from squadd.state.charters import RosterEntry, roster
-from squadd.state.history import learnings
-from squadd.state.scaffold import templates_dir
 from squadd.state.team import add_agent
 
 
@@ -41,6 +39,8 @@ Examples:
 @dir_option
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def add(name: str, role: str, directory: Path | None, as_json: bool) -> None:
+    from squadd.state.scaffold import templates_dir
+
     layout = find_layout(directory)
     added = add_agent(layout, name, role, templates=templates_dir())
     if as_json:
@@ -61,6 +61,8 @@ def add(name: str, role: str, directory: Path | None, as_json: bool) -> None:
 
 
 def _learning_count(entry: RosterEntry) -> int | None:
+    from squadd.state.history import learnings
+
     if not entry.has_history:
         return None
     # Counted even in a file with bad bytes: they never change where an entry starts.

@@ -20,7 +20,6 @@ from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
 
-import anyio
 import click
 
 from squadd import gitsafe
@@ -29,7 +28,6 @@ from squadd.cli._squad import FiniteFloatRange
 from squadd.cli.app import load_command
 from squadd.fsio import TEAM_FILE, atomic_write, read_text
 from squadd.state.layout import SquadLayout
-from squadd.state.transcripts import PROMPTS_DIRNAME, SPARES_DIRNAME
 
 LEAD = "lead"
 TEAM: tuple[tuple[str, str], ...] = (
@@ -74,6 +72,8 @@ def written_lines(layout: SquadLayout, before: dict[str, FileState],
                   merged: list[str]) -> list[str]:
     """The files the run wrote, for people: the run/ folder's locks on one line, and the
     inbox files the Scribe merged and removed."""
+    from squadd.state.transcripts import PROMPTS_DIRNAME, SPARES_DIRNAME
+
     lines, run_files, spares, prompts = [], 0, 0, 0
     inbox = layout.inbox_dir.relative_to(layout.root)
     for mark, path in changes(before, snapshot(layout.root)):
@@ -199,8 +199,10 @@ def demo(here: bool, keep: bool, pace: float, ui: bool) -> None:
 
 
 def _run(layout: SquadLayout, pace: float, ui: bool) -> None:
+    import anyio
+
     from squadd.cli._demo_run import DemoDaemon, play
-    from squadd.daemon.server import console_log
+    from squadd.daemon.startup import console_log
 
     with resources.as_file(demo_file(RECORDING)) as recording:
         before = snapshot(layout.root)

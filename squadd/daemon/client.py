@@ -34,13 +34,12 @@ from squadd.daemon.wire import (
     TOKEN_HEADER,
     Call,
     Calls,
-    DaemonRequestError,
     asubscribed,
     read_answer,
     route_wire,
     subscribed,
 )
-from squadd.errors import DaemonError, DaemonNotRunningError
+from squadd.errors import DaemonError, DaemonNotRunningError, DaemonRequestError
 from squadd.state.layout import SquadLayout
 
 TYPE_CHECKING = False  # no `typing` at run time: `squadd status` starts fast
@@ -59,6 +58,9 @@ __all__ = [
 
 MAX_CONNECTIONS = 32
 """The async client's requests in flight in each lane; more wait, first come first served."""
+KEEPALIVE_S = 0.5
+"""An idle connection is reused this long, well inside the daemon's own keep-alive (1 s at the
+least): one the daemon is closing is never sent a request."""
 LONG_WAIT_S = DEFAULT_TIMEOUT_S * 3
 """A call that may take longer than this (a waiting route, a landing) goes in the long lane."""
 
@@ -134,7 +136,7 @@ class _Base:
         if isinstance(exc, ValueError) and not isinstance(exc, UnicodeDecodeError):
             return DaemonError(f"{call.method} {path} cannot be sent: {exc}")
         return DaemonError(f"the connection to the daemon broke during {call.method} "
-                           f"{path}: {exc or type(exc).__name__} (did the daemon stop? "
+                           f"{path}: {str(exc) or type(exc).__name__} (did the daemon stop? "
                            "'squadd status' tells)")
 
     def _close_address(self) -> None:
@@ -343,7 +345,8 @@ class AsyncDaemonClient(_Base):
             else:
                 base, uds = self._transport_target()
                 transport = httpx.AsyncHTTPTransport(uds=uds, limits=httpx.Limits(
-                    max_connections=None, max_keepalive_connections=self._max))
+                    max_connections=None, max_keepalive_connections=self._max,
+                    keepalive_expiry=KEEPALIVE_S))
             self._http = httpx.AsyncClient(base_url=base, transport=transport,
                                            headers=self._headers(), timeout=DEFAULT_TIMEOUT_S)
         return self._http
