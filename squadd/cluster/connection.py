@@ -49,7 +49,7 @@ def find_password(secrets: Callable[[], dict[str, str]] | None = None) -> str | 
 
 def cluster_password(settings: Settings) -> str | None:
     """The Redis password from SQUADD_REDIS_PASSWORD or the secrets file (never `.squad/`)."""
-    from squadd.tools.custom.variables import SecretsFile, secrets_file_path
+    from squadd.tools.variables import SecretsFile, secrets_file_path
 
     secrets_file = SecretsFile(secrets_file_path(settings))
     return find_password(lambda: dict(secrets_file.read().values))

@@ -49,7 +49,7 @@ from squadd.state.layout import SquadLayout
 from squadd.state.transcripts import Transcript
 from squadd.tools.base import CancelSignal, Tool, ToolSet
 from squadd.tools.builtin import workspace_tools
-from squadd.tools.custom.discovery import ToolDiscoverer, discover_tools
+from squadd.tools.discovery import ToolDiscoverer, discover_tools
 from squadd.tools.invoke import ToolInvoker
 from squadd.worker.session import (
     ForwardingWriter,
