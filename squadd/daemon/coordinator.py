@@ -49,7 +49,7 @@ from squadd.daemon.cluster_keeper import PrefixKeeper
 from squadd.daemon.handover import recovered_results
 from squadd.daemon.orphans import Orphans
 from squadd.daemon.placement import claim_event, last_epoch, last_worker
-from squadd.runtime.acceptance import continuation_writer, record_acceptance
+from squadd.runtime.opening import accept
 from squadd.runtime.planning import RoutePlan
 from squadd.runtime.pool import SessionRecord
 from squadd.runtime.runner import RunHere
@@ -57,6 +57,7 @@ from squadd.runtime.runtime import SquadRuntime
 
 if TYPE_CHECKING:
     from squadd.daemon.cluster_mode import ClusterStart
+from squadd.runtime.services import Found
 from squadd.runtime.session import AgentSession, SessionOutcome
 from squadd.runtime.session_info import SessionInfo, session_meta
 from squadd.runtime.session_sink import SessionSink
@@ -254,13 +255,10 @@ class Coordinator:
         """Make the route's start durable before a worker may take it, unless its acceptance
         did (blocking). A continuation's task is recorded as accepted; the claim's
         `conversation()` makes it the next user message, as a local resume would."""
-        if plan.recorded:
+        if plan.sink.written:
             return
-        layout, info = self.runtime.layout, plan.info
-        if not plan.continuing:
-            record_acceptance(layout, info, plan.context)
-        elif plan.task is not None:
-            continuation_writer(layout, info.session_id, plan.task, plan.context).flush()
+        accept(plan)
+        plan.sink.flush()
 
     async def _cancel(self, remote: RemoteSession) -> None:
         """Tell the workers the session is cancelled (a worker holding it stops at its next
@@ -436,10 +434,9 @@ class Coordinator:
                 writer.add("message", message=message_record(message), recovered=True,
                            result_type="failure" if message.is_error else "success")
             writer.flush()
-        session = AgentSession(info, layout=runtime.layout, settings=runtime.settings,
-                               provider=runtime.provider, invoker=runtime.invoker, tools=tools,
-                               sink=NullSink(), files=runtime.files, spares=runtime.spares,
-                               prompts=runtime.prompts)
+        services = runtime.runner.services
+        session = AgentSession(info, services.session, sink=services.sinks.existing(
+            info.session_id), events=NullSink(), tools=Found(tools))
         messages = session.conversation()
         writer = TranscriptWriter(runtime.layout.transcript(info.session_id))
         writer.add("meta", tools=tools.names, owner={"worker": worker, "epoch": epoch})

@@ -23,7 +23,7 @@ from squadd.providers.replay import ReplayProvider, ReplayScript, ScriptedTurn
 from squadd.runtime.session_info import SessionInfo, session_meta
 from squadd.state.layout import SquadLayout
 from squadd.worker.process import Worker
-from squadd.worker.session import ForwardingWriter, StaleLease, checked
+from squadd.worker.session import ForwardingSink, StaleLease, checked
 
 
 def make_worker(guard: RedisGuard, repo: Path) -> Worker:
@@ -141,11 +141,11 @@ async def test_a_refused_transcript_flush_raises_stale_lease_itself() -> None:
         return checked(Reply(request_id=suffix, ok=False, refused="stale_epoch",
                              error="lease epoch 1 is stale"))
 
-    writer = ForwardingWriter(refuse, lambda: None, anyio.Event())
+    writer = ForwardingSink(refuse, lambda: None, anyio.Event())
     writer.add("note", text="x")
     # The session's caller tells a lease that moved on from an outage by this type.
     with pytest.raises(StaleLease, match="stale"):
-        await writer.flush_async()
+        await writer.commit()
     assert writer.pending == 1  # nothing was confirmed, so nothing is dropped
 
 
