@@ -137,3 +137,9 @@ class DaemonAlreadyRunningError(DaemonError):
     def __init__(self, message: str, *, pid: int | None):
         super().__init__(message)
         self.pid = pid
+
+
+# Session opening (squadd.runtime.opening, squadd.statcache).
+class NotCached(LookupError):
+    """What was asked for needs a file read (it changed, or was never loaded): do it off the
+    event loop (`StatCache.peek`; a session's opening then reads in a worker thread)."""

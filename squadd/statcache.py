@@ -15,14 +15,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Generic, TypeVar
 
+from squadd.errors import NotCached as NotCached
+
 T = TypeVar("T")
 
 Signature = tuple[int, int, int, int]
-
-
-class NotCached(LookupError):
-    """What was asked for needs a file read (it changed, or was never loaded): do it off the
-    event loop."""
 
 
 def signature(st: os.stat_result) -> Signature:
