@@ -18,7 +18,7 @@ from squadd.errors import StateError
 from squadd.statcache import NotCached, StatCache
 from squadd.state.layout import SquadLayout
 from squadd.state.learnings import keep_newest
-from squadd.state.skills import list_skills
+from squadd.state.skills import SkillInfo, list_known_skills, list_skills
 
 log = structlog.get_logger("squadd.prompt")
 
@@ -58,13 +58,14 @@ class PromptParts:
     skills: str
 
 
-def skills_index(layout: SquadLayout, summaries: StatCache[str] | None = None, *,
-                 known: bool = False) -> str:
-    """One line per skill: `- {name}: {description from its front matter}` (`known`: from
-    the cache of `summaries` only, `NotCached` where a SKILL.md must be read)."""
-    lines = [f"- {s.name}: {s.summary}" if s.summary else f"- {s.name}"
-             for s in list_skills(layout, summaries, cached_only=known)]
-    return "\n".join(lines)
+def skills_index(layout: SquadLayout, summaries: StatCache[str] | None = None) -> str:
+    """One line per skill: `- {name}: {description from its front matter}` (blocking)."""
+    return _index(list_skills(layout, summaries))
+
+
+def _index(skills: list[SkillInfo]) -> str:
+    return "\n".join(f"- {s.name}: {s.summary}" if s.summary else f"- {s.name}"
+                     for s in skills)
 
 
 def file_cache(layout: SquadLayout, limit: int = 256) -> StatCache[str]:
@@ -102,7 +103,7 @@ def gather_known(layout: SquadLayout, agent: str, context: str | None,
     # A cache hit was read through the layout's check: only a stat is needed.
     return _parts(layout, agent, context,
                   lambda part: files.peek(layout.prompt_file(part, agent, check=False)),
-                  skills_index(layout, summaries, known=True))
+                  _index(list_known_skills(layout, summaries)))
 
 
 def _parts(layout: SquadLayout, agent: str, context: str | None,

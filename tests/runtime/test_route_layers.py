@@ -27,6 +27,7 @@ from squadd.contracts.routes import RouteRequest
 from squadd.runtime.runner import RouteRunner
 from squadd.runtime.runtime import SquadRuntime
 from squadd.state.layout import SquadLayout
+from squadd.state.transcripts import read_transcript
 
 PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 MOST_CROSSINGS = 2
@@ -119,13 +120,28 @@ def _settings(tmp_path: Path) -> Settings:
                                                  "replay_file": str(replay)}})
 
 
+def _skill_and_custom_tool(layout: SquadLayout) -> None:
+    """A skill for the prompt's index and a custom tool to discover: the opening reads both."""
+    skill = layout.root / "skills" / "testing"
+    skill.mkdir(parents=True)
+    (skill / "SKILL.md").write_text("---\nname: testing\ndescription: How we test\n---\n",
+                                    encoding="utf-8")
+    layout.tools_dir.mkdir(parents=True, exist_ok=True)
+    (layout.tools_dir / "greet.yaml").write_text(
+        "description: Says hello\ntags: [read]\nbash: echo hello\n", encoding="utf-8")
+
+
 async def test_a_route_goes_back_up_the_layers_at_most_twice(
         layout: SquadLayout, tmp_path: Path, flow: CallFlow) -> None:
+    _skill_and_custom_tool(layout)
     async with SquadRuntime.from_settings(layout, _settings(tmp_path)) as runtime:
         result = await runtime.route(RouteRequest(target_agent="fenster", task="read it"))
     sys.setprofile(None)
     assert result.ok, result.message
     assert result.turns == 2  # the tool call ran: the route went through the tools' layer
+    transcript = read_transcript(layout.transcript(result.session_id or ""))
+    assert "greet" in transcript.meta["tools"]
+    assert "- testing: How we test" in transcript.messages[0]["content"]
     assert any(m.startswith("squadd.tools.") for m in flow.modules), sorted(flow.modules)
     assert any(m.startswith("squadd.state.") for m in flow.modules), sorted(flow.modules)
     crossings = "\n".join(f"{caller} -> {callee} ({count}x)"
