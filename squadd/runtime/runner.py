@@ -1,9 +1,10 @@
 """RouteRunner: runs one admitted route to its end.
 
-It takes the route's slot (within the route's timeout), starts or continues the AgentSession
-with its tool set, puts the session to rest in the state its task ended in, and completes the
-orchestration log entry. Whatever happens (a provider crash, a broken transcript, cancellation)
-the pool's record ends at rest and the caller gets a `RouteResult`.
+It takes the route's slot (within the route's timeout), opens the session (`runtime.opening`)
+or continues it, runs its task through its host (here, or on a cluster worker), puts it to
+rest in the state its task ended in, and completes the orchestration log entry. Whatever
+happens (a provider crash, a broken transcript, cancellation) the pool's record ends at rest
+and the caller gets a `RouteResult`.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ RunHere = Callable[[], Awaitable[SessionOutcome]]
 
 
 class SessionHost(Protocol):
-    """Where a session's task runs (`RUN_HERE`: in this process; the cluster's coordinator:
+    """Where a session's task runs (`LOCAL`: in this process; the cluster's coordinator:
     on a worker, or here). It gets the session's narrowed tools and its sink, and `run_here`,
     which runs the task in this process."""
 
@@ -66,7 +67,7 @@ class LocalHost:
         return await run_here()
 
 
-RUN_HERE = LocalHost()
+LOCAL = LocalHost()
 
 
 class RouteRunner:
@@ -77,7 +78,7 @@ class RouteRunner:
         """Replaced whole when the settings change (`SquadRuntime.apply_settings`)."""
         self._in_use: dict[str, WorkspaceView] = {}
         """The worktree each running session works in (a nested route shares its caller's)."""
-        self.host: SessionHost = RUN_HERE
+        self.host: SessionHost = LOCAL
         """Where sessions run: set at start-up when they may run elsewhere (cluster mode)."""
 
     @property
@@ -273,7 +274,7 @@ class RouteRunner:
         while not landed.ok and landed.reason in ("conflict", "check_failed"):
             # A repair turn works on this machine's worktree (squadd's rebase, its conflict
             # markers): with a host that may run it elsewhere, the session waits for a person.
-            prompt = None if self.host is not RUN_HERE else \
+            prompt = None if self.host is not LOCAL else \
                 await spaces.start_repair(info.session_id, landed)
             if prompt is None:
                 with anyio.CancelScope(shield=True):
@@ -342,7 +343,7 @@ class RouteRunner:
         events = SessionSink(services.bus, services.pool, record)
         tools = SessionTools(services, plan, record)
         found: ToolSet | None = None
-        if self.host is not RUN_HERE:  # the host is handed the session's tools: find them now
+        if self.host is not LOCAL:  # the host is handed the session's tools: find them now
             found = await anyio.to_thread.run_sync(tools.find)
 
         async def run_here() -> SessionOutcome:
