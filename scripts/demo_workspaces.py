@@ -24,7 +24,7 @@ from squadd.providers.replay import ReplayProvider, ReplayScript, ScriptedCall, 
 from squadd.runtime.runtime import SquadRuntime
 from squadd.state.layout import SquadLayout
 from squadd.state.scaffold import init_squad
-from squadd.tools.custom.discovery import discover_tools
+from squadd.tools.discovery import discover_tools
 
 WRITE_TOOL = """description: Write text to a file in the working directory
 parameters:

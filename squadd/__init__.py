@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from squadd.tools.base import ToolContext, ToolResult
-    from squadd.tools.custom.python_tools import tool
+    from squadd.tools.python import tool
 
 __all__ = ["ToolContext", "ToolResult", "__version__", "tool"]
 
@@ -44,7 +44,7 @@ def __getattr__(name: str) -> Any:
 
         return getattr(base, name)
     if name == "tool":
-        from squadd.tools.custom.python_tools import tool
+        from squadd.tools.python import tool
 
         return tool
     raise AttributeError(f"module 'squadd' has no attribute {name!r}")

@@ -27,6 +27,8 @@ model are never exceptions: the tool pipeline turns them into failure ``ToolResu
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class SquaddError(Exception):
     """Base class of every error squadd raises on purpose."""
@@ -137,6 +139,44 @@ class DaemonAlreadyRunningError(DaemonError):
     def __init__(self, message: str, *, pid: int | None):
         super().__init__(message)
         self.pid = pid
+
+
+# --- tools: custom tool files (YAML and Python), their variables, hooks ---------------------
+# These keep their historical bases (ValueError, Exception): callers catch them by those.
+
+
+class ToolDefinitionError(Exception):
+    """A tool is declared wrongly; discovery reports it as the load failure of its file."""
+
+
+class ShellToolError(ValueError):
+    """A YAML tool file that cannot be loaded; the message names the file and the key."""
+
+
+class TemplateError(ValueError):
+    """A command template that cannot be substituted safely (the message says why)."""
+
+
+class ConditionError(ValueError):
+    """A run-condition that cannot be parsed (the message says where)."""
+
+
+class VariablesMissing(Exception):
+    """Raised by a resolver when a required variable has no value (message says where to set it)."""
+
+    def __init__(self, message: str, missing: tuple[Any, ...] = ()):
+        super().__init__(message)
+        self.missing = missing
+        """The declarations (`VariableSpec`) without a value (empty when the resolver does not
+        say)."""
+
+
+class VariableValueError(ValueError):
+    """A value `store_variable` refuses; the message never shows the value."""
+
+
+class HooksFileError(ConfigError):
+    """A hooks file that cannot be used (names the file and the place in it)."""
 
 
 # Session opening (squadd.runtime.opening, squadd.statcache).

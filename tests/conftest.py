@@ -1,4 +1,6 @@
-"""Fixtures every test shares: an environment free of the user's settings, and a fresh squad."""
+"""Fixtures every test shares: an environment free of the user's settings, a fresh squad, a test
+model server and a real daemon (described by a test's `daemon` mark: tests/support/daemon_spec.py),
+and the sandbox's mechanism chosen afresh."""
 
 from __future__ import annotations
 
@@ -10,9 +12,20 @@ from typing import Any
 import pytest
 
 from squadd.runtime.pool import SessionPool
+from squadd.sandbox import core as sandbox_core
 from squadd.state.layout import SquadLayout
 from squadd.state.scaffold import init_squad
-from squadd.tools.custom import python_calls
+from squadd.tools.python import calls as python_calls
+from tests.support.daemon_process import DaemonProcess
+from tests.support.daemon_spec import DaemonSpec
+from tests.support.model_servers import OpenAIServer
+from tests.support.squad_team import build_team
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "daemon(**spec): how the `daemon` fixture builds and starts its real "
+        "`squadd serve` (tests.support.daemon_spec.DaemonSpec)")
 
 
 @pytest.fixture(autouse=True)
@@ -74,3 +87,57 @@ def squad(repo: Path) -> SquadLayout:
     """A repository with a freshly initialized `.squad/`."""
     result = init_squad(repo)
     return SquadLayout.at(result.squad_dir)
+
+
+@pytest.fixture
+def team(repo: Path) -> SquadLayout:
+    """The Squad team of tests/support/squad_team.py written into `repo`."""
+    return build_team(repo)
+
+
+@pytest.fixture
+def fresh_choice() -> Iterator[None]:
+    """The sandbox mechanism chosen again (it is cached per process), before and after."""
+    sandbox_core.mechanism_for.cache_clear()
+    yield
+    sandbox_core.mechanism_for.cache_clear()
+
+
+@pytest.fixture
+def model_server(request: pytest.FixtureRequest) -> Iterator[OpenAIServer]:
+    """The OpenAI-compatible test server the `daemon` fixture's daemon talks to."""
+    spec = DaemonSpec.of(request.node)
+    if spec.shared:
+        yield request.getfixturevalue("shared_model_server")
+        return
+    with spec.server() as server:
+        yield server
+
+
+@pytest.fixture
+def daemon(request: pytest.FixtureRequest, tmp_path: Path,
+           model_server: OpenAIServer) -> Iterator[DaemonProcess]:
+    """A real `squadd serve` as the test's `daemon` mark describes it (default: a fresh repo
+    with one agent, `lead`, and FAST_CONFIG); killed at the end whatever happened."""
+    spec = DaemonSpec.of(request.node)
+    if spec.shared:
+        yield request.getfixturevalue("shared_daemon")
+        return
+    with spec.started(tmp_path, model_server) as process:
+        yield process
+
+
+@pytest.fixture(scope="module")
+def shared_model_server(request: pytest.FixtureRequest) -> Iterator[OpenAIServer]:
+    """`model_server` for a module whose `daemon` mark says `shared=True`."""
+    with DaemonSpec.of(request.node).server() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def shared_daemon(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+                  shared_model_server: OpenAIServer) -> Iterator[DaemonProcess]:
+    """`daemon` for a module whose `daemon` mark says `shared=True`: one for all its tests."""
+    folder = tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1])
+    with DaemonSpec.of(request.node).started(folder, shared_model_server) as process:
+        yield process

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import select
 import stat
 import subprocess
 import sys
@@ -113,37 +114,33 @@ def test_read_text_returns_default_for_a_missing_file(tmp_path: Path) -> None:
 
 
 _HOLDER = """
-import sys, time
+import sys
 from pathlib import Path
 from squadd.fsio import file_lock
 with file_lock(Path(sys.argv[1])):
-    Path(sys.argv[2]).touch()
-    deadline = time.monotonic() + 30
-    while not Path(sys.argv[3]).exists() and time.monotonic() < deadline:
-        time.sleep(0.01)
+    print("held", flush=True)
+    sys.stdin.readline()  # until the test lets go (or is gone: end of file)
 """
 
 
 def test_lock_held_by_another_process_times_out_with_a_clear_error(tmp_path: Path) -> None:
     lock = tmp_path / "run" / "locks" / "history.lock"
-    held, release = tmp_path / "held", tmp_path / "release"
     holder = subprocess.Popen(
-        [sys.executable, "-c", _HOLDER, str(lock), str(held), str(release)],
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        [sys.executable, "-c", _HOLDER, str(lock)], stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
     )
+    assert holder.stdin is not None and holder.stdout is not None
     try:
-        deadline = time.monotonic() + 30
-        while not held.exists():
-            assert holder.poll() is None, "the lock holder died"
-            assert time.monotonic() < deadline, "the lock holder never took the lock"
-            time.sleep(0.01)
+        said, _, _ = select.select([holder.stdout], [], [], 30)
+        assert said and holder.stdout.readline() == "held\n", \
+            "the lock holder never took the lock"
         started = time.monotonic()
         with pytest.raises(LockTimeoutError) as caught, file_lock(lock, timeout=0.3):
             pass
         waited = time.monotonic() - started
         assert waited >= 0.3
         assert str(lock) in str(caught.value) and "0.3s" in str(caught.value)
-        release.touch()
+        holder.stdin.close()  # let go
         holder.wait(timeout=30)
         with file_lock(lock, timeout=5):
             pass  # free again once the holder is gone
@@ -151,6 +148,8 @@ def test_lock_held_by_another_process_times_out_with_a_clear_error(tmp_path: Pat
         if holder.poll() is None:
             holder.kill()
             holder.wait(timeout=10)
+        holder.stdin.close()
+        holder.stdout.close()
 
 
 def test_lock_is_exclusive_between_two_holders_in_one_process(tmp_path: Path) -> None:

@@ -51,7 +51,7 @@ def test_the_daemon_logs_a_stall_with_the_tools_running(squad: SquadLayout,
                                                         tmp_path: Path) -> None:
     from squadd.logs import configure_logging
     from squadd.runtime.runtime import SquadRuntime
-    from squadd.tools.custom.variables import SecretRegistry
+    from squadd.tools.secrets import SecretRegistry
 
     log_file = tmp_path / "daemon.log"
     saved, root = structlog.get_config(), logging.getLogger()

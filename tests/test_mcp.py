@@ -3,9 +3,10 @@ in a repo whose daemon (a real `squadd serve` process) talks to the test model s
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import sys
-import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -20,24 +21,9 @@ from squadd.state.layout import SquadLayout
 from tests.support.daemon_process import FAST_CONFIG, DaemonProcess, clean_env, make_repo
 from tests.support.model_servers import OpenAIServer
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.daemon(agents=("lead", "backend"), shared=True)]
 
 CALL_TIMEOUT_S = 30.0
-
-
-@pytest.fixture(scope="module")
-def model_server() -> Iterator[OpenAIServer]:
-    with OpenAIServer() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory,
-           model_server: OpenAIServer) -> Iterator[DaemonProcess]:
-    """One daemon for the module's tests: a repo with the agents lead and backend."""
-    with DaemonProcess.in_new_repo(tmp_path_factory.mktemp("mcp"), model_server.url,
-                                   config=FAST_CONFIG, agents=("lead", "backend")) as process:
-        yield process
 
 
 class Notifications:
@@ -100,15 +86,16 @@ async def test_lists_every_daemon_tool_with_the_same_schema(daemon: DaemonProces
 
 
 def _inbox_of(daemon: DaemonProcess, session_id: str) -> list[dict[str, Any]]:
-    """The open inbox items once one is the session's (polled: the daemon is a process)."""
-    deadline = time.monotonic() + CALL_TIMEOUT_S
-    while True:
-        items: list[dict[str, Any]] = daemon.client.inbox()["items"]
-        if any(item["session_id"] == session_id for item in items):
-            return [item for item in items if item["session_id"] == session_id]
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"no inbox item for {session_id}: {items}")
-        time.sleep(0.05)
+    """The open inbox items once one is the session's: read now, then again at each of the
+    session's `inbox.added` events (followed on the daemon's event stream)."""
+    items: list[dict[str, Any]] = []
+    with contextlib.suppress(TimeoutError), daemon.follow_events(
+            CALL_TIMEOUT_S, types=["inbox.added"], session_id=session_id) as added:
+        for _ in itertools.chain([None], added):
+            items = daemon.client.inbox()["items"]
+            if any(item["session_id"] == session_id for item in items):
+                return [item for item in items if item["session_id"] == session_id]
+    raise TimeoutError(f"no inbox item for {session_id}: {items}")
 
 
 async def test_an_agent_question_is_answered_through_the_inbox_tool(

@@ -5,34 +5,24 @@ in process: tests/daemon/test_tool_api.py."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
-from tests.support.daemon_process import FAST_CONFIG, DaemonProcess
+from squadd.state.layout import SquadLayout
+from tests.support.daemon_process import DaemonProcess
 from tests.support.model_servers import OpenAIServer
 from tests.test_mcp import call, mcp_session, text_of
-
-pytestmark = pytest.mark.slow
 
 TESTER_TOOLS = "\n## Tools\n- squad_status\n- squad_m*\n"
 
 
-@pytest.fixture(scope="module")
-def model_server() -> Iterator[OpenAIServer]:
-    with OpenAIServer() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory,
-           model_server: OpenAIServer) -> Iterator[DaemonProcess]:
+def _tester_tools(layout: SquadLayout) -> None:
     """lead (no `## Tools`) and tester (squad_status and squad_m* only)."""
-    with DaemonProcess.in_new_repo(tmp_path_factory.mktemp("toolsets"), model_server.url,
-                                   config=FAST_CONFIG, agents=("lead", "tester")) as process:
-        charter = process.layout.charter("tester")
-        charter.write_text(charter.read_text(encoding="utf-8") + TESTER_TOOLS, encoding="utf-8")
-        yield process
+    charter = layout.charter("tester")
+    charter.write_text(charter.read_text(encoding="utf-8") + TESTER_TOOLS, encoding="utf-8")
+
+
+pytestmark = [pytest.mark.slow, pytest.mark.daemon(
+    agents=("lead", "tester"), prepare=_tester_tools, shared=True)]
 
 
 DECIDE = {"title": "Sneak a decision in", "agentName": "tester", "body": "not allowed"}

@@ -27,11 +27,20 @@ STOP_BOUND_S = 30.0
 
 
 class ListSink:
+    """The worker's events, kept; `until` waits on them (the worker publishes on the loop)."""
+
     def __init__(self) -> None:
         self.events: list[BaseEvent] = []
+        self._published = anyio.Event()
 
     def publish(self, event: BaseEvent) -> None:
         self.events.append(event)
+        self._published.set()
+
+    async def next_event(self) -> None:
+        """Return once the worker publishes its next event."""
+        self._published = anyio.Event()
+        await self._published.wait()
 
     def merged(self) -> int:
         return sum(e.merged for e in self.events if isinstance(e, ScribeMerged))
@@ -59,12 +68,20 @@ async def worker(layout: SquadLayout, settings: Settings = FAST) -> AsyncIterato
                 await stopped.wait()
 
 
-async def until(condition: Callable[[], bool], *, within: float = 20.0) -> None:
-    """Poll the files until `condition` holds (other processes write them: there is no event)."""
+async def until(condition: Callable[[], bool], sink: ListSink, *, within: float = 20.0) -> None:
+    """Wait until `condition` holds: checked now, then after each event the worker publishes.
+    What the conditions read (decisions.md, the inbox, the events) changes only in a pass that
+    merges or rejects something, and such a pass publishes its events once it is done."""
     with anyio.fail_after(within):
-        while True:
-            if condition():
-                return
+        while not condition():
+            await sink.next_event()
+
+
+async def until_logged(logged: list[dict[str, Any]], event: str, *, within: float = 20.0) -> None:
+    """Wait until `event` is logged: a pass that fails publishes nothing, only its log says so
+    (read every 20 ms, bounded)."""
+    with anyio.fail_after(within):
+        while not any(e["event"] == event for e in logged):  # noqa: ASYNC110 - a log line
             await anyio.sleep(0.02)
 
 
@@ -81,15 +98,15 @@ def inbox_left(layout: SquadLayout) -> list[str]:
 async def test_a_decision_written_while_the_worker_runs_is_merged(squad: SquadLayout) -> None:
     async with worker(squad) as sink:
         write_inbox_entry(squad, agent="lead", title="Watched", body="Seen by the watcher.")
-        await until(lambda: titles(squad)["Watched"] == 1)
-        await until(lambda: sink.merged() == 1)
+        await until(lambda: titles(squad)["Watched"] == 1, sink)
+        await until(lambda: sink.merged() == 1, sink)
     assert inbox_left(squad) == []
 
 
 async def test_files_left_before_the_start_are_merged_at_once(squad: SquadLayout) -> None:
     write_inbox_entry(squad, agent="lead", title="Waiting", body="Written before the worker.")
-    async with worker(squad):
-        await until(lambda: titles(squad)["Waiting"] == 1)
+    async with worker(squad) as sink:
+        await until(lambda: titles(squad)["Waiting"] == 1, sink)
 
 
 async def test_a_burst_of_files_is_merged_in_one_pass(squad: SquadLayout) -> None:
@@ -100,7 +117,7 @@ async def test_a_burst_of_files_is_merged_in_one_pass(squad: SquadLayout) -> Non
         for i in range(5):
             text = f"### 2025-01-01: Burst {i}\n\n**By:** lead\n\nb\n"
             (squad.inbox_dir / f"lead-burst-{i}.md").write_text(text)
-        await until(lambda: sink.merged() == 5)
+        await until(lambda: sink.merged() == 5, sink)
         merges = [e for e in sink.events if isinstance(e, ScribeMerged)]
     assert len(merges) == 1 and merges[0].merged == 5
 
@@ -112,9 +129,9 @@ async def test_when_watching_fails_the_worker_polls(
         raise OSError(28, "inotify watch limit reached")
 
     monkeypatch.setattr(scribe_worker.watchfiles, "awatch", broken_awatch)
-    async with worker(squad):
+    async with worker(squad) as sink:
         write_inbox_entry(squad, agent="lead", title="Polled", body="Found by a scan.")
-        await until(lambda: titles(squad)["Polled"] == 1)
+        await until(lambda: titles(squad)["Polled"] == 1, sink)
 
 
 async def test_a_bad_file_or_a_failing_pass_does_not_stop_the_worker(
@@ -126,10 +143,11 @@ async def test_a_bad_file_or_a_failing_pass_does_not_stop_the_worker(
         async with worker(squad) as sink:
             (squad.inbox_dir / "lead-binary.md").write_bytes(b"\x00\x01")
             write_inbox_entry(squad, agent="lead", title="Survivor", body="Still merged.")
-            await until(lambda: any(e["event"] == "scribe.pass_failed" for e in logged))
+            await until_logged(logged, "scribe.pass_failed")
             squad.decisions_md.rmdir()
-            await until(lambda: squad.decisions_md.is_file() and titles(squad)["Survivor"] == 1)
-            await until(lambda: any(isinstance(e, ScribeRejected) for e in sink.events))
+            await until(lambda: squad.decisions_md.is_file() and titles(squad)["Survivor"] == 1,
+                        sink)
+            await until(lambda: any(isinstance(e, ScribeRejected) for e in sink.events), sink)
     assert (squad.rejected_dir / "lead-binary.md").exists()
 
 
@@ -156,7 +174,7 @@ for i in range({each}):
         assert [r.stderr for r in results if r.returncode != 0] == []
         expected = {f"W{w} decision {i}" for w in range(writers) for i in range(each)}
         await until(lambda: not inbox_left(squad) and len(
-            expected & set(titles(squad))) == len(expected), within=60)
+            expected & set(titles(squad))) == len(expected), sink, within=60)
     counts = titles(squad)
     assert [t for t in expected if counts[t] != 1] == []
     assert sink.merged() == writers * each

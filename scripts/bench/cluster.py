@@ -1,22 +1,18 @@
-"""Benchmark: cluster mode's throughput against its bound, and a forwarded squad tool's cost.
+"""Benchmark: the cost of one squad-tool call forwarded from a worker through Redis.
 
-A real redis-server, a coordinator (`squadd serve --cluster`, no local slots) and 1, 2 and 4
-`squadd worker` processes with 8 slots each, each with its own clone; the model is an HTTP
-server that answers every turn after 200 ms. Enough routes to keep every slot busy are sent at
-once through the daemon's API; the bound is `slots × workers / 0.2 s` routes per second.
-
-Then the cost of one squad-tool call forwarded through Redis: a session is claimed by this
+A real redis-server and a coordinator (`squadd serve --cluster`); a session is claimed by this
 script acting as a worker, and `squad_status` is called through the request stream many times
 (round trip p50 / p99); the same call through the coordinator's pipeline in-process is the
 baseline the added latency is measured against.
 
-Prints, as its last line:
-    cluster w1_routes_per_s=… w1_fraction=… w2_… w4_… forwarded_p50_ms=… forwarded_p99_ms=…
-        added_p50_ms=… added_p99_ms=…
-Target: w4_fraction >= 0.9.
+The cluster's throughput and CPU a route, against one daemon, are `scale.py`'s: it runs the
+model server and the clients in processes of their own (this benchmark used to run both in
+its own process, with the default listen backlog, and measured its own harness).
 
-    .venv/bin/python scripts/bench/cluster.py [--workers 1,2,4] [--slots 8] [--delay-ms 200]
-        [--rounds 3] [--calls 300]
+Prints, as its last line:
+    cluster forwarded_p50_ms=… forwarded_p99_ms=… added_p50_ms=… added_p99_ms=…
+
+    .venv/bin/python scripts/bench/cluster.py [--calls 300]
 """
 
 from __future__ import annotations
@@ -35,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))
 from _common import bench_folder, fmt, make_squad, percentile, say
 
 from tests.support.daemon_process import clean_env
-from tests.support.model_servers import OpenAIServer, Reply
+from tests.support.model_servers import OpenAIServer
 from tests.support.redis_server import RedisServer
 
 READY_TIMEOUT_S = 60.0
@@ -89,56 +85,10 @@ def prepare_repo(root: Path) -> Path:
     return layout.repo
 
 
-async def fire(repo: Path, routes: int) -> float:
-    from squadd.daemon.client import AsyncDaemonClient
-    from squadd.state.layout import SquadLayout
-
-    agents = ("fenster", "hockney", "keaton", "mcmanus")
-    failures: list[str] = []
-    async with AsyncDaemonClient(SquadLayout.find(repo), timeout=600.0) as client:
-        async def one(n: int) -> None:
-            result = await client.route(f"job {n}", agents[n % 4])
-            if not result.get("ok"):
-                failures.append(str(result.get("message")))
-
-        started = time.perf_counter()
-        await asyncio.gather(*(one(n) for n in range(routes)))
-        elapsed = time.perf_counter() - started
-    if failures:
-        raise SystemExit(f"{len(failures)} routes failed, e.g. {failures[0]}")
-    return routes / elapsed
-
-
-def throughput(root: Path, workers: int, slots: int, delay_s: float, rounds: int) -> float:
-    model = OpenAIServer(lambda body: Reply(body=OpenAIServer.text_turn("done").body,
-                                            delay_s=delay_s), keep_bodies=False).start()
-    redis = RedisServer(root / "redis").start()
-    repo = prepare_repo(root)
-    procs = Processes(root, redis.url, model.url)
-    try:
-        procs.spawn("coordinator", ["serve", "--cluster", redis.url, "--provider", "openai",
-                                    "--base-url", model.url, "--model", "m",
-                                    "--log-level", "info"], repo)
-        procs.wait_for("coordinator", "squadd serving")
-        for n in range(workers):
-            procs.spawn(f"w{n}", ["worker", "--cluster", redis.url, "--repo", str(repo),
-                                  "--slots", str(slots), "--name", f"w{n}",
-                                  "--workdir", str(root / f"clone-{n}"), "--provider",
-                                  "openai", "--base-url", model.url, "--model", "m"], root)
-        for n in range(workers):
-            procs.wait_for(f"w{n}", "worker ready")
-        routes = workers * slots * rounds
-        asyncio.run(fire(repo, workers * slots))  # warm-up: clones' tools, connections
-        return asyncio.run(fire(repo, routes))
-    finally:
-        procs.close()
-        redis.close()
-        model.close()
-
-
 async def forwarded_calls(root: Path, calls: int) -> tuple[list[float], list[float]]:
     """Round trips of `squad_status` forwarded through Redis, and the same call in-process."""
     from squadd.cluster.connection import RedisGuard, connect
+    from squadd.cluster.jobs import JobQueue
     from squadd.cluster.requests import send
     from squadd.cluster.wire import Request
     from squadd.contracts.messages import ToolCall
@@ -163,7 +113,15 @@ async def forwarded_calls(root: Path, calls: int) -> tuple[list[float], list[flo
             return await send(guard, Request(request_id=rid, kind=kind,  # type: ignore[arg-type]
                                              session_id=sid, worker="bench", epoch=epoch,
                                              body=body), timeout_s=10, attempts=3)
+        # As a worker does: the session's job is taken in the workers' group before its claim.
+        jobs = JobQueue(guard)
+        await jobs.ensure()
+        delivery = await jobs.take("bench", block_s=10)
+        if delivery is None or delivery.job.session_id != sid:
+            raise SystemExit(f"the route's job did not come: {delivery}")
         claim = await request("claim", "bench-claim", 0, {})
+        if not claim.ok:
+            raise SystemExit(f"claim refused: {claim.error}")
         epoch = int(claim.body["epoch"])
         forwarded: list[float] = []
         for n in range(calls):
@@ -207,21 +165,9 @@ async def local_calls(root: Path, calls: int) -> list[float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--workers", default="1,2,4")
-    parser.add_argument("--slots", type=int, default=8)
-    parser.add_argument("--delay-ms", type=float, default=200.0)
-    parser.add_argument("--rounds", type=int, default=10,
-                        help="routes per slot in the measured burst")
     parser.add_argument("--calls", type=int, default=300)
     args = parser.parse_args()
-    delay_s = args.delay_ms / 1000
     parts: list[str] = []
-    for count in (int(n) for n in args.workers.split(",")):
-        with bench_folder() as tmp:
-            rate = throughput(Path(tmp), count, args.slots, delay_s, args.rounds)
-        bound = count * args.slots / delay_s
-        say(f"{count} workers x {args.slots} slots: {rate:.1f} routes/s, bound {bound:.1f}")
-        parts.append(f"w{count}_routes_per_s={fmt(rate)} w{count}_fraction={fmt(rate / bound)}")
     with bench_folder() as tmp:
         forwarded, local = asyncio.run(forwarded_calls(Path(tmp), args.calls))
     forwarded.sort()

@@ -25,7 +25,7 @@ journal a creation costs many times its usual 20 µs for minutes after deletions
 "File creation after deletions" in docs/benchmark-notes.md).
 
     .venv/bin/python scripts/bench/pool_throughput.py [--routes 5000] [--concurrency 32]
-        [--delay-ms 50]
+        [--delay-ms 50] [--no-peers]
 """
 
 from __future__ import annotations
@@ -167,6 +167,8 @@ def main() -> None:
     parser.add_argument("--delay-ms", type=float, default=50.0)
     parser.add_argument("--peers-only", action="store_true",
                         help="run only pydantic-ai and print its routes/s as JSON")
+    parser.add_argument("--no-peers", action="store_true",
+                        help="measure squadd only (the peer's figures print as nan)")
     args = parser.parse_args()
     serve_like_squadd()
     delay_s = args.delay_ms / 1000
@@ -182,7 +184,9 @@ def main() -> None:
         rate, split = run_like_squadd(squadd_throughput, layout.root, args.routes,
                                       args.concurrency, delay_s)
     cpu_per_route = split.total
-    if have("pydantic_ai"):
+    if args.no_peers:
+        peer = {"missing": "--no-peers"}
+    elif have("pydantic_ai"):
         peer_rate, peer_cpu = run_like_squadd(pydantic_ai_throughput, args.routes,
                                               args.concurrency, delay_s)
         peer: dict[str, float | str] = {"pydantic_ai_routes_per_s": peer_rate,

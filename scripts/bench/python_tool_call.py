@@ -29,7 +29,7 @@ from squadd.config import Settings
 from squadd.contracts.messages import ToolCall
 from squadd.state.layout import SquadLayout
 from squadd.tools.base import ToolSet
-from squadd.tools.custom.discovery import ToolDiscoverer
+from squadd.tools.discovery import ToolDiscoverer
 from squadd.tools.invoke import CallOrigin, ToolInvoker
 
 ECHO = '''\

@@ -85,8 +85,8 @@ def guard_untrusted_regex(ctx: GuardContext) -> GuardReport:
 @guard
 def guard_shell_template_grammar(ctx: GuardContext) -> GuardReport:
     """One probe per evaluation context of the grammar must be refused at load."""
-    from squadd.tools.custom.shell_contexts import CONTEXTS
-    from squadd.tools.custom.shell_template import TemplateError, check_shell_template
+    from squadd.errors import TemplateError
+    from squadd.tools.yaml import CONTEXTS, check_shell_template
 
     probes = {"arithmetic": "echo $(( {X} ))", "arithmetic-test": "[[ {X} -eq 1 ]]",
               "code": "eval {X}", "declaration": "declare -i n={X}",
@@ -150,7 +150,7 @@ def guard_dashboard_streams(ctx: GuardContext) -> GuardReport:
 
 @guard
 def guard_approval_display(ctx: GuardContext) -> GuardReport:
-    from squadd.tools.custom.approvals import arguments_bytes, arguments_text
+    from squadd.tools.approvals import arguments_bytes, arguments_text
 
     probe = {"command": "echo ok" + " " * 5000 + "; rm -rf ~", "note": "\u202e"}
     text = arguments_text(probe)

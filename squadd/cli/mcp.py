@@ -55,7 +55,7 @@ def mcp(agent: str | None, session_id: str | None, log_level: str,
 
     from squadd.logs import configure_logging
     from squadd.mcp_server import serve_stdio
-    from squadd.tools.custom.variables import SecretRegistry
+    from squadd.tools.secrets import SecretRegistry
 
     layout = find_layout(directory)
     if agent is not None:

@@ -25,15 +25,12 @@ from squadd.cli._report import one_line
 from squadd.cli._squad import TEXT, FiniteFloatRange, dir_option, find_layout
 from squadd.contracts.routes import MAX_ROUTE_TIMEOUT_S
 from squadd.daemon.client import AsyncDaemonClient, DaemonClient
-from squadd.daemon.wire import DaemonRequestError
+from squadd.daemon.wire import DaemonRequestError, route_wire
 from squadd.errors import DaemonError
 
-RESTING = frozenset({"idle", "error", "interrupted", "destroyed"})
 PROGRESS_TYPES = ("agent.spawned", "agent.state", "tool.started", "tool.completed",
                   "provider.retry", "approval.requested", "variable.requested",
                   "bus.overflow")
-POLL_S = 2.0
-"""How often the session's state is also asked for (in case its last event was lost)."""
 _SPIN = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 
 
@@ -107,12 +104,16 @@ class Progress:
 
 
 async def follow(client: AsyncDaemonClient, start: Callable[[], Awaitable[dict[str, Any]]],
-                 progress: Progress, holder: dict[str, str]) -> dict[str, Any]:
-    """Subscribe, `start` the session (without waiting), show its progress (and that of the
-    routes it makes) until it rests; return its final view, or the failed start's result.
+                 progress: Progress, holder: dict[str, str], *, task: str | None = None,
+                 agent: str | None = None) -> dict[str, Any]:
+    """Subscribe, then `start` the route and wait on that request: the daemon answers when the
+    session has ended, with its view (`view=session`). Meanwhile the event stream shows its
+    progress and that of the routes it makes; the session is known from the stream by its
+    `agent.spawned` (its own task, from outside), or from the start (`holder`, a resume).
+    Returns the session's outcome, or the failed start's result.
 
     The subscription comes from the daemon's reserve for followed routes; should even that be
-    taken, the route still runs and is followed by asking for its state (no progress lines).
+    taken, the route still runs and its answer still comes (no progress lines).
     """
     async with contextlib.AsyncExitStack() as stack:
         stream: AsyncIterator[dict[str, Any]] | None
@@ -124,47 +125,44 @@ async def follow(client: AsyncDaemonClient, start: Callable[[], Awaitable[dict[s
                 raise
             progress.line(click.style(f"(no progress lines: {exc})", fg="yellow"))
             stream = None
-        result = await start()
-        if not result.get("ok") or not result.get("session_id"):
-            return result
-        root = holder["session"] = str(result["session_id"])
-        watched = {root}
-        final: dict[str, Any] = {}
+        watched = {holder["session"]} if "session" in holder else set()
+        answered: dict[str, Any] = {}
+
+        def is_root(event: dict[str, Any]) -> bool:
+            return (not watched and task is not None and event.get("type") == "agent.spawned"
+                    and event.get("parent_session_id") is None
+                    and event.get("task") == task[:500]
+                    and agent in (None, event.get("agent")))
 
         async def watch_events() -> None:
             if stream is None:
-                await anyio.sleep_forever()
-            assert stream is not None
+                return
             async for event in stream:
                 session = event.get("session_id")
-                if event.get("type") == "agent.spawned" and \
+                if is_root(event):
+                    holder["session"] = str(session)
+                    watched.add(str(session))
+                elif event.get("type") == "agent.spawned" and \
                         event.get("parent_session_id") in watched:
                     watched.add(str(session))
                 if session in watched:
-                    progress.show(event, root)
-                if session == root and event.get("type") == "agent.state" and \
-                        event.get("state") in RESTING:
-                    return
-
-        async def poll() -> None:
-            while True:
-                await anyio.sleep(POLL_S)
-                view = (await client.session(root, transcript=False))["session"]
-                if view.get("state") in RESTING:
-                    return
+                    progress.show(event, holder["session"])
 
         async with anyio.create_task_group() as group:
-            async def until(job: Callable[[], Awaitable[None]]) -> None:
-                await job()
+            async def request() -> None:
+                answered.update(await start())
                 group.cancel_scope.cancel()
 
-            group.start_soon(until, watch_events)
-            group.start_soon(until, poll)
+            group.start_soon(watch_events)
             group.start_soon(progress.spin)
-        final = (await client.session(root, transcript=False))["session"]
-        landing = (final.get("workspace") or {}).get("outcome")
-        return {"ok": final.get("state") == "idle" and final.get("error") is None, **final,
-                "landing": landing}
+            group.start_soon(request)
+    view = answered.get("session")
+    if not answered.get("session_id") or not isinstance(view, dict):
+        return answered
+    holder["session"] = str(answered["session_id"])
+    landing = (view.get("workspace") or {}).get("outcome")
+    return {"ok": view.get("state") == "idle" and view.get("error") is None, **view,
+            "landing": landing}
 
 
 def finish(outcome: dict[str, Any], as_json: bool) -> None:
@@ -191,14 +189,17 @@ def finish(outcome: dict[str, Any], as_json: bool) -> None:
 
 
 def run_following(directory: Path | None, start: Callable[[AsyncDaemonClient],
-                  Awaitable[dict[str, Any]]], quiet: bool) -> dict[str, Any]:
-    """Follow a session in an event loop; on Ctrl-C cancel it and exit 130."""
+                  Awaitable[dict[str, Any]]], quiet: bool, *, session: str | None = None,
+                  task: str | None = None, agent: str | None = None) -> dict[str, Any]:
+    """Follow a route (its `task` and `agent`, as sent) or a known `session` in an event
+    loop; on Ctrl-C cancel it and exit 130."""
     layout = find_layout(directory)
-    holder: dict[str, str] = {}
+    holder: dict[str, str] = {"session": session} if session else {}
 
     async def main() -> dict[str, Any]:
         async with AsyncDaemonClient(layout) as client:
-            return await follow(client, lambda: start(client), Progress(quiet), holder)
+            return await follow(client, lambda: start(client), Progress(quiet), holder,
+                                task=task, agent=agent)
 
     try:
         return anyio.run(main)
@@ -283,6 +284,9 @@ def route(words: tuple[str, ...], context: str | None, priority: str, model: str
         return
 
     async def start(client: AsyncDaemonClient) -> dict[str, Any]:
-        return await client.route(task, agent, wait=False, **options)
+        return await client.route_args(route_wire(
+            task, agent, context, priority, True, model, session_id, None, timeout_s,
+            isolation, land), view=True)
 
-    finish(run_following(directory, start, quiet or as_json), as_json)
+    finish(run_following(directory, start, quiet or as_json, session=session_id, task=task,
+                         agent=agent), as_json)

@@ -42,7 +42,7 @@ def run(agent: str, task: str, context: str | None, as_json: bool, verbose: bool
     """
     from squadd.config import load_settings
     from squadd.logs import configure_logging
-    from squadd.tools.custom.variables import SecretRegistry
+    from squadd.tools.secrets import SecretRegistry
 
     # Progress is shown from events; log lines would repeat it (and must never reach stdout).
     known_secrets = SecretRegistry()  # the session's runtime remembers its secrets here

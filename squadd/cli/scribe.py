@@ -34,7 +34,7 @@ def scribe(as_json: bool, dry_run: bool, watch: bool, directory: Path | None) ->
     if watch and dry_run:
         raise click.UsageError("--watch and --dry-run do not go together: a dry run is one pass")
     from squadd.logs import configure_logging
-    from squadd.tools.custom.variables import SecretRegistry
+    from squadd.tools.secrets import SecretRegistry
 
     # A pass reports what it merged and rejected itself; log lines would only repeat it. A
     # watcher has no report at the end: its failures are logged on stderr. No tool runs here,

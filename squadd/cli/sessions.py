@@ -144,10 +144,10 @@ def resume(session_id: str, no_wait: bool, as_json: bool, quiet: bool,
         return
 
     async def start(client: Any) -> dict[str, Any]:
-        result: dict[str, Any] = await client.resume(session_id, wait=False)
+        result: dict[str, Any] = await client.resume(session_id, wait=True, view=True)
         return result
 
-    finish(run_following(directory, start, quiet or as_json), as_json)
+    finish(run_following(directory, start, quiet or as_json, session=session_id), as_json)
 
 
 @sessions.command("cancel")

@@ -21,17 +21,20 @@ from squadd.cli._output import print_json, print_table
 from squadd.cli._squad import TEXT, dir_option, find_layout, show_path
 from squadd.config import Settings, load_settings
 from squadd.contracts.events import BaseEvent, ToolUpdated
+from squadd.errors import ToolDefinitionError
 from squadd.fsio import TEAM_FILE, create_exclusive
 from squadd.state.layout import SquadLayout
+from squadd.tools.approvals import Decision, denial_text, secrets_of
 from squadd.tools.base import ConfirmFn, Tool, ToolContext, ToolResult, ToolSet
-from squadd.tools.custom.approvals import Decision, denial_text, secrets_of
-from squadd.tools.custom.discovery import Discovery, discover_tools
-from squadd.tools.custom.python_tools import ToolDefinitionError, check_tool_name
-from squadd.tools.custom.shell_show import yaml_details
-from squadd.tools.custom.shell_tools import ShellTool, ToolTestOutcome, run_tool_tests
-from squadd.tools.custom.variables import SecretRegistry, SquadVariables
-from squadd.tools.invoke import CallOrigin, ToolInvoker, Unattended, redact, redact_any
+from squadd.tools.discovery import Discovery, discover_tools
+from squadd.tools.gates import Unattended
+from squadd.tools.invoke import CallOrigin, ToolInvoker
+from squadd.tools.naming import check_tool_name
 from squadd.tools.policy import approval_policy
+from squadd.tools.redaction import redact, redact_any
+from squadd.tools.secrets import SecretRegistry
+from squadd.tools.variables import SquadVariables
+from squadd.tools.yaml import ShellTool, ToolTestOutcome, run_tool_tests, yaml_details
 from squadd.untrusted import UntrustedInputError, parse_json, shown_name
 
 

@@ -15,12 +15,8 @@ import click
 from squadd.cli._daemon import client_for
 from squadd.cli._squad import TEXT, dir_option, find_layout
 from squadd.config import load_settings
-from squadd.errors import DaemonNotRunningError
-from squadd.tools.custom.variables import (
-    VariableValueError,
-    secrets_file_path,
-    store_variable,
-)
+from squadd.errors import DaemonNotRunningError, VariableValueError
+from squadd.tools.variables import secrets_file_path, store_variable
 
 
 @click.group("var")

@@ -145,7 +145,7 @@ def worker(cluster_url: str, repo: str, slots: int, name: str | None, workdir: P
     from squadd.logs import configure_logging
     from squadd.serving import run_serving
     from squadd.state.layout import SquadLayout
-    from squadd.tools.custom.variables import SecretRegistry
+    from squadd.tools.secrets import SecretRegistry
     from squadd.worker.process import clone_dir
 
     clone = clone_dir(name, workdir, repo)

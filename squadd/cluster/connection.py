@@ -49,7 +49,7 @@ def find_password(secrets: Callable[[], dict[str, str]] | None = None) -> str | 
 
 def cluster_password(settings: Settings) -> str | None:
     """The Redis password from SQUADD_REDIS_PASSWORD or the secrets file (never `.squad/`)."""
-    from squadd.tools.custom.variables import SecretsFile, secrets_file_path
+    from squadd.tools.variables import SecretsFile, secrets_file_path
 
     secrets_file = SecretsFile(secrets_file_path(settings))
     return find_password(lambda: dict(secrets_file.read().values))
@@ -96,9 +96,22 @@ class RedisGuard:
             self._on_change(up, reason)
 
     async def run(self, operation: Callable[[], Awaitable[T]]) -> T:
-        """`operation()`, retried with backoff while Redis is unreachable (bounded)."""
-        first_failure: list[float] = []
+        """`operation()`, retried with backoff while Redis is unreachable (bounded).
 
+        The first try runs straight, outside the retry machinery: a command a route takes
+        costs a Redis round trip, not the building of a retry loop (that was about a third of
+        the coordinator's CPU a route); only a failed try starts the bounded retries."""
+        first_failure: list[float] = []
+        if self.up:
+            try:
+                return await operation()
+            except TRANSIENT as exc:
+                first_failure.append(time.monotonic())
+                self._mark(False, f"{type(exc).__name__}: {exc}")
+        return await self._retried(operation, first_failure)
+
+    async def _retried(self, operation: Callable[[], Awaitable[T]],
+                       first_failure: list[float]) -> T:
         def gone_too_long(state: tenacity.RetryCallState) -> bool:
             # Counted from the first failure, not from the call: a blocking read that waited
             # its full time before Redis went away still gets the whole bound.

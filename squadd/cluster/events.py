@@ -6,6 +6,7 @@ whole cluster.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -18,21 +19,31 @@ from squadd.cluster.wire import EventEnvelope
 from squadd.contracts.events import BaseEvent, parse_event
 
 log = structlog.get_logger("squadd.cluster")
+PUBLISH_BATCH = 64
+"""Most events a worker sends in one round trip."""
 
 
 async def publish_events(guard: RedisGuard, worker: str, next_event: Callable[[], Any], *,
-                         maxlen: int) -> None:
+                         maxlen: int,
+                         ready: Callable[[], list[BaseEvent]] = lambda: []) -> None:
     """Forward events from `next_event()` (an awaitable giving the next one, None to skip)
-    to the stream, trimmed near `maxlen`. Runs until cancelled."""
+    to the stream, trimmed near `maxlen`, with those `ready()` has at hand then (at most
+    `PUBLISH_BATCH` of them) in one round trip. Runs until cancelled."""
     client = guard.client
     while True:
         event: BaseEvent | None = await next_event()
         if event is None:
             continue
-        data = EventEnvelope(worker=worker,
-                             event=event.model_dump(mode="json")).dump()
-        await guard.run(lambda d=data: client.xadd(  # type: ignore[misc]
-            keys.EVENTS, {"data": d}, maxlen=maxlen, approximate=True))
+        data = [EventEnvelope(worker=worker, event=e.model_dump(mode="json")).dump()
+                for e in (event, *ready())]
+        await guard.run(functools.partial(_publish, client, data, maxlen))
+
+
+async def _publish(client: Any, data: list[str], maxlen: int) -> None:
+    async with client.pipeline(transaction=False) as pipe:
+        for one in data:
+            pipe.xadd(keys.EVENTS, {"data": one}, maxlen=maxlen, approximate=True)
+        await pipe.execute()
 
 
 async def relay_events(guard: RedisGuard, publish: Callable[[BaseEvent], None], *,

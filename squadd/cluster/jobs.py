@@ -9,7 +9,7 @@ them to `XAUTOCLAIM` by another worker.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,11 +58,23 @@ class JobQueue:
         for stream in keys.JOB_STREAMS:
             await ensure_group(self.guard, stream, keys.WORKERS_GROUP)
 
-    async def submit(self, job: Job) -> str:
-        stream = keys.JOBS_URGENT if job.priority == "urgent" else keys.JOBS_NORMAL
+    @staticmethod
+    def stream_of(job: Job) -> str:
+        return keys.JOBS_URGENT if job.priority == "urgent" else keys.JOBS_NORMAL
+
+    async def submit(self, job: Job, *, uncancel: bool = False) -> str:
+        """Add `job` to its stream; its entry id. `uncancel`: first, in the same round trip,
+        delete the session's cancel mark (a cancel of an earlier run of it is over)."""
+        stream = self.stream_of(job)
         client = self.guard.client
-        entry: Any = await self.guard.run(lambda: client.xadd(stream, {"data": job.dump()}))
-        return str(entry)
+
+        async def add() -> Any:
+            async with client.pipeline(transaction=False) as pipe:
+                if uncancel:
+                    pipe.delete(keys.cancel(job.session_id))
+                pipe.xadd(stream, {"data": job.dump()})
+                return (await pipe.execute())[-1]
+        return str(await self.guard.run(add))
 
     async def take(self, consumer: str, *, block_s: float = BLOCK_S) -> Delivery | None:
         """One new job for `consumer`: an urgent one if any waits, else a normal one (waiting
@@ -147,14 +159,23 @@ class JobQueue:
         return {"streams": streams, "pending_per_worker": per_worker}
 
     async def held_by(self, consumer: str, session_id: str,
-                      nonces: frozenset[str] | None = None) -> bool:
+                      nonces: frozenset[str] | None = None,
+                      entries: Mapping[str, str] | None = None) -> bool:
         """Whether `consumer` holds (has pending in the group) the job of `session_id`: the
         coordinator's test of a claim, so no one claims a session whose job it was not given.
         `nonces`: the marks of the jobs the coordinator submitted for it, where it knows them
-        (a job someone else added to the stream then counts for nothing)."""
+        (a job someone else added to the stream then counts for nothing). `entries`: the
+        stream entries of those jobs (entry id to stream), looked at first."""
         if not consumer:  # no name: XPENDING would list every consumer's jobs
             return False
         client = self.guard.client
+        for entry_id, stream in (entries or {}).items():
+            # The jobs the coordinator added itself, each looked up by its id: one round trip,
+            # not a scan of everything the worker holds.
+            holder: Any = await self._grouped(lambda s=stream, e=entry_id: client.xpending_range(  # type: ignore[misc]
+                s, keys.WORKERS_GROUP, min=e, max=e, count=1))
+            if holder and str(holder[0].get("consumer")) == consumer:
+                return True
         for stream in keys.JOB_STREAMS:
             pending: Any = await self._grouped(lambda s=stream: client.xpending_range(  # type: ignore[misc]
                 s, keys.WORKERS_GROUP, min="-", max="+", count=HELD_SCAN,
@@ -214,16 +235,32 @@ class JobQueue:
         client = self.guard.client
         taken: list[Delivery] = []
         gone: list[Delivery] = []
-        for delivery in deliveries:
-            pending: Any = await self._grouped(lambda d=delivery: client.xpending_range(  # type: ignore[misc]
-                d.stream, keys.WORKERS_GROUP, min=d.entry_id, max=d.entry_id, count=1))
+        mine: list[Delivery] = []
+
+        async def look() -> list[Any]:  # every job's holder, in one round trip
+            async with client.pipeline(transaction=False) as pipe:
+                for d in deliveries:
+                    pipe.xpending_range(d.stream, keys.WORKERS_GROUP, min=d.entry_id,
+                                        max=d.entry_id, count=1)
+                return list(await pipe.execute())
+
+        holders = await self._grouped(look) or [None] * len(deliveries)
+        for delivery, pending in zip(deliveries, holders, strict=True):
             if not pending:
                 gone.append(delivery)
             elif str(pending[0].get("consumer")) != consumer:
                 taken.append(delivery)
             else:
-                await self.guard.run(lambda d=delivery: client.xclaim(  # type: ignore[misc]
-                    d.stream, keys.WORKERS_GROUP, consumer, 0, [d.entry_id], justid=True))
+                mine.append(delivery)
+
+        async def renew() -> None:  # and every one still this worker's renewed, in another
+            async with client.pipeline(transaction=False) as pipe:
+                for d in mine:
+                    pipe.xclaim(d.stream, keys.WORKERS_GROUP, consumer, 0, [d.entry_id],
+                                justid=True)
+                await pipe.execute()
+        if mine:
+            await self.guard.run(renew)
         return taken, gone
 
     async def ack(self, stream: str, entry_id: str) -> None:

@@ -41,16 +41,24 @@ async def send(guard: RedisGuard, request: Request, *, timeout_s: float,
     client = guard.client
     box = keys.reply_box(request.request_id)
     data = request.dump()
+
+    async def add_and_wait() -> Any:
+        # One round trip: the request added, then the wait for its reply begins at once.
+        async with client.pipeline(transaction=False) as pipe:
+            pipe.xadd(keys.REQUESTS, {"data": data})
+            pipe.blpop([box], timeout=BLOCK_S)
+            return (await pipe.execute())[1]
+
     for _ in range(attempts):
-        await guard.run(lambda: client.xadd(keys.REQUESTS, {"data": data}))
         with anyio.move_on_after(timeout_s):
+            popped: Any = await guard.run(add_and_wait)
             while True:
-                popped: Any = await guard.run(lambda: client.blpop([box], timeout=BLOCK_S))
                 if popped:
                     return Reply.model_validate_json(popped[1])
                 stored: Any = await guard.run(lambda: client.get(keys.reply(request.request_id)))
                 if stored:
                     return Reply.model_validate_json(stored)
+                popped = await guard.run(lambda: client.blpop([box], timeout=BLOCK_S))
     raise ClusterError(
         f"the coordinator did not answer request {request.request_id} ({request.kind}) after "
         f"{attempts} tries {timeout_s:g}s apart (cluster.request_attempts, "
@@ -108,15 +116,29 @@ class RequestServer:
                         backlog = False
                         continue
                     cursor = str(entries[-1][0])
-                for entry_id, fields in entries:
+                parsed = [(str(entry_id), _parsed(str(entry_id), fields))
+                          for entry_id, fields in entries]
+                stored = await self._stored([request for _, request in parsed
+                                             if request is not None])
+                for entry_id, request in parsed:
                     place = object()  # taken here, given back by the task that answers
                     await self._limit.acquire_on_behalf_of(place)
-                    tg.start_soon(self._serve_one, place, str(entry_id), fields)
+                    tg.start_soon(self._serve_one, place, entry_id, request, stored)
 
-    async def _serve_one(self, place: object, entry_id: str,
-                         fields: dict[str, str] | None) -> None:
+    async def _stored(self, requests: list[Request]) -> dict[str, str | None]:
+        """The stored replies of a batch's redo-safe requests, in one round trip (a request
+        that is not redo-safe looks its own up, right before it is applied)."""
+        ids = list({r.request_id: None for r in requests if r.kind in self.redo_safe})
+        if not ids:
+            return {}
+        client = self.guard.client
+        found: Any = await self.guard.run(lambda: client.mget([keys.reply(i) for i in ids]))
+        return dict(zip(ids, found or [None] * len(ids), strict=True))
+
+    async def _serve_one(self, place: object, entry_id: str, request: Request | None,
+                         stored: dict[str, str | None]) -> None:
         try:
-            await self._answer(entry_id, fields)
+            await self._answer(entry_id, request, stored)
         except ClusterError:
             raise
         except Exception:
@@ -124,17 +146,18 @@ class RequestServer:
         finally:
             self._limit.release_on_behalf_of(place)
 
-    async def _answer(self, entry_id: str, fields: dict[str, str] | None) -> None:
+    async def _answer(self, entry_id: str, request: Request | None,
+                      prefetched: dict[str, str | None]) -> None:
         client = self.guard.client
-        try:
-            request = Request.model_validate_json((fields or {}).get("data", ""))
-        except ValidationError as exc:
-            log.warning("malformed cluster request dropped", entry=entry_id,
-                        error=str(exc)[:300])
+        if request is None:
             await self._finish(entry_id)
             return
         rid = request.request_id
-        stored: Any = await self.guard.run(lambda: client.get(keys.reply(rid)))
+        stored: Any
+        if rid in prefetched:
+            stored = prefetched[rid]
+        else:
+            stored = await self.guard.run(lambda: client.get(keys.reply(rid)))
         if stored:
             await self._finish(entry_id, rid, stored)
             return
@@ -177,3 +200,12 @@ class RequestServer:
                 pipe.xdel(keys.REQUESTS, entry_id)
                 await pipe.execute()
         await self.guard.run(finish)
+
+
+def _parsed(entry_id: str, fields: dict[str, str] | None) -> Request | None:
+    """The request in a stream entry; None (logged) when the entry holds none."""
+    try:
+        return Request.model_validate_json((fields or {}).get("data", ""))
+    except ValidationError as exc:
+        log.warning("malformed cluster request dropped", entry=entry_id, error=str(exc)[:300])
+        return None

@@ -29,14 +29,14 @@ from squadd.contracts.routes import RouteRequest, RouteResult
 from squadd.daemon import inbox_api
 from squadd.daemon.dashboard import UI_PREFIX, Dashboard, dashboard_app
 from squadd.daemon.dashboard import state as dashboard_state
-from squadd.daemon.requests import (
+from squadd.daemon.handler_context import (
     ApiError,
     DaemonContext,
     Handler,
+    answering_errors,
     context_of,
     error_answer,
     flag,
-    guarded,
     invalid,
     json_answer,
     object_body,
@@ -44,18 +44,13 @@ from squadd.daemon.requests import (
     transcript_records,
 )
 from squadd.daemon.streams import events
-from squadd.errors import InvalidNameError
+from squadd.errors import InvalidNameError, VariableValueError
 from squadd.runtime.callers import OUTSIDE_SESSION, CallerError, CallScope
 from squadd.runtime.runtime import SquadRuntime
 from squadd.state.layout import safe_id
+from squadd.tools.approvals import ApprovalBroker
 from squadd.tools.base import Tool, ToolSet
-from squadd.tools.custom.approvals import ApprovalBroker
-from squadd.tools.custom.variables import (
-    SquadVariables,
-    VariableValueError,
-    secrets_file_path,
-    store_variable,
-)
+from squadd.tools.variables import SquadVariables, secrets_file_path, store_variable
 
 __all__ = ["BearerAuth", "DaemonContext", "create_app"]
 
@@ -72,11 +67,12 @@ _ROUTE_STATUS = {
 """HTTP status of a route that did not run; one that ran (even into an error) is a 200."""
 
 
-def _route_answer(result: RouteResult) -> JSONResponse:
+def _route_answer(result: RouteResult, **beside: Any) -> JSONResponse:
     status = 200 if result.ok or result.reason is None else _ROUTE_STATUS.get(result.reason, 200)
     headers = ({"retry-after": str(POOL_FULL_RETRY_AFTER_S)}
                if result.reason in ("pool_full", "queue_timeout") else None)
-    return json_answer(result, status, headers)
+    return json_answer({**result.model_dump(mode="json"), **beside} if beside else result,
+                       status, headers)
 
 
 # Endpoints.
@@ -151,14 +147,23 @@ async def route(request: Request) -> Response:
     except ValidationError as exc:
         raise invalid("route request", exc) from None
     result = await runtime.route(route_request)
-    return _route_answer(result)
+    return await _route_answer_with_view(request, result)
 
 
 async def resume_session(request: Request) -> Response:
     runtime = context_of(request).runtime
     result = await runtime.resume(request.path_params["session_id"],
                                   wait=flag(request, "wait", True))
-    return _route_answer(result)
+    return await _route_answer_with_view(request, result)
+
+
+async def _route_answer_with_view(request: Request, result: RouteResult) -> Response:
+    """The route's answer; with `?view=session`, the session's view as it ended beside it
+    (`squadd route` prints it), so that the caller needs no second request."""
+    if request.query_params.get("view") != "session" or result.session_id is None:
+        return _route_answer(result)
+    view = await context_of(request).runtime.session(result.session_id)
+    return _route_answer(result, session=view.model_dump(mode="json") if view else None)
 
 
 async def land_session(request: Request) -> Response:
@@ -378,7 +383,7 @@ def create_app(context: DaemonContext, dashboard: Dashboard | None = None) -> St
     What the dashboard draws is followed either way: `GET /v1/dashboard` (`squadd top`)."""
     board = dashboard if dashboard is not None else Dashboard(token="")
     context.runtime.bus.add_listener(board.observe)
-    routes: list[BaseRoute] = [Route(path, guarded(handler), methods=[method])
+    routes: list[BaseRoute] = [Route(path, answering_errors(handler), methods=[method])
                                for method, path, handler in ROUTES]
     if dashboard is not None:
         routes.append(Mount(UI_PREFIX, app=dashboard_app(context, dashboard, resolve_approval)))

@@ -9,19 +9,23 @@ Answers are the daemon's JSON as plain dicts, shaped like `squadd.contracts`' mo
     DaemonError             the daemon did not answer in time, or dropped the connection
 
 A route that cannot run (pool full, unknown agent) is not an exception: `route` returns the
-`RouteResult` with `ok: false` and its `reason`, as the `squad_route` tool does. The blocking
-client's calls need only the standard library (`_http1`); httpx is imported for event streams
-and the async client, pydantic only when a route is sent, so that `squadd status` starts fast.
+`RouteResult` with `ok: false` and its `reason`, as the `squad_route` tool does.
+
+The blocking client speaks the standard library's `http.client` (`_unix.Connection`), one
+connection an exchange: `squadd status` starts in a fraction of the time importing httpx takes.
+The async client speaks httpx, its requests queued in two bounded lanes (long waits, the rest)
+so that a thousand routes in flight cost each what eight do. One mapper (`_Base._failed`)
+turns what either raises into the `DaemonError` it is.
 """
 
 from __future__ import annotations
 
+import http.client  # imported by `_unix` in any case
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
-from squadd.daemon._http1 import TOO_LONG, ExchangeError, exchange
-from squadd.daemon._unix import SocketAddress
+from squadd.daemon import _unix
 from squadd.daemon.wire import (
     API,
     DEFAULT_TIMEOUT_S,
@@ -31,16 +35,19 @@ from squadd.daemon.wire import (
     Call,
     Calls,
     DaemonRequestError,
-    SSEParser,
+    asubscribed,
     read_answer,
+    route_wire,
+    subscribed,
 )
 from squadd.errors import DaemonError, DaemonNotRunningError
 from squadd.state.layout import SquadLayout
 
 TYPE_CHECKING = False  # no `typing` at run time: `squadd status` starts fast
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Self
 
+    import anyio
     import httpx
 
     from squadd.contracts.events import Event
@@ -50,14 +57,23 @@ __all__ = [
     "DaemonError", "DaemonNotRunningError", "DaemonRequestError", "not_running",
 ]
 
+MAX_CONNECTIONS = 32
+"""The async client's requests in flight in each lane; more wait, first come first served."""
+LONG_WAIT_S = DEFAULT_TIMEOUT_S * 3
+"""A call that may take longer than this (a waiting route, a landing) goes in the long lane."""
+
+
 def not_running(layout: SquadLayout) -> DaemonNotRunningError:
     return DaemonNotRunningError(
         f"no squadd daemon is running for {layout.repo}: start one with 'squadd serve'")
 
 
-def _request_errors() -> tuple[type[Exception], ...]:
-    """What sending a request through httpx can raise: a failed exchange, or a URL it refuses
-    (too long). (An `except` clause evaluates this only when something was raised.)"""
+_ERRORS = (OSError, ValueError, http.client.HTTPException)
+"""What a blocking exchange can raise: socket errors, refusals, malformed answers."""
+
+
+def _httpx_errors() -> tuple[type[Exception], ...]:
+    """What a request through httpx can raise (evaluated only once something was raised)."""
     import httpx
 
     return (httpx.HTTPError, httpx.InvalidURL)
@@ -68,13 +84,18 @@ def _limit(call: Call, cap: float | None) -> float:
 
 
 class _Base:
-    def __init__(self, layout: SquadLayout, *, tcp: str | None, token: str | None,
-                 timeout: float | None):
+    def __init__(self, layout: SquadLayout, *, tcp: str | None = None, token: str | None = None,
+                 timeout: float | None = None):
         self.layout = layout
         self.tcp = tcp
         self.token = token
         self.timeout = timeout
-        self._address: SocketAddress | None = None
+        self._address: _unix.SocketAddress | None = None
+
+    @classmethod
+    def find(cls, start: Path | None = None, **options: Any) -> Self:
+        """A client for the squad dir at or above `start` (default: the working directory)."""
+        return cls(SquadLayout.find(start), **options)
 
     def _transport_target(self) -> tuple[str, str | None]:
         """The base URL and the socket path (None on TCP)."""
@@ -82,7 +103,7 @@ class _Base:
             return f"http://{self.tcp}", None
         if self._address is None:
             try:
-                self._address = SocketAddress(self.layout.socket)
+                self._address = _unix.SocketAddress(self.layout.socket)
             except OSError:
                 raise not_running(self.layout) from None
         return "http://squadd", self._address.usable
@@ -90,59 +111,36 @@ class _Base:
     def _headers(self) -> dict[str, str]:
         return {TOKEN_HEADER: f"Bearer {self.token}"} if self.token else {}
 
-    def _timeout(self, call: Call) -> httpx.Timeout:
-        import httpx
-
-        limit = _limit(call, self.timeout)
-        return httpx.Timeout(limit, connect=min(limit, 5.0))
-
-    def _exchange_failed(self, call: Call, exc: ExchangeError) -> DaemonError:
-        """The `DaemonError` for an exchange that failed, by how it failed (`exc.kind`)."""
-        path = call.path if len(call.path) <= 120 else call.path[:117] + "..."
-        if exc.kind == "invalid":
-            return DaemonError(f"{call.method} {path} cannot be sent: {exc}")
-        if exc.kind == "connect":
-            return not_running(self.layout)
-        if exc.kind == "timeout":
-            return DaemonError(f"the daemon did not answer {call.method} {path} in time: {exc}")
-        return DaemonError(f"the connection to the daemon broke during {call.method} "
-                           f"{path}: {exc} (did the daemon stop? 'squadd status' tells)")
-
     def _failed(self, call: Call, exc: Exception) -> DaemonError:
-        """The same for a request httpx sent (event streams, the async client)."""
-        import httpx
+        """The `DaemonError` for an exchange that failed, by how it failed, whichever library
+        raised it: cannot be sent, nothing listens, no answer in time, or a broken exchange."""
+        path = call.path if len(call.path) <= 120 else call.path[:117] + "..."
+        if type(exc).__module__.startswith("httpx"):
+            import httpx
 
-        if isinstance(exc, httpx.InvalidURL):
-            return self._exchange_failed(call, ExchangeError("invalid", f"{exc} ({TOO_LONG})"))
-        if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+            if isinstance(exc, httpx.ConnectError):
+                exc = _unix.NotListening(str(exc))
+            elif isinstance(exc, httpx.TimeoutException):
+                exc = TimeoutError(f"no answer within {_limit(call, self.timeout):g}s")
+            elif isinstance(exc, httpx.InvalidURL):
+                exc = _unix.RequestRefused(f"{exc} ({_unix.TOO_LONG})")
+        if isinstance(exc, _unix.NotListening):
             return not_running(self.layout)
-        if isinstance(exc, httpx.TimeoutException):
-            return self._exchange_failed(call, ExchangeError(
-                "timeout", f"no answer within {_limit(call, self.timeout):g}s"))
-        return self._exchange_failed(call, ExchangeError("broken", str(exc)))
+        if isinstance(exc, TimeoutError):
+            said = str(exc)
+            if said in ("", "timed out"):  # the socket's own words
+                said = f"no answer within {_limit(call, self.timeout):g}s"
+            return DaemonError(f"the daemon did not answer {call.method} {path} in time: {said}")
+        if isinstance(exc, ValueError) and not isinstance(exc, UnicodeDecodeError):
+            return DaemonError(f"{call.method} {path} cannot be sent: {exc}")
+        return DaemonError(f"the connection to the daemon broke during {call.method} "
+                           f"{path}: {exc or type(exc).__name__} (did the daemon stop? "
+                           "'squadd status' tells)")
 
     def _close_address(self) -> None:
         if self._address is not None:
             self._address.close()
             self._address = None
-
-
-def route_wire(task: str, agent: str | None, context: str | None, priority: str, wait: bool,
-               model: str | None, session_id: str | None,
-               available_tools: Sequence[str] | None, timeout_s: float | None,
-               isolation: str | None = None, land: bool = False) -> dict[str, Any]:
-    """The body of `POST /v1/route`: `RouteRequest.wire()` with the fields given. The daemon
-    validates it (its 422 names each bad field), so nothing is checked twice."""
-    from squadd.contracts.routes import RouteRequest
-
-    given: dict[str, Any] = {
-        "task": task, "priority": priority, "wait_for_result": wait, "target_agent": agent,
-        "context": context, "model": model, "session_id": session_id, "timeout_s": timeout_s,
-        "available_tools": list(available_tools) if available_tools is not None else None,
-        "isolation": isolation, "land": land or None,
-    }
-    return RouteRequest.model_construct(
-        **{name: value for name, value in given.items() if value is not None}).wire()
 
 
 class DaemonClient(_Base):
@@ -152,42 +150,25 @@ class DaemonClient(_Base):
     call (None: each call's own default).
     """
 
-    def __init__(self, layout: SquadLayout, *, tcp: str | None = None, token: str | None = None,
-                 timeout: float | None = None):
-        super().__init__(layout, tcp=tcp, token=token, timeout=timeout)
-        self._http: httpx.Client | None = None
-
-    @classmethod
-    def find(cls, start: Path | None = None, **options: Any) -> DaemonClient:
-        """A client for the squad dir at or above `start` (default: the working directory)."""
-        return cls(SquadLayout.find(start), **options)
-
-    def _client(self) -> httpx.Client:
-        """The httpx client, for event streams only."""
-        import httpx
-
-        if self._http is None:
-            base, uds = self._transport_target()
-            self._http = httpx.Client(base_url=base, transport=httpx.HTTPTransport(uds=uds),
-                                      headers=self._headers(), timeout=DEFAULT_TIMEOUT_S)
-        return self._http
-
-    def _send(self, call: Call) -> Any:
+    def _where(self, call: Call) -> dict[str, Any]:
         _base, uds = self._transport_target()
-        limit = _limit(call, self.timeout)
+        return {"uds": uds, "tcp": self.tcp, "headers": self._headers(),
+                "limit": _limit(call, self.timeout)}
+
+    def _send(self, call: Call) -> dict[str, Any]:
         try:
-            answer = exchange(uds=uds, tcp=self.tcp, method=call.method, path=call.path,
-                              params=call.params or None, body=call.body,
-                              headers={**self._headers(), **call.headers}, timeout=limit,
-                              connect_timeout=min(limit, 5.0))
-        except ExchangeError as exc:
-            raise self._exchange_failed(call, exc) from None
-        return read_answer(call, answer)
+            connection, response = _unix.open_exchange(call, **self._where(call))
+            try:
+                answer = _unix.Answer(response.status, response.read())
+            finally:
+                response.close()
+                connection.close()
+        except _ERRORS as exc:
+            raise self._failed(call, exc) from None
+        result: dict[str, Any] = read_answer(call, answer)
+        return result
 
     def close(self) -> None:
-        if self._http is not None:
-            self._http.close()
-            self._http = None
         self._close_address()
 
     def __enter__(self) -> DaemonClient:
@@ -199,20 +180,17 @@ class DaemonClient(_Base):
     # The endpoints.
     def health(self) -> dict[str, Any]:
         """`GET /v1/health`: pid, version, repo, uptime_s, stopping, pool totals."""
-        result: dict[str, Any] = self._send(Calls.health())
-        return result
+        return self._send(Calls.health())
 
     def status(self, *, agent: str | None = None,
                include_ended: bool = False) -> dict[str, Any]:
         """`GET /v1/sessions`: a StatusReport, `{"sessions": [...], "pool": {...}}`."""
-        result: dict[str, Any] = self._send(Calls.status(agent, include_ended))
-        return result
+        return self._send(Calls.status(agent, include_ended))
 
     def session(self, session_id: str, *, transcript: bool = True,
                 tail: int | None = None) -> dict[str, Any]:
         """`GET /v1/sessions/{id}`: `{"session": SessionView, "transcript": [records]}`."""
-        result: dict[str, Any] = self._send(Calls.session(session_id, transcript, tail))
-        return result
+        return self._send(Calls.session(session_id, transcript, tail))
 
     def route(self, task: str, agent: str | None = None, *, context: str | None = None,
               priority: str = "normal", wait: bool = True, model: str | None = None,
@@ -226,30 +204,25 @@ class DaemonClient(_Base):
 
     def route_args(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         """`POST /v1/route` with `squad_route`'s own (camelCase) arguments, as MCP sends them."""
-        result: dict[str, Any] = self._send(Calls.route(arguments))
-        return result
+        return self._send(Calls.route(arguments))
 
     def resume(self, session_id: str, *, wait: bool = True) -> dict[str, Any]:
         """`POST /v1/sessions/{id}/resume`: continue an interrupted session; a RouteResult."""
-        result: dict[str, Any] = self._send(Calls.resume(session_id, wait))
-        return result
+        return self._send(Calls.resume(session_id, wait))
 
     def cancel(self, session_id: str) -> dict[str, Any]:
         """`POST /v1/sessions/{id}/cancel`: `{"session_id", "cancelled": true}`."""
-        result: dict[str, Any] = self._send(Calls.cancel(session_id))
-        return result
+        return self._send(Calls.cancel(session_id))
 
     def land(self, session_id: str) -> dict[str, Any]:
         """`POST /v1/sessions/{id}/land`: land through the daemon's queue and wait; a
         LandResult with its `landing` outcome (a landing refused is still an answer)."""
-        result: dict[str, Any] = self._send(Calls.land(session_id))
-        return result
+        return self._send(Calls.land(session_id))
 
     def reload(self) -> dict[str, Any]:
         """`POST /v1/reload`: read the settings files again now; what was applied, what
         waits for a restart, or why the files were refused (`ok` false)."""
-        result: dict[str, Any] = self._send(Calls.reload())
-        return result
+        return self._send(Calls.reload())
 
     def tools(self, *, agent: str | None = None,
               session_id: str | None = None) -> list[dict[str, Any]]:
@@ -267,55 +240,46 @@ class DaemonClient(_Base):
         (a failure is a result too, e.g. bad arguments or an unknown tool). `limit_s` bounds
         the wait (a squad_route call waits for its agent). `traceparent` (W3C) makes the
         call's spans part of the caller's trace."""
-        result: dict[str, Any] = self._send(
+        return self._send(
             Calls.call_tool(name, arguments, agent, session_id, limit_s, traceparent))
-        return result
 
     def resolve_approval(self, approval_id: str, approved: bool,
                          reason: str = "") -> dict[str, Any]:
         """`POST /v1/approvals/{id}`: `{"approval_id", "approved"}`; 404 when none waits."""
-        result: dict[str, Any] = self._send(Calls.approval(approval_id, approved, reason))
-        return result
+        return self._send(Calls.approval(approval_id, approved, reason))
 
     def inbox(self, *, include_resolved: bool = False) -> dict[str, Any]:
         """`GET /v1/inbox`: `{"items": [...]}`, open items oldest first (`all`: resolved too)."""
-        result: dict[str, Any] = self._send(Calls.inbox(include_resolved))
-        return result
+        return self._send(Calls.inbox(include_resolved))
 
     def inbox_item(self, item_id: str) -> dict[str, Any]:
         """`GET /v1/inbox/{id}`: `{"item": {...}}`; 404 for an unknown id."""
-        result: dict[str, Any] = self._send(Calls.inbox_item(item_id))
-        return result
+        return self._send(Calls.inbox_item(item_id))
 
     def inbox_resolve(self, item_id: str, action: str, *, answer: str = "",
                       budget: float | None = None, reason: str = "") -> dict[str, Any]:
         """`POST /v1/inbox/{id}`: resolve an item; `{"item": {...}}` as resolved."""
-        result: dict[str, Any] = self._send(Calls.inbox_resolve(
+        return self._send(Calls.inbox_resolve(
             item_id, action, answer=answer, budget=budget, reason=reason))
-        return result
 
     def dashboard(self) -> dict[str, Any]:
         """`GET /v1/dashboard`: what the dashboard draws, as of event `seq` (pool, sessions
         with their turns and current tool, queue, pending approvals, decisions, tokens)."""
-        result: dict[str, Any] = self._send(Calls.dashboard())
-        return result
+        return self._send(Calls.dashboard())
 
     def ui(self) -> dict[str, Any]:
         """`GET /v1/ui`: the dashboard's `url` and `link` (the URL with its token); 404 when
         the daemon serves no dashboard."""
-        result: dict[str, Any] = self._send(Calls.ui())
-        return result
+        return self._send(Calls.ui())
 
     def set_variable(self, name: str, value: str) -> dict[str, Any]:
         """`POST /v1/variables/{name}`: `{"name", "stored_in", "waiting_calls"}` (never the
         value)."""
-        result: dict[str, Any] = self._send(Calls.variable(name, value))
-        return result
+        return self._send(Calls.variable(name, value))
 
     def shutdown(self) -> dict[str, Any]:
         """`POST /v1/shutdown`: the daemon starts its graceful stop and answers at once."""
-        result: dict[str, Any] = self._send(Calls.shutdown())
-        return result
+        return self._send(Calls.shutdown())
 
     @contextmanager
     def subscribe(self, *, types: Sequence[str] | None = None,
@@ -329,19 +293,16 @@ class DaemonClient(_Base):
         """
         call = Calls.events(types, session_id, recent, follow)
         try:
-            with self._client().stream(call.method, call.path, params=call.params,
-                                       timeout=self._timeout(call)) as response:
-                if response.status_code >= 400:
-                    response.read()
-                    read_answer(call, response)
-                lines = response.iter_lines()
-                parser = SSEParser()
-                for line in lines:
-                    parser.feed(line)
-                    if parser.subscribed:
-                        break
-                yield _iter_events(lines, parser)
-        except _request_errors() as exc:
+            connection, response = _unix.open_exchange(call, **self._where(call), close=False)
+            try:
+                if response.status >= 400:
+                    read_answer(call, _unix.Answer(response.status, response.read()))
+                yield subscribed(_unix.stream_lines(connection, response,
+                                                    _limit(call, self.timeout)))
+            finally:
+                response.close()
+                connection.close()
+        except _ERRORS as exc:
             raise self._failed(call, exc) from None
 
     def events(self, *, types: Sequence[str] | None = None, session_id: str | None = None,
@@ -352,32 +313,28 @@ class DaemonClient(_Base):
             yield from stream
 
 
-def _iter_events(lines: Iterator[str], parser: SSEParser) -> Iterator[dict[str, Any]]:
-    for line in lines:
-        event = parser.feed(line)
-        if event is not None:
-            yield event
-
-
 class AsyncDaemonClient(_Base):
     """The same API as `DaemonClient`, awaitable; `subscribe` yields parsed `Event` models
     (`subscribe_raw` yields dicts). Use it as an async context manager, or `aclose()` it."""
 
     def __init__(self, layout: SquadLayout, *, tcp: str | None = None, token: str | None = None,
                  timeout: float | None = None,
-                 transport: httpx.AsyncBaseTransport | None = None):
+                 transport: httpx.AsyncBaseTransport | None = None,
+                 max_connections: int = MAX_CONNECTIONS):
         """`transport` replaces the socket (or TCP) connection, as httpx's own `transport=`
         does: e.g. `httpx.ASGITransport(app=create_app(context))` talks to an app in this
-        process."""
+        process. `max_connections`: requests in flight in each of the two lanes (long waits,
+        and the rest); those past it wait their turn here. Event streams are not counted."""
         super().__init__(layout, tcp=tcp, token=token, timeout=timeout)
         self._transport = transport
         self._http: httpx.AsyncClient | None = None
-
-    @classmethod
-    def find(cls, start: Path | None = None, **options: Any) -> AsyncDaemonClient:
-        return cls(SquadLayout.find(start), **options)
+        self._max = max_connections
+        self._lanes: tuple[anyio.Semaphore, anyio.Semaphore] | None = None
 
     def _client(self) -> httpx.AsyncClient:
+        """The httpx client. Its own pool is left unbounded: httpcore scans every queued
+        request at each request's start and end, so a queue there costs each request in
+        proportion to the queue's length; the lanes' semaphores queue in constant time."""
         import httpx
 
         if self._http is None:
@@ -385,19 +342,35 @@ class AsyncDaemonClient(_Base):
                 base, transport = "http://squadd", self._transport
             else:
                 base, uds = self._transport_target()
-                transport = httpx.AsyncHTTPTransport(uds=uds)
+                transport = httpx.AsyncHTTPTransport(uds=uds, limits=httpx.Limits(
+                    max_connections=None, max_keepalive_connections=self._max))
             self._http = httpx.AsyncClient(base_url=base, transport=transport,
                                            headers=self._headers(), timeout=DEFAULT_TIMEOUT_S)
         return self._http
 
-    async def _send(self, call: Call) -> Any:
+    def _timeout(self, call: Call) -> httpx.Timeout:
+        import httpx
+
+        limit = _limit(call, self.timeout)
+        return httpx.Timeout(limit, connect=min(limit, 5.0))
+
+    def _lane(self, call: Call) -> anyio.Semaphore:
+        if self._lanes is None:
+            import anyio
+
+            self._lanes = (anyio.Semaphore(self._max), anyio.Semaphore(self._max))
+        return self._lanes[call.timeout > LONG_WAIT_S]
+
+    async def _send(self, call: Call) -> dict[str, Any]:
         try:
-            response = await self._client().request(
-                call.method, call.path, params=call.params, json=call.body,
-                headers=call.headers or None, timeout=self._timeout(call))
-        except _request_errors() as exc:
+            async with self._lane(call):
+                response = await self._client().request(
+                    call.method, call.path, params=call.params, json=call.body,
+                    headers=call.headers or None, timeout=self._timeout(call))
+        except _httpx_errors() as exc:
             raise self._failed(call, exc) from None
-        return read_answer(call, response)
+        result: dict[str, Any] = read_answer(call, response)
+        return result
 
     async def aclose(self) -> None:
         if self._http is not None:
@@ -411,20 +384,16 @@ class AsyncDaemonClient(_Base):
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    # The endpoints (see `DaemonClient` for what each returns).
-    async def health(self) -> dict[str, Any]:
-        result: dict[str, Any] = await self._send(Calls.health())
-        return result
+    async def health(self) -> dict[str, Any]:  # the endpoints: see `DaemonClient`'s
+        return await self._send(Calls.health())
 
     async def status(self, *, agent: str | None = None,
                      include_ended: bool = False) -> dict[str, Any]:
-        result: dict[str, Any] = await self._send(Calls.status(agent, include_ended))
-        return result
+        return await self._send(Calls.status(agent, include_ended))
 
     async def session(self, session_id: str, *, transcript: bool = True,
                       tail: int | None = None) -> dict[str, Any]:
-        result: dict[str, Any] = await self._send(Calls.session(session_id, transcript, tail))
-        return result
+        return await self._send(Calls.session(session_id, transcript, tail))
 
     async def route(self, task: str, agent: str | None = None, *, context: str | None = None,
                     priority: str = "normal", wait: bool = True, model: str | None = None,
@@ -436,17 +405,16 @@ class AsyncDaemonClient(_Base):
                                                 session_id, available_tools, timeout_s,
                                                 isolation, land))
 
-    async def route_args(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
-        result: dict[str, Any] = await self._send(Calls.route(arguments))
-        return result
+    async def route_args(self, arguments: Mapping[str, Any], view: bool = False
+                         ) -> dict[str, Any]:  # view: with the SessionView, as `session`
+        return await self._send(Calls.route(arguments, view))
 
-    async def resume(self, session_id: str, *, wait: bool = True) -> dict[str, Any]:
-        result: dict[str, Any] = await self._send(Calls.resume(session_id, wait))
-        return result
+    async def resume(self, session_id: str, *, wait: bool = True,
+                     view: bool = False) -> dict[str, Any]:
+        return await self._send(Calls.resume(session_id, wait, view))
 
     async def cancel(self, session_id: str) -> dict[str, Any]:
-        result: dict[str, Any] = await self._send(Calls.cancel(session_id))
-        return result
+        return await self._send(Calls.cancel(session_id))
 
     async def tools(self, *, agent: str | None = None,
                     session_id: str | None = None) -> list[dict[str, Any]]:
@@ -459,41 +427,32 @@ class AsyncDaemonClient(_Base):
                         limit_s: float = ROUTE_WAIT_LIMIT_S,
                         traceparent: str | None = None) -> dict[str, Any]:
         """As `DaemonClient.call_tool`; `traceparent` makes the call part of that trace."""
-        result: dict[str, Any] = await self._send(
+        return await self._send(
             Calls.call_tool(name, arguments, agent, session_id, limit_s, traceparent))
-        return result
 
     async def resolve_approval(self, approval_id: str, approved: bool,
                                reason: str = "") -> dict[str, Any]:
-        result: dict[str, Any] = await self._send(
-            Calls.approval(approval_id, approved, reason))
-        return result
+        return await self._send(Calls.approval(approval_id, approved, reason))
 
     async def inbox(self, *, include_resolved: bool = False) -> dict[str, Any]:
-        result: dict[str, Any] = await self._send(Calls.inbox(include_resolved))
-        return result
+        return await self._send(Calls.inbox(include_resolved))
 
     async def inbox_item(self, item_id: str) -> dict[str, Any]:
-        result: dict[str, Any] = await self._send(Calls.inbox_item(item_id))
-        return result
+        return await self._send(Calls.inbox_item(item_id))
 
     async def inbox_resolve(self, item_id: str, action: str, *, answer: str = "",
                             budget: float | None = None, reason: str = "") -> dict[str, Any]:
-        result: dict[str, Any] = await self._send(Calls.inbox_resolve(
+        return await self._send(Calls.inbox_resolve(
             item_id, action, answer=answer, budget=budget, reason=reason))
-        return result
 
     async def dashboard(self) -> dict[str, Any]:
-        result: dict[str, Any] = await self._send(Calls.dashboard())
-        return result
+        return await self._send(Calls.dashboard())
 
     async def set_variable(self, name: str, value: str) -> dict[str, Any]:
-        result: dict[str, Any] = await self._send(Calls.variable(name, value))
-        return result
+        return await self._send(Calls.variable(name, value))
 
     async def shutdown(self) -> dict[str, Any]:
-        result: dict[str, Any] = await self._send(Calls.shutdown())
-        return result
+        return await self._send(Calls.shutdown())
 
     @asynccontextmanager
     async def subscribe_raw(self, *, types: Sequence[str] | None = None,
@@ -510,14 +469,8 @@ class AsyncDaemonClient(_Base):
                 if response.status_code >= 400:
                     await response.aread()
                     read_answer(call, response)
-                lines = response.aiter_lines()
-                parser = SSEParser()
-                async for line in lines:
-                    parser.feed(line)
-                    if parser.subscribed:
-                        break
-                yield _aiter_events(lines, parser)
-        except _request_errors() as exc:
+                yield await asubscribed(response.aiter_lines())
+        except _httpx_errors() as exc:
             raise self._failed(call, exc) from None
 
     @asynccontextmanager
@@ -541,11 +494,3 @@ class AsyncDaemonClient(_Base):
         async with self.subscribe(types=types, session_id=session_id) as stream:
             async for event in stream:
                 yield event
-
-
-async def _aiter_events(lines: AsyncIterator[str],
-                        parser: SSEParser) -> AsyncIterator[dict[str, Any]]:
-    async for line in lines:
-        event = parser.feed(line)
-        if event is not None:
-            yield event

@@ -1,12 +1,11 @@
 """The coordinator: `squadd serve --cluster` as the single writer for a cluster of workers.
 
 It is the runtime's `SessionHost`: a routed session runs in one of the `--local-slots` here,
-or becomes a job on the Redis job stream that a worker takes. It answers the workers' requests
-(one at a time per request id, see `squadd.cluster.requests`): a claim raises the session's
-lease epoch and hands over the conversation so far; transcript records are appended and fsynced
-before the reply; squad-tool calls go through the one invocation pipeline; the end of a session
-wakes the route that waits for it. Every request but a claim must carry the current epoch, so
-a worker whose job moved on is refused. Events from the workers are relayed onto the bus.
+or becomes a job on the Redis job stream that a worker takes, and its route waits until the
+worker reports the end. It answers the workers' requests (one at a time per request id, see
+`squadd.cluster.requests`; what each answer does is `squadd.daemon.cluster_requests`), relays
+the workers' events onto the bus, watches their heartbeats, and keeps its prefix's lease
+(`squadd.daemon.cluster_keeper`).
 
 Anyone who can write to Redis can send a request, so a worker is trusted with no more than a
 worker sends: a claim only of a job the group gave that worker; then, for the session it holds
@@ -21,7 +20,6 @@ import functools
 import secrets
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -34,57 +32,28 @@ from squadd.cluster.connection import ClusterError, RedisGuard
 from squadd.cluster.events import relay_events
 from squadd.cluster.jobs import JobQueue
 from squadd.cluster.requests import RequestServer
-from squadd.cluster.wire import Job, Reply, Request, WorkerBeat
+from squadd.cluster.wire import Job, WorkerBeat
 from squadd.cluster.workers import live_workers
 from squadd.config import ClusterSettings
-from squadd.contracts.events import NullSink
-from squadd.contracts.messages import (
-    ToolCall,
-    ToolMessage,
-    Usage,
-    message_record,
-)
 from squadd.daemon import remote_worktrees
 from squadd.daemon.cluster_keeper import PrefixKeeper
-from squadd.daemon.handover import recovered_results
+from squadd.daemon.cluster_requests import REDO_SAFE, RemoteSession, WorkerRequests
 from squadd.daemon.orphans import Orphans
-from squadd.daemon.placement import claim_event, last_epoch, last_worker
 from squadd.runtime.opening import accept
 from squadd.runtime.planning import RoutePlan
 from squadd.runtime.pool import SessionRecord
 from squadd.runtime.runner import RunHere
 from squadd.runtime.runtime import SquadRuntime
+from squadd.runtime.session import SessionOutcome
+from squadd.runtime.session_info import SessionInfo
+from squadd.runtime.session_sink import SessionSink
+from squadd.tools.base import ToolSet
+from squadd.workspaces.git import Git
 
 if TYPE_CHECKING:
     from squadd.daemon.cluster_mode import ClusterStart
-from squadd.runtime.services import Found
-from squadd.runtime.session import AgentSession, SessionOutcome
-from squadd.runtime.session_info import SessionInfo, session_meta
-from squadd.runtime.session_sink import SessionSink
-from squadd.state.transcripts import TranscriptWriter, read_transcript
-from squadd.tools.base import CancelSignal, ToolSet
-from squadd.tools.invoke import CallOrigin
-from squadd.workspaces.git import Git
 
 log = structlog.get_logger("squadd.coordinator")
-
-REDO_SAFE = ("claim", "records", "end")
-"""Requests whose handling is idempotent (a tool call is not: it is never applied twice)."""
-_ENDED = frozenset({"completed", "error"})
-@dataclass(eq=False)
-class RemoteSession:
-    """A session this coordinator handed to the workers and whose route waits for it."""
-
-    plan: RoutePlan
-    record: SessionRecord
-    tools: ToolSet
-    sink: SessionSink
-    done: anyio.Event = field(default_factory=anyio.Event)
-    outcome: SessionOutcome | None = None
-    worker: str | None = None
-    cancelled: bool = False
-    nonces: set[str] = field(default_factory=set)
-    """The marks of the jobs submitted for it: a claim must hold a job with one of these."""
 
 
 class Coordinator:
@@ -99,23 +68,22 @@ class Coordinator:
         self.guard = guard
         self.jobs = JobQueue(guard)
         self._git = Git(runtime.settings.workspace.git_timeout_s)
-        self.server = RequestServer(guard, self.handle, reply_ttl_s=settings.reply_ttl_s,
-                                    redo_safe=REDO_SAFE)
+
         self.local_free = settings.local_slots
         self.workers: list[WorkerBeat] = []
         """The live workers, as last seen (refreshed every heartbeat)."""
         self._remote: dict[str, RemoteSession] = {}
-        self._epochs: dict[str, int] = {}
-        self._applied: dict[str, tuple[int, int]] = {}
-        """Per session, the (epoch, number) of the last transcript record appended."""
-        self._locks: dict[str, anyio.Lock] = {}
-        self._holders: dict[str, tuple[str, int]] = {}
-        """Per session, the worker that claimed it and the epoch its claim got."""
         self.keeper = None if start is None else PrefixKeeper(
             runtime, settings, guard, self.jobs, start, self._remote, lambda: self.workers,
             self._submit)
         """Its lease, run marker and routes submitted again (None: unowned, in tests)."""
         self._orphans = Orphans(runtime, guard)
+        self.requests = WorkerRequests(runtime, guard, self.jobs, self._remote, self._orphans,
+                                       self._git, self._claimed)
+        self.handle = self.requests.handle
+        """Answers one worker request (what the request server calls)."""
+        self.server = RequestServer(guard, self.handle, reply_ttl_s=settings.reply_ttl_s,
+                                    redo_safe=REDO_SAFE)
 
     # Lifecycle.
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
@@ -176,16 +144,18 @@ class Coordinator:
                     await self.keeper.release()
             await self.guard.client.aclose()
 
-    async def _submit(self, plan: RoutePlan) -> None:
+    async def _submit(self, plan: RoutePlan, *, uncancel: bool = False) -> None:
         info = plan.info
         nonce = secrets.token_hex(16)
         remote = self._remote.get(info.session_id)
         if remote is not None:  # marked before the job is out: its claim may come at once
             remote.nonces.add(nonce)
-        await self.jobs.submit(Job(session_id=info.session_id, agent=info.agent,
-                                   priority="urgent" if info.priority == "urgent"
-                                   else "normal", timeout_s=plan.timeout_s, nonce=nonce,
-                                   traceparent=telemetry.traceparent()))
+        job = Job(session_id=info.session_id, agent=info.agent,
+                  priority="urgent" if info.priority == "urgent" else "normal",
+                  timeout_s=plan.timeout_s, nonce=nonce, traceparent=telemetry.traceparent())
+        entry = await self.jobs.submit(job, uncancel=uncancel)
+        if remote is not None:
+            remote.entries[entry] = self.jobs.stream_of(job)
 
     async def _watch_workers(self) -> None:
         while True:
@@ -216,11 +186,9 @@ class Coordinator:
         self._orphans.drop(info.session_id)
         bound = 2 * plan.timeout_s + self.settings.lease_s
         try:
-            await anyio.to_thread.run_sync(self._open, plan)
+            await self._open(plan)
             # A cancel of an earlier run of this session (now resumed or continued) is over.
-            client = self.guard.client
-            await self.guard.run(lambda: client.delete(keys.cancel(info.session_id)))
-            await self._submit(plan)
+            await self._submit(plan, uncancel=True)
             with anyio.fail_after(bound):
                 await remote.done.wait()
             with anyio.CancelScope(shield=True):
@@ -247,18 +215,24 @@ class Coordinator:
         return remote.outcome
 
 
+    def _claimed(self, session_id: str) -> None:
+        if self.keeper is not None:
+            self.keeper.claimed(session_id)
+
     def host(self) -> _Host:
         """This coordinator as the runner's `SessionHost`."""
         return _Host(self)
 
-    def _open(self, plan: RoutePlan) -> None:
+    async def _open(self, plan: RoutePlan) -> None:
         """Make the route's start durable before a worker may take it, unless its acceptance
-        did (blocking). A continuation's task is recorded as accepted; the claim's
-        `conversation()` makes it the next user message, as a local resume would."""
+        did. A continuation's task is recorded as accepted; the claim's `conversation()`
+        makes it the next user message, as a local resume would."""
         if plan.sink.written:
             return
         accept(plan)
-        plan.sink.flush()
+        with anyio.CancelScope(shield=True):
+            await plan.sink.commit()
+
 
     async def _cancel(self, remote: RemoteSession) -> None:
         """Tell the workers the session is cancelled (a worker holding it stops at its next
@@ -272,292 +246,6 @@ class Coordinator:
         except ClusterError as exc:
             log.warning("cancel not stored in Redis", session_id=sid, error=str(exc))
 
-    # Requests.
-    async def handle(self, request: Request) -> Reply:
-        handlers = {"claim": self._claim, "records": self._records, "tool": self._tool,
-                    "end": self._end}
-        try:
-            return await handlers[request.kind](request)
-        except ClusterError:
-            raise
-        except Exception as exc:
-            log.exception("cluster request failed", kind=request.kind,
-                          session_id=request.session_id)
-            return Reply(request_id=request.request_id, ok=False, refused="invalid",
-                         error=f"{type(exc).__name__}: {exc}")
-
-    def _lock(self, session_id: str) -> anyio.Lock:
-        lock = self._locks.get(session_id)
-        if lock is None:
-            lock = self._locks[session_id] = anyio.Lock()
-        return lock
-
-    async def _epoch(self, session_id: str) -> int:
-        known = self._epochs.get(session_id)
-        if known is None:
-            client = self.guard.client
-            stored: Any = await self.guard.run(lambda: client.get(keys.epoch(session_id)))
-            known = int(stored or 0)
-            self._epochs[session_id] = known
-        return known
-
-    async def _stale(self, request: Request) -> Reply | None:
-        """The refusal of a request that is not the holder's: a stale epoch, or a worker
-        that is not the one whose claim holds the session now. None: it may go on."""
-        sid = request.session_id
-        current = await self._epoch(sid)
-        if request.epoch != current:
-            _refused(request, "stale epoch", current=current)
-            return Reply(request_id=request.request_id, ok=False, refused="stale_epoch",
-                         error=f"lease epoch {request.epoch} of session {sid} is "
-                               f"stale (now {current}): the job was reclaimed by another "
-                               "worker, so this worker's results are refused")
-        holder = await self._holder(sid)
-        if holder != (request.worker, current):
-            _refused(request, "not the holder", holder=holder)
-            return Reply(request_id=request.request_id, ok=False, refused="invalid",
-                         error=f"session {sid} is not held by worker {request.worker!r} under "
-                               f"epoch {current}: only the worker whose claim holds it may "
-                               "send its requests")
-        return None
-
-    async def _holder(self, session_id: str) -> tuple[str, int] | None:
-        """The worker whose claim holds the session, and that claim's epoch (after a restart
-        of this coordinator: as the claim recorded it in the transcript)."""
-        known = self._holders.get(session_id)
-        if known is None:
-            known = await anyio.to_thread.run_sync(self._recorded_holder, session_id)
-            if known is not None:
-                self._holders[session_id] = known
-        return known
-
-    def _recorded_holder(self, session_id: str) -> tuple[str, int] | None:
-        path = self.runtime.layout.transcript(session_id)
-        if not path.exists():
-            return None
-        for record in reversed(read_transcript(path).records):
-            if record.get("kind") == "state" and "cluster" not in record \
-                    and isinstance(record.get("worker"), str) \
-                    and isinstance(record.get("epoch"), int):
-                return record["worker"], record["epoch"]
-        return None
-
-    async def _cancelled(self, session_id: str) -> bool:
-        """Whether the session was cancelled: this coordinator knows for the sessions it
-        submitted (their cancel key is its own, cleared at submission); for a session whose
-        route caller is gone, the key an earlier coordinator left was read once."""
-        remote = self._remote.get(session_id)
-        if remote is not None:
-            return remote.cancelled
-        orphan = await self._orphans.get(session_id)
-        return orphan is not None and orphan.cancelled
-
-    async def _session(self, session_id: str) -> tuple[SessionInfo, ToolSet] | None:
-        remote = self._remote.get(session_id)
-        if remote is not None:
-            return remote.plan.info, remote.tools
-        orphan = await self._orphans.get(session_id)
-        return None if orphan is None else (orphan.info, orphan.tools)
-
-    async def _claim(self, request: Request) -> Reply:
-        sid = request.session_id
-        refuse = functools.partial(Reply, request_id=request.request_id, ok=False)
-        found = await self._session(sid)
-        if found is None:
-            return refuse(refused="unknown_session", error=f"no session {sid}")
-        if await self._cancelled(sid):
-            self._orphans.drop(sid)  # its job is dropped: no request of its follows
-            return refuse(refused="invalid", error=f"session {sid} was cancelled")
-        info, tools = found
-        remote = self._remote.get(sid)
-        submitted = frozenset(remote.nonces) if remote is not None else None
-        if not await self.jobs.held_by(request.worker, sid, submitted):
-            _refused(request, "claim of a job the worker was not given")
-            return refuse(refused="invalid",
-                          error=f"worker {request.worker!r} holds no job of session {sid}: a "
-                                "session is claimed only by the worker its job went to")
-        client = self.guard.client
-        async with self._lock(sid):
-            transcript = await anyio.to_thread.run_sync(
-                read_transcript, self.runtime.layout.transcript(sid))
-            if transcript.last_state in _ENDED:
-                self._orphans.drop(sid)
-                return refuse(refused="invalid",
-                              error=f"session {sid} has ended ({transcript.last_state})")
-            epoch = int(await self.guard.run(lambda: client.incr(keys.epoch(sid))))
-            floor = max(self._epochs.get(sid, 0), last_epoch(transcript.states))
-            if epoch <= floor:
-                # Redis lost the session's epoch (it restarted empty): epochs never go back,
-                # or a late result of an earlier holder would pass as current.
-                epoch = floor + 1
-                await self.guard.run(lambda: client.set(keys.epoch(sid), epoch))
-            self._epochs[sid] = epoch
-            self._holders[sid] = (request.worker, epoch)
-            previous = last_worker(transcript.states)
-            self._applied[sid] = (epoch, 0)
-            # From here the earlier holder's requests are stale: a call of its that has no
-            # stored reply now is never applied, and one that has one gets its real result.
-            recovered = await recovered_results(self.guard, transcript.messages, sid, epoch)
-            host = str(request.body.get("host") or "")[:255]
-            messages = await anyio.to_thread.run_sync(
-                self._hand_over, info, tools, request.worker, host, epoch, recovered)
-        remote = self._remote.get(sid)
-        record = remote.record if remote is not None else self.runtime.pool.get(sid)
-        if remote is not None:
-            remote.worker = request.worker
-            if remote.record.state == "creating":
-                self.runtime.pool.activate(remote.record)
-        if record is not None:
-            record.worker, record.worker_host = request.worker, host or None
-        self.runtime.bus.publish(claim_event(info.session_id, info.agent, request.worker, host,
-                                             epoch, previous))
-        if self.keeper is not None:
-            self.keeper.claimed(sid)
-        log.info("session claimed", session_id=sid, worker=request.worker, host=host,
-                 epoch=epoch, previous_worker=previous)
-        workspace = await remote_worktrees.hand_out(self._git, self.runtime.layout,
-                                                    self.runtime.settings, sid)
-        return Reply(request_id=request.request_id, ok=True, body={
-            "epoch": epoch, "info": session_meta(info), "tools": tools.names,
-            "workspace": workspace,
-            "squad_specs": [tool.spec().model_dump(mode="json") for tool in tools
-                            if tool.squad_tool],
-            "messages": [message_record(m) for m in messages],
-        })
-
-    def _hand_over(self, info: SessionInfo, tools: ToolSet, worker: str, host: str,
-                   epoch: int, recovered: list[ToolMessage]) -> list[Any]:
-        runtime = self.runtime
-        if recovered:
-            writer = TranscriptWriter(runtime.layout.transcript(info.session_id))
-            for message in recovered:
-                writer.add("message", message=message_record(message), recovered=True,
-                           result_type="failure" if message.is_error else "success")
-            writer.flush()
-        services = runtime.runner.services
-        session = AgentSession(info, services.session, sink=services.sinks.existing(
-            info.session_id), events=NullSink(), tools=Found(tools))
-        messages = session.conversation()
-        writer = TranscriptWriter(runtime.layout.transcript(info.session_id))
-        writer.add("meta", tools=tools.names, owner={"worker": worker, "epoch": epoch})
-        writer.add("state", state="active", worker=worker, host=host, epoch=epoch)
-        writer.flush()
-        return messages
-
-    async def _records(self, request: Request) -> Reply:
-        stale = await self._stale(request)
-        if stale is not None:
-            return stale
-        sid, epoch = request.session_id, request.epoch
-        records = [r for r in request.body.get("records", []) if isinstance(r, dict)]
-        async with self._lock(sid):
-            last = self._applied.get(sid)
-            if last is None:
-                last = await anyio.to_thread.run_sync(self._last_applied, sid)
-            fresh = [r for r in records if (epoch, int(r.get("n", 0))) > last]
-            if fresh:
-                await anyio.to_thread.run_sync(self._append, sid, epoch, fresh)
-                self._applied[sid] = (epoch, max(int(r.get("n", 0)) for r in fresh))
-        calls = [r for r in fresh if r.get("kind") == "message" and "input_tokens" in r]
-        remote = self._remote.get(sid)
-        if remote is not None:
-            self.runtime.pool.touch(
-                remote.record, input_tokens=sum(int(r.get("input_tokens", 0)) for r in calls),
-                output_tokens=sum(int(r.get("output_tokens", 0)) for r in calls))
-        if calls:
-            await self._charge(sid, epoch, calls)
-        return Reply(request_id=request.request_id, ok=True,
-                     cancelled=await self._cancelled(sid))
-
-    async def _charge(self, session_id: str, epoch: int, calls: list[dict[str, Any]]) -> None:
-        """A worker's model calls into this coordinator's spending ledger, as a local
-        session's are (their cost is shown, and counted against the day's and route's)."""
-        found = await self._session(session_id)
-        if found is None:
-            return
-        info, spending = found[0], self.runtime.spending
-        root = spending.root_for(info)
-        for record in calls:
-            usage = Usage(input_tokens=int(record.get("input_tokens") or 0),
-                          output_tokens=int(record.get("output_tokens") or 0),
-                          cache_read_tokens=int(record.get("cache_read_tokens") or 0),
-                          cache_write_tokens=int(record.get("cache_write_tokens") or 0))
-            spending.charge(info, root, str(record.get("model") or info.model), usage,
-                            f"{session_id}:{epoch}:{int(record.get('n', 0))}")
-
-    def _last_applied(self, session_id: str) -> tuple[int, int]:
-        transcript = read_transcript(self.runtime.layout.transcript(session_id))
-        marks = [tuple(r["cluster"]) for r in transcript.records
-                 if isinstance(r.get("cluster"), list) and len(r["cluster"]) == 2]
-        return max((int(m[0]), int(m[1])) for m in marks) if marks else (0, 0)
-
-    def _append(self, session_id: str, epoch: int, records: list[dict[str, Any]]) -> None:
-        writer = TranscriptWriter(self.runtime.layout.transcript(session_id))
-        for record in records:
-            fields = {k: v for k, v in record.items() if k not in ("kind", "n", "ts")}
-            writer.add(str(record.get("kind", "note")), **fields,
-                       cluster=[epoch, int(record.get("n", 0))])
-        writer.flush()
-
-    async def _tool(self, request: Request) -> Reply:
-        stale = await self._stale(request)
-        if stale is not None:
-            return stale
-        found = await self._session(request.session_id)
-        if found is None:
-            return Reply(request_id=request.request_id, ok=False, refused="unknown_session",
-                         error=f"no session {request.session_id}")
-        info, tools = found
-        call = ToolCall.model_validate(request.body.get("call", {}))
-        tool = tools.get(call.name)
-        if tool is None or not tool.squad_tool:
-            _refused(request, "not a squad tool", tool=call.name[:100])
-            return Reply(request_id=request.request_id, ok=False, refused="invalid",
-                         error=f"{call.name[:100]!r} is not a squad tool of session "
-                               f"{info.session_id}: a worker runs every other tool itself, "
-                               "and sends only squad-tool calls")
-        tools = ToolSet([t for t in tools if t.squad_tool])
-        origin = CallOrigin(session_id=info.session_id, agent=info.agent, depth=info.depth,
-                            lineage=(*info.lineage, info.agent), cancel=CancelSignal())
-        result = await self.runtime.invoker.invoke(tools, call, origin)
-        return Reply(request_id=request.request_id, ok=True,
-                     body={"result": result.model_dump(mode="json")},
-                     cancelled=await self._cancelled(request.session_id))
-
-    async def _end(self, request: Request) -> Reply:
-        if await self._session(request.session_id) is None:
-            return Reply(request_id=request.request_id, ok=False, refused="unknown_session",
-                         error=f"no session {request.session_id}")
-        stale = await self._stale(request)
-        if stale is not None:
-            return stale
-        body = request.body
-        remote = self._remote.get(request.session_id)
-        if remote is not None and not remote.done.is_set():
-            info = remote.plan.info
-            remote.outcome = SessionOutcome(
-                session_id=info.session_id, agent=info.agent,
-                status=body.get("status", "error"), answer=str(body.get("answer") or ""),
-                error=body.get("error"), turns=int(body.get("turns") or 0),
-                usage=Usage(input_tokens=int(body.get("input_tokens") or 0),
-                            output_tokens=int(body.get("output_tokens") or 0)),
-                duration_s=float(body.get("duration_s") or 0.0), model=info.model)
-            remote.done.set()
-        self._forget(request.session_id)
-        return Reply(request_id=request.request_id, ok=True)
-
-    def _forget(self, session_id: str) -> None:
-        """Drop what is kept here for a session that ended: a late request of its reads the
-        epoch from Redis and the last record applied from the transcript again."""
-        self._epochs.pop(session_id, None)
-        self._applied.pop(session_id, None)
-        self._orphans.drop(session_id)
-        self._holders.pop(session_id, None)
-        lock = self._locks.get(session_id)
-        if lock is not None and not lock.locked() and not lock.statistics().tasks_waiting:
-            del self._locks[session_id]
-
-
 class _Host:
     """Adapts a `Coordinator` to the runner's `SessionHost` Protocol."""
 
@@ -567,12 +255,6 @@ class _Host:
     async def run(self, plan: RoutePlan, record: SessionRecord, tools: ToolSet,
                   sink: SessionSink, run_here: RunHere) -> SessionOutcome:
         return await self.coordinator.run_session(plan, record, tools, sink, run_here)
-
-
-def _refused(request: Request, why: str, **fields: Any) -> None:
-    log.warning("cluster request refused", why=why, kind=request.kind,
-                session_id=request.session_id[:200], worker=request.worker[:200],
-                epoch=request.epoch, **fields)
 
 
 def _failed(info: SessionInfo, error: str) -> SessionOutcome:

@@ -35,21 +35,21 @@ from squadd.contracts.events import (
     ToolUpdated,
 )
 from squadd.contracts.sessions import LIVE_STATES
-from squadd.daemon.inbox_api import resolve_item, shown_item
-from squadd.daemon.requests import (
+from squadd.daemon.dashboard_access import DashboardGuard
+from squadd.daemon.handler_context import (
     ApiError,
     DaemonContext,
     Handler,
+    answering_errors,
     context_of,
-    guarded,
     json_answer,
     transcript_records,
 )
+from squadd.daemon.inbox_api import resolve_item, shown_item
 from squadd.daemon.streams import MAX_DASHBOARD_STREAMS, open_stream, stream_response
-from squadd.daemon.ui_guard import DashboardGuard
 from squadd.statcache import StatCache
 from squadd.state.decisions import parse_decisions
-from squadd.tools.custom.approvals import ApprovalBroker, arguments_bytes, arguments_text
+from squadd.tools.approvals import ApprovalBroker, arguments_bytes, arguments_text
 
 __all__ = ["UI_PREFIX", "Dashboard", "dashboard_app"]
 
@@ -281,7 +281,7 @@ def dashboard_app(context: DaemonContext, board: Dashboard, approve: Handler) ->
         ("POST", "/api/approvals/{approval_id}", approve),
         ("POST", "/api/inbox/{item_id}", resolve_item),
     ]
-    app = Starlette(routes=[Route(path, guarded(handler), methods=[method])
+    app = Starlette(routes=[Route(path, answering_errors(handler), methods=[method])
                             for method, path, handler in routes])
     app.state.daemon = context
     app.state.dashboard = board

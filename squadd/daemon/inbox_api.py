@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from squadd.config import load_settings
-from squadd.daemon.requests import ApiError, context_of, flag, json_answer, object_body
+from squadd.daemon.handler_context import ApiError, context_of, flag, json_answer, object_body
 from squadd.errors import ConfigError
 from squadd.runtime.inbox import InboxError
 from squadd.runtime.runtime import SquadRuntime

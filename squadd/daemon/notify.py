@@ -30,7 +30,7 @@ from squadd.config import NotifySettings, Settings
 from squadd.procs import Command, run_group
 from squadd.runtime.inbox import Inbox
 from squadd.state.inbox_items import InboxItem
-from squadd.tools.custom.variables import SecretsFile, secrets_file_path
+from squadd.tools.variables import SecretsFile, secrets_file_path
 
 log = structlog.get_logger("squadd.notify")
 

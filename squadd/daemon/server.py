@@ -38,8 +38,9 @@ from squadd.daemon._unix import SocketAddress
 from squadd.daemon.app import BearerAuth, DaemonContext, create_app
 from squadd.daemon.client import DaemonClient
 from squadd.daemon.dashboard import UI_PREFIX, Dashboard
+from squadd.daemon.dashboard_access import UiPortOnly
 from squadd.daemon.deadline import StopDeadline
-from squadd.daemon.guard import ListenerLimits, ensure_descriptors, guarded_protocol
+from squadd.daemon.listener_limits import ListenerLimits, ensure_descriptors, limited
 from squadd.daemon.live_settings import LiveSettings
 from squadd.daemon.notify import HookRelay, Notifier
 from squadd.daemon.recovery import (
@@ -48,7 +49,6 @@ from squadd.daemon.recovery import (
     sweep_empty_entries,
     sweep_stale_temp_files,
 )
-from squadd.daemon.ui_guard import UiPortOnly
 from squadd.errors import ConfigError, DaemonAlreadyRunningError, DaemonError, DaemonNotRunningError
 from squadd.fsio import atomic_write, open_private, private_dir, try_lock
 from squadd.gc_tuning import tune_for_serving
@@ -61,7 +61,7 @@ from squadd.sandbox import cgroup
 from squadd.scribe.worker import run_scribe_worker
 from squadd.serving import run_serving
 from squadd.state.layout import SquadLayout
-from squadd.tools.custom.variables import SecretRegistry
+from squadd.tools.secrets import SecretRegistry
 
 if TYPE_CHECKING:
     from squadd.daemon.coordinator import Coordinator
@@ -362,10 +362,11 @@ class Daemon:
                     served = UiPortOnly(app, UI_PREFIX)
                 limits = ListenerLimits(listener.kind, daemon.max_connections,
                                         daemon.header_timeout_s, daemon.keep_alive_s)
+                served, protocol = limited(served, limits)
                 server = _Server(uvicorn.Config(
                     served, lifespan="off", log_config=None, access_log=False,
                     timeout_graceful_shutdown=int(HTTP_DRAIN_S), server_header=False,
-                    http=guarded_protocol(limits), timeout_keep_alive=daemon.keep_alive_s))
+                    http=protocol, timeout_keep_alive=daemon.keep_alive_s))
                 servers.append(server)
                 group.start_soon(server.serve, [listener.sock])
             with anyio.fail_after(STARTUP_TIMEOUT_S):

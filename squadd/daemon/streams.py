@@ -15,7 +15,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from squadd.contracts.events import EVENT_TYPES, BaseEvent, event_matches, type_matches
-from squadd.daemon.requests import (
+from squadd.daemon.handler_context import (
     RECENT_EVENTS,
     ApiError,
     DaemonContext,

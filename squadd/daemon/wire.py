@@ -8,7 +8,7 @@ the daemon's app shares the stream constants. Only the standard library is used.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from urllib.parse import quote
 
 from squadd.errors import DaemonError
@@ -103,16 +103,19 @@ class Calls:
         return Call("GET", f"{API}/sessions/{quote(session_id, safe='')}", params)
 
     @staticmethod
-    def route(body: Mapping[str, Any]) -> Call:
-        return Call("POST", f"{API}/route", body=dict(body), timeout=wait_timeout(body),
-                     result_key="ok")
+    def route(body: Mapping[str, Any], view: bool = False) -> Call:
+        """`view`: the answer carries the session's `SessionView` too, as `session`."""
+        return Call("POST", f"{API}/route", {"view": "session"} if view else None,
+                    body=dict(body), timeout=wait_timeout(body), result_key="ok")
 
     @staticmethod
-    def resume(session_id: str, wait: bool) -> Call:
-        return Call("POST", f"{API}/sessions/{quote(session_id, safe='')}/resume",
-                     {"wait": "1" if wait else "0"},
-                     timeout=ROUTE_WAIT_LIMIT_S if wait else DEFAULT_TIMEOUT_S * 3,
-                     result_key="ok")
+    def resume(session_id: str, wait: bool, view: bool = False) -> Call:
+        params = {"wait": "1" if wait else "0"}
+        if view:
+            params["view"] = "session"
+        return Call("POST", f"{API}/sessions/{quote(session_id, safe='')}/resume", params,
+                    timeout=ROUTE_WAIT_LIMIT_S if wait else DEFAULT_TIMEOUT_S * 3,
+                    result_key="ok")
 
     @staticmethod
     def land(session_id: str) -> Call:
@@ -256,3 +259,58 @@ class SSEParser:
         if name == "data":
             self.data.append(value[1:] if value.startswith(" ") else value)
         return None
+
+
+def route_wire(task: str, agent: str | None, context: str | None, priority: str, wait: bool,
+               model: str | None, session_id: str | None,
+               available_tools: Sequence[str] | None, timeout_s: float | None,
+               isolation: str | None = None, land: bool = False) -> dict[str, Any]:
+    """The body of `POST /v1/route`: `RouteRequest.wire()` with the fields given. The daemon
+    validates it (its 422 names each bad field), so nothing is checked twice."""
+    from squadd.contracts.routes import RouteRequest
+
+    given: dict[str, Any] = {
+        "task": task, "priority": priority, "wait_for_result": wait, "target_agent": agent,
+        "context": context, "model": model, "session_id": session_id, "timeout_s": timeout_s,
+        "available_tools": list(available_tools) if available_tools is not None else None,
+        "isolation": isolation, "land": land or None,
+    }
+    return RouteRequest.model_construct(
+        **{name: value for name, value in given.items() if value is not None}).wire()
+
+
+def iter_events(lines: Iterator[str], parser: SSEParser) -> Iterator[dict[str, Any]]:
+    """The events in an event stream's lines, past those `parser` has read."""
+    for line in lines:
+        event = parser.feed(line)
+        if event is not None:
+            yield event
+
+
+async def aiter_events(lines: AsyncIterator[str],
+                        parser: SSEParser) -> AsyncIterator[dict[str, Any]]:
+    async for line in lines:
+        event = parser.feed(line)
+        if event is not None:
+            yield event
+
+
+def subscribed(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
+    """Read an event stream's `lines` up to the comment saying its subscription is in place
+    (at once, not when iterated), and return the events of the rest."""
+    parser = SSEParser()
+    for line in lines:
+        parser.feed(line)
+        if parser.subscribed:
+            break
+    return iter_events(lines, parser)
+
+
+async def asubscribed(lines: AsyncIterator[str]) -> AsyncIterator[dict[str, Any]]:
+    """As `subscribed`, for a stream read asynchronously."""
+    parser = SSEParser()
+    async for line in lines:
+        parser.feed(line)
+        if parser.subscribed:
+            break
+    return aiter_events(lines, parser)

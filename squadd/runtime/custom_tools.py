@@ -14,7 +14,7 @@ from squadd.state.layout import SquadLayout
 from squadd.tools.base import ToolSet
 
 if TYPE_CHECKING:
-    from squadd.tools.custom.discovery import ToolDiscoverer
+    from squadd.tools.discovery import ToolDiscoverer
 
 
 class ToolOwner(SquadService, Protocol):
@@ -40,7 +40,7 @@ class CustomTools:
         self.discoverer = discoverer
 
     def __call__(self) -> ToolSet:
-        from squadd.tools.custom.discovery import discover_tools
+        from squadd.tools.discovery import discover_tools
 
         return self._bound(discover_tools(
             self.layout, self.owner.settings, self.bus, builtin_names=self.owner.tools.names,
@@ -48,14 +48,14 @@ class CustomTools:
 
     def cached(self) -> ToolSet:
         """The same tools when no tool file must be read to find them, else `NotCached`."""
-        from squadd.tools.custom.discovery import discover_tools
+        from squadd.tools.discovery import discover_tools
 
         return self._bound(discover_tools(
             self.layout, self.owner.settings, self.bus, builtin_names=self.owner.tools.names,
             discoverer=self.discoverer, cached_only=True).toolset())
 
     def _bound(self, found: ToolSet) -> ToolSet:
-        from squadd.tools.custom.agent_tools import bind_agent_tools
+        from squadd.tools.yaml import bind_agent_tools
 
         # Agent tools route through this runtime, as squad_route does.
         return ToolSet(bind_agent_tools(found, self.owner), found.unavailable)

@@ -48,18 +48,19 @@ from squadd.state.spending import SpendingLedger
 from squadd.state.transcripts import FileSinks, PromptFiles, SpareFiles
 from squadd.tools.base import ToolSet
 from squadd.tools.builtin import workspace_tools
-from squadd.tools.custom.python_calls import SpareWorkers
-from squadd.tools.custom.variables import SecretRegistry, SquadVariables
 from squadd.tools.hooks import events as hook_events
 from squadd.tools.invoke import ToolInvoker
+from squadd.tools.python import SpareWorkers
+from squadd.tools.secrets import SecretRegistry
 from squadd.tools.squad import file_tools
 from squadd.tools.squad.ask import SquadAsk
 from squadd.tools.squad.route import SquadRoute
 from squadd.tools.squad.status import SquadStatus
+from squadd.tools.variables import SquadVariables
 from squadd.workspaces import LandResult, Workspaces
 
 if TYPE_CHECKING:
-    from squadd.tools.custom.discovery import ToolDiscoverer
+    from squadd.tools.discovery import ToolDiscoverer
 
 log = structlog.get_logger("squadd.runtime")
 ADMITTING = 64
@@ -168,8 +169,8 @@ class SquadRuntime:
         `secrets` is the registry the caller's log processor redacts (a new one if not given:
         then `runtime.secrets.redact_log_event` is the processor to log with)."""
         from squadd.providers.factory import make_provider
-        from squadd.tools.custom.approvals import ApprovalBroker
-        from squadd.tools.custom.discovery import ToolDiscoverer
+        from squadd.tools.approvals import ApprovalBroker
+        from squadd.tools.discovery import ToolDiscoverer
 
         bus = bus if bus is not None else EventBus(buffer=settings.daemon.event_buffer)
         provider = make_provider(settings.provider, on_retry=retry_publisher(bus),

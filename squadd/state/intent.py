@@ -1,8 +1,10 @@
 """Write-ahead intents: appends that land exactly once, even when the process is killed mid-write.
 
 Before an append that must not be torn, lost or repeated, the bytes and the offset they go to are
-saved (fsynced) in an intent file under ``run/journal/``. After a crash, `finish_append` completes
-a torn append or confirms a whole one; the caller then redoes its follow-up step and clears it.
+saved (fsynced) in an intent file under ``run/journal/``: one frame of the durability log's
+format (`squadd.state.journal.format`). After a crash, `finish_append` completes a torn append
+or confirms a whole one through the log's one recovery step (`squadd.state.journal.replay`);
+the caller then redoes its follow-up step and clears it.
 """
 
 from __future__ import annotations
@@ -14,21 +16,27 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import structlog
 
 from squadd.fsio import TEAM_FILE, append_fsync, atomic_write, fsync_dir
 from squadd.state.crashpoint import crash_point
+from squadd.state.journal import format as frames
+from squadd.state.journal import replay
+from squadd.state.journal.replay import AppendState
 from squadd.state.layout import SquadLayout
 
 log = structlog.get_logger("squadd.state")
 
+_KIND = "append-intent"
+"""What an intent's frame says it is (`kind` in its header)."""
 _MAGIC = "squadd-append-intent-1"
+"""The first line of an intent an older version wrote (a JSON header, then the bytes)."""
 
-AppendState = Literal["complete", "finished", "stale"]
-"""`complete`: the append was whole; `finished`: it was torn and is now whole; `stale`: the
-target changed since, so the intent no longer applies and nothing was written."""
+__all__ = ["AppendIntent", "AppendState", "append_with_intent", "clear_intent",
+           "clear_intent_file", "finish_append", "intent_file", "pending_intent",
+           "sweep_temp_files"]
 
 
 @dataclass(frozen=True)
@@ -60,16 +68,9 @@ def append_with_intent(
         start, inode = stat.st_size, stat.st_ino
     except FileNotFoundError:
         start, inode = 0, 0
-    header = {
-        "magic": _MAGIC,
-        "target": str(target.relative_to(layout.root)),
-        "start": start,
-        "inode": inode,
-        "length": len(data),
-        "sha256": hashlib.sha256(data).hexdigest(),
-        "meta": meta or {},
-    }
-    atomic_write(journal, json.dumps(header).encode("utf-8") + b"\n" + data)
+    where = str(target.relative_to(layout.root))
+    atomic_write(journal, frames.encode(where, start + len(data), data,
+                                        {"kind": _KIND, "inode": inode, "meta": meta or {}}))
     crash_point(f"intent-saved-{target.name}")
     crash_point(f"append-torn-{target.name}",
                 before=lambda: append_fsync(target, data[:len(data) // 2], mode=TEAM_FILE))
@@ -84,55 +85,49 @@ def pending_intent(layout: SquadLayout, target: Path) -> AppendIntent | None:
         raw = journal.read_bytes()
     except FileNotFoundError:
         return None
-    head, sep, data = raw.partition(b"\n")
-    try:
-        header = json.loads(head) if sep else {}
-        valid = (
-            header.get("magic") == _MAGIC
-            and header.get("length") == len(data)
-            and header.get("sha256") == hashlib.sha256(data).hexdigest()
-            and isinstance(header.get("start"), int) and isinstance(header.get("inode"), int)
-        )
-    except (ValueError, AttributeError):
-        valid = False
-    if not valid:
+    found = _read_intent(raw, str(target.relative_to(layout.root)))
+    if found is None:
         # atomic_write never leaves a partial intent, so this file was damaged by hand.
         log.warning("intent.damaged", file=str(journal), action="ignored")
         clear_intent_file(journal)
         return None
-    return AppendIntent(
-        journal=journal,
-        target=target,
-        start=int(header["start"]),
-        inode=int(header["inode"]),
-        data=data,
-        meta=dict(header.get("meta") or {}),
-    )
+    start, inode, data, meta = found
+    return AppendIntent(journal=journal, target=target, start=start, inode=inode, data=data,
+                        meta=meta)
+
+
+def _read_intent(raw: bytes, where: str) -> tuple[int, int, bytes, dict[str, Any]] | None:
+    """The start, inode, bytes and meta of an intent file's one frame (or of the form an
+    older version wrote), or None when it is not a whole intent for `where`."""
+    frame = next(frames.decode(raw), None)
+    if frame is not None and frame.extra.get("kind") == _KIND:
+        inode, meta = frame.extra.get("inode"), frame.extra.get("meta")
+        if frame.where != where or not _count(frame.end) or not _count(inode) \
+                or not isinstance(meta, dict) or frame.start < 0:
+            return None
+        assert isinstance(inode, int)
+        return frame.start, inode, frame.data, meta
+    head, sep, data = raw.partition(b"\n")
+    try:
+        header = json.loads(head) if sep else {}
+    except ValueError:
+        return None
+    if not isinstance(header, dict) or header.get("magic") != _MAGIC \
+            or header.get("length") != len(data) \
+            or header.get("sha256") != hashlib.sha256(data).hexdigest() \
+            or not _count(header.get("start")) or not _count(header.get("inode")):
+        return None
+    return int(header["start"]), int(header["inode"]), data, dict(header.get("meta") or {})
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def finish_append(intent: AppendIntent) -> AppendState:
     """Make the append of `intent` whole if the target still ends inside it; never write twice."""
-    end = intent.start + len(intent.data)
-    try:
-        fd = os.open(intent.target, os.O_RDONLY)
-    except FileNotFoundError:
-        if intent.start == 0:
-            append_fsync(intent.target, intent.data, mode=TEAM_FILE)
-            return "finished"
-        return "stale"
-    try:
-        stat = os.fstat(fd)
-        if (intent.inode and stat.st_ino != intent.inode) or stat.st_size < intent.start:
-            return "stale"
-        have = os.pread(fd, min(stat.st_size, end) - intent.start, intent.start)
-    finally:
-        os.close(fd)
-    if not intent.data.startswith(have):
-        return "stale"
-    if stat.st_size >= end:
-        return "complete"
-    append_fsync(intent.target, intent.data[len(have):], mode=TEAM_FILE)
-    return "finished"
+    return replay.finish_append(intent.target, intent.start, intent.data, inode=intent.inode,
+                                mode=TEAM_FILE, follow=True, name=intent.target.name)
 
 
 def clear_intent(intent: AppendIntent) -> None:

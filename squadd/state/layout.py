@@ -1,21 +1,27 @@
-"""Where everything in a squad dir lives, and the rules that keep paths inside it.
+"""Where everything in a squad dir lives.
 
 Every path squadd reads or writes under ``.squad/`` comes from a method of `SquadLayout`, which
-checks names against the naming rule and resolves each path to be sure it stays inside. Every
-file squadd reads from the squad (charters, routing, team, skills, tools, histories, decisions)
-is opened through `open_inside`: the file actually opened must lie inside the repository, so a
-symlink such as `SKILL.md -> ~/.netrc` is refused before a byte of it is read.
+checks names against the naming rule and resolves each path to be sure it stays inside (the
+rules themselves are `squadd.state.inside`'s). The team's files are named here; squadd's own
+files (transcripts, workspaces, run/) in `squadd.state.run_layout`, which `SquadLayout` takes in.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import stat
 from pathlib import Path
 
 from squadd.contracts.names import is_safe_name, safe_name
-from squadd.errors import InvalidNameError, PathEscapeError, SquadNotFoundError, StateError
+from squadd.errors import PathEscapeError
+from squadd.state.inside import (
+    SQUAD_DIRNAMES,
+    find_squad_dir,
+    open_inside,
+    read_inside,
+    safe_id,
+)
+from squadd.state.run_layout import JOURNAL_SUFFIX, RunPaths
 
 TYPE_CHECKING = False  # `squadd status` finds the squad dir here: no `typing` at run time
 if TYPE_CHECKING:
@@ -24,81 +30,14 @@ if TYPE_CHECKING:
     SkillSource = Literal["github", "squad", "copilot"]
     """Where a skill lives: `.github/skills/`, `.squad/skills/` or `.copilot/skills/`."""
 
-SQUAD_DIRNAMES = (".squad", ".ai-team")
-"""Squad dir names in order of preference; `.ai-team` is the legacy name, used in place."""
-
-JOURNAL_SUFFIX = ".log"
-"""The end of a group-commit journal's name (`SquadLayout.transcript_journal`)."""
 _PROMPT_PATHS_KEPT = 4096
 """Unchecked prompt-file paths a layout keeps (past that it starts over): three an agent."""
-_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+__all__ = ["JOURNAL_SUFFIX", "SQUAD_DIRNAMES", "SquadLayout", "find_squad_dir", "open_inside",
+           "read_inside", "safe_id"]
 
 
-def safe_id(value: str, *, kind: str = "session id") -> str:
-    """Check an opaque id (session, tool call) used as a file name."""
-    if not isinstance(value, str) or not _ID_RE.fullmatch(value) or ".." in value:
-        raise InvalidNameError(
-            f"invalid {kind} {value!r}: ids must match {_ID_RE.pattern}"
-        )
-    return value
-
-
-def _opened_path(fd: int, path: Path) -> Path:
-    """The real path of the file open on `fd` (from /proc where there is one)."""
-    try:
-        return Path(f"/proc/self/fd/{fd}").readlink()
-    except OSError:
-        return Path(os.path.realpath(path))
-
-
-def open_inside(path: Path, base: Path) -> int:
-    """Open `path` for reading and return the descriptor, only if the file opened (after every
-    symlink) lies inside `base` and is a regular file; else `PathEscapeError` or `StateError`,
-    and nothing is read. Checked on the open descriptor, so a swapped link cannot slip past.
-    FIFOs do not block the open (O_NONBLOCK) and are refused as not regular."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
-    try:
-        real = _opened_path(fd, path)
-        real_base = Path(os.path.realpath(base))
-        if real != real_base and real_base not in real.parents:
-            raise PathEscapeError(f"{path} leads to {real}, outside {real_base}: squadd does not "
-                                  "read files outside the repository (replace the symlink "
-                                  "with the file itself)")
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise StateError(f"{path} is not a regular file: not read")
-        os.set_blocking(fd, True)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def read_inside(path: Path, base: Path, *, max_bytes: int | None = None) -> bytes:
-    """The bytes of `path`, opened through `open_inside` (at most `max_bytes` + 1 of them)."""
-    with os.fdopen(open_inside(path, base), "rb") as handle:
-        return handle.read() if max_bytes is None else handle.read(max_bytes + 1)
-
-
-def find_squad_dir(start: Path | None = None) -> Path:
-    """Walk up from `start` (default: the working directory) to the first squad dir."""
-    here = (start or Path.cwd()).resolve()
-    for folder in (here, *here.parents):
-        for dirname in SQUAD_DIRNAMES:
-            candidate = folder / dirname
-            if candidate.is_dir():
-                return candidate
-    raise SquadNotFoundError(
-        f"no .squad/ folder found in {here} or any folder above it: "
-        "run 'squadd init' in your repository first"
-    )
-
-
-def _entry_name(stamp: str, agent: str) -> str:
-    """An orchestration-log entry's file name: `{stamp}-{agent}.md`, both checked."""
-    return f"{safe_id(stamp, kind='timestamp')}-{safe_name(agent)}.md"
-
-
-class SquadLayout:
+class SquadLayout(RunPaths):
     """The paths of one squad dir. Build it with `SquadLayout.find` or `SquadLayout.at`.
 
     Immutable, and equal to another layout of the same root. (A plain class, not a dataclass:
@@ -419,218 +358,3 @@ class SquadLayout:
     def cycod_tools_dir(self) -> Path:
         """`.cycod/tools/` in the repo: CYCOD's project tool folder, read-only to squadd."""
         return self.repo / ".cycod" / "tools"
-
-    # Sessions and their output. squadd's transcripts live under run/ (git-ignored), apart
-    # from Squad's own committed `sessions/`; a transcript an older squadd left in `sessions/`
-    # is still found there and continued in place.
-    @property
-    def transcripts_dir(self) -> Path:
-        return self._p("run", "transcripts")
-
-    @property
-    def transcript_journals_dir(self) -> Path:
-        """`run/transcripts/.journal/`: each runtime's group-commit journal of transcript
-        records (see `squadd.state.journal`)."""
-        return self._p("run", "transcripts", ".journal")
-
-    def transcript_journal(self, pid: int, token: str) -> Path:
-        """`run/transcripts/.journal/{pid}-{token}.log`: the journal a runtime in process
-        `pid` writes (`token` tells two of one process apart)."""
-        return self.transcript_journals_dir / f"{pid}-{token}{JOURNAL_SUFFIX}"
-
-    def transcript_journals_of(self, pid: int) -> list[Path]:
-        """The journals of process `pid` still there, sorted (blocking). A clean close
-        removes its own, and a start replays and removes those of ended processes."""
-        try:
-            return sorted(self.transcript_journals_dir.glob(f"{pid}-*{JOURNAL_SUFFIX}"))
-        except OSError:
-            return []
-
-    @property
-    def transcript_prompts_dir(self) -> Path:
-        """`run/transcripts/.prompts/`: each system prompt once, named by its digest, which
-        the transcripts' system messages name (see `squadd.state.transcripts`)."""
-        return self._p("run", "transcripts", ".prompts")
-
-    @property
-    def sessions_dir(self) -> Path:
-        """The folder of squadd's transcripts (the same as `transcripts_dir`)."""
-        return self.transcripts_dir
-
-    @property
-    def legacy_transcripts_dir(self) -> Path:
-        """`sessions/`, where squadd kept transcripts before; read, never written anew."""
-        return self._p("sessions")
-
-    def transcript(self, session_id: str) -> Path:
-        """A session's transcript: `run/transcripts/{id}.jsonl`, or the older `sessions/{id}.jsonl`
-        when only that one exists."""
-        name = safe_id(session_id) + ".jsonl"
-        path = self._p("run", "transcripts", name)
-        # two plain stats on the common path; the legacy path is checked only when it is used
-        if not os.path.lexists(path) and os.path.isfile(self._prefix + "sessions" + os.sep + name):
-            return self._p("sessions", name)
-        return path
-
-    def new_transcript(self, session_id: str) -> Path:
-        """The transcript of a session this process is creating: `run/transcripts/{id}.jsonl`
-        (a new id has no older copy in `sessions/` to look for). Only its folder is checked:
-        `TranscriptWriter` opens it with `O_NOFOLLOW`, so a link at the name is refused by the
-        open itself, and no lookup of a name not there yet is made."""
-        return self.transcripts_dir / (safe_id(session_id) + ".jsonl")
-
-    def tool_output(self, session_id: str, call_id: str) -> Path:
-        return self._p(
-            "tool-output", safe_id(session_id), safe_id(call_id, kind="tool call id") + ".txt"
-        )
-
-    def tool_output_part(self, session_id: str, call_id: str, part: str) -> Path:
-        """A piece of a call's output being streamed (one command's), before it is assembled."""
-        return self._p(
-            "tool-output", safe_id(session_id),
-            f"{safe_id(call_id, kind='tool call id')}.{safe_id(part, kind='output part')}.part",
-        )
-
-    @property
-    def orchestration_dir(self) -> Path:
-        return self._p("orchestration-log")
-
-    def orchestration_entry(self, stamp: str, agent: str) -> Path:
-        """`orchestration_log`'s path with only its folder checked, for a writer that opens it
-        with `O_NOFOLLOW` (a link at the name is refused by the open itself): a new entry's
-        name is not there yet, and looking it up costs more than any other check."""
-        return self.orchestration_dir / _entry_name(stamp, agent)
-
-    def orchestration_log(self, stamp: str, agent: str) -> Path:
-        return self._p("orchestration-log", _entry_name(stamp, agent))
-
-    # Workspaces: one git worktree per isolated session (git-ignored).
-    @property
-    def worktrees_dir(self) -> Path:
-        return self._p("worktrees")
-
-    def worktree(self, session_id: str) -> Path:
-        return self._p("worktrees", safe_id(session_id))
-
-    @property
-    def workspaces_dir(self) -> Path:
-        """The workspace records (one JSON file per session that has a worktree)."""
-        return self._p("run", "workspaces")
-
-    def workspace_record(self, session_id: str) -> Path:
-        return self._p("run", "workspaces", safe_id(session_id) + ".json")
-
-    def workspace_output(self, session_id: str, step: str) -> Path:
-        """The full output of a workspace command (setup, land check) of a session."""
-        return self._p("run", "workspaces", f"{safe_id(session_id)}.{safe_id(step)}.txt")
-
-    def land_check_report(self, session_id: str, step: str) -> Path:
-        """A fresh path for the JUnit report a land check writes (`{report}`): in the session
-        worktree's own copy of the squad dir, which its sandbox may write and squadd never
-        commits."""
-        return self.worktree(session_id) / self.root.name / "run" / \
-            f"land-check.{safe_id(step)}.xml"
-
-    def land_check_result(self, commit: str) -> Path:
-        """The land check's result on a target's tip commit, kept until the tip moves."""
-        return self._p("run", "land-checks", f"{safe_id(commit)}.json")
-
-    @property
-    def land_checks_dir(self) -> Path:
-        return self._p("run", "land-checks")
-
-    @property
-    def landing_lock(self) -> Path:
-        """Held while a branch lands: one landing at a time per repository."""
-        return self._p("run", "landing.lock")
-
-    @property
-    def worktrees_lock(self) -> Path:
-        """Held while git adds, moves or removes a worktree, by every squadd process."""
-        return self._p("run", "worktrees.lock")
-
-    # Daemon runtime files (git-ignored): run/ and tool-output/.
-    @property
-    def log_dir(self) -> Path:
-        """Where squadd's own log lives: run/ (`log/` is Squad's, so squadd keeps out)."""
-        return self._p("run")
-
-    @property
-    def log_file(self) -> Path:
-        return self._p("run", "squadd.log")
-
-    def private_dirs(self) -> tuple[Path, ...]:
-        """The folders of squadd's own files, kept 0700: transcripts and their journals and
-        stored prompts, tool output, workspace records, logs and run/ (never the team's
-        committed files)."""
-        return (self.run_dir, self.transcripts_dir, self.transcript_journals_dir,
-                self.transcript_prompts_dir, self.workspaces_dir, self.log_dir,
-                self._p("tool-output"), self._p("sessions"))
-
-    @property
-    def ui_handoff(self) -> Path:
-        """The page `squadd ui --open` gives the browser (0600 in run/, 0700): it carries the
-        dashboard's token, which must never be on a command line."""
-        return self._p("run", "ui-open.html")
-
-    @property
-    def run_dir(self) -> Path:
-        return self._p("run")
-
-    @property
-    def squad_id_file(self) -> Path:
-        """The squad's id (one line), made by the first cluster coordinator: workers whose
-        clone holds it compare it with the coordinator's. Commit it with the squad."""
-        return self._p("squad-id")
-
-    @property
-    def socket(self) -> Path:
-        return self._p("run", "squadd.sock")
-
-    @property
-    def pid_file(self) -> Path:
-        return self._p("run", "squadd.pid")
-
-    @property
-    def daemon_lock(self) -> Path:
-        return self._p("run", "squadd.lock")
-
-    @property
-    def token_file(self) -> Path:
-        return self._p("run", "token")
-
-    @property
-    def scribe_lock(self) -> Path:
-        return self._p("run", "scribe.lock")
-
-    # The inbox and spending (run/: the daemon's own, git-ignored).
-    @property
-    def spend_dir(self) -> Path:
-        """The spending ledger: one JSON-lines file per UTC day of model calls."""
-        return self._p("run", "spend")
-
-    def spend_file(self, day: str) -> Path:
-        """The ledger of one UTC day (`YYYY-MM-DD`)."""
-        if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", day):
-            raise ValueError(f"not a day: {day!r} (expected YYYY-MM-DD)")
-        return self._p("run", "spend", f"{day}.jsonl")
-
-    @property
-    def human_inbox(self) -> Path:
-        """What waits on a person: the inbox's append-only log of items and their ends."""
-        return self._p("run", "inbox.jsonl")
-
-    def lock_for(self, path: Path) -> Path:
-        """The lock file that guards `path`: kept under run/locks/ so git never sees it.
-
-        A file of the repo outside the squad dir (a `.github/skills/` skill) gets a lock too,
-        named with a `repo__` prefix."""
-        flat = None
-        if self.root not in Path(path).absolute().parents:
-            resolved = Path(os.path.realpath(path))
-            repo = Path(os.path.realpath(self.repo))
-            if self.root not in resolved.parents and repo in resolved.parents:
-                flat = "repo__" + "__".join(resolved.relative_to(repo).parts)
-        if flat is None:
-            flat = "__".join(self.inside(path).relative_to(self.root).parts)
-        return self._p("run", "locks", flat + ".lock")

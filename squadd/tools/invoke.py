@@ -15,12 +15,11 @@ reaches the model, the transcript, an event or a squad tool's record.
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import anyio
 import structlog
@@ -30,11 +29,11 @@ from squadd import telemetry
 from squadd.config import Settings
 from squadd.contracts.events import EventSink, NullSink, ToolCompleted, ToolStarted, ToolUpdated
 from squadd.contracts.messages import ToolCall
+from squadd.errors import VariablesMissing
 from squadd.state.layout import SquadLayout
 from squadd.telemetry import genai
 from squadd.tools.base import (
     CancelSignal,
-    ConfirmFn,
     Tool,
     ToolContext,
     ToolOutput,
@@ -42,11 +41,18 @@ from squadd.tools.base import (
     ToolSet,
     VariableSpec,
 )
+from squadd.tools.gates import (
+    ApprovalGate,
+    EnvironmentVariables,
+    KnownSecrets,
+    ResolvedVariables,
+    Unattended,
+    VariableGate,
+    VariableResolver,
+)
 from squadd.tools.hooks import Hooks
 from squadd.tools.hooks.gate import gate_call, tell_model
-from squadd.tools.policy import approval_policy
-from squadd.tools.redaction import redact as redact
-from squadd.tools.redaction import redact_any as redact_any
+from squadd.tools.redaction import redact, redact_any
 from squadd.tools.rich import RichResultError, bounded_details, is_rich, rich_result
 from squadd.tools.truncate import cut, spill, truncation_note
 
@@ -60,108 +66,6 @@ MAX_SCOPED_NAMES = 4096
 INTERRUPTED_SUMMARY = (
     "interrupted: the session was cancelled while {tool} ran; its effect is unknown")
 """The `tool.completed` summary of a call its session's cancellation cut short."""
-
-
-class VariablesMissing(Exception):
-    """Raised by a resolver when a required variable has no value (message says where to set it)."""
-
-    def __init__(self, message: str, missing: tuple[VariableSpec, ...] = ()):
-        super().__init__(message)
-        self.missing = missing
-        """The declarations without a value (empty when the resolver does not say)."""
-
-
-@dataclass(frozen=True)
-class ResolvedVariables:
-    values: dict[str, str] = field(default_factory=dict)
-    secrets: dict[str, str] = field(default_factory=dict)
-    """Secret variable name -> value, for redaction."""
-
-
-class VariableResolver(Protocol):
-    def resolve(self, specs: tuple[VariableSpec, ...]) -> ResolvedVariables: ...
-
-
-class ApprovalGate(Protocol):
-    async def check(self, tool: Tool[Any], arguments: Mapping[str, Any], ctx: ToolContext,
-                    secrets: Mapping[str, str], *, reason: str | None = None
-                    ) -> ToolResult | None:
-        """None when the call may run, else the failure result that tells the model why not.
-        `reason` (the tool's `approval_reason`): this call must be asked about even where the
-        policy allows the tool; a `deny` still refuses it."""
-
-    def confirm_fn(self, tool: Tool[Any], ctx: ToolContext) -> ConfirmFn: ...
-
-
-async def _answer_no(question: str) -> bool:
-    return False
-
-
-class Unattended:
-    """The gate of an invoker that has no one to ask: `allow` runs; `ask` and `deny` are
-    refused, saying why; `ctx.confirm` answers no. An invoker built without a gate uses it, so
-    that a missing gate never lets a guarded tool run."""
-
-    def __init__(self, settings: Settings, *, approve_asks: bool = False):
-        self.rules = settings.tools.approvals
-        self.approve_asks = approve_asks
-
-    def apply_settings(self, settings: Settings) -> None:
-        self.rules = settings.tools.approvals
-
-    async def check(self, tool: Tool[Any], arguments: Mapping[str, Any], ctx: ToolContext,
-                    secrets: Mapping[str, str], *, reason: str | None = None
-                    ) -> ToolResult | None:
-        decision = approval_policy(tool, self.rules)
-        if reason is not None and decision.approval == "allow":
-            if self.approve_asks:
-                return None
-            return ToolResult.failure(
-                f"{tool.name} was not run: {reason}, so this call needs approval and no one "
-                "can be asked here; run it through the daemon", approval="denied")
-        if decision.approval == "allow" or (decision.approval == "ask" and self.approve_asks):
-            return None
-        if decision.approval == "deny":
-            return ToolResult.failure(
-                f"{tool.name} was not run: denied by {decision.refusal_where()}; it cannot be "
-                "used here", approval="deny")
-        return ToolResult.failure(
-            f"{tool.name} was not run: it needs approval and no one can be asked here; run it "
-            f"through the daemon, or allow it with tools.approvals = {{ \"{tool.name}\" = "
-            '"allow" }', approval="denied")
-
-    def confirm_fn(self, tool: Tool[Any], ctx: ToolContext) -> ConfirmFn:
-        return _answer_no
-
-
-@runtime_checkable
-class VariableGate(Protocol):
-    """An approval gate that can also wait for a missing variable to be set."""
-
-    async def request_variables(self, tool: Tool[Any], missing: tuple[VariableSpec, ...],
-                                ctx: ToolContext) -> str | None:
-        """None once every one of `missing` was set; else why the wait ended without it."""
-
-
-class EnvironmentVariables:
-    """Resolve declared variables from the process environment only."""
-
-    def resolve(self, specs: tuple[VariableSpec, ...]) -> ResolvedVariables:
-        values: dict[str, str] = {}
-        secrets: dict[str, str] = {}
-        for spec in specs:
-            value = os.environ.get(spec.name)
-            if value is None:
-                if spec.required:
-                    raise VariablesMissing(
-                        f"required variable {spec.name} is not set: export {spec.name}=... "
-                        "in the environment squadd runs in", (spec,)
-                    )
-                continue
-            values[spec.name] = value
-            if spec.type == "secret":
-                secrets[spec.name] = value
-        return ResolvedVariables(values, secrets)
 
 
 @dataclass
@@ -185,14 +89,6 @@ class CallOrigin:
     """The session's working copy (None = the repository itself)."""
     message_id: str = ""
     """The assistant message whose tool calls these are ("" for calls from outside)."""
-
-
-class KnownSecrets(Protocol):
-    """Every secret value the invoker's owner has handed out (`SecretRegistry`)."""
-
-    def snapshot(self) -> dict[str, str]: ...
-
-    def remember(self, secrets: Mapping[str, str]) -> None: ...
 
 
 def describe_validation_error(tool: Tool[Any], exc: ValidationError) -> str:

@@ -2,7 +2,7 @@
 (`deny`), from the `tools.approvals` globs over each tool's own default.
 
 Every approval gate reads the policy here; `squadd.tools.invoke` holds the gate used when no
-one can be asked, `squadd.tools.custom.approvals` the broker that asks through events.
+one can be asked, `squadd.tools.approvals` the broker that asks through events.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ from squadd import telemetry
 from squadd._version import __version__
 from squadd.cluster import keys, workers
 from squadd.cluster.connection import BLOCK_S, ClusterError, RedisGuard
-from squadd.cluster.events import publish_events
+from squadd.cluster.events import PUBLISH_BATCH, publish_events
 from squadd.cluster.identity import SquadIdentity, published_identity, repo_key
 from squadd.cluster.jobs import Delivery, JobQueue
 from squadd.cluster.requests import send
@@ -52,7 +52,7 @@ from squadd.state.skills import summary_cache
 from squadd.state.transcripts import Transcript
 from squadd.tools.base import CancelSignal, Tool, ToolSet
 from squadd.tools.builtin import workspace_tools
-from squadd.tools.custom.discovery import ToolDiscoverer, discover_tools
+from squadd.tools.discovery import ToolDiscoverer, discover_tools
 from squadd.tools.invoke import ToolInvoker
 from squadd.worker.session import (
     ForwardingSink,
@@ -228,17 +228,29 @@ class Worker:
                 log.warning("heartbeat not sent", error=f"{type(exc).__name__}: {exc}")
 
     async def _forward_events(self) -> None:
-        async def next_event() -> BaseEvent | None:
-            event = await subscription.get()
+        def wanted(event: BaseEvent | None) -> BaseEvent | None:
             # A forwarded squad-tool call is announced by the coordinator's own pipeline.
             if event is not None and getattr(event, "tool", None) in self._squad_names:
                 return None
             return event
 
+        async def next_event() -> BaseEvent | None:
+            return wanted(await subscription.get())
+
+        def ready() -> list[BaseEvent]:
+            found: list[BaseEvent] = []
+            for _ in range(PUBLISH_BATCH - 1):
+                event = subscription.get_nowait()
+                if event is None:
+                    break
+                if wanted(event) is not None:
+                    found.append(event)
+            return found
+
         with self.bus.subscribe() as subscription:
             while True:
                 try:
-                    await publish_events(self.guard, self.name, next_event,
+                    await publish_events(self.guard, self.name, next_event, ready=ready,
                                          maxlen=self.cluster.events_maxlen)
                 except Exception as exc:  # events meanwhile are lost (the bus is bounded)
                     log.error("events not forwarded; trying again",

@@ -1,6 +1,6 @@
 """Running git (and a workspace's setup and check commands) through the one process runner.
 
-Every command runs in its own process group with a hard deadline (`shell_process.run_command`),
+Every command runs in its own process group with a hard deadline (`commands.process.run_command`),
 so a hung git or test suite never outlives its timeout. Git runs with a fixed locale, no pager,
 no prompt and no editor, so its output can be read and it never waits on a terminal; and with
 `squadd.gitsafe`'s overrides, so it never runs a hook, filter or driver the repository chose.
@@ -19,8 +19,8 @@ from squadd import gitsafe
 from squadd.errors import WorkspaceError
 from squadd.sandbox import SandboxPolicy
 from squadd.tools.base import CancelSignal
-from squadd.tools.custom.shell_output import OutputSink
-from squadd.tools.custom.shell_process import Command, run_command
+from squadd.tools.commands.output import OutputSink
+from squadd.tools.commands.process import Command, run_command
 
 GIT_OUTPUT_BYTES = 4 << 20
 """Most bytes of one git command's output kept (in memory: git's answers here are short)."""

@@ -9,10 +9,8 @@ worktrees is likewise serialised by ``run/worktrees.lock``.
 
 from __future__ import annotations
 
-import datetime as dt
-import os
 import shutil
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -27,24 +25,23 @@ from squadd.contracts.events import (
     WorkspaceCreated,
     WorkspaceLanded,
     WorkspaceLandFailed,
-    WorkspaceRemoved,
 )
 from squadd.contracts.workspaces import Isolation, LandingOutcome, LandResult, WorkspaceView
 from squadd.errors import LockTimeoutError, SquaddError, WorkspaceError
-from squadd.fsio import try_lock
 from squadd.sandbox import SandboxPolicy
 from squadd.state.layout import SquadLayout
 from squadd.tools.sandboxing import policy_for
 from squadd.workspaces import records, spares, worktrees
 from squadd.workspaces.checks import LandCheck
 from squadd.workspaces.git import Git, run
+from squadd.workspaces.housekeeping import Housekeeping
 from squadd.workspaces.landing import land
 from squadd.workspaces.messages import commit_message, parse_identity
 from squadd.workspaces.reconcile import reconcile
 from squadd.workspaces.repair import RepairTurns
+from squadd.workspaces.turns import turn
 
 log = structlog.get_logger("squadd.workspaces")
-LOCK_POLL_S = 0.05
 LANDING_LOCK_TIMEOUT_S = 3600.0
 """Longest wait for another process's landing (a land check may run the test suite)."""
 ADMIN_LOCK_TIMEOUT_S = 300.0
@@ -64,7 +61,7 @@ def charter_isolation(sections: Mapping[str, str] | None) -> Isolation | None:
     return None
 
 
-class Workspaces(RepairTurns):
+class Workspaces(RepairTurns, Housekeeping):
     """The workspaces of one repository."""
 
     def __init__(self, layout: SquadLayout, settings: Settings, sink: EventSink):
@@ -317,7 +314,7 @@ class Workspaces(RepairTurns):
                             ) -> AsyncIterator[None]:
         """Wait for the repository's turn to land (`TimeoutError` after `timeout_s`, whether
         the landing ahead is this process's or another's)."""
-        async with _turn(self._queue, self.layout.landing_lock, timeout_s):
+        async with turn(self._queue, self.layout.landing_lock, timeout_s):
             yield
 
     @asynccontextmanager
@@ -327,7 +324,7 @@ class Workspaces(RepairTurns):
         read each other's half-made administrative folders, and a spare being taken must not
         be removed under it. `WorkspaceError` after `timeout_s`."""
         try:
-            async with _turn(self._admin, self.layout.worktrees_lock, timeout_s):
+            async with turn(self._admin, self.layout.worktrees_lock, timeout_s):
                 yield
         except TimeoutError:
             raise WorkspaceError(
@@ -427,7 +424,7 @@ class Workspaces(RepairTurns):
             return []
         try:
             async with self.landing_queue(RECONCILE_WAIT_S), \
-                    _turn(self._admin, self.layout.worktrees_lock, RECONCILE_WAIT_S):
+                    turn(self._admin, self.layout.worktrees_lock, RECONCILE_WAIT_S):
                 committer = await self.committer()
                 return await reconcile(self.layout, self.git, self._retry,
                                        lambda agent: {**self.identity(agent), **committer})
@@ -458,109 +455,3 @@ class Workspaces(RepairTurns):
             log.info("rolled-back landing retried", session_id=session_id,
                      outcome=result.reason, message=result.message)
 
-    # Housekeeping.
-    async def view(self, session_id: str) -> WorkspaceView | None:
-        """The session's workspace record, if it has one."""
-        try:
-            return await anyio.to_thread.run_sync(records.load, self.layout, session_id)
-        except SquaddError:  # not a valid session id: it has no workspace
-            return None
-
-    async def listing(self) -> list[WorkspaceView]:
-        return await anyio.to_thread.run_sync(records.load_all, self.layout)
-
-    async def remove(self, session_id: str) -> bool | None:
-        """Remove a session's worktree (its branch kept while it has unlanded commits);
-        None when it has none."""
-        removed = await self._remove(session_id, lambda _: True)
-        return None if removed is None else removed[1]
-
-    async def _remove(self, session_id: str, wanted: Callable[[WorkspaceView], bool], *,
-                      landed: bool = False) -> tuple[WorkspaceView, bool] | None:
-        """Remove the worktree if its record, read under the worktrees lock, is still
-        `wanted`; the record and whether its branch was kept, or None."""
-        async with self.admin():
-            record = await anyio.to_thread.run_sync(records.load, self.layout, session_id)
-            if record is None or not wanted(record):
-                return None
-            if record.state == "creating":  # cut short: no session ever worked in it
-                await worktrees.undo_create(self.layout, self.git, record)
-                kept = False
-            else:
-                kept = await worktrees.remove(self.layout, self.git, record, landed=landed)
-        self.sink.publish(WorkspaceRemoved(session_id=session_id, agent=record.agent,
-                                           branch=record.branch, branch_kept=kept))
-        return record, kept
-
-    async def prune(self, *, now: dt.datetime | None = None) -> list[str]:
-        """Remove landed worktrees, unlanded ones idle past `workspace.keep_days`, and the
-        spares (a running daemon makes its spares again when a worktree session next opens).
-        Each is judged again under the worktrees lock: one a session continued (or a spare
-        it took) since the listing is left alone."""
-        now = now or dt.datetime.now(dt.UTC)
-        keep = dt.timedelta(days=self.settings.keep_days)
-        # Making a spare is three git commands, each allowed `git_timeout_s`.
-        making_grace = max(SPARE_MAKING_GRACE, dt.timedelta(
-            seconds=3 * self.settings.git_timeout_s + spares.INDEX_SETTLE_S + 60))
-
-        def prunable(record: WorkspaceView) -> bool:
-            if spares.is_spare(record) and record.state == "creating":
-                # Being made (here, or by a daemon beside this command): its checkout would
-                # fail, and race the removal. One a crash left is removed when it is old.
-                age = _age(record, now)
-                return age is not None and age >= making_grace
-            if record.state == "landed" or spares.is_spare(record):
-                return True
-            age = _age(record, now) if record.state in ("committed", "conflict", "active") \
-                else None
-            return age is not None and age >= keep
-
-        done = []
-        for listed in await self.listing():
-            removed = await self._remove(listed.session_id, prunable) \
-                if prunable(listed) else None
-            if removed is not None:
-                record, kept = removed
-                done.append(f"{record.session_id} {record.branch or '(spare)'}: removed"
-                            + (" (branch kept: it has unlanded commits)" if kept else ""))
-        return done
-
-
-SPARE_MAKING_GRACE = dt.timedelta(minutes=10)
-"""How long at the least a spare may stay `creating` (its files being checked out) before a
-prune takes it for one a crash left (longer when `workspace.git_timeout_s` allows its three
-git commands more)."""
-
-
-def _age(record: WorkspaceView, now: dt.datetime) -> dt.timedelta | None:
-    """How long since `record` last changed; None (never stale) for a time squadd cannot read,
-    e.g. one edited by hand, which is logged rather than allowed to stop the prune."""
-    stamp = record.updated or record.created
-    moment = records.parse_time(stamp)
-    if moment is None:
-        log.warning("workspace record has an unreadable time; not pruned for age",
-                    session_id=record.session_id, time=stamp[:64])
-        return None
-    return now - moment
-
-
-@asynccontextmanager
-async def _turn(lock: anyio.Lock, path: Path, timeout_s: float) -> AsyncIterator[None]:
-    """This process's `lock`, then the `flock` on `path` that other processes take too, polled
-    (`TimeoutError` after `timeout_s` in all)."""
-    fd = None
-    with anyio.fail_after(timeout_s):
-        await lock.acquire()
-        try:
-            while fd is None:
-                fd = await anyio.to_thread.run_sync(try_lock, path)
-                if fd is None:
-                    await anyio.sleep(LOCK_POLL_S)
-        except BaseException:
-            lock.release()
-            raise
-    try:
-        yield
-    finally:
-        os.close(fd)
-        lock.release()

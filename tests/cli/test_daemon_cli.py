@@ -7,27 +7,14 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.support.daemon_process import FAST_CONFIG, DaemonProcess, make_repo
+from tests.support.daemon_process import DaemonProcess, make_repo
 from tests.support.model_servers import OpenAIServer
 
-pytestmark = pytest.mark.slow
-
-@pytest.fixture
-def model_server() -> Iterator[OpenAIServer]:
-    with OpenAIServer() as server:
-        yield server
-
-
-@pytest.fixture
-def daemon(tmp_path: Path, model_server: OpenAIServer) -> Iterator[DaemonProcess]:
-    with DaemonProcess.in_new_repo(tmp_path, model_server.url, config=FAST_CONFIG,
-                                   agents=("lead", "backend")) as process:
-        yield process
+pytestmark = [pytest.mark.slow, pytest.mark.daemon(agents=("lead", "backend"))]
 
 
 def test_route_round_trip_shows_progress_status_events_transcript_and_log(

@@ -2,21 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from squadd.cli.doctor import DoctorContext, check_sandbox
 from squadd.config import Settings
-from squadd.sandbox import bwrap, core, landlock
+from squadd.sandbox import bwrap, landlock
 
-
-@pytest.fixture(autouse=True)
-def fresh_choice() -> Iterator[None]:
-    core.mechanism_for.cache_clear()
-    yield
-    core.mechanism_for.cache_clear()
+pytestmark = pytest.mark.usefixtures("fresh_choice")
 
 
 def _check(tmp_path: Path, **sandbox: object) -> object:

@@ -6,8 +6,6 @@ landing's own code and carry it in `--json`, events carry it for a caller that d
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,15 +17,9 @@ from tests.support.landing import (
     worktree_daemon,
     writer,
 )
-from tests.support.model_servers import OpenAIServer
 from tests.workspaces.conftest import git
 
-pytestmark = pytest.mark.slow
-
-@pytest.fixture
-def daemon(tmp_path: Path) -> Iterator[DaemonProcess]:
-    with OpenAIServer(responder=writer) as server, worktree_daemon(tmp_path, server.url) as d:
-        yield d
+pytestmark = [pytest.mark.slow, pytest.mark.daemon(build=worktree_daemon, responder=writer)]
 
 
 def route(daemon: DaemonProcess, task: str, *extra: str) -> tuple[int, dict[str, Any]]:

@@ -8,13 +8,12 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from squadd.cli.quick import parse_status
-from tests.support.daemon_process import FAST_CONFIG, DaemonProcess, clean_env, make_repo
+from tests.support.daemon_process import DaemonProcess, clean_env, make_repo
 from tests.support.model_servers import OpenAIServer
 
 CLICK_PATH = ("import sys\nfrom squadd.cli.app import main\n"
@@ -89,14 +88,13 @@ def test_without_a_daemon_or_a_squad_the_errors_are_clicks_own(tmp_path: Path) -
                             "with 'squadd serve'\n")
 
 
-@pytest.fixture
-def daemon(tmp_path: Path) -> Iterator[DaemonProcess]:
-    with OpenAIServer() as server, DaemonProcess.in_new_repo(
-            tmp_path, server.url, config=FAST_CONFIG, agents=("lead", "backend")) as process:
-        server.script(OpenAIServer.text_turn("Done."), OpenAIServer.text_turn("Also done."))
-        assert process.client.route("Check the\nbuild", "lead")["ok"]
-        assert process.client.route("Tidy up", "backend")["ok"]
-        yield process
+def _two_routes_done(process: DaemonProcess, server: OpenAIServer) -> None:
+    server.script(OpenAIServer.text_turn("Done."), OpenAIServer.text_turn("Also done."))
+    assert process.client.route("Check the\nbuild", "lead")["ok"]
+    assert process.client.route("Tidy up", "backend")["ok"]
+
+
+pytestmark = pytest.mark.daemon(agents=("lead", "backend"), ready=_two_routes_done)
 
 
 @pytest.mark.slow

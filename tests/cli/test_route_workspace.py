@@ -4,29 +4,18 @@ OpenAI-compatible server: the agent edits the file with the workspace tools, run
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from squadd.state.decisions import parse_decisions
 from tests.support.daemon_process import FAST_CONFIG, DaemonProcess
 from tests.support.fixing_agent import ANSWER, CALC, DECISION_TITLE, fixer, write_fixture
-from tests.support.model_servers import OpenAIServer
-
-pytestmark = pytest.mark.slow
 
 CONFIG = FAST_CONFIG + '\n[tools]\napprovals = { "bash" = "allow" }\n'
 
 
-@pytest.fixture
-def daemon(tmp_path: Path) -> Iterator[DaemonProcess]:
-    with OpenAIServer(responder=fixer("backend")) as server:
-        process = DaemonProcess.in_new_repo(tmp_path, server.url, config=CONFIG,
-                                            agents=("lead", "backend"))
-        write_fixture(process.layout.repo)
-        with process:
-            yield process
+pytestmark = [pytest.mark.slow, pytest.mark.daemon(
+    config=CONFIG, agents=("lead", "backend"), responder=fixer("backend"),
+    prepare=lambda layout: write_fixture(layout.repo))]
 
 
 def test_route_makes_the_failing_test_pass(daemon: DaemonProcess) -> None:

@@ -4,7 +4,6 @@ agent named and status over a real daemon and a real HTTP model server."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,12 +14,7 @@ from squadd.state.layout import SquadLayout
 from squadd.state.members import parse_members
 from tests.support.daemon_process import FAST_CONFIG, DaemonProcess
 from tests.support.model_servers import OpenAIServer
-from tests.support.squad_team import AGENTS, SKILL_DESCRIPTIONS, build_team
-
-
-@pytest.fixture
-def team(repo: Path) -> SquadLayout:
-    return build_team(repo)
+from tests.support.squad_team import AGENTS, SKILL_DESCRIPTIONS
 
 
 def _cli(team: SquadLayout, *args: str) -> Result:

@@ -4,7 +4,7 @@ transcript, and an approval answered with a key."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -14,18 +14,13 @@ from textual.widgets import DataTable, Static
 
 from squadd.cli._top_app import TopApp
 from squadd.daemon.client import AsyncDaemonClient
-from tests.support.busy_squad import TASKS, busy_squad
+from tests.support.busy_squad import TASKS, busy_daemon
 from tests.support.daemon_process import DaemonProcess
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.daemon(
+    build=lambda tmp_path, url: busy_daemon(tmp_path))]
 
 WAIT_S = 30.0
-
-
-@pytest.fixture
-def daemon(tmp_path: Path) -> Iterator[DaemonProcess]:
-    with busy_squad(tmp_path) as process:
-        yield process
 
 
 def rows(app: TopApp, table: str) -> list[list[str]]:

@@ -1,24 +1,30 @@
-"""Fixtures for the daemon tests: a test model server and a real `squadd serve` process."""
+"""Fixtures for the daemon tests (the daemon and its model server are the root conftest's): the
+repo the test's `daemon` mark describes, for the API run in process, and the dashboard of the
+test's daemon open in a real browser tab."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.support.daemon_process import FAST_CONFIG, DaemonProcess
-from tests.support.model_servers import OpenAIServer
+from squadd.state.layout import SquadLayout
+from tests.support.browser import browser_page
+from tests.support.daemon_process import DaemonProcess
+from tests.support.daemon_spec import DaemonSpec
 
 
 @pytest.fixture
-def model_server() -> Iterator[OpenAIServer]:
-    with OpenAIServer() as server:
-        yield server
+def layout(request: pytest.FixtureRequest, tmp_path: Path) -> SquadLayout:
+    """A fresh repo as the test's `daemon` mark describes it (agents, config, prepare), for
+    `tests.support.in_process.api_in_process`."""
+    return DaemonSpec.of(request.node).repo(tmp_path)
 
 
 @pytest.fixture
-def daemon(tmp_path: Path, model_server: OpenAIServer) -> Iterator[DaemonProcess]:
-    """A daemon in a fresh repo with one agent, `lead`; killed at the end whatever happened."""
-    with DaemonProcess.in_new_repo(tmp_path, model_server.url, config=FAST_CONFIG) as process:
-        yield process
+def page(daemon: DaemonProcess) -> Iterator[Any]:
+    """The daemon's dashboard (started with `--ui`) in a browser tab."""
+    with browser_page(daemon.client.ui()["link"]) as tab:
+        yield tab

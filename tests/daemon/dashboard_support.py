@@ -21,13 +21,13 @@ from starlette.types import ASGIApp, Message
 from squadd.config import PoolSettings, Settings, ToolsSettings
 from squadd.daemon.app import create_app
 from squadd.daemon.dashboard import UI_PREFIX, Dashboard
-from squadd.daemon.requests import DaemonContext
-from squadd.daemon.ui_guard import UiPortOnly
+from squadd.daemon.dashboard_access import UiPortOnly
+from squadd.daemon.handler_context import DaemonContext
 from squadd.providers.base import Provider
 from squadd.runtime.events import EventBus
 from squadd.runtime.runtime import SquadRuntime
+from squadd.tools.approvals import ApprovalBroker
 from squadd.tools.base import Tool, ToolContext, ToolOutput, VariableSpec
-from squadd.tools.custom.approvals import ApprovalBroker
 from squadd.tools.invoke import ToolInvoker
 from tests.runtime.scripted import make_squad
 

@@ -19,14 +19,10 @@ import pytest
 from squadd.contracts.events import ToolCompleted, ToolStarted
 from squadd.daemon.client import DaemonRequestError
 from squadd.state.layout import SquadLayout
-from tests.support.daemon_process import FAST_CONFIG, make_repo
 from tests.support.in_process import InProcessDaemon, api_in_process
 from tests.support.model_servers import OpenAIServer, Reply
 
-
-@pytest.fixture
-def layout(tmp_path: Path) -> SquadLayout:
-    return make_repo(tmp_path / "repo", ("lead", "backend"), config=FAST_CONFIG)
+pytestmark = pytest.mark.daemon(agents=("lead", "backend"))
 
 
 @asynccontextmanager

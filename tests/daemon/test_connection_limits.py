@@ -17,7 +17,7 @@ import pytest
 import uvicorn
 
 from squadd.daemon.client import DaemonClient
-from squadd.daemon.guard import ListenerLimits, guarded_protocol
+from squadd.daemon.listener_limits import ListenerLimits, limited
 from tests.support.daemon_process import DaemonProcess
 from tests.support.model_servers import OpenAIServer
 
@@ -130,7 +130,7 @@ def test_an_idle_keep_alive_connection_is_closed_after_its_answer(
 
 @pytest.mark.parametrize("parser", ["h11", "auto"])
 async def test_both_http_parsers_enforce_the_limits(parser: str) -> None:
-    """The guard on each of uvicorn's protocol classes, served in-process on a real socket."""
+    """The limits around each of uvicorn's protocol classes, served in-process on a real socket."""
     async def app(scope: Any, receive: Any, send: Any) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b"hi"})
@@ -138,8 +138,9 @@ async def test_both_http_parsers_enforce_the_limits(parser: str) -> None:
     limits = ListenerLimits("tcp", max_connections=2, header_timeout_s=0.3, keep_alive_s=600)
     listener = socket.create_server(("127.0.0.1", 0))
     port = listener.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, lifespan="off", log_config=None,
-                                           http=guarded_protocol(limits, parser=parser)))
+    served, protocol = limited(app, limits, parser=parser)
+    server = uvicorn.Server(uvicorn.Config(served, lifespan="off", log_config=None,
+                                           http=protocol))
 
     def client() -> None:
         with _connect(port) as silent, _connect(port) as half:

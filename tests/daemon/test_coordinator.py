@@ -52,8 +52,9 @@ async def test_an_ended_session_leaves_nothing_behind_and_late_records_stay_appl
             assert (await coordinator.handle(Request(
                 request_id="s1:1:end", kind="end", session_id="s1", worker="w1",
                 epoch=1))).ok
-            kept = (coordinator._epochs, coordinator._applied, coordinator._locks,
-                    list(coordinator._orphans), coordinator._holders)
+            kept = (coordinator.requests._epochs, coordinator.requests._applied,
+                    coordinator.requests._locks, list(coordinator._orphans),
+                    coordinator.requests._holders)
             assert kept == ({}, {}, {}, [], {})
             # The same records again, late: the transcript already has them.
             assert (await coordinator.handle(records)).ok

@@ -17,7 +17,7 @@ import pytest
 from squadd.contracts.events import ApprovalRequested, ToolUpdated
 from squadd.contracts.routes import RouteRequest
 from squadd.daemon.dashboard import TRANSCRIPT_TAIL, UI_PREFIX
-from squadd.daemon.ui_guard import DASHBOARD_HEADERS
+from squadd.daemon.dashboard_access import DASHBOARD_HEADERS
 from tests.daemon.dashboard_support import (
     SECRET,
     SECRET_NAME,

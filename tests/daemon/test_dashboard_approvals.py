@@ -5,19 +5,17 @@ is there to read. Approve then runs exactly those arguments."""
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from squadd.tools.custom.approvals import arguments_bytes, arguments_text
+from squadd.tools.approvals import arguments_bytes, arguments_text
 from tests.support.browser import CHROMIUM, CHROMIUM_ARGS, chromium_missing
 from tests.support.daemon_process import FAST_CONFIG, DaemonProcess, make_repo
-
-pytestmark = pytest.mark.slow
 
 TOOLS = '''\
 from pathlib import Path
@@ -46,9 +44,12 @@ def _turn(text: str = "", *calls: tuple[str, dict[str, Any]]) -> dict[str, Any]:
     return {"text": text, "tool_calls": [{"name": n, "arguments": a} for n, a in calls]}
 
 
-@pytest.fixture
-def daemon(tmp_path: Path) -> Iterator[DaemonProcess]:
-    agents = tuple(f"a{i}" for i in range(len(VARIANTS)))
+AGENTS = tuple(f"a{i}" for i in range(len(VARIANTS)))
+
+
+def _build(tmp_path: Path, model_url: str) -> DaemonProcess:
+    """The replay provider asks for one `ship` call per agent (no model server)."""
+    agents = AGENTS
     layout = make_repo(tmp_path / "repo", agents=agents,
                        config=FAST_CONFIG + "\n[tools]\napproval_timeout_s = 120\n")
     layout.tools_dir.mkdir(parents=True, exist_ok=True)
@@ -58,20 +59,29 @@ def daemon(tmp_path: Path) -> Iterator[DaemonProcess]:
                          for agent, arguments in zip(agents, VARIANTS.values(), strict=True)}}
     replay = tmp_path / "script.json"
     replay.write_text(json.dumps(script), encoding="utf-8")
-    with DaemonProcess(layout, "http://127.0.0.1:9/v1", extra_args=(
-            "--ui", "--provider", "replay", "--replay-file", str(replay))) as process:
-        for agent in agents:
-            process.client.route(f"publish for {agent}", agent, wait=False)
-        yield process
+    return DaemonProcess(layout, "http://127.0.0.1:9/v1", extra_args=(
+        "--ui", "--provider", "replay", "--replay-file", str(replay)))
+
+
+def _route_each(process: DaemonProcess, server: object) -> None:
+    for agent in AGENTS:
+        process.client.route(f"publish for {agent}", agent, wait=False)
+
+
+pytestmark = [pytest.mark.slow, pytest.mark.daemon(build=_build, ready=_route_each)]
 
 
 def _waiting(daemon: DaemonProcess, count: int) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + 60
-    while True:
-        approvals: list[dict[str, Any]] = daemon.client.dashboard()["approvals"]
-        if len(approvals) >= count or time.monotonic() > deadline:
-            return sorted(approvals, key=lambda a: a["agent"])
-        time.sleep(0.05)
+    """The dashboard's approvals once `count` wait (or all there are after 60 s): read now,
+    then again at each `approval.requested` event."""
+    approvals: list[dict[str, Any]] = []
+    with contextlib.suppress(TimeoutError), daemon.follow_events(
+            60, types=["approval.requested"]) as requested:
+        for _ in itertools.chain([None], requested):
+            approvals = daemon.client.dashboard()["approvals"]
+            if len(approvals) >= count:
+                break
+    return sorted(approvals, key=lambda a: a["agent"])
 
 
 def test_squadd_approvals_lists_every_byte_of_what_approve_runs(daemon: DaemonProcess,
@@ -91,11 +101,13 @@ def test_squadd_approvals_lists_every_byte_of_what_approve_runs(daemon: DaemonPr
     as_json = json.loads(daemon.squadd("approvals", "--json").stdout)
     assert [a["arguments"] for a in sorted(as_json, key=lambda a: a["agent"])] == \
         list(VARIANTS.values())
-    assert daemon.squadd("approve", waiting[0]["approval_id"]).returncode == 0
     ran = daemon.layout.repo / "ran.txt"  # inside the repository: tools run sandboxed
-    deadline = time.monotonic() + 60
-    while not ran.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    with contextlib.suppress(TimeoutError), daemon.follow_events(
+            60, types=["tool.completed"]) as completed:
+        assert daemon.squadd("approve", waiting[0]["approval_id"]).returncode == 0
+        for _ in itertools.chain([None], completed):
+            if ran.exists():
+                break
     assert ran.read_text(encoding="utf-8") == VARIANTS["spaces"]["target"]  # what was shown
 
 

@@ -6,32 +6,21 @@ windowed while 1,000 events stream. Screenshots land in `test-artifacts/dashboar
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.browser import ARTIFACTS, browser_page
-from tests.support.busy_squad import TASKS, busy_squad
+from tests.support.browser import ARTIFACTS
+from tests.support.busy_squad import TASKS, busy_daemon
 from tests.support.daemon_process import DaemonProcess
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.daemon(
+    build=lambda tmp_path, url: busy_daemon(tmp_path, "--ui"))]
 
 FEED_WINDOW = 200
 """The page's FEED_WINDOW (app.js): event rows it keeps."""
 
-
-@pytest.fixture
-def daemon(tmp_path: Path) -> Iterator[DaemonProcess]:
-    with busy_squad(tmp_path, "--ui") as process:
-        yield process
-
-
-@pytest.fixture
-def page(daemon: DaemonProcess) -> Iterator[Any]:
-    with browser_page(daemon.client.ui()["link"]) as tab:
-        yield tab
 
 
 def test_the_page_shows_the_squad_working_and_approve_resolves_the_approval(

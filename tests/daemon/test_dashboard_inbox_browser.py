@@ -4,17 +4,13 @@ session, and the session's and the agent's costs show beside their tokens."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.browser import ARTIFACTS, browser_page
+from tests.support.browser import ARTIFACTS
 from tests.support.daemon_process import FAST_CONFIG, DaemonProcess
 from tests.support.model_servers import OpenAIServer
-
-pytestmark = pytest.mark.slow
 
 CONFIG = FAST_CONFIG + """
 [pricing."openai/test-model"]
@@ -23,18 +19,7 @@ output = 2000.0
 """
 """Each turn of the test server (11 tokens in, 7 out) costs $0.011 + $0.014 = $0.025."""
 
-
-@pytest.fixture
-def daemon(tmp_path: Path, model_server: OpenAIServer) -> Iterator[DaemonProcess]:
-    with DaemonProcess.in_new_repo(tmp_path, model_server.url, config=CONFIG,
-                                   extra_args=("--ui",)) as process:
-        yield process
-
-
-@pytest.fixture
-def page(daemon: DaemonProcess) -> Iterator[Any]:
-    with browser_page(daemon.client.ui()["link"]) as tab:
-        yield tab
+pytestmark = [pytest.mark.slow, pytest.mark.daemon(config=CONFIG, extra_args=("--ui",))]
 
 
 def test_the_inbox_panel_answers_a_question_and_costs_show_beside_tokens(

@@ -65,14 +65,14 @@ def test_the_earlier_of_two_deadlines_wins(order: str) -> None:
 STUCK_DISK = """\
 import threading
 
-from squadd.state import journal
+from squadd.state.journal import files
 
 
 def never_returns(*args, **kwargs):
     threading.Event().wait()
 
 
-journal._sync_all = never_returns
+files.sync_all = never_returns
 
 from squadd.cli import run
 

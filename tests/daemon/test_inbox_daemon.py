@@ -6,8 +6,10 @@ once, across a restart too."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
+import itertools
 import json
 import sys
 import threading
@@ -54,17 +56,17 @@ def _inbox(daemon: DaemonProcess) -> list[dict[str, Any]]:
 
 def _wait_item(daemon: DaemonProcess, kind: str, timeout: float = 20.0) -> dict[str, Any]:
     """The first open item of `kind` once its session is parked (or, after a restart, at
-    rest)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        report = daemon.client.status()
-        for item in daemon.client.inbox()["items"]:
-            sessions = [s for s in report["sessions"] if s["session_id"] == item["session_id"]]
-            if item["kind"] == kind and (not sessions or sessions[0]["state"] == "parked"):
-                return item
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"no {kind} item: {daemon.client.inbox()}\n{daemon.output}")
-        time.sleep(0.05)
+    rest): read now, then again at each `inbox.added` and `agent.state` event."""
+    with contextlib.suppress(TimeoutError), daemon.follow_events(
+            timeout, types=["inbox.added", "agent.state"]) as changes:
+        for _ in itertools.chain([None], changes):
+            report = daemon.client.status()
+            for item in daemon.client.inbox()["items"]:
+                sessions = [s for s in report["sessions"]
+                            if s["session_id"] == item["session_id"]]
+                if item["kind"] == kind and (not sessions or sessions[0]["state"] == "parked"):
+                    return item
+    raise TimeoutError(f"no {kind} item: {daemon.client.inbox()}\n{daemon.output}")
 
 
 def test_a_route_tree_parks_at_its_budget_and_finishes_after_approve_budget(

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -26,10 +25,7 @@ from tests.support.model_servers import OpenAIServer
 FAILING_CHECK = 'land_check = "echo no-landing-today; exit 7"\n'
 
 
-@pytest.fixture
-def daemon(tmp_path: Path) -> Iterator[DaemonProcess]:
-    with OpenAIServer(responder=writer) as server, worktree_daemon(tmp_path, server.url) as d:
-        yield d
+pytestmark = pytest.mark.daemon(build=worktree_daemon, responder=writer)
 
 
 def landing_code(daemon: DaemonProcess, name: str) -> int:

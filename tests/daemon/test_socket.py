@@ -6,22 +6,15 @@ in process (tests/daemon/test_app.py); lifecycle and signals are in tests/daemon
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
 from squadd.daemon.wire import DaemonRequestError
-from tests.support.daemon_process import FAST_CONFIG, DaemonProcess
-from tests.support.model_servers import OpenAIServer
+from tests.support.daemon_process import DaemonProcess
 
-
-@pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
-    with OpenAIServer() as server, DaemonProcess.in_new_repo(
-            tmp_path_factory.mktemp("socket"), server.url, config=FAST_CONFIG) as process:
-        yield process
+pytestmark = pytest.mark.daemon(shared=True)
 
 
 def test_health_over_the_socket_names_the_daemon_process(daemon: DaemonProcess) -> None:

@@ -8,14 +8,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 
 import anyio
 import pytest
 
 from squadd.daemon.wire import DaemonRequestError
 from squadd.state.layout import SquadLayout
-from tests.support.daemon_process import FAST_CONFIG, make_repo
 from tests.support.in_process import InProcessDaemon, api_in_process
 from tests.support.model_servers import OpenAIServer
 
@@ -33,15 +31,15 @@ TESTER_TOOLS = "\n## Tools\n- squad_status\n- squad_m*\n"
 DECIDE = {"title": "Sneak a decision in", "agentName": "tester", "body": "not allowed"}
 
 
-@pytest.fixture
-def layout(tmp_path: Path) -> SquadLayout:
+def _tester_and_shout(layout: SquadLayout) -> None:
     """lead (no `## Tools`), tester (squad_status and squad_m* only), and tools/shout.py."""
-    layout = make_repo(tmp_path / "repo", ("lead", "tester"), config=FAST_CONFIG)
     charter = layout.charter("tester")
     charter.write_text(charter.read_text(encoding="utf-8") + TESTER_TOOLS, encoding="utf-8")
     (layout.root / "tools").mkdir(exist_ok=True)
     (layout.root / "tools" / "shout.py").write_text(SHOUT, encoding="utf-8")
-    return layout
+
+
+pytestmark = pytest.mark.daemon(agents=("lead", "tester"), prepare=_tester_and_shout)
 
 
 @asynccontextmanager

@@ -6,18 +6,16 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from squadd.daemon.client import DaemonClient
+from squadd.state.layout import SquadLayout
 from squadd.state.owner import process_start
 from tests.support.daemon_process import DaemonProcess
 from tests.support.model_servers import OpenAIServer
-
-pytestmark = pytest.mark.slow
 
 CONFIG = """\
 [daemon]
@@ -45,13 +43,12 @@ def shout(text: str) -> str:
 '''
 
 
-@pytest.fixture
-def daemon(tmp_path: Path, model_server: OpenAIServer) -> Iterator[DaemonProcess]:
-    process = DaemonProcess.in_new_repo(tmp_path, model_server.url, config=CONFIG)
-    (process.layout.root / "tools").mkdir(exist_ok=True)
-    (process.layout.root / "tools" / "shout.py").write_text(SHOUT, encoding="utf-8")
-    with process:
-        yield process
+def _write_tools(layout: SquadLayout) -> None:
+    (layout.root / "tools").mkdir(exist_ok=True)
+    (layout.root / "tools" / "shout.py").write_text(SHOUT, encoding="utf-8")
+
+
+pytestmark = [pytest.mark.slow, pytest.mark.daemon(config=CONFIG, prepare=_write_tools)]
 
 
 def _call_in_background(daemon: DaemonProcess, title: str) -> tuple[threading.Thread,

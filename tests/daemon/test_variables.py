@@ -5,17 +5,15 @@ from __future__ import annotations
 
 import stat
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from squadd.daemon.client import DaemonClient
+from squadd.state.layout import SquadLayout
 from tests.support.daemon_process import DaemonProcess
 from tests.support.model_servers import OpenAIServer
-
-pytestmark = pytest.mark.slow
 
 SECRET_VALUE = "s3cr3t-value-never-shown"
 
@@ -28,14 +26,13 @@ variables:
 """
 
 
-@pytest.fixture
-def daemon(tmp_path: Path, model_server: OpenAIServer) -> Iterator[DaemonProcess]:
-    process = DaemonProcess.in_new_repo(tmp_path, model_server.url,
-                                        config="[tools]\nvariable_timeout_s = 60\n")
-    (process.layout.root / "tools").mkdir(exist_ok=True)
-    (process.layout.root / "tools" / "deploy.yaml").write_text(DEPLOY, encoding="utf-8")
-    with process:
-        yield process
+def _write_tools(layout: SquadLayout) -> None:
+    (layout.root / "tools").mkdir(exist_ok=True)
+    (layout.root / "tools" / "deploy.yaml").write_text(DEPLOY, encoding="utf-8")
+
+
+pytestmark = [pytest.mark.slow, pytest.mark.daemon(
+    config="[tools]\nvariable_timeout_s = 60\n", prepare=_write_tools)]
 
 
 def test_var_set_answers_a_waiting_call_and_keeps_the_value_private(

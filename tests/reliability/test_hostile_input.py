@@ -10,6 +10,7 @@ files around the repo (the repo sits in a folder of its own, so its siblings are
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import socket
@@ -18,7 +19,7 @@ import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -612,6 +613,23 @@ def _squadd(world: World, args: list[bytes]) -> subprocess.CompletedProcess[byte
 
 
 # Files dropped into the inbox ------------------------------------------------------------------
+@contextlib.contextmanager
+def scribe_passes(world: World, done: Callable[[], object], what: Callable[[], object],
+                  within_s: float = 30.0) -> Iterator[None]:
+    """Run the block (which drops files into the inbox), then wait until `done()` holds: read
+    again at each `scribe.*` event of the daemon (a pass that merges or rejects files publishes
+    them), subscribed before the block so none is missed. `what()` says what is left if not."""
+    with world.daemon.follow_events(within_s, types=["scribe.*"]) as passes:
+        yield
+        try:
+            for _ in itertools.chain([None], passes):
+                if done():
+                    return
+        except TimeoutError:
+            pass
+    raise AssertionError(what())
+
+
 def test_inbox_files_are_rejected_with_a_reason_or_merged_safely(world: World) -> None:
     inbox = world.daemon.layout.inbox_dir
     rejected: dict[bytes, str] = {
@@ -652,17 +670,16 @@ def test_inbox_files_are_rejected_with_a_reason_or_merged_safely(world: World) -
         return inbox / os.fsdecode(name)
 
     times = {b"lead-future.md": 2**33, b"lead-past.md": -(2**31), b"lead-empty.md": 1000}
-    for name, data in contents.items():  # written hidden, then renamed whole into view
-        hidden = at(b"." + name + b".tmp")
-        hidden.write_bytes(data)
-        os.utime(hidden, (times.get(name, time.time()),) * 2)
-        hidden.rename(at(name))
-    at(b"lead-link.md").symlink_to(world.outside)
-    os.mkfifo(at(b"lead-fifo.md"))
-    deadline = time.monotonic() + 30
-    while any(os.path.lexists(at(name)) for name in [*rejected, *merged]):
-        assert time.monotonic() < deadline, sorted(p.name for p in inbox.iterdir())
-        time.sleep(0.1)
+    with scribe_passes(world, lambda: not any(os.path.lexists(at(name))
+                                              for name in [*rejected, *merged]),
+                       lambda: sorted(p.name for p in inbox.iterdir())):
+        for name, data in contents.items():  # written hidden, then renamed whole into view
+            hidden = at(b"." + name + b".tmp")
+            hidden.write_bytes(data)
+            os.utime(hidden, (times.get(name, time.time()),) * 2)
+            hidden.rename(at(name))
+        at(b"lead-link.md").symlink_to(world.outside)
+        os.mkfifo(at(b"lead-fifo.md"))
     shelf = world.daemon.layout.rejected_dir
     reasons = {os.fsencode(p.name): p.read_text(encoding="utf-8")
                for p in shelf.iterdir() if p.name.endswith(".reason")}
@@ -691,13 +708,12 @@ def test_a_history_with_bad_bytes_is_skipped_and_the_scribe_serves_the_others(
         for n, day in enumerate(("2025-07-01", "2025-07-02")):
             name = f"someone-bad-bytes-{n}.md"
             hidden = layout.inbox_dir / f".{name}.tmp"
-            hidden.write_text(f"### {day}: Bad bytes check {n}\n\n**By:** someone\n\n"
-                              "Lead and backend both read this.\n", encoding="utf-8")
-            hidden.rename(layout.inbox_dir / name)
-            deadline = time.monotonic() + 30
-            while (layout.inbox_dir / name).exists():
-                assert time.monotonic() < deadline, "the Scribe stopped merging"
-                time.sleep(0.1)
+            entry = layout.inbox_dir / name
+            with scribe_passes(world, lambda entry=entry: not entry.exists(),
+                               lambda: "the Scribe stopped merging"):
+                hidden.write_text(f"### {day}: Bad bytes check {n}\n\n**By:** someone\n\n"
+                                  "Lead and backend both read this.\n", encoding="utf-8")
+                hidden.rename(layout.inbox_dir / name)
             assert f"Bad bytes check {n}" in layout.history("lead").read_text(encoding="utf-8")
             assert history.read_bytes() == bad
         events = list(world.daemon.client.events(recent=512, follow=False))

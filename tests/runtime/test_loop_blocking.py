@@ -15,7 +15,7 @@ from squadd.config import Settings
 from squadd.contracts.routes import RouteRequest
 from squadd.runtime.runtime import SquadRuntime
 from squadd.state.layout import SquadLayout
-from squadd.tools.custom.variables import default_secrets_file
+from squadd.tools.variables import default_secrets_file
 from tests.support.loop_watch import loop_blocks
 
 BIG_TOOL = """\

@@ -13,8 +13,9 @@ from squadd.contracts.routes import RouteRequest
 from squadd.fsio import HAS_SYNCFS
 from squadd.runtime.orchestration import OrchestrationEntry, OrchestrationLog, render
 from squadd.runtime.runtime import SquadRuntime
-from squadd.state import journal as journal_module
 from squadd.state.journal import GroupCommit
+from squadd.state.journal import files as journal_files
+from squadd.state.journal import writer as journal_writer
 from squadd.state.layout import SquadLayout
 from squadd.state.transcripts import SpareFiles
 from tests.runtime.scripted import script, settings, text
@@ -171,7 +172,7 @@ async def test_with_the_group_commit_entries_are_written_in_place_and_share_its_
         real_replace(src, dst)
 
     systems: list[int] = []  # the file systems synced whole (a device each)
-    real_system = journal_module.sync_file_system
+    real_system = journal_files.sync_file_system
 
     def recording_system(fd: int) -> bool:
         done = real_system(fd)
@@ -181,7 +182,7 @@ async def test_with_the_group_commit_entries_are_written_in_place_and_share_its_
 
     monkeypatch.setattr(os, "fsync", recording_fsync)
     monkeypatch.setattr(os, "replace", recording_replace)
-    monkeypatch.setattr(journal_module, "sync_file_system", recording_system)
+    monkeypatch.setattr(journal_files, "sync_file_system", recording_system)
     async with anyio.create_task_group() as tg:
         await tg.start(commits.run)
         await tg.start(log.run)
@@ -310,7 +311,7 @@ async def test_with_the_group_commit_a_link_at_an_entrys_name_is_never_written_t
 
 async def test_an_end_submitted_past_the_backlog_waits_for_its_spawn_being_written(
         layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
-    held = hold(monkeypatch, journal_module, "_datasync")
+    held = hold(monkeypatch, journal_writer, "_datasync")
     commits = GroupCommit(layout)
     log = OrchestrationLog(layout, commits=commits, backlog=1, linger_s=0.0)
     async with anyio.create_task_group() as tg:

@@ -185,7 +185,7 @@ async def test_a_prompt_that_cannot_be_kept_fails_its_route_and_names_nothing(
 
 async def test_a_route_whose_records_the_disk_does_not_make_durable_fails_at_the_timeout(
         layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
-    from squadd.state import journal
+    from squadd.state.journal import writer as journal
     from tests.support.held import hold
 
     async with SquadRuntime(layout, settings(), script([text("done")])) as runtime:

@@ -22,9 +22,9 @@ from squadd.providers.replay import ReplayProvider, parse_script
 from squadd.runtime.conversation import INTERRUPTED_TOOL_TEXT, NOT_STARTED_TOOL_TEXT
 from squadd.runtime.session import AgentSession, SessionOutcome
 from squadd.runtime.session_info import SessionInfo, choose_model, session_toolset
-from squadd.state import journal as journal_module
 from squadd.state.charters import parse_charter, read_charter
 from squadd.state.journal import GroupCommit
+from squadd.state.journal import writer as journal_writer
 from squadd.state.layout import SquadLayout
 from squadd.state.transcripts import TranscriptWriter, read_transcript
 from squadd.tools.base import ToolContext, ToolSet
@@ -32,7 +32,6 @@ from squadd.tools.invoke import ToolInvoker
 from squadd.tools.squad import file_tools
 from tests.runtime.scripted import make_session
 from tests.support.held import Held, hold
-from tests.tools.conftest import make_squad
 
 
 class Events:
@@ -78,11 +77,6 @@ def _session(layout: SquadLayout, provider: Any, settings: Settings | None = Non
         provider, ToolInvoker(layout, settings, events), ToolSet(file_tools(layout, settings)),
         events, settings=settings, commits=commits)
     return session, events
-
-
-@pytest.fixture
-def squad(tmp_path: Path) -> SquadLayout:
-    return make_squad(tmp_path / "repo")
 
 
 DECIDE = {"name": "squad_decide",
@@ -269,7 +263,7 @@ async def started_with_its_sync_held(squad: SquadLayout, monkeypatch: pytest.Mon
                                      provider: Any, task: str) -> AsyncIterator[HeldStart]:
     """A session started on a running group commit, yielded once the first journal sync has
     begun and is held; on leaving, the sync goes on and the session's outcome is awaited."""
-    held = hold(monkeypatch, journal_module, "_datasync")
+    held = hold(monkeypatch, journal_writer, "_datasync")
     commits = GroupCommit(squad)
     outcomes: list[SessionOutcome] = []
     async with anyio.create_task_group() as tg:
@@ -374,7 +368,7 @@ async def test_tool_calls_in_a_reply_back_before_its_records_left_run_only_once_
 
 async def test_a_session_cancelled_while_its_reply_rides_the_sync_keeps_it_and_says_interrupted(
         squad: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
-    held = hold(monkeypatch, journal_module, "_datasync")
+    held = hold(monkeypatch, journal_writer, "_datasync")
     commits = GroupCommit(squad)
     ended = anyio.Event()
     async with anyio.create_task_group() as tg:

@@ -15,7 +15,7 @@ from squadd.providers.base import Provider
 from squadd.providers.command import CommandProvider
 from squadd.runtime.runtime import SquadRuntime
 from squadd.state.layout import SquadLayout
-from squadd.tools.custom.discovery import discover_tools
+from squadd.tools.discovery import discover_tools
 from squadd.workspaces import records, spares
 from tests.runtime.scripted import call, make_squad, script, text
 from tests.workspaces.conftest import git

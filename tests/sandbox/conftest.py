@@ -24,9 +24,9 @@ from squadd.sandbox import mechanism_for
 from squadd.state.layout import SquadLayout
 from squadd.tools.base import ToolResult, ToolSet
 from squadd.tools.builtin import workspace_tools
-from squadd.tools.custom.shell_schema import ShellToolFile
-from squadd.tools.custom.shell_tools import ShellTool
 from squadd.tools.invoke import CallOrigin, ToolInvoker
+from squadd.tools.yaml.schema import ShellToolFile
+from squadd.tools.yaml.tool import ShellTool
 from squadd.workspaces import Workspaces
 from tests.workspaces.conftest import Events, git, make_repo
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,21 +14,13 @@ import structlog.testing
 
 from squadd.errors import SandboxError
 from squadd.sandbox import bwrap, cgroup, core, landlock
-from squadd.tools.custom.discovery import ToolDiscoverer
+from squadd.tools.discovery import ToolDiscoverer
 from tests.sandbox.conftest import World, running, sandbox_settings
 
 ESCAPES = ("setsid -f env -i /bin/bash -c 'exec -a {token}-a sleep 300'; "
            "(setsid env -i /bin/sh -c '(exec -a {token}-b sleep 300 &)' &); "
            "nohup env -i /bin/bash -c 'exec -a {token}-c sleep 300' >/dev/null 2>&1 & "
            "sleep 0.5; echo launched")
-
-
-@pytest.fixture
-def fresh_choice() -> Iterator[None]:
-    """The mechanism chosen again (it is cached per process)."""
-    core.mechanism_for.cache_clear()
-    yield
-    core.mechanism_for.cache_clear()
 
 
 def _without_cgroup(monkeypatch: pytest.MonkeyPatch) -> None:

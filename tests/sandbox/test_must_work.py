@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from squadd.tools.custom.discovery import ToolDiscoverer
+from squadd.tools.discovery import ToolDiscoverer
 from squadd.tools.invoke import CallOrigin
 from tests.sandbox.conftest import World, sandbox_settings
-from tests.tools.custom.conftest import call
+from tests.tools.custom_tools import call
 
 
 async def test_python_m_pytest_runs_in_the_worktree(world: World) -> None:

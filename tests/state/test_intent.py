@@ -89,3 +89,44 @@ def test_an_intent_without_its_offset_is_discarded_not_raised(squad: SquadLayout
 
     assert pending_intent(squad, target) is None
     assert not path.exists()
+
+
+def test_an_intent_is_one_frame_of_the_durability_logs_format(squad: SquadLayout) -> None:
+    from squadd.state.journal.format import decode
+
+    target = squad.root / "log.md"
+    target.write_bytes(b"start\n")
+    append_with_intent(squad, target, b"more\n", {"k": 1})
+
+    [frame] = list(decode(intent_file(squad, target).read_bytes()))
+    assert (frame.where, frame.start, frame.data) == ("log.md", 6, b"more\n")
+    assert frame.extra["meta"] == {"k": 1} and frame.extra["inode"] == target.stat().st_ino
+
+
+def test_an_intent_an_older_version_left_is_still_finished(squad: SquadLayout) -> None:
+    import hashlib
+    import json
+
+    target = squad.root / "log.md"
+    target.write_bytes(b"start\nmo")  # the kill landed two bytes into the append
+    data = b"more\n"
+    header = {"magic": "squadd-append-intent-1", "target": "log.md", "start": 6,
+              "inode": target.stat().st_ino, "length": len(data),
+              "sha256": hashlib.sha256(data).hexdigest(), "meta": {"k": 2}}
+    path = intent_file(squad, target)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(json.dumps(header).encode() + b"\n" + data)
+
+    intent = pending_intent(squad, target)
+    assert intent is not None and intent.meta == {"k": 2}
+    assert finish_append(intent) == "finished"
+    assert target.read_bytes() == b"start\nmore\n"
+
+
+def test_an_intent_naming_another_file_is_discarded(squad: SquadLayout) -> None:
+    one, other = squad.root / "one.md", squad.root / "other.md"
+    append_with_intent(squad, one, b"x\n")
+    intent_file(squad, other).write_bytes(intent_file(squad, one).read_bytes())
+
+    assert pending_intent(squad, other) is None
+    assert not other.exists()

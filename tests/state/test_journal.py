@@ -19,8 +19,12 @@ import pytest
 from anyio.abc import TaskGroup, TaskStatus
 
 from squadd.fsio import HAS_SYNCFS
-from squadd.state import journal as journal_module
-from squadd.state.journal import GroupCommit, replay_journals
+from squadd.state.journal import CommitState, GroupCommit, replay_journals
+from squadd.state.journal import commit as commit_module
+from squadd.state.journal import files as files_module
+from squadd.state.journal import replay as replay_module
+from squadd.state.journal import writer as writer_module
+from squadd.state.journal.writer import JournalWriter
 from squadd.state.layout import SquadLayout
 from squadd.state.transcripts import Appended, TranscriptWriter, read_transcript
 from tests._helpers import REPO_ROOT
@@ -48,9 +52,9 @@ def dead_journal(layout: SquadLayout, *lines: tuple[str, int, str]) -> Path:
 def never_lingering(monkeypatch: pytest.MonkeyPatch, layout: SquadLayout, *,
                     held: str) -> tuple[GroupCommit, Held]:
     """A writer whose linger never ends (begun records go only when something sends them),
-    with the journal module's function `held` held in the commit thread."""
-    monkeypatch.setattr(journal_module, "LINGER_S", 3600.0)
-    return GroupCommit(layout), hold(monkeypatch, journal_module, held)
+    with the journal writer's function `held` held in the commit thread."""
+    monkeypatch.setattr(commit_module, "LINGER_S", 3600.0)
+    return GroupCommit(layout), hold(monkeypatch, writer_module, held)
 
 
 def writer_for(layout: SquadLayout, session: str, text: str) -> TranscriptWriter:
@@ -61,7 +65,7 @@ def writer_for(layout: SquadLayout, session: str, text: str) -> TranscriptWriter
 
 async def test_records_waiting_together_share_one_sync_and_nobody_wakes_before_it(
         layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
-    held = hold(monkeypatch, journal_module, "_datasync")
+    held = hold(monkeypatch, writer_module, "_datasync")
     commits = GroupCommit(layout)
     woken: list[str] = []
     all_woken = anyio.Event()
@@ -90,6 +94,75 @@ async def test_records_waiting_together_share_one_sync_and_nobody_wakes_before_i
         messages = read_transcript(layout.transcripts_dir / f"{name}.jsonl").messages
         assert messages == [{"role": "user", "content": f"hello from {name}"}]
     assert not list(layout.transcript_journals_dir.iterdir())  # a clean close removes it
+
+
+async def test_the_commit_loop_moves_through_its_states_and_flushed_waits_for_each_record(
+        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    held = hold(monkeypatch, writer_module, "_datasync")
+    commits = GroupCommit(layout)
+    assert commits.state is CommitState.STOPPED and not commits.running
+    flushed = anyio.Event()
+
+    async def wait_flushed() -> None:
+        await commits.flushed(timeout_s=30)
+        flushed.set()
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(commits.run)
+        assert commits.state is CommitState.IDLE
+        await commits.flushed()  # nothing submitted: nothing to wait for
+        tg.start_soon(commits.commit, writer_for(layout, "first", "x"))
+        await held.wait_entered()
+        assert commits.state is CommitState.SYNCING
+        begun = commits.begin(writer_for(layout, "begun", "y"))  # rides after the first
+        with pytest.raises(TimeoutError, match="not all durable"):
+            await commits.flushed(timeout_s=0.05)  # its sync is held
+        tg.start_soon(wait_flushed)
+        await anyio.wait_all_tasks_blocked()
+        assert not flushed.is_set()
+        held.release.set()
+        await commits.reached(CommitState.LINGERING, timeout_s=30)  # the begun one waits
+        with anyio.fail_after(30):
+            await flushed.wait()  # once the linger sent it and its sync ended
+        assert begun._job is not None and begun._job.done.is_set()
+        assert commits.batches == 2
+        commits.close()
+    assert commits.state is CommitState.CLOSED and not commits.running
+    for name, text in (("first", "x"), ("begun", "y")):
+        messages = read_transcript(layout.transcripts_dir / f"{name}.jsonl").messages
+        assert messages == [{"role": "user", "content": text}]
+
+
+async def test_flushed_does_not_wait_for_records_submitted_after_it(
+        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    held = hold(monkeypatch, writer_module, "_datasync")
+    commits = GroupCommit(layout)
+    async with anyio.create_task_group() as tg:
+        await tg.start(commits.run)
+        tg.start_soon(commits.commit, writer_for(layout, "first", "x"))
+        await held.wait_entered()
+        flushed = anyio.Event()
+
+        async def wait_flushed() -> None:
+            await commits.flushed(timeout_s=30)
+            flushed.set()
+
+        tg.start_soon(wait_flushed)
+        await anyio.wait_all_tasks_blocked()
+        second = writer_for(layout, "second", "y")
+        tg.start_soon(commits.commit, second)  # queued behind the held batch, after flushed
+        await anyio.wait_all_tasks_blocked()
+        held.entered.clear()
+        real = held.release
+        # Hold the second batch's sync: flushed must return with only the first durable.
+        second_held = hold(monkeypatch, writer_module, "_datasync")
+        real.set()
+        with anyio.fail_after(30):
+            await flushed.wait()
+        await second_held.wait_entered()
+        assert not second_held.release.is_set() and commits.state is CommitState.SYNCING
+        second_held.release.set()
+        commits.close()
 
 
 async def test_commits_made_in_one_pass_of_the_loop_share_one_batch(
@@ -130,7 +203,7 @@ async def test_a_commit_thread_hit_by_a_base_exception_fails_that_batch_and_goes
 
 async def test_a_commit_the_disk_does_not_answer_fails_at_its_timeout_and_lands_later(
         layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
-    held = hold(monkeypatch, journal_module, "_datasync")
+    held = hold(monkeypatch, writer_module, "_datasync")
     commits = GroupCommit(layout, timeout_s=0.2)
     with anyio.fail_after(30):
         async with anyio.create_task_group() as tg:
@@ -153,7 +226,7 @@ async def test_a_commit_the_disk_does_not_answer_fails_at_its_timeout_and_lands_
 
 async def test_background_appends_go_behind_every_sessions_records_and_share_a_sync(
         layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
-    held = hold(monkeypatch, journal_module, "_datasync")
+    held = hold(monkeypatch, writer_module, "_datasync")
     commits = GroupCommit(layout)
     done: list[str] = []
     async with anyio.create_task_group() as tg:
@@ -173,13 +246,12 @@ async def test_background_appends_go_behind_every_sessions_records_and_share_a_s
         tg.start_soon(commit, "session", False)  # queued after all forty
         await anyio.wait_all_tasks_blocked()
         held.release.set()
-        with anyio.fail_after(30):
-            while len(done) < 42:  # noqa: ASYNC110 - the writer's thread ends the commits
-                await anyio.sleep(0.01)
+        await commits.flushed(timeout_s=30)
+        await anyio.wait_all_tasks_blocked()  # the waiters woken by the landings go on
         commits.close()
     # Batch two: the session's record and the first few background ones. The rest are
     # written a few a batch while the thread has nothing else to do, then synced at once.
-    few = journal_module.BACKGROUND_PER_BATCH
+    few = commit_module.BACKGROUND_PER_BATCH
     assert commits.batches == 3 and commits.unsynced_batches == -(-(40 - few) // few)
     assert done.index("session") < done.index(f"log{few}")
     assert sorted(done) == sorted(["first", "session", *(f"log{n}" for n in range(40))])
@@ -187,7 +259,7 @@ async def test_background_appends_go_behind_every_sessions_records_and_share_a_s
 
 async def test_background_appends_ride_the_next_sessions_batch(
         layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(journal_module, "LINGER_S", 3600.0)  # the linger would never end
+    monkeypatch.setattr(commit_module, "LINGER_S", 3600.0)  # the linger would never end
     commits = GroupCommit(layout)
     done: list[str] = []
     async with anyio.create_task_group() as tg:
@@ -200,9 +272,8 @@ async def test_background_appends_ride_the_next_sessions_batch(
             done.append("log")
 
         tg.start_soon(log_entry)
-        with anyio.fail_after(30):
-            while commits.unsynced_batches < 1 or commits._in_flight:  # noqa: ASYNC110
-                await anyio.sleep(0.01)  # the thread writes it and lands it on the loop
+        # the thread writes it and lands it on the loop, where it waits for a ride
+        await commits.reached(CommitState.LINGERING, timeout_s=30)
         await anyio.wait_all_tasks_blocked()
         assert commits.batches == 0 and done == []  # no sync of its own
         # Written while the thread had nothing else to do: in its file and framed in the
@@ -211,9 +282,8 @@ async def test_background_appends_ride_the_next_sessions_batch(
         assert (layout.transcripts_dir / "log.jsonl").read_bytes().endswith(b'"entry"}}\n')
         with anyio.fail_after(30):
             await commits.commit(writer_for(layout, "session", "a record"))
-            while not done:  # noqa: ASYNC110 - its waiter wakes in the same landing
-                await anyio.sleep(0.01)
-        assert commits.batches == 1
+        await anyio.wait_all_tasks_blocked()  # its waiter woke in the same landing
+        assert done == ["log"] and commits.batches == 1
         tg.cancel_scope.cancel()
     assert read_transcript(layout.transcripts_dir / "log.jsonl").messages == [
         {"role": "user", "content": "entry"}]
@@ -221,7 +291,7 @@ async def test_background_appends_ride_the_next_sessions_batch(
 
 async def test_a_request_begun_while_background_appends_are_written_still_rides(
         layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
-    commits, held = never_lingering(monkeypatch, layout, held="_frame")
+    commits, held = never_lingering(monkeypatch, layout, held="frame")
     logged: list[Exception | None] = []
     async with anyio.create_task_group() as tg:
         await tg.start(commits.run)
@@ -235,9 +305,7 @@ async def test_a_request_begun_while_background_appends_are_written_still_rides(
         request = writer_for(layout, "asked", "a request")
         pending = commits.begin(request)
         held.release.set()
-        with anyio.fail_after(30):
-            while commits.unsynced_batches < 1 or commits._in_flight:  # noqa: ASYNC110
-                await anyio.sleep(0.01)  # the thread lands it on the loop
+        await commits.reached(CommitState.LINGERING, timeout_s=30)  # that batch landed
         # The request was not sent on its own when that batch landed: it waits for a ride.
         assert pending._job is not None and not pending._job.sent and commits.batches == 0
         request.add("message", message={"role": "assistant", "content": "the reply"})
@@ -252,7 +320,7 @@ async def test_a_request_begun_while_background_appends_are_written_still_rides(
 
 async def test_a_request_asked_for_while_background_appends_are_written_goes_on_their_landing(
         layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
-    commits, held = never_lingering(monkeypatch, layout, held="_frame")
+    commits, held = never_lingering(monkeypatch, layout, held="frame")
     finished = anyio.Event()
     async with anyio.create_task_group() as tg:
         await tg.start(commits.run)
@@ -284,14 +352,13 @@ async def written_ahead(tg: TaskGroup, commits: GroupCommit, layout: SquadLayout
                                                background=True))
 
     tg.start_soon(log_entry)
-    with anyio.fail_after(30):
-        while not commits._written or commits._in_flight:  # noqa: ASYNC110
-            await anyio.sleep(0.01)  # the thread writes it and lands it on the loop
+    # the thread writes it and lands it on the loop, where it waits for a sync to ride
+    await commits.reached(CommitState.LINGERING, timeout_s=30)
 
 
 async def test_appends_written_ahead_are_synced_when_the_writer_stops_in_its_linger(
         layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(journal_module, "LINGER_S", 3600.0)  # the linger would never end
+    monkeypatch.setattr(commit_module, "LINGER_S", 3600.0)  # the linger would never end
     commits = GroupCommit(layout)
     logged: list[Exception | None] = []
     async with anyio.create_task_group() as tg:
@@ -313,15 +380,15 @@ async def test_appends_written_ahead_are_synced_when_the_writer_stops_in_its_lin
 
 async def test_appends_written_ahead_whose_journal_write_fails_are_synced_file_by_file(
         layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
-    real_journal = GroupCommit._journal
+    real_write = JournalWriter.write
     synced, _ = _synced_files(monkeypatch)
 
-    def failing_unsynced(self: GroupCommit, data: bytes, *, sync: bool = True) -> None:
+    def failing_unsynced(self: JournalWriter, data: bytes, *, sync: bool = True) -> None:
         if not sync:
             raise OSError(28, "No space left on device")
-        real_journal(self, data, sync=sync)
+        real_write(self, data, sync=sync)
 
-    monkeypatch.setattr(GroupCommit, "_journal", failing_unsynced)
+    monkeypatch.setattr(JournalWriter, "write", failing_unsynced)
     commits = GroupCommit(layout)
     logged: list[Exception | None] = []
     log_file = layout.transcripts_dir / "log.jsonl"
@@ -331,8 +398,7 @@ async def test_appends_written_ahead_whose_journal_write_fails_are_synced_file_b
         assert synced == [log_file]  # durable by itself once the journal could not hold it
         with anyio.fail_after(30):
             await commits.commit(writer_for(layout, "session", "a record"))
-            while not logged:  # noqa: ASYNC110 - its waiter wakes in the same landing
-                await anyio.sleep(0.01)
+        await anyio.wait_all_tasks_blocked()  # its waiter woke in the same landing (or before)
         synced_before_close = list(synced)  # (the close's checkpoint syncs what it journaled)
         commits.close()
     assert logged == [None] and synced_before_close == [log_file]  # not synced again
@@ -356,7 +422,7 @@ async def test_a_writer_cancelled_in_its_linger_drains_background_appends_past_o
         layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
     commits, held = never_lingering(monkeypatch, layout, held="_datasync")
     errors: list[Exception | None] = []
-    logs = journal_module.BACKGROUND_PER_BATCH + 4
+    logs = commit_module.BACKGROUND_PER_BATCH + 4
     async with anyio.create_task_group() as tg:
         writing = anyio.CancelScope()
 
@@ -381,8 +447,8 @@ async def test_a_writer_cancelled_in_its_linger_drains_background_appends_past_o
         await anyio.wait_all_tasks_blocked()
         held.release.set()
         with anyio.move_on_after(30):
-            while len(errors) < 1 + logs:  # noqa: ASYNC110 - the commit thread ends them
-                await anyio.sleep(0.01)
+            await commits.flushed()
+            await anyio.wait_all_tasks_blocked()  # the waiters woken by the landings go on
         drained = len(errors)
         commits.close()  # lets a stuck drain go (on the code before, it waited for a nudge)
     assert drained == 1 + logs and errors == [None] * (1 + logs)
@@ -395,18 +461,18 @@ def _journals(layout: SquadLayout) -> list[str]:
 
 @pytest.fixture(params=["syncfs", "file by file"])
 def sync_step(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The journal module's function that makes a full journal's files durable, for a test to
-    hold or fail: one `sync_file_system` of their file system, or (where the system has no
-    syncfs) `_sync_file`, once a file."""
+    """The function of the journal's `files` module that makes a full journal's files
+    durable, for a test to hold or fail: one `sync_file_system` of their file system, or
+    (where the system has no syncfs) `sync_file`, once a file."""
     if request.param == "file by file":
-        monkeypatch.setattr(journal_module, "sync_file_system", lambda fd: False)
-        return "_sync_file"
+        monkeypatch.setattr(files_module, "sync_file_system", lambda fd: False)
+        return "sync_file"
     return "sync_file_system"
 
 
 async def test_a_full_journal_is_retired_off_the_commit_path_while_commits_go_on(
         layout: SquadLayout, monkeypatch: pytest.MonkeyPatch, sync_step: str) -> None:
-    held = hold(monkeypatch, journal_module, sync_step)
+    held = hold(monkeypatch, files_module, sync_step)
     commits = GroupCommit(layout, checkpoint_bytes=1)  # every batch fills its journal
     async with anyio.create_task_group() as tg:
         await tg.start(commits.run)
@@ -419,10 +485,7 @@ async def test_a_full_journal_is_retired_off_the_commit_path_while_commits_go_on
         assert commits.batches == 3 and not held.release.is_set()
         assert first.name in _journals(layout) and len(_journals(layout)) == 4
         held.release.set()
-        with anyio.fail_after(30):
-            # the full ones go once their files are synced (by a thread the test does not own)
-            while len(_journals(layout)) > 1:  # noqa: ASYNC110
-                await anyio.sleep(0.01)
+        await commits.retired(timeout_s=30)  # the full ones go once their files are synced
         assert commits.path is not None and _journals(layout) == [commits.path.name]
         commits.close()
     assert _journals(layout) == []
@@ -436,7 +499,7 @@ async def test_full_journals_that_cannot_be_retired_are_left_for_the_next_start(
     def failing_sync(*args: object, **kwargs: object) -> None:
         raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr(journal_module, sync_step, failing_sync)
+    monkeypatch.setattr(files_module, sync_step, failing_sync)
     commits = GroupCommit(layout, checkpoint_bytes=1)
     async with anyio.create_task_group() as tg:
         await tg.start(commits.run)
@@ -459,15 +522,14 @@ async def test_a_failed_retirement_is_tried_again_when_the_next_journal_fills_no
         attempts.append(args[0])  # the file, or the journal's fd its file system is synced by
         raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr(journal_module, sync_step, failing_sync)
+    monkeypatch.setattr(files_module, sync_step, failing_sync)
     commits = GroupCommit(layout, checkpoint_bytes=1)  # the first batch fills its journal
     async with anyio.create_task_group() as tg:
         await tg.start(commits.run)
         await commits.commit(writer_for(layout, "a", "a"))
         commits.checkpoint_bytes = 1 << 30  # the next journal never fills
-        with anyio.fail_after(30):
-            while not attempts:  # noqa: ASYNC110 - the retirement runs in a thread
-                await anyio.sleep(0.01)
+        await commits.retired(timeout_s=30)  # tried (in a thread), and failed
+        assert len(attempts) == 1
         for n in range(5):
             await commits.commit(writer_for(layout, f"b{n}", "b"))
         await anyio.wait_all_tasks_blocked()
@@ -475,7 +537,7 @@ async def test_a_failed_retirement_is_tried_again_when_the_next_journal_fills_no
         commits.close()
     # At close: the full journal is tried once more (then left for the next start), and the
     # current one's checkpoint fails on its first file (or its one syncfs).
-    if sync_step == "_sync_file":
+    if sync_step == "sync_file":
         assert [getattr(path, "name", None) for path in attempts[:2]] == ["a.jsonl", "a.jsonl"]
     else:
         assert attempts[0] == attempts[1] != attempts[2]  # the full journal's fd, twice
@@ -483,11 +545,11 @@ async def test_a_failed_retirement_is_tried_again_when_the_next_journal_fills_no
 
 
 def _synced_files(monkeypatch: pytest.MonkeyPatch) -> tuple[list[Path], list[int]]:
-    """What the journal module fsyncs file by file, and the fds whose file system it syncs
-    (each still done)."""
+    """What the journal's `files` module fsyncs file by file, and the fds whose file system
+    it syncs (each still done)."""
     files: list[Path] = []
     systems: list[int] = []
-    real_file, real_system = journal_module._sync_file, journal_module.sync_file_system
+    real_file, real_system = files_module.sync_file, files_module.sync_file_system
 
     def sync_file(path: Path, created: bool) -> None:
         files.append(path)
@@ -497,8 +559,8 @@ def _synced_files(monkeypatch: pytest.MonkeyPatch) -> tuple[list[Path], list[int
         systems.append(fd)
         return real_system(fd)
 
-    monkeypatch.setattr(journal_module, "_sync_file", sync_file)
-    monkeypatch.setattr(journal_module, "sync_file_system", sync_system)
+    monkeypatch.setattr(files_module, "sync_file", sync_file)
+    monkeypatch.setattr(files_module, "sync_file_system", sync_system)
     return files, systems
 
 
@@ -534,7 +596,7 @@ def test_files_on_another_file_system_than_the_journal_are_synced_one_by_one(
             there = Path(other) / "there.jsonl"
             there.write_text("y\n", encoding="utf-8")
             gone = Path(other) / "gone" / "gone.jsonl"  # its folder removed meanwhile
-            journal_module._sync_all({here, there, gone}, fd)
+            files_module.sync_all({here, there, gone}, fd)
     finally:
         os.close(fd)
     assert systems == [fd]  # one syncfs for the file beside the journal
@@ -544,13 +606,13 @@ def test_files_on_another_file_system_than_the_journal_are_synced_one_by_one(
 def test_without_syncfs_every_file_is_synced_by_itself(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     files, _ = _synced_files(monkeypatch)
-    monkeypatch.setattr(journal_module, "sync_file_system", lambda fd: False)
+    monkeypatch.setattr(files_module, "sync_file_system", lambda fd: False)
     paths = {tmp_path / f"{n}.jsonl" for n in range(3)}
     for path in paths:
         path.write_text("x\n", encoding="utf-8")
     fd = os.open(tmp_path, os.O_RDONLY)
     try:
-        journal_module._sync_all(paths, fd)
+        files_module.sync_all(paths, fd)
     finally:
         os.close(fd)
     assert sorted(files) == sorted(paths)
@@ -577,9 +639,8 @@ async def test_begun_records_nobody_takes_along_go_by_themselves_after_the_linge
     async with anyio.create_task_group() as tg:
         await tg.start(commits.run)
         begun = commits.begin(writer_for(layout, "asked", "alone"))
-        with anyio.fail_after(30):
-            while commits.batches == 0:  # noqa: ASYNC110 - the writer's own task sends them
-                await anyio.sleep(0.01)
+        await commits.flushed(timeout_s=30)  # the writer's own task sends them
+        assert commits.batches == 1
         await commits.finish(begun)
         assert commits.batches == 1
         commits.close()
@@ -587,7 +648,7 @@ async def test_begun_records_nobody_takes_along_go_by_themselves_after_the_linge
 
 async def test_finish_sends_begun_records_at_once(layout: SquadLayout,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(journal_module, "LINGER_S", 3600.0)  # the linger would never end
+    monkeypatch.setattr(commit_module, "LINGER_S", 3600.0)  # the linger would never end
     commits = GroupCommit(layout)
     async with anyio.create_task_group() as tg:
         await tg.start(commits.run)
@@ -602,7 +663,7 @@ async def test_finish_sends_begun_records_at_once(layout: SquadLayout,
 
 async def test_begun_records_still_in_their_linger_are_committed_when_the_writer_is_cancelled(
         layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(journal_module, "LINGER_S", 3600.0)
+    monkeypatch.setattr(commit_module, "LINGER_S", 3600.0)
     commits = GroupCommit(layout)
     with anyio.fail_after(30):
         async with anyio.create_task_group() as tg:
@@ -760,13 +821,13 @@ async def test_a_journal_write_that_failed_part_way_does_not_hide_the_next_batch
     failures: list[int] = []
 
     def half_then_full_disk(fd: int, data: bytes, offset: int) -> int:
-        if fd == commits._fd and any(data) and not failures:
+        if fd == commits.journal.fd and any(data) and not failures:
             # the first journal write of frames: half, then ENOSPC
             failures.append(real_write(fd, data[: len(data) // 2], offset))
             raise OSError(28, "No space left on device")
         return real_write(fd, data, offset)
 
-    monkeypatch.setattr(journal_module.os, "pwrite", half_then_full_disk)
+    monkeypatch.setattr(writer_module.os, "pwrite", half_then_full_disk)
     async with anyio.create_task_group() as tg:
         await tg.start(commits.run)
         await commits.commit(writer_for(layout, "a", "first"))  # synced file by file instead
@@ -820,7 +881,7 @@ async def test_a_checkpointed_journal_starts_over_and_replays_no_frame_from_befo
         await tg.start(commits.run)
         assert commits.path is not None
         await commits.commit(writer_for(layout, "old", "before"))
-        await anyio.to_thread.run_sync(commits._checkpoint)  # what a full journal gets
+        await anyio.to_thread.run_sync(commits.journal.checkpoint)  # what a full journal gets
         await commits.commit(writer_for(layout, "new", "after"))
         left = commits.path.read_bytes()
         commits.close()
@@ -835,8 +896,8 @@ async def test_a_checkpointed_journal_starts_over_and_replays_no_frame_from_befo
 
 def frame(layout: SquadLayout, where: str, end: int, data: bytes) -> bytes:
     """The journal's frame for `data` appended to `where` (a path in the squad)."""
-    return journal_module._frame(str(layout.root) + os.sep,
-                                 Appended(layout.root / where, end, data, created=False))
+    return writer_module.frame(str(layout.root) + os.sep,
+                               Appended(layout.root / where, end, data, created=False))
 
 
 def test_a_frame_holds_the_bytes_as_they_are_and_a_damaged_or_torn_one_is_skipped(
@@ -908,7 +969,7 @@ def test_hostile_journals_and_lines_are_skipped_and_the_rest_replayed(
 
 async def test_a_batch_that_fails_unexpectedly_is_raised_to_its_sessions_and_the_writer_goes_on(
         layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
-    real_line = journal_module._frame
+    real_line = writer_module.frame
     broken: list[str] = []
 
     def line_once_broken(root: str, done: Appended) -> bytes:
@@ -917,7 +978,7 @@ async def test_a_batch_that_fails_unexpectedly_is_raised_to_its_sessions_and_the
             raise RuntimeError("a bug in the batch")
         return real_line(root, done)
 
-    monkeypatch.setattr(journal_module, "_frame", line_once_broken)
+    monkeypatch.setattr(writer_module, "frame", line_once_broken)
     commits = GroupCommit(layout)
     with anyio.fail_after(30):  # never a hang
         async with anyio.create_task_group() as tg:
@@ -935,7 +996,7 @@ async def test_a_journal_a_replay_removes_before_it_is_locked_is_made_again(
         layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
     # Another process's replay runs between this runtime's creating its journal and locking
     # it: the file looks like an ended runtime's (nobody holds it), so the replay removes it.
-    real_flock = journal_module.fcntl.flock
+    real_flock = files_module.fcntl.flock
     replays: list[int] = []
 
     def replay_first(fd: int, operation: int) -> None:
@@ -944,7 +1005,7 @@ async def test_a_journal_a_replay_removes_before_it_is_locked_is_made_again(
             replays[0] = replay_journals(layout).journals
         real_flock(fd, operation)
 
-    monkeypatch.setattr(journal_module.fcntl, "flock", replay_first)
+    monkeypatch.setattr(files_module.fcntl, "flock", replay_first)
     commits = GroupCommit(layout)
     async with anyio.create_task_group() as tg:
         await tg.start(commits.run)
@@ -983,7 +1044,7 @@ async def test_a_journal_that_cannot_be_locked_fails_the_start_and_is_not_left_o
     def no_locks(fd: int, operation: int) -> None:
         raise OSError(37, "No locks available")
 
-    monkeypatch.setattr(journal_module.fcntl, "flock", no_locks)
+    monkeypatch.setattr(files_module.fcntl, "flock", no_locks)
     def open_files() -> set[str]:
         names = set()
         for fd in Path("/proc/self/fd").iterdir():
@@ -1004,10 +1065,10 @@ def test_what_a_failed_replay_put_back_is_synced_and_the_journals_kept(
         layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
     journal = dead_journal(layout, ("run/transcripts/a.jsonl", 3, "ab\n"),
                            ("run/transcripts/b.jsonl", 3, "cd\n"))
-    real_restore, real_sync = journal_module._restore, journal_module._sync_file
+    real_restore, real_sync = replay_module._restore, files_module.sync_file
     synced: list[str] = []
 
-    def full_disk_for_b(line: journal_module._Line) -> bool:
+    def full_disk_for_b(line: replay_module._Line) -> bool:
         if line.target.name == "b.jsonl":
             raise OSError(28, "No space left on device")
         return real_restore(line)
@@ -1016,8 +1077,8 @@ def test_what_a_failed_replay_put_back_is_synced_and_the_journals_kept(
         synced.append(path.name)
         real_sync(path, created)
 
-    monkeypatch.setattr(journal_module, "_restore", full_disk_for_b)
-    monkeypatch.setattr(journal_module, "_sync_file", recorded_sync)
+    monkeypatch.setattr(replay_module, "_restore", full_disk_for_b)
+    monkeypatch.setattr(files_module, "sync_file", recorded_sync)
     assert replay_journals(layout).journals == 0
     # a.jsonl was put back: the next replay finds it whole and skips it, so only this one
     # can make it durable.

@@ -20,7 +20,7 @@ from squadd.state.charters import read_charter, roster
 from squadd.state.layout import SquadLayout
 from squadd.state.skills import list_skills, read_skill
 from tests.runtime.scripted import make_squad
-from tests.tools.custom.conftest import discover
+from tests.tools.custom_tools import discover
 
 SECRET = "machine api.example login root password hunter2"
 

@@ -79,6 +79,12 @@ SCRIPT = {"agents": {
 def busy_squad(tmp_path: Path, *serve_args: str) -> Iterator[DaemonProcess]:
     """The daemon of a fresh repo under `tmp_path`, started with `serve_args` too; killed at
     the end. Write `tmp_path / "release"` to let `work_build` finish."""
+    with busy_daemon(tmp_path, *serve_args) as process:
+        yield process
+
+
+def busy_daemon(tmp_path: Path, *serve_args: str) -> DaemonProcess:
+    """`busy_squad`'s daemon, not started yet (for the `daemon` mark's `build`)."""
     layout = make_repo(tmp_path / "repo", agents=("lead", "backend", "tester", "writer"),
                        config=FAST_CONFIG + "\n[tools]\napproval_timeout_s = 120\n"
                        # `work_build` waits for the release file beside the repo: the
@@ -89,6 +95,5 @@ def busy_squad(tmp_path: Path, *serve_args: str) -> Iterator[DaemonProcess]:
         TOOLS.format(release=str(tmp_path / "release")), encoding="utf-8")
     replay = tmp_path / "script.json"
     replay.write_text(json.dumps(SCRIPT), encoding="utf-8")
-    with DaemonProcess(layout, "http://127.0.0.1:9/v1", extra_args=(
-            *serve_args, "--provider", "replay", "--replay-file", str(replay))) as process:
-        yield process
+    return DaemonProcess(layout, "http://127.0.0.1:9/v1", extra_args=(
+        *serve_args, "--provider", "replay", "--replay-file", str(replay)))

@@ -10,13 +10,18 @@ always killed at the end (no process is left behind).
 from __future__ import annotations
 
 import contextlib
+import itertools
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Self
+
+import httpx
 
 from squadd.daemon.client import DaemonClient
 from squadd.errors import DaemonError
@@ -140,14 +145,62 @@ class DaemonProcess:
 
     def wait_for_state(self, session_id: str, states: set[str], timeout: float = 15.0
                        ) -> dict[str, Any]:
+        """The session's view once its state is one of `states`: read now, then again at each
+        `agent.state` event of the session (the pool publishes every change of state)."""
+        view: dict[str, Any] = {}
+        try:
+            with self.follow_events(timeout, types=["agent.state"],
+                                    session_id=session_id) as changes:
+                for _ in itertools.chain([None], changes):
+                    view = self.client.session(session_id, transcript=False)["session"]
+                    if view["state"] in states:
+                        return view
+        except TimeoutError:
+            pass
+        raise TimeoutError(f"session {session_id} is {view.get('state')}, not {states}")
+
+    @contextlib.contextmanager
+    def follow_events(self, timeout: float, *, types: Sequence[str],
+                      session_id: str | None = None, recent: int = 0
+                      ) -> Iterator[Iterator[dict[str, Any]]]:
+        """The daemon's event stream on its socket (`GET /v1/events`), subscribed on entry:
+        first up to `recent` past events, then each as it happens. Iterating raises
+        `TimeoutError` once `timeout` seconds have passed since entry; the stream ends with the
+        block. It speaks the HTTP API itself, so that a test's wait does not depend on the
+        client under test."""
+        params = {"recent": str(recent), "follow": "1", "type": ",".join(types)}
+        if session_id is not None:
+            params["session"] = session_id
         deadline = time.monotonic() + timeout
-        while True:
-            view: dict[str, Any] = self.client.session(session_id, transcript=False)["session"]
-            if view["state"] in states:
-                return view
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"session {session_id} is {view['state']}, not {states}")
-            time.sleep(0.02)
+        transport = httpx.HTTPTransport(uds=str(self.layout.socket))
+        with httpx.Client(transport=transport, base_url="http://squadd",
+                          timeout=httpx.Timeout(10.0, read=timeout)) as http, \
+                http.stream("GET", "/v1/events", params=params) as response:
+            response.raise_for_status()
+            lines = response.iter_lines()
+            for line in lines:  # the daemon says when the subscription is in place
+                if line.startswith(":") and line[1:].strip() == "subscribed":
+                    break
+
+            def events() -> Iterator[dict[str, Any]]:
+                data: list[str] = []
+                try:
+                    for line in lines:
+                        if time.monotonic() > deadline:
+                            break
+                        if line.startswith("data:"):
+                            data.append(line[5:].removeprefix(" "))
+                        elif not line and data:
+                            event = json.loads("\n".join(data))
+                            data = []
+                            if isinstance(event, dict):
+                                yield event
+                except httpx.ReadTimeout:
+                    pass
+                raise TimeoutError(f"the {','.join(types)} events sought did not come within "
+                                   f"{timeout:g}s (or the stream ended)")
+
+            yield events()
 
     def __enter__(self) -> Self:
         try:

@@ -30,7 +30,7 @@ from starlette.types import ASGIApp, Message
 from squadd.config import Settings, load_settings
 from squadd.daemon.app import create_app
 from squadd.daemon.client import AsyncDaemonClient
-from squadd.daemon.requests import DaemonContext
+from squadd.daemon.handler_context import DaemonContext
 from squadd.runtime.runtime import SquadRuntime
 from squadd.state.layout import SquadLayout
 
@@ -145,14 +145,19 @@ class InProcessDaemon:
 
     async def wait_for_state(self, session_id: str, states: set[str],
                              within_s: float = 15.0) -> dict[str, Any]:
-        """The session's view once its state is one of `states` (polled through the API)."""
-        with anyio.fail_after(within_s):
+        """The session's view (through the API) once its state is one of `states`: read now,
+        then again at each `agent.state` event of the session (the pool publishes every
+        change of state), subscribed before the first read so that none is missed."""
+        with anyio.fail_after(within_s), self.runtime.bus.subscribe(
+                types=["agent.state"], session_id=session_id) as changes:
             while True:
                 view: dict[str, Any] = (await self.client.session(
                     session_id, transcript=False))["session"]
                 if view["state"] in states:
                     return view
-                await anyio.sleep(0.01)
+                if await changes.get() is None:
+                    raise AssertionError(f"the event bus closed with session {session_id} "
+                                         f"{view['state']}, not {sorted(states)}")
 
 
 @asynccontextmanager

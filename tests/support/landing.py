@@ -4,7 +4,6 @@ model that writes one file per task: what the landing-outcome and live-settings 
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 from typing import Any
 
@@ -50,13 +49,14 @@ def set_config(daemon: DaemonProcess, extra: str) -> None:
 
 def wait_for_event(daemon: DaemonProcess, kind: str, session: str | None = None,
                    timeout: float = 15.0, since: int = 0) -> dict[str, Any]:
-    """The first `kind` event (of `session`, with a `seq` past `since`) the daemon keeps."""
-    deadline = time.monotonic() + timeout
-    while True:
-        for event in daemon.client.events(types=[kind], recent=200, follow=False):
-            if (session is None or event.get("session_id") == session) and \
-                    int(event.get("seq") or 0) > since:
-                return event
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"no {kind} event" + (f" for {session}" if session else ""))
-        time.sleep(0.05)
+    """The first `kind` event (of `session`, with a `seq` past `since`): among the last 200
+    the daemon keeps, else as it happens (its event stream, followed for `timeout` seconds)."""
+    try:
+        with daemon.follow_events(timeout, types=[kind], session_id=session,
+                                  recent=200) as events:
+            for event in events:
+                if int(event.get("seq") or 0) > since:
+                    return event
+    except TimeoutError:
+        pass
+    raise TimeoutError(f"no {kind} event" + (f" for {session}" if session else ""))

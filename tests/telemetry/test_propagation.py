@@ -4,7 +4,6 @@ mcp`'s bridge and the daemon's API), an HTTP caller's `traceparent` header, a cl
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,13 +24,13 @@ SPAN = "b7ad6b7169203331"
 PARENT = f"00-{TRACE}-{SPAN}-01"
 
 
-@pytest.fixture
-def exporter() -> Iterator[InMemorySpanExporter]:
-    memory = InMemorySpanExporter()
-    telemetry.configure(traces="on", service_name="t", version="0", capture_content=False,
-                        max_queue=64, export_timeout_s=5, exporter=memory, environ={})
-    yield memory
-    telemetry.shutdown()
+@pytest.fixture(autouse=True)
+def _traces_on(request: pytest.FixtureRequest) -> None:
+    """A test that asks for `exporter` traces into it (the telemetry conftest shuts it down)."""
+    if "exporter" in request.fixturenames:
+        telemetry.configure(traces="on", service_name="t", version="0", capture_content=False,
+                            max_queue=64, export_timeout_s=5,
+                            exporter=request.getfixturevalue("exporter"), environ={})
 
 
 def _parent_of(exporter: InMemorySpanExporter, name: str) -> tuple[str, str]:

@@ -5,7 +5,6 @@ without tracing nothing is recorded and nothing changes."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +22,6 @@ from squadd.config import Settings, load_settings
 from squadd.contracts.routes import RouteRequest
 from squadd.runtime.runtime import SquadRuntime
 from tests.runtime.scripted import call, make_squad, script, text
-
-
-@pytest.fixture
-def exporter() -> Iterator[InMemorySpanExporter]:
-    memory = InMemorySpanExporter()
-    yield memory
-    telemetry.shutdown()
 
 
 def _trace(exporter: InMemorySpanExporter, *, capture: bool = False,

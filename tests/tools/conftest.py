@@ -8,6 +8,7 @@ import pytest
 
 from squadd.config import Settings
 from squadd.state.layout import SquadLayout
+from tests.tools.custom_tools import Recorder
 
 
 def make_squad(repo: Path, agents: tuple[str, ...] = ("fenster",)) -> SquadLayout:
@@ -34,3 +35,9 @@ def layout(tmp_path: Path) -> SquadLayout:
 @pytest.fixture
 def settings() -> Settings:
     return Settings()
+
+
+@pytest.fixture
+def recorder() -> Recorder:
+    """An event sink that keeps every event (custom tool tests)."""
+    return Recorder()

@@ -17,7 +17,8 @@ from squadd.config import Settings
 from squadd.contracts.messages import ToolCall
 from squadd.state.layout import SquadLayout
 from squadd.tools.base import Approval, Tool, ToolContext, ToolOutput, ToolResult, ToolSet
-from squadd.tools.invoke import CallOrigin, ToolInvoker, Unattended
+from squadd.tools.gates import Unattended
+from squadd.tools.invoke import CallOrigin, ToolInvoker
 
 ORIGIN = CallOrigin(session_id="s-1", agent="fenster")
 
@@ -141,7 +142,7 @@ async def test_each_example_defines_tools_that_run_through_the_pipeline(
 
 
 def test_tool_docstrings_are_read_in_google_sphinx_and_numpy_style() -> None:
-    from squadd.tools.custom.docstrings import parse_docstring
+    from squadd.tools.python.docstrings import parse_docstring
 
     google = parse_docstring("Find files.\n\nArgs:\n    pattern (str): A glob,\n"
                              "        like *.py.\n    limit: At most this many.\n")

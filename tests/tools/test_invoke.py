@@ -15,7 +15,8 @@ from squadd.contracts.events import BaseEvent, ToolCompleted, ToolStarted, ToolU
 from squadd.contracts.messages import ToolCall
 from squadd.state.layout import SquadLayout
 from squadd.tools.base import Tool, ToolContext, ToolOutput, ToolResult, ToolSet, VariableSpec
-from squadd.tools.invoke import CallOrigin, ToolInvoker, redact
+from squadd.tools.invoke import CallOrigin, ToolInvoker
+from squadd.tools.redaction import redact
 
 
 class Recorder:

@@ -19,11 +19,12 @@ from squadd.contracts.messages import ToolCall
 from squadd.state.layout import SquadLayout
 from squadd.tools.base import Tool, ToolResult, ToolSet
 from squadd.tools.builtin import workspace_tools
-from squadd.tools.custom.variables import SecretRegistry, SquadVariables
 from squadd.tools.invoke import CallOrigin, ToolInvoker
 from squadd.tools.redaction import forms_of, redact
+from squadd.tools.secrets import SecretRegistry
 from squadd.tools.squad import file_tools
-from tests.tools.custom.conftest import Recorder, discover, shell_tool
+from squadd.tools.variables import SquadVariables
+from tests.tools.custom_tools import Recorder, discover, shell_tool
 
 SECRET = "tok-9f8e/7d6c+5b4a 3210=="
 NAME = "DEPLOY_TOKEN"

@@ -171,7 +171,7 @@ async def test_worktree_changes_wait_for_another_process_holding_the_worktrees_l
 
     from squadd.errors import WorkspaceError
     from squadd.fsio import try_lock
-    from squadd.workspaces import manager
+    from squadd.workspaces import turns
     record = await spaces.open("20260101-000000-00000050", "lead")
     assert record is not None
     refused = anyio.Event()
@@ -182,7 +182,7 @@ async def test_worktree_changes_wait_for_another_process_holding_the_worktrees_l
             refused.set()
         return fd
 
-    monkeypatch.setattr(manager, "try_lock", watched_try_lock)
+    monkeypatch.setattr(turns, "try_lock", watched_try_lock)
     held = try_lock(squad_repo.worktrees_lock)  # as `squadd workspaces --prune` holds it
     assert held is not None
     try:
@@ -282,7 +282,7 @@ async def test_a_continued_session_waits_for_a_prune_holding_the_worktrees_lock(
     import anyio
 
     from squadd.fsio import try_lock
-    from squadd.workspaces import manager
+    from squadd.workspaces import turns
     session = "20260101-000000-00000061"
     await _landed(squad_repo, spaces, session)
     stepped, refused = anyio.Event(), anyio.Event()
@@ -298,7 +298,7 @@ async def test_a_continued_session_waits_for_a_prune_holding_the_worktrees_lock(
         await spaces.open(session, "lead")
         stepped.set()
 
-    monkeypatch.setattr(manager, "try_lock", watched_try_lock)
+    monkeypatch.setattr(turns, "try_lock", watched_try_lock)
     held = try_lock(squad_repo.worktrees_lock)  # as `squadd workspaces --prune` holds it
     assert held is not None
     try:

@@ -1,6 +1,6 @@
 """`bash`: run a command in the workspace, in its own process group, with a deadline.
 
-It runs on the shell tools' process machinery (`shell_process.run_command`): output streams to
+It runs on the shell tools' process machinery (`commands.process.run_command`): output streams to
 a file and, line by line, to `tool.updated`; on timeout or cancel the whole process tree is
 stopped; long output is spilled to `tool-output/{session}/{call}.txt`. squadd's own secrets
 (the provider's API key, anything named like a key, token, secret or password) are left out of
@@ -11,8 +11,6 @@ result's details record the policy it ran under.
 from __future__ import annotations
 
 import os
-import re
-from collections.abc import Mapping
 from typing import Any
 
 import anyio
@@ -23,12 +21,11 @@ from squadd.errors import SandboxError
 from squadd.state.layout import SquadLayout
 from squadd.tools.base import ProgressFn, ToolContext, ToolResult
 from squadd.tools.builtin.common import WorkspaceTool
-from squadd.tools.custom.shell_output import Block, OutputSink, model_view
-from squadd.tools.custom.shell_process import DRAIN_S, KILL_GRACE_S, Command, run_command
-from squadd.tools.custom.shell_tools import _safe
+from squadd.tools.commands.environment import command_environment
+from squadd.tools.commands.output import Block, OutputSink, model_view, part_id
+from squadd.tools.commands.process import DRAIN_S, KILL_GRACE_S, Command, run_command
 from squadd.tools.sandboxing import call_policy
 
-SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 PROGRESS_CHARS = 400
 
 
@@ -55,15 +52,6 @@ class StreamingSink(OutputSink):
                 self._report(tail.decode("utf-8", errors="replace"), None)
 
 
-def command_environment(settings: Settings, environ: Mapping[str, str],
-                        scoped: frozenset[str] = frozenset()) -> dict[str, str]:
-    """squadd's environment without its secrets, and without the tools' scoped variables
-    (`scoped`: `bash` declares none, so every one is another tool's)."""
-    hidden = ({settings.provider.api_key_env} | scoped) - {""}
-    return {name: value for name, value in environ.items()
-            if name not in hidden and not SECRET_NAME.search(name)}
-
-
 class Bash(WorkspaceTool[BashArgs]):
     name = "bash"
     label = "Bash"
@@ -87,8 +75,8 @@ class Bash(WorkspaceTool[BashArgs]):
                 f"bash refused: timeout {seconds:g}s is over the most allowed, "
                 f"{self.limits.bash_max_timeout_s:g}s (workspace_tools.bash_max_timeout_s)")
         layout = SquadLayout.at(ctx.squad_dir)
-        session = _safe(ctx.session_id, "session id")
-        call = _safe(ctx.call_id, "tool call id")
+        session = part_id(ctx.session_id, "session id")
+        call = part_id(ctx.call_id, "tool call id")
         limits = self.settings.tools
         # Every secret the pipeline knows stays out of the spill file and the progress lines.
         sink = StreamingSink(layout.tool_output_part(session, call, "1"), ctx.known_secrets,

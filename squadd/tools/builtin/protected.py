@@ -24,7 +24,7 @@ from squadd.config import Settings
 from squadd.errors import StateError
 from squadd.state.layout import SquadLayout
 from squadd.tools.builtin.confine import Parts, shown
-from squadd.tools.custom.discovery import ToolDir, tool_dirs
+from squadd.tools.discovery import ToolDir, tool_dirs
 
 HOOKS_PATH_TIMEOUT_S = 10.0
 """Most seconds `git config core.hooksPath` may take (it reads a file or two)."""

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from squadd.errors import ConfigError
+from squadd.errors import HooksFileError
 from squadd.statcache import StatCache
 from squadd.state.layout import SquadLayout
 from squadd.untrusted import UntrustedInputError, linear_pattern, parse_json
@@ -31,10 +31,6 @@ _PLAIN_MATCHER = re.compile(r"^[A-Za-z0-9_|]+$")
 ABSENT_RECHECK_S = 1.0
 """Seconds a missing hooks file is taken as missing before it is looked for again (each
 tool call and session asks; a file that appears is run from then on)."""
-
-
-class HooksFileError(ConfigError):
-    """A hooks file that cannot be used (names the file and the place in it)."""
 
 
 @dataclass(frozen=True)

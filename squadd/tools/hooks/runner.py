@@ -28,6 +28,7 @@ from squadd.procs import Command, Waitable, run_group
 from squadd.sandbox import Confined, confine
 from squadd.statcache import NotCached
 from squadd.state.layout import SquadLayout
+from squadd.tools.commands.environment import command_environment
 from squadd.tools.hooks.config import CommandHook, HookEvent, HooksSource, MatcherGroup
 from squadd.tools.hooks.wire import Decision, HookReply, read_reply
 
@@ -115,9 +116,6 @@ class Hooks:
                      payload: bytes) -> Command:
         """The process a hook runs as: the one place its argv, working folder and environment
         are made (`_confine` wraps it in the sandbox)."""
-        # Imported here: the bash tool's module imports the invocation pipeline, which uses this.
-        from squadd.tools.builtin.bash import command_environment
-
         env = command_environment(self.environment_settings, os.environ)
         env["CLAUDE_PROJECT_DIR"] = str(self.layout.repo)
         env["SQUADD_HOOK_EVENT"] = event

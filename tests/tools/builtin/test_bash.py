@@ -13,9 +13,9 @@ from squadd.config import Settings
 from squadd.contracts.events import BaseEvent, ToolCompleted, ToolUpdated
 from squadd.contracts.messages import ToolCall
 from squadd.state.layout import SquadLayout
+from squadd.tools.approvals import approval_policy
 from squadd.tools.base import CancelSignal
 from squadd.tools.builtin.bash import Bash
-from squadd.tools.custom.approvals import approval_policy
 from squadd.tools.invoke import CallOrigin
 from tests.tools.builtin.conftest import Calls
 

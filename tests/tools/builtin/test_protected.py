@@ -16,10 +16,10 @@ from squadd.config import Settings
 from squadd.contracts.events import ApprovalRequested, BaseEvent
 from squadd.contracts.messages import ToolCall
 from squadd.state.layout import SquadLayout
+from squadd.tools.approvals import ApprovalBroker
 from squadd.tools.base import ToolResult, ToolSet
 from squadd.tools.builtin import workspace_tools
-from squadd.tools.custom.approvals import ApprovalBroker
-from squadd.tools.custom.discovery import tool_dirs
+from squadd.tools.discovery import tool_dirs
 from squadd.tools.invoke import CallOrigin, ToolInvoker
 from tests.tools.builtin.conftest import Calls, git
 

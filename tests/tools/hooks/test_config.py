@@ -7,14 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from squadd.errors import HooksFileError
 from squadd.state.layout import SquadLayout
-from squadd.tools.hooks.config import (
-    ABSENT_RECHECK_S,
-    HooksFileError,
-    HooksSource,
-    MatcherGroup,
-    parse_hooks,
-)
+from squadd.tools.hooks.config import ABSENT_RECHECK_S, HooksSource, MatcherGroup, parse_hooks
 
 
 def _hooks(table: object) -> str:

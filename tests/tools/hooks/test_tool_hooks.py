@@ -17,7 +17,8 @@ from squadd.contracts.messages import ToolCall
 from squadd.state.layout import SquadLayout
 from squadd.tools.base import ConfirmFn, Tool, ToolContext, ToolResult, ToolSet
 from squadd.tools.builtin import workspace_tools
-from squadd.tools.invoke import CallOrigin, ToolInvoker, Unattended
+from squadd.tools.gates import Unattended
+from squadd.tools.invoke import CallOrigin, ToolInvoker
 from tests.support.hook_scripts import (
     BASH_VALIDATOR,
     RECORDER,

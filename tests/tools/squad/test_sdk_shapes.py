@@ -19,7 +19,6 @@ from squadd.tools.base import ToolResult, ToolSet
 from squadd.tools.invoke import CallOrigin, ToolInvoker
 from squadd.tools.squad import file_tools
 from tests.runtime.scripted import Gauge, eventually, make_squad, script, settings, text
-from tests.support.squad_team import build_team
 
 ORIGIN = CallOrigin(session_id="s-1", agent="vector")
 
@@ -29,11 +28,6 @@ async def _run(layout: SquadLayout, name: str, **arguments: Any) -> ToolResult:
     tools = ToolSet(file_tools(layout, settings_))
     call = ToolCall(id="call_1", name=name, arguments=arguments)
     return await ToolInvoker(layout, settings_).invoke(tools, call, ORIGIN)
-
-
-@pytest.fixture
-def team(repo: Path) -> SquadLayout:
-    return build_team(repo)
 
 
 async def test_decide_takes_author_summary_and_references(team: SquadLayout) -> None:

@@ -1,1 +1,0 @@
-"""Custom tools: Python tool files and YAML shell tools found on disk."""
