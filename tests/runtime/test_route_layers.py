@@ -15,11 +15,13 @@ import json
 import sys
 import threading
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
+import anyio
+import anyio.to_thread
 import pytest
 
 from squadd.config import Settings
@@ -101,7 +103,20 @@ def flow(monkeypatch: pytest.MonkeyPatch) -> Iterator[CallFlow]:
         finally:
             _in_route.reset(token)
 
+    real_run_sync = anyio.to_thread.run_sync
+
+    async def run_sync(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """A worker thread made before this test (anyio keeps them) is traced too."""
+        def profiled(*inner: Any) -> Any:
+            sys.setprofile(traced.profile)
+            try:
+                return func(*inner)
+            finally:
+                sys.setprofile(None)
+        return await real_run_sync(profiled, *args, **kwargs)
+
     monkeypatch.setattr(RouteRunner, "run", run)
+    monkeypatch.setattr(anyio.to_thread, "run_sync", run_sync)
     threading.setprofile(traced.profile)
     sys.setprofile(traced.profile)
     try:
