@@ -28,7 +28,6 @@ holds and its files lack.
 from __future__ import annotations
 
 import concurrent.futures
-import enum
 import errno
 import queue
 import threading
@@ -42,6 +41,7 @@ import structlog
 from anyio.abc import TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from squadd.state.journal.states import AT_THREAD, RUNNING, CommitState, Pending
 from squadd.state.journal.writer import Appender, Batch, Job, JournalWriter
 from squadd.state.layout import SquadLayout
 
@@ -64,41 +64,6 @@ LINGER_S = 0.01
 they go by themselves (when nobody has asked for them with `finish` first)."""
 COMMIT_THREAD = "squadd-commit"
 """The commit thread's name (profilers and benchmarks find it by it)."""
-
-
-class CommitState(enum.Enum):
-    """Where the group commit's loop side is. A batch is with the commit thread exactly in
-    `SYNCING` and `WRITING_AHEAD`."""
-
-    STOPPED = "stopped"
-    """No `run()` yet: a commit syncs its writer by itself."""
-    IDLE = "idle"
-    """Running, with nothing at the thread and nothing waiting."""
-    GATHERING = "gathering"
-    """A commit lets the other tasks ready now add theirs (one pass of the loop) first."""
-    LINGERING = "lingering"
-    """Begun or written-ahead records wait (up to `LINGER_S`) for a batch to ride."""
-    SYNCING = "syncing"
-    """A batch, with its journal sync, is at the thread."""
-    WRITING_AHEAD = "writing ahead"
-    """Background appends are being written with no sync while the thread has nothing else
-    to do; the next sync makes them durable."""
-    CLOSED = "closed"
-    """Drained and stopped: as `STOPPED`, a commit syncs its writer by itself."""
-
-
-_AT_THREAD = (CommitState.SYNCING, CommitState.WRITING_AHEAD)
-_RUNNING = (CommitState.IDLE, CommitState.GATHERING, CommitState.LINGERING, *_AT_THREAD)
-
-
-class Pending:
-    """Records on their way to being durable (`GroupCommit.begin`): `GroupCommit.finish`
-    waits for them."""
-
-    __slots__ = ("_job",)
-
-    def __init__(self, job: Job | None):
-        self._job = job
 
 
 class GroupCommit:
@@ -143,7 +108,7 @@ class GroupCommit:
 
     @property
     def running(self) -> bool:
-        return self.state in _RUNNING
+        return self.state in RUNNING
 
     @property
     def path(self) -> Path | None:
@@ -232,7 +197,7 @@ class GroupCommit:
             job.begun = False  # asked for now: the landing of a batch in flight sends it
             if not self.running:  # begun after the writer stopped: sync them here
                 await _flush_alone(job)
-            elif self.state not in _AT_THREAD:
+            elif self.state not in AT_THREAD:
                 self._dispatch()
         error = await self._outcome(job, anyio.current_time() + self.timeout_s)
         if error is not None:
@@ -296,7 +261,7 @@ class GroupCommit:
         the writer is closing: nobody lingers then); else write a few background appends
         ahead of their sync, while the thread is idle; else let what is begun or written
         wait for a ride."""
-        if self.state in _AT_THREAD:
+        if self.state in AT_THREAD:
             return
         if any(not job.begun for job in self._queue) or (self._closing and not self._drained):
             self._dispatch()
@@ -355,7 +320,7 @@ class GroupCommit:
                 # too): the thread is sound.
                 self._closing = True
                 while not self._drained:
-                    if self.state not in _AT_THREAD:
+                    if self.state not in AT_THREAD:
                         self._dispatch()
                     await nudge.wait()
                     self._nudge = nudge = anyio.Event()
@@ -369,7 +334,7 @@ class GroupCommit:
 
     @property
     def _drained(self) -> bool:
-        return self.state not in _AT_THREAD and not (self._queue or self._later or self._written)
+        return self.state not in AT_THREAD and not (self._queue or self._later or self._written)
 
     def _dispatch(self, *, sync: bool = True) -> None:
         """Hand what waits to the commit thread as one batch (on the loop): the sessions'
