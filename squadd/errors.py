@@ -231,3 +231,24 @@ class VariableValueError(ValueError):
 
 class HooksFileError(ConfigError):
     """A hooks file that cannot be used (names the file and the place in it)."""
+
+
+# --- runtime: session opening, callers, inbox (squadd.runtime, squadd.statcache) ------------
+
+
+class NotCached(LookupError):
+    """What was asked for needs a file read (it changed, or was never loaded): do it off the
+    event loop (`StatCache.peek`; a session's opening then reads in a worker thread)."""
+
+
+class CallerError(Exception):
+    """A call from outside a session's loop names a session that does not exist, or one that
+    belongs to another agent (`status`: the HTTP status to answer with)."""
+
+    def __init__(self, message: str, *, status: int):
+        super().__init__(message)
+        self.status = status
+
+
+class InboxError(SquaddError):
+    """An inbox action that cannot be done (an unknown item, an action it does not take)."""

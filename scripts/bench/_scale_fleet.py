@@ -76,6 +76,19 @@ def prepare_repo(root: Path, setup: Setup, routes: int) -> Path:
     return layout.repo
 
 
+def start_model_server(delay_s: float) -> tuple[subprocess.Popen[str], int]:
+    """`_model_server.py` in its own process, and the port it listens on."""
+    model = subprocess.Popen([sys.executable, str(HERE / "_model_server.py"), "--delay-ms",
+                              str(delay_s * 1000)], stdout=subprocess.PIPE,
+                             stdin=subprocess.DEVNULL, text=True)
+    assert model.stdout is not None
+    line = model.stdout.readline().strip()
+    if not line.startswith("port="):
+        model.kill()
+        raise SystemExit(f"the model server did not start: {line!r}")
+    return model, int(line.removeprefix("port="))
+
+
 def cpu_s(process: psutil.Process) -> float:
     times = process.cpu_times()
     return times.user + times.system + times.children_user + times.children_system
@@ -114,15 +127,8 @@ class Fleet:
         self.close()
 
     def _start(self) -> None:
-        model = subprocess.Popen([sys.executable, str(HERE / "_model_server.py"), "--delay-ms",
-                                  str(self.delay_s * 1000)], stdout=subprocess.PIPE,
-                                 stdin=subprocess.DEVNULL, text=True)
+        model, self.model_port = start_model_server(self.delay_s)
         self.procs["model"] = [model]
-        assert model.stdout is not None
-        line = model.stdout.readline().strip()
-        if not line.startswith("port="):
-            raise SystemExit(f"the model server did not start: {line!r}")
-        self.model_port = int(line.removeprefix("port="))
         provider = ["--provider", "openai", "--base-url",
                     f"http://127.0.0.1:{self.model_port}/v1", "--model", "bench-model"]
         if self.setup.workers == 0:

@@ -25,7 +25,7 @@ journal a creation costs many times its usual 20 µs for minutes after deletions
 "File creation after deletions" in docs/benchmark-notes.md).
 
     .venv/bin/python scripts/bench/pool_throughput.py [--routes 5000] [--concurrency 32]
-        [--delay-ms 50] [--no-peers]
+        [--delay-ms 50] [--no-peers] [--base-url URL]
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import anyio
 
@@ -73,8 +74,9 @@ def thread_cpu_s(thread: threading.Thread) -> float:
 
 
 async def squadd_throughput(root: Path, routes: int, concurrency: int,
-                            delay_s: float) -> tuple[float, Split]:
-    """Routes per second, and CPU seconds per route (all, loop, commit thread)."""
+                            delay_s: float, base_url: str | None = None) -> tuple[float, Split]:
+    """Routes per second, and CPU seconds per route (all, loop, commit thread). `base_url`:
+    the model is the OpenAI-compatible server there (its delay is its own), not a replay."""
     from squadd.config import Settings
     from squadd.contracts.messages import Completion
     from squadd.contracts.routes import RouteRequest
@@ -104,7 +106,13 @@ async def squadd_throughput(root: Path, routes: int, concurrency: int,
         {"pool": {"max_concurrent": concurrency, "max_queued": routes}})
     layout = SquadLayout.at(root)
     failures: list[str] = []
-    async with SquadRuntime(layout, settings, SlowModel()) as runtime:
+    if base_url is None:
+        model: Any = SlowModel()
+    else:
+        from squadd.providers.openai import OpenAIProvider
+
+        model = OpenAIProvider(model="bench-model", base_url=base_url, api_key="bench")
+    async with SquadRuntime(layout, settings, model) as runtime:
         async def one(n: int) -> None:
             result = await runtime.route(RouteRequest(target_agent=f"{AGENTS[n % 4]}",
                                                       task=f"job {n}"))
@@ -167,6 +175,10 @@ def main() -> None:
     parser.add_argument("--delay-ms", type=float, default=50.0)
     parser.add_argument("--peers-only", action="store_true",
                         help="run only pydantic-ai and print its routes/s as JSON")
+    parser.add_argument("--base-url", default=None, metavar="URL",
+                        help="squadd's model is the OpenAI-compatible server at URL (e.g. "
+                             "scale.py's, in its own process) instead of a replay that sleeps "
+                             "--delay-ms")
     parser.add_argument("--no-peers", action="store_true",
                         help="measure squadd only (the peer's figures print as nan)")
     args = parser.parse_args()
@@ -182,7 +194,7 @@ def main() -> None:
         creating_us = create_cost_us(Path(tmp))
         layout = make_squad(Path(tmp) / "repo")
         rate, split = run_like_squadd(squadd_throughput, layout.root, args.routes,
-                                      args.concurrency, delay_s)
+                                      args.concurrency, delay_s, args.base_url)
     cpu_per_route = split.total
     if args.no_peers:
         peer = {"missing": "--no-peers"}

@@ -15,7 +15,8 @@ For each setup it prints routes/s, the fraction of the bound (slots / delay), th
 the measured routes divided by their number, and the Redis commands a route took (`INFO
 commandstats`). Then the ratios of issue 39, in one run:
   - served: one daemon's CPU a route ÷ the in-process route's (`pool_throughput.py`, replay
-    provider with the same delay and 32 slots, run here as a subprocess);
+    provider with the same delay and 32 slots, run here as a subprocess); and ÷ the same
+    in-process route calling the model server over HTTP (what the socket API itself adds);
   - cluster: coordinator + workers a route ÷ the one daemon with the nearest slot count
     (also with Redis added);
   - coordinator: the coordinator's CPU a route ÷ that daemon's;
@@ -44,7 +45,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))
 from _common import bench_folder, fmt, say
-from _scale_fleet import Fleet, Measured, Setup, prepare_repo
+from _scale_fleet import Fleet, Measured, Setup, prepare_repo, start_model_server
 
 HERE = Path(__file__).resolve().parent
 KINDS = ("daemon", "coordinator", "workers", "redis", "model", "clients")
@@ -63,12 +64,22 @@ def parse_setups(text: str, worker_slots: int) -> list[Setup]:
     return setups
 
 
-def in_process_cpu_ms(routes: int, delay_ms: float) -> float:
-    """CPU ms a route through `SquadRuntime.route` in its own process, 32 slots, no peers."""
-    done = subprocess.run([sys.executable, str(HERE / "pool_throughput.py"), "--routes",
-                           str(routes), "--concurrency", "32", "--delay-ms", str(delay_ms),
-                           "--no-peers"], capture_output=True, text=True, timeout=900,
-                          check=False)
+def in_process_cpu_ms(routes: int, delay_ms: float, *, http: bool = False) -> float:
+    """CPU ms a route through `SquadRuntime.route` in its own process, 32 slots, no peers:
+    with the replay provider (`pool_throughput.py` as it stands), or (`http`) with the model
+    server in a process of its own, called over HTTP as the served routes call it."""
+    argv = [sys.executable, str(HERE / "pool_throughput.py"), "--routes", str(routes),
+            "--concurrency", "32", "--delay-ms", str(delay_ms), "--no-peers"]
+    model = None
+    if http:
+        model, port = start_model_server(delay_ms / 1000)
+        argv += ["--base-url", f"http://127.0.0.1:{port}/v1"]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False)
+    finally:
+        if model is not None:
+            model.kill()
+            model.wait(timeout=10)
     last = (done.stdout.strip().splitlines() or [""])[-1]
     fields = dict(part.split("=", 1) for part in last.split()[1:] if "=" in part)
     if done.returncode != 0 or "cpu_ms_per_route" not in fields:
@@ -127,8 +138,12 @@ def main() -> None:
     delay_s = args.delay_ms / 1000
     say(f"{args.routes} routes a setup, {args.clients} client processes, a model turn "
         f"{args.delay_ms:g} ms")
-    inprocess = math.nan if args.no_inprocess else in_process_cpu_ms(args.routes, args.delay_ms)
-    say(f"in-process route (pool_throughput.py, 32 slots): {inprocess:.2f} ms CPU a route")
+    inprocess = http_inprocess = math.nan
+    if not args.no_inprocess:
+        inprocess = in_process_cpu_ms(args.routes, args.delay_ms)
+        http_inprocess = in_process_cpu_ms(args.routes, args.delay_ms, http=True)
+    say(f"in-process route (pool_throughput.py, 32 slots): {inprocess:.2f} ms CPU a route "
+        f"with the replay provider, {http_inprocess:.2f} ms with the model over HTTP")
     results: list[Measured] = []
     for setup in setups:
         with bench_folder() as tmp:
@@ -138,11 +153,13 @@ def main() -> None:
                 measured = fleet.measure(args.routes, args.clients)
         show(measured, setup.total_slots / delay_s)
         results.append(measured)
-    print("scale " + " ".join(summary(results, inprocess, delay_s)))
+    print("scale " + " ".join(summary(results, inprocess, http_inprocess, delay_s)))
 
 
-def summary(results: list[Measured], inprocess: float, delay_s: float) -> list[str]:
-    parts = [f"inprocess_cpu_ms={fmt(inprocess)}"]
+def summary(results: list[Measured], inprocess: float, http_inprocess: float,
+            delay_s: float) -> list[str]:
+    parts = [f"inprocess_cpu_ms={fmt(inprocess)}",
+             f"inprocess_http_cpu_ms={fmt(http_inprocess)}"]
     daemons = {m.setup.slots: m for m in results if m.setup.workers == 0}
     for measured in results:
         setup, costs = measured.setup, per_route(measured)
@@ -152,7 +169,9 @@ def summary(results: list[Measured], inprocess: float, delay_s: float) -> list[s
                   f"{key}_fraction={fmt(rate * delay_s / setup.total_slots)}"]
         if setup.workers == 0:
             parts += [f"{key}_cpu_ms={fmt(costs['daemon'])}",
-                      f"served{setup.slots}_ratio={fmt(costs['daemon'] / inprocess)}"]
+                      f"served{setup.slots}_ratio={fmt(costs['daemon'] / inprocess)}",
+                      f"served{setup.slots}_vs_http_inprocess="
+                      f"{fmt(costs['daemon'] / http_inprocess)}"]
             continue
         squadd = costs["coordinator"] + costs["workers"]
         commands = sum(measured.redis_calls.values()) / measured.routes

@@ -84,7 +84,7 @@ async def hand_out(git: Git, layout: SquadLayout, settings: Settings,
                    session_id: str) -> dict[str, Any] | None:
     """What a worker needs to work on the session's own worktree in its clone: the ref to
     start from and the authors' email (None: the session works shared)."""
-    workspace = await anyio.to_thread.run_sync(records.load, layout, session_id)
+    workspace = await _record(layout, session_id)
     if workspace is None or workspace.state in GONE:
         return None
     return {"start_ref": await start_ref(git, layout.repo, workspace),
@@ -94,7 +94,7 @@ async def hand_out(git: Git, layout: SquadLayout, settings: Settings,
 async def bring_back(git: Git, layout: SquadLayout, session_id: str) -> None:
     """The session's branch moved to the work its workers pushed (before the runner commits
     and lands it as a local session's); a failure is logged, and the refs kept."""
-    workspace = await anyio.to_thread.run_sync(records.load, layout, session_id)
+    workspace = await _record(layout, session_id)
     if workspace is None or workspace.state in GONE:
         return
     try:
@@ -106,3 +106,11 @@ async def bring_back(git: Git, layout: SquadLayout, session_id: str) -> None:
         await forget(git, layout.repo, session_id)
         log.info("session work brought back from its worker", session_id=session_id,
                  commit=moved)
+
+
+async def _record(layout: SquadLayout, session_id: str) -> WorkspaceView | None:
+    """The session's workspace record; a session that works shared has none, which one
+    `stat` tells without a trip to a worker thread (twice a route on the coordinator)."""
+    if not layout.workspace_record(session_id).exists():
+        return None
+    return await anyio.to_thread.run_sync(records.load, layout, session_id)
