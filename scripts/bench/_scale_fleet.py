@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -249,6 +250,7 @@ class Fleet:
             found = self.root / f"profile.{pid}"
             if not found.exists():
                 continue
+            shutil.copyfile(found, self.probes / f"{name}-{kind}-{pid}.prof")
             with (self.probes / f"{name}-{kind}-{pid}.txt").open("w") as out:
                 stats = pstats.Stats(str(found), stream=out)
                 stats.sort_stats("tottime").print_stats(40)
