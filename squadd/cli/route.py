@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -22,9 +22,11 @@ from squadd.cli._landing import exit_code, lines
 from squadd.cli._output import print_json
 from squadd.cli._report import one_line
 from squadd.cli._squad import TEXT, FiniteFloatRange, dir_option, find_layout
-from squadd.daemon.client import AsyncDaemonClient, DaemonClient
 from squadd.daemon.wire import ROUTE_WAIT_LIMIT_S, route_wire
 from squadd.errors import DaemonError, DaemonRequestError
+
+if TYPE_CHECKING:
+    from squadd.daemon.client import AsyncDaemonClient
 
 MAX_TIMEOUT_S = ROUTE_WAIT_LIMIT_S
 """`--timeout`'s bound: `contracts.routes.MAX_ROUTE_TIMEOUT_S` (a test holds them equal), named
@@ -200,6 +202,8 @@ def run_following(directory: Path | None, start: Callable[[AsyncDaemonClient],
     loop; on Ctrl-C cancel it and exit 130."""
     import anyio
 
+    from squadd.daemon.client import AsyncDaemonClient, DaemonClient
+
     layout = find_layout(directory)
     holder: dict[str, str] = {"session": session} if session else {}
 
@@ -276,6 +280,8 @@ def route(words: tuple[str, ...], context: str | None, priority: str, model: str
                                    session_id=session_id, timeout_s=timeout_s,
                                    isolation=isolation, land=land)
     if no_wait:
+        from squadd.daemon.client import DaemonClient
+
         with DaemonClient(find_layout(directory)) as client:
             result = client.route(task, agent, wait=False, **options)
         if as_json:
