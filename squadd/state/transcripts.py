@@ -150,8 +150,7 @@ def _with_prompt(record: dict[str, Any], folder: Path) -> dict[str, Any]:
 
 
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-"""`json.dumps(record, ensure_ascii=False, separators=(",", ":"))` with one encoder made once
-(`json.dumps` makes a new one on every call given any option)."""
+"""Compact JSON from one encoder (`json.dumps` given any option makes one on every call)."""
 
 _APPEND_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW
 """A transcript is never a link: one at its name is refused (`ELOOP`), not followed. A new
