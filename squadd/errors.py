@@ -4,6 +4,7 @@ The tree (catch a branch to catch everything below it)::
 
     SquaddError                      anything squadd raised deliberately
     ├── ConfigError                  a setting is unknown or has a bad value (names key and file)
+    │   └── HooksFileError           a hooks file that cannot be used (names file and place)
     ├── SquadNotFoundError           no .squad/ (or legacy .ai-team/) above the working directory
     ├── StateError                   the .squad/ filesystem refused an operation
     │   ├── InvalidNameError         an agent, skill or session name breaks the naming rule
@@ -13,13 +14,30 @@ The tree (catch a branch to catch everything below it)::
     │   ├── NotFoundError            an agent, skill or session that does not exist
     │   └── NotUtf8Error             a .squad/ text file holds bytes that are not UTF-8
     ├── ProviderError                a model provider failed (names provider, status, its text)
-    │   └── ProviderTimeoutError     the provider did not answer in time
+    │   ├── ProviderTimeoutError     the provider did not answer in time
+    │   └── RetryableStatusError     a 429 or 5xx answer: worth another try (`retry_after_s`)
     ├── RouteError                   a route could not be admitted or run
     │   └── PoolFullError            the admission queue is full (carries the numbers)
     ├── WorkspaceError               a git worktree step failed (names the command and its output)
+    ├── SandboxError                 no sandbox the settings allow can run here
     └── DaemonError                  talking to or running the daemon failed
         ├── DaemonNotRunningError    no daemon answers on the repo's socket
-        └── DaemonAlreadyRunningError  another daemon holds the repo's lock (names its PID)
+        ├── DaemonAlreadyRunningError  another daemon holds the repo's lock (names its PID)
+        └── DaemonRequestError       the daemon answered with an error status (`status`, `payload`)
+
+    ValueError                       (kept as bases: callers catch these by them)
+    ├── ShellToolError               a YAML tool file that cannot be loaded (names file and key)
+    ├── TemplateError                a command template that cannot be substituted safely
+    ├── ConditionError               a run-condition that cannot be parsed (says where)
+    ├── VariableValueError           a value `store_variable` refuses (never shows the value)
+    └── UntrustedInputError          input from outside squadd cannot accept (says what and where;
+                                     in `squadd.untrusted`, a leaf that imports nothing of squadd)
+
+    Exception                        caught inside squadd and reported in its own words
+    ├── ToolDefinitionError          a tool declared wrongly: its file's load failure
+    ├── VariablesMissing             a required variable has no value (says where to set it)
+    ├── ApiError                     a daemon handler's refusal, answered as JSON with its status
+    └── ChannelFailed                one try of one notification channel failed (retried)
 
 Errors that reach a person say what happened, where, and what to do next. Errors that reach a
 model are never exceptions: the tool pipeline turns them into failure ``ToolResult`` objects.
@@ -27,7 +45,10 @@ model are never exceptions: the tool pipeline turns them into failure ``ToolResu
 
 from __future__ import annotations
 
-from typing import Any
+TYPE_CHECKING = False  # no `typing` at run time: `squadd status` imports this module
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
 
 
 class SquaddError(Exception):
@@ -141,6 +162,39 @@ class DaemonAlreadyRunningError(DaemonError):
         self.pid = pid
 
 
+# client: the daemon's API, its clients and what they read
+class DaemonRequestError(DaemonError):
+    """The daemon answered with an error status; the message is the daemon's own."""
+
+    def __init__(self, message: str, *, status: int, payload: Mapping[str, Any] | None = None):
+        super().__init__(message)
+        self.status = status
+        self.payload: dict[str, Any] = dict(payload or {})
+
+
+class ApiError(Exception):
+    """Raised by one of the daemon's HTTP handlers: answered as `{"error": message, **fields}`
+    with `status`."""
+
+    def __init__(self, status: int, message: str, **fields: Any):
+        super().__init__(message)
+        self.status = status
+        self.fields = fields
+
+
+class ChannelFailed(Exception):
+    """One try of one notification channel did not get through (retried)."""
+
+
+class RetryableStatusError(ProviderError):
+    """A 429 or 5xx answer: worth another attempt, no sooner than `retry_after_s` if it is set."""
+
+    def __init__(self, message: str, *, provider: str, status: int,
+                 retry_after_s: float | None = None):
+        super().__init__(message, provider=provider, status=status, retryable=True)
+        self.retry_after_s = retry_after_s
+
+
 # --- tools: custom tool files (YAML and Python), their variables, hooks ---------------------
 # These keep their historical bases (ValueError, Exception): callers catch them by those.
 
@@ -177,3 +231,24 @@ class VariableValueError(ValueError):
 
 class HooksFileError(ConfigError):
     """A hooks file that cannot be used (names the file and the place in it)."""
+
+
+# --- runtime: session opening, callers, inbox (squadd.runtime, squadd.statcache) ------------
+
+
+class NotCached(LookupError):
+    """What was asked for needs a file read (it changed, or was never loaded): do it off the
+    event loop (`StatCache.peek`; a session's opening then reads in a worker thread)."""
+
+
+class CallerError(Exception):
+    """A call from outside a session's loop names a session that does not exist, or one that
+    belongs to another agent (`status`: the HTTP status to answer with)."""
+
+    def __init__(self, message: str, *, status: int):
+        super().__init__(message)
+        self.status = status
+
+
+class InboxError(SquaddError):
+    """An inbox action that cannot be done (an unknown item, an action it does not take)."""

@@ -15,14 +15,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Generic, TypeVar
 
+from squadd.errors import NotCached as NotCached
+
 T = TypeVar("T")
 
 Signature = tuple[int, int, int, int]
-
-
-class NotCached(LookupError):
-    """What was asked for needs a file read (it changed, or was never loaded): do it off the
-    event loop."""
 
 
 def signature(st: os.stat_result) -> Signature:
@@ -53,12 +50,22 @@ class StatCache(Generic[T]):
         if hit is not None and hit[0] == key:
             return hit[1]
         value = self._load(path)
+        self.store(path, key, value)
+        return value
+
+    def stamp(self, path: Path) -> Signature:
+        """`path`'s stat signature now, to `store` a value read after it (`OSError` when it
+        cannot be stat'ed)."""
+        return self._lookup(path)[0]
+
+    def store(self, path: Path, key: Signature, value: T) -> None:
+        """Keep `value`, read from `path` when its signature was `key` (`stamp`): a caller that
+        reads the file itself (`peek` missed) keeps what it read."""
         with self._lock:
             self._entries.pop(path, None)
             while len(self._entries) >= self._limit:
                 self._entries.pop(next(iter(self._entries)))
             self._entries[path] = (key, value)
-        return value
 
     def peek(self, path: Path) -> T:
         """The value for `path` if it is cached and its file unchanged: one `stat`, never a

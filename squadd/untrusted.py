@@ -22,7 +22,10 @@ _PATH_SHOWN = 80
 
 
 class UntrustedInputError(ValueError):
-    """Input squadd cannot accept; the message says what was wrong and where."""
+    """Input squadd cannot accept; the message says what was wrong and where. (Defined here,
+    not in `squadd.errors`: the two are sibling leaves, and neither imports the other.)"""
+
+
 
 
 def _refuse_constant(name: str) -> Any:

@@ -8,7 +8,12 @@ console script (the one in this venv) from fork to exit, each run followed by on
 Targets: p50 <= 150 ms, ratio_vs_python <= 3. squadd's bytecode is compiled first, as a wheel
 install has it.
 
-    .venv/bin/python scripts/bench/cli_latency.py [--runs 30]
+With `--compare-httpx`, each run also times the same request made through httpx in a fresh
+interpreter (import httpx, one GET /v1/sessions over the socket, print the JSON): what
+`squadd status` would cost if its blocking client used httpx instead of `http.client`. Its
+p50 is printed as `httpx_p50_ms=…`.
+
+    .venv/bin/python scripts/bench/cli_latency.py [--runs 30] [--compare-httpx]
 """
 
 from __future__ import annotations
@@ -32,6 +37,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import bench_folder, make_squad, percentile
 
 ROUTES = 5
+HTTPX_STATUS = """import json, sys
+import httpx
+with httpx.Client(transport=httpx.HTTPTransport(uds=sys.argv[1])) as client:
+    print(json.dumps(client.get("http://squadd/v1/sessions", params={"all": "0"}).json()))
+"""
 
 
 def squadd_script() -> Path:
@@ -82,6 +92,7 @@ def start_daemon(repo: Path, replay: Path) -> subprocess.Popen[bytes]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--compare-httpx", action="store_true")
     args = parser.parse_args()
     compile_bytecode()
     with bench_folder("squadd-cli-bench-") as tmp:
@@ -95,7 +106,8 @@ def main() -> None:
                 for index in range(ROUTES):
                     client.route(f"warm-up task {index}", "fenster")
             command = [str(squadd_script()), "status"]
-            timings, pythons = [], []
+            through_httpx = [sys.executable, "-c", HTTPX_STATUS, str(layout.socket)]
+            timings, pythons, httpxs = [], [], []
             for _ in range(args.runs):
                 started = time.perf_counter()
                 done = subprocess.run(command, cwd=repo, capture_output=True, check=False)
@@ -105,6 +117,10 @@ def main() -> None:
                 started = time.perf_counter()
                 subprocess.run([sys.executable, "-c", "pass"], cwd=repo, check=True)
                 pythons.append((time.perf_counter() - started) * 1000)
+                if args.compare_httpx:
+                    started = time.perf_counter()
+                    subprocess.run(through_httpx, cwd=repo, check=True, capture_output=True)
+                    httpxs.append((time.perf_counter() - started) * 1000)
         finally:
             daemon.send_signal(signal.SIGTERM)
             try:
@@ -117,7 +133,8 @@ def main() -> None:
     p50, python_p50 = statistics.median(ordered), statistics.median(pythons)
     print(f"cli_latency p50_ms={p50:.1f} p90_ms={percentile(ordered, 0.9):.1f} "
           f"max_ms={ordered[-1]:.1f} python_p50_ms={python_p50:.1f} "
-          f"ratio_vs_python={p50 / python_p50:.2f}")
+          f"ratio_vs_python={p50 / python_p50:.2f}"
+          + (f" httpx_p50_ms={statistics.median(httpxs):.1f}" if httpxs else ""))
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ route. Prints one line per N, then as its last line:
 Target: ratio_400_vs_8 <= 1.2 (CPU a route flat as routes in flight grow).
 
     .venv/bin/python scripts/bench/client_load.py [--counts 8,100,400,1000] [--routes 400]
-        [--delay-ms 50]
+        [--delay-ms 50] [--max-connections N]
 """
 
 from __future__ import annotations
@@ -37,13 +37,14 @@ READY_TIMEOUT_S = 60.0
 AGENTS = ("fenster", "hockney", "keaton", "mcmanus")
 
 
-async def fire(repo: Path, in_flight: int, total: int) -> dict[str, float]:
+async def fire(repo: Path, in_flight: int, total: int, lanes: int) -> dict[str, float]:
     """In this (client) process: `total` routes, `in_flight` at a time, through one client."""
-    from squadd.daemon.client import AsyncDaemonClient
+    from squadd.daemon.client import MAX_CONNECTIONS, AsyncDaemonClient
     from squadd.state.layout import SquadLayout
 
     failures: list[str] = []
-    async with AsyncDaemonClient(SquadLayout.find(repo), timeout=600.0) as client:
+    async with AsyncDaemonClient(SquadLayout.find(repo), timeout=600.0,
+                                 max_connections=lanes or MAX_CONNECTIONS) as client:
         await client.route("warm up", AGENTS[0])
         left = total
 
@@ -89,11 +90,14 @@ def main() -> None:
     parser.add_argument("--counts", default="8,100,400,1000")
     parser.add_argument("--routes", type=int, default=400)
     parser.add_argument("--delay-ms", type=float, default=50.0)
+    parser.add_argument("--max-connections", type=int, default=0,
+                        help="the client's max_connections (default: its own default)")
     parser.add_argument("--client", help=argparse.SUPPRESS)  # REPO,N,TOTAL: the client process
     args = parser.parse_args()
     if args.client:
         repo, in_flight, total = args.client.rsplit(",", 2)
-        print(json.dumps(asyncio.run(fire(Path(repo), int(in_flight), int(total)))))
+        print(json.dumps(asyncio.run(fire(Path(repo), int(in_flight), int(total),
+                                          args.max_connections))))
         return
     counts = [int(n) for n in args.counts.split(",")]
     delay_s = args.delay_ms / 1000
@@ -106,7 +110,8 @@ def main() -> None:
             for count in counts:
                 total = max(count, args.routes)
                 done = subprocess.run(
-                    [sys.executable, __file__, "--client", f"{repo},{count},{total}"],
+                    [sys.executable, __file__, "--client", f"{repo},{count},{total}",
+                     "--max-connections", str(args.max_connections)],
                     capture_output=True, text=True, timeout=1800)
                 if done.returncode != 0:
                     raise SystemExit(f"the client with {count} in flight failed:\n"

@@ -216,6 +216,9 @@ def run_one(bench: Bench, python: str, folder: Path, rows: list[str],
         mark = verdict(figure, value)
         if mark != "met":
             missed.append(figure.label)
+        met_in = values.get(f"{figure.key}_rounds_met")
+        if met_in is not None and "rounds" in values:  # the median of alternating rounds
+            mark += f" (in {met_in:.0f} of {values['rounds']:.0f} rounds)"
         op = "≤" if figure.better == "lower" else "≥"
         rows.append(f"| {figure.label} | {readable(value)} {figure.unit} | {op} {figure.target:g} "
                     f"{figure.unit} | {'; '.join(peers)} | {'; '.join(ratios)} | {mark} |")

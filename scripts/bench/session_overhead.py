@@ -33,12 +33,15 @@ from squadd import tool
 from squadd.config import Settings
 from squadd.providers.replay import ReplayProvider, ReplayScript, ScriptedCall, ScriptedTurn
 from squadd.runtime.events import EventBus
+from squadd.runtime.services import Found, SessionServices
 from squadd.runtime.session import AgentSession
 from squadd.runtime.session_info import SessionInfo, choose_model, session_toolset
 from squadd.statcache import StatCache, text_cache
 from squadd.state.charters import read_charter
+from squadd.state.journal import GroupCommit
 from squadd.state.layout import SquadLayout
-from squadd.state.transcripts import SpareFiles
+from squadd.state.skills import summary_cache
+from squadd.state.transcripts import FileSink, SpareFiles, TranscriptWriter
 from squadd.tools.base import ToolSet
 from squadd.tools.invoke import ToolInvoker
 from squadd.tools.squad import file_tools
@@ -104,9 +107,11 @@ async def _measure(sessions: int, layout: SquadLayout, settings: Settings,
         info = SessionInfo(session_id=f"bench-{n}", agent="fenster", task="say done",
                            model=choose_model(None, charter, settings, "fenster",
                                               provider.default_model))
-        session = AgentSession(info, layout=layout, settings=settings, provider=provider,
-                               invoker=invoker, tools=tools, sink=bus, files=files,
-                               spares=spares)
+        services = SessionServices(layout, settings, provider, invoker, files=files,
+                                   summaries=summary_cache())
+        sink = FileSink(TranscriptWriter(layout.new_transcript(info.session_id), spares,
+                                         new=True), GroupCommit(layout))
+        session = AgentSession(info, services, sink=sink, events=bus, tools=Found(tools))
         outcome = await session.start("say done", None)
         elapsed = time.perf_counter() - started
         if outcome.status != "completed":

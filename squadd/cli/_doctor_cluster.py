@@ -6,13 +6,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from squadd.cli.doctor import CheckResult, DoctorContext
+    from squadd.cli._doctor_result import CheckResult, DoctorContext
 
 PROBE_TIMEOUT_S = 10.0
 
 
 def check_cluster(ctx: DoctorContext) -> CheckResult:
-    from squadd.cli.doctor import CheckResult
+    from squadd.cli._doctor_result import CheckResult
 
     url = ctx.cluster_url or (ctx.settings.cluster.url if ctx.settings is not None else "")
     if not url:
@@ -57,7 +57,7 @@ async def _probe(url: str, ctx: DoctorContext) -> dict[str, Any]:
 
 def _judge(url: str, found: dict[str, Any]) -> CheckResult:
     from squadd._version import __version__
-    from squadd.cli.doctor import CheckResult
+    from squadd.cli._doctor_result import CheckResult
 
     workers = found["workers"]
     details = [f"redis {found['redis_version']} at {url}"]

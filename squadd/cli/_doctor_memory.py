@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING
 from squadd.state.textfiles import bad_text_files
 
 if TYPE_CHECKING:
-    from squadd.cli.doctor import CheckResult, DoctorContext
+    from squadd.cli._doctor_result import CheckResult, DoctorContext
 
 
 def check_memory_files(ctx: DoctorContext) -> CheckResult:
-    from squadd.cli.doctor import CheckResult
+    from squadd.cli._doctor_result import CheckResult
 
     if ctx.layout is None:
         return CheckResult("memory files", "skip", "no squad dir")

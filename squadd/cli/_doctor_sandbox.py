@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING
 from squadd.sandbox.report import enforcement
 
 if TYPE_CHECKING:
-    from squadd.cli.doctor import CheckResult, DoctorContext
+    from squadd.cli._doctor_result import CheckResult, DoctorContext
 
 
 def check_sandbox(ctx: DoctorContext) -> CheckResult:
-    from squadd.cli.doctor import CheckResult
+    from squadd.cli._doctor_result import CheckResult
 
     if ctx.settings is None:
         return CheckResult("sandbox", "skip", "the settings did not load")

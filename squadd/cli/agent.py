@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from squadd.cli._output import print_json, print_table
 from squadd.cli._squad import TEXT, dir_option, find_layout, show_path
 from squadd.contracts.names import NAME_RULE
-from squadd.state.charters import RosterEntry, roster
-from squadd.state.history import learnings
-from squadd.state.scaffold import templates_dir
-from squadd.state.team import add_agent
+
+if TYPE_CHECKING:
+    from squadd.state.charters import RosterEntry
 
 
 @click.group()
@@ -41,6 +40,9 @@ Examples:
 @dir_option
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def add(name: str, role: str, directory: Path | None, as_json: bool) -> None:
+    from squadd.state.scaffold import templates_dir
+    from squadd.state.team import add_agent
+
     layout = find_layout(directory)
     added = add_agent(layout, name, role, templates=templates_dir())
     if as_json:
@@ -61,6 +63,8 @@ def add(name: str, role: str, directory: Path | None, as_json: bool) -> None:
 
 
 def _learning_count(entry: RosterEntry) -> int | None:
+    from squadd.state.history import learnings
+
     if not entry.has_history:
         return None
     # Counted even in a file with bad bytes: they never change where an entry starts.
@@ -103,6 +107,8 @@ def list_agents(directory: Path | None, as_json: bool) -> None:
       squadd agent list --json
     """
     layout = find_layout(directory)
+    from squadd.state.charters import roster
+
     entries = roster(layout)
     if as_json:
         print_json({"squad_dir": layout.root, "agents": [_as_dict(e) for e in entries]})

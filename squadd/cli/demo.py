@@ -20,16 +20,12 @@ from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
 
-import anyio
 import click
 
-from squadd import gitsafe
 from squadd.cli._daemon import client_for, print_sessions
 from squadd.cli._squad import FiniteFloatRange
 from squadd.cli.app import load_command
-from squadd.fsio import TEAM_FILE, atomic_write, read_text
 from squadd.state.layout import SquadLayout
-from squadd.state.transcripts import PROMPTS_DIRNAME, SPARES_DIRNAME
 
 LEAD = "lead"
 TEAM: tuple[tuple[str, str], ...] = (
@@ -74,6 +70,8 @@ def written_lines(layout: SquadLayout, before: dict[str, FileState],
                   merged: list[str]) -> list[str]:
     """The files the run wrote, for people: the run/ folder's locks on one line, and the
     inbox files the Scribe merged and removed."""
+    from squadd.state.transcripts import PROMPTS_DIRNAME, SPARES_DIRNAME
+
     lines, run_files, spares, prompts = [], 0, 0, 0
     inbox = layout.inbox_dir.relative_to(layout.root)
     for mark, path in changes(before, snapshot(layout.root)):
@@ -118,6 +116,8 @@ def run_command(*args: str) -> None:
 
 
 def git_init(repo: Path) -> None:
+    from squadd import gitsafe
+
     click.echo(click.style("$ git init", bold=True))
     if shutil.which("git") is None:
         click.echo("(git is not installed: the demo goes on without a git repository)")
@@ -132,6 +132,8 @@ def demo_file(*parts: str) -> Traversable:
 
 
 def set_up(repo: Path, *, here: bool) -> SquadLayout:
+    from squadd.fsio import TEAM_FILE, atomic_write
+
     heading("Setting up the squad")
     if not here:
         git_init(repo)
@@ -199,8 +201,11 @@ def demo(here: bool, keep: bool, pace: float, ui: bool) -> None:
 
 
 def _run(layout: SquadLayout, pace: float, ui: bool) -> None:
+    import anyio
+
     from squadd.cli._demo_run import DemoDaemon, play
-    from squadd.daemon.server import console_log
+    from squadd.daemon.startup import console_log
+    from squadd.fsio import read_text
 
     with resources.as_file(demo_file(RECORDING)) as recording:
         before = snapshot(layout.root)

@@ -8,48 +8,26 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING
 
 import click
 
-from squadd.cli._compat import squad_compat
+from squadd.cli._doctor_result import CheckResult, DoctorContext, Status
 from squadd.cli._output import print_json
 from squadd.cli._squad import dir_option
-from squadd.config import ENV_PREFIX, Settings, default_config_file, load_settings, user_config_file
 from squadd.contracts.names import is_safe_name
 from squadd.errors import SquaddError
-from squadd.fsio import read_text
-from squadd.state.charters import roster
 from squadd.state.layout import SquadLayout
-from squadd.state.team import member_names
 
-Status = Literal["ok", "warn", "fail", "skip"]
+if TYPE_CHECKING:
+    from squadd.config import Settings
+
 _COMPAT_SHOWN = 10
 _MARKS: dict[Status, tuple[str, str]] = {
     "ok": ("ok", "green"), "warn": ("warn", "yellow"), "fail": ("FAIL", "red"),
     "skip": ("skip", "bright_black"),
 }
-
-
-@dataclass
-class DoctorContext:
-    """What the checks know: where to look, and what earlier checks found."""
-
-    start: Path
-    layout: SquadLayout | None = None
-    settings: Settings | None = None
-    cluster_url: str | None = None
-    """`--cluster URL`: check this cluster (else `[cluster] url`, if set)."""
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    name: str
-    status: Status
-    summary: str
-    details: list[str] = field(default_factory=list)
 
 
 Check = Callable[[DoctorContext], CheckResult]
@@ -72,6 +50,8 @@ def check_squad_dir(ctx: DoctorContext) -> CheckResult:
 
 
 def _env_settings() -> list[str]:
+    from squadd.config import ENV_PREFIX, Settings
+
     sections = {name.upper() for name in Settings.model_fields}
     return sorted(name for name in os.environ
                   if name.startswith(ENV_PREFIX)
@@ -79,6 +59,8 @@ def _env_settings() -> list[str]:
 
 
 def check_settings(ctx: DoctorContext) -> CheckResult:
+    from squadd.config import default_config_file, load_settings, user_config_file
+
     files = [("defaults", default_config_file()), ("user", user_config_file())]
     if ctx.layout is not None:
         files.append(("project", ctx.layout.config_toml))
@@ -97,6 +79,10 @@ SQUAD_BUILT_IN_AGENTS = frozenset({"scribe", "ralph", "rai"})
 
 
 def check_roster(ctx: DoctorContext) -> CheckResult:
+    from squadd.fsio import read_text
+    from squadd.state.charters import roster
+    from squadd.state.team import member_names
+
     if ctx.layout is None:
         return CheckResult("roster", "skip", "no squad dir")
     layout = ctx.layout
@@ -126,6 +112,8 @@ def check_roster(ctx: DoctorContext) -> CheckResult:
 
 def check_squad_compat(ctx: DoctorContext) -> CheckResult:
     """Rows and files squadd reads differently from Squad (all of them: --squad-compat)."""
+    from squadd.cli._compat import squad_compat
+
     if ctx.layout is None:
         return CheckResult("squad compat", "skip", "no squad dir")
     findings = squad_compat(ctx.layout)
@@ -208,6 +196,8 @@ def run_checks(start: Path, checks: list[Check] | None = None, *,
 
 
 def _squad_compat_report(directory: Path | None, as_json: bool) -> None:
+    from squadd.cli._compat import squad_compat
+
     layout = SquadLayout.find((directory or Path.cwd()).resolve())
     findings = squad_compat(layout)
     if as_json:
@@ -226,6 +216,7 @@ def _squad_compat_report(directory: Path | None, as_json: bool) -> None:
 
 def _security_report(directory: Path | None, as_json: bool) -> None:
     from squadd.cli._doctor_security import GuardContext, run_guards
+    from squadd.config import load_settings
 
     start = (directory or Path.cwd()).resolve()
     layout: SquadLayout | None = None
@@ -303,3 +294,6 @@ def doctor(directory: Path | None, as_json: bool, squad_compat_only: bool,
                 click.echo(f"         {line}")
     if failed:
         raise click.exceptions.Exit(1)
+
+
+

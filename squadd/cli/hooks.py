@@ -10,7 +10,6 @@ import click
 
 from squadd.cli._output import print_json, print_table
 from squadd.cli._squad import dir_option, find_layout
-from squadd.config import load_settings
 from squadd.errors import ConfigError, StateError
 
 
@@ -28,6 +27,7 @@ def hooks(as_json: bool, directory: Path | None) -> None:
       squadd hooks
       squadd hooks --json | jq '.hooks[] | select(.event == "PreToolUse")'
     """
+    from squadd.config import load_settings
     from squadd.tools.hooks.config import EVENTS, HooksSource
 
     layout = find_layout(directory)

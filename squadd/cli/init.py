@@ -9,7 +9,6 @@ import click
 from squadd.cli._output import print_json
 from squadd.cli._squad import show_path
 from squadd.state.layout import SQUAD_DIRNAMES
-from squadd.state.scaffold import init_squad
 
 
 def _enclosing_squad(repo: Path) -> Path | None:
@@ -36,6 +35,8 @@ def init(directory: Path | None, as_json: bool) -> None:
       squadd init --dir ~/src/my-repo
       squadd init --json
     """
+    from squadd.state.scaffold import init_squad
+
     repo = (directory or Path.cwd()).resolve()
     result = init_squad(repo)
     if as_json:

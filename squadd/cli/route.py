@@ -14,20 +14,23 @@ import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import anyio
 import click
 
 from squadd.cli._landing import exit_code, lines
 from squadd.cli._output import print_json
 from squadd.cli._report import one_line
 from squadd.cli._squad import TEXT, FiniteFloatRange, dir_option, find_layout
-from squadd.contracts.routes import MAX_ROUTE_TIMEOUT_S
-from squadd.daemon.client import AsyncDaemonClient, DaemonClient
-from squadd.daemon.wire import DaemonRequestError, route_wire
-from squadd.errors import DaemonError
+from squadd.daemon.wire import ROUTE_WAIT_LIMIT_S, route_wire
+from squadd.errors import DaemonError, DaemonRequestError
 
+if TYPE_CHECKING:
+    from squadd.daemon.client import AsyncDaemonClient
+
+MAX_TIMEOUT_S = ROUTE_WAIT_LIMIT_S
+"""`--timeout`'s bound: `contracts.routes.MAX_ROUTE_TIMEOUT_S` (a test holds them equal), named
+here without importing pydantic, so that `squadd route --help` starts fast."""
 PROGRESS_TYPES = ("agent.spawned", "agent.state", "tool.started", "tool.completed",
                   "provider.retry", "approval.requested", "variable.requested",
                   "bus.overflow")
@@ -56,6 +59,8 @@ class Progress:
             self._spinning = False
 
     async def spin(self) -> None:
+        import anyio
+
         if not self.tty:
             return
         frame = 0
@@ -115,6 +120,8 @@ async def follow(client: AsyncDaemonClient, start: Callable[[], Awaitable[dict[s
     The subscription comes from the daemon's reserve for followed routes; should even that be
     taken, the route still runs and its answer still comes (no progress lines).
     """
+    import anyio
+
     async with contextlib.AsyncExitStack() as stack:
         stream: AsyncIterator[dict[str, Any]] | None
         try:
@@ -193,6 +200,10 @@ def run_following(directory: Path | None, start: Callable[[AsyncDaemonClient],
                   task: str | None = None, agent: str | None = None) -> dict[str, Any]:
     """Follow a route (its `task` and `agent`, as sent) or a known `session` in an event
     loop; on Ctrl-C cancel it and exit 130."""
+    import anyio
+
+    from squadd.daemon.client import AsyncDaemonClient, DaemonClient
+
     layout = find_layout(directory)
     holder: dict[str, str] = {"session": session} if session else {}
 
@@ -225,7 +236,7 @@ def run_following(directory: Path | None, start: Callable[[AsyncDaemonClient],
               help="Model for this session (overrides the charter).")
 @click.option("--session", "session_id", type=TEXT, default=None,
               help="Continue this session (from an earlier route) instead of a new one.")
-@click.option("--timeout", "timeout_s", type=FiniteFloatRange(min=1, max=MAX_ROUTE_TIMEOUT_S),
+@click.option("--timeout", "timeout_s", type=FiniteFloatRange(min=1, max=MAX_TIMEOUT_S),
               default=None, help="Seconds the task may run (default: route.timeout_s).")
 @click.option("--isolation", type=click.Choice(["shared", "worktree"]), default=None,
               help="worktree: the agent works in its own git worktree and branch "
@@ -269,6 +280,8 @@ def route(words: tuple[str, ...], context: str | None, priority: str, model: str
                                    session_id=session_id, timeout_s=timeout_s,
                                    isolation=isolation, land=land)
     if no_wait:
+        from squadd.daemon.client import DaemonClient
+
         with DaemonClient(find_layout(directory)) as client:
             result = client.route(task, agent, wait=False, **options)
         if as_json:

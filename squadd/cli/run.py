@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import anyio
 import click
 
 from squadd.cli._output import print_json
@@ -40,6 +39,8 @@ def run(agent: str, task: str, context: str | None, as_json: bool, verbose: bool
           --model llama3.1
       squadd run lead "Try it" --provider replay --replay-file recording.yaml
     """
+    import anyio
+
     from squadd.config import load_settings
     from squadd.logs import configure_logging
     from squadd.tools.secrets import SecretRegistry

@@ -7,17 +7,19 @@ from __future__ import annotations
 import functools
 import signal
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import anyio
 import click
 
 from squadd.cli._output import print_json
 from squadd.cli._squad import dir_option, find_layout
-from squadd.config import Settings, load_settings
-from squadd.contracts.events import BaseEvent, ScribeArchived, ScribeMerged, ScribeRejected
 from squadd.errors import SquaddError
-from squadd.scribe import ScribeReport, merge_inbox
 from squadd.state.layout import SquadLayout
+
+if TYPE_CHECKING:
+    from squadd.config import Settings
+    from squadd.contracts.events import BaseEvent
+    from squadd.scribe import ScribeReport
 
 SHOWN_FILES = 20
 """File names listed per kind in the human output (the counts are always complete)."""
@@ -33,7 +35,9 @@ def scribe(as_json: bool, dry_run: bool, watch: bool, directory: Path | None) ->
     """Merge the decisions inbox into decisions.md, archive old decisions, compact histories."""
     if watch and dry_run:
         raise click.UsageError("--watch and --dry-run do not go together: a dry run is one pass")
+    from squadd.config import load_settings
     from squadd.logs import configure_logging
+    from squadd.scribe import merge_inbox
     from squadd.tools.secrets import SecretRegistry
 
     # A pass reports what it merged and rejected itself; log lines would only repeat it. A
@@ -112,6 +116,8 @@ class _EchoSink:
         self._as_json = as_json
 
     def publish(self, event: BaseEvent) -> None:
+        from squadd.contracts.events import ScribeArchived, ScribeMerged, ScribeRejected
+
         if self._as_json:
             click.echo(event.model_dump_json())
         elif isinstance(event, ScribeMerged):
@@ -125,6 +131,8 @@ class _EchoSink:
 
 
 def _watch(layout: SquadLayout, settings: Settings, as_json: bool) -> None:
+    import anyio
+
     from squadd.scribe.worker import run_scribe_worker
 
     async def main() -> None:

@@ -69,7 +69,7 @@ def serve(tcp: str | None, allow_remote: bool, ui: bool | None, ui_port: int | N
         layers["cluster"] = cluster
     settings = load_settings(layout.root, overrides=layers or None)
     if detach:
-        from squadd.daemon.server import parse_tcp, start_detached
+        from squadd.daemon.startup import parse_tcp, start_detached
 
         if tcp:
             parse_tcp(tcp, allow_remote=allow_remote)

@@ -14,9 +14,7 @@ import click
 
 from squadd.cli._daemon import client_for
 from squadd.cli._squad import TEXT, dir_option, find_layout
-from squadd.config import load_settings
-from squadd.errors import DaemonNotRunningError, VariableValueError
-from squadd.tools.variables import secrets_file_path, store_variable
+from squadd.errors import DaemonNotRunningError
 
 
 @click.group("var")
@@ -42,6 +40,10 @@ def set_(name: str, value: str | None, directory: Path | None) -> None:
         with client_for(directory) as client:
             answer = client.set_variable(name, value)
     except DaemonNotRunningError:
+        from squadd.config import load_settings
+        from squadd.errors import VariableValueError
+        from squadd.tools.variables import secrets_file_path, store_variable
+
         layout = find_layout(directory)
         path = secrets_file_path(load_settings(layout.root))
         try:

@@ -30,7 +30,6 @@ from squadd.daemon import inbox_api
 from squadd.daemon.dashboard import UI_PREFIX, Dashboard, dashboard_app
 from squadd.daemon.dashboard import state as dashboard_state
 from squadd.daemon.handler_context import (
-    ApiError,
     DaemonContext,
     Handler,
     answering_errors,
@@ -44,7 +43,7 @@ from squadd.daemon.handler_context import (
     transcript_records,
 )
 from squadd.daemon.streams import events
-from squadd.errors import InvalidNameError, VariableValueError
+from squadd.errors import ApiError, InvalidNameError, VariableValueError
 from squadd.runtime.callers import OUTSIDE_SESSION, CallerError, CallScope
 from squadd.runtime.runtime import SquadRuntime
 from squadd.state.layout import safe_id

@@ -30,6 +30,7 @@ from squadd.daemon.placement import claim_event, last_epoch, last_worker
 from squadd.runtime.planning import RoutePlan
 from squadd.runtime.pool import SessionRecord
 from squadd.runtime.runtime import SquadRuntime
+from squadd.runtime.services import Found
 from squadd.runtime.session import AgentSession, SessionOutcome
 from squadd.runtime.session_info import SessionInfo, session_meta
 from squadd.runtime.session_sink import SessionSink
@@ -255,10 +256,9 @@ class WorkerRequests:
                 writer.add("message", message=message_record(message), recovered=True,
                            result_type="failure" if message.is_error else "success")
             writer.flush()
-        session = AgentSession(info, layout=runtime.layout, settings=runtime.settings,
-                               provider=runtime.provider, invoker=runtime.invoker, tools=tools,
-                               sink=NullSink(), files=runtime.files, spares=runtime.spares,
-                               prompts=runtime.prompts)
+        services = runtime.runner.services
+        session = AgentSession(info, services.session, sink=services.sinks.existing(
+            info.session_id), events=NullSink(), tools=Found(tools))
         messages = session.conversation()
         writer = TranscriptWriter(runtime.layout.transcript(info.session_id))
         writer.add("meta", tools=tools.names, owner={"worker": worker, "epoch": epoch})

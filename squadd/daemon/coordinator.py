@@ -37,8 +37,9 @@ from squadd.cluster.workers import live_workers
 from squadd.config import ClusterSettings
 from squadd.daemon import remote_worktrees
 from squadd.daemon.cluster_keeper import PrefixKeeper
-from squadd.daemon.cluster_requests import REDO_SAFE, RemoteSession, WorkerRequests, durable
+from squadd.daemon.cluster_requests import REDO_SAFE, RemoteSession, WorkerRequests
 from squadd.daemon.orphans import Orphans
+from squadd.runtime.opening import accept
 from squadd.runtime.planning import RoutePlan
 from squadd.runtime.pool import SessionRecord
 from squadd.runtime.runner import RunHere
@@ -226,12 +227,11 @@ class Coordinator:
         """Make the route's start durable before a worker may take it, unless its acceptance
         did. A continuation's task is recorded as accepted; the claim's `conversation()`
         makes it the next user message, as a local resume would."""
-        if plan.recorded:
+        if plan.sink.written:
             return
-        runtime = self.runtime
-        writer = await anyio.to_thread.run_sync(plan.acceptance, runtime.layout, runtime.spares)
-        if writer is not None:
-            await durable(runtime, writer)
+        accept(plan)
+        with anyio.CancelScope(shield=True):
+            await plan.sink.commit()
 
 
     async def _cancel(self, remote: RemoteSession) -> None:

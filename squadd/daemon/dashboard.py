@@ -37,7 +37,6 @@ from squadd.contracts.events import (
 from squadd.contracts.sessions import LIVE_STATES
 from squadd.daemon.dashboard_access import DashboardGuard
 from squadd.daemon.handler_context import (
-    ApiError,
     DaemonContext,
     Handler,
     answering_errors,
@@ -47,6 +46,7 @@ from squadd.daemon.handler_context import (
 )
 from squadd.daemon.inbox_api import resolve_item, shown_item
 from squadd.daemon.streams import MAX_DASHBOARD_STREAMS, open_stream, stream_response
+from squadd.errors import ApiError
 from squadd.statcache import StatCache
 from squadd.state.decisions import parse_decisions
 from squadd.tools.approvals import ApprovalBroker, arguments_bytes, arguments_text

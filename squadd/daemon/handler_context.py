@@ -21,7 +21,7 @@ from starlette.responses import JSONResponse, Response
 from squadd import telemetry
 from squadd.contracts.events import BaseEvent
 from squadd.daemon.wire import RECENT_EVENTS_MAX
-from squadd.errors import InvalidNameError
+from squadd.errors import ApiError, InvalidNameError
 from squadd.runtime.events import Subscription
 from squadd.runtime.runtime import SquadRuntime
 from squadd.state.layout import safe_id
@@ -40,13 +40,6 @@ PARSE_IN_THREAD_BYTES = 64 * 1024
 RECENT_EVENTS = RECENT_EVENTS_MAX
 
 
-class ApiError(Exception):
-    """Raised by a handler: becomes `{"error": message, **fields}` with `status`."""
-
-    def __init__(self, status: int, message: str, **fields: Any):
-        super().__init__(message)
-        self.status = status
-        self.fields = fields
 
 
 @dataclass

@@ -16,8 +16,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from squadd.config import load_settings
-from squadd.daemon.handler_context import ApiError, context_of, flag, json_answer, object_body
-from squadd.errors import ConfigError
+from squadd.daemon.handler_context import context_of, flag, json_answer, object_body
+from squadd.errors import ApiError, ConfigError
 from squadd.runtime.inbox import InboxError
 from squadd.runtime.runtime import SquadRuntime
 from squadd.state.inbox_items import InboxItem

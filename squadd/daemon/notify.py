@@ -27,6 +27,7 @@ from tenacity import (
 )
 
 from squadd.config import NotifySettings, Settings
+from squadd.errors import ChannelFailed
 from squadd.procs import Command, run_group
 from squadd.runtime.inbox import Inbox
 from squadd.state.inbox_items import InboxItem
@@ -54,8 +55,6 @@ def webhook_secret(settings: Settings, environ: Mapping[str, str] | None = None)
     return SecretsFile(secrets_file_path(settings, env)).read().values.get(SECRET_VAR) or None
 
 
-class ChannelFailed(Exception):
-    """One try of one channel did not get through (retried)."""
 
 
 def item_body(item: InboxItem) -> bytes:

@@ -17,14 +17,13 @@ from starlette.types import Receive, Scope, Send
 from squadd.contracts.events import EVENT_TYPES, BaseEvent, event_matches, type_matches
 from squadd.daemon.handler_context import (
     RECENT_EVENTS,
-    ApiError,
     DaemonContext,
     context_of,
     flag,
     query_count,
 )
 from squadd.daemon.wire import SSE_HEARTBEAT_S, SUBSCRIBED
-from squadd.errors import InvalidNameError
+from squadd.errors import ApiError, InvalidNameError
 from squadd.runtime.events import Subscription
 from squadd.state.layout import safe_id
 

@@ -11,7 +11,7 @@ import json
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from urllib.parse import quote
 
-from squadd.errors import DaemonError
+from squadd.errors import DaemonError, DaemonRequestError
 
 TYPE_CHECKING = False  # neither `typing` nor `dataclasses` at run time: `squadd status` is fast
 if TYPE_CHECKING:
@@ -44,13 +44,6 @@ RECENT_EVENTS_MAX = 512
 """The daemon keeps this many past events for `recent=N` (`squadd events` without --follow)."""
 
 
-class DaemonRequestError(DaemonError):
-    """The daemon answered with an error status; the message is the daemon's own."""
-
-    def __init__(self, message: str, *, status: int, payload: Mapping[str, Any] | None = None):
-        super().__init__(message)
-        self.status = status
-        self.payload: dict[str, Any] = dict(payload or {})
 
 
 class Call:

@@ -17,14 +17,9 @@ import httpx
 
 from squadd.config import ProviderSettings
 from squadd.contracts.messages import Usage
-from squadd.errors import ProviderError, ProviderTimeoutError
+from squadd.errors import ProviderError, ProviderTimeoutError, RetryableStatusError
 from squadd.providers.base import RetryCallback
-from squadd.providers.retry import (
-    RetryableStatusError,
-    RetryPolicy,
-    call_with_retries,
-    parse_retry_after,
-)
+from squadd.providers.retry import RetryPolicy, call_with_retries, parse_retry_after
 from squadd.untrusted import MAX_JSON_DEPTH, UntrustedInputError, parse_json
 
 _ERROR_TEXT_CHARS = 1000

@@ -24,7 +24,7 @@ from tenacity import (
 )
 
 from squadd.config import ProviderSettings
-from squadd.errors import ProviderError, ProviderTimeoutError
+from squadd.errors import ProviderError, ProviderTimeoutError, RetryableStatusError
 from squadd.providers.base import RetryCallback, RetryInfo
 
 log = structlog.get_logger("squadd.providers")
@@ -32,13 +32,6 @@ log = structlog.get_logger("squadd.providers")
 T = TypeVar("T")
 
 
-class RetryableStatusError(ProviderError):
-    """A 429 or 5xx answer: worth another attempt, no sooner than `retry_after_s` if it is set."""
-
-    def __init__(self, message: str, *, provider: str, status: int,
-                 retry_after_s: float | None = None):
-        super().__init__(message, provider=provider, status=status, retryable=True)
-        self.retry_after_s = retry_after_s
 
 
 @dataclass(frozen=True)

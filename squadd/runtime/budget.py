@@ -19,7 +19,6 @@ from squadd.contracts.messages import AssistantMessage, Completion, Usage
 from squadd.providers.base import CompletionRequest
 from squadd.runtime.events import EventBus
 from squadd.runtime.inbox import Inbox
-from squadd.runtime.session import AgentSession
 from squadd.runtime.session_info import SessionInfo
 from squadd.state.spending import Spend, SpendingLedger, cost_of, price_for, shown_cost
 
@@ -79,33 +78,33 @@ class Spending:
     def price(self, model: str) -> PriceSettings | None:
         return price_for(self.pricing, self.provider, model or self.default_model)
 
-    def root_of(self, session: AgentSession) -> str:
-        return self.root_for(session.info)
+    def root_of(self, info: SessionInfo) -> str:
+        return self.root_for(info)
 
     # CallGuard.
-    async def before_call(self, session: AgentSession, request: CompletionRequest) -> str | None:
+    async def before_call(self, info: SessionInfo, request: CompletionRequest) -> str | None:
         while True:
-            breach = self.breach(session, request)
+            breach = self.breach(info, request)
             if breach is None:
                 return None
             item = await self.inbox.add(
-                "parked", f"budget: {breach.reason()}", agent=session.agent,
-                session_id=session.session_id, route=self.root_of(session),
-                key=f"budget:{session.session_id}",
+                "parked", f"budget: {breach.reason()}", agent=info.agent,
+                session_id=info.session_id, route=self.root_of(info),
+                key=f"budget:{info.session_id}",
                 details={"scope": breach.scope, "key": breach.key, "limit": breach.limit,
                          "spent": breach.spent, "worst": breach.worst, "unit": breach.unit,
                          "setting": f"budget.{breach.setting}"})
             if item.open:
                 item = await self.inbox.wait_parked(
-                    item, "budget", cleared=lambda: self.breach(session, request) is None)
+                    item, "budget", cleared=lambda: self.breach(info, request) is None)
             if (item.resolution or {}).get("action") == "dismiss":
                 # A person chose to stop it here: the session ends, its work kept.
                 return (f"stopped at its budget by a person ({breach.reason()}); the "
                         "transcript has the work so far")
 
-    def breach(self, session: AgentSession, request: CompletionRequest) -> Breach | None:
+    def breach(self, info: SessionInfo, request: CompletionRequest) -> Breach | None:
         """The first limit the call could pass, or None."""
-        info, budget = session.info, self.budget
+        budget = self.budget
         if not (budget.per_session_tokens or budget.per_route_usd or budget.per_agent_usd
                 or budget.per_day_usd):
             return None  # no limit: nothing to estimate
@@ -117,7 +116,7 @@ class Spending:
             if used + worst > limit:
                 return Breach("session", info.session_id, limit, used, worst, "tokens",
                               "per_session_tokens")
-        money = [(budget.per_route_usd, "route", self.root_of(session), "per_route_usd"),
+        money = [(budget.per_route_usd, "route", self.root_of(info), "per_route_usd"),
                  (budget.per_agent_usd, "agent", f"{info.agent}@{self.ledger.day}",
                   "per_agent_usd"),
                  (budget.per_day_usd, "day", self.ledger.day, "per_day_usd")]
@@ -141,10 +140,10 @@ class Spending:
                 return Breach(scope, key, allowed, spent, worst_cost, "usd", setting)
         return None
 
-    async def after_call(self, session: AgentSession, request: CompletionRequest,
+    async def after_call(self, info: SessionInfo, request: CompletionRequest,
                          completion: Completion, message_id: str) -> float | None:
-        model = request.model or session.info.model or completion.model or self.default_model
-        return self.charge(session.info, self.root_of(session), model, completion.usage,
+        model = request.model or info.model or completion.model or self.default_model
+        return self.charge(info, self.root_of(info), model, completion.usage,
                            message_id, reported_model=completion.model)
 
     def charge(self, info: SessionInfo, root: str, model: str, usage: Usage, message_id: str,

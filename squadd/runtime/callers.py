@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import anyio
 
+from squadd.errors import CallerError as CallerError
 from squadd.errors import SquaddError
 from squadd.runtime.planning import info_from_transcript, load_transcript
 from squadd.runtime.pool import SessionPool
@@ -25,14 +26,6 @@ from squadd.tools.invoke import CallOrigin
 OUTSIDE_SESSION = "external"
 """The session id of calls made from no session (their spilled outputs go under it)."""
 OUTSIDE_AGENT = "user"
-
-
-class CallerError(Exception):
-    """The call names a session that does not exist, or one that belongs to another agent."""
-
-    def __init__(self, message: str, *, status: int):
-        super().__init__(message)
-        self.status = status
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ import structlog
 
 from squadd.config import Settings
 from squadd.contracts.events import InboxAdded, InboxResolved
+from squadd.errors import InboxError as InboxError
 from squadd.errors import NotFoundError, SquaddError
 from squadd.runtime.events import EventBus
 from squadd.runtime.pool import SessionPool
@@ -58,10 +59,6 @@ class ParkedSession(Protocol):
 Resumer = Callable[[str, str | None], Awaitable[None]]
 """Resume a session that nobody waits for any more (after a restart): `(session_id, task)`,
 task None to go on where it stopped."""
-
-
-class InboxError(SquaddError):
-    """An inbox action that cannot be done (an unknown item, an action it does not take)."""
 
 
 class Inbox:

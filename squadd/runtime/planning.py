@@ -8,6 +8,7 @@ charter, checks depth and cycles, and chooses model and tools. A refusal carries
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +20,6 @@ from squadd.contracts.routes import FailureReason, RoutedBy, RouteOrigin, RouteR
 from squadd.contracts.sessions import LIVE_STATES, SessionState, SessionView
 from squadd.contracts.workspaces import Isolation
 from squadd.errors import InvalidNameError, StateError
-from squadd.runtime.acceptance import acceptance_writer, continuation_writer
 from squadd.runtime.router import Router
 from squadd.runtime.session_info import SessionInfo, choose_model, new_session_id
 from squadd.statcache import StatCache
@@ -27,7 +27,7 @@ from squadd.state.charters import Charter, no_charter, parse_charter
 from squadd.state.layout import SquadLayout, safe_id
 from squadd.state.members import folder_for
 from squadd.state.owner import is_current, owner_alive
-from squadd.state.transcripts import SpareFiles, Transcript, TranscriptWriter, read_transcript
+from squadd.state.transcripts import Transcript, TranscriptSink, read_transcript
 
 log = structlog.get_logger("squadd.planning")
 
@@ -54,23 +54,13 @@ class RoutePlan:
     continuing: bool
     timeout_s: float
     available_tools: list[str] | None
-    recorded: bool = False
-    """The new session's transcript was opened when the route was accepted."""
+    sink: TranscriptSink
+    """Where every record of the session's transcript goes, from the route's acceptance on
+    (`FileSinks.new` for a new session, `.existing` for a continued one)."""
     isolation: Isolation | None = None
     """The route's `isolation` (None: the agent's or the settings')."""
     land: bool = False
     """Land the session's worktree branch when its task ends."""
-
-    def acceptance(self, layout: SquadLayout,
-                   spares: SpareFiles | None = None) -> TranscriptWriter | None:
-        """What must be durable before the caller hears the route was accepted (blocking): a
-        new session's acceptance, a continuation's queued task, or nothing for a resume (its
-        transcript already has all it needs)."""
-        if not self.continuing:
-            return acceptance_writer(layout, self.info, self.context, spares)
-        if self.task is not None:
-            return continuation_writer(layout, self.info.session_id, self.task, self.context)
-        return None
 
 
 class CharterCache:
@@ -85,15 +75,20 @@ class CharterCache:
                                        layout.read_text(path, errors="replace")),
             limit=1024)
 
-    def get(self, agent: str, *, cached_only: bool = False) -> Charter | None:
-        """The agent's charter, None when it has none. With `cached_only` the file is only
-        stat'ed (the event loop may call it): `NotCached` when it must be read and parsed."""
+    def get(self, agent: str) -> Charter | None:
+        """The agent's charter, None when it has none (blocking: it may be read and parsed)."""
+        return self._charter(agent, lambda: self._parsed.get(self.layout.charter(agent)))
+
+    def known(self, agent: str) -> Charter | None:
+        """`get` when the file is cached and unchanged: only stat'ed (the event loop may call
+        it); `NotCached` when it must be read and parsed."""
+        # A hit was read through the layout's check: a stat is enough.
+        return self._charter(agent, lambda: self._parsed.peek(
+            self.layout.prompt_file("charter", agent, check=False)))
+
+    def _charter(self, agent: str, look: Callable[[], Charter]) -> Charter | None:
         try:
-            if cached_only:  # a hit was read through the layout's check: a stat is enough
-                charter = self._parsed.peek(self.layout.prompt_file("charter", agent,
-                                                                    check=False))
-            else:
-                charter = self._parsed.get(self.layout.charter(agent))
+            charter = look()
         except (FileNotFoundError, NotADirectoryError):
             return None
         except StateError as exc:  # a charter leading outside the repository: not an agent
@@ -155,7 +150,9 @@ def check_chain(agent: str, origin: RouteOrigin, settings: Settings) -> int:
 
 
 def new_plan(request: RouteRequest, origin: RouteOrigin, agent: str, routed_by: RoutedBy,
-             charter: Charter, settings: Settings, provider_default: str) -> RoutePlan:
+             charter: Charter, settings: Settings, provider_default: str,
+             new_sink: Callable[[str], TranscriptSink]) -> RoutePlan:
+    """The plan for a new session; `new_sink` makes its transcript's sink from its id."""
     depth = check_chain(agent, origin, settings)
     model = choose_model(request.model, charter, settings, agent, provider_default)
     info = SessionInfo(
@@ -169,8 +166,8 @@ def new_plan(request: RouteRequest, origin: RouteOrigin, agent: str, routed_by: 
     return RoutePlan(info=info, charter=charter, routed_by=routed_by, task=request.task,
                      context=request.context, continuing=False,
                      timeout_s=request.timeout_s or settings.route.timeout_s,
-                     available_tools=request.available_tools, isolation=request.isolation,
-                     land=request.land)
+                     available_tools=request.available_tools, sink=new_sink(info.session_id),
+                     isolation=request.isolation, land=request.land)
 
 
 def _lineage(origin: RouteOrigin) -> tuple[str, ...]:
@@ -183,8 +180,10 @@ def _lineage(origin: RouteOrigin) -> tuple[str, ...]:
 
 
 def continue_plan(request: RouteRequest | None, origin: RouteOrigin, base: SessionInfo,
-                  state: str | None, charter: Charter, settings: Settings) -> RoutePlan:
-    """The plan for the next task of an existing session (None request: resume its last)."""
+                  state: str | None, charter: Charter, settings: Settings,
+                  sink: TranscriptSink) -> RoutePlan:
+    """The plan for the next task of an existing session (None request: resume its last),
+    whose records go to `sink`."""
     if state in LIVE_STATES:
         raise Refusal("busy", f"session {base.session_id} ({base.agent}) is {state}: wait for "
                               "its task to end (squad_status with sessionId) before sending "
@@ -209,7 +208,7 @@ def continue_plan(request: RouteRequest | None, origin: RouteOrigin, base: Sessi
         context=None, continuing=True,
         timeout_s=(request.timeout_s if request is not None and request.timeout_s
                    else settings.route.timeout_s),
-        available_tools=request.available_tools if request is not None else None,
+        available_tools=request.available_tools if request is not None else None, sink=sink,
         isolation=request.isolation if request is not None else None,
         land=request.land if request is not None else False,
     )

@@ -8,6 +8,7 @@ session.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import structlog
@@ -17,7 +18,7 @@ from squadd.errors import StateError
 from squadd.statcache import NotCached, StatCache
 from squadd.state.layout import SquadLayout
 from squadd.state.learnings import keep_newest
-from squadd.state.skills import list_skills
+from squadd.state.skills import SkillInfo, list_known_skills, list_skills
 
 log = structlog.get_logger("squadd.prompt")
 
@@ -57,12 +58,14 @@ class PromptParts:
     skills: str
 
 
-def skills_index(layout: SquadLayout, summaries: StatCache[str] | None = None, *,
-                 cached_only: bool = False) -> str:
-    """One line per skill: `- {name}: {description from its front matter}`."""
-    lines = [f"- {s.name}: {s.summary}" if s.summary else f"- {s.name}"
-             for s in list_skills(layout, summaries, cached_only=cached_only)]
-    return "\n".join(lines)
+def skills_index(layout: SquadLayout, summaries: StatCache[str] | None = None) -> str:
+    """One line per skill: `- {name}: {description from its front matter}` (blocking)."""
+    return _index(list_skills(layout, summaries))
+
+
+def _index(skills: list[SkillInfo]) -> str:
+    return "\n".join(f"- {s.name}: {s.summary}" if s.summary else f"- {s.name}"
+                     for s in skills)
 
 
 def file_cache(layout: SquadLayout, limit: int = 256) -> StatCache[str]:
@@ -73,37 +76,50 @@ def file_cache(layout: SquadLayout, limit: int = 256) -> StatCache[str]:
 
 def gather(layout: SquadLayout, agent: str, context: str | None,
            files: StatCache[str] | None = None,
-           summaries: StatCache[str] | None = None, *,
-           cached_only: bool = False) -> PromptParts:
+           summaries: StatCache[str] | None = None) -> PromptParts:
     """Read everything the prompt needs (blocking: call from a worker thread), through the
     owner's `files` cache and skill `summaries` (`skills.summary_cache()`) when it has them.
     A file that cannot be read safely (a symlink out of the repository, a FIFO) is left out
-    with a note, and logged with the reason.
-
-    With `cached_only` nothing is read, only stat'ed (the event loop may call it): when a
-    file would have to be read, `NotCached` is raised instead."""
-    if cached_only and (files is None or summaries is None):
-        raise NotCached("the prompt's files have no cache")
+    with a note, and logged with the reason."""
     cache = files if files is not None else file_cache(layout, limit=4)
-    look = cache.peek if cached_only else cache.get
 
+    def read(part: str) -> str:
+        path = layout.prompt_file(part, agent)
+        try:
+            return cache.peek(path)
+        except NotCached:  # read here (not by the cache calling back up): then kept
+            key = cache.stamp(path)
+            text = layout.read_text(path, errors="replace")
+            cache.store(path, key, text)
+            return text
+
+    return _parts(layout, agent, context, read, skills_index(layout, summaries))
+
+
+def gather_known(layout: SquadLayout, agent: str, context: str | None,
+                 files: StatCache[str], summaries: StatCache[str]) -> PromptParts:
+    """`gather`'s parts from the caches alone, each file only stat'ed (the event loop may
+    call it); `NotCached` when a file would have to be read."""
+    # A cache hit was read through the layout's check: only a stat is needed.
+    return _parts(layout, agent, context,
+                  lambda part: files.peek(layout.prompt_file(part, agent, check=False)),
+                  _index(list_known_skills(layout, summaries)))
+
+
+def _parts(layout: SquadLayout, agent: str, context: str | None,
+           look: Callable[[str], str], skills: str) -> PromptParts:
     def read(part: str, what: str) -> str:
         try:
-            # A cache hit was read through the layout's check: only a stat is needed.
-            return look(layout.prompt_file(part, agent, check=not cached_only))
+            return look(part)
         except (FileNotFoundError, NotADirectoryError):
             return ""
         except StateError as exc:
             log.warning("prompt.file_not_read", part=what, reason=str(exc))
             return f"({what} was not read: it is not a regular file inside the repository)"
 
-    return PromptParts(
-        charter=read("charter", "charter"),
-        history=read("history", "history"),
-        decisions=read("decisions", "decisions"),
-        context=context or "",
-        skills=skills_index(layout, summaries, cached_only=cached_only),
-    )
+    return PromptParts(charter=read("charter", "charter"), history=read("history", "history"),
+                       decisions=read("decisions", "decisions"), context=context or "",
+                       skills=skills)
 
 
 def keep_newest_learnings(text: str, budget: int, what: str) -> str:

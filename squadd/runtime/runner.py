@@ -1,9 +1,10 @@
 """RouteRunner: runs one admitted route to its end.
 
-It takes the route's slot (within the route's timeout), starts or continues the AgentSession
-with its tool set, puts the session to rest in the state its task ended in, and completes the
-orchestration log entry. Whatever happens (a provider crash, a broken transcript, cancellation)
-the pool's record ends at rest and the caller gets a `RouteResult`.
+It takes the route's slot (within the route's timeout), opens the session (`runtime.opening`)
+or continues it, runs its task through its host (here, or on a cluster worker), puts it to
+rest in the state its task ended in, and completes the orchestration log entry. Whatever
+happens (a provider crash, a broken transcript, cancellation) the pool's record ends at rest
+and the caller gets a `RouteResult`.
 """
 
 from __future__ import annotations
@@ -11,27 +12,24 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 import anyio
 import structlog
 
 from squadd import telemetry
-from squadd.config import Settings
 from squadd.contracts.events import AgentError, AgentSpawned
 from squadd.contracts.routes import RouteResult
 from squadd.contracts.workspaces import WorkspaceView
 from squadd.errors import SquaddError
-from squadd.providers.base import Provider
-from squadd.runtime.acceptance import record_unstarted_end
-from squadd.runtime.events import EventBus
-from squadd.runtime.inbox import Inbox
-from squadd.runtime.orchestration import OrchestrationEntry, OrchestrationLog
+from squadd.runtime.opening import SessionTools, end_unstarted, open_new
+from squadd.runtime.orchestration import OrchestrationEntry
 from squadd.runtime.planning import RoutePlan
 from squadd.runtime.pool import SessionPool, SessionRecord
-from squadd.runtime.session import AgentSession, CallGuard, SessionOutcome
+from squadd.runtime.services import RouteServices
+from squadd.runtime.session import AgentSession, SessionOutcome
 from squadd.runtime.session_hooks import (
     RouteHooks,
     after_landing,
@@ -40,79 +38,52 @@ from squadd.runtime.session_hooks import (
     opening,
     route_hooks,
 )
-from squadd.runtime.session_info import session_toolset
 from squadd.runtime.session_sink import SessionSink
 from squadd.runtime.slots import SlotTicket
-from squadd.statcache import NotCached, StatCache
-from squadd.state.journal import GroupCommit
-from squadd.state.layout import SquadLayout
-from squadd.state.transcripts import PromptFiles, SpareFiles
 from squadd.telemetry import genai
-from squadd.tools.base import Tool, ToolSet
-from squadd.tools.invoke import ToolInvoker
+from squadd.tools.base import ToolSet
 from squadd.workspaces import Workspaces
 from squadd.workspaces import records as workspace_records
 
 log = structlog.get_logger("squadd.runtime")
 
-ExtraTools = Callable[[], Iterable[Tool[Any]]]
-
-
-@runtime_checkable
-class CachedTools(Protocol):
-    """Extra tools that can also be answered without reading a file (on the event loop)."""
-
-    def __call__(self) -> Iterable[Tool[Any]]: ...
-
-    def cached(self) -> Iterable[Tool[Any]]:
-        """The same tools when no file must be read to find them, else `NotCached`."""
-        ...
 RunHere = Callable[[], Awaitable[SessionOutcome]]
 
 
 class SessionHost(Protocol):
-    """Where a session's task runs when it may run elsewhere than in this process (the
-    cluster's workers). It gets the session's narrowed tools and its sink, and `run_here`,
-    which runs the task in this process as without a host."""
+    """Where a session's task runs (`LOCAL`: in this process; the cluster's coordinator:
+    on a worker, or here). It gets the session's narrowed tools and its sink, and `run_here`,
+    which runs the task in this process."""
 
     async def run(self, plan: RoutePlan, record: SessionRecord, tools: ToolSet,
                   sink: SessionSink, run_here: RunHere) -> SessionOutcome: ...
 
 
+class LocalHost:
+    """Every session runs in this process."""
+
+    async def run(self, plan: RoutePlan, record: SessionRecord, tools: ToolSet,
+                  sink: SessionSink, run_here: RunHere) -> SessionOutcome:
+        return await run_here()
+
+
+LOCAL = LocalHost()
+
+
 class RouteRunner:
     """What running a route needs, and the run itself."""
 
-    def __init__(self, *, layout: SquadLayout, settings: Settings, provider: Provider,
-                 bus: EventBus, invoker: ToolInvoker, pool: SessionPool,
-                 orchestration: OrchestrationLog, tools: ToolSet,
-                 extra_tools: ExtraTools | None, files: StatCache[str] | None = None,
-                 summaries: StatCache[str] | None = None, spares: SpareFiles | None = None,
-                 prompts: PromptFiles | None = None, workspaces: Workspaces | None = None,
-                 commits: GroupCommit | None = None, guard: CallGuard | None = None,
-                 inbox: Inbox | None = None):
-        self.layout = layout
-        self.settings = settings
-        self.provider = provider
-        self.bus = bus
-        self.invoker = invoker
-        self.pool = pool
-        self.orchestration = orchestration
-        self.tools = tools
-        self.extra_tools = extra_tools
-        self.files = files
-        self.summaries = summaries
-        self.spares = spares
-        self.prompts = prompts
-        self.workspaces = workspaces
+    def __init__(self, services: RouteServices):
+        self.services = services
+        """Replaced whole when the settings change (`SquadRuntime.apply_settings`)."""
         self._in_use: dict[str, WorkspaceView] = {}
         """The worktree each running session works in (a nested route shares its caller's)."""
-        self.host: SessionHost | None = None
-        """Set (at start-up) when sessions may run elsewhere; None runs every one here."""
-        self.commits = commits
-        self.guard = guard
-        """Budgets and spending around every model call (None: neither)."""
-        self.inbox = inbox
-        """Where a failed session goes, and a parked one waits (None: no inbox)."""
+        self.host: SessionHost = LOCAL
+        """Where sessions run: set at start-up when they may run elsewhere (cluster mode)."""
+
+    @property
+    def pool(self) -> SessionPool:
+        return self.services.pool
 
     def workspace_of(self, session_id: str) -> WorkspaceView | None:
         """The worktree a running session works in (None: none, or not running here)."""
@@ -129,8 +100,9 @@ class RouteRunner:
         with telemetry.span(f"{genai.INVOKE_AGENT} {info.agent}", {
                 genai.OPERATION: genai.INVOKE_AGENT, genai.AGENT_NAME: info.agent,
                 genai.AGENT_ID: info.agent, genai.CONVERSATION_ID: info.session_id,
-                genai.PROVIDER: self.provider.name, genai.REQUEST_MODEL: info.model or None,
-                genai.SQUAD_NAME: self.layout.repo.name,
+                genai.PROVIDER: self.services.session.provider.name,
+                genai.REQUEST_MODEL: info.model or None,
+                genai.SQUAD_NAME: self.services.layout.repo.name,
                 genai.PARENT_SESSION: info.parent_session_id, genai.ROUTE_DEPTH: info.depth,
                 genai.PRIORITY: info.priority}) as span:
             result = await self._run(plan, record, ticket, entry)
@@ -161,7 +133,7 @@ class RouteRunner:
                 # The transcript says how it ended before the pool forgets the session, so
                 # that nobody reads it in between as a session that stopped mid-way.
                 try:
-                    await self._end_unstarted(plan, "error", error=message)
+                    await end_unstarted(plan, "error", error=message)
                 finally:
                     self.pool.abandon(record)
                 await self._log_end(entry, "queue_timeout", message, started, record)
@@ -170,7 +142,7 @@ class RouteRunner:
             except BaseException:
                 with anyio.CancelScope(shield=True):
                     try:
-                        await self._end_unstarted(plan, "interrupted",
+                        await end_unstarted(plan, "interrupted",
                                                   reason="cancelled before it started")
                     finally:
                         self.pool.abandon(record)
@@ -226,25 +198,24 @@ class RouteRunner:
         if workspace is not None:
             self._in_use[info.session_id] = workspace
         parent = self._in_use.get(info.parent_session_id or "")
-        route = route_hooks(self.invoker.hooks, plan, workspace.path if workspace else None,
+        route = route_hooks(self.services.session.invoker.hooks, plan,
+                            workspace.path if workspace else None,
                             parent.path if parent is not None else None)
         outcome = await self._converse(plan, record, workspace, route)
-        if owned and workspace is not None and self.workspaces is not None:
+        if owned and workspace is not None:
             workspace = await self._end_workspace(plan, record, outcome, workspace,
-                                                  self.workspaces, route)
+                                                  self.services.workspaces, route)
         return outcome, workspace
 
     async def _workspace(self, plan: RoutePlan) -> tuple[WorkspaceView | None, bool]:
         """The session's worktree and whether it is its own (False: its caller's, or none).
         A nested route shares its caller's worktree unless it asks for an isolation."""
-        info, spaces = plan.info, self.workspaces
-        if spaces is None:
-            return None, False
+        info, spaces = plan.info, self.services.workspaces
         parent = self._in_use.get(info.parent_session_id or "")
         if parent is not None and plan.isolation is None:
             return parent, False
         if plan.continuing and await anyio.to_thread.run_sync(
-                workspace_records.load, self.layout, info.session_id) is not None:
+                workspace_records.load, self.services.layout, info.session_id) is not None:
             return await spaces.open(info.session_id, info.agent), True
         if spaces.isolation_for(info.agent, plan.charter.sections, plan.isolation) != "worktree":
             return None, False
@@ -303,7 +274,7 @@ class RouteRunner:
         while not landed.ok and landed.reason in ("conflict", "check_failed"):
             # A repair turn works on this machine's worktree (squadd's rebase, its conflict
             # markers): with a host that may run it elsewhere, the session waits for a person.
-            prompt = None if self.host is not None else \
+            prompt = None if self.host is not LOCAL else \
                 await spaces.start_repair(info.session_id, landed)
             if prompt is None:
                 with anyio.CancelScope(shield=True):
@@ -324,8 +295,7 @@ class RouteRunner:
         its repair is ready to land, else why not (the work is kept either way). A turn
         cancelled mid-way undoes the rebase squadd began before it re-raises."""
         info = plan.info
-        repair_plan = dataclasses.replace(plan, task=prompt, continuing=True, context=None,
-                                          recorded=False)
+        repair_plan = dataclasses.replace(plan, task=prompt, continuing=True, context=None)
         try:
             turn = await self._converse(repair_plan, record, workspace, route)
         except BaseException:
@@ -342,7 +312,7 @@ class RouteRunner:
                         workspace: WorkspaceView | None, route: RouteHooks) -> SessionOutcome:
         """Run the session's task between its opening and closing hooks."""
         info = plan.info
-        self.bus.publish(AgentSpawned(
+        self.services.bus.publish(AgentSpawned(
             session_id=info.session_id, agent=info.agent, task=info.task[:500],
             requested_by=info.requested_by, model=info.model,
             parent_session_id=info.parent_session_id,
@@ -352,8 +322,8 @@ class RouteRunner:
         try:
             opened = await opening(route, plan)
             if isinstance(opened, str):  # a hook refused the task: the session never runs
-                await self._end_unstarted(plan, "error", error=opened)
-                self.bus.publish(AgentError(session_id=info.session_id, agent=info.agent,
+                await end_unstarted(plan, "error", error=opened)
+                self.services.bus.publish(AgentError(session_id=info.session_id, agent=info.agent,
                                             error=opened, state="error"))
                 outcome = SessionOutcome(session_id=info.session_id, agent=info.agent,
                                          status="error", error=opened, model=info.model)
@@ -369,95 +339,50 @@ class RouteRunner:
 
     async def _run_session(self, plan: RoutePlan, record: SessionRecord,
                            workspace: WorkspaceView | None) -> SessionOutcome:
-        info = plan.info
-        sink = SessionSink(self.bus, self.pool, record)
-
-        def session_tools(cached_only: bool = False) -> ToolSet:
-            """The built-in tools, the custom ones found on disk now, narrowed by the route,
-            the session's first route and the charter (blocking: run in the session's first
-            worker-thread trip, with its prompt's reads and first write; with `cached_only`,
-            on the loop, `NotCached` when a tool file must be read)."""
-            tools = self.tools
-            if self.extra_tools is not None:
-                if not cached_only:
-                    extras = self.extra_tools()
-                elif isinstance(self.extra_tools, CachedTools):
-                    extras = self.extra_tools.cached()
-                else:
-                    raise NotCached("these extra tools are found by reading files")
-                tools = tools.merged(extras if isinstance(extras, ToolSet) else list(extras))
-            if info.available_tools is not None and plan.continuing:
-                # The route that made the session set its tools; a later task only narrows them.
-                tools = session_toolset(tools, info.available_tools, None,
-                                        session_id=info.session_id)
-            tools = session_toolset(tools, plan.available_tools, plan.charter,
-                                    session_id=info.session_id)
-            record.tools = tools
-            return tools
-
-        known: ToolSet | None = None
-        if self.host is not None:  # the host is handed the session's tools: find them now
-            known = await anyio.to_thread.run_sync(session_tools)
+        info, services = plan.info, self.services
+        events = SessionSink(services.bus, services.pool, record)
+        tools = SessionTools(services, plan, record)
+        found: ToolSet | None = None
+        if self.host is not LOCAL:  # the host is handed the session's tools: find them now
+            found = await anyio.to_thread.run_sync(tools.find)
 
         async def run_here() -> SessionOutcome:
             session = AgentSession(
-                info, layout=self.layout, settings=self.settings, provider=self.provider,
-                invoker=self.invoker, tools=known if known is not None else self.tools,
-                sink=sink, files=self.files, summaries=self.summaries, spares=self.spares,
-                prompts=self.prompts, commits=self.commits,
-                tools_source=session_tools if known is None else None,
+                info, services.session, sink=plan.sink, events=events, tools=tools,
                 workspace_dir=Path(workspace.path) if workspace is not None else None,
-                guard=self.guard,
-                on_deadline=functools.partial(_set_deadline, record),
-            )
-            sink.session = session
-            if self.inbox is not None:
-                self.inbox.attach(info.session_id, session)
+                on_deadline=functools.partial(_set_deadline, record))
+            events.session = session
+            services.inbox.attach(info.session_id, session)
             if plan.continuing:
                 if plan.task is None:  # a resume records no new message: active from here
-                    self.pool.activate(record)
+                    services.pool.activate(record)
                 return await session.continue_with(plan.task, timeout_s=plan.timeout_s)
-            return await session.start(plan.task or info.task, plan.context,
-                                       timeout_s=plan.timeout_s, accepted=plan.recorded)
+            messages = await open_new(services, plan, tools, plan.task or info.task)
+            return await session.run_opened(messages, timeout_s=plan.timeout_s)
 
         try:
-            if self.host is not None and known is not None:
-                return await self.host.run(plan, record, known, sink, run_here)
+            if found is not None:
+                return await self.host.run(plan, record, found, events, run_here)
             return await run_here()
         finally:
-            if self.inbox is not None:
-                self.inbox.detach(info.session_id)
+            services.inbox.detach(info.session_id)
 
     async def _failed(self, plan: RoutePlan, error: str) -> None:
         """A failed session waits on a person in the inbox (resume or dismiss)."""
-        if self.inbox is None:
-            return
         info = plan.info
         try:
             with anyio.CancelScope(shield=True):
-                await self.inbox.add("failed", error[:500], agent=info.agent,
-                                     session_id=info.session_id,
-                                     key=f"failed:{info.session_id}",
-                                     details={"error": error[:4000], "task": info.task[:500]})
+                await self.services.inbox.add(
+                    "failed", error[:500], agent=info.agent, session_id=info.session_id,
+                    key=f"failed:{info.session_id}",
+                    details={"error": error[:4000], "task": info.task[:500]})
         except (OSError, SquaddError) as exc:
             log.warning("failed session not put in the inbox", session_id=info.session_id,
                         error=str(exc))
 
-    async def _end_unstarted(self, plan: RoutePlan, state: str, **fields: str) -> None:
-        """Close the transcript the route's acceptance opened, or end the continuation it
-        recorded as queued, if it did."""
-        if not plan.recorded:
-            return
-        try:
-            await anyio.to_thread.run_sync(functools.partial(
-                record_unstarted_end, self.layout, plan.info.session_id, state, **fields))
-        except OSError as exc:
-            log.warning("transcript not closed", session_id=plan.info.session_id,
-                        error=str(exc))
-
     async def _log_end(self, entry: OrchestrationEntry, outcome: str, error: str | None,
                        started: float, record: SessionRecord) -> None:
-        await self.orchestration.submit(entry.ended(
+        await self.services.orchestration.submit(entry.ended(
             outcome, error=error, duration_s=time.monotonic() - started,
             input_tokens=record.input_tokens, output_tokens=record.output_tokens))
 

@@ -8,11 +8,11 @@ as `async with SquadRuntime(...) as runtime:`.
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import functools
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import anyio
 import structlog
@@ -20,54 +20,32 @@ from anyio.abc import TaskGroup
 
 from squadd import telemetry
 from squadd.config import Settings
-from squadd.contracts.events import EventSink, ProviderRetry
 from squadd.contracts.routes import RouteOrigin, RouteRequest, RouteResult
-from squadd.contracts.sessions import (
-    LIVE_STATES,
-    AgentSpend,
-    SessionView,
-    SpendingView,
-    StatusReport,
-)
-from squadd.errors import (
-    InvalidNameError,
-    NotFoundError,
-    PoolFullError,
-    RouteError,
-    SquaddError,
-)
-from squadd.providers.base import Provider, RetryCallback, RetryInfo
+from squadd.contracts.sessions import LIVE_STATES, SessionView, SpendingView, StatusReport
+from squadd.errors import PoolFullError, RouteError, SquaddError
+from squadd.providers.base import Provider
 from squadd.runtime.budget import Spending
 from squadd.runtime.callers import CallScope, scope_call
+from squadd.runtime.custom_tools import CustomTools
 from squadd.runtime.events import EventBus
 from squadd.runtime.inbox import Inbox
+from squadd.runtime.opening import accept
 from squadd.runtime.orchestration import OrchestrationEntry, OrchestrationLog
-from squadd.runtime.planning import (
-    TERMINAL_STATES,
-    CharterCache,
-    Refusal,
-    RoutePlan,
-    continue_plan,
-    info_from_transcript,
-    load_transcript,
-    new_plan,
-    refuse_if_elsewhere,
-    resolve_agent,
-    unknown_agent,
-    view_from_transcript,
-)
+from squadd.runtime.planner import Planner
+from squadd.runtime.planning import Refusal, RoutePlan
 from squadd.runtime.pool import SessionPool, SessionRecord
 from squadd.runtime.prompt import file_cache
-from squadd.runtime.router import Router
-from squadd.runtime.runner import ExtraTools, RouteRunner
+from squadd.runtime.provider_setup import provider_key, retry_publisher
+from squadd.runtime.runner import RouteRunner
+from squadd.runtime.services import NO_EXTRA_TOOLS, ExtraTools, RouteServices, SessionServices
 from squadd.runtime.slots import SlotLimiter, SlotTicket
-from squadd.statcache import NotCached
-from squadd.state.charters import Charter
+from squadd.runtime.upkeep import keep_spare_files, reap_idle
+from squadd.runtime.views import ended_view, priced, spending_today
 from squadd.state.journal import GroupCommit, replay_journals
 from squadd.state.layout import SquadLayout
 from squadd.state.skills import summary_cache
 from squadd.state.spending import SpendingLedger
-from squadd.state.transcripts import PromptFiles, SpareFiles
+from squadd.state.transcripts import FileSinks, PromptFiles, SpareFiles
 from squadd.tools.base import ToolSet
 from squadd.tools.builtin import workspace_tools
 from squadd.tools.hooks import events as hook_events
@@ -81,22 +59,14 @@ from squadd.tools.squad.status import SquadStatus
 from squadd.tools.variables import SquadVariables
 from squadd.workspaces import LandResult, Workspaces
 
+if TYPE_CHECKING:
+    from squadd.tools.discovery import ToolDiscoverer
+
 log = structlog.get_logger("squadd.runtime")
-SPARE_CHECK_S = 0.1
-"""How often the spare files are counted (in memory; no I/O when enough)."""
 ADMITTING = 64
 """Routes planned and admitted at once; more wait their turn, in the order they came. A burst
 of thousands would otherwise all be planned in one pass of the event loop (about 0.1 ms each),
 while the sessions already given a slot wait behind it to send their first model request."""
-
-def retry_publisher(sink: EventSink) -> RetryCallback:
-    """The `on_retry` callback for providers: each retry becomes a `provider.retry` event."""
-    def publish(info: RetryInfo) -> None:
-        sink.publish(ProviderRetry(provider=info.provider, attempt=info.attempt,
-                                   wait_s=round(info.wait_s, 3), reason=info.reason[:500],
-                                   status=info.status))
-    return publish
-
 
 class _Admitted(NamedTuple):
     """A waited route with its place in the pool, to be run by its caller's task."""
@@ -105,20 +75,6 @@ class _Admitted(NamedTuple):
     record: SessionRecord
     ticket: SlotTicket
     entry: OrchestrationEntry
-
-
-def provider_key(settings: Settings) -> dict[str, str]:
-    """The provider's API key by its variable's name, where the provider takes one and it is
-    set (for redaction)."""
-    from squadd.providers import anthropic, openai
-    from squadd.providers.http import api_key_from
-
-    default = {"openai": openai.DEFAULT_KEY_ENV,
-               "anthropic": anthropic.DEFAULT_KEY_ENV}.get(settings.provider.kind, "")
-    if not default and not settings.provider.api_key_env:
-        return {}
-    key, name = api_key_from(settings.provider, default)
-    return {name: key} if key else {}
 
 
 class SquadRuntime:
@@ -133,6 +89,7 @@ class SquadRuntime:
         bus: EventBus | None = None,
         invoker: ToolInvoker | None = None,
         extra_tools: ExtraTools | None = None,
+        discoverer: ToolDiscoverer | None = None,
         limiter: SlotLimiter | None = None,
         owns_provider: bool = False,
         secrets: SecretRegistry | None = None,
@@ -144,7 +101,6 @@ class SquadRuntime:
         self.bus = bus if bus is not None else EventBus(buffer=settings.daemon.event_buffer)
         self.invoker = invoker if invoker is not None else ToolInvoker(layout, settings, self.bus)
         self.pool = SessionPool(settings.pool, self.bus, limiter=limiter)
-        self.router = Router(layout)
         self.commits = GroupCommit(layout)
         """Makes sessions' transcript records and the orchestration log's entries durable
         together, one journal sync a batch."""
@@ -152,7 +108,10 @@ class SquadRuntime:
         """New transcripts' and orchestration-log entries' files, made ahead by a background
         task."""
         self.orchestration = OrchestrationLog(layout, commits=self.commits, spares=self.spares)
-        self.extra_tools = extra_tools
+        self.extra_tools: ExtraTools | None = extra_tools if discoverer is None else \
+            CustomTools(self, layout, self.bus, discoverer)
+        """Added to the built-in tools at each session start (`discoverer`: the custom tools
+        on disk, found with it)."""
         self.workspaces = Workspaces(layout, settings, self.bus)
         """Each session's git worktree (with `workspace.isolation = "worktree"`) and landing."""
         self.ledger = SpendingLedger(layout)
@@ -179,17 +138,16 @@ class SquadRuntime:
         (`secrets.redact_log_event`) redacts them."""
         self.prompts = PromptFiles(layout.transcript_prompts_dir)
         """System prompts, each kept once, which transcripts name by digest."""
-        self.runner = RouteRunner(
-            layout=layout, settings=settings, provider=provider, bus=self.bus,
-            invoker=self.invoker, pool=self.pool, orchestration=self.orchestration,
-            tools=self.tools, extra_tools=extra_tools, files=self.files,
-            summaries=self.skill_summaries, spares=self.spares, prompts=self.prompts,
-            workspaces=self.workspaces,
-            commits=self.commits, guard=self.spending, inbox=self.inbox)
-        self._charters = CharterCache(layout)
-        self._charter_reads: dict[str, anyio.Event] = {}
-        """Charters being read in a worker thread now, by agent: a burst of routes to an agent
-        whose charter is not cached waits for one read instead of each making its own."""
+        self.runner = RouteRunner(RouteServices(
+            SessionServices(layout, settings, provider, self.invoker, files=self.files,
+                            summaries=self.skill_summaries, guard=self.spending),
+            bus=self.bus, pool=self.pool, orchestration=self.orchestration,
+            workspaces=self.workspaces, inbox=self.inbox,
+            sinks=FileSinks(layout, self.commits, self.spares, self.prompts), tools=self.tools,
+            extra_tools=self.extra_tools or NO_EXTRA_TOOLS))
+        self.planner = Planner(layout, self.pool, self.runner.services.sinks,
+                               default_model=provider.default_model)
+        self.router, self._charters = self.planner.router, self.planner.charters
         self._admitting = anyio.Semaphore(ADMITTING, fast_acquire=True)
         """`ADMITTING` places for planning and admission (FIFO; no yield while one is free)."""
         self._owns_provider = owns_provider
@@ -212,8 +170,7 @@ class SquadRuntime:
         then `runtime.secrets.redact_log_event` is the processor to log with)."""
         from squadd.providers.factory import make_provider
         from squadd.tools.approvals import ApprovalBroker
-        from squadd.tools.discovery import ToolDiscoverer, discover_tools
-        from squadd.tools.yaml import bind_agent_tools
+        from squadd.tools.discovery import ToolDiscoverer
 
         bus = bus if bus is not None else EventBus(buffer=settings.daemon.event_buffer)
         provider = make_provider(settings.provider, on_retry=retry_publisher(bus),
@@ -226,30 +183,8 @@ class SquadRuntime:
                               variables=SquadVariables(layout, settings, registry=secrets),
                               approvals=ApprovalBroker(settings, bus))
         discoverer = ToolDiscoverer()  # this runtime's: loaded tool files, by stat
-        runtime: SquadRuntime | None = None
-
-        class CustomTools:
-            """The custom tools on disk now (`CachedTools`: a session start on the loop asks
-            for them `cached()`, a thread when a file must be read)."""
-
-            def __call__(self) -> ToolSet:
-                return self._find(cached_only=False)
-
-            def cached(self) -> ToolSet:
-                return self._find(cached_only=True)
-
-            def _find(self, *, cached_only: bool) -> ToolSet:
-                builtins = runtime.tools.names if runtime is not None else ()
-                current = runtime.settings if runtime is not None else settings
-                found = discover_tools(layout, current, bus, builtin_names=builtins,
-                                       discoverer=discoverer, cached_only=cached_only).toolset()
-                if runtime is None:
-                    return found
-                # Agent tools route through this runtime, as squad_route does.
-                return ToolSet(bind_agent_tools(found, runtime), found.unavailable)
-
         runtime = cls(layout, settings, provider, bus=bus, invoker=invoker,
-                      extra_tools=CustomTools(), owns_provider=True, secrets=secrets,
+                      discoverer=discoverer, owns_provider=True, secrets=secrets,
                       python_workers=discoverer.workers)
         broker = invoker.approvals
         if isinstance(broker, ApprovalBroker):
@@ -264,7 +199,10 @@ class SquadRuntime:
         kept = self.pool.apply_settings(settings.pool)
         if kept:
             settings = settings.model_copy(update={"pool": self.pool.settings})
-        self.settings = self.runner.settings = settings
+        self.settings = settings
+        services = self.runner.services
+        self.runner.services = dataclasses.replace(
+            services, session=dataclasses.replace(services.session, settings=settings))
         self.invoker.apply_settings(settings)
         self.workspaces.apply_settings(settings)
         self.spending.reload(settings)
@@ -360,45 +298,27 @@ class SquadRuntime:
     async def _upkeep(self, scope: anyio.CancelScope) -> None:
         """Idle sessions reaped, and spare files and git worktrees made ahead
         (see `Workspaces.keep_spares`), until `shutdown` cancels `scope`."""
+        pool = self.settings.pool
         with scope:
             async with anyio.create_task_group() as tg:
-                tg.start_soon(self._reap_idle)
-                tg.start_soon(self._keep_spare_files)
+                tg.start_soon(reap_idle, self.pool, min(5.0, max(0.05, pool.idle_timeout_s / 4)))
+                tg.start_soon(keep_spare_files, self.spares,
+                              min(2048, 4 * (pool.max_concurrent + 32)))
                 tg.start_soon(self.workspaces.keep_spares)
                 tg.start_soon(functools.partial(self.inbox.run))
-
-    async def _reap_idle(self) -> None:
-        interval = min(5.0, max(0.05, self.settings.pool.idle_timeout_s / 4))
-        while True:
-            await anyio.sleep(interval)
-            self.pool.reap()
-
-    async def _keep_spare_files(self) -> None:
-        """Keep new transcripts' and orchestration entries' files made ahead, off the routes'
-        path (see `SpareFiles`): two a route."""
-        spares = self.spares
-        wanted = min(2048, 4 * (self.settings.pool.max_concurrent + 32))
-        while spares.usable:
-            if len(spares) < wanted // 2:
-                try:
-                    await anyio.to_thread.run_sync(spares.refill, wanted)
-                except OSError as exc:  # a full disk: sessions create their own files
-                    log.warning("spare files not made", error=str(exc))
-                    await anyio.sleep(5)
-            await anyio.sleep(SPARE_CHECK_S)
 
     # The API.
     async def route(self, request: RouteRequest, *,
                     origin: RouteOrigin | None = None) -> RouteResult:
         """Route one task. Never raises for a route that cannot run: the result says why."""
         origin = origin or RouteOrigin()
-        return await self._admit_and_run(functools.partial(self._plan, request, origin),
-                                         wait=request.wait_for_result, origin=origin)
+        planned = functools.partial(self.planner.plan, request, origin, self.settings)
+        return await self._admit_and_run(planned, wait=request.wait_for_result, origin=origin)
 
     async def resume(self, session_id: str, *, wait: bool = True) -> RouteResult:
         """Resume an interrupted session from its transcript (its dangling tool calls answered)."""
-        return await self._admit_and_run(functools.partial(self._resume_plan, session_id),
-                                         wait=wait, origin=RouteOrigin())
+        planned = functools.partial(self.planner.resume_plan, session_id, self.settings)
+        return await self._admit_and_run(planned, wait=wait, origin=RouteOrigin())
 
     async def _resume_for_inbox(self, session_id: str, task: str | None) -> None:
         """What answering an inbox item does when nobody waits on it any more (the daemon
@@ -452,43 +372,22 @@ class SquadRuntime:
 
     def priced(self, views: list[SessionView]) -> list[SessionView]:
         """The views with their sessions' and route trees' costs (from the ledger)."""
-        ledger = self.ledger
-        priced = []
-        for view in views:
-            root = ledger.root_of(view.session_id)
-            priced.append(view.model_copy(update={
-                "cost_usd": ledger.session(view.session_id).cost, "route": root,
-                "route_cost_usd": ledger.route(root).cost if root else None}))
-        return priced
+        return priced(self.ledger, views)
 
     def spending_today(self) -> SpendingView:
-        today = self.ledger.today()
-        return SpendingView(day=self.ledger.day, cost_usd=today.cost, tokens=today.tokens,
-                            agents={agent: AgentSpend(cost_usd=t.cost, tokens=t.tokens)
-                                    for agent, t in self.ledger.agents_today().items()})
+        return spending_today(self.ledger)
 
     async def session(self, session_id: str) -> SessionView | None:
         """One session, from the pool, the memory of ended ones, or else its transcript."""
         view = self.pool.view(session_id)
         if view is None:
-            view = await self._ended_view(session_id)
+            view = await ended_view(self.layout, self.pool, session_id)
             if view is None:
                 return None
         workspace = await self.workspaces.view(session_id)
         if workspace is not None:
             view = view.model_copy(update={"workspace": workspace})
         return self.priced([view])[0]
-
-    async def _ended_view(self, session_id: str) -> SessionView | None:
-        transcript = await anyio.to_thread.run_sync(load_transcript, self.layout, session_id)
-        if transcript is None:
-            return None
-        view = view_from_transcript(transcript)
-        if transcript.last_state in TERMINAL_STATES:
-            # Only an ended transcript is the last word; one still being written (a route on
-            # its way out of the pool, another process's session) is read again next time.
-            self.pool.remember(view)
-        return view
 
     async def scope_call(self, tools: ToolSet, *, agent: str | None,
                          session_id: str | None) -> CallScope:
@@ -504,80 +403,6 @@ class SquadRuntime:
                             pool=self.pool.totals(), spending=self.spending_today())
 
     # Planning and running.
-    async def _charter(self, agent: str) -> Charter:
-        """The agent's charter (stat-cached); the refusal for an unknown agent lists the roster."""
-        try:
-            charter = await self._read_charter(agent)
-        except (InvalidNameError, NotFoundError) as exc:
-            raise Refusal("invalid", f"cannot route: {exc}") from None
-        if charter is None:
-            raise await anyio.to_thread.run_sync(unknown_agent, self.layout, agent)
-        return charter
-
-    async def _read_charter(self, agent: str) -> Charter | None:
-        """A hit costs a stat, answered here; a read and a parse go to a worker thread, one
-        per agent at a time: routes that miss while it runs wait for it, then look again."""
-        while True:
-            with contextlib.suppress(NotCached):
-                return self._charters.get(agent, cached_only=True)
-            reading = self._charter_reads.get(agent)
-            if reading is None:
-                break
-            await reading.wait()
-        self._charter_reads[agent] = done = anyio.Event()
-        try:
-            return await anyio.to_thread.run_sync(self._charters.get, agent)
-        finally:
-            del self._charter_reads[agent]
-            done.set()
-
-    async def _resume_plan(self, session_id: str) -> RoutePlan:
-        record = self.pool.get(session_id)
-        if record is not None:
-            if record.state != "interrupted":
-                raise Refusal("invalid", f"session {session_id} is {record.state}: only an "
-                                         "interrupted (or parked) session can be resumed")
-            info, state = record.info, record.state
-        else:
-            transcript = await anyio.to_thread.run_sync(load_transcript, self.layout, session_id)
-            if transcript is None:
-                raise Refusal("unknown_session", f"no session {session_id}: there is no "
-                                                 "transcript for it")
-            refuse_if_elsewhere(transcript)
-            last = transcript.last_state
-            if last in ("completed", "error"):
-                raise Refusal("invalid", f"session {session_id} ended ({last}); nothing "
-                                         "to resume (route a new task to it instead)")
-            info, state = info_from_transcript(transcript), None
-        charter = await self._charter(info.agent)
-        return continue_plan(None, RouteOrigin(), info, state, charter, self.settings)
-
-    async def _plan(self, request: RouteRequest, origin: RouteOrigin) -> RoutePlan:
-        if request.session_id is not None:
-            record = self.pool.get(request.session_id)
-            if record is not None:
-                info, state = record.info, record.state
-            else:
-                transcript = await anyio.to_thread.run_sync(load_transcript, self.layout,
-                                                            request.session_id)
-                if transcript is None or not transcript.meta.get("agent"):
-                    raise Refusal("unknown_session", f"no session {request.session_id}: "
-                                                     "check the id with squad_status")
-                refuse_if_elsewhere(transcript)
-                info, state = info_from_transcript(transcript), None
-            charter = await self._charter(info.agent)
-            return continue_plan(request, origin, info, state, charter, self.settings)
-        target = request.target_agent
-        if target and target.strip().lower() != "auto":
-            agent, routed_by = resolve_agent(request, self.router, self._charters)
-        else:
-            busy = frozenset(r.agent for r in self.pool.live())
-            agent, routed_by = await anyio.to_thread.run_sync(
-                resolve_agent, request, self.router, self._charters, busy)
-        charter = await self._charter(agent)
-        return new_plan(request, origin, agent, routed_by, charter, self.settings,
-                        self.provider.default_model)
-
     async def _admit_and_run(self, planned: Callable[[], Awaitable[RoutePlan]], *, wait: bool,
                              origin: RouteOrigin) -> RouteResult:
         """Plan (a `Refusal` is the result) and admit in one of the `ADMITTING` places, in
@@ -621,18 +446,15 @@ class SquadRuntime:
             # The caller hears of the route before its session starts: from here on a crash
             # must not make it vanish, nor the new task of a session it continues. (A waiting
             # caller gets the id only with the result.)
+            accept(plan)
             try:
                 with anyio.CancelScope(shield=True):
-                    writer = await anyio.to_thread.run_sync(plan.acceptance, self.layout,
-                                                            self.spares)
-                    if writer is not None:
-                        await self.commits.commit(writer)
+                    await plan.sink.commit()
             except (OSError, SquaddError) as exc:
                 self.pool.withdraw(record, ticket)
                 message = f"the route could not be recorded, so it was not started: {exc}"
                 return RouteResult(ok=False, reason="failed", message=message, error=message,
                                    agent=plan.info.agent)
-            plan.recorded = writer is not None
         record.scope = anyio.CancelScope()
         entry = self.orchestration.new_entry(
             agent=plan.info.agent, session_id=plan.info.session_id, task=plan.task or

@@ -10,6 +10,7 @@ line). Every path comes from `SquadLayout`, which keeps it inside its folder.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -92,31 +93,48 @@ def summary_cache(limit: int = 512) -> StatCache[str]:
     return StatCache(_summary_of_file, limit=limit)
 
 
-def _summary(path: Path, summaries: StatCache[str] | None, cached_only: bool) -> str:
+def _read_summary(path: Path, summaries: StatCache[str] | None) -> str:
+    """A skill's index line, through `summaries` when given (read here on a miss, then kept)."""
     if summaries is None:
-        if cached_only:
-            raise NotCached("the skills' index lines have no cache")
         return _summary_of_file(path)
     try:
-        return summaries.peek(path) if cached_only else summaries.get(path)
+        try:
+            return summaries.peek(path)
+        except NotCached:
+            key = summaries.stamp(path)
+            summary = _summary_of_file(path)
+            summaries.store(path, key, summary)
+            return summary
     except OSError:
         return ""
 
 
-def _scan(layout: SquadLayout, source: SkillSource,
-          summaries: StatCache[str] | None, cached_only: bool) -> list[SkillInfo]:
-    return [SkillInfo(name, path, source, _summary(path, summaries, cached_only))
-            for name, path in layout.skill_files(source)]
+def _known_summary(path: Path, summaries: StatCache[str]) -> str:
+    try:
+        return summaries.peek(path)
+    except OSError:
+        return ""
 
 
-def list_skills(layout: SquadLayout, summaries: StatCache[str] | None = None, *,
-                cached_only: bool = False) -> list[SkillInfo]:
+def list_skills(layout: SquadLayout,
+                summaries: StatCache[str] | None = None) -> list[SkillInfo]:
     """Every skill, sorted by name; of two with the same name, the earlier folder's wins.
-    `summaries` (`summary_cache()`) keeps the index lines between calls. With `cached_only`
-    the folders are listed and stat'ed but no SKILL.md is read: `NotCached` when one must be."""
+    `summaries` (`summary_cache()`) keeps the index lines between calls (blocking: a SKILL.md
+    new or changed since is read)."""
+    return _listed(layout, lambda path: _read_summary(path, summaries))
+
+
+def list_known_skills(layout: SquadLayout, summaries: StatCache[str]) -> list[SkillInfo]:
+    """`list_skills` from the cache alone: the folders are listed and stat'ed but no SKILL.md
+    is read (the event loop may call it); `NotCached` when one must be."""
+    return _listed(layout, lambda path: _known_summary(path, summaries))
+
+
+def _listed(layout: SquadLayout, summary: Callable[[Path], str]) -> list[SkillInfo]:
     chosen: dict[str, SkillInfo] = {}
     for source, _folder in layout.skill_roots():
-        for info in _scan(layout, source, summaries, cached_only):
+        for info in (SkillInfo(name, path, source, summary(path))
+                     for name, path in layout.skill_files(source)):
             first = chosen.get(info.name)
             if first is None:
                 chosen[info.name] = info

@@ -12,37 +12,33 @@ once, in `.prompts/{digest}.txt` beside the transcripts (`PromptFiles`), made du
 record names it; the system message's record holds its digest (``"prompt"``) instead of its text,
 and reading puts the text back. A transcript in the older `sessions/` folder keeps its prompts
 inline.
+
+Every record of one transcript, from the route's acceptance to the session's end, goes through
+one `TranscriptSink`: the file sink (`FileSink`: appended here, made durable by the group commit)
+or, in a cluster worker, the sink that forwards them to the coordinator
+(`squadd.worker.session.ForwardingSink`).
 """
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import errno
 import functools
 import hashlib
-import itertools
 import json
 import os
 import re
-import secrets
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from squadd.fsio import (
-    PRIVATE_FILE,
-    atomic_write,
-    fsync_dir,
-    libc_function,
-    private_dir,
-    write_all,
-)
-from squadd.statcache import NotCached
+from squadd.fsio import atomic_write, fsync_dir, private_dir, write_all
 from squadd.state.layout import SquadLayout
+from squadd.state.spare_files import SPARES_DIRNAME as SPARES_DIRNAME
+from squadd.state.spare_files import SpareFiles as SpareFiles
+from squadd.state.spare_files import open_new as open_new
 
 _SECOND: tuple[int, str] = (0, "")
 """The last second `now_iso` wrote, and its text (one tuple: replaced whole, never changed)."""
@@ -61,7 +57,6 @@ def now_iso() -> str:
     return f"{known[1]}.{int((now - second) * 1000):03d}+00:00"
 
 
-SPARES_DIRNAME = ".spares"
 PROMPTS_DIRNAME = ".prompts"
 _DIGEST_RE = re.compile(r"^[0-9a-f]{32}$")
 LOST_PROMPT_TEXT = ("(squadd: this system prompt's file, .prompts/{digest}.txt, is missing "
@@ -87,16 +82,20 @@ class PromptFiles:
         self._known: dict[str, str] = {}
         self._lock = threading.Lock()
 
-    def keep(self, text: str, *, cached_only: bool = False) -> str:
+    def kept(self, text: str) -> bool:
+        """Whether this process has made `text`'s file durable already (then `keep` costs no
+        I/O, and the event loop may call it)."""
+        with self._lock:
+            return text in self._known
+
+    def keep(self, text: str) -> str:
         """The digest naming `text`'s file, made durable first if this process has not seen it
-        (blocking; with `cached_only` a prompt not seen yet raises `NotCached` instead)."""
+        (blocking, unless `kept`)."""
         with self._lock:
             digest = self._known.pop(text, None)
             if digest is not None:
                 self._known[text] = digest  # now the newest
                 return digest
-        if cached_only:
-            raise NotCached("a system prompt this process has not kept yet")
         digest = prompt_digest(text)
         path = self.folder / f"{digest}.txt"
         try:
@@ -150,156 +149,6 @@ def _with_prompt(record: dict[str, Any], folder: Path) -> dict[str, Any]:
         return {**record, "prompt_lost": True, "message": {**message, "content": note}}
 
 
-class SpareFiles:
-    """Empty files made ahead of time, so a new session's first write is an append.
-
-    Creating and syncing a new file is the costliest step of a session's first write (on a
-    long-used ext4, creating one can take a millisecond of the kernel's time). A background
-    task (`refill`) creates spares in `run/transcripts/.spares/` and makes them durable with
-    one folder sync; a writer that needs a new transcript, or a new orchestration-log entry,
-    moves one into place instead (made durable by the same folder sync the write needs
-    anyway). Several processes may
-    share the folder. A spare moves to its target with one `renameat2(RENAME_NOREPLACE)`, which
-    never replaces a transcript another writer made; where that call is missing, a spare is
-    claimed by a rename within `.spares/` (one taker wins), then hard-linked to its target.
-    """
-
-    def __init__(self, sessions_dir: Path):
-        self.folder = sessions_dir / SPARES_DIRNAME
-        self._names: deque[str] = deque()
-        self._lock = threading.Lock()
-        self._counter = itertools.count()
-        self._adopted = False
-        self.usable = True
-        """False once the file system refused a hard link: `refill` then makes none."""
-
-    def __len__(self) -> int:
-        return len(self._names)
-
-    def refill(self, target: int) -> int:
-        """Create spares until `target` are known (blocking); return how many were made."""
-        if not self.usable:
-            return 0
-        private_dir(self.folder)
-        if not self._adopted:  # spares an earlier process made and never used
-            self._adopted = True
-            with self._lock:
-                self._names.extend(entry.name for entry in os.scandir(self.folder)
-                                   if _is_spare(entry))
-        made: list[str] = []
-        stem = f"{os.getpid()}-{secrets.token_hex(4)}"
-        while len(self._names) + len(made) < target:
-            name = f"{stem}-{next(self._counter)}"
-            fd = os.open(self.folder / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE)
-            os.close(fd)
-            made.append(name)
-        if made:
-            fsync_dir(self.folder)  # the new (empty) files are durable before anyone takes one
-            with self._lock:
-                self._names.extend(made)
-        return len(made)
-
-    def take_into(self, target: Path) -> bool:
-        """Make a spare the new file `target`; False when none is left, `target` exists (an
-        existing file is never replaced), or its folder is missing or on another file
-        system."""
-        while True:
-            with self._lock:
-                if not self._names:
-                    return False
-                name = self._names.popleft()
-            spare = self.folder / name
-            moved = _rename_noreplace(spare, target)
-            if moved is True:
-                return True
-            if moved == "taken" and not os.path.lexists(spare):
-                continue  # another process took it
-            if moved in ("taken", "exists", "elsewhere"):  # the spare stays for another file
-                with self._lock:
-                    self._names.appendleft(name)
-                return False
-            claimed = self.folder / (name + _TAKEN)
-            try:
-                spare.rename(claimed)
-            except FileNotFoundError:
-                continue  # another process took it
-            try:
-                os.link(claimed, target)
-            except (FileExistsError, FileNotFoundError):
-                return False
-            except OSError as exc:
-                if exc.errno == errno.EXDEV:  # another file system: this target only
-                    return False
-                # a file system without hard links: spares cannot help here
-                self.usable = False
-                with self._lock:
-                    self._names.clear()
-                return False
-            finally:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(claimed)
-            return True
-
-
-def open_new(target: Path, flags: int, spares: SpareFiles | None, *,
-             mode: int = PRIVATE_FILE) -> int:
-    """Open `target` as a new file with `flags` and `mode`: a spare moved into place when one
-    is left, else one created here (and its folder, private for a private file, if missing).
-    `FileExistsError` when `target` exists: a new file never replaces one."""
-    if spares is not None and spares.take_into(target):
-        fd = os.open(target, flags)
-        if mode != PRIVATE_FILE:  # spares are made private
-            os.fchmod(fd, mode)
-        return fd
-    try:
-        return os.open(target, flags | os.O_CREAT | os.O_EXCL, mode)
-    except FileNotFoundError:
-        if mode & 0o077:
-            target.parent.mkdir(parents=True, exist_ok=True)
-        else:
-            private_dir(target.parent)
-        return os.open(target, flags | os.O_CREAT | os.O_EXCL, mode)
-
-
-_RENAMEAT2 = libc_function("renameat2", ctypes.c_int, ctypes.c_char_p, ctypes.c_int,
-                           ctypes.c_char_p, ctypes.c_uint)
-_AT_FDCWD = -100
-_RENAME_NOREPLACE = 1
-
-
-def _rename_noreplace(source: Path, target: Path) -> bool | str:
-    """Move `source` to `target` in one step unless `target` exists (Linux renameat2).
-
-    True when moved; "taken" when `source` (or `target`'s folder) is missing; "exists" when
-    `target` exists; "elsewhere" when `target` is on another file system; False when the
-    system cannot do it (no renameat2, or a file system without RENAME_NOREPLACE).
-    """
-    if _RENAMEAT2 is None:
-        return False
-    if _RENAMEAT2(_AT_FDCWD, os.fsencode(source), _AT_FDCWD, os.fsencode(target),
-                  _RENAME_NOREPLACE) == 0:
-        return True
-    code = ctypes.get_errno()
-    if code == errno.ENOENT:
-        return "taken"
-    if code == errno.EEXIST:
-        return "exists"
-    if code == errno.EXDEV:
-        return "elsewhere"
-    return False
-
-
-_TAKEN = ".taken"
-"""Suffix of a spare claimed by a writer; one left by a crash mid-take is never adopted."""
-
-
-def _is_spare(entry: os.DirEntry[str]) -> bool:
-    if entry.name.endswith(_TAKEN) or not entry.is_file(follow_symlinks=False):
-        return False
-    st = entry.stat(follow_symlinks=False)
-    return st.st_size == 0 and st.st_nlink == 1
-
-
 _APPEND_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW
 """A transcript is never a link: one at its name is refused (`ELOOP`), not followed. A new
 session's path (`SquadLayout.new_transcript`) relies on it: only its folder is checked."""
@@ -321,29 +170,24 @@ class TranscriptWriter:
         """Where system prompts are kept once (None: a system message's text is inline)."""
         self._pending: list[str] = []
         self._needs_fence: bool | None = None
+        self.written = 0
+        """Records handed to the file so far (appended, or on their way)."""
 
     def add(self, kind: str, **fields: Any) -> None:
         record = {"kind": kind, "ts": now_iso(), **fields}
         self._pending.append(json.dumps(record, ensure_ascii=False, separators=(",", ":")))
 
-    def system_fields(self, text: str, *, cached_only: bool = False) -> dict[str, Any]:
+    def system_fields(self, text: str) -> dict[str, Any]:
         """The fields of a system message's record (for `add("message", ...)`): the digest of
-        its text, kept once in `prompts`, else the text itself. Blocking: the first time a text
-        is seen its file is written and synced; with `cached_only` that raises `NotCached`
-        instead, before anything is added."""
+        its text, kept once in `prompts`, else the text itself. Blocking the first time a text
+        is seen (its file is written and synced; see `PromptFiles.kept`)."""
         if self.prompts is None:
             return {"message": {"role": "system", "content": text}}
-        return {"message": {"role": "system"},
-                "prompt": self.prompts.keep(text, cached_only=cached_only)}
+        return {"message": {"role": "system"}, "prompt": self.prompts.keep(text)}
 
     @property
     def pending(self) -> int:
         return len(self._pending)
-
-    def ends_clean(self) -> None:
-        """Tell the writer the file ends with a whole line (its caller wrote all of it), so
-        its first append need not read the file's last byte to check for a torn line."""
-        self._needs_fence = False
 
     def flush(self) -> None:
         """Append what is pending and fsync it (call in a worker thread from async code)."""
@@ -361,6 +205,7 @@ class TranscriptWriter:
         # commit's thread appends) stay for the next append: each list operation is atomic.
         taken = self._pending[:]
         del self._pending[:len(taken)]
+        self.written += len(taken)
         payload = "\n".join(taken) + "\n"
         fd, created, empty = self._open()
         try:
@@ -426,6 +271,135 @@ def _ends_torn(path: Path) -> bool:
             return handle.read(1) != b"\n"
     except FileNotFoundError:
         return False
+
+
+class Riding(Protocol):
+    """Records on their way to being durable while the session goes on (`send_ahead`)."""
+
+    async def finished(self) -> None:
+        """Wait until they are durable (what writing them raised, when they could not be)."""
+        ...
+
+
+class TranscriptSink(Protocol):
+    """Where every record of one transcript goes, from the route's acceptance to the session's
+    end. Records are added (no I/O) and made durable together: `flush` from a worker thread,
+    `commit` from the event loop, or `send_ahead` while a model request is out."""
+
+    def add(self, kind: str, **fields: Any) -> None:
+        """Buffer one record (`meta`, `message`, `state`, ...), stamped with the time."""
+        ...
+
+    def system_fields(self, text: str) -> dict[str, Any]:
+        """The fields of a system message's record (blocking the first time a prompt is kept
+        by digest: see `TranscriptWriter.system_fields`)."""
+        ...
+
+    @property
+    def pending(self) -> int:
+        """How many records are not durable yet."""
+        ...
+
+    @property
+    def written(self) -> int:
+        """How many records were handed on so far (appended, sent, or on their way)."""
+        ...
+
+    def flush(self) -> None:
+        """Make every record added so far durable (blocking: from a worker thread)."""
+        ...
+
+    async def commit(self) -> None:
+        """Make every record added so far durable (from the event loop; callers shield it)."""
+        ...
+
+    async def send_ahead(self, on_error: Callable[[], None]) -> Riding:
+        """Start making the records added so far durable and return before they are:
+        `on_error` is called (on the loop) as soon as writing them has failed."""
+        ...
+
+
+class Committer(Protocol):
+    """How a file sink's records are made durable from the event loop: the runtime's group
+    commit (`squadd.state.journal.GroupCommit`, which syncs a writer by itself when it is not
+    running)."""
+
+    async def commit(self, writer: TranscriptWriter) -> None: ...
+
+    def begin(self, writer: TranscriptWriter, *,
+              on_error: Callable[[], None] | None = None) -> Any: ...
+
+    async def finish(self, pending: Any) -> None: ...
+
+
+class FileSink:
+    """The file sink: a transcript's records appended to its file (`TranscriptWriter`) and
+    made durable with other sessions' in the group commit's batches."""
+
+    def __init__(self, writer: TranscriptWriter, commits: Committer):
+        self.writer = writer
+        self._commits = commits
+
+    @property
+    def path(self) -> Path:
+        return self.writer.path
+
+    def add(self, kind: str, **fields: Any) -> None:
+        self.writer.add(kind, **fields)
+
+    def system_fields(self, text: str) -> dict[str, Any]:
+        return self.writer.system_fields(text)
+
+    @property
+    def pending(self) -> int:
+        return self.writer.pending
+
+    @property
+    def written(self) -> int:
+        return self.writer.written
+
+    def flush(self) -> None:
+        self.writer.flush()
+
+    async def commit(self) -> None:
+        if self.writer.pending:
+            await self._commits.commit(self.writer)
+
+    async def send_ahead(self, on_error: Callable[[], None]) -> Riding:
+        return _Begun(self._commits, self._commits.begin(self.writer, on_error=on_error))
+
+
+class _Begun:
+    """Records a file sink handed to the group commit's next batch."""
+
+    def __init__(self, commits: Committer, pending: Any):
+        self._commits = commits
+        self._pending = pending
+
+    async def finished(self) -> None:
+        await self._commits.finish(self._pending)
+
+
+class FileSinks:
+    """Makes each transcript's one file sink: the transcript sink factory of a runtime."""
+
+    def __init__(self, layout: SquadLayout, commits: Committer, spares: SpareFiles,
+                 prompts: PromptFiles):
+        self.layout = layout
+        self.commits = commits
+        self.spares = spares
+        self.prompts = prompts
+
+    def new(self, session_id: str) -> FileSink:
+        """A new session's sink: its file does not exist yet (the layout checks its folder
+        only, a few stats: the event loop may call it)."""
+        return FileSink(TranscriptWriter(self.layout.new_transcript(session_id), self.spares,
+                                         self.prompts, new=True), self.commits)
+
+    def existing(self, session_id: str) -> FileSink:
+        """The sink of a session whose transcript exists (here or in the older folder)."""
+        return FileSink(TranscriptWriter(self.layout.transcript(session_id), self.spares,
+                                         self.prompts), self.commits)
 
 
 @dataclass

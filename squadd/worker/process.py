@@ -43,16 +43,19 @@ from squadd.contracts.messages import ToolSpec, parse_message
 from squadd.providers.base import Provider
 from squadd.runtime.events import EventBus
 from squadd.runtime.planning import info_from_transcript
+from squadd.runtime.prompt import file_cache
+from squadd.runtime.services import Found, SessionServices
 from squadd.runtime.session import AgentSession, SessionOutcome
 from squadd.runtime.slots import PrioritySlots, SlotClass
 from squadd.state.layout import SquadLayout
+from squadd.state.skills import summary_cache
 from squadd.state.transcripts import Transcript
 from squadd.tools.base import CancelSignal, Tool, ToolSet
 from squadd.tools.builtin import workspace_tools
 from squadd.tools.discovery import ToolDiscoverer, discover_tools
 from squadd.tools.invoke import ToolInvoker
 from squadd.worker.session import (
-    ForwardingWriter,
+    ForwardingSink,
     SquadToolProxy,
     StaleLease,
     checked,
@@ -99,6 +102,9 @@ class Worker:
         self.slots = PrioritySlots(slots)
         self.bus = EventBus(buffer=settings.daemon.event_buffer)
         self.invoker = ToolInvoker(layout, settings, self.bus)
+        self.services = SessionServices(layout, settings, provider, self.invoker,
+                                        files=file_cache(layout), summaries=summary_cache())
+        """What its sessions work with (no budgets here: the coordinator counts the calls)."""
         self._discoverer = ToolDiscoverer()
         self._git = Git(settings.workspace.git_timeout_s)
         self._builtins: list[Tool[Any]] = list(workspace_tools(settings))
@@ -388,10 +394,9 @@ class Worker:
                 self._git, self.layout, session_id=job.session_id, agent=info.agent,
                 epoch=running.epoch, start_ref=str(space["start_ref"]),
                 author_email=str(space.get("author_email") or "{agent}@squad.local"))
-        session = AgentSession(info, layout=self.layout, settings=self.settings,
-                               provider=self.provider, invoker=self.invoker, tools=tools,
-                               sink=self.bus,
-                               writer=ForwardingWriter(forward, on_cancel, self.stopping),
+        session = AgentSession(info, self.services,
+                               sink=ForwardingSink(forward, on_cancel, self.stopping),
+                               events=self.bus, tools=Found(tools),
                                workspace_dir=tree.path if tree is not None else None)
         messages = [parse_message(m) for m in body.get("messages", [])]
         # Debug: one line a job costs more than its requests; its events say it started.

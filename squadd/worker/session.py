@@ -1,9 +1,9 @@
 """What a worker gives `AgentSession` so that the coordinator keeps its transcript and applies
 its squad tools.
 
-`ForwardingWriter` is the session's transcript writer (`AgentSession(writer=...)`): a flush
-sends the pending records to the coordinator and returns once it has fsynced them, so the loop
-advances exactly as it does on one host. `SquadToolProxy` forwards a squad-tool call (decide,
+`ForwardingSink` is the session's `TranscriptSink`: making its records durable sends them to
+the coordinator and returns once it has fsynced them, so the loop advances exactly as it does on
+one host. `SquadToolProxy` forwards a squad-tool call (decide,
 memory, skill, route, status) to the coordinator's invocation pipeline. Every request carries
 the lease epoch; a refused one (`StaleLease`) stops the session without another word from this
 worker.
@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict
 from squadd.cluster.connection import ClusterError
 from squadd.cluster.wire import Reply
 from squadd.contracts.messages import ToolSpec
-from squadd.state.transcripts import TranscriptWriter
+from squadd.state.transcripts import Riding
 from squadd.tools.base import Tool, ToolContext, ToolResult
 
 Send = Callable[[str, str, dict[str, Any]], Awaitable[Reply]]
@@ -41,8 +41,10 @@ def checked(reply: Reply) -> Reply:
     return reply
 
 
-class ForwardingWriter(TranscriptWriter):
-    """Buffers records like `TranscriptWriter`; `flush` has the coordinator persist them."""
+class ForwardingSink:
+    """A worker's session's `TranscriptSink`: records are buffered, numbered in order, and
+    made durable by the coordinator (`commit` sends them and waits for its fsync). System
+    prompts go inline: the coordinator keeps its own prompt files."""
 
     def __init__(self, send: Send, on_cancel: Callable[[], None], stopping: anyio.Event):
         self._send = send
@@ -59,16 +61,31 @@ class ForwardingWriter(TranscriptWriter):
         self._next += 1
         self._records.append(record)
 
+    def system_fields(self, text: str) -> dict[str, Any]:
+        return {"message": {"role": "system", "content": text}}
+
     @property
     def pending(self) -> int:
         return len(self._records)
 
+    @property
+    def written(self) -> int:
+        return self._next - 1 - len(self._records)
+
     def flush(self) -> None:
         """Send what is pending and wait for the coordinator's fsync (from a worker thread)."""
         if self._records:
-            anyio.from_thread.run(self.flush_async)
+            anyio.from_thread.run(self.commit)
 
-    async def flush_async(self) -> None:
+    async def send_ahead(self, on_error: Callable[[], None]) -> Riding:
+        """The records go before the request does (the coordinator's fsync is one round trip
+        the request would wait for anyway): durable when this returns."""
+        with anyio.CancelScope(shield=True):
+            await self.commit()
+        return _SENT
+
+    async def commit(self) -> None:
+        """Send what is pending and wait for the coordinator's fsync (from the event loop)."""
         if not self._records:
             return
         records = list(self._records)
@@ -100,6 +117,16 @@ class ForwardingWriter(TranscriptWriter):
         del self._records[:len(records)]
         if reply.cancelled:
             self._on_cancel()
+
+
+class _Sent:
+    """Records already durable when `send_ahead` returned."""
+
+    async def finished(self) -> None:
+        return None
+
+
+_SENT = _Sent()
 
 
 class _AnyArgs(BaseModel):

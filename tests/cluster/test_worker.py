@@ -23,7 +23,7 @@ from squadd.providers.replay import ReplayProvider, ReplayScript, ScriptedTurn
 from squadd.runtime.session_info import SessionInfo, session_meta
 from squadd.state.layout import SquadLayout
 from squadd.worker.process import Worker
-from squadd.worker.session import ForwardingWriter, StaleLease, checked
+from squadd.worker.session import ForwardingSink, StaleLease, checked
 
 
 def make_worker(guard: RedisGuard, repo: Path) -> Worker:
@@ -141,12 +141,39 @@ async def test_a_refused_transcript_flush_raises_stale_lease_itself() -> None:
         return checked(Reply(request_id=suffix, ok=False, refused="stale_epoch",
                              error="lease epoch 1 is stale"))
 
-    writer = ForwardingWriter(refuse, lambda: None, anyio.Event())
+    writer = ForwardingSink(refuse, lambda: None, anyio.Event())
     writer.add("note", text="x")
     # The session's caller tells a lease that moved on from an outage by this type.
     with pytest.raises(StaleLease, match="stale"):
-        await writer.flush_async()
+        await writer.commit()
     assert writer.pending == 1  # nothing was confirmed, so nothing is dropped
+
+
+async def test_the_forwarding_sink_numbers_its_records_and_sends_them_ahead_of_a_request(
+        ) -> None:
+    """The records a model request carries are stored by the coordinator before
+    `send_ahead` returns (a worker has no group commit to ride), in order and numbered;
+    `written` counts only what the coordinator confirmed."""
+    sent: list[dict[str, Any]] = []
+
+    async def store(kind: str, suffix: str, body: dict[str, Any]) -> Reply:
+        sent.append({"kind": kind, "suffix": suffix, "records": body["records"]})
+        return Reply(request_id=suffix, ok=True)
+
+    sink = ForwardingSink(store, lambda: None, anyio.Event())
+    sink.add("message", **sink.system_fields("You are lead."))
+    sink.add("state", state="active")
+    assert (sink.pending, sink.written, sent) == (2, 0, [])
+    riding = await sink.send_ahead(on_error=lambda: None)
+    assert (sink.pending, sink.written) == (0, 2)
+    [request] = sent
+    assert request["suffix"] == "r1-2"
+    assert [r["n"] for r in request["records"]] == [1, 2]
+    assert request["records"][0]["message"] == {"role": "system", "content": "You are lead."}
+    await riding.finished()  # already durable: nothing more is sent
+    sink.add("state", state="completed")
+    await sink.commit()
+    assert [r["suffix"] for r in sent] == ["r1-2", "r3-3"] and sink.written == 3
 
 
 async def test_a_session_whose_job_redis_lost_carries_on_to_its_end(

@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from squadd.daemon.client import AsyncDaemonClient, DaemonClient
-from squadd.daemon.wire import Call, Calls, DaemonRequestError, SSEParser, read_answer
-from squadd.errors import DaemonError, DaemonNotRunningError
+from squadd.daemon.wire import Call, Calls, SSEParser, read_answer
+from squadd.errors import DaemonError, DaemonNotRunningError, DaemonRequestError
 from squadd.state.layout import SquadLayout
 
 

@@ -11,7 +11,7 @@ from squadd.cluster import keys
 from squadd.cluster.requests import send
 from squadd.cluster.wire import Request
 from squadd.daemon import orphans as orphans_module
-from squadd.runtime.acceptance import record_acceptance
+from squadd.runtime.opening import record_acceptance
 from squadd.runtime.planning import load_transcript
 from squadd.runtime.session_info import SessionInfo
 from squadd.state.layout import SquadLayout
@@ -110,7 +110,7 @@ async def test_a_session_seen_as_an_orphan_then_resumed_here_hears_of_its_cancel
                 request_id="s1:1:r1-1", kind="records", session_id="s1", worker="w1",
                 epoch=1, body={"records": [{"kind": "note", "n": 1, "text": "x"}]}))
             assert old.ok and not old.cancelled
-            charter = await here.runtime._charter("lead")
+            charter = await here.runtime.planner.charter("lead")
             async with anyio.create_task_group() as tg:
                 submit_remote(here, tg, info, charter)
                 with anyio.fail_after(30):

@@ -14,7 +14,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from squadd.cluster.wire import Job, Reply, Request
-from squadd.runtime.acceptance import record_acceptance
+from squadd.runtime.opening import record_acceptance
 from squadd.runtime.session_info import SessionInfo
 from squadd.state.transcripts import read_transcript
 from tests.support.coordinator import CoordinatorHere, coordinator_on_redis, submit_remote
@@ -39,7 +39,7 @@ async def test_only_the_claiming_worker_may_send_and_only_squad_tools(tmp_path: 
         info = SessionInfo(session_id="s1", agent="lead", model="m", task="t")
         record_acceptance(here.layout, info, None)
         async with here.runtime:
-            charter = await here.runtime._charter("lead")
+            charter = await here.runtime.planner.charter("lead")
             async with anyio.create_task_group() as tg:
                 submit_remote(here, tg, info, charter)
                 with anyio.fail_after(30):
@@ -114,7 +114,7 @@ async def test_a_worker_that_reclaimed_the_job_takes_the_session_over(
         info = SessionInfo(session_id="s1", agent="lead", model="m", task="t")
         record_acceptance(here.layout, info, None)
         async with here.runtime:
-            charter = await here.runtime._charter("lead")
+            charter = await here.runtime.planner.charter("lead")
             async with anyio.create_task_group() as tg:
                 submit_remote(here, tg, info, charter)
                 with anyio.fail_after(30):

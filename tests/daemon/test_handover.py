@@ -9,8 +9,8 @@ from pathlib import Path
 from squadd.cluster import keys
 from squadd.cluster.wire import Reply, Request
 from squadd.contracts.messages import AssistantMessage, ToolCall, message_record
-from squadd.runtime.acceptance import record_acceptance
 from squadd.runtime.conversation import INTERRUPTED_TOOL_TEXT
+from squadd.runtime.opening import record_acceptance
 from squadd.runtime.session_info import SessionInfo
 from squadd.state.transcripts import TranscriptWriter
 from squadd.tools.base import ToolResult

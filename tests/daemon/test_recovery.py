@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from squadd.daemon.recovery import CRASH_REASON, last_record, past_views, recover_sessions
-from squadd.runtime.acceptance import record_acceptance
+from squadd.runtime.opening import record_acceptance
 from squadd.runtime.planning import view_from_transcript
 from squadd.runtime.session_info import SessionInfo
 from squadd.state.layout import SquadLayout

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from squadd.daemon.client import DaemonClient, DaemonRequestError
-from squadd.daemon.server import parse_tcp
+from squadd.daemon.startup import parse_tcp
 from squadd.errors import ConfigError, DaemonError
 from tests.support.daemon_process import FAST_CONFIG, DaemonProcess, make_repo
 from tests.support.model_servers import OpenAIServer, unused_port

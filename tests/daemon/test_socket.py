@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from squadd.daemon.wire import DaemonRequestError
+from squadd.errors import DaemonRequestError
 from tests.support.daemon_process import DaemonProcess
 
 pytestmark = pytest.mark.daemon(shared=True)

@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 import anyio
 import pytest
 
-from squadd.daemon.wire import DaemonRequestError
+from squadd.errors import DaemonRequestError
 from squadd.state.layout import SquadLayout
 from tests.support.in_process import InProcessDaemon, api_in_process
 from tests.support.model_servers import OpenAIServer

@@ -16,11 +16,20 @@ from typing import Any
 import anyio
 
 from squadd.config import Settings
-from squadd.contracts.events import BaseEvent
+from squadd.contracts.events import BaseEvent, EventSink
 from squadd.contracts.messages import Completion
 from squadd.providers.base import CompletionRequest, Provider
 from squadd.providers.replay import ReplayProvider, ReplayScript, ScriptedCall, ScriptedTurn
+from squadd.runtime.prompt import file_cache
+from squadd.runtime.services import Found, SessionServices
+from squadd.runtime.session import AgentSession
+from squadd.runtime.session_info import SessionInfo
+from squadd.state.journal import GroupCommit
 from squadd.state.layout import SquadLayout
+from squadd.state.skills import summary_cache
+from squadd.state.transcripts import FileSink, TranscriptWriter
+from squadd.tools.base import ToolSet
+from squadd.tools.invoke import ToolInvoker
 
 ROUTING_MD = """# Routing
 
@@ -163,3 +172,17 @@ async def eventually(predicate: Callable[[], object], within: float = 30.0) -> N
     with anyio.fail_after(within):
         while not predicate():  # noqa: ASYNC110 - a test polls state it does not own
             await anyio.sleep(0.002)
+
+
+def make_session(layout: SquadLayout, info: SessionInfo, provider: Provider,
+                 invoker: ToolInvoker, tools: ToolSet, events: EventSink, *,
+                 settings: Settings | None = None,
+                 commits: GroupCommit | None = None) -> AgentSession:
+    """An `AgentSession` outside a route, its records going to its transcript's file sink (made
+    durable by `commits`, else each by itself: a group commit that is not running)."""
+    settings = settings or Settings()
+    services = SessionServices(layout, settings, provider, invoker, files=file_cache(layout),
+                               summaries=summary_cache())
+    sink = FileSink(TranscriptWriter(layout.transcript(info.session_id)),
+                    commits if commits is not None else GroupCommit(layout))
+    return AgentSession(info, services, sink=sink, events=events, tools=Found(tools))

@@ -351,14 +351,14 @@ async def test_a_route_that_never_started_reads_as_its_transcript_says(
     """Asked while its end is being written, and after: the session's view never claims a
     stop the transcript does not record, and ends up saying what the transcript says."""
     writing, go_on = threading.Event(), threading.Event()
-    real_end = runner_module.record_unstarted_end
+    real_end = runner_module.end_unstarted
 
-    def slow_end(*args: Any, **kwargs: Any) -> None:
+    async def slow_end(*args: Any, **kwargs: Any) -> None:
         writing.set()
-        go_on.wait(10)
-        real_end(*args, **kwargs)
+        await anyio.to_thread.run_sync(go_on.wait, 10)
+        await real_end(*args, **kwargs)
 
-    monkeypatch.setattr(runner_module, "record_unstarted_end", slow_end)
+    monkeypatch.setattr(runner_module, "end_unstarted", slow_end)
     release = anyio.Event()
     gauge = Gauge(script([text("done")]), hold={"hog": release})
     async with SquadRuntime(layout, settings(max_concurrent=1), gauge) as runtime:

@@ -11,6 +11,7 @@ import pytest
 
 from squadd.contracts.events import ProviderRetry
 from squadd.contracts.routes import RouteRequest, RouteResult
+from squadd.runtime.planner import Planner
 from squadd.runtime.runtime import SquadRuntime
 from squadd.state.layout import SquadLayout
 from squadd.state.transcripts import read_transcript
@@ -472,12 +473,11 @@ def _charter_reads(monkeypatch: pytest.MonkeyPatch, *, fail_first: bool = False)
     reads: list[str] = []
     read = CharterCache.get
 
-    def counting(self: CharterCache, agent: str, *, cached_only: bool = False) -> object:
-        if not cached_only:
-            reads.append(agent)
-            if fail_first and len(reads) == 1:
-                raise StateError("the charter could not be read this time")
-        return read(self, agent, cached_only=cached_only)
+    def counting(self: CharterCache, agent: str) -> object:
+        reads.append(agent)
+        if fail_first and len(reads) == 1:
+            raise StateError("the charter could not be read this time")
+        return read(self, agent)
 
     monkeypatch.setattr(CharterCache, "get", counting)
     return reads
@@ -523,14 +523,15 @@ def _held_planning(monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], anyio.Ev
     """Each route's planning, recorded by task, holds its admission place until the event."""
     planning: list[str] = []
     go = anyio.Event()
-    plan = SquadRuntime._plan
+    plan = Planner.plan
 
-    async def held(self: SquadRuntime, request: RouteRequest, origin: object) -> object:
+    async def held(self: Planner, request: RouteRequest, origin: object,
+                   settings: object) -> object:
         planning.append(request.task)
         await go.wait()
-        return await plan(self, request, origin)  # type: ignore[arg-type]
+        return await plan(self, request, origin, settings)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(SquadRuntime, "_plan", held)
+    monkeypatch.setattr(Planner, "plan", held)
     return planning, go
 
 

@@ -30,6 +30,7 @@ from squadd.state.transcripts import TranscriptWriter, read_transcript
 from squadd.tools.base import ToolContext, ToolSet
 from squadd.tools.invoke import ToolInvoker
 from squadd.tools.squad import file_tools
+from tests.runtime.scripted import make_session
 from tests.support.held import Held, hold
 
 
@@ -71,12 +72,10 @@ def _session(layout: SquadLayout, provider: Any, settings: Settings | None = Non
              commits: GroupCommit | None = None) -> tuple[AgentSession, Events]:
     settings = settings or Settings()
     events = Events()
-    session = AgentSession(
-        SessionInfo(session_id=session_id, agent="fenster", model="m", task="t"),
-        layout=layout, settings=settings, provider=provider,
-        invoker=ToolInvoker(layout, settings, events),
-        tools=ToolSet(file_tools(layout, settings)), sink=events, commits=commits,
-    )
+    session = make_session(
+        layout, SessionInfo(session_id=session_id, agent="fenster", model="m", task="t"),
+        provider, ToolInvoker(layout, settings, events), ToolSet(file_tools(layout, settings)),
+        events, settings=settings, commits=commits)
     return session, events
 
 
@@ -458,11 +457,10 @@ async def test_each_call_knows_its_assistant_message_and_details_stay_out_of_the
                                {"tool_calls": [{"name": "look"}]}, {"text": "seen"}]})
     settings = Settings()
     events = Events()
-    session = AgentSession(
-        SessionInfo(session_id="s-1", agent="fenster", model="m", task="t"),
-        layout=squad, settings=settings, provider=spy,
-        invoker=ToolInvoker(squad, settings, events),
-        tools=ToolSet([look.bound("look", source="project", file=None)]), sink=events)
+    session = make_session(
+        squad, SessionInfo(session_id="s-1", agent="fenster", model="m", task="t"), spy,
+        ToolInvoker(squad, settings, events),
+        ToolSet([look.bound("look", source="project", file=None)]), events, settings=settings)
     assert (await session.start("look twice", None)).status == "completed"
 
     transcript = read_transcript(squad.transcript("s-1"))

@@ -15,13 +15,13 @@ import pytest
 from squadd.config import Settings
 from squadd.providers.replay import ReplayProvider, parse_script
 from squadd.runtime.conversation import INTERRUPTED_TOOL_TEXT, NOT_STARTED_TOOL_TEXT
-from squadd.runtime.session import AgentSession
 from squadd.runtime.session_info import SessionInfo
 from squadd.state.layout import SquadLayout
 from squadd.state.transcripts import read_transcript
 from squadd.tools.base import ToolSet
 from squadd.tools.invoke import ToolInvoker
 from tests._helpers import REPO_ROOT
+from tests.runtime.scripted import make_session
 from tests.runtime.test_session import Events, Spy
 from tests.tools.conftest import make_squad
 
@@ -43,11 +43,11 @@ import anyio
 from squadd import tool
 from squadd.config import Settings
 from squadd.providers.replay import ReplayProvider, parse_script
-from squadd.runtime.session import AgentSession
 from squadd.runtime.session_info import SessionInfo
 from squadd.state.layout import SquadLayout
 from squadd.tools.base import ToolSet
 from squadd.tools.invoke import ToolInvoker
+from tests.runtime.scripted import make_session
 
 layout = SquadLayout.at(Path(sys.argv[1]))
 marks = Path(sys.argv[2])
@@ -76,12 +76,11 @@ class Quiet:
         pass
 
 settings = Settings()
-session = AgentSession(
-    SessionInfo(session_id="s-crash", agent="fenster", model="m", task="three steps"),
-    layout=layout, settings=settings,
-    provider=ReplayProvider(parse_script(sys.argv[3], source="test", yaml_syntax=False)),
-    invoker=HookedInvoker(layout, settings, Quiet()), tools=ToolSet([step.bound("step",
-    source="project", file=None)]), sink=Quiet())
+session = make_session(
+    layout, SessionInfo(session_id="s-crash", agent="fenster", model="m", task="three steps"),
+    ReplayProvider(parse_script(sys.argv[3], source="test", yaml_syntax=False)),
+    HookedInvoker(layout, settings, Quiet()), ToolSet([step.bound("step",
+    source="project", file=None)]), Quiet(), settings=settings)
 anyio.run(session.start, "three steps", None)
 print("finished", flush=True)
 """
@@ -128,10 +127,10 @@ async def test_sigkill_mid_turn_keeps_finished_results_and_resume_uses_them(
                                           yaml_syntax=False)))
     settings = Settings()
     events = Events()
-    session = AgentSession(
-        SessionInfo(session_id="s-crash", agent="fenster", model="m", task="three steps"),
-        layout=layout, settings=settings, provider=spy,
-        invoker=ToolInvoker(layout, settings, events), tools=ToolSet(), sink=events)
+    session = make_session(
+        layout, SessionInfo(session_id="s-crash", agent="fenster", model="m",
+                            task="three steps"),
+        spy, ToolInvoker(layout, settings, events), ToolSet(), events, settings=settings)
     outcome = await session.continue_with(None)
     assert outcome.status == "completed" and outcome.answer == "all three handled"
     sent = spy.requests[0].messages

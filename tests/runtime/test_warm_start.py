@@ -82,7 +82,7 @@ async def _route(runtime: SquadRuntime, trips: list[str], task: str,
     return result.session_id, list(trips)
 
 
-START_TRIPS = {"CharterCache.get", "AgentSession._first_prepare"}
+START_TRIPS = {"CharterCache.get", "_open_read"}
 
 
 async def test_a_warm_start_reads_nothing_in_a_thread(layout: SquadLayout,
@@ -132,7 +132,7 @@ async def test_an_edited_file_is_read_in_a_thread_and_seen(
         await _route(runtime, trips, "warm")
         edited_id, edited = await _route(runtime, trips, "after the edit", change)
     prompt, tools = _first_records(layout, edited_id)
-    assert "AgentSession._first_prepare" in edited
+    assert "_open_read" in edited
     if edit == "tool":
         assert "wave" in tools and "greet" in tools
     else:

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from squadd.statcache import NotCached
 from squadd.state import transcripts as transcripts_module
 from squadd.state.transcripts import (
     PROMPTS_DIRNAME,
@@ -293,7 +292,7 @@ def test_only_empty_unclaimed_files_are_adopted_as_spares(tmp_path: Path) -> Non
 
 
 def test_a_spare_moves_in_one_step_and_never_over_an_existing_file(tmp_path: Path) -> None:
-    from squadd.state.transcripts import _rename_noreplace
+    from squadd.state.spare_files import _rename_noreplace
 
     source, target = tmp_path / "spare", tmp_path / "s.jsonl"
     source.write_bytes(b"")
@@ -359,14 +358,13 @@ def test_a_prompt_made_by_another_process_is_reused_and_a_new_one_is_not_cached(
     folder = tmp_path / "transcripts"
     _prompted(folder, "s-1", "You are lead.", PromptFiles(folder / PROMPTS_DIRNAME))
     mine = PromptFiles(folder / PROMPTS_DIRNAME)  # a fresh process: nothing seen yet
-    with pytest.raises(NotCached):  # the loop may not write it: a worker thread will
-        mine.keep("You are lead.", cached_only=True)
+    assert not mine.kept("You are lead.")  # the loop may not write it: a worker thread will
     kept = folder / PROMPTS_DIRNAME / f"{prompt_digest('You are lead.')}.txt"
     before = kept.stat()
     assert mine.keep("You are lead.") == prompt_digest("You are lead.")
     after = kept.stat()
     assert (before.st_ino, before.st_mtime_ns) == (after.st_ino, after.st_mtime_ns)
-    assert mine.keep("You are lead.", cached_only=True) == prompt_digest("You are lead.")
+    assert mine.kept("You are lead.")
 
 
 def test_without_a_prompt_store_or_in_another_folder_the_prompt_is_inline(

@@ -83,7 +83,8 @@ def submit_remote(here: CoordinatorHere, tg: anyio.abc.TaskGroup, info: SessionI
                   charter: Charter) -> None:
     """Start the route of `info` through the coordinator in `tg`: with no local slot, its job
     goes to the workers' stream (the caller takes it as a worker would)."""
-    plan = continue_plan(None, RouteOrigin(), info, None, charter, here.runtime.settings)
+    plan = continue_plan(None, RouteOrigin(), info, None, charter, here.runtime.settings,
+                         here.runtime.runner.services.sinks.existing(info.session_id))
 
     async def run_here() -> SessionOutcome:
         raise AssertionError("no local slot: the session runs on a worker")

@@ -17,7 +17,6 @@ from squadd.config import Settings, ToolsSettings
 from squadd.contracts.events import ToolCompleted, ToolStarted, ToolUpdated
 from squadd.providers.replay import ReplayProvider, ReplayScript
 from squadd.runtime.events import EventBus
-from squadd.runtime.session import AgentSession
 from squadd.runtime.session_info import SessionInfo
 from squadd.state.layout import SquadLayout
 from squadd.state.transcripts import read_transcript
@@ -25,6 +24,7 @@ from squadd.tools.discovery import Discovery, ToolDiscoverer
 from squadd.tools.invoke import ToolInvoker
 from squadd.tools.secrets import SecretRegistry
 from squadd.tools.variables import SquadVariables, default_secrets_file
+from tests.runtime.scripted import make_session
 from tests.tools.custom_tools import Recorder, write
 
 REPORT_TOOL = '''
@@ -69,8 +69,8 @@ async def _run_session(layout: SquadLayout, found: Discovery, turns: list[dict[s
     variables = SquadVariables(layout, settings, registry=known_secrets or SecretRegistry())
     invoker = ToolInvoker(layout, settings, bus, variables=variables)
     info = SessionInfo(session_id="e2e-1", agent="fenster", model="replay", task="go")
-    session = AgentSession(info, layout=layout, settings=settings, provider=provider,
-                           invoker=invoker, tools=found.toolset(), sink=bus)
+    session = make_session(layout, info, provider, invoker, found.toolset(), bus,
+                           settings=settings)
     outcome = await session.start("go", None, timeout_s=60)
     assert outcome.status == "completed", outcome.error
     return info.session_id
