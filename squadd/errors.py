@@ -35,8 +35,7 @@ The tree (catch a branch to catch everything below it)::
     ├── TemplateError                a command template that cannot be substituted safely
     ├── ConditionError               a run-condition that cannot be parsed (says where)
     ├── VariableValueError           a value `store_variable` refuses (never shows the value)
-    └── UntrustedInputError          input from outside squadd cannot accept (says what and where;
-                                     in `squadd.untrusted`, a leaf that imports nothing of squadd)
+    └── UntrustedInputError          input from outside squadd cannot accept (says what and where)
 
     LookupError
     └── NotCached                    a cached read needs the file read again: do it off the loop
@@ -261,3 +260,7 @@ class CallerError(Exception):
 
 class InboxError(SquaddError):
     """An inbox action that cannot be done (an unknown item, an action it does not take)."""
+
+
+class UntrustedInputError(ValueError):
+    """Input from outside squadd cannot accept; the message says what was wrong and where."""
