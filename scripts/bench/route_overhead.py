@@ -24,7 +24,7 @@ Prints, as its last line:
         ratio_vs_durable_peer and floor_ratio)
 Targets: ratio_vs_best_peer <= 1.0, ratio_vs_durable_peer <= 0.2, floor_ratio <= 1.6.
 
-    .venv/bin/python scripts/bench/route_overhead.py [--routes 2000] [--rounds 8]
+    .venv/bin/python scripts/bench/route_overhead.py [--routes 2000] [--rounds 20]
 """
 
 from __future__ import annotations
@@ -258,7 +258,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--routes", type=int, default=2000,
                         help="measured routes in all, for squadd and for each peer")
-    parser.add_argument("--rounds", type=int, default=8,
+    parser.add_argument("--rounds", type=int, default=20,
                         help="rounds of squadd's routes and the peers' runs, in turn")
     parser.add_argument("--peers-only", action="store_true",
                         help="run only the peer frameworks and print their p50s as JSON")

@@ -144,25 +144,35 @@ async def follow(client: AsyncDaemonClient, start: Callable[[], Awaitable[dict[s
         async def watch_events() -> None:
             if stream is None:
                 return
-            async for event in stream:
-                session = event.get("session_id")
-                if is_root(event):
-                    holder["session"] = str(session)
-                    watched.add(str(session))
-                elif event.get("type") == "agent.spawned" and \
-                        event.get("parent_session_id") in watched:
-                    watched.add(str(session))
-                if session in watched:
-                    progress.show(event, holder["session"])
+            try:
+                async for event in stream:
+                    session = event.get("session_id")
+                    if is_root(event):
+                        holder["session"] = str(session)
+                        watched.add(str(session))
+                    elif event.get("type") == "agent.spawned" and \
+                            event.get("parent_session_id") in watched:
+                        watched.add(str(session))
+                    if session in watched:
+                        progress.show(event, holder["session"])
+            except DaemonError as exc:  # progress only: the answer still comes from the request
+                progress.line(click.style(f"(no more progress lines: {exc})", fg="yellow"))
 
+        failed: list[Exception] = []
         async with anyio.create_task_group() as group:
             async def request() -> None:
-                answered.update(await start())
-                group.cancel_scope.cancel()
+                try:
+                    answered.update(await start())
+                except Exception as exc:  # raised below as itself, not inside an ExceptionGroup
+                    failed.append(exc)
+                finally:
+                    group.cancel_scope.cancel()
 
             group.start_soon(watch_events)
             group.start_soon(progress.spin)
             group.start_soon(request)
+        if failed:
+            raise failed[0]
     view = answered.get("session")
     if not answered.get("session_id") or not isinstance(view, dict):
         return answered

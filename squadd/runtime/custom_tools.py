@@ -48,11 +48,11 @@ class CustomTools:
 
     def cached(self) -> ToolSet:
         """The same tools when no tool file must be read to find them, else `NotCached`."""
-        from squadd.tools.discovery import discover_tools
+        from squadd.tools.discovery import known_tools
 
-        return self._bound(discover_tools(
-            self.layout, self.owner.settings, self.bus, builtin_names=self.owner.tools.names,
-            discoverer=self.discoverer, cached_only=True).toolset())
+        return self._bound(known_tools(
+            self.layout, self.owner.settings, self.discoverer, self.bus,
+            builtin_names=self.owner.tools.names).toolset())
 
     def _bound(self, found: ToolSet) -> ToolSet:
         from squadd.tools.yaml import bind_agent_tools

@@ -15,7 +15,7 @@ import os
 import sys
 import threading
 import traceback
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -163,6 +163,10 @@ class _Loaded:
     skipped: list[Skipped] = field(default_factory=list)
 
 
+_Loader = Callable[[Path, ToolSource, Settings, str, Path], _Loaded]
+"""How `_find` gets one file's tools: loaded now, or only as loaded before."""
+
+
 def _failure_reason(exc: BaseException, path: Path) -> str:
     if isinstance(exc, SyntaxError):
         return f"syntax error at line {exc.lineno}: {exc.msg}"
@@ -194,25 +198,34 @@ class ToolDiscoverer:
 
     def discover(self, layout: SquadLayout, settings: Settings, sink: EventSink | None = None,
                  *, builtin_names: Iterable[str] = (),
-                 environ: Mapping[str, str] | None = None,
-                 cached_only: bool = False) -> Discovery:
-        """What the tool folders hold now (blocking: it reads the files that changed).
+                 environ: Mapping[str, str] | None = None) -> Discovery:
+        """What the tool folders hold now (blocking: it reads the files that changed)."""
+        with self._lock:
+            found, seen = self._find(layout, settings, set(builtin_names), environ, self._load)
+            return self._settle(found, seen, sink or NullSink())
 
-        With `cached_only` the folders are listed and each file stat'ed, but nothing is read,
-        loaded or started (the event loop may call it): `NotCached` when something must be,
-        or when another thread is discovering now."""
-        sink = sink or NullSink()
-        if not self._lock.acquire(blocking=not cached_only):
+    def known(self, layout: SquadLayout, settings: Settings, sink: EventSink | None = None,
+              *, builtin_names: Iterable[str] = (),
+              environ: Mapping[str, str] | None = None) -> Discovery:
+        """`discover` from what is loaded already: the folders are listed and each file
+        stat'ed, but nothing is read, loaded or started (the event loop may call it).
+        `NotCached` when something must be, or when another thread is discovering now."""
+        if not self._lock.acquire(blocking=False):
             raise NotCached("custom tools are being discovered in another thread")
         try:
-            return self._discover(layout, settings, sink, set(builtin_names), environ,
-                                  cached_only)
+            found, seen = self._find(layout, settings, set(builtin_names), environ,
+                                     self._loaded)
+            python = any(isinstance(tool, PythonTool) for tool in found.tools)
+            if python and not self.workers.ready():
+                raise NotCached("a spare worker process must be started for the Python tools")
+            return self._settle(found, seen, sink or NullSink())
         finally:
             self._lock.release()
 
-    def _discover(self, layout: SquadLayout, settings: Settings, sink: EventSink,
-                  builtins: set[str], environ: Mapping[str, str] | None,
-                  cached_only: bool) -> Discovery:
+    def _find(self, layout: SquadLayout, settings: Settings, builtins: set[str],
+              environ: Mapping[str, str] | None, load: _Loader
+              ) -> tuple[Discovery, set[Path]]:
+        """The tools of every folder, each file through `load`, and the files seen."""
         dirs = tool_dirs(layout, settings, environ)
         fingerprint = settings.tools.model_dump_json()
         winners: dict[str, Tool[Any]] = {}
@@ -225,8 +238,7 @@ class ToolDiscoverer:
             base = layout.repo if folder.source in ("project", "cycod-project") else folder.path
             for path in _tool_files(folder):
                 seen_files.add(path)
-                loaded = self._load(path, folder.source, settings, fingerprint, base,
-                                    cached_only)
+                loaded = load(path, folder.source, settings, fingerprint, base)
                 if loaded.error is not None:
                     failures.append(LoadFailure(path, folder.source, loaded.error))
                     continue
@@ -252,31 +264,47 @@ class ToolDiscoverer:
                                             f"tool {name} {link_failures[name]}"))
             else:
                 tools.append(linked.get(name, tool))
-        python = any(isinstance(tool, PythonTool) for tool in tools)
-        if cached_only and python and not self.workers.ready():
-            raise NotCached("a spare worker process must be started for the Python tools")
+        return (Discovery(tuple(tools), tuple(shadowed), tuple(failures), tuple(skipped),
+                          tuple(dirs)), seen_files)
+
+    def _settle(self, found: Discovery, seen_files: set[Path], sink: EventSink) -> Discovery:
+        """Forget the files gone, report new failures, have a worker ready for Python tools."""
         for gone in set(self._files) - seen_files:
             del self._files[gone]
-        self._report(failures, sink)
-        if python:
+        self._report(list(found.failures), sink)
+        if any(isinstance(tool, PythonTool) for tool in found.tools):
             self.workers.warm_up()  # their first call finds a worker process started
-        return Discovery(tuple(tools), tuple(shadowed), tuple(failures), tuple(skipped),
-                         tuple(dirs))
+        return found
+
+    @staticmethod
+    def _key(path: Path, source: ToolSource, fingerprint: str) -> tuple[Any, ...]:
+        """What a loaded file is kept under (`OSError` when it cannot be stat'ed)."""
+        # A YAML tool's availability depends on the interpreters found on PATH.
+        return (*_stat_key(path), source, fingerprint if path.suffix != ".py" else "",
+                os.environ.get("PATH", "") if path.suffix != ".py" else "")
+
+    def _loaded(self, path: Path, source: ToolSource, settings: Settings,
+                fingerprint: str, base: Path) -> _Loaded:
+        """`path` as loaded before, unchanged since; `NotCached` when it must be read."""
+        try:
+            key = self._key(path, source, fingerprint)
+        except OSError as exc:
+            return _Loaded((), error=f"cannot be read: {exc.strerror}")
+        cached = self._files.get(path)
+        if cached is None or cached.key != key:
+            raise NotCached(str(path))
+        return cached
 
     def _load(self, path: Path, source: ToolSource, settings: Settings,
-              fingerprint: str, base: Path, cached_only: bool = False) -> _Loaded:
+              fingerprint: str, base: Path) -> _Loaded:
+        """`path` as loaded before when unchanged, else read and loaded now."""
         try:
-            # A YAML tool's availability depends on the interpreters found on PATH.
-            key: tuple[Any, ...] = (*_stat_key(path), source,
-                                    fingerprint if path.suffix != ".py" else "",
-                                    os.environ.get("PATH", "") if path.suffix != ".py" else "")
+            key = self._key(path, source, fingerprint)
         except OSError as exc:
             return _Loaded((), error=f"cannot be read: {exc.strerror}")
         cached = self._files.get(path)
         if cached is not None and cached.key == key:
             return cached
-        if cached_only:
-            raise NotCached(str(path))
         loaded = _Loaded(key)
         if has_surrogate(path.name):
             loaded.error = "the file name is not valid UTF-8: rename it (tool names come from it)"
@@ -330,15 +358,18 @@ class ToolDiscoverer:
 
 def discover_tools(layout: SquadLayout, settings: Settings, sink: EventSink | None = None, *,
                    builtin_names: Iterable[str] = (),
-                   discoverer: ToolDiscoverer | None = None,
-                   cached_only: bool = False) -> Discovery:
+                   discoverer: ToolDiscoverer | None = None) -> Discovery:
     """Find the custom tools for `layout` (blocking: call it through `anyio.to_thread`).
 
     A long-lived owner (the runtime) passes its own `discoverer`, so that unchanged files are
-    not loaded again; without one, every file is loaded afresh. `cached_only`: see
-    `ToolDiscoverer.discover`."""
-    if cached_only and discoverer is None:
-        raise NotCached("custom tools without a discoverer are loaded afresh")
+    not loaded again; without one, every file is loaded afresh."""
     return (discoverer or ToolDiscoverer()).discover(layout, settings, sink,
-                                                     builtin_names=builtin_names,
-                                                     cached_only=cached_only)
+                                                     builtin_names=builtin_names)
+
+
+def known_tools(layout: SquadLayout, settings: Settings, discoverer: ToolDiscoverer,
+                sink: EventSink | None = None, *,
+                builtin_names: Iterable[str] = ()) -> Discovery:
+    """`discover_tools` from what `discoverer` has loaded already, without reading a file
+    (`ToolDiscoverer.known`): the event loop may call it; `NotCached` when a file must be read."""
+    return discoverer.known(layout, settings, sink, builtin_names=builtin_names)

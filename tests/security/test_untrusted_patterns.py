@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 
 from squadd.daemon.client import DaemonClient
+from squadd.errors import UntrustedInputError
 from squadd.state.layout import SquadLayout
-from squadd.untrusted import UntrustedInputError, linear_pattern, nonlinear_construct
+from squadd.untrusted import linear_pattern, nonlinear_construct
 from tests.support.daemon_process import FAST_CONFIG, DaemonProcess
 
 BACKTRACKING = [

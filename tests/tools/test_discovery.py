@@ -153,33 +153,33 @@ async def test_new_and_changed_files_are_seen_by_the_next_discovery(layout: Squa
     assert discoverer.discover(layout, Settings()).tools == ()
 
 
-def test_a_cached_only_discovery_loads_nothing_and_says_when_it_would_have_to(
+def test_a_known_discovery_loads_nothing_and_says_when_it_would_have_to(
         layout: SquadLayout) -> None:
     discoverer = ToolDiscoverer(SpareWorkers(keep=0))
     path = write(layout.tools_dir, "greet.py", GREET.replace("{where}", "v1"))
     with pytest.raises(NotCached):  # never loaded
-        discoverer.discover(layout, Settings(), cached_only=True)
+        discoverer.known(layout, Settings())
     [loaded] = discoverer.discover(layout, Settings()).tools
-    [cached] = discoverer.discover(layout, Settings(), cached_only=True).tools
+    [cached] = discoverer.known(layout, Settings()).tools
     assert cached is loaded
     write(layout.tools_dir, "wave.py", GREET.replace("greet", "wave"))
     with pytest.raises(NotCached):  # a new file
-        discoverer.discover(layout, Settings(), cached_only=True)
+        discoverer.known(layout, Settings())
     assert {t.name for t in discoverer.discover(layout, Settings()).tools} == {"greet", "wave"}
     path.write_text(GREET.replace("{where}", "v2").lstrip(), encoding="utf-8")
     with pytest.raises(NotCached):  # a changed file
-        discoverer.discover(layout, Settings(), cached_only=True)
+        discoverer.known(layout, Settings())
 
 
-def test_a_cached_only_discovery_never_waits_for_one_in_a_thread(layout: SquadLayout) -> None:
+def test_a_known_discovery_never_waits_for_one_in_a_thread(layout: SquadLayout) -> None:
     discoverer = ToolDiscoverer(SpareWorkers(keep=0))
     write(layout.tools_dir, "greet.py", GREET.replace("{where}", "v1"))
     discoverer.discover(layout, Settings())
     with discoverer._lock, pytest.raises(NotCached):  # another thread is discovering
-        discoverer.discover(layout, Settings(), cached_only=True)
+        discoverer.known(layout, Settings())
 
 
-def test_a_cached_only_discovery_leaves_starting_a_spare_worker_to_a_thread(
+def test_a_known_discovery_leaves_starting_a_spare_worker_to_a_thread(
         layout: SquadLayout) -> None:
     workers = SpareWorkers(keep=1)
     discoverer = ToolDiscoverer(workers)
@@ -190,7 +190,7 @@ def test_a_cached_only_discovery_leaves_starting_a_spare_worker_to_a_thread(
         worker = workers.take()  # a call took the spare
         assert worker is not None and not workers.ready()
         with pytest.raises(NotCached):
-            discoverer.discover(layout, Settings(), cached_only=True)
+            discoverer.known(layout, Settings())
         kill_group(worker)
     finally:
         discoverer.close()

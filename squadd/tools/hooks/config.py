@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from squadd.errors import HooksFileError
+from squadd.errors import HooksFileError, UntrustedInputError
 from squadd.statcache import StatCache
 from squadd.state.layout import SquadLayout
-from squadd.untrusted import UntrustedInputError, linear_pattern, parse_json
+from squadd.untrusted import linear_pattern, parse_json
 
 HookEvent = Literal["SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop",
                     "SubagentStart", "SubagentStop", "Notification", "PreLand", "PostLand"]
@@ -174,20 +174,36 @@ class HooksSource:
         self._paths: tuple[Path, Path] | None = None
         """The two files' paths, checked once (every tool call looks at them)."""
 
-    def files(self, cached_only: bool = False) -> list[HooksFile]:
-        """The hooks of each file there is (blocking: it stats, and reads a changed file; with
-        `cached_only` it only stats, and raises `NotCached` where a file must be read);
+    def files(self) -> list[HooksFile]:
+        """The hooks of each file there is (blocking: it stats, and reads a changed file);
         `HooksFileError` (or `OSError`) when one cannot be used."""
+        return self._each(StatCache.get)
+
+    def known_files(self) -> list[HooksFile]:
+        """`files` from what was read before: it only stats (the event loop may call it), and
+        raises `NotCached` where a file must be read."""
+        return self._each(StatCache.peek)
+
+    def groups(self, event: HookEvent) -> list[MatcherGroup]:
+        """Every matcher group of `event`, the squad's file first (as `files`)."""
+        return [group for hooks in self.files() for group in hooks.events.get(event, ())]
+
+    def known_groups(self, event: HookEvent) -> list[MatcherGroup]:
+        """`groups` from what was read before (as `known_files`)."""
+        return [group for hooks in self.known_files() for group in hooks.events.get(event, ())]
+
+    def _each(self, read: Callable[[StatCache[HooksFile], Path], HooksFile]
+              ) -> list[HooksFile]:
         if self._paths is None:
             self._paths = (self.layout.hooks_json, self.layout.claude_settings)
         squad, claude = self._paths
-        found = [self._read(self._squad, squad, cached_only)]
+        found = [self._read(self._squad, squad, read)]
         if self.import_claude:
-            found.append(self._read(self._claude, claude, cached_only))
+            found.append(self._read(self._claude, claude, read))
         return [hooks for hooks in found if hooks is not None]
 
     def _read(self, cache: StatCache[HooksFile], path: Path,
-              cached_only: bool) -> HooksFile | None:
+              read: Callable[[StatCache[HooksFile], Path], HooksFile]) -> HooksFile | None:
         if not len(cache):  # nothing read: most squads have no hooks file; a stat a second says
             now = self.clock()
             if now < self._absent_until.get(path, 0.0):
@@ -198,10 +214,6 @@ class HooksSource:
                 self._absent_until[path] = now + ABSENT_RECHECK_S
                 return None
         try:
-            return cache.peek(path) if cached_only else cache.get(path)
+            return read(cache, path)
         except FileNotFoundError:
             return None
-
-    def groups(self, event: HookEvent, cached_only: bool = False) -> list[MatcherGroup]:
-        """Every matcher group of `event`, the squad's file first (as `files`)."""
-        return [group for hooks in self.files(cached_only) for group in hooks.events.get(event, ())]

@@ -105,7 +105,7 @@ class Hooks:
         why they cannot be known (a broken file)."""
         try:
             try:
-                return self.source.groups(event, cached_only=True)
+                return self.source.known_groups(event)
             except NotCached:
                 return await anyio.to_thread.run_sync(self.source.groups, event)
         except (ConfigError, OSError) as exc:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from squadd.errors import HooksFileError
+from squadd.statcache import NotCached
 from squadd.state.layout import SquadLayout
 from squadd.tools.hooks.config import ABSENT_RECHECK_S, HooksSource, MatcherGroup, parse_hooks
 
@@ -106,7 +107,7 @@ def test_a_changed_file_is_read_again_and_a_removed_one_means_no_hooks(
     assert [g.hooks[0].command for g in source.groups("Stop")] == ["one"]
     squad.hooks_json.write_text(_hooks({"Stop": [{"hooks": [
         {"type": "command", "command": "two!"}]}]}), encoding="utf-8")
-    assert [g.hooks[0].command for g in source.groups("Stop", cached_only=False)] == ["two!"]
+    assert [g.hooks[0].command for g in source.groups("Stop")] == ["two!"]
     squad.hooks_json.unlink()
     assert source.groups("Stop") == []
 
@@ -120,3 +121,20 @@ def test_a_hooks_file_linking_outside_the_repository_is_not_read(
     (claude / "settings.json").symlink_to(outside)
     with pytest.raises(Exception, match="outside"):
         HooksSource(squad, import_claude=True).groups("Stop")
+
+
+def test_known_groups_read_no_file_and_say_when_one_must_be_read(squad: SquadLayout) -> None:
+    source = HooksSource(squad, import_claude=False)
+    assert source.known_groups("Stop") == []  # no file: nothing to read
+    squad.hooks_json.write_text(_hooks({"Stop": [{"hooks": [
+        {"type": "command", "command": "one"}]}]}), encoding="utf-8")
+    source = HooksSource(squad, import_claude=False)
+    with pytest.raises(NotCached):  # never read
+        source.known_groups("Stop")
+    assert [g.hooks[0].command for g in source.groups("Stop")] == ["one"]
+    assert [g.hooks[0].command for g in source.known_groups("Stop")] == ["one"]
+    squad.hooks_json.write_text(_hooks({"Stop": [{"hooks": [
+        {"type": "command", "command": "two!"}]}]}), encoding="utf-8")
+    with pytest.raises(NotCached):  # changed since
+        source.known_groups("Stop")
+    assert [g.hooks[0].command for g in source.groups("Stop")] == ["two!"]
