@@ -20,6 +20,11 @@ The tree (catch a branch to catch everything below it)::
     │   └── PoolFullError            the admission queue is full (carries the numbers)
     ├── WorkspaceError               a git worktree step failed (names the command and its output)
     ├── SandboxError                 no sandbox the settings allow can run here
+    ├── InboxError                   an inbox action that cannot be done (unknown item or action)
+    ├── ClusterError                 the cluster cannot do what was asked (Redis gone past its
+    │   │                            bound, a refused request; in `squadd.cluster.connection`)
+    │   └── StaleLease               the coordinator refused a worker: the job moved on (in
+    │                                `squadd.worker.session`)
     └── DaemonError                  talking to or running the daemon failed
         ├── DaemonNotRunningError    no daemon answers on the repo's socket
         ├── DaemonAlreadyRunningError  another daemon holds the repo's lock (names its PID)
@@ -30,12 +35,15 @@ The tree (catch a branch to catch everything below it)::
     ├── TemplateError                a command template that cannot be substituted safely
     ├── ConditionError               a run-condition that cannot be parsed (says where)
     ├── VariableValueError           a value `store_variable` refuses (never shows the value)
-    └── UntrustedInputError          input from outside squadd cannot accept (says what and where;
-                                     in `squadd.untrusted`, a leaf that imports nothing of squadd)
+    └── UntrustedInputError          input from outside squadd cannot accept (says what and where)
+
+    LookupError
+    └── NotCached                    a cached read needs the file read again: do it off the loop
 
     Exception                        caught inside squadd and reported in its own words
     ├── ToolDefinitionError          a tool declared wrongly: its file's load failure
     ├── VariablesMissing             a required variable has no value (says where to set it)
+    ├── CallerError                  a call from outside names a session not there or not its
     ├── ApiError                     a daemon handler's refusal, answered as JSON with its status
     └── ChannelFailed                one try of one notification channel failed (retried)
 
@@ -252,6 +260,10 @@ class CallerError(Exception):
 
 class InboxError(SquaddError):
     """An inbox action that cannot be done (an unknown item, an action it does not take)."""
+
+
+class UntrustedInputError(ValueError):
+    """Input from outside squadd cannot accept; the message says what was wrong and where."""
 
 
 # --- cluster: Redis, the coordinator and its workers (squadd.cluster, squadd.worker) --------

@@ -27,10 +27,10 @@ from pydantic import ValidationError
 
 from squadd._version import __version__
 from squadd.daemon.client import AsyncDaemonClient
-from squadd.errors import DaemonError, DaemonNotRunningError
+from squadd.errors import DaemonError, DaemonNotRunningError, UntrustedInputError
 from squadd.state.layout import SquadLayout
 from squadd.tools.base import Tool
-from squadd.untrusted import UntrustedInputError, check_document, has_surrogate
+from squadd.untrusted import check_document, has_surrogate
 
 if TYPE_CHECKING:
     from mcp.server.context import ServerRequestContext

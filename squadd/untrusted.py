@@ -15,17 +15,12 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
+from squadd.errors import UntrustedInputError
+
 MAX_JSON_DEPTH = 100
 """Deepest nesting of arrays and objects accepted in JSON from outside (no real call nests so)."""
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _PATH_SHOWN = 80
-
-
-class UntrustedInputError(ValueError):
-    """Input squadd cannot accept; the message says what was wrong and where. (Defined here,
-    not in `squadd.errors`: the two are sibling leaves, and neither imports the other.)"""
-
-
 
 
 def _refuse_constant(name: str) -> Any:

@@ -8,9 +8,9 @@ import re
 
 import pytest
 
+from squadd.errors import UntrustedInputError
 from squadd.untrusted import (
     MAX_JSON_DEPTH,
-    UntrustedInputError,
     check_document,
     has_surrogate,
     mend,

@@ -2,7 +2,8 @@
 
 The peers (openai-agents, pydantic-ai) are not squadd dependencies: `scripts/bench/setup` puts
 them in `.bench-venv/`. A benchmark imports them when it runs there, or else runs its peer part
-in that venv as a subprocess; when neither works it says so and prints its own numbers only.
+in that venv, in a process kept up between rounds (`Peers`); when neither works it says so and
+prints its own numbers only.
 """
 
 from __future__ import annotations
@@ -11,12 +12,16 @@ import contextlib
 import json
 import math
 import os
+import queue
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -116,21 +121,6 @@ def have(*modules: str) -> bool:
     return all(importlib.util.find_spec(name) is not None for name in modules)
 
 
-def run_in_bench_venv(script: Path, args: list[str], *, timeout: float = 900) -> dict[str, Any]:
-    """Run `script --peers-only ...` in .bench-venv and return the JSON of its last line."""
-    if not BENCH_PYTHON.exists():
-        return {"missing": "no .bench-venv: run scripts/bench/setup to install the peers"}
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    done = subprocess.run([str(BENCH_PYTHON), str(script), "--peers-only", *args],
-                          capture_output=True, text=True, timeout=timeout, env=env, check=False)
-    lines = done.stdout.strip().splitlines()
-    if done.returncode != 0 or not lines:
-        return {"missing": f"the peer run failed (exit {done.returncode}): "
-                           f"{done.stderr.strip()[-500:]}"}
-    result: dict[str, Any] = json.loads(lines[-1])
-    return result
-
-
 def fmt(value: float) -> str:
     return "nan" if math.isnan(value) else f"{value:.3f}"
 
@@ -153,3 +143,119 @@ def run_like_squadd(func: Callable[..., Awaitable[T]], *args: Any) -> T:
     from squadd.serving import run_serving
 
     return run_serving(func, *args)
+
+
+PEER_REPLY = "peer-reply "
+"""How the peers' process marks its answers on stdout (anything else there is skipped)."""
+Handler = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+class Peers:
+    """The peer frameworks, asked for one round of runs at a time, so that a benchmark can
+    alternate rounds of squadd and of the peers and compare runs made at the same moment.
+
+    They run in this interpreter when it has them, else in `.bench-venv` in a process of their
+    own that stays up between rounds (`--peers-serve`: one JSON request a line on its stdin,
+    one answer a line on its stdout). `missing` says why there are none.
+    """
+
+    def __init__(self, script: Path, args: list[str], handlers: dict[str, Handler], *,
+                 modules: tuple[str, ...], timeout: float = 900):
+        self.handlers = handlers
+        self.timeout = timeout
+        self.missing: str | None = None
+        self._proc: subprocess.Popen[str] | None = None
+        if have(*modules):
+            return
+        if not BENCH_PYTHON.exists():
+            self.missing = "no .bench-venv: run scripts/bench/setup to install the peers"
+            return
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        self._proc = subprocess.Popen(
+            [str(BENCH_PYTHON), str(script), "--peers-serve", *args], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, text=True, env=env, bufsize=1)
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, name="peers-reader", daemon=True).start()
+
+    def ask(self, request: dict[str, Any]) -> dict[str, Any]:
+        """One round: `handlers[request["run"]](request)`, here or in the peers' process."""
+        if self._proc is None:
+            return self.handlers[request["run"]](request)
+        assert self._proc.stdin is not None and self._proc.stdout is not None
+        self._proc.stdin.write(json.dumps(request) + "\n")
+        self._proc.stdin.flush()
+        try:
+            line = self._lines.get(timeout=self.timeout)
+        except queue.Empty:
+            line = None
+        if line is None:
+            self.close()
+            raise SystemExit(f"the peers' process gave no answer to {request} "
+                             f"(within {self.timeout:.0f} s, or it ended)")
+        reply: dict[str, Any] = json.loads(line.removeprefix(PEER_REPLY))
+        return reply
+
+    def _read(self) -> None:
+        """The peers' answers, from their stdout (a thread: every wait in `ask` has a timeout);
+        None when it ends."""
+        assert self._proc is not None and self._proc.stdout is not None
+        for line in self._proc.stdout:
+            if line.startswith(PEER_REPLY):
+                self._lines.put(line)
+        self._lines.put(None)
+
+    def close(self) -> None:
+        if self._proc is None:
+            return
+        proc, self._proc = self._proc, None
+        assert proc.stdin is not None
+        proc.stdin.close()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+        if proc.returncode != 0:
+            say(f"! the peers' process ended with exit {proc.returncode} (its stderr is above)")
+
+    def __enter__(self) -> Peers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def serve_peers(handlers: dict[str, Handler]) -> None:
+    """The peers' side of `Peers`: answer each request read from stdin until it ends."""
+    for line in sys.stdin:
+        if line.strip():
+            request = json.loads(line)
+            reply = handlers[request["run"]](request)
+            print(PEER_REPLY + json.dumps(reply), flush=True)
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Per-round values of one figure: their median, lowest, highest, and in how many rounds
+    its target was met (None: it has none)."""
+
+    median: float
+    low: float
+    high: float
+    met: int | None
+
+    @classmethod
+    def of(cls, values: list[float], target: float | None = None,
+           better: str = "lower") -> Spread:
+        kept = [v for v in values if not math.isnan(v)]
+        if not kept:
+            return cls(math.nan, math.nan, math.nan, None if target is None else 0)
+        met = None if target is None else sum(
+            1 for v in kept if (v <= target if better == "lower" else v >= target))
+        return cls(statistics.median(kept), min(kept), max(kept), met)
+
+    def fields(self, key: str) -> str:
+        """`key=median key_min=… key_max=…` and, with a target, `key_rounds_met=…`, for a
+        benchmark's last line."""
+        met = "" if self.met is None else f" {key}_rounds_met={self.met}"
+        return f"{key}={fmt(self.median)} {key}_min={fmt(self.low)} {key}_max={fmt(self.high)}{met}"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -31,6 +32,7 @@ HERE = Path(__file__).resolve().parent
 READY_TIMEOUT_S = 120.0
 IN_FLIGHT_PER_SLOT = 1.25
 """Routes kept in flight for each slot: enough that a slot never waits for a client."""
+PROBES = frozenset({"profile", "syscalls"})
 
 
 @dataclass(frozen=True)
@@ -98,13 +100,14 @@ class Fleet:
     """The model server and squadd's processes for one setup."""
 
     def __init__(self, root: Path, setup: Setup, repo: Path, delay_s: float, *,
-                 probes: Path | None = None):
+                 probes: Path | None = None, probe_with: frozenset[str] = PROBES):
         self.root = root
         self.setup = setup
         self.repo = repo
         self.delay_s = delay_s
         self.env = clean_env(XDG_CONFIG_HOME=str(root / "xdg"), XDG_CACHE_HOME=str(root / "xc"))
         self.probes = probes
+        self.probe_with = probe_with
         """Where to write the squadd processes' profiles and system call counts over the
         measured routes (None: they are not probed, and their CPU times are the real ones)."""
         if probes is not None:
@@ -201,7 +204,10 @@ class Fleet:
         """cProfile on in each squadd process's main thread, strace on all its threads."""
         tracers = []
         for kind, pid in _squadd_kinds(self.procs):
-            os.kill(pid, signal.SIGUSR1)
+            if "profile" in self.probe_with:
+                os.kill(pid, signal.SIGUSR1)
+            if "syscalls" not in self.probe_with:
+                continue
             tids = [f"-p{task.name}" for task in Path(f"/proc/{pid}/task").iterdir()]
             out = self.root / f"strace-{pid}"
             tracers.append((kind, subprocess.Popen(
@@ -219,10 +225,12 @@ class Fleet:
         assert self.probes is not None
         self.probes.mkdir(parents=True, exist_ok=True)
         counts: dict[str, dict[str, int]] = {}
-        for (kind, tracer), (_, pid) in zip(tracers, _squadd_kinds(self.procs), strict=True):
+        for _kind, pid in _squadd_kinds(self.procs):
+            if "profile" in self.probe_with:
+                os.kill(pid, signal.SIGUSR2)
+        for (kind, tracer), (_, pid) in zip(tracers, _squadd_kinds(self.procs), strict=False):
             tracer.send_signal(signal.SIGINT)
             tracer.wait(timeout=30)
-            os.kill(pid, signal.SIGUSR2)
             for line in (self.root / f"strace-{pid}").read_text().splitlines():
                 parts = line.split()
                 if len(parts) >= 5 and parts[-1].isidentifier() and parts[3].isdigit():
@@ -235,12 +243,14 @@ class Fleet:
                 f"{name} {n / routes:.2f}" for name, n in sorted(seen.items(),
                                                                key=lambda i: -i[1])))
         name = self.setup.name
-        (self.probes / f"{name}-syscalls.txt").write_text("\n".join(lines) + "\n")
+        if tracers:
+            (self.probes / f"{name}-syscalls.txt").write_text("\n".join(lines) + "\n")
         time.sleep(2.0)  # the profiles are written by the processes' signal handlers
         for kind, pid in _squadd_kinds(self.procs):
             found = self.root / f"profile.{pid}"
             if not found.exists():
                 continue
+            shutil.copyfile(found, self.probes / f"{name}-{kind}-{pid}.prof")
             with (self.probes / f"{name}-{kind}-{pid}.txt").open("w") as out:
                 stats = pstats.Stats(str(found), stream=out)
                 stats.sort_stats("tottime").print_stats(40)

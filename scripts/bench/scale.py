@@ -31,7 +31,7 @@ Targets (issue 39): served ≤ 1.3; cluster ≤ 1.5; coordinator ≤ 1.0; share 
 
     .venv/bin/python scripts/bench/scale.py [--quick] [--routes 640] [--delay-ms 200]
         [--clients 8] [--setups daemon32,daemon64,w1,w2,w4,w8] [--worker-slots 8]
-        [--probe DIR] [--no-inprocess]
+        [--probe DIR] [--probe-with profile,syscalls] [--no-inprocess]
 """
 
 from __future__ import annotations
@@ -128,6 +128,9 @@ def main() -> None:
                              "event loop's thread and its system calls a route (strace) over "
                              "the measured routes to DIR (the CPU times then include the "
                              "probes' cost)")
+    parser.add_argument("--probe-with", default="profile,syscalls",
+                        help="what --probe takes: profile, syscalls, or both (each alone "
+                             "disturbs the run less)")
     parser.add_argument("--no-inprocess", action="store_true",
                         help="skip the in-process run the served ratio is measured against")
     args = parser.parse_args()
@@ -149,7 +152,8 @@ def main() -> None:
         with bench_folder() as tmp:
             root = Path(tmp)
             with Fleet(root, setup, prepare_repo(root, setup, args.routes), delay_s,
-                       probes=args.probe) as fleet:
+                       probes=args.probe,
+                       probe_with=frozenset(args.probe_with.split(","))) as fleet:
                 measured = fleet.measure(args.routes, args.clients)
         show(measured, setup.total_slots / delay_s)
         results.append(measured)

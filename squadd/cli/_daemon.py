@@ -1,6 +1,6 @@
 """What the commands that talk to the daemon share: the client for `--dir`, and how sessions
 and events are shown through click (the lines themselves come from `_report`). Imports stay
-light: no pydantic, no runtime.
+light: no pydantic, no runtime, and the client (`http.client`) only once one is made.
 """
 
 from __future__ import annotations
@@ -8,13 +8,15 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from squadd.cli._report import bold, one_line, status_lines
 from squadd.cli._squad import find_layout
-from squadd.daemon.client import DaemonClient
+
+if TYPE_CHECKING:
+    from squadd.daemon.client import DaemonClient
 
 _STATE_COLORS = {"active": "green", "creating": "green", "queued": "yellow", "waiting": "cyan",
                  "idle": "bright_black", "error": "red", "interrupted": "magenta",
@@ -23,6 +25,8 @@ _STATE_COLORS = {"active": "green", "creating": "green", "queued": "yellow", "wa
 
 def client_for(directory: Path | None, **options: Any) -> DaemonClient:
     """A client for the daemon of the squad dir at or above `directory`."""
+    from squadd.daemon.client import DaemonClient
+
     return DaemonClient(find_layout(directory), **options)
 
 

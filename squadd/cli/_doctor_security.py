@@ -63,7 +63,8 @@ def run_guards(ctx: GuardContext, guards: list[Guard] | None = None) -> list[Gua
 @guard
 def guard_untrusted_regex(ctx: GuardContext) -> GuardReport:
     """Patterns from models and files run in linear time; backtracking ones are refused."""
-    from squadd.untrusted import UntrustedInputError, linear_pattern
+    from squadd.errors import UntrustedInputError
+    from squadd.untrusted import linear_pattern
 
     try:
         linear_pattern("(?=(a+)+b)")

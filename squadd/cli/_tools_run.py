@@ -22,7 +22,7 @@ from squadd.cli._output import print_json, print_table
 from squadd.cli._squad import find_layout, show_path
 from squadd.config import Settings, load_settings
 from squadd.contracts.events import BaseEvent, ToolUpdated
-from squadd.errors import ToolDefinitionError
+from squadd.errors import ToolDefinitionError, UntrustedInputError
 from squadd.fsio import TEAM_FILE, create_exclusive
 from squadd.state.layout import SquadLayout
 from squadd.tools.approvals import Decision, denial_text, secrets_of
@@ -36,7 +36,7 @@ from squadd.tools.redaction import redact, redact_any
 from squadd.tools.secrets import SecretRegistry
 from squadd.tools.variables import SquadVariables
 from squadd.tools.yaml import ShellTool, ToolTestOutcome, run_tool_tests, yaml_details
-from squadd.untrusted import UntrustedInputError, parse_json, shown_name
+from squadd.untrusted import parse_json, shown_name
 
 
 def _load(directory: Path | None

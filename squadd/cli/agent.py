@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from squadd.cli._output import print_json, print_table
 from squadd.cli._squad import TEXT, dir_option, find_layout, show_path
 from squadd.contracts.names import NAME_RULE
-from squadd.state.charters import RosterEntry, roster
-from squadd.state.team import add_agent
+
+if TYPE_CHECKING:
+    from squadd.state.charters import RosterEntry
 
 
 @click.group()
@@ -40,6 +41,7 @@ Examples:
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def add(name: str, role: str, directory: Path | None, as_json: bool) -> None:
     from squadd.state.scaffold import templates_dir
+    from squadd.state.team import add_agent
 
     layout = find_layout(directory)
     added = add_agent(layout, name, role, templates=templates_dir())
@@ -105,6 +107,8 @@ def list_agents(directory: Path | None, as_json: bool) -> None:
       squadd agent list --json
     """
     layout = find_layout(directory)
+    from squadd.state.charters import roster
+
     entries = roster(layout)
     if as_json:
         print_json({"squad_dir": layout.root, "agents": [_as_dict(e) for e in entries]})

@@ -22,11 +22,9 @@ from pathlib import Path
 
 import click
 
-from squadd import gitsafe
 from squadd.cli._daemon import client_for, print_sessions
 from squadd.cli._squad import FiniteFloatRange
 from squadd.cli.app import load_command
-from squadd.fsio import TEAM_FILE, atomic_write, read_text
 from squadd.state.layout import SquadLayout
 
 LEAD = "lead"
@@ -118,6 +116,8 @@ def run_command(*args: str) -> None:
 
 
 def git_init(repo: Path) -> None:
+    from squadd import gitsafe
+
     click.echo(click.style("$ git init", bold=True))
     if shutil.which("git") is None:
         click.echo("(git is not installed: the demo goes on without a git repository)")
@@ -132,6 +132,8 @@ def demo_file(*parts: str) -> Traversable:
 
 
 def set_up(repo: Path, *, here: bool) -> SquadLayout:
+    from squadd.fsio import TEAM_FILE, atomic_write
+
     heading("Setting up the squad")
     if not here:
         git_init(repo)
@@ -203,6 +205,7 @@ def _run(layout: SquadLayout, pace: float, ui: bool) -> None:
 
     from squadd.cli._demo_run import DemoDaemon, play
     from squadd.daemon.startup import console_log
+    from squadd.fsio import read_text
 
     with resources.as_file(demo_file(RECORDING)) as recording:
         before = snapshot(layout.root)

@@ -18,10 +18,7 @@ from squadd.cli._output import print_json
 from squadd.cli._squad import dir_option
 from squadd.contracts.names import is_safe_name
 from squadd.errors import SquaddError
-from squadd.fsio import read_text
-from squadd.state.charters import roster
 from squadd.state.layout import SquadLayout
-from squadd.state.team import member_names
 
 if TYPE_CHECKING:
     from squadd.config import Settings
@@ -82,6 +79,10 @@ SQUAD_BUILT_IN_AGENTS = frozenset({"scribe", "ralph", "rai"})
 
 
 def check_roster(ctx: DoctorContext) -> CheckResult:
+    from squadd.fsio import read_text
+    from squadd.state.charters import roster
+    from squadd.state.team import member_names
+
     if ctx.layout is None:
         return CheckResult("roster", "skip", "no squad dir")
     layout = ctx.layout

@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -22,9 +22,11 @@ from squadd.cli._landing import exit_code, lines
 from squadd.cli._output import print_json
 from squadd.cli._report import one_line
 from squadd.cli._squad import TEXT, FiniteFloatRange, dir_option, find_layout
-from squadd.daemon.client import AsyncDaemonClient, DaemonClient
 from squadd.daemon.wire import ROUTE_WAIT_LIMIT_S, route_wire
 from squadd.errors import DaemonError, DaemonRequestError
+
+if TYPE_CHECKING:
+    from squadd.daemon.client import AsyncDaemonClient
 
 MAX_TIMEOUT_S = ROUTE_WAIT_LIMIT_S
 """`--timeout`'s bound: `contracts.routes.MAX_ROUTE_TIMEOUT_S` (a test holds them equal), named
@@ -142,25 +144,35 @@ async def follow(client: AsyncDaemonClient, start: Callable[[], Awaitable[dict[s
         async def watch_events() -> None:
             if stream is None:
                 return
-            async for event in stream:
-                session = event.get("session_id")
-                if is_root(event):
-                    holder["session"] = str(session)
-                    watched.add(str(session))
-                elif event.get("type") == "agent.spawned" and \
-                        event.get("parent_session_id") in watched:
-                    watched.add(str(session))
-                if session in watched:
-                    progress.show(event, holder["session"])
+            try:
+                async for event in stream:
+                    session = event.get("session_id")
+                    if is_root(event):
+                        holder["session"] = str(session)
+                        watched.add(str(session))
+                    elif event.get("type") == "agent.spawned" and \
+                            event.get("parent_session_id") in watched:
+                        watched.add(str(session))
+                    if session in watched:
+                        progress.show(event, holder["session"])
+            except DaemonError as exc:  # progress only: the answer still comes from the request
+                progress.line(click.style(f"(no more progress lines: {exc})", fg="yellow"))
 
+        failed: list[Exception] = []
         async with anyio.create_task_group() as group:
             async def request() -> None:
-                answered.update(await start())
-                group.cancel_scope.cancel()
+                try:
+                    answered.update(await start())
+                except Exception as exc:  # raised below as itself, not inside an ExceptionGroup
+                    failed.append(exc)
+                finally:
+                    group.cancel_scope.cancel()
 
             group.start_soon(watch_events)
             group.start_soon(progress.spin)
             group.start_soon(request)
+        if failed:
+            raise failed[0]
     view = answered.get("session")
     if not answered.get("session_id") or not isinstance(view, dict):
         return answered
@@ -199,6 +211,8 @@ def run_following(directory: Path | None, start: Callable[[AsyncDaemonClient],
     """Follow a route (its `task` and `agent`, as sent) or a known `session` in an event
     loop; on Ctrl-C cancel it and exit 130."""
     import anyio
+
+    from squadd.daemon.client import AsyncDaemonClient, DaemonClient
 
     layout = find_layout(directory)
     holder: dict[str, str] = {"session": session} if session else {}
@@ -276,6 +290,8 @@ def route(words: tuple[str, ...], context: str | None, priority: str, model: str
                                    session_id=session_id, timeout_s=timeout_s,
                                    isolation=isolation, land=land)
     if no_wait:
+        from squadd.daemon.client import DaemonClient
+
         with DaemonClient(find_layout(directory)) as client:
             result = client.route(task, agent, wait=False, **options)
         if as_json:

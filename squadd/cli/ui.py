@@ -13,8 +13,7 @@ import click
 from squadd.cli._daemon import client_for
 from squadd.cli._output import print_json
 from squadd.cli._squad import dir_option, find_layout
-from squadd.daemon.client import DaemonRequestError
-from squadd.errors import DaemonError
+from squadd.errors import DaemonError, DaemonRequestError
 from squadd.fsio import PRIVATE_FILE, atomic_write, private_dir
 from squadd.state.layout import SquadLayout
 

@@ -11,7 +11,9 @@ reply, is answered "interrupted, effect unknown" and never applied a second time
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, Collection
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -79,6 +81,9 @@ class RequestServer:
         self._limit = anyio.CapacityLimiter(concurrency)
         self._in_hand: set[str] = set()
         self.handled = 0
+        self._answers: list[_Answer] = []
+        """Answers waiting for the next transaction (at most one per request in hand)."""
+        self._answering = anyio.Event()
 
     @property
     def concurrency(self) -> int:
@@ -101,6 +106,7 @@ class RequestServer:
         client = self.guard.client
         backlog, cursor = True, "0"  # our own pending entries first: a restart resumes there
         async with anyio.create_task_group() as tg:
+            tg.start_soon(self._write_answers)
             while True:
                 if backlog:
                     result: Any = await self.guard.run(lambda c=cursor: client.xreadgroup(  # type: ignore[misc]
@@ -184,22 +190,61 @@ class RequestServer:
     async def _finish(self, entry_id: str, rid: str | None = None, data: str | None = None,
                       *, store: bool = False, applied: bool = False) -> None:
         """In one transaction: the reply `data` pushed to its box (and stored under `rid`
-        when new), the write-ahead mark of an `applied` call cleared, the entry acknowledged."""
-        client = self.guard.client
+        when new), the write-ahead mark of an `applied` call cleared, the entry acknowledged.
+        The answers ready while a transaction is on its way go together in the next one."""
+        answer = _Answer(entry_id, rid, data, store, applied)
+        self._answers.append(answer)
+        self._answering.set()
+        await answer.done.wait()
+        if answer.error is not None:
+            raise answer.error
 
-        async def finish() -> None:
-            async with client.pipeline(transaction=True) as pipe:
+    async def _write_answers(self) -> None:
+        """Write the waiting answers, each batch in one transaction, until cancelled."""
+        while True:
+            await self._answering.wait()
+            self._answering = anyio.Event()
+            batch, self._answers = self._answers, []
+            try:
+                await self.guard.run(functools.partial(self._transaction, batch))
+            except Exception as exc:  # each answer's request fails as its own write would
+                for answer in batch:
+                    answer.error = exc
+            except BaseException:
+                for answer in batch:
+                    answer.error = ClusterError("the request server stopped")
+                raise
+            finally:
+                for answer in batch:
+                    answer.done.set()
+
+    async def _transaction(self, batch: list[_Answer]) -> None:
+        client = self.guard.client
+        async with client.pipeline(transaction=True) as pipe:
+            for answer in batch:
+                rid, data = answer.rid, answer.data
                 if rid is not None and data is not None:
-                    if store:
+                    if answer.store:
                         pipe.set(keys.reply(rid), data, ex=self.reply_ttl_s)
                     pipe.rpush(keys.reply_box(rid), data)
                     pipe.expire(keys.reply_box(rid), self.reply_ttl_s)
-                if rid is not None and applied:
+                if rid is not None and answer.applied:
                     pipe.hdel(keys.APPLYING, rid)
-                pipe.xack(keys.REQUESTS, keys.COORDINATOR_GROUP, entry_id)
-                pipe.xdel(keys.REQUESTS, entry_id)
-                await pipe.execute()
-        await self.guard.run(finish)
+                pipe.xack(keys.REQUESTS, keys.COORDINATOR_GROUP, answer.entry_id)
+                pipe.xdel(keys.REQUESTS, answer.entry_id)
+            await pipe.execute()
+
+@dataclass(eq=False)
+class _Answer:
+    """One request's answer, waiting for the transaction that writes it."""
+
+    entry_id: str
+    rid: str | None
+    data: str | None
+    store: bool
+    applied: bool
+    done: anyio.Event = field(default_factory=anyio.Event)
+    error: BaseException | None = None
 
 
 def _parsed(entry_id: str, fields: dict[str, str] | None) -> Request | None:

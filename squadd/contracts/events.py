@@ -21,6 +21,10 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
+_SCALARS = (int, float, bool, dt.datetime)
+"""Value types with no text in them (exactly these types: a subclass may carry text)."""
+
+
 class BaseEvent(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -36,9 +40,18 @@ class BaseEvent(BaseModel):
     @classmethod
     def _valid_text(cls, data: Any) -> Any:
         # Names and text from outside (a file name that is not UTF-8) must not make an event
-        # unserializable: every stream that replays it would break.
-        return {key: mend(value) for key, value in data.items()} if isinstance(data, dict) \
-            else data
+        # unserializable: every stream that replays it would break. Most events hold only
+        # ASCII text and scalars: those are taken as they are, without a copy.
+        if not isinstance(data, dict):
+            return data
+        mended: dict[str, Any] | None = None
+        for key, value in data.items():
+            kind = type(value)
+            if not (value is None or (kind is str and value.isascii()) or kind in _SCALARS):
+                if mended is None:
+                    mended = dict(data)
+                mended[key] = mend(value)
+        return data if mended is None else mended
 
 
 class DaemonStarted(BaseEvent):

@@ -58,9 +58,9 @@ __all__ = [
 
 MAX_CONNECTIONS = 32
 """The async client's requests in flight in each lane; more wait, first come first served."""
+SHARD = 8  # connections an httpx pool of the async client holds, about (see `_client`)
 KEEPALIVE_S = 0.5
-"""An idle connection is reused this long, well inside the daemon's own keep-alive (1 s at the
-least): one the daemon is closing is never sent a request."""
+"""How long an idle connection is reused: well inside the daemon's keep-alive (1 s at least)."""
 LONG_WAIT_S = DEFAULT_TIMEOUT_S * 3
 """A call that may take longer than this (a waiting route, a landing) goes in the long lane."""
 
@@ -114,8 +114,7 @@ class _Base:
         return {TOKEN_HEADER: f"Bearer {self.token}"} if self.token else {}
 
     def _failed(self, call: Call, exc: Exception) -> DaemonError:
-        """The `DaemonError` for an exchange that failed, by how it failed, whichever library
-        raised it: cannot be sent, nothing listens, no answer in time, or a broken exchange."""
+        """The `DaemonError` a failed exchange is, by how it failed, whichever library raised it."""
         path = call.path if len(call.path) <= 120 else call.path[:117] + "..."
         if type(exc).__module__.startswith("httpx"):
             import httpx
@@ -329,27 +328,26 @@ class AsyncDaemonClient(_Base):
         and the rest); those past it wait their turn here. Event streams are not counted."""
         super().__init__(layout, tcp=tcp, token=token, timeout=timeout)
         self._transport = transport
-        self._http: httpx.AsyncClient | None = None
+        self._http: list[httpx.AsyncClient] = []
         self._max = max_connections
         self._lanes: tuple[anyio.Semaphore, anyio.Semaphore] | None = None
+        self._turn = 0
 
-    def _client(self) -> httpx.AsyncClient:
-        """The httpx client. Its own pool is left unbounded: httpcore scans every queued
-        request at each request's start and end, so a queue there costs each request in
-        proportion to the queue's length; the lanes' semaphores queue in constant time."""
+    def _client(self, shard: int = 0) -> httpx.AsyncClient:
+        """One of the httpx clients (the first serves event streams): httpcore walks a pool's
+        queue and connections at each request, so the lanes queue and pools stay small."""
         import httpx
 
-        if self._http is None:
-            if self._transport is not None:
-                base, transport = "http://squadd", self._transport
-            else:
-                base, uds = self._transport_target()
-                transport = httpx.AsyncHTTPTransport(uds=uds, limits=httpx.Limits(
-                    max_connections=None, max_keepalive_connections=self._max,
+        while len(self._http) <= shard:
+            transport = self._transport or httpx.AsyncHTTPTransport(
+                uds=self._transport_target()[1], limits=httpx.Limits(
+                    max_connections=None, max_keepalive_connections=2 * SHARD,
                     keepalive_expiry=KEEPALIVE_S))
-            self._http = httpx.AsyncClient(base_url=base, transport=transport,
-                                           headers=self._headers(), timeout=DEFAULT_TIMEOUT_S)
-        return self._http
+            self._http.append(httpx.AsyncClient(
+                base_url=self._transport_target()[0] if self._transport is None
+                else "http://squadd", transport=transport, headers=self._headers(),
+                timeout=DEFAULT_TIMEOUT_S))
+        return self._http[shard]
 
     def _timeout(self, call: Call) -> httpx.Timeout:
         import httpx
@@ -367,7 +365,9 @@ class AsyncDaemonClient(_Base):
     async def _send(self, call: Call) -> dict[str, Any]:
         try:
             async with self._lane(call):
-                response = await self._client().request(
+                self._turn += 1
+                shards = 1 if self._transport else -(-2 * self._max // SHARD)
+                response = await self._client(self._turn % shards).request(
                     call.method, call.path, params=call.params, json=call.body,
                     headers=call.headers or None, timeout=self._timeout(call))
         except _httpx_errors() as exc:
@@ -376,9 +376,9 @@ class AsyncDaemonClient(_Base):
         return result
 
     async def aclose(self) -> None:
-        if self._http is not None:
-            await self._http.aclose()
-            self._http = None
+        for client in self._http:
+            await client.aclose()
+        self._http = []
         self._close_address()
 
     async def __aenter__(self) -> AsyncDaemonClient:

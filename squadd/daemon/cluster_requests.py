@@ -230,7 +230,9 @@ class WorkerRequests:
         self.runtime.bus.publish(claim_event(info.session_id, info.agent, request.worker, host,
                                              epoch, previous))
         self.on_claimed(sid)
-        log.info("session claimed", session_id=sid, worker=request.worker, host=host,
+        # Debug, not info: one line a route is most of a claim's CPU at the console's
+        # rendering; the session.claimed event above says the same to anyone watching.
+        log.debug("session claimed", session_id=sid, worker=request.worker, host=host,
                  epoch=epoch, previous_worker=previous)
         workspace = await remote_worktrees.hand_out(self._git, self.runtime.layout,
                                                     self.runtime.settings, sid)

@@ -21,12 +21,12 @@ from starlette.responses import JSONResponse, Response
 from squadd import telemetry
 from squadd.contracts.events import BaseEvent
 from squadd.daemon.wire import RECENT_EVENTS_MAX
-from squadd.errors import ApiError, InvalidNameError
+from squadd.errors import ApiError, InvalidNameError, UntrustedInputError
 from squadd.runtime.events import Subscription
 from squadd.runtime.runtime import SquadRuntime
 from squadd.state.layout import safe_id
 from squadd.state.transcripts import read_tail, read_transcript
-from squadd.untrusted import UntrustedInputError, parse_json
+from squadd.untrusted import parse_json
 
 if TYPE_CHECKING:
     from squadd.daemon.coordinator import Coordinator

@@ -10,7 +10,8 @@ import json
 from typing import Any
 
 from squadd.contracts.messages import ToolCall
-from squadd.untrusted import UntrustedInputError, check_json_value, mend, parse_json
+from squadd.errors import UntrustedInputError
+from squadd.untrusted import check_json_value, mend, parse_json
 
 
 def tool_call(call_id: str, name: str, raw: object) -> ToolCall:

@@ -17,10 +17,15 @@ import httpx
 
 from squadd.config import ProviderSettings
 from squadd.contracts.messages import Usage
-from squadd.errors import ProviderError, ProviderTimeoutError, RetryableStatusError
+from squadd.errors import (
+    ProviderError,
+    ProviderTimeoutError,
+    RetryableStatusError,
+    UntrustedInputError,
+)
 from squadd.providers.base import RetryCallback
 from squadd.providers.retry import RetryPolicy, call_with_retries, parse_retry_after
-from squadd.untrusted import MAX_JSON_DEPTH, UntrustedInputError, parse_json
+from squadd.untrusted import MAX_JSON_DEPTH, parse_json
 
 _ERROR_TEXT_CHARS = 1000
 RESPONSE_MAX_DEPTH = MAX_JSON_DEPTH + 20

@@ -57,6 +57,10 @@ def prompt_estimate(request: CompletionRequest) -> int:
     return size // CHARS_PER_TOKEN + 1
 
 
+MAX_PRICED = 256
+"""Model names whose price `Spending` remembers (a model name comes from outside)."""
+
+
 class Spending:
     """The `CallGuard` of the daemon's sessions."""
 
@@ -65,6 +69,8 @@ class Spending:
         self.settings = settings
         self.budget: BudgetSettings = settings.budget
         self.pricing: dict[str, PriceSettings] = dict(settings.pricing)
+        self._prices: dict[str, PriceSettings | None] = {}
+        """Each model's price as `price_for` finds it in `pricing` (which is replaced whole)."""
         self.ledger = ledger
         self.inbox = inbox
         self.bus = bus
@@ -74,9 +80,19 @@ class Spending:
     def reload(self, settings: Settings) -> None:
         """Take new limits and prices (a person raised a limit in the settings)."""
         self.budget, self.pricing = settings.budget, dict(settings.pricing)
+        self._prices = {}
 
     def price(self, model: str) -> PriceSettings | None:
-        return price_for(self.pricing, self.provider, model or self.default_model)
+        name = model or self.default_model
+        try:
+            return self._prices[name]
+        except KeyError:
+            pass
+        price = price_for(self.pricing, self.provider, name)
+        if len(self._prices) >= MAX_PRICED:
+            self._prices.clear()
+        self._prices[name] = price
+        return price
 
     def root_of(self, info: SessionInfo) -> str:
         return self.root_for(info)

@@ -149,6 +149,9 @@ def _with_prompt(record: dict[str, Any], folder: Path) -> dict[str, Any]:
         return {**record, "prompt_lost": True, "message": {**message, "content": note}}
 
 
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+"""Compact JSON from one encoder (`json.dumps` given any option makes one on every call)."""
+
 _APPEND_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW
 """A transcript is never a link: one at its name is refused (`ELOOP`), not followed. A new
 session's path (`SquadLayout.new_transcript`) relies on it: only its folder is checked."""
@@ -175,7 +178,7 @@ class TranscriptWriter:
 
     def add(self, kind: str, **fields: Any) -> None:
         record = {"kind": kind, "ts": now_iso(), **fields}
-        self._pending.append(json.dumps(record, ensure_ascii=False, separators=(",", ":")))
+        self._pending.append(_encode(record))
 
     def system_fields(self, text: str) -> dict[str, Any]:
         """The fields of a system message's record (for `add("message", ...)`): the digest of

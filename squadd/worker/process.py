@@ -399,7 +399,8 @@ class Worker:
                                events=self.bus, tools=Found(tools),
                                workspace_dir=tree.path if tree is not None else None)
         messages = [parse_message(m) for m in body.get("messages", [])]
-        log.info("session running", session_id=job.session_id, agent=info.agent,
+        # Debug: one line a job costs more than its requests; its events say it started.
+        log.debug("session running", session_id=job.session_id, agent=info.agent,
                  epoch=running.epoch, reclaimed=delivery.reclaimed,
                  worktree=str(tree.path) if tree is not None else None)
         if tree is None:

@@ -155,3 +155,32 @@ def test_no_daemon_message_names_the_repo(tmp_path: Path) -> None:
     assert answer.returncode == 1
     assert (f"no squadd daemon is running for {layout.repo}: start one with 'squadd serve'"
             in answer.stderr)
+
+
+def test_ctrl_c_cancels_the_route_s_own_session_and_exits_130(
+        daemon: DaemonProcess, model_server: OpenAIServer) -> None:
+    """The route is followed through its own request and the event stream: the session it
+    cancels is the one whose start the stream showed, and it ends interrupted."""
+    import signal
+
+    from tests.support.model_servers import Reply
+
+    model_server.script(OpenAIServer.tool_call_turn(("squad_status", {})),
+                        Reply(body=OpenAIServer.text_turn("late").body, delay_s=60))
+    routed = subprocess.Popen([sys.executable, "-m", "squadd", "route", "lead", "Take your time"],
+                              cwd=daemon.layout.repo, env=daemon.env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        assert routed.stderr is not None
+        for line in routed.stderr:  # the progress line of the session's first tool call
+            if "squad_status" in line:
+                break
+        routed.send_signal(signal.SIGINT)
+        out, err = routed.communicate(timeout=30)
+    finally:
+        if routed.poll() is None:
+            routed.kill()
+    assert routed.returncode == 130, err
+    session = err.split("cancelled session ")[1].split()[0]
+    view = daemon.wait_for_state(session, {"interrupted"})
+    assert view["task"] == "Take your time" and out == ""

@@ -1,5 +1,6 @@
 """`squadd X --help` for every command X loads no heavy module: what the command runs (the
-runtime, the daemon's app and its web stack, httpx, pydantic, anyio, the tools, the settings)
+runtime, the daemon's app and its web stack, httpx, pydantic, anyio, the tools, the settings,
+even the daemon client's `http.client`)
 is imported only when it runs. Asserted on the modules loaded, not on time; the timing is
 `scripts/bench/cli_help.py`."""
 
@@ -19,7 +20,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("squadd.runtime", "squadd.daemon.app", "squadd.daemon.server", "squadd.config",
          "squadd.tools", "squadd.providers", "squadd.scribe", "squadd.workspaces",
          "starlette", "uvicorn", "httpx", "pydantic", "anyio", "structlog", "yaml", "griffe",
-         "textual", "mcp", "redis")
+         "textual", "mcp", "redis", "http.client")
 
 # One process asks every command for its help in turn and notes the heavy modules loaded
 # after each: the first command to load one is the one that imports it.

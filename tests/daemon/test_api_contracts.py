@@ -1,44 +1,39 @@
-"""The HTTP API's error contracts, in process through `httpx.ASGITransport`: statuses and JSON
+"""The HTTP API's error contracts, in process (`tests.support.in_process`): statuses and JSON
 errors for unknown agents, bad bodies, bad queries and bad names. The same app as `squadd serve`
-(tests/daemon/test_app.py runs it as a real process on its socket)."""
+(tests/daemon/test_socket.py reaches it on a real daemon's socket)."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 
 import httpx
 import pytest
 
 from squadd.state.layout import SquadLayout
-from tests.support.daemon_process import make_repo
 from tests.support.in_process import api_in_process
 from tests.support.model_servers import OpenAIServer
 
-
-@pytest.fixture
-def squad(tmp_path: Path, model_server: OpenAIServer) -> tuple[SquadLayout, str]:
-    return make_repo(tmp_path / "repo", ("lead", "backend")), model_server.url
+pytestmark = pytest.mark.daemon(agents=("lead", "backend"), config="")
 
 
 @asynccontextmanager
-async def api(squad: tuple[SquadLayout, str]) -> AsyncIterator[httpx.AsyncClient]:
+async def api(layout: SquadLayout, server: OpenAIServer) -> AsyncIterator[httpx.AsyncClient]:
     # Entered in the test itself: the runtime's task group lives and ends in one task.
-    async with api_in_process(*squad) as daemon:
+    async with api_in_process(layout, server.url) as daemon:
         yield daemon.http
 
 
 async def test_health_answers_in_process(
-        squad: tuple[SquadLayout, str]) -> None:
-    async with api(squad) as http:
+        layout: SquadLayout, model_server: OpenAIServer) -> None:
+    async with api(layout, model_server) as http:
         health = (await http.get("/v1/health")).json()
         assert health["ok"] is True and health["pool"]["running"] == 0
 
 
 async def test_unknown_agent_is_a_404_with_the_roster(
-        squad: tuple[SquadLayout, str]) -> None:
-    async with api(squad) as http:
+        layout: SquadLayout, model_server: OpenAIServer) -> None:
+    async with api(layout, model_server) as http:
         response = await http.post("/v1/route", json={"targetAgent": "nobody", "task": "x"})
         assert response.status_code == 404
         body = response.json()
@@ -47,8 +42,8 @@ async def test_unknown_agent_is_a_404_with_the_roster(
 
 
 async def test_invalid_route_body_is_a_422_naming_each_bad_field(
-        squad: tuple[SquadLayout, str]) -> None:
-    async with api(squad) as http:
+        layout: SquadLayout, model_server: OpenAIServer) -> None:
+    async with api(layout, model_server) as http:
         response = await http.post("/v1/route", json={"task": "", "priority": "asap", "colour": 1})
         assert response.status_code == 422
         body = response.json()
@@ -58,8 +53,8 @@ async def test_invalid_route_body_is_a_422_naming_each_bad_field(
 
 
 async def test_bad_json_and_oversized_bodies_are_json_errors(
-        squad: tuple[SquadLayout, str]) -> None:
-    async with api(squad) as http:
+        layout: SquadLayout, model_server: OpenAIServer) -> None:
+    async with api(layout, model_server) as http:
         bad = await http.post("/v1/route", content=b"{not json",
                               headers={"content-type": "application/json"})
         assert bad.status_code == 400 and "not valid JSON" in bad.json()["error"]
@@ -72,8 +67,8 @@ async def test_bad_json_and_oversized_bodies_are_json_errors(
 
 
 async def test_unknown_session_is_a_404_json_error(
-        squad: tuple[SquadLayout, str]) -> None:
-    async with api(squad) as http:
+        layout: SquadLayout, model_server: OpenAIServer) -> None:
+    async with api(layout, model_server) as http:
         response = await http.get("/v1/sessions/20990101-000000-deadbeef")
         assert response.status_code == 404 and "no session" in response.json()["error"]
         traversal = await http.get("/v1/sessions/..%2F..%2Fetc%2Fpasswd")
@@ -81,15 +76,15 @@ async def test_unknown_session_is_a_404_json_error(
 
 
 async def test_unknown_event_type_is_refused(
-        squad: tuple[SquadLayout, str]) -> None:
-    async with api(squad) as http:
+        layout: SquadLayout, model_server: OpenAIServer) -> None:
+    async with api(layout, model_server) as http:
         response = await http.get("/v1/events", params={"type": "tool.bogus"})
         assert response.status_code == 422 and "tool.started" in response.json()["error"]
 
 
 async def test_unknown_approval_is_a_404_and_a_bad_body_a_422(
-        squad: tuple[SquadLayout, str]) -> None:
-    async with api(squad) as http:
+        layout: SquadLayout, model_server: OpenAIServer) -> None:
+    async with api(layout, model_server) as http:
         unknown = await http.post("/v1/approvals/abc123", json={"approved": True})
         assert unknown.status_code == 404 and "no pending approval" in unknown.json()["error"]
         response = await http.post("/v1/approvals/abc123", json={"approved": "yes"})
@@ -97,8 +92,8 @@ async def test_unknown_approval_is_a_404_and_a_bad_body_a_422(
 
 
 async def test_names_in_bodies_and_filters_must_be_agent_names(
-        squad: tuple[SquadLayout, str]) -> None:
-    async with api(squad) as http:
+        layout: SquadLayout, model_server: OpenAIServer) -> None:
+    async with api(layout, model_server) as http:
         for path, body in (("/v1/tools/squad_status", {"agent": "../../etc"}),
                            ("/v1/route", {"task": "t", "targetAgent": "lead",
                                           "requestedBy": "a/b"})):
@@ -111,8 +106,8 @@ async def test_names_in_bodies_and_filters_must_be_agent_names(
 
 
 async def test_bad_query_values_and_unknown_approval_fields_are_422s(
-        squad: tuple[SquadLayout, str]) -> None:
-    async with api(squad) as http:
+        layout: SquadLayout, model_server: OpenAIServer) -> None:
+    async with api(layout, model_server) as http:
         # The query is checked before the session is looked up: a 422, not a 404.
         tail = await http.get("/v1/sessions/20990101-000000-deadbeef", params={"tail": "²"})
         assert tail.status_code == 422 and "tail" in tail.json()["error"]
@@ -123,8 +118,8 @@ async def test_bad_query_values_and_unknown_approval_fields_are_422s(
 
 
 async def test_a_tool_call_runs_through_the_pipeline(
-        squad: tuple[SquadLayout, str]) -> None:
-    async with api(squad) as http:
+        layout: SquadLayout, model_server: OpenAIServer) -> None:
+    async with api(layout, model_server) as http:
         response = await http.post("/v1/tools/squad_status", json={})
         assert response.status_code == 200
         body = response.json()

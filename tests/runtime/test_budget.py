@@ -206,3 +206,18 @@ async def test_raising_the_limit_in_the_settings_resumes_a_parked_session(
         resolved = rt.inbox.store.get(item.id)
         assert resolved is not None and resolved.resolution == {
             "action": "resume", "by": "settings", "reason": "the limit was raised"}
+
+
+async def test_a_price_changed_in_the_settings_prices_the_next_call(squad: SquadLayout) -> None:
+    turns = script([text("hi", BIG), text("hi", BIG)])
+    async with SquadRuntime(squad, priced(), turns) as rt:
+        before = await rt.route(RouteRequest(target_agent="lead", task="one"))
+        rt.apply_settings(Settings(pricing={"openai/test-model": PriceSettings(input=1.0,
+                                                                               output=3000.0)},
+                                   provider=ProviderSettings(max_tokens=10, model="test-model")))
+        after = await rt.route(RouteRequest(target_agent="fenster", task="two"))
+        costs = {v.session_id: v.cost_usd for v in rt.priced(
+            [v for v in rt.pool.views() if v.session_id in (before.session_id,
+                                                              after.session_id)])}
+    assert costs[before.session_id] == pytest.approx(2.0)
+    assert costs[after.session_id] == pytest.approx(6.0)

@@ -10,16 +10,15 @@ import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from squadd.daemon.client import DaemonClient
-from squadd.untrusted import UntrustedInputError, linear_pattern, nonlinear_construct
+from squadd.errors import UntrustedInputError
+from squadd.state.layout import SquadLayout
+from squadd.untrusted import linear_pattern, nonlinear_construct
 from tests.support.daemon_process import FAST_CONFIG, DaemonProcess
-from tests.support.model_servers import OpenAIServer
 
 BACKTRACKING = [
     ("(?=(a+)+b)", "look-ahead"),
@@ -71,22 +70,20 @@ def test_catastrophic_globs_answer_in_a_child_that_would_hang_otherwise() -> Non
     assert out.strip() == "done"
 
 
-@pytest.fixture
-def hostile_daemon(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[DaemonProcess]:
-    config = FAST_CONFIG + f'\n[workspace_tools]\ngrep = "{request.param}"\n'
-    with OpenAIServer() as server:
-        process = DaemonProcess.in_new_repo(tmp_path, server.url, config=config)
-        (process.layout.repo / "long.txt").write_text("a" * 50_000 + "\nfound: aab\n",
-                                                     encoding="utf-8")
-        with process:
-            yield process
+def _long_file(layout: SquadLayout) -> None:
+    (layout.repo / "long.txt").write_text("a" * 50_000 + "\nfound: aab\n", encoding="utf-8")
+
+
+def _grep_with(engine: str) -> Any:
+    """The test run against a daemon whose `grep` tool uses `engine`."""
+    return pytest.param(engine, marks=pytest.mark.daemon(
+        config=FAST_CONFIG + f'\n[workspace_tools]\ngrep = "{engine}"\n', prepare=_long_file))
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("hostile_daemon", ["python", "rg", "auto"], indirect=True)
+@pytest.mark.parametrize("engine", [_grep_with("python"), _grep_with("rg"), _grep_with("auto")])
 def test_the_daemon_keeps_answering_status_while_hostile_patterns_are_tried(
-        hostile_daemon: DaemonProcess) -> None:
-    daemon = hostile_daemon
+        daemon: DaemonProcess, engine: str) -> None:
     results: dict[str, dict[str, Any]] = {}
 
     def attack(pattern: str) -> None:

@@ -13,11 +13,10 @@ from squadd.state.journal.commit import (
     COMMIT_THREAD,
     COMMIT_TIMEOUT_S,
     LINGER_S,
-    CommitState,
     GroupCommit,
-    Pending,
 )
 from squadd.state.journal.replay import Replayed, finish_append, replay_journals
+from squadd.state.journal.states import CommitState, Pending
 from squadd.state.journal.writer import Appender
 
 __all__ = [

@@ -24,12 +24,13 @@ import anyio
 from anyio.streams.buffered import BufferedByteReceiveStream
 from pydantic import BaseModel, ConfigDict, Field
 
+from squadd.errors import UntrustedInputError
 from squadd.tools.base import CancelSignal, ToolContext, ToolResult
 from squadd.tools.builtin.common import WorkspaceTool, is_binary
 from squadd.tools.builtin.confine import Parts, PathRefused, Workspace, read_fd, shown
 from squadd.tools.builtin.files import cut_line
 from squadd.tools.builtin.listing import Listing, glob_matches, glob_regex, list_files
-from squadd.untrusted import UntrustedInputError, linear_pattern, nonlinear_construct
+from squadd.untrusted import linear_pattern, nonlinear_construct
 
 RG_BATCH = 1000
 """Files per `rg` run (their names go on its command line)."""

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from squadd.errors import HooksFileError
+from squadd.errors import HooksFileError, UntrustedInputError
 from squadd.statcache import StatCache
 from squadd.state.layout import SquadLayout
-from squadd.untrusted import UntrustedInputError, linear_pattern, parse_json
+from squadd.untrusted import linear_pattern, parse_json
 
 HookEvent = Literal["SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop",
                     "SubagentStart", "SubagentStop", "Notification", "PreLand", "PostLand"]

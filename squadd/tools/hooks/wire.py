@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from squadd.untrusted import UntrustedInputError, parse_json
+from squadd.errors import UntrustedInputError
+from squadd.untrusted import parse_json
 
 Decision = Literal["allow", "deny", "ask"]
 

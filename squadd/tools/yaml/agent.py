@@ -20,7 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
 from squadd.contracts.routes import MAX_ROUTE_TIMEOUT_S, RouteRequest, SquadService
-from squadd.errors import ShellToolError
+from squadd.errors import ShellToolError, UntrustedInputError
 from squadd.tools.base import Tool, ToolContext, ToolResult, ToolSource, VariableSpec
 from squadd.tools.naming import check_tool_name, default_label
 from squadd.tools.squad.route import route_for
@@ -32,7 +32,7 @@ from squadd.tools.yaml.schema import (
     parameters_model,
     problem_text,
 )
-from squadd.untrusted import UntrustedInputError, check_document
+from squadd.untrusted import check_document
 
 KINDS = ("agent", "prompt")
 _KIND_RE = re.compile(r"^type\s*:\s*['\"]?(agent|prompt)['\"]?\s*(?:#.*)?$", re.MULTILINE)

@@ -11,8 +11,8 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from squadd.errors import ConditionError
-from squadd.untrusted import UntrustedInputError, linear_pattern
+from squadd.errors import ConditionError, UntrustedInputError
+from squadd.untrusted import linear_pattern
 
 _TOKEN_RE = re.compile(r"""
     \s*(?:

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
-from squadd.errors import ConditionError, ShellToolError, TemplateError
+from squadd.errors import ConditionError, ShellToolError, TemplateError, UntrustedInputError
 from squadd.tools.yaml.checks import check_spec
 from squadd.tools.yaml.schema import (
     MAX_DOCUMENT_VALUES,
@@ -23,7 +23,7 @@ from squadd.tools.yaml.schema import (
     ShellToolFile,
     describe_problems,
 )
-from squadd.untrusted import UntrustedInputError, check_document
+from squadd.untrusted import check_document
 
 
 def parse_yaml(path: Path, text: str) -> Any:

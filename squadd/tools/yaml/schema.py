@@ -26,6 +26,7 @@ from pydantic import (
     field_validator,
 )
 
+from squadd.errors import UntrustedInputError
 from squadd.tools.base import VariableSpec
 from squadd.tools.yaml.durations import (
     CONFIRM_TIMEOUT,
@@ -50,7 +51,7 @@ from squadd.tools.yaml.keys import (
     suggest_key,
 )
 from squadd.tools.yaml.template import refuse_nul
-from squadd.untrusted import UntrustedInputError, linear_pattern
+from squadd.untrusted import linear_pattern
 
 PARAM_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 STEP_NAME_RULE = r"^[A-Za-z0-9_-]{1,64}$"
