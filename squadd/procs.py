@@ -366,7 +366,7 @@ async def run_group(
         with anyio.CancelScope(shield=True):
             if not finished:  # the caller was cancelled while the command ran
                 await _stop_group(process, kill_grace_s)
-            await kill_group(pgid)
+            # Finished, the group was killed and its processes awaited: none can join it now.
             # Bounded: a process outside the group (it called setsid) may still hold a pipe.
             with anyio.move_on_after(drain_s):
                 for pipe in (process.stdin, process.stdout, process.stderr):
