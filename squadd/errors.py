@@ -264,3 +264,26 @@ class InboxError(SquaddError):
 
 class UntrustedInputError(ValueError):
     """Input from outside squadd cannot accept; the message says what was wrong and where."""
+
+
+# --- cluster: Redis, the coordinator and its workers (squadd.cluster, squadd.worker) --------
+
+
+class ClusterError(SquaddError):
+    """The cluster cannot do what was asked (Redis gone past its bound, a refused request)."""
+
+
+class StaleLease(ClusterError):
+    """The coordinator refused this worker's request: the session's job moved on (or was
+    cancelled). The worker stops the session and leaves its job alone."""
+
+
+# --- tools: built-in workspace tools and rich results (squadd.tools.builtin, .rich) ----------
+
+
+class PathRefused(Exception):
+    """A path a workspace tool will not touch; the message names the rule and the path."""
+
+
+class RichResultError(ValueError):
+    """A result in the rich shape with a bad part; the message names the part."""

@@ -5,7 +5,9 @@ The command runs through `anyio.open_process` in a new session, so a new process
 is the leader's pid. When the leader exits, what it left running is killed at once; when the
 deadline passes, a cancel signal fires or the caller is cancelled, the group gets SIGTERM, then
 SIGKILL after a grace. The leader's exit is awaited through a pidfd (no polling where Linux has
-one), and the leader is always reaped.
+one), and the leader is always reaped. The killed group's processes are awaited too
+(`kill_group`): when the call returns, none of them is still dying, so a sweep that runs next
+(processes that left the group, a cgroup) finds only those that got away.
 
 A squadd killed with SIGKILL cannot stop its groups. So every command carries its squadd's
 identity in its environment (`SQUADD_OWNER=pid:start`, inherited by its descendants), and the
@@ -40,6 +42,9 @@ READ_CHUNK = 1 << 20
 FEED_CHUNK = 65536
 POLL_S = 0.02
 """Only where pidfds are missing: how often the leader's exit is polled (without reaping)."""
+REAP_S = 5.0
+"""At most how long the processes of a killed group are waited for to exit (one stuck in the
+kernel is left to die on its own)."""
 
 Ending = Literal["exited", "timeout", "cancelled"]
 
@@ -159,6 +164,29 @@ def signal_group(pgid: int, signum: int) -> bool:
     return True
 
 
+def group_members(pgid: int, proc: Path = PROC) -> list[int]:
+    """The pids of the processes of group `pgid` that have not exited (zombies are not counted),
+    read from /proc (none where there is no /proc). Blocking."""
+    try:
+        entries = [entry.name for entry in proc.iterdir()]
+    except OSError:
+        return []
+    wanted = str(pgid).encode()
+    found = []
+    for name in entries:
+        if not name.isdigit():
+            continue
+        try:
+            with open(proc / name / "stat", "rb") as handle:
+                fields = handle.read().rpartition(b")")[2].split()
+        except OSError:  # gone meanwhile
+            continue
+        # After "pid (comm)": state is field 3, pgrp field 5.
+        if len(fields) > 2 and fields[2] == wanted and fields[0] not in (b"Z", b"X"):
+            found.append(int(name))
+    return found
+
+
 def exit_fd(pid: int) -> int | None:
     """A pidfd for process `pid`, readable once it has exited (the caller closes it); None
     when it has exited already. Opened while the process is known to run, it never names
@@ -179,6 +207,37 @@ async def leader_exited(pid: int) -> None:
     except OSError:
         await _poll_exit(pid)
         return
+    if fd is None:
+        return
+    try:
+        await anyio.wait_readable(fd)
+    finally:
+        os.close(fd)
+
+
+async def kill_group(pgid: int, within: float = REAP_S) -> None:
+    """SIGKILL process group `pgid` and return once each of its processes has exited, so that
+    what looks after it (the sweep for processes that left the group, a cgroup's removal) does
+    not find them still dying and take them for escapees. At most `within` seconds."""
+    with anyio.move_on_after(within):
+        # Fails at once when nothing is left of the group (the common end: a reaped leader).
+        while signal_group(pgid, signal.SIGKILL):
+            members = await anyio.to_thread.run_sync(group_members, pgid)
+            if not members:
+                return  # zombies only: they have exited
+            for pid in members:
+                await _exited(pid)
+
+
+async def _exited(pid: int) -> None:
+    """Return once process `pid` (not necessarily a child of ours) has exited."""
+    try:
+        fd = exit_fd(pid)
+    except OSError:  # no pidfds here: poll
+        while True:
+            if process_start(pid) is None:
+                return
+            await anyio.sleep(POLL_S)
     if fd is None:
         return
     try:
@@ -249,7 +308,7 @@ async def _stop_group(process: anyio.abc.Process, grace_s: float) -> None:
     signal_group(process.pid, signal.SIGTERM)
     with anyio.move_on_after(grace_s):
         await leader_exited(process.pid)
-    signal_group(process.pid, signal.SIGKILL)
+    await kill_group(process.pid)
 
 
 async def run_group(
@@ -294,7 +353,8 @@ async def run_group(
                 group.start_soon(_feed, process.stdin, command.stdin)
             ending = await _wait_leader(process.pid, deadline, cancel)
             if ending == "exited":
-                signal_group(pgid, signal.SIGKILL)  # what it left running in the background
+                await process.wait()  # reaped first: an empty group then needs no search
+                await kill_group(pgid)  # what it left running in the background
             else:
                 await _stop_group(process, kill_grace_s)
             with anyio.move_on_after(drain_s):
@@ -306,7 +366,7 @@ async def run_group(
         with anyio.CancelScope(shield=True):
             if not finished:  # the caller was cancelled while the command ran
                 await _stop_group(process, kill_grace_s)
-            signal_group(pgid, signal.SIGKILL)
+            # Finished, the group was killed and its processes awaited: none can join it now.
             # Bounded: a process outside the group (it called setsid) may still hold a pipe.
             with anyio.move_on_after(drain_s):
                 for pipe in (process.stdin, process.stdout, process.stderr):

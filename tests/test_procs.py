@@ -1,9 +1,12 @@
 """Commands a killed squadd left running: found by the owner mark in their environment and
-stopped by the next squadd (`procs.stop_orphans`); a live squadd's commands are left alone."""
+stopped by the next squadd (`procs.stop_orphans`); a live squadd's commands are left alone.
+What a finished command left in its group has exited, not just been signalled, by the time
+`run_group` returns."""
 
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -11,9 +14,19 @@ import textwrap
 import time
 from pathlib import Path
 
+import anyio
 import psutil
 
-from squadd.procs import OWNER_VAR, exit_fd, owner_mark, process_start, stop_orphans
+from squadd.procs import (
+    OWNER_VAR,
+    Command,
+    exit_fd,
+    group_members,
+    owner_mark,
+    process_start,
+    run_group,
+    stop_orphans,
+)
 
 # A stand-in squadd: runs a command through the one runner (whose leader starts a grandchild),
 # prints the pids, and waits to be killed.
@@ -97,3 +110,34 @@ def test_an_exit_fd_is_readable_once_its_process_has_exited_and_none_once_it_is_
         child.kill()
         child.wait(10)
     assert exit_fd(child.pid) is None  # reaped: nothing left to watch
+
+
+class _Collected:
+    def __init__(self) -> None:
+        self.data = b""
+
+    async def write(self, data: bytes) -> None:
+        self.data += data
+
+
+async def test_what_a_finished_command_left_in_its_group_has_exited_when_run_group_returns(
+        tmp_path: Path) -> None:
+    # Checked at once, without waiting: a sweep that runs next (processes that left the group,
+    # a cgroup's removal) must not find one of these still dying and call it an escapee. Each
+    # holds 256 MB, which takes the kernel a while to free once it is killed; none holds the
+    # output pipe, so nothing else makes the runner wait for them.
+    ready = tmp_path / "ready"
+    hog = (f"import sys, time; x = b'x' * (256 << 20); "
+           f"open({str(ready)!r} + sys.argv[1], 'w').close(); time.sleep(300)")
+    script = (f"for i in 1 2 3; do {shlex.quote(sys.executable)} -c {shlex.quote(hog)} $i "
+              f">/dev/null 2>&1 & done; "
+              f"while [ $(ls {shlex.quote(str(tmp_path))} | wc -l) -lt 3 ]; do sleep 0.01; done; "
+              "echo $$ $(jobs -p)")
+    out = _Collected()
+    outcome = await run_group(Command(["bash", "-c", script], None, None), out,
+                              deadline=anyio.current_time() + 120)
+    assert outcome.exit_code == 0
+    leader, *background = (int(pid) for pid in out.data.split())
+    assert len(background) == 3
+    assert group_members(leader) == []
+    assert [pid for pid in background if not _gone(pid)] == []

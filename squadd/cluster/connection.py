@@ -16,7 +16,7 @@ import tenacity
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from squadd.errors import SquaddError
+from squadd.errors import ClusterError as ClusterError
 
 if TYPE_CHECKING:
     from squadd.config import Settings
@@ -31,10 +31,6 @@ CONNECT_TIMEOUT_S = 5.0
 BLOCK_S = 2.0
 """How long a blocking read (XREADGROUP, BLPOP) waits in Redis before it returns empty."""
 TRANSIENT = (RedisConnectionError, RedisTimeoutError, ConnectionError, OSError)
-
-
-class ClusterError(SquaddError):
-    """The cluster cannot do what was asked (Redis gone past its bound, a refused request)."""
 
 
 def find_password(secrets: Callable[[], dict[str, str]] | None = None) -> str | None:

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from squadd.contracts.messages import ImagePart
+from squadd.errors import RichResultError as RichResultError
 from squadd.tools.base import ToolResult
 
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
@@ -25,10 +26,6 @@ MAX_RESULT_IMAGE_BYTES = 10_000_000
 MAX_DETAILS_BYTES = 65_536
 """Details past this (as JSON) are kept as a note of their size in events and transcripts."""
 _KEYS = {"content", "details"}
-
-
-class RichResultError(ValueError):
-    """A result in the rich shape with a bad part; the message names the part."""
 
 
 def is_rich(value: object) -> bool:

@@ -19,19 +19,15 @@ import anyio
 import anyio.from_thread
 from pydantic import BaseModel, ConfigDict
 
-from squadd.cluster.connection import ClusterError
 from squadd.cluster.wire import Reply
 from squadd.contracts.messages import ToolSpec
+from squadd.errors import ClusterError
+from squadd.errors import StaleLease as StaleLease
 from squadd.state.transcripts import Riding
 from squadd.tools.base import Tool, ToolContext, ToolResult
 
 Send = Callable[[str, str, dict[str, Any]], Awaitable[Reply]]
 """Send one request (kind, request-id suffix, body) for the session; returns the reply."""
-
-
-class StaleLease(ClusterError):
-    """The coordinator refused this worker's request: the session's job moved on (or was
-    cancelled). The worker stops the session and leaves its job alone."""
 
 
 def checked(reply: Reply) -> Reply:

@@ -19,16 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from squadd.config import WorkspaceToolsSettings
+from squadd.errors import PathRefused as PathRefused
 
 Parts = tuple[str, ...]
 """A path inside the workspace as its components, symlinks resolved ("()" is the root)."""
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 SQUAD_WRITERS = "squad_decide, squad_memory and squad_skill"
-
-
-class PathRefused(Exception):
-    """A path a workspace tool will not touch; the message names the rule and the path."""
 
 
 def shown(parts: Parts) -> str:
