@@ -35,6 +35,7 @@ The tree (catch a branch to catch everything below it)::
     ├── TemplateError                a command template that cannot be substituted safely
     ├── ConditionError               a run-condition that cannot be parsed (says where)
     ├── VariableValueError           a value `store_variable` refuses (never shows the value)
+    ├── RichResultError              a tool result in the rich shape with a bad part (names it)
     └── UntrustedInputError          input from outside squadd cannot accept (says what and where)
 
     LookupError
@@ -42,6 +43,7 @@ The tree (catch a branch to catch everything below it)::
 
     Exception                        caught inside squadd and reported in its own words
     ├── ToolDefinitionError          a tool declared wrongly: its file's load failure
+    ├── PathRefused                  a path a workspace tool will not touch (names rule and path)
     ├── VariablesMissing             a required variable has no value (says where to set it)
     ├── CallerError                  a call from outside names a session not there or not its
     ├── ApiError                     a daemon handler's refusal, answered as JSON with its status
