@@ -40,9 +40,14 @@ class LeanConnectionPool(httpcore.AsyncConnectionPool):
                 idle += 1
             kept.append(connection)
         self._connections = kept
+        # A connection handed to a request that has not started on it yet still looks
+        # available: skip those too (HTTP/1.1 takes one request at a time), or the second
+        # request handed the same one finds it busy and goes round the pool again.
+        busy = {id(request.connection) for request in self._requests
+                if request.connection is not None}
         for pool_request in [request for request in self._requests if request.is_queued()]:
             origin = pool_request.request.url.origin
-            found = self._available(origin, closing)
+            found = self._available(origin, closing, busy)
             if found is None:
                 if len(self._connections) >= self._max_connections:
                     spare = next((c for c in self._connections if c.is_idle()), None)
@@ -52,15 +57,18 @@ class LeanConnectionPool(httpcore.AsyncConnectionPool):
                     closing.append(spare)
                 found = self.create_connection(origin)
                 self._connections.append(found)
+            busy.add(id(found))
             pool_request.assign_to_connection(found)
         return closing
 
-    def _available(self, origin: httpcore.Origin, closing: list[Any],
+    def _available(self, origin: httpcore.Origin, closing: list[Any], busy: set[int],
                    ) -> httpcore.AsyncConnectionInterface | None:
-        """The newest connection that can take a request to `origin` now; expired ones met on
-        the way (keep-alive ran out, or the server closed it) go to `closing`."""
+        """The newest connection not in `busy` that can take a request to `origin` now;
+        expired ones met on the way (keep-alive ran out, or the server closed it) go to
+        `closing`."""
         for connection in reversed(list(self._connections)):
-            if not (connection.can_handle_request(origin) and connection.is_available()):
+            if id(connection) in busy or not (connection.can_handle_request(origin)
+                                              and connection.is_available()):
                 continue
             if connection.has_expired():
                 self._connections.remove(connection)
