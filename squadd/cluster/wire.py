@@ -41,7 +41,8 @@ class Request(_Wire):
 
     `claim` (a job delivered to this worker: the coordinator raises the session's epoch and
     answers with the conversation so far), `records` (transcript records to persist before the
-    worker moves on), `tool` (a squad-tool call to apply), `end` (the session's outcome).
+    worker moves on), `tool` (a squad-tool call to apply), `end` (the session's outcome, with
+    the transcript records that end it in `records`: one request, not two).
     """
 
     request_id: str = Field(min_length=1, max_length=512)
