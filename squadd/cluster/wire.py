@@ -65,6 +65,21 @@ class Reply(_Wire):
     cancelled: bool = False
     """The coordinator cancelled the session: the worker stops it."""
 
+    def stored(self) -> str | None:
+        """The copy kept under the request id for a repeat, when it is not the reply itself
+        (None). A claim's conversation (its system prompt the largest part) is not in it: the
+        same transaction puts the whole reply in the box, where the waiting worker takes it
+        (`boxed` says so)."""
+        if "messages" not in self.body:
+            return None
+        body = {k: v for k, v in self.body.items() if k != "messages"}
+        return self.model_copy(update={"body": {**body, "boxed": True}}).dump()
+
+    @property
+    def boxed(self) -> bool:
+        """A stored copy whose whole reply went to the box only."""
+        return bool(self.body.get("boxed"))
+
 
 class EventEnvelope(_Wire):
     """An event a worker published, as the coordinator's bus relays it."""
