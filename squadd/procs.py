@@ -207,12 +207,7 @@ async def leader_exited(pid: int) -> None:
     except OSError:
         await _poll_exit(pid)
         return
-    if fd is None:
-        return
-    try:
-        await anyio.wait_readable(fd)
-    finally:
-        os.close(fd)
+    await _readable_then_closed(fd)
 
 
 async def kill_group(pgid: int, within: float = REAP_S) -> None:
@@ -238,6 +233,11 @@ async def _exited(pid: int) -> None:
             if process_start(pid) is None:
                 return
             await anyio.sleep(POLL_S)
+    await _readable_then_closed(fd)
+
+
+async def _readable_then_closed(fd: int | None) -> None:
+    """Wait for a process's pidfd `fd` to say it exited, then close it (None: gone already)."""
     if fd is None:
         return
     try:

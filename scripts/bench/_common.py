@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -259,3 +260,17 @@ class Spread:
         benchmark's last line."""
         met = "" if self.met is None else f" {key}_rounds_met={self.met}"
         return f"{key}={fmt(self.median)} {key}_min={fmt(self.low)} {key}_max={fmt(self.high)}{met}"
+
+
+READY_TIMEOUT_S = 60.0
+"""How long a process a benchmark starts may take to say it is ready."""
+
+
+def wait_for_line(path: Path, text: str, name: str, timeout_s: float = READY_TIMEOUT_S) -> None:
+    """Return once `text` appears in the output file `path` of the process `name`; exit the
+    benchmark with that output when it does not within `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while text not in (path.read_text(errors="replace") if path.exists() else ""):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{name} did not start: {path.read_text(errors='replace')}")
+        time.sleep(0.05)

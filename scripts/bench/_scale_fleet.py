@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import IO, Any, Self
 
 import psutil
-from _common import make_squad
+from _common import make_squad, wait_for_line
 
 from tests.support.daemon_process import clean_env
 from tests.support.redis_server import RedisServer
@@ -159,12 +159,7 @@ class Fleet:
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log))
 
     def _wait_for(self, name: str, text: str) -> None:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        path = self.root / f"{name}.out"
-        while text not in (path.read_text(errors="replace") if path.exists() else ""):
-            if time.monotonic() > deadline:
-                raise SystemExit(f"{name} did not start: {path.read_text(errors='replace')}")
-            time.sleep(0.05)
+        wait_for_line(self.root / f"{name}.out", text, name, READY_TIMEOUT_S)
 
     def close(self) -> None:
         for kind, procs in self.procs.items():

@@ -28,13 +28,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))
-from _common import bench_folder, fmt, make_squad, percentile, say
+from _common import bench_folder, fmt, make_squad, percentile, say, wait_for_line
 
 from tests.support.daemon_process import clean_env
 from tests.support.model_servers import OpenAIServer
 from tests.support.redis_server import RedisServer
-
-READY_TIMEOUT_S = 60.0
 
 
 def git(repo: Path, *args: str) -> None:
@@ -60,12 +58,7 @@ class Processes:
         log.close()
 
     def wait_for(self, name: str, text: str) -> None:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        path = self.root / f"{name}.out"
-        while text not in (path.read_text(errors="replace") if path.exists() else ""):
-            if time.monotonic() > deadline:
-                raise SystemExit(f"{name} did not start: {path.read_text(errors='replace')}")
-            time.sleep(0.05)
+        wait_for_line(self.root / f"{name}.out", text, name)
 
     def close(self) -> None:
         for proc in self.procs:

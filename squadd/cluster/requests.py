@@ -56,15 +56,28 @@ async def send(guard: RedisGuard, request: Request, *, timeout_s: float,
             popped: Any = await guard.run(add_and_wait)
             while True:
                 if popped:
-                    return Reply.model_validate_json(popped[1])
+                    return await _whole(guard, Reply.model_validate_json(popped[1]), box)
                 stored: Any = await guard.run(lambda: client.get(keys.reply(request.request_id)))
                 if stored:
-                    return Reply.model_validate_json(stored)
+                    return await _whole(guard, Reply.model_validate_json(stored), box)
                 popped = await guard.run(lambda: client.blpop([box], timeout=BLOCK_S))
     raise ClusterError(
         f"the coordinator did not answer request {request.request_id} ({request.kind}) after "
         f"{attempts} tries {timeout_s:g}s apart (cluster.request_attempts, "
         "cluster.request_timeout_s): is 'squadd serve --cluster' running?")
+
+
+async def _whole(guard: RedisGuard, reply: Reply, box: str) -> Reply:
+    """`reply`, or, for a stored copy without its conversation (`Reply.boxed`), the whole
+    reply the same transaction left in the box."""
+    if not reply.boxed:
+        return reply
+    whole: Any = await guard.run(lambda: guard.client.lpop(box))
+    if whole:
+        return await _whole(guard, Reply.model_validate_json(whole), box)
+    raise ClusterError(f"the coordinator's answer to {reply.request_id} is gone from its "
+                       "reply box (it expired, or was taken and lost): the job's lease moves "
+                       "it on to a new claim")
 
 
 class RequestServer:
@@ -182,17 +195,20 @@ class RequestServer:
                     await self._finish(entry_id, rid, reply.dump(), store=True)
                     return
             reply = await self.handler(request)
-            await self._finish(entry_id, rid, reply.dump(), store=True, applied=unsafe)
+            await self._finish(entry_id, rid, reply.dump(), store=True, applied=unsafe,
+                               stored=reply.stored())
             self.handled += 1
         finally:
             self._in_hand.discard(rid)
 
     async def _finish(self, entry_id: str, rid: str | None = None, data: str | None = None,
-                      *, store: bool = False, applied: bool = False) -> None:
+                      *, store: bool = False, applied: bool = False,
+                      stored: str | None = None) -> None:
         """In one transaction: the reply `data` pushed to its box (and stored under `rid`
-        when new), the write-ahead mark of an `applied` call cleared, the entry acknowledged.
-        The answers ready while a transaction is on its way go together in the next one."""
-        answer = _Answer(entry_id, rid, data, store, applied)
+        when new, as `stored` when given: `Reply.stored`), the write-ahead mark of an
+        `applied` call cleared, the entry acknowledged. The answers ready while a
+        transaction is on its way go together in the next one."""
+        answer = _Answer(entry_id, rid, data, store, applied, stored)
         self._answers.append(answer)
         self._answering.set()
         await answer.done.wait()
@@ -225,7 +241,7 @@ class RequestServer:
                 rid, data = answer.rid, answer.data
                 if rid is not None and data is not None:
                     if answer.store:
-                        pipe.set(keys.reply(rid), data, ex=self.reply_ttl_s)
+                        pipe.set(keys.reply(rid), answer.stored or data, ex=self.reply_ttl_s)
                     pipe.rpush(keys.reply_box(rid), data)
                     pipe.expire(keys.reply_box(rid), self.reply_ttl_s)
                 if rid is not None and answer.applied:
@@ -243,6 +259,8 @@ class _Answer:
     data: str | None
     store: bool
     applied: bool
+    stored: str | None = None
+    """What is stored, when not `data` itself (a claim's reply without its conversation)."""
     done: anyio.Event = field(default_factory=anyio.Event)
     error: BaseException | None = None
 

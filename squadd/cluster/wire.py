@@ -41,7 +41,8 @@ class Request(_Wire):
 
     `claim` (a job delivered to this worker: the coordinator raises the session's epoch and
     answers with the conversation so far), `records` (transcript records to persist before the
-    worker moves on), `tool` (a squad-tool call to apply), `end` (the session's outcome).
+    worker moves on), `tool` (a squad-tool call to apply), `end` (the session's outcome, with
+    the transcript records that end it in `records`: one request, not two).
     """
 
     request_id: str = Field(min_length=1, max_length=512)
@@ -63,6 +64,21 @@ class Reply(_Wire):
     body: dict[str, Any] = Field(default_factory=dict)
     cancelled: bool = False
     """The coordinator cancelled the session: the worker stops it."""
+
+    def stored(self) -> str | None:
+        """The copy kept under the request id for a repeat, when it is not the reply itself
+        (None). A claim's conversation (its system prompt the largest part) is not in it: the
+        same transaction puts the whole reply in the box, where the waiting worker takes it
+        (`boxed` says so)."""
+        if "messages" not in self.body:
+            return None
+        body = {k: v for k, v in self.body.items() if k != "messages"}
+        return self.model_copy(update={"body": {**body, "boxed": True}}).dump()
+
+    @property
+    def boxed(self) -> bool:
+        """A stored copy whose whole reply went to the box only."""
+        return bool(self.body.get("boxed"))
 
 
 class EventEnvelope(_Wire):

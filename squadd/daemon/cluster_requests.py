@@ -1,7 +1,8 @@
 """The coordinator's answers to its workers' requests: claim, records, tool, end.
 
 A claim raises the session's lease epoch and hands over the conversation so far; transcript
-records are appended and made durable (through the runtime's group commit) before the reply;
+records (a `records` request's, and the last ones an end carries) are appended and made
+durable (through the runtime's group commit) before the reply;
 squad-tool calls go through the one invocation pipeline; the end of a session wakes the route
 that waits for it. Every request but a claim must carry the current epoch and come from the
 worker whose claim holds the session, so a worker whose job moved on is refused.
@@ -269,6 +270,14 @@ class WorkerRequests:
         stale = await self._stale(request)
         if stale is not None:
             return stale
+        await self._apply_records(request)
+        return Reply(request_id=request.request_id, ok=True,
+                     cancelled=await self._cancelled(request.session_id))
+
+    async def _apply_records(self, request: Request) -> None:
+        """Append the request's transcript records not appended yet (each is numbered under
+        its epoch: a repeated request, or one redone after a crash, adds none twice), made
+        durable before this returns, and charge the model calls among them."""
         sid, epoch = request.session_id, request.epoch
         records = [r for r in request.body.get("records", []) if isinstance(r, dict)]
         async with self._lock(sid):
@@ -287,8 +296,6 @@ class WorkerRequests:
                 output_tokens=sum(int(r.get("output_tokens", 0)) for r in calls))
         if calls:
             await self._charge(sid, epoch, calls)
-        return Reply(request_id=request.request_id, ok=True,
-                     cancelled=await self._cancelled(sid))
 
     async def _charge(self, session_id: str, epoch: int, calls: list[dict[str, Any]]) -> None:
         """A worker's model calls into this coordinator's spending ledger, as a local
@@ -355,6 +362,9 @@ class WorkerRequests:
         if stale is not None:
             return stale
         body = request.body
+        # The session's last records ride with its end: durable before the route hears of it.
+        if body.get("records"):
+            await self._apply_records(request)
         remote = self._remote.get(request.session_id)
         if remote is not None and not remote.done.is_set():
             info = remote.plan.info

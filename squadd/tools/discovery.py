@@ -283,29 +283,32 @@ class ToolDiscoverer:
         return (*_stat_key(path), source, fingerprint if path.suffix != ".py" else "",
                 os.environ.get("PATH", "") if path.suffix != ".py" else "")
 
-    def _loaded(self, path: Path, source: ToolSource, settings: Settings,
-                fingerprint: str, base: Path) -> _Loaded:
-        """`path` as loaded before, unchanged since; `NotCached` when it must be read."""
+    def _lookup(self, path: Path, source: ToolSource,
+                fingerprint: str) -> _Loaded | tuple[Any, ...]:
+        """`path` as loaded before and unchanged since (or the error that it cannot be
+        stat'ed); else the key it is to be kept under once read."""
         try:
             key = self._key(path, source, fingerprint)
         except OSError as exc:
             return _Loaded((), error=f"cannot be read: {exc.strerror}")
         cached = self._files.get(path)
-        if cached is None or cached.key != key:
+        return cached if cached is not None and cached.key == key else key
+
+    def _loaded(self, path: Path, source: ToolSource, settings: Settings,
+                fingerprint: str, base: Path) -> _Loaded:
+        """`path` as loaded before, unchanged since; `NotCached` when it must be read."""
+        found = self._lookup(path, source, fingerprint)
+        if not isinstance(found, _Loaded):
             raise NotCached(str(path))
-        return cached
+        return found
 
     def _load(self, path: Path, source: ToolSource, settings: Settings,
               fingerprint: str, base: Path) -> _Loaded:
         """`path` as loaded before when unchanged, else read and loaded now."""
-        try:
-            key = self._key(path, source, fingerprint)
-        except OSError as exc:
-            return _Loaded((), error=f"cannot be read: {exc.strerror}")
-        cached = self._files.get(path)
-        if cached is not None and cached.key == key:
-            return cached
-        loaded = _Loaded(key)
+        found = self._lookup(path, source, fingerprint)
+        if isinstance(found, _Loaded):
+            return found
+        loaded = _Loaded(found)
         if has_surrogate(path.name):
             loaded.error = "the file name is not valid UTF-8: rename it (tool names come from it)"
             self._files[path] = loaded

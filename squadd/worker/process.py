@@ -55,6 +55,7 @@ from squadd.tools.builtin import workspace_tools
 from squadd.tools.discovery import ToolDiscoverer, discover_tools
 from squadd.tools.invoke import ToolInvoker
 from squadd.worker.session import (
+    EndEvents,
     ForwardingSink,
     SquadToolProxy,
     StaleLease,
@@ -81,6 +82,9 @@ class Running:
     acking: bool = False
     """Its acknowledgement is on its way: a lease renewal that finds the job gone from now on
     saw the acknowledgement, not a loss."""
+    sink: ForwardingSink | None = None
+    """The session's transcript sink: the end request carries the records it holds."""
+    events: EndEvents | None = None
 
 
 class Worker:
@@ -305,7 +309,7 @@ class Worker:
             with running.scope, telemetry.continued(delivery.job.traceparent):
                 outcome = await self._claim_and_run(running)
                 if outcome is not None:
-                    await self._request(running, "end", "end", {
+                    await self._end(running, {
                         "status": outcome.status, "answer": outcome.answer,
                         "error": outcome.error, "turns": outcome.turns,
                         "input_tokens": outcome.usage.input_tokens,
@@ -342,11 +346,23 @@ class Worker:
         drop its job; one whose end is refused stays pending and moves on after the lease."""
         delivery = running.delivery
         try:
-            await self._request(running, "end", "end", {"status": "error", "error": error})
+            await self._end(running, {"status": "error", "error": error})
             await self._ack(running)
         except Exception as exc:  # the job stays pending: after the lease it moves on
             log.error("failed session not ended", session_id=delivery.job.session_id,
                       error=f"{type(exc).__name__}: {exc}")
+
+    async def _end(self, running: Running, body: dict[str, Any]) -> None:
+        """Report the session's end, carrying the records its last flush left pending (one
+        request, not two); its end event goes out once the coordinator has them."""
+        records = running.sink.ending() if running.sink is not None else []
+        reply = await self._request(running, "end", "end", {**body, "records": records})
+        if records and not reply.ok:  # as a refused records request: the job stays pending
+            raise ClusterError(f"the coordinator did not store the session's last transcript "
+                               f"records: {reply.error}")
+        if running.sink is not None and running.events is not None:
+            running.sink.ended(len(records))
+            running.events.release()
 
     async def _request(self, running: Running, kind: str, suffix: str,
                        body: dict[str, Any]) -> Reply:
@@ -394,9 +410,10 @@ class Worker:
                 self._git, self.layout, session_id=job.session_id, agent=info.agent,
                 epoch=running.epoch, start_ref=str(space["start_ref"]),
                 author_email=str(space.get("author_email") or "{agent}@squad.local"))
-        session = AgentSession(info, self.services,
-                               sink=ForwardingSink(forward, on_cancel, self.stopping),
-                               events=self.bus, tools=Found(tools),
+        running.sink = ForwardingSink(forward, on_cancel, self.stopping)
+        running.events = EndEvents(self.bus, running.sink)
+        session = AgentSession(info, self.services, sink=running.sink,
+                               events=running.events, tools=Found(tools),
                                workspace_dir=tree.path if tree is not None else None)
         messages = [parse_message(m) for m in body.get("messages", [])]
         # Debug: one line a job costs more than its requests; its events say it started.

@@ -3,7 +3,9 @@ its squad tools.
 
 `ForwardingSink` is the session's `TranscriptSink`: making its records durable sends them to
 the coordinator and returns once it has fsynced them, so the loop advances exactly as it does on
-one host. `SquadToolProxy` forwards a squad-tool call (decide,
+one host; the records that end the session are the exception: they ride in the end request
+(`ending`), one request instead of two, and `EndEvents` holds the session's end event until
+the coordinator has them. `SquadToolProxy` forwards a squad-tool call (decide,
 memory, skill, route, status) to the coordinator's invocation pipeline. Every request carries
 the lease epoch; a refused one (`StaleLease`) stops the session without another word from this
 worker.
@@ -20,6 +22,7 @@ import anyio.from_thread
 from pydantic import BaseModel, ConfigDict
 
 from squadd.cluster.wire import Reply
+from squadd.contracts.events import AgentCompleted, AgentError, BaseEvent, EventSink
 from squadd.contracts.messages import ToolSpec
 from squadd.errors import ClusterError
 from squadd.errors import StaleLease as StaleLease
@@ -28,6 +31,8 @@ from squadd.tools.base import Tool, ToolContext, ToolResult
 
 Send = Callable[[str, str, dict[str, Any]], Awaitable[Reply]]
 """Send one request (kind, request-id suffix, body) for the session; returns the reply."""
+ENDED = frozenset({"completed", "error"})
+"""The states a session's last flush records: its records go with the end request."""
 
 
 def checked(reply: Reply) -> Reply:
@@ -40,7 +45,13 @@ def checked(reply: Reply) -> Reply:
 class ForwardingSink:
     """A worker's session's `TranscriptSink`: records are buffered, numbered in order, and
     made durable by the coordinator (`commit` sends them and waits for its fsync). System
-    prompts go inline: the coordinator keeps its own prompt files."""
+    prompts go inline: the coordinator keeps its own prompt files.
+
+    A commit whose records end the session (a state in `ENDED`) sends nothing: they stay
+    pending, and the worker's end request carries them (`ending`, then `ended`). Until the
+    coordinator has them they are not durable; a worker that dies before its end is sent
+    loses them, and the worker that takes the job over runs the last turn again, as after
+    a death during a model call."""
 
     def __init__(self, send: Send, on_cancel: Callable[[], None], stopping: anyio.Event):
         self._send = send
@@ -48,6 +59,8 @@ class ForwardingSink:
         self._on_cancel = on_cancel
         self._records: list[dict[str, Any]] = []
         self._next = 1
+        self.holding = False
+        """The session's last records wait here for the end request."""
 
     def add(self, kind: str, **fields: Any) -> None:
         # A JSON round trip now: the record is what a local transcript would hold.
@@ -80,9 +93,23 @@ class ForwardingSink:
             await self.commit()
         return _SENT
 
+    def ending(self) -> list[dict[str, Any]]:
+        """The records the end request carries: every one not yet confirmed."""
+        return list(self._records)
+
+    def ended(self, count: int) -> None:
+        """The coordinator confirmed the end carrying the first `count` pending records."""
+        del self._records[:count]
+        self.holding = False
+
     async def commit(self) -> None:
-        """Send what is pending and wait for the coordinator's fsync (from the event loop)."""
+        """Send what is pending and wait for the coordinator's fsync (from the event loop);
+        the session's last records are kept for the end request instead."""
         if not self._records:
+            return
+        if self.holding or any(r.get("kind") == "state" and r.get("state") in ENDED
+                               for r in self._records):
+            self.holding = True
             return
         records = list(self._records)
         first, last = records[0]["n"], records[-1]["n"]
@@ -113,6 +140,29 @@ class ForwardingSink:
         del self._records[:len(records)]
         if reply.cancelled:
             self._on_cancel()
+
+
+class EndEvents:
+    """The session's event sink on a worker: its end event (`agent.completed`, `agent.error`)
+    waits while the sink holds the records that end it, and is published once the
+    coordinator has them (`release`): the bus tells of an end once it is durable."""
+
+    def __init__(self, bus: EventSink, sink: ForwardingSink):
+        self._bus = bus
+        self._sink = sink
+        self._held: list[BaseEvent] = []
+
+    def publish(self, event: BaseEvent) -> None:
+        if self._sink.holding and isinstance(event, AgentCompleted | AgentError):
+            self._held.append(event)
+        else:
+            self._bus.publish(event)
+
+    def release(self) -> None:
+        """Publish the held end events (the coordinator has the session's end)."""
+        held, self._held = self._held, []
+        for event in held:
+            self._bus.publish(event)
 
 
 class _Sent:

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import anyio
+import pytest
 
 from squadd.cluster import keys
-from squadd.cluster.connection import RedisGuard
+from squadd.cluster.connection import ClusterError, RedisGuard
 from squadd.cluster.requests import (
     HEADROOM,
     INTERRUPTED,
     MIN_CONCURRENCY,
     RequestServer,
+    _whole,
     send,
 )
 from squadd.cluster.wire import Reply, Request
@@ -162,3 +164,51 @@ async def test_a_call_is_answered_its_mark_cleared_and_its_entry_acknowledged_in
     assert stats["cmdstat_exec"]["calls"] == 1
     assert await guard.client.hlen(keys.APPLYING) == 0
     assert await guard.client.get(keys.reply("r1")) == reply.dump()
+
+
+async def test_a_claims_conversation_is_kept_once_in_redis_and_reaches_the_worker_whole(
+        guard: RedisGuard) -> None:
+    """The stored copy of a reply that hands over a conversation leaves the conversation out
+    (the box has the whole reply); a worker that looks for the stored copy first, its reply
+    already waiting, still gets the whole reply from the box."""
+    conversation = [{"role": "system", "content": "You are lead. " * 200}]
+
+    async def handler(req: Request) -> Reply:
+        return Reply(request_id=req.request_id, ok=True,
+                     body={"epoch": 3, "messages": conversation})
+
+    server = RequestServer(guard, handler, reply_ttl_s=60, redo_safe=("claim",))
+    async with anyio.create_task_group() as tg:
+        await tg.start(server.run)
+        first = await send(guard, request("c1", "claim"), timeout_s=5, attempts=3)
+        stored = Reply.model_validate_json(await guard.client.get(keys.reply("c1")))
+        # As a worker whose wait ended just before the answer came finds it: the whole
+        # answer in the box, and the stored copy, which it reads first.
+        await guard.client.xadd(keys.REQUESTS, {"data": request("c2", "claim").dump()})
+        for _ in range(6000):  # until answered (bounded)
+            if await guard.client.exists(keys.reply("c2")):
+                break
+            await anyio.sleep(0.01)
+        copy = Reply.model_validate_json(await guard.client.get(keys.reply("c2")))
+        late = await _whole(guard, copy, keys.reply_box("c2"))
+        tg.cancel_scope.cancel()
+    assert first.body == {"epoch": 3, "messages": conversation} and not first.boxed
+    assert stored.boxed and "messages" not in stored.body and stored.body["epoch"] == 3
+    assert late.body == {"epoch": 3, "messages": conversation}
+    assert "You are lead" not in (await guard.client.get(keys.reply("c1")))
+
+
+async def test_a_stored_claim_reply_whose_box_is_gone_is_a_clear_cluster_error(
+        guard: RedisGuard) -> None:
+    """The whole reply taken and lost (or expired): the worker is told plainly, and its job's
+    lease moves it on, rather than running a session without its conversation."""
+    compact = Reply(request_id="c9", ok=True, body={"epoch": 1, "messages": []}).stored()
+    assert compact is not None
+    await guard.client.set(keys.reply("c9"), compact)
+    server = RequestServer(guard, lambda req: None, reply_ttl_s=60,  # type: ignore[arg-type,return-value]
+                           redo_safe=("claim",))
+    async with anyio.create_task_group() as tg:
+        await tg.start(server.run)
+        with pytest.raises(ClusterError, match="gone from its reply box"):
+            await send(guard, request("c9", "claim"), timeout_s=5, attempts=2)
+        tg.cancel_scope.cancel()

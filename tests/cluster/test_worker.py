@@ -18,12 +18,13 @@ from squadd.cluster.jobs import JobQueue
 from squadd.cluster.requests import RequestServer
 from squadd.cluster.wire import Job, Reply, Request
 from squadd.config import load_settings
+from squadd.contracts.events import AgentCompleted, BaseEvent, SessionMessage
 from squadd.contracts.messages import UserMessage, message_record
 from squadd.providers.replay import ReplayProvider, ReplayScript, ScriptedTurn
 from squadd.runtime.session_info import SessionInfo, session_meta
 from squadd.state.layout import SquadLayout
 from squadd.worker.process import Worker
-from squadd.worker.session import ForwardingSink, StaleLease, checked
+from squadd.worker.session import EndEvents, ForwardingSink, StaleLease, checked
 
 
 def make_worker(guard: RedisGuard, repo: Path) -> Worker:
@@ -171,9 +172,88 @@ async def test_the_forwarding_sink_numbers_its_records_and_sends_them_ahead_of_a
     assert [r["n"] for r in request["records"]] == [1, 2]
     assert request["records"][0]["message"] == {"role": "system", "content": "You are lead."}
     await riding.finished()  # already durable: nothing more is sent
-    sink.add("state", state="completed")
+    sink.add("note", text="between turns")
     await sink.commit()
     assert [r["suffix"] for r in sent] == ["r1-2", "r3-3"] and sink.written == 3
+
+
+async def test_the_records_that_end_a_session_wait_for_the_end_request_and_so_does_its_event(
+        ) -> None:
+    """The last flush (a completed or error state among its records) sends nothing: the
+    records stay pending for the end request to carry, and the session's end event is
+    published only once the coordinator confirmed that end."""
+    sent: list[str] = []
+
+    async def store(kind: str, suffix: str, body: dict[str, Any]) -> Reply:
+        sent.append(suffix)
+        return Reply(request_id=suffix, ok=True)
+
+    sink = ForwardingSink(store, lambda: None, anyio.Event())
+    bus: list[BaseEvent] = []
+    events = EndEvents(_ListSink(bus), sink)
+    sink.add("message", message={"role": "assistant", "content": "done"})
+    sink.add("state", state="completed", answer="done")
+    await sink.commit()
+    message = SessionMessage(session_id="s1", agent="lead", role="assistant", content="done")
+    events.publish(message)
+    completed = AgentCompleted(session_id="s1", agent="lead", answer="done")
+    events.publish(completed)
+    assert sent == [] and sink.holding and (sink.pending, sink.written) == (2, 0)
+    assert bus == [message]  # the end waits; every other event goes at once
+    await sink.commit()  # a second flush before the end sends nothing either
+    ending = sink.ending()
+    assert [(r["n"], r.get("state")) for r in ending] == [(1, None), (2, "completed")]
+    sink.ended(len(ending))
+    events.release()
+    assert (sink.pending, sink.written, sink.holding) == (0, 2, False)
+    assert bus == [message, completed] and sent == []
+
+
+class _ListSink:
+    def __init__(self, into: list[BaseEvent]):
+        self.into = into
+
+    def publish(self, event: BaseEvent) -> None:
+        self.into.append(event)
+
+
+async def test_a_finished_session_sends_its_last_records_with_its_end_in_one_request(
+        guard: RedisGuard, tmp_path: Path) -> None:
+    """A session run to its end on a worker: its final answer and completed state reach the
+    coordinator in the end request (no records request carries them), and the worker's bus
+    tells of the end only after the coordinator answered that request."""
+    seen: list[Request] = []
+    ended = anyio.Event()
+    info = SessionInfo(session_id="s1", agent="lead", model="m", task="t")
+    worker = short_lease_worker(guard, tmp_path)
+    told_before_end: list[BaseEvent] = []
+
+    async def coordinator(request: Request) -> Reply:
+        seen.append(request)
+        if request.kind == "claim":
+            return claimed(request, info)
+        if request.kind == "end":
+            while (event := subscription.get_nowait()) is not None:
+                told_before_end.append(event)
+            ended.set()
+        return Reply(request_id=request.request_id, ok=True)
+
+    with worker.bus.subscribe(types=["agent.completed"]) as subscription:
+        async with running_job_s1(guard, worker, coordinator):
+            with anyio.fail_after(60):
+                await ended.wait()
+                told = await subscription.get(within=30)
+    assert told_before_end == [] and isinstance(told, AgentCompleted), told
+    assert (seen[0].kind, seen[-1].kind) == ("claim", "end")
+    carried = [r.body.get("records") or [] for r in seen if r.kind in ("records", "end")]
+    states = [[x.get("state") for x in batch if x.get("kind") == "state"] for batch in carried]
+    assert states[-1] == ["completed"] and all("completed" not in s for s in states[:-1])
+    end = seen[-1]
+    assert end.body["status"] == "completed" and end.body["answer"] == "done"
+    messages = [x["message"] for x in end.body["records"] if x.get("kind") == "message"]
+    assert messages and messages[-1]["content"] == "done"
+    numbers = [x["n"] for batch in carried for x in batch]
+    assert numbers == list(range(1, len(numbers) + 1))  # none lost, none twice
 
 
 async def test_a_session_whose_job_redis_lost_carries_on_to_its_end(
@@ -185,7 +265,8 @@ async def test_a_session_whose_job_redis_lost_carries_on_to_its_end(
     async def coordinator(request: Request) -> Reply:
         if request.kind == "claim":
             return claimed(request, info)
-        if request.kind == "records" and not first_records.is_set():
+        # A one-turn session's first records ride with its end: the job is still held then.
+        if request.kind in ("records", "end") and not first_records.is_set():
             first_records.set()
             await lease_checked.wait()  # the session is mid-run while Redis loses its job
         if request.kind == "end":

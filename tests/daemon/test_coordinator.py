@@ -63,6 +63,36 @@ async def test_an_ended_session_leaves_nothing_behind_and_late_records_stay_appl
     assert [r["cluster"] for r in notes] == [[1, 1]]
 
 
+async def test_an_end_carrying_the_last_records_applies_them_once_when_it_is_redone(
+        tmp_path: Path) -> None:
+    """The end request carries the session's last records; handled again (its reply lost
+    when the coordinator stopped, what it kept in memory gone with it), it adds none twice
+    and none is lost."""
+    async with coordinator_on_redis(tmp_path) as here:
+        coordinator = here.coordinator
+        record_acceptance(here.layout, SessionInfo(session_id="s1", agent="lead", model="m",
+                                                   task="t"), None)
+        held_by(here.layout, "s1", "w1", 1)
+        await here.client.set(keys.epoch("s1"), 1)
+        first = Request(request_id="s1:1:r1-1", kind="records", session_id="s1", worker="w1",
+                        epoch=1, body={"records": [{"kind": "note", "n": 1, "text": "x"}]})
+        end = Request(request_id="s1:1:end", kind="end", session_id="s1", worker="w1",
+                      epoch=1, body={"status": "completed", "answer": "done", "records": [
+                          {"kind": "note", "n": 2, "text": "y"},
+                          {"kind": "state", "n": 3, "state": "completed", "answer": "done"}]})
+        async with here.runtime:
+            assert (await coordinator.handle(first)).ok
+            assert (await coordinator.handle(end)).ok
+            assert coordinator.requests._applied == {}  # forgotten: a redo reads the file
+            held_by(here.layout, "s1", "w1", 1)  # still its holder when the redo comes
+            assert (await coordinator.handle(end)).ok
+            stale = await coordinator.handle(end.model_copy(update={"epoch": 2}))
+            assert stale.refused == "stale_epoch"
+    records = read_transcript(here.layout.transcript("s1")).records
+    assert [r["cluster"] for r in records if "cluster" in r] == [[1, 1], [1, 2], [1, 3]]
+    assert [r.get("text") for r in records if r.get("kind") == "note"] == ["x", "y"]
+
+
 async def test_requests_of_a_session_whose_caller_is_gone_read_its_transcript_and_cancel_once(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     reads: list[str] = []
