@@ -24,7 +24,9 @@ KEEPALIVE_EXPIRY_S = 5.0
 
 class LeanConnectionPool(httpcore.AsyncConnectionPool):
     """`httpcore.AsyncConnectionPool` with an assignment pass linear in its connections that
-    checks for expiry only the idle connection it hands out (and the surplus it closes)."""
+    checks for expiry only the idle connection it hands out, and the oldest idle one (idle
+    connections are handed out newest first, so the oldest are the ones whose keep-alive runs
+    out: one check a pass closes them in turn, as httpcore's check of all of them did)."""
 
     def _assign_requests_to_connections(self) -> list[httpcore.AsyncConnectionInterface]:
         closing: list[httpcore.AsyncConnectionInterface] = []
@@ -34,7 +36,8 @@ class LeanConnectionPool(httpcore.AsyncConnectionPool):
             if connection.is_closed():
                 continue
             if connection.is_idle():
-                if idle >= self._max_keepalive_connections:
+                if idle >= self._max_keepalive_connections or (
+                        idle == 0 and connection.has_expired()):
                     closing.append(connection)
                     continue
                 idle += 1
@@ -81,10 +84,11 @@ class LeanConnectionPool(httpcore.AsyncConnectionPool):
 class LeanTransport(httpx.AsyncHTTPTransport):
     """httpx's own transport (its request, response and error mapping) over `LeanConnectionPool`."""
 
-    def __init__(self, *, max_connections: int = DEFAULT_MAX_CONNECTIONS):
+    def __init__(self, *, max_connections: int = DEFAULT_MAX_CONNECTIONS,
+                 keepalive_expiry_s: float = KEEPALIVE_EXPIRY_S):
         limits = httpx.Limits(max_connections=max_connections,
                               max_keepalive_connections=max_connections,
-                              keepalive_expiry=KEEPALIVE_EXPIRY_S)
+                              keepalive_expiry=keepalive_expiry_s)
         super().__init__(limits=limits)
         self.pool = self._pool = LeanConnectionPool(
             ssl_context=httpx.create_ssl_context(),

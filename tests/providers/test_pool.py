@@ -83,6 +83,34 @@ async def test_a_connection_the_server_closed_is_replaced_without_a_retry(
     assert retries == []
 
 
+async def test_an_idle_connection_past_its_keep_alive_is_closed_though_never_handed_out(
+        openai_server: OpenAIServer) -> None:
+    openai_server.respond_with(lambda body: Reply(body=OpenAIServer.text_turn("ok").body,
+                                                  delay_s=0.05))
+    transport, retries = LeanTransport(keepalive_expiry_s=1.0), []
+    provider = provider_over(openai_server, transport, retries)
+    try:
+        async with anyio.create_task_group() as tg:
+            for _ in range(2):
+                tg.start_soon(provider.complete, ask())
+        older, newer = transport.pool.connections
+        await anyio.sleep(0.5)
+        assert (await provider.complete(ask())).text == "ok"  # on the newer: its time restarts
+        for _ in range(500):  # until the older one's keep-alive ran out (5 s at most)
+            if older.has_expired():
+                break
+            await anyio.sleep(0.01)
+        assert older.has_expired()
+        assert (await provider.complete(ask())).text == "ok"
+        # Idle connections go out newest first, so the older one is never handed out again:
+        # the pass closed it all the same.
+        assert older not in transport.pool.connections
+        assert len(transport.pool.connections) == 1
+    finally:
+        await provider.aclose()
+    assert retries == []
+
+
 def test_a_proxy_in_the_environment_keeps_httpx_transports(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
