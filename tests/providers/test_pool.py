@@ -93,7 +93,7 @@ async def test_an_idle_connection_past_its_keep_alive_is_closed_though_never_han
         async with anyio.create_task_group() as tg:
             for _ in range(2):
                 tg.start_soon(provider.complete, ask())
-        older, newer = transport.pool.connections
+        older, _newer = transport.pool.connections
         await anyio.sleep(0.5)
         assert (await provider.complete(ask())).text == "ok"  # on the newer: its time restarts
         for _ in range(500):  # until the older one's keep-alive ran out (5 s at most)
