@@ -24,6 +24,7 @@ from squadd.errors import (
     UntrustedInputError,
 )
 from squadd.providers.base import RetryCallback
+from squadd.providers.pool import DEFAULT_MAX_CONNECTIONS, KEEPALIVE_EXPIRY_S, default_transport
 from squadd.providers.retry import RetryPolicy, call_with_retries, parse_retry_after
 from squadd.untrusted import MAX_JSON_DEPTH, parse_json
 
@@ -88,9 +89,18 @@ class JsonEndpoint:
         self.policy = policy or RetryPolicy()
         self.on_retry = on_retry
         self._key_hint = key_hint
-        self._client = httpx.AsyncClient(headers=headers, timeout=timeout or DEFAULT_TIMEOUT,
-                                         transport=transport,
-                                         follow_redirects=False)
+        limits = httpx.Limits(max_connections=DEFAULT_MAX_CONNECTIONS,
+                              max_keepalive_connections=DEFAULT_MAX_CONNECTIONS,
+                              keepalive_expiry=KEEPALIVE_EXPIRY_S)
+        self._client = httpx.AsyncClient(
+            headers=headers, timeout=timeout or DEFAULT_TIMEOUT, limits=limits,
+            transport=transport if transport is not None else default_transport(),
+            follow_redirects=False)
+        # Built once: every request goes to the same URL with the client's headers (httpx's
+        # defaults and ours) and a JSON body, so the client has nothing to merge per request.
+        self._url = httpx.URL(url)
+        self._headers = httpx.Headers(self._client.headers)
+        self._headers["content-type"] = "application/json"
 
     async def post(self, body: dict[str, Any]) -> dict[str, Any]:
         """Send `body`; return the answer's JSON object, or raise `ProviderError`."""
@@ -104,10 +114,17 @@ class JsonEndpoint:
     async def _attempt(self, payload: bytes) -> dict[str, Any]:
         name, url = self.provider, self.url
         try:
-            async with self._client.stream(
-                    "POST", url, content=payload,
-                    headers={"content-type": "application/json"}) as response:
+            if self._client.cookies:  # a server set some: let the client send them back
+                request = self._client.build_request("POST", self._url, headers=self._headers,
+                                                     content=payload)
+            else:
+                request = httpx.Request("POST", self._url, headers=self._headers,
+                                        content=payload)
+            response = await self._client.send(request, stream=True)
+            try:
                 body = await self._read_body(response)
+            finally:
+                await response.aclose()
         except httpx.ReadTimeout as exc:
             raise ProviderTimeoutError(
                 f"{name}: no answer from {url} within {self._client.timeout.read:g}s "
