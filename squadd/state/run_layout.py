@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from squadd.contracts.names import safe_name
 from squadd.state.inside import safe_id
@@ -28,11 +29,10 @@ class RunPaths:
     repo: Path
     _prefix: str
 
-    def inside(self, path: Path | str) -> Path:
-        raise NotImplementedError
+    if TYPE_CHECKING:  # the layout's own methods, named here for the type checker only
+        def inside(self, path: Path | str) -> Path: ...
 
-    def _p(self, *parts: str, check: bool = True) -> Path:
-        raise NotImplementedError
+        def _p(self, *parts: str, check: bool = True) -> Path: ...
 
     # Sessions and their output. squadd's transcripts live under run/ (git-ignored), apart
     # from Squad's own committed `sessions/`; a transcript an older squadd left in `sessions/`
