@@ -53,7 +53,9 @@ class LeanConnectionPool(httpcore.AsyncConnectionPool):
             found = self._available(origin, closing, busy)
             if found is None:
                 if len(self._connections) >= self._max_connections:
-                    spare = next((c for c in self._connections if c.is_idle()), None)
+                    # An idle one not already handed to a request that has yet to start on it.
+                    spare = next((c for c in self._connections
+                                  if c.is_idle() and id(c) not in busy), None)
                     if spare is None:
                         continue  # stays queued until an answer frees a connection
                     self._connections.remove(spare)
@@ -90,8 +92,10 @@ class LeanTransport(httpx.AsyncHTTPTransport):
                               max_keepalive_connections=max_connections,
                               keepalive_expiry=keepalive_expiry_s)
         super().__init__(limits=limits)
+        # The SSL context httpx just built for its own pool (loading the CA bundle is the
+        # costly part of making one), not a second one.
         self.pool = self._pool = LeanConnectionPool(
-            ssl_context=httpx.create_ssl_context(),
+            ssl_context=self._pool._ssl_context,
             max_connections=limits.max_connections,
             max_keepalive_connections=limits.max_keepalive_connections,
             keepalive_expiry=limits.keepalive_expiry)
