@@ -146,7 +146,11 @@ def _children_of(parent: int) -> dict[int, list[int]]:
 
 
 def sweep(me: int) -> None:
-    """SIGKILL every descendant of `me` and reap them, until none is left."""
+    """SIGKILL every descendant of `me` and reap them, until none is left.
+
+    Only children this pass killed are waited for: a process forked after the scan (a fork
+    bomb's) is not waited on, which could last as long as it likes, but found and killed on
+    the next pass."""
     while True:
         tree = _children_of(me)
         stack, found = list(tree.get(me, [])), []
@@ -157,8 +161,11 @@ def sweep(me: int) -> None:
         for pid in found:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
+        for pid in tree.get(me, []):
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
         try:
-            while os.waitpid(-1, 0)[0] > 0:
+            while os.waitpid(-1, os.WNOHANG)[0] > 0:
                 pass
         except ChildProcessError:
             if not found:
