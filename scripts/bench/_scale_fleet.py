@@ -58,6 +58,8 @@ class Measured:
     """Redis commands over the measured routes, by command."""
     completions: int = 0
     """Model turns the server answered over the measured routes."""
+    loop_thread: dict[str, float] = field(default_factory=dict)
+    """Of `cpu`, what each squadd process's main thread (its event loop) spent, by kind."""
 
 
 def git(repo: Path, *args: str) -> None:
@@ -177,6 +179,15 @@ class Fleet:
         return {kind: sum(cpu_s(psutil.Process(p.pid)) for p in procs)
                 for kind, procs in self.procs.items()}
 
+    def _loop_snapshot(self) -> dict[str, float]:
+        """CPU seconds of each squadd process's main thread, summed by kind."""
+        out: dict[str, float] = {}
+        for kind, pid in _squadd_kinds(self.procs):
+            main = next((t for t in psutil.Process(pid).threads() if t.id == pid), None)
+            if main is not None:
+                out[kind] = out.get(kind, 0.0) + main.user_time + main.system_time
+        return out
+
     def _redis_calls(self) -> dict[str, int]:
         if self.redis is None:
             return {}
@@ -274,6 +285,7 @@ class Fleet:
                                      + (self.root / f"client{n}.err").read_text()[-2000:])
             probing = self._probe_start() if self.probes is not None else []
             cpu_before, calls_before = self._snapshot(), self._redis_calls()
+            loop_before = self._loop_snapshot()
             turns_before = self._completions()
             began = time.perf_counter()
             for client in started:
@@ -283,6 +295,7 @@ class Fleet:
             answers = [json.loads(_line(client.stdout) or "{}") for client in started]
             elapsed = time.perf_counter() - began
             cpu_after, calls_after = self._snapshot(), self._redis_calls()
+            loop_after = self._loop_snapshot()
             turns = self._completions() - turns_before
             if self.probes is not None:
                 self._probe_stop(probing, routes)
@@ -304,7 +317,9 @@ class Fleet:
                         {kind: cpu_after[kind] - cpu_before.get(kind, 0.0) for kind in cpu_after},
                         {name: calls - calls_before.get(name, 0)
                          for name, calls in calls_after.items()
-                         if calls - calls_before.get(name, 0) > 0}, turns)
+                         if calls - calls_before.get(name, 0) > 0}, turns,
+                        {kind: loop_after[kind] - loop_before.get(kind, 0.0)
+                         for kind in loop_after})
 
 
 SYSCALLS = "fsync,fdatasync,write,writev,sendto,sendmsg,recvfrom,read,openat,epoll_wait"

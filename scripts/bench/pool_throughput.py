@@ -176,6 +176,8 @@ async def alternate(root: Path, routes: int, concurrency: int, delay_s: float, r
                 peer = await anyio.to_thread.run_sync(peers.ask, {"run": "pydantic_ai"})
             done.append(Round(rate, split, float(peer.get("pydantic_ai_routes_per_s", math.nan)),
                               float(peer.get("pydantic_ai_cpu_s_per_route", math.nan))))
+    if base_url is not None:  # ours, not the runtime's: its connections are closed here
+        await model.aclose()
     return done
 
 

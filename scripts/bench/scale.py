@@ -99,6 +99,10 @@ def show(measured: Measured, bound: float) -> None:
         f"{rate / bound:.2f} of the bound {bound:.0f}/s; CPU ms a route: "
         + ", ".join(f"{kind} {costs[kind]:.2f}" for kind in KINDS if kind in costs)
         + f"; model turns a route {measured.completions / measured.routes:.2f}")
+    if measured.loop_thread:
+        say("  of which the event loop's thread: " + ", ".join(
+            f"{kind} {seconds * 1000 / measured.routes:.2f}"
+            for kind, seconds in measured.loop_thread.items()))
     if measured.redis_calls:
         top = sorted(measured.redis_calls.items(), key=lambda item: -item[1])
         say(f"  redis commands a route: {sum(measured.redis_calls.values()) / measured.routes:.1f}"

@@ -92,15 +92,21 @@ class JsonEndpoint:
         limits = httpx.Limits(max_connections=DEFAULT_MAX_CONNECTIONS,
                               max_keepalive_connections=DEFAULT_MAX_CONNECTIONS,
                               keepalive_expiry=KEEPALIVE_EXPIRY_S)
+        transport = transport if transport is not None else default_transport()
         self._client = httpx.AsyncClient(
             headers=headers, timeout=timeout or DEFAULT_TIMEOUT, limits=limits,
-            transport=transport if transport is not None else default_transport(),
-            follow_redirects=False)
+            transport=transport, follow_redirects=False)
         # Built once: every request goes to the same URL with the client's headers (httpx's
-        # defaults and ours) and a JSON body, so the client has nothing to merge per request.
+        # defaults and ours), its timeouts and a JSON body, so there is nothing to merge per
+        # request.
         self._url = httpx.URL(url)
         self._headers = httpx.Headers(self._client.headers)
         self._headers["content-type"] = "application/json"
+        self._extensions = {"timeout": self._client.timeout.as_dict()}
+        # With no proxy to route through, requests go straight to the one transport: the
+        # client's send (auth, redirects, hooks, a cookie-jar pass on every answer) has
+        # nothing to do for a POST that follows no redirect, and cost a third of the call.
+        self._direct = transport
 
     async def post(self, body: dict[str, Any]) -> dict[str, Any]:
         """Send `body`; return the answer's JSON object, or raise `ProviderError`."""
@@ -119,8 +125,14 @@ class JsonEndpoint:
                                                      content=payload)
             else:
                 request = httpx.Request("POST", self._url, headers=self._headers,
-                                        content=payload)
-            response = await self._client.send(request, stream=True)
+                                        content=payload, extensions=self._extensions)
+            if self._direct is None:
+                response = await self._client.send(request, stream=True)
+            else:
+                response = await self._direct.handle_async_request(request)
+                response.request = request
+                if "set-cookie" in response.headers:
+                    self._client.cookies.extract_cookies(response)
             try:
                 body = await self._read_body(response)
             finally:

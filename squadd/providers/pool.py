@@ -1,18 +1,23 @@
-"""The HTTP providers' connection pool: httpx's transport over a pool that does one pass a request.
+"""The HTTP providers' connection pool: httpx's client over aiohttp's connector.
 
-httpcore's pool walks every connection on each request and each answer, asks every idle one
-whether its socket became readable (a `poll` system call each), and counts the connections once
-per idle connection (quadratic in the pool's size). `LeanConnectionPool` keeps its rules — a
-bound on connections and on idle ones, keep-alive expiry, a server-closed connection never
-reused — but asks only the connection it is about to hand out, newest first.
+A provider builds its requests and reads its answers with httpx (one client API; tests swap in
+`httpx.MockTransport`). What goes over the wire is aiohttp's: its connector keeps a bounded pool
+of kept-alive connections and its HTTP parser is llhttp, in C. httpx's own transport (httpcore
+and h11, pure Python) spent about six times the CPU on each call to a model server
+(`scripts/bench/provider_http.py`). `AiohttpTransport` maps httpx's timeouts onto aiohttp's and
+aiohttp's errors back onto httpx's, so callers see only httpx. It speaks HTTP/1.1 and needs
+asyncio (squadd's loop); where the environment names a proxy, `default_transport` leaves httpx
+its own transports, which route through it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import ssl
 import urllib.request
-from typing import Any
+from collections.abc import AsyncIterator
 
-import httpcore
+import aiohttp
 import httpx
 
 DEFAULT_MAX_CONNECTIONS = 100
@@ -20,88 +25,122 @@ DEFAULT_MAX_CONNECTIONS = 100
 so that a pool of sessions busier than httpx's 20 kept-alive ones does not reconnect per turn."""
 KEEPALIVE_EXPIRY_S = 5.0
 """How long an idle connection is kept (httpx's default)."""
+_READ_CHUNK = 65536
+
+_TimeoutKey = tuple[float | None, float | None, float | None]
 
 
-class LeanConnectionPool(httpcore.AsyncConnectionPool):
-    """`httpcore.AsyncConnectionPool` with an assignment pass linear in its connections that
-    checks for expiry only the idle connection it hands out, and the oldest idle one (idle
-    connections are handed out newest first, so the oldest are the ones whose keep-alive runs
-    out: one check a pass closes them in turn, as httpcore's check of all of them did)."""
+class _Body(httpx.AsyncByteStream):
+    """An answer's body as aiohttp reads it off the socket, its errors as httpx's."""
 
-    def _assign_requests_to_connections(self) -> list[httpcore.AsyncConnectionInterface]:
-        closing: list[httpcore.AsyncConnectionInterface] = []
-        kept: list[httpcore.AsyncConnectionInterface] = []
-        idle = 0
-        for connection in self._connections:
-            if connection.is_closed():
-                continue
-            if connection.is_idle():
-                if idle >= self._max_keepalive_connections or (
-                        idle == 0 and connection.has_expired()):
-                    closing.append(connection)
-                    continue
-                idle += 1
-            kept.append(connection)
-        self._connections = kept
-        # A connection handed to a request that has not started on it yet still looks
-        # available: skip those too (HTTP/1.1 takes one request at a time), or the second
-        # request handed the same one finds it busy and goes round the pool again.
-        busy = {id(request.connection) for request in self._requests
-                if request.connection is not None}
-        for pool_request in [request for request in self._requests if request.is_queued()]:
-            origin = pool_request.request.url.origin
-            found = self._available(origin, closing, busy)
-            if found is None:
-                if len(self._connections) >= self._max_connections:
-                    # An idle one not already handed to a request that has yet to start on it.
-                    spare = next((c for c in self._connections
-                                  if c.is_idle() and id(c) not in busy), None)
-                    if spare is None:
-                        continue  # stays queued until an answer frees a connection
-                    self._connections.remove(spare)
-                    closing.append(spare)
-                found = self.create_connection(origin)
-                self._connections.append(found)
-            busy.add(id(found))
-            pool_request.assign_to_connection(found)
-        return closing
+    def __init__(self, response: aiohttp.ClientResponse, request: httpx.Request):
+        self._response = response
+        self._request = request
 
-    def _available(self, origin: httpcore.Origin, closing: list[Any], busy: set[int],
-                   ) -> httpcore.AsyncConnectionInterface | None:
-        """The newest connection not in `busy` that can take a request to `origin` now;
-        expired ones met on the way (keep-alive ran out, or the server closed it) go to
-        `closing`."""
-        for connection in reversed(list(self._connections)):
-            if id(connection) in busy or not (connection.can_handle_request(origin)
-                                              and connection.is_available()):
-                continue
-            if connection.has_expired():
-                self._connections.remove(connection)
-                closing.append(connection)
-                continue
-            return connection
-        return None
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            while chunk := await self._response.content.read(_READ_CHUNK):
+                yield chunk
+        except Exception as exc:
+            raise _as_httpx(exc, self._request) from exc
+
+    async def aclose(self) -> None:
+        # Read to its end, it goes back to the pool; stopped early (a limit), it is closed.
+        self._response.release()
 
 
-class LeanTransport(httpx.AsyncHTTPTransport):
-    """httpx's own transport (its request, response and error mapping) over `LeanConnectionPool`."""
+class AiohttpTransport(httpx.AsyncBaseTransport):
+    """httpx requests sent through one `aiohttp.ClientSession` of at most `max_connections`
+    connections, idle ones kept `keepalive_expiry_s`. The session is made on first use, on the
+    loop that uses it (so the transport can be built outside one)."""
 
     def __init__(self, *, max_connections: int = DEFAULT_MAX_CONNECTIONS,
-                 keepalive_expiry_s: float = KEEPALIVE_EXPIRY_S):
-        limits = httpx.Limits(max_connections=max_connections,
-                              max_keepalive_connections=max_connections,
-                              keepalive_expiry=keepalive_expiry_s)
-        super().__init__(limits=limits)
-        # The SSL context httpx just built for its own pool (loading the CA bundle is the
-        # costly part of making one), not a second one.
-        self.pool = self._pool = LeanConnectionPool(
-            ssl_context=self._pool._ssl_context,
-            max_connections=limits.max_connections,
-            max_keepalive_connections=limits.max_keepalive_connections,
-            keepalive_expiry=limits.keepalive_expiry)
+                 keepalive_expiry_s: float = KEEPALIVE_EXPIRY_S,
+                 ssl_context: ssl.SSLContext | None = None):
+        self.max_connections = max_connections
+        self.keepalive_expiry_s = keepalive_expiry_s
+        self._ssl_context = ssl_context
+        self._session: aiohttp.ClientSession | None = None
+        self._timeouts: dict[_TimeoutKey, aiohttp.ClientTimeout] = {}
+
+    @property
+    def connector(self) -> aiohttp.BaseConnector | None:
+        """The pool (None before the first request)."""
+        return None if self._session is None else self._session.connector
+
+    def _open(self) -> aiohttp.ClientSession:
+        if self._ssl_context is None:  # loading the CA bundle is the costly part: once
+            self._ssl_context = httpx.create_ssl_context()
+        connector = aiohttp.TCPConnector(
+            limit=self.max_connections, limit_per_host=0,
+            keepalive_timeout=self.keepalive_expiry_s, ssl=self._ssl_context)
+        # httpx does the rest: cookies, redirects (not followed), decompression, the headers.
+        self._session = aiohttp.ClientSession(
+            connector=connector, cookie_jar=aiohttp.DummyCookieJar(), auto_decompress=False,
+            skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
+            timeout=aiohttp.ClientTimeout(total=None), trust_env=False)
+        return self._session
+
+    def _timeout(self, request: httpx.Request) -> aiohttp.ClientTimeout:
+        limits: dict[str, float | None] = request.extensions.get("timeout", {})
+        key = (limits.get("pool"), limits.get("connect"), limits.get("read"))
+        found = self._timeouts.get(key)
+        if found is None:
+            pool, connect, read = key
+            # aiohttp's `connect` covers waiting for a free connection and opening one.
+            waited = None if pool is None and connect is None else (pool or 0) + (connect or 0)
+            found = self._timeouts[key] = aiohttp.ClientTimeout(
+                total=None, connect=waited, sock_connect=connect, sock_read=read)
+        return found
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        session = self._session or self._open()
+        body = await request.aread()
+        headers = [(name.decode("latin-1"), value.decode("latin-1"))
+                   for name, value in request.headers.raw]
+        try:
+            response = await session.request(
+                request.method, str(request.url), headers=headers, data=body or None,
+                allow_redirects=False, timeout=self._timeout(request))
+        except Exception as exc:
+            raise _as_httpx(exc, request) from exc
+        return httpx.Response(response.status, headers=response.raw_headers,
+                              stream=_Body(response, request), request=request,
+                              extensions={"http_version": b"HTTP/1.1",
+                                          "reason_phrase": (response.reason or "").encode()})
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            session, self._session = self._session, None
+            await session.close()
+
+
+def _as_httpx(exc: Exception, request: httpx.Request) -> Exception:
+    """aiohttp's (and the socket's) error as the httpx one a caller of httpx expects."""
+    message = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    kind: type[httpx.TransportError]
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        kind = httpx.ConnectTimeout
+    elif isinstance(exc, (aiohttp.ServerTimeoutError, asyncio.TimeoutError)):
+        kind = httpx.ReadTimeout
+    elif isinstance(exc, aiohttp.ClientConnectorError):
+        kind = httpx.ConnectError
+    elif isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError,
+                          aiohttp.ClientResponseError)):
+        kind = httpx.RemoteProtocolError
+    elif isinstance(exc, (aiohttp.ClientOSError, OSError)):
+        kind = httpx.ReadError
+    elif isinstance(exc, aiohttp.InvalidURL):
+        return httpx.InvalidURL(f"{message} ({request.url})")
+    elif isinstance(exc, aiohttp.ClientError):
+        kind = httpx.RemoteProtocolError
+    else:
+        return exc
+    return kind(message, request=request)
 
 
 def default_transport() -> httpx.AsyncBaseTransport | None:
-    """The transport a provider's client uses when none is given: `LeanTransport`, unless the
-    environment names a proxy (then None: httpx's own transports, which route through it)."""
-    return None if urllib.request.getproxies() else LeanTransport()
+    """The transport a provider's client uses when none is given: `AiohttpTransport`, unless
+    the environment names a proxy (then None: httpx's own transports, which route through it)."""
+    return None if urllib.request.getproxies() else AiohttpTransport()
+

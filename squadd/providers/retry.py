@@ -116,6 +116,27 @@ async def call_with_retries(
     last failure is raised again, its message saying how many attempts were made and why
     squadd stopped.
     """
+    # The first attempt runs bare: most calls succeed at once, and building tenacity's loop
+    # costs more than the call's own JSON. A retryable failure becomes the loop's first
+    # attempt, so waits, counts and messages are what they would have been.
+    try:
+        return await attempt()
+    except ProviderError as exc:
+        if not exc.retryable:
+            raise
+        first = [exc]
+    return await _retried(attempt, first, provider=provider, policy=policy, on_retry=on_retry)
+
+
+async def _retried(
+    attempt: Callable[[], Awaitable[T]],
+    first: list[ProviderError],
+    *,
+    provider: str,
+    policy: RetryPolicy,
+    on_retry: RetryCallback | None,
+) -> T:
+    """The retry loop, its first attempt the failure in `first`."""
     plan = _Plan()
     # backoff_s, 2x, 4x ... up to backoff_max_s, plus up to backoff_s of random jitter.
     backoff = (wait_exponential(multiplier=policy.backoff_s, max=policy.backoff_max_s)
@@ -171,6 +192,8 @@ async def call_with_retries(
     )
 
     async def run() -> T:  # tenacity awaits only what it sees is a coroutine function
+        if first:
+            raise first.pop()
         return await attempt()
 
     return await retrying(run)

@@ -189,7 +189,7 @@ class SpendingLedger:
 
     def record(self, spend: Spend) -> None:
         """Append `spend` durably, then count it (blocking)."""
-        line = json.dumps(asdict(spend), separators=(",", ":")) + "\n"
+        line = json.dumps(vars(spend), separators=(",", ":")) + "\n"
         append_fsync(self.layout.spend_file(utc_day(spend.ts)), line)
         with self._lock:
             self._roll()
@@ -228,7 +228,7 @@ class SpendingLedger:
             by_day: dict[str, list[str]] = {}
             for spend in batch:
                 by_day.setdefault(utc_day(spend.ts), []).append(
-                    json.dumps(asdict(spend), separators=(",", ":")) + "\n")
+                    json.dumps(vars(spend), separators=(",", ":")) + "\n")
             for day, lines in by_day.items():
                 try:
                     await anyio.to_thread.run_sync(

@@ -11,6 +11,7 @@ start; files that did not change since the last run are not loaded again.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import threading
@@ -113,31 +114,55 @@ def cycod_user_tools_dir(environ: Mapping[str, str] | None = None) -> Path:
     return Path(env.get("HOME") or Path.home()) / ".cycod" / "tools"
 
 
-def cycod_global_tools_dir(settings: Settings,
-                           environ: Mapping[str, str] | None = None) -> Path:
-    if settings.tools.cycod_global_dir:
-        return Path(settings.tools.cycod_global_dir).expanduser()
+def cycod_global_tools_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """CYCOD's machine-wide tool folder (unless `tools.cycod_global_dir` names another)."""
     if sys.platform == "win32":
         env = os.environ if environ is None else environ
         return Path(env.get("ProgramData") or "C:\\ProgramData") / ".cycod" / "tools"
     return Path("/etc/.cycod/tools")
 
 
+_DIR_VARIABLES = ("XDG_CONFIG_HOME", "HOME", "ProgramData")
+"""The environment variables the tool folders' places are made from."""
+
+
+@functools.lru_cache(maxsize=64)
+def _named_dirs(layout: SquadLayout, extra_dirs: tuple[str, ...], cycod_dirs: bool,
+                cycod_global_dir: str, named: tuple[tuple[str, str], ...]) -> tuple[ToolDir, ...]:
+    """The folders the settings and environment name, in order (remembered: a session's
+    opening asks for them, and building the paths cost more than looking in them)."""
+    environ = dict(named)
+    dirs = [ToolDir(layout.tools_dir, "project"), ToolDir(user_tools_dir(environ), "user")]
+    for extra in extra_dirs:
+        path = Path(extra).expanduser()
+        dirs.append(ToolDir(path if path.is_absolute() else layout.repo / path, "extra"))
+    if cycod_dirs:
+        global_dir = Path(cycod_global_dir).expanduser() if cycod_global_dir \
+            else cycod_global_tools_dir(environ)
+        dirs += [ToolDir(layout.cycod_tools_dir, "cycod-project"),
+                 ToolDir(cycod_user_tools_dir(environ), "cycod-user"),
+                 ToolDir(global_dir, "cycod-global")]
+    return tuple(dirs)
+
+
 def tool_dirs(layout: SquadLayout, settings: Settings,
               environ: Mapping[str, str] | None = None) -> list[ToolDir]:
     """The folders searched, first wins; an extra folder may be relative to the repo."""
-    dirs = [ToolDir(layout.tools_dir, "project"), ToolDir(user_tools_dir(environ), "user")]
-    for extra in settings.tools.extra_dirs:
-        path = Path(extra).expanduser()
-        dirs.append(ToolDir(path if path.is_absolute() else layout.repo / path, "extra"))
-    if settings.tools.cycod_dirs:
-        dirs += [ToolDir(layout.cycod_tools_dir, "cycod-project"),
-                 ToolDir(cycod_user_tools_dir(environ), "cycod-user"),
-                 ToolDir(cycod_global_tools_dir(settings, environ), "cycod-global")]
+    env = os.environ if environ is None else environ
+    tools = settings.tools
+    named = {name: env[name] for name in _DIR_VARIABLES if name in env}
+    dirs = _named_dirs(layout, tuple(tools.extra_dirs), tools.cycod_dirs,
+                       tools.cycod_global_dir or "", tuple(named.items()))
     unique: list[ToolDir] = []
-    seen: set[str] = set()
+    seen: set[object] = set()
     for folder in dirs:
-        key = os.path.realpath(folder.path)
+        # One folder named twice (a link, an extra folder that is the project's) by its
+        # inode: a stat a folder, where resolving the path cost a stat a component.
+        try:
+            st = folder.path.stat()
+            key: object = (st.st_dev, st.st_ino)
+        except OSError:  # not there (yet): nothing to list twice, but name it once
+            key = folder.path
         if key not in seen:
             seen.add(key)
             unique.append(folder)

@@ -20,7 +20,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("squadd.runtime", "squadd.daemon.app", "squadd.daemon.server", "squadd.config",
          "squadd.tools", "squadd.providers", "squadd.scribe", "squadd.workspaces",
          "starlette", "uvicorn", "httpx", "pydantic", "anyio", "structlog", "yaml", "griffe",
-         "textual", "mcp", "redis", "http.client")
+         "textual", "mcp", "redis", "http.client", "aiohttp")
 
 # One process asks every command for its help in turn and notes the heavy modules loaded
 # after each: the first command to load one is the one that imports it.

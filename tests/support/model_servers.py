@@ -60,6 +60,8 @@ class ReceivedRequest:
     raw: bytes
     arrived: float
     """time.monotonic() when the request arrived."""
+    client_port: int = 0
+    """The port the request came from: one per client connection."""
 
 
 Responder = Callable[[Any], "Reply | dict[str, Any]"]
@@ -227,7 +229,7 @@ class ModelServer(ABC):
         request = ReceivedRequest(
             method=handler.command, path=handler.path,
             headers={k.lower(): v for k, v in handler.headers.items()}, body=body, raw=raw,
-            arrived=arrived)
+            arrived=arrived, client_port=handler.client_address[1])
         with self._arrived:
             self._requests.append(request if self.keep_bodies
                                   else dataclasses.replace(request, body=None, raw=b""))

@@ -209,6 +209,21 @@ def test_extra_dirs_come_last_and_may_be_relative_to_the_repo(layout: SquadLayou
     assert [s.tool.source for s in found.shadowed] == ["extra"]
 
 
+def test_a_folder_named_twice_is_searched_once_and_the_environment_is_read_each_time(
+        layout: SquadLayout, tmp_path: Path) -> None:
+    write(layout.tools_dir, "greet.py", GREET.replace("{where}", "project"))
+    (tmp_path / "link").symlink_to(layout.tools_dir)
+    settings = Settings(tools=ToolsSettings(extra_dirs=[
+        str(tmp_path / "link"), str(layout.tools_dir), str(tmp_path / "missing"),
+        str(tmp_path / "missing")]))
+    environ = {"XDG_CONFIG_HOME": str(tmp_path / "one"), "HOME": str(tmp_path)}
+    assert [(d.source, d.path) for d in tool_dirs(layout, settings, environ)][:3] == [
+        ("project", layout.tools_dir), ("user", tmp_path / "one" / "squadd" / "tools"),
+        ("extra", tmp_path / "missing")]
+    environ["XDG_CONFIG_HOME"] = str(tmp_path / "two")
+    assert tool_dirs(layout, settings, environ)[1].path == tmp_path / "two" / "squadd" / "tools"
+
+
 def test_a_builtin_name_cannot_be_taken_and_is_listed_as_shadowed(layout: SquadLayout) -> None:
     write(layout.tools_dir, "squad_decide.yaml", "description: Mine\nbash: echo x\n")
     found = discover(layout, builtin_names=["squad_decide"])
