@@ -1,6 +1,7 @@
 """The Redis connection: made from the cluster settings and a password found outside `.squad/`,
-with timeouts on every socket wait, and `RedisGuard`, which retries an operation across a Redis
-restart with tenacity (bounded by `cluster.redis_down_s`) and reports the outage and the return.
+with timeouts on every socket wait and commands packed in C, and `RedisGuard`, which retries an
+operation across a Redis restart with tenacity (bounded by `cluster.redis_down_s`) and reports
+the outage and the return.
 """
 
 from __future__ import annotations
@@ -8,13 +9,16 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis.asyncio as aioredis
 import structlog
 import tenacity
+from redis.asyncio.connection import AbstractConnection
+from redis.connection import HiredisRespSerializer
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.utils import HIREDIS_AVAILABLE
 
 from squadd.errors import ClusterError as ClusterError
 
@@ -56,10 +60,36 @@ def connect(url: str, password: str | None = None) -> aioredis.Redis:
     if not url:
         raise ClusterError("no cluster URL: pass --cluster redis://HOST:PORT/DB or set "
                            "[cluster] url")
-    return aioredis.Redis.from_url(
+    client = aioredis.Redis.from_url(
         url, password=password, decode_responses=True, socket_timeout=SOCKET_TIMEOUT_S,
         socket_connect_timeout=CONNECT_TIMEOUT_S, health_check_interval=10,
         retry_on_timeout=False)
+    pool = client.connection_pool
+    pool.connection_class = packed_in_c(pool.connection_class)
+    return client
+
+
+_PACKED: dict[str, type[AbstractConnection]] = {}
+
+
+def packed_in_c(base: type[AbstractConnection]) -> type[AbstractConnection]:
+    """`base` (the connection class the URL's scheme chose) packing its commands with hiredis,
+    the bytes redis-py's blocking client sends when hiredis is installed; its asyncio client
+    packs them in Python, a quarter of the speed and a tenth of a cluster route's CPU."""
+    if not HIREDIS_AVAILABLE or base.__name__.startswith("CPacked"):
+        return base
+    key = f"{base.__module__}.{base.__qualname__}"
+    if key in _PACKED:
+        return _PACKED[key]
+    serializer = HiredisRespSerializer()
+
+    class Packed(base):  # type: ignore[valid-type,misc]
+        def pack_command(self, *args: Any) -> list[bytes]:
+            return serializer.pack(*args)  # type: ignore[no-any-return]
+
+    Packed.__name__ = Packed.__qualname__ = f"CPacked{base.__name__}"
+    _PACKED[key] = Packed
+    return Packed
 
 
 class RedisGuard:

@@ -7,7 +7,7 @@ and consecutive messages of one role are merged, as the API wants roles to alter
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -19,9 +19,10 @@ from squadd.contracts.messages import (
     Message,
     StopReason,
     ToolCall,
+    ToolSpec,
 )
 from squadd.providers.arguments import tool_call
-from squadd.providers.base import CompletionRequest, RetryCallback
+from squadd.providers.base import CompletionRequest, RetryCallback, ToolsJson
 from squadd.providers.http import (
     DEFAULT_MAX_RESPONSE_BYTES,
     JsonEndpoint,
@@ -75,6 +76,7 @@ class AnthropicProvider:
             timeout=timeout, policy=policy, on_retry=on_retry,
             key_hint=key_hint(api_key, api_key_env), transport=transport,
             max_response_bytes=max_response_bytes)
+        self._tools_json = ToolsJson(_tool_specs)
 
     @classmethod
     def from_settings(
@@ -100,10 +102,8 @@ class AnthropicProvider:
                                 "messages": messages}
         if system:
             body["system"] = system
-        if request.tools:
-            body["tools"] = [{"name": t.name, "description": t.description,
-                              "input_schema": t.parameters} for t in request.tools]
-        data = await self._endpoint.post(body)
+        tools = {"tools": self._tools_json(request.tools)} if request.tools else None
+        data = await self._endpoint.post(body, tools)
         return self._completion(data, model)
 
     async def aclose(self) -> None:
@@ -186,3 +186,8 @@ def _blocks(message: Message) -> list[dict[str, Any]]:
                        "input": call.arguments if call.arguments_error is None else {}})
     return blocks
 
+
+def _tool_specs(specs: Sequence[ToolSpec]) -> list[dict[str, Any]]:
+    """Anthropic's `tools` array for `specs`."""
+    return [{"name": t.name, "description": t.description, "input_schema": t.parameters}
+            for t in specs]

@@ -7,6 +7,7 @@ and a stop reason come out. Providers import nothing of squadd above `contracts`
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -62,3 +63,32 @@ def tool_specs(specs: Sequence[ToolSpec]) -> list[dict[str, Any]]:
          "function": {"name": s.name, "description": s.description, "parameters": s.parameters}}
         for s in specs
     ]
+
+
+TOOLS_JSON_KEPT = 64
+"""Sets of tool specs whose encoded `tools` member a provider keeps."""
+
+
+class ToolsJson:
+    """A request body's `tools` member for a set of tool specs, as JSON text, encoded once.
+
+    A session asks with the same spec objects turn after turn, and sessions of one toolset
+    share them (`Tool.spec` keeps its spec), while their schemas are most of a request's
+    bytes. Kept by the specs' identities, the specs held with the text (so no id is reused
+    while it is kept), at most `TOOLS_JSON_KEPT` sets, the oldest dropped first.
+    """
+
+    def __init__(self, shape: Callable[[Sequence[ToolSpec]], list[dict[str, Any]]]):
+        self._shape = shape
+        self._kept: dict[tuple[int, ...], tuple[tuple[ToolSpec, ...], str]] = {}
+
+    def __call__(self, specs: Sequence[ToolSpec]) -> str:
+        key = tuple(map(id, specs))
+        found = self._kept.get(key)
+        if found is not None:
+            return found[1]
+        text = json.dumps(self._shape(specs))
+        if len(self._kept) >= TOOLS_JSON_KEPT:
+            del self._kept[next(iter(self._kept))]
+        self._kept[key] = (tuple(specs), text)
+        return text

@@ -108,9 +108,11 @@ class JsonEndpoint:
         # nothing to do for a POST that follows no redirect, and cost a third of the call.
         self._direct = transport
 
-    async def post(self, body: dict[str, Any]) -> dict[str, Any]:
-        """Send `body`; return the answer's JSON object, or raise `ProviderError`."""
-        payload = json.dumps(body).encode("utf-8")
+    async def post(self, body: dict[str, Any],
+                   encoded: Mapping[str, str] | None = None) -> dict[str, Any]:
+        """Send `body`, with the members in `encoded` (JSON texts) after its own; return the
+        answer's JSON object, or raise `ProviderError`."""
+        payload = with_members(json.dumps(body), encoded).encode("utf-8")
         return await call_with_retries(lambda: self._attempt(payload), provider=self.provider,
                                        policy=self.policy, on_retry=self.on_retry)
 
@@ -200,6 +202,15 @@ class JsonEndpoint:
             return RetryableStatusError(message, provider=name, status=status,
                                         retry_after_s=parse_retry_after(response.headers))
         return ProviderError(message, provider=name, status=status, retryable=False)
+
+
+def with_members(text: str, encoded: Mapping[str, str] | None) -> str:
+    """The JSON object `text` with the members of `encoded` (values already JSON) added last,
+    written as `json.dumps` writes them."""
+    if not encoded:
+        return text
+    members = ", ".join(f"{json.dumps(key)}: {value}" for key, value in encoded.items())
+    return "{" + members + "}" if text == "{}" else text[:-1] + ", " + members + "}"
 
 
 async def _read_up_to(response: httpx.Response, limit: int) -> bytes:

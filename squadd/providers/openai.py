@@ -16,7 +16,7 @@ from squadd.config import ProviderSettings
 from squadd.contracts.messages import Completion, ImagePart, Message, StopReason, ToolCall
 from squadd.errors import ProviderError
 from squadd.providers.arguments import arguments_json, tool_call
-from squadd.providers.base import CompletionRequest, RetryCallback, tool_specs
+from squadd.providers.base import CompletionRequest, RetryCallback, ToolsJson, tool_specs
 from squadd.providers.http import (
     DEFAULT_MAX_RESPONSE_BYTES,
     JsonEndpoint,
@@ -69,6 +69,7 @@ class OpenAIProvider:
             timeout=timeout, policy=policy, on_retry=on_retry,
             key_hint=key_hint(api_key, api_key_env), transport=transport,
             max_response_bytes=max_response_bytes)
+        self._tools_json = ToolsJson(tool_specs)
 
     @classmethod
     def from_settings(
@@ -94,9 +95,8 @@ class OpenAIProvider:
             "messages": to_openai_messages(request.messages),
             "max_tokens": request.max_tokens,
         }
-        if request.tools:
-            body["tools"] = tool_specs(request.tools)
-        data = await self._endpoint.post(body)
+        tools = {"tools": self._tools_json(request.tools)} if request.tools else None
+        data = await self._endpoint.post(body, tools)
         return self._completion(data, model)
 
     async def aclose(self) -> None:

@@ -1,5 +1,5 @@
 """Redis going away: operations wait through a restart (reported), and fail clearly past the
-bound."""
+bound; commands are packed in C, to the bytes redis-py's own packer makes."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from pathlib import Path
 
 import anyio
 import pytest
+from redis.asyncio.connection import Connection
+from redis.exceptions import DataError
 
 from squadd.cluster.connection import ClusterError, RedisGuard, connect
 from tests.support.redis_server import RedisServer
@@ -71,3 +73,21 @@ def test_doctor_on_a_redis_no_coordinator_used_yet_warns_of_no_worker(tmp_path: 
     assert result.status == "warn", result
     assert result.summary == "Redis reachable, but no worker is alive"
     assert not any("squadd:jobs:" in d for d in result.details), result.details
+
+
+async def test_commands_are_packed_in_c_and_mean_what_the_python_packer_sent(
+        guard: RedisGuard) -> None:
+    client = guard.client
+    pool = client.connection_pool
+    assert pool.connection_class.__name__ == "CPackedConnection"
+    args = ("XADD", "s", "*", "text", "é\u2028 ok", "n", 7, "x", 0.1, "raw", b"\x00\xff")
+    packed = pool.make_connection().pack_command(*args)  # type: ignore[no-untyped-call]
+    assert b"".join(packed) == b"".join(Connection().pack_command(*args))
+    async with client.pipeline(transaction=True) as pipe:
+        pipe.xadd("s", {"text": "é\u2028 ok", "n": 7, "x": 0.1})
+        pipe.xrange("s")
+        _, [(_, fields)] = await pipe.execute()
+    assert fields == {"text": "é\u2028 ok", "n": "7", "x": "0.1"}
+    with pytest.raises(DataError):
+        await client.set("k", None)  # type: ignore[arg-type]
+    assert connect(guard.url).connection_pool.connection_class is pool.connection_class

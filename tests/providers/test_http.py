@@ -1,14 +1,22 @@
 """A model server's answer that is hostile (nested too deeply, holding NaN, not UTF-8) is a
-`ProviderError` naming the malformed response; bad text in a good answer is mended."""
+`ProviderError` naming the malformed response; bad text in a good answer is mended. A request's
+tools, encoded once, are the bytes `json.dumps` of the whole body would have sent."""
 
 from __future__ import annotations
+
+import json
+from typing import Any
 
 import httpx
 import pytest
 
 from squadd.config import ProviderSettings
+from squadd.contracts.messages import ToolSpec, UserMessage
 from squadd.errors import ProviderError
-from squadd.providers.http import JsonEndpoint, api_key_from, error_text, key_hint
+from squadd.providers.anthropic import AnthropicProvider
+from squadd.providers.base import TOOLS_JSON_KEPT, CompletionRequest, ToolsJson, tool_specs
+from squadd.providers.http import JsonEndpoint, api_key_from, error_text, key_hint, with_members
+from squadd.providers.openai import OpenAIProvider
 from tests.providers._shared import FAST_RETRIES, TIMEOUT
 
 
@@ -58,3 +66,68 @@ def test_the_api_key_comes_from_the_named_variable_and_an_empty_one_counts_as_un
                         {"OPENAI_API_KEY": ""}) == (None, "OPENAI_API_KEY")
     assert key_hint(None, "OPENAI_API_KEY") == "$OPENAI_API_KEY is not set"
     assert key_hint("sk-1", "MY_KEY") == "check the API key in $MY_KEY"
+
+
+@pytest.mark.parametrize("body", [{}, {"model": "m", "messages": [{"content": "é \u2028"}]}])
+def test_members_encoded_ahead_are_written_as_json_dumps_writes_them(
+        body: dict[str, Any]) -> None:
+    tools = [{"name": "t", "parameters": {"type": "object", "x": "é"}}]
+    assert with_members(json.dumps(body), {"tools": json.dumps(tools)}) == json.dumps(
+        {**body, "tools": tools})
+    assert with_members(json.dumps(body), None) == json.dumps(body)
+
+
+SPECS = [ToolSpec(name=f"tool_{n}", description=f"Does {n} — safely.",
+                  parameters={"type": "object", "properties": {"p": {"type": "string"}}})
+         for n in range(3)]
+OPENAI_OK = {"choices": [{"message": {"role": "assistant", "content": "ok"},
+                          "finish_reason": "stop"}]}
+ANTHROPIC_OK = {"content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn"}
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+async def test_a_request_with_tools_is_the_bytes_of_its_whole_body(kind: str) -> None:
+    sent: list[bytes] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(request.content)
+        return httpx.Response(200, json=OPENAI_OK if kind == "openai" else ANTHROPIC_OK)
+
+    settings = ProviderSettings(kind=kind, base_url="http://model.test/v1" if kind == "openai"
+                                else "http://model.test", model="m")
+    transport, environ = httpx.MockTransport(answer), {"ANTHROPIC_API_KEY": "k"}
+    provider = (OpenAIProvider.from_settings(settings, transport=transport, environ=environ)
+                if kind == "openai" else
+                AnthropicProvider.from_settings(settings, transport=transport, environ=environ))
+    request = CompletionRequest(messages=[UserMessage(content="hi")], tools=SPECS)
+    try:
+        for specs in (SPECS, SPECS, SPECS[:2]):
+            await provider.complete(request.model_copy(update={"tools": specs}))
+    finally:
+        await provider.aclose()
+    bodies = [json.loads(raw) for raw in sent]
+    expected = (tool_specs(SPECS) if kind == "openai" else
+                [{"name": t.name, "description": t.description, "input_schema": t.parameters}
+                 for t in SPECS])
+    assert [body["tools"] for body in bodies] == [expected, expected, expected[:2]]
+    for raw, body in zip(sent, bodies, strict=True):
+        assert raw == json.dumps(body).encode()  # as one json.dumps of the body writes it
+        assert list(body)[-1] == "tools"
+
+
+def test_tools_are_encoded_once_per_set_of_specs_and_the_sets_kept_are_bounded() -> None:
+    shaped: list[int] = []
+
+    def shape(specs: Any) -> list[dict[str, Any]]:
+        shaped.append(len(specs))
+        return tool_specs(specs)
+
+    encode = ToolsJson(shape)
+    first = encode(SPECS)
+    assert encode(list(SPECS)) is first  # the same spec objects, in another list
+    assert encode(SPECS[:1]) != first
+    assert shaped == [3, 1]
+    for n in range(TOOLS_JSON_KEPT):  # the oldest sets go first
+        encode([ToolSpec(name=f"x{n}", description="", parameters={})])
+    encode(SPECS)
+    assert shaped[-1] == 3 and len(shaped) == 2 + TOOLS_JSON_KEPT + 1

@@ -182,6 +182,58 @@ async def test_an_endless_answer_is_cut_at_the_bound_and_its_connection_dropped(
             tg.cancel_scope.cancel()
 
 
+_ANSWER = json.dumps({"ok": "yes"}).encode()
+
+
+@pytest.mark.parametrize(("answer", "kept_alive"), [
+    (b"HTTP/1.0 200 OK\r\ncontent-type: application/json\r\n\r\n" + _ANSWER, False),
+    (b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\n" + _ANSWER, False),
+    (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+     + b"".join(b"%x\r\n%s\r\n" % (len(part), part) for part in (_ANSWER[:5], _ANSWER[5:]))
+     + b"0\r\n\r\n", True),
+], ids=["http-1.0-read-to-close", "close-without-length", "chunked-kept-alive"])
+async def test_answers_framed_every_way_http_allows_are_read_whole(
+        answer: bytes, kept_alive: bool) -> None:
+    """Servers nobody here wrote: an HTTP/1.0 answer read until the server closes, one with
+    neither a length nor chunks, a chunked one on a kept-alive connection: each is read to its
+    end, and the next call goes on the same connection or a new one as the answer said."""
+    connections: list[int] = []
+
+    async def serve(client: anyio.abc.SocketStream) -> None:
+        connections.append(1)
+        async with client:
+            pending = b""
+            while True:
+                while b"\r\n\r\n" not in pending:
+                    pending += await client.receive()
+                head, _, pending = pending.partition(b"\r\n\r\n")
+                length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                                  if line.lower().startswith(b"content-length:")))
+                while len(pending) < length:
+                    pending += await client.receive()
+                pending = pending[length:]
+                await client.send(answer)
+                if not kept_alive:
+                    return
+
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    retries: list[RetryInfo] = []
+    endpoint = JsonEndpoint(provider="test", url=f"http://127.0.0.1:{port}/v1/x", headers={},
+                            timeout=TIMEOUT, policy=FAST_RETRIES, transport=AiohttpTransport(),
+                            on_retry=retries.append)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, serve)
+        try:
+            for _ in range(3):
+                assert await endpoint.post({"n": 1}) == {"ok": "yes"}
+        finally:
+            await endpoint.aclose()
+            tg.cancel_scope.cancel()
+    assert retries == []
+    assert len(connections) == (1 if kept_alive else 3)
+
+
 @pytest.mark.parametrize(("reply", "expected"), [
     (Reply(drop=True), "connection to .* failed"),
     (Reply(body={"choices": []}, drop_after_bytes=5), "connection to .* failed"),
