@@ -250,7 +250,11 @@ def _root_cause(exc: BaseException) -> str:
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         if isinstance(current, OSError) and current.errno is not None:
-            return f"{detail} ({os.strerror(current.errno)})"
+            # A resolver's error (a negative number) has its own words: strerror() knows only
+            # the system's, and a socket's own text may be asyncio's ("Connect call failed").
+            errno = current.errno
+            words = os.strerror(errno) if errno > 0 else current.strerror or os.strerror(errno)
+            return f"{detail} ({words})"
         current = current.__cause__ or current.__context__
     return detail
 

@@ -117,14 +117,15 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
 
 def _as_httpx(exc: Exception, request: httpx.Request) -> Exception:
     """aiohttp's (and the socket's) error as the httpx one a caller of httpx expects."""
-    message = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    message = str(exc) or type(exc).__name__
     kind: type[httpx.TransportError]
     if isinstance(exc, aiohttp.ConnectionTimeoutError):
         kind = httpx.ConnectTimeout
     elif isinstance(exc, (aiohttp.ServerTimeoutError, asyncio.TimeoutError)):
         kind = httpx.ReadTimeout
     elif isinstance(exc, aiohttp.ClientConnectorError):
-        kind = httpx.ConnectError
+        # The socket's own words (e.g. "Connection refused") are added by whoever reports it.
+        kind, message = httpx.ConnectError, f"cannot connect to {exc.host}:{exc.port}"
     elif isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError,
                           aiohttp.ClientResponseError)):
         kind = httpx.RemoteProtocolError

@@ -5,6 +5,7 @@ tools, encoded once, are the bytes `json.dumps` of the whole body would have sen
 from __future__ import annotations
 
 import json
+import socket
 from typing import Any
 
 import httpx
@@ -15,7 +16,14 @@ from squadd.contracts.messages import ToolSpec, UserMessage
 from squadd.errors import ProviderError
 from squadd.providers.anthropic import AnthropicProvider
 from squadd.providers.base import TOOLS_JSON_KEPT, CompletionRequest, ToolsJson, tool_specs
-from squadd.providers.http import JsonEndpoint, api_key_from, error_text, key_hint, with_members
+from squadd.providers.http import (
+    JsonEndpoint,
+    _root_cause,
+    api_key_from,
+    error_text,
+    key_hint,
+    with_members,
+)
 from squadd.providers.openai import OpenAIProvider
 from tests.providers._shared import FAST_RETRIES, TIMEOUT
 
@@ -131,3 +139,19 @@ def test_tools_are_encoded_once_per_set_of_specs_and_the_sets_kept_are_bounded()
         encode([ToolSpec(name=f"x{n}", description="", parameters={})])
     encode(SPECS)
     assert shaped[-1] == 3 and len(shaped) == 2 + TOOLS_JSON_KEPT + 1
+
+
+def test_a_connection_error_names_the_systems_or_the_resolvers_own_words() -> None:
+    def chained(root: OSError) -> httpx.ConnectError:
+        try:
+            try:
+                raise root
+            except OSError as exc:
+                raise httpx.ConnectError("cannot connect to model.test:80") from exc
+        except httpx.ConnectError as outer:
+            return outer
+
+    refused = chained(ConnectionRefusedError(111, "Connect call failed ('model.test', 80)"))
+    assert _root_cause(refused) == "cannot connect to model.test:80 (Connection refused)"
+    unknown = chained(socket.gaierror(-2, "Name or service not known"))
+    assert _root_cause(unknown) == "cannot connect to model.test:80 (Name or service not known)"
