@@ -75,7 +75,7 @@ _PACKED: dict[str, type[AbstractConnection]] = {}
 def packed_in_c(base: type[AbstractConnection]) -> type[AbstractConnection]:
     """`base` (the connection class the URL's scheme chose) packing its commands with hiredis,
     the bytes redis-py's blocking client sends when hiredis is installed; its asyncio client
-    packs them in Python, a quarter of the speed and a tenth of a cluster route's CPU."""
+    packs them in Python, two to four times slower (`docs/benchmarks.md`)."""
     if not HIREDIS_AVAILABLE or base.__name__.startswith("CPacked"):
         return base
     key = f"{base.__module__}.{base.__qualname__}"
