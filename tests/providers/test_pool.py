@@ -277,6 +277,34 @@ async def test_a_slow_answer_is_a_read_timeout(openai_server: OpenAIServer) -> N
         await transport.aclose()
 
 
+async def test_a_server_that_stops_reading_a_large_request_is_a_timeout_not_a_hang() -> None:
+    """A server that accepts and never reads: the body's write stalls once the socket buffers
+    fill. aiohttp waits for the answer while it writes, so the read budget bounds the stall."""
+    accepted: list[anyio.abc.SocketStream] = []
+
+    async def never_read(client: anyio.abc.SocketStream) -> None:
+        accepted.append(client)
+        await anyio.sleep_forever()
+
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    transport = AiohttpTransport()
+    # Connecting may take its time on a busy machine; the stall is what is measured.
+    timeout = httpx.Timeout(connect=10.0, read=0.5, write=0.5, pool=10.0)
+    request = httpx.Request("POST", f"http://127.0.0.1:{port}/v1/x",
+                            content=b"x" * (64 << 20),  # past any socket buffers
+                            extensions={"timeout": timeout.as_dict()})
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, never_read)
+        try:
+            with anyio.fail_after(60), pytest.raises(httpx.ReadTimeout):
+                await transport.handle_async_request(request)
+            assert len(accepted) == 1  # it got as far as sending
+        finally:
+            await transport.aclose()
+            tg.cancel_scope.cancel()
+
+
 def test_a_proxy_in_the_environment_keeps_httpx_transports(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
