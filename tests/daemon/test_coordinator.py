@@ -7,16 +7,18 @@ from pathlib import Path
 import anyio
 import pytest
 
-from squadd.cluster import keys
 from squadd.cluster.requests import send
 from squadd.cluster.wire import Request
 from squadd.daemon import orphans as orphans_module
-from squadd.runtime.opening import record_acceptance
 from squadd.runtime.planning import load_transcript
-from squadd.runtime.session_info import SessionInfo
 from squadd.state.layout import SquadLayout
 from squadd.state.transcripts import Transcript, read_transcript
-from tests.support.coordinator import coordinator_on_redis, held_by, submit_remote
+from tests.support.coordinator import (
+    claimed_earlier,
+    coordinator_on_redis,
+    held_by,
+    submit_remote,
+)
 
 
 async def test_requests_are_answered_again_after_redis_lost_its_data(tmp_path: Path) -> None:
@@ -40,10 +42,7 @@ async def test_an_ended_session_leaves_nothing_behind_and_late_records_stay_appl
         tmp_path: Path) -> None:
     async with coordinator_on_redis(tmp_path) as here:
         coordinator = here.coordinator
-        record_acceptance(here.layout, SessionInfo(session_id="s1", agent="lead", model="m",
-                                                   task="t"), None)
-        held_by(here.layout, "s1", "w1", 1)
-        await here.client.set(keys.epoch("s1"), 1)
+        await claimed_earlier(here)
         records = Request(request_id="s1:1:r1-1", kind="records", session_id="s1",
                           worker="w1", epoch=1,
                           body={"records": [{"kind": "note", "n": 1, "text": "x"}]})
@@ -70,10 +69,7 @@ async def test_an_end_carrying_the_last_records_applies_them_once_when_it_is_red
     and none is lost."""
     async with coordinator_on_redis(tmp_path) as here:
         coordinator = here.coordinator
-        record_acceptance(here.layout, SessionInfo(session_id="s1", agent="lead", model="m",
-                                                   task="t"), None)
-        held_by(here.layout, "s1", "w1", 1)
-        await here.client.set(keys.epoch("s1"), 1)
+        await claimed_earlier(here)
         first = Request(request_id="s1:1:r1-1", kind="records", session_id="s1", worker="w1",
                         epoch=1, body={"records": [{"kind": "note", "n": 1, "text": "x"}]})
         end = Request(request_id="s1:1:end", kind="end", session_id="s1", worker="w1",
@@ -103,10 +99,7 @@ async def test_requests_of_a_session_whose_caller_is_gone_read_its_transcript_an
     monkeypatch.setattr(orphans_module, "load_transcript", counted)
     async with coordinator_on_redis(tmp_path) as here:
         # This coordinator never submitted s1: an earlier one did, and its worker goes on.
-        record_acceptance(here.layout, SessionInfo(session_id="s1", agent="lead", model="m",
-                                                   task="t"), None)
-        await here.client.set(keys.epoch("s1"), 1)
-        held_by(here.layout, "s1", "w1", 1)
+        await claimed_earlier(here)
         await here.client.config_resetstat()
         async with here.runtime:
             for n in (1, 2):
@@ -130,10 +123,7 @@ async def test_a_session_seen_as_an_orphan_then_resumed_here_hears_of_its_cancel
     cancelled); the user then resumes it here, and cancels that route: the new worker must
     hear of the cancel at its next request, not the orphan's cached answer."""
     async with coordinator_on_redis(tmp_path, {"local_slots": 0}) as here:
-        info = SessionInfo(session_id="s1", agent="lead", model="m", task="t")
-        record_acceptance(here.layout, info, None)
-        await here.client.set(keys.epoch("s1"), 1)
-        held_by(here.layout, "s1", "w1", 1)
+        info = await claimed_earlier(here)
         coordinator = here.coordinator
         async with here.runtime:
             old = await coordinator.handle(Request(
@@ -165,10 +155,7 @@ async def test_orphans_that_never_end_are_kept_only_up_to_the_bound(
     monkeypatch.setattr(orphans_module, "ORPHANS_KEPT", 2)
     async with coordinator_on_redis(tmp_path) as here:
         for sid in ("s1", "s2", "s3"):
-            record_acceptance(here.layout, SessionInfo(session_id=sid, agent="lead", model="m",
-                                                       task="t"), None)
-            await here.client.set(keys.epoch(sid), 1)
-            held_by(here.layout, sid, "w1", 1)
+            await claimed_earlier(here, sid)
         async with here.runtime:
             for n, sid in enumerate(("s1", "s2", "s1", "s3"), start=1):  # s1 used again
                 answer = await here.coordinator.handle(Request(

@@ -43,6 +43,20 @@ def held_by(layout: SquadLayout, session_id: str, worker: str, epoch: int) -> No
     writer.flush()
 
 
+async def claimed_earlier(here: CoordinatorHere, session_id: str = "s1", worker: str = "w1",
+                          epoch: int = 1) -> SessionInfo:
+    """A session an earlier coordinator accepted and `worker` claimed under `epoch`: its
+    acceptance and claim in the transcript, its epoch in Redis."""
+    from squadd.cluster import keys
+    from squadd.runtime.opening import record_acceptance
+
+    info = SessionInfo(session_id=session_id, agent="lead", model="m", task="t")
+    record_acceptance(here.layout, info, None)
+    await here.client.set(keys.epoch(session_id), epoch)
+    held_by(here.layout, session_id, worker, epoch)
+    return info
+
+
 async def give_job(here: CoordinatorHere, session_id: str, worker: str) -> None:
     """Put `session_id`'s job on the stream and have `worker` take it, as the group would
     deliver it: only then may that worker claim the session."""
