@@ -21,9 +21,9 @@ import structlog
 from squadd.cluster import keys
 from squadd.cluster.connection import ClusterError, RedisGuard
 from squadd.cluster.jobs import JobQueue
-from squadd.cluster.wire import Reply, Request
+from squadd.cluster.wire import SPECS_KEPT, Reply, Request
 from squadd.contracts.events import NullSink
-from squadd.contracts.messages import ToolCall, ToolMessage, Usage, message_record
+from squadd.contracts.messages import ToolCall, ToolMessage, ToolSpec, Usage, message_record
 from squadd.daemon import remote_worktrees
 from squadd.daemon.handover import recovered_results
 from squadd.daemon.orphans import Orphans
@@ -35,7 +35,12 @@ from squadd.runtime.services import Found
 from squadd.runtime.session import AgentSession, SessionOutcome
 from squadd.runtime.session_info import SessionInfo, session_meta
 from squadd.runtime.session_sink import SessionSink
-from squadd.state.transcripts import TranscriptWriter, read_transcript
+from squadd.state.transcripts import (
+    Transcript,
+    TranscriptSink,
+    TranscriptWriter,
+    read_transcript,
+)
 from squadd.tools.base import CancelSignal, ToolSet
 from squadd.tools.invoke import CallOrigin
 from squadd.workspaces.git import Git
@@ -86,6 +91,9 @@ class WorkerRequests:
         self._locks: dict[str, anyio.Lock] = {}
         self._holders: dict[str, tuple[str, int]] = {}
         """Per session, the worker that claimed it and the epoch its claim got."""
+        self._spec_dumps: dict[int, tuple[ToolSpec, dict[str, Any]]] = {}
+        """The squad tools' specs as a claim's reply carries them, by the spec's identity
+        (the spec held with it, so no identity is reused while it is kept)."""
 
     async def _durable(self, writer: TranscriptWriter) -> None:
         await durable(self.runtime, writer)
@@ -217,9 +225,11 @@ class WorkerRequests:
             # stored reply now is never applied, and one that has one gets its real result.
             recovered = await recovered_results(self.guard, transcript.messages, sid, epoch)
             host = str(request.body.get("host") or "")[:255]
-            messages, writer = await anyio.to_thread.run_sync(
-                self._hand_over, info, tools, request.worker, host, epoch, recovered)
-            await self._durable(writer)
+            messages, sink = await anyio.to_thread.run_sync(
+                self._hand_over, info, tools, request.worker, host, epoch, recovered,
+                transcript)
+            with anyio.CancelScope(shield=True):
+                await sink.commit()
         remote = self._remote.get(sid)
         record = remote.record if remote is not None else self.runtime.pool.get(sid)
         if remote is not None:
@@ -240,31 +250,44 @@ class WorkerRequests:
         return Reply(request_id=request.request_id, ok=True, body={
             "epoch": epoch, "info": session_meta(info), "tools": tools.names,
             "workspace": workspace,
-            "squad_specs": [tool.spec().model_dump(mode="json") for tool in tools
-                            if tool.squad_tool],
+            "squad_specs": [self._spec_json(tool.spec()) for tool in tools if tool.squad_tool],
             "messages": [message_record(m) for m in messages],
         })
 
     def _hand_over(self, info: SessionInfo, tools: ToolSet, worker: str, host: str,
-                   epoch: int, recovered: list[ToolMessage],
-                   ) -> tuple[list[Any], TranscriptWriter]:
-        """The conversation the claiming worker carries on (blocking), and the records of its
-        claim for the caller to make durable before the worker hears of it."""
+                   epoch: int, recovered: list[ToolMessage], transcript: Transcript,
+                   ) -> tuple[list[Any], TranscriptSink]:
+        """The conversation the claiming worker carries on (blocking), and the sink holding
+        what the claim adds (a new session's prompt and task, then its owner and `active`),
+        for the caller to make durable, in one group commit, before the worker hears of it.
+        `transcript`: the session's as the claim read it."""
         runtime = self.runtime
+        read: Transcript | None = transcript
         if recovered:  # durable at once: the conversation below reads them back
             writer = TranscriptWriter(runtime.layout.transcript(info.session_id))
             for message in recovered:
                 writer.add("message", message=message_record(message), recovered=True,
                            result_type="failure" if message.is_error else "success")
             writer.flush()
+            read = None
         services = runtime.runner.services
-        session = AgentSession(info, services.session, sink=services.sinks.existing(
-            info.session_id), events=NullSink(), tools=Found(tools))
-        messages = session.conversation()
-        writer = TranscriptWriter(runtime.layout.transcript(info.session_id))
-        writer.add("meta", tools=tools.names, owner={"worker": worker, "epoch": epoch})
-        writer.add("state", state="active", worker=worker, host=host, epoch=epoch)
-        return messages, writer
+        sink = services.sinks.existing(info.session_id)
+        session = AgentSession(info, services.session, sink=sink, events=NullSink(),
+                               tools=Found(tools))
+        messages = session.conversation(read)
+        sink.add("meta", tools=tools.names, owner={"worker": worker, "epoch": epoch})
+        sink.add("state", state="active", worker=worker, host=host, epoch=epoch)
+        return messages, sink
+
+    def _spec_json(self, spec: ToolSpec) -> dict[str, Any]:
+        """`spec` dumped for a claim's reply, once per spec object (a session's squad tools
+        share theirs with every other session's)."""
+        kept = self._spec_dumps.get(id(spec))
+        if kept is None:
+            if len(self._spec_dumps) >= SPECS_KEPT:
+                del self._spec_dumps[next(iter(self._spec_dumps))]
+            kept = self._spec_dumps[id(spec)] = (spec, spec.model_dump(mode="json"))
+        return kept[1]
 
     async def _records(self, request: Request) -> Reply:
         stale = await self._stale(request)

@@ -160,25 +160,28 @@ class AgentSession:
             task = pending
         return await self._run(messages, task, cancel, timeout_s, prepared=prepared)
 
-    def conversation(self) -> list[Message]:
+    def conversation(self, transcript: Transcript | None = None) -> list[Message]:
         """The conversation a session run elsewhere continues from, as `continue_with` reads
-        it (blocking): an accepted session's prompt and task are written now, a call a crash
+        it (blocking): an accepted session's prompt and task are added now, a call a crash
         cut off gets its stand-in result, and a continuation accepted but never started its
-        task; all of it fsynced."""
-        messages, _, pending = self._load_or_open()
+        task. What is added is in the sink, not durable yet: the caller commits the sink
+        (with records of its own). `transcript`: the session's, when the caller has just read
+        it (else it is read here)."""
+        messages, _, pending = self._load_or_open(transcript)
         if pending is not None:
             user = UserMessage(content=pending)
             messages.append(user)
             self.sink.add("message", message=message_record(user))
-        self.sink.flush()
         return messages
 
-    def _load_or_open(self) -> tuple[list[Message], bool, str | None]:
+    def _load_or_open(self, transcript: Transcript | None = None,
+                      ) -> tuple[list[Message], bool, str | None]:
         """The conversation so far, whether it was just started from its recorded task (its
         first records added now), and the task of a continuation accepted but never started
-        (blocking: the tools are found and the transcript read)."""
+        (blocking: the tools are found and, unless given, the transcript read)."""
         tools = self.tools
-        transcript = read_transcript(self.services.layout.transcript(self.session_id))
+        if transcript is None:
+            transcript = read_transcript(self.services.layout.transcript(self.session_id))
         if transcript.messages:
             return self._load_messages(transcript), False, pending_task(transcript.records)
         meta = transcript.meta
