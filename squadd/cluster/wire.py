@@ -3,13 +3,20 @@
 worker whose job has moved on), and the envelope of a relayed event (naming its worker).
 
 Each model is stored as one JSON field (`data`) of a stream entry or as a string value.
+`SpecsSeen` turns the squad tools' specs a claim's reply carries back into spec objects.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from squadd.contracts.messages import ToolSpec
+
+SPECS_KEPT = 256
+"""Distinct tool specs a worker keeps (`SpecsSeen`)."""
 
 RequestKind = Literal["claim", "records", "tool", "end"]
 Refusal = Literal["stale_epoch", "unknown_session", "invalid", "interrupted"]
@@ -108,3 +115,26 @@ def session_ref(session_id: str, epoch: int) -> str:
     """The ref in the coordinator's repository that holds a worktree session's work as the
     holder of lease `epoch` pushed it (epoch 0: where it starts, set by the coordinator)."""
     return f"{SESSION_REFS}/{session_id}/{epoch}"
+
+
+class SpecsSeen:
+    """The squad tools' specs a worker got in claims, one `ToolSpec` object per distinct spec
+    (at most `SPECS_KEPT`, the oldest dropped first).
+
+    Every claim carries the specs anew; built afresh for each job, they would be new objects
+    each time, and a provider, which encodes a request's `tools` member once per set of spec
+    objects (`ToolsJson`), would encode every schema again for every job's first turn.
+    """
+
+    def __init__(self) -> None:
+        self._kept: dict[str, ToolSpec] = {}
+
+    def __call__(self, spec: Any) -> ToolSpec:
+        key = json.dumps(spec, sort_keys=True, separators=(",", ":"))
+        found = self._kept.get(key)
+        if found is None:
+            found = ToolSpec.model_validate(spec)
+            if len(self._kept) >= SPECS_KEPT:
+                del self._kept[next(iter(self._kept))]
+            self._kept[key] = found
+        return found

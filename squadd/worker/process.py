@@ -36,10 +36,10 @@ from squadd.cluster.events import PUBLISH_BATCH, publish_events
 from squadd.cluster.identity import SquadIdentity, published_identity, repo_key
 from squadd.cluster.jobs import Delivery, JobQueue
 from squadd.cluster.requests import send
-from squadd.cluster.wire import Reply, Request, WorkerBeat
+from squadd.cluster.wire import Reply, Request, SpecsSeen, WorkerBeat
 from squadd.config import Settings
 from squadd.contracts.events import BaseEvent
-from squadd.contracts.messages import ToolSpec, parse_message
+from squadd.contracts.messages import parse_message
 from squadd.providers.base import Provider
 from squadd.runtime.events import EventBus
 from squadd.runtime.planning import info_from_transcript
@@ -117,6 +117,7 @@ class Worker:
         self.stopping = anyio.Event()
         """Set when the worker stops: waits on the coordinator end at once."""
         self._squad_names: set[str] = set()
+        self._specs = SpecsSeen()
         self._lent = 0
         """Sessions that gave their slot back while a child route runs."""
         self._reading = False
@@ -439,7 +440,7 @@ class Worker:
 
     async def _tools(self, body: dict[str, Any], forward: Any, on_cancel: Any) -> ToolSet:
         proxies: list[Tool[Any]] = [
-            SquadToolProxy(ToolSpec.model_validate(spec), forward, on_cancel,
+            SquadToolProxy(self._specs(spec), forward, on_cancel,
                            around=self._slot_back)
             for spec in body.get("squad_specs", [])]
         self._squad_names.update(p.name for p in proxies)

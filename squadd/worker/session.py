@@ -192,6 +192,7 @@ class SquadToolProxy(Tool[_AnyArgs]):
         self.name = spec.name
         self.description = spec.description
         self._parameters = spec.parameters
+        self._spec = spec
         self._send = send
         self._on_cancel = on_cancel
         self._around = around
@@ -200,6 +201,11 @@ class SquadToolProxy(Tool[_AnyArgs]):
 
     def parameters_schema(self) -> dict[str, Any]:
         return dict(self._parameters)
+
+    def spec(self) -> ToolSpec:
+        """The spec the claim carried, the very object: the worker gives every job's proxy
+        the one object per distinct spec (`SpecsSeen`), so a provider encodes it once."""
+        return self._spec
 
     async def run(self, args: _AnyArgs, ctx: ToolContext) -> ToolResult:
         call = {"id": ctx.call_id, "name": self.name, "arguments": args.model_dump()}

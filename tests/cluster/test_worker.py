@@ -333,3 +333,35 @@ async def test_a_lease_renewal_that_meets_a_job_just_acknowledged_warns_of_nothi
                 await acked.wait()
     assert found_gone.is_set() and worker.finished == 1
     assert not [e for e in logs if e["event"].startswith(("job lost", "job taken over"))]
+
+
+def test_the_squad_specs_of_every_claim_are_one_object_per_distinct_spec() -> None:
+    """Each job's proxies hand the provider the same spec objects, so the encoded `tools`
+    member a provider keeps by the specs' identities (`ToolsJson`) is made once."""
+    from squadd.cluster.wire import SPECS_KEPT, SpecsSeen
+    from squadd.providers.base import ToolsJson, tool_specs
+    from squadd.worker.session import SquadToolProxy
+
+    seen = SpecsSeen()
+    route = {"name": "squad_route", "description": "Route a task.",
+             "parameters": {"type": "object", "properties": {"task": {"type": "string"}}}}
+    decide = {"name": "squad_decide", "description": "Record a decision.",
+              "parameters": {"type": "object", "properties": {"title": {"type": "string"}}}}
+
+    def proxies(specs: list[dict[str, object]]) -> list[SquadToolProxy]:
+        return [SquadToolProxy(seen(spec), send=None, on_cancel=lambda: None)  # type: ignore[arg-type]
+                for spec in specs]
+
+    first, second = proxies([route, decide]), proxies([dict(route), dict(decide)])
+    assert [p.spec() for p in first] == [p.spec() for p in second]
+    assert all(a.spec() is b.spec() for a, b in zip(first, second, strict=True))
+    encoded: list[object] = []
+    tools_json = ToolsJson(lambda specs: encoded.append(specs) or tool_specs(specs))
+    tools_json([p.spec() for p in first])
+    tools_json([p.spec() for p in second])
+    assert len(encoded) == 1
+    changed = seen({**route, "description": "Route a task, now said otherwise."})
+    assert changed is not first[0].spec() and changed.description.endswith("otherwise.")
+    for n in range(SPECS_KEPT):  # a bounded keep: the oldest go first
+        seen({**decide, "name": f"tool_{n}"})
+    assert seen(route) is not first[0].spec()
