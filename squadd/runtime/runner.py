@@ -40,6 +40,7 @@ from squadd.runtime.session_hooks import (
 )
 from squadd.runtime.session_sink import SessionSink
 from squadd.runtime.slots import SlotTicket
+from squadd.statcache import NotCached
 from squadd.telemetry import genai
 from squadd.tools.base import ToolSet
 from squadd.workspaces import Workspaces
@@ -343,8 +344,11 @@ class RouteRunner:
         events = SessionSink(services.bus, services.pool, record)
         tools = SessionTools(services, plan, record)
         found: ToolSet | None = None
-        if self.host is not LOCAL:  # the host is handed the session's tools: find them now
-            found = await anyio.to_thread.run_sync(tools.find)
+        if self.host is not LOCAL:  # the host is handed the session's tools: find them now,
+            try:                    # on the loop when no tool file must be read
+                found = tools.known()
+            except NotCached:
+                found = await anyio.to_thread.run_sync(tools.find)
 
         async def run_here() -> SessionOutcome:
             session = AgentSession(
