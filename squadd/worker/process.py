@@ -47,12 +47,13 @@ from squadd.runtime.prompt import file_cache
 from squadd.runtime.services import Found, SessionServices
 from squadd.runtime.session import AgentSession, SessionOutcome
 from squadd.runtime.slots import PrioritySlots, SlotClass
+from squadd.statcache import NotCached
 from squadd.state.layout import SquadLayout
 from squadd.state.skills import summary_cache
 from squadd.state.transcripts import Transcript
 from squadd.tools.base import CancelSignal, Tool, ToolSet
 from squadd.tools.builtin import workspace_tools
-from squadd.tools.discovery import ToolDiscoverer, discover_tools
+from squadd.tools.discovery import ToolDiscoverer, discover_tools, known_tools
 from squadd.tools.invoke import ToolInvoker
 from squadd.worker.session import (
     EndEvents,
@@ -445,9 +446,13 @@ class Worker:
             for spec in body.get("squad_specs", [])]
         self._squad_names.update(p.name for p in proxies)
         names = [*(p.name for p in proxies), *(t.name for t in self._builtins)]
-        custom = await anyio.to_thread.run_sync(lambda: discover_tools(
-            self.layout, self.settings, self.bus, builtin_names=names,
-            discoverer=self._discoverer).toolset())
+        try:  # on the loop when every tool file is loaded and unchanged
+            custom = known_tools(self.layout, self.settings, self._discoverer, self.bus,
+                                 builtin_names=names).toolset()
+        except NotCached:
+            custom = await anyio.to_thread.run_sync(lambda: discover_tools(
+                self.layout, self.settings, self.bus, builtin_names=names,
+                discoverer=self._discoverer).toolset())
         tools = ToolSet([*proxies, *self._builtins]).merged(custom)
         allowed = [str(n) for n in body.get("tools", [])]
         return tools.narrowed(allowed, rule="the coordinator allows this session only "
