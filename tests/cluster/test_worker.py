@@ -365,3 +365,30 @@ def test_the_squad_specs_of_every_claim_are_one_object_per_distinct_spec() -> No
     for n in range(SPECS_KEPT):  # a bounded keep: the oldest go first
         seen({**decide, "name": f"tool_{n}"})
     assert seen(route) is not first[0].spec()
+
+
+async def test_a_jobs_custom_tools_are_read_from_disk_only_when_a_file_changed(
+        guard: RedisGuard, team: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first job reads the tool files; the next ones find them on the event loop, with
+    no worker-thread trip, until a file changes."""
+    from squadd.worker import process
+
+    team.tools_dir.mkdir(parents=True, exist_ok=True)
+    (team.tools_dir / "hello.yaml").write_text(
+        "description: Says hello\ntags: [read]\nbash: echo hello\n", encoding="utf-8")
+    worker = make_worker(guard, team.repo)
+    reads: list[str] = []
+    discover = process.discover_tools
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        reads.append("read")
+        return discover(*args, **kwargs)
+
+    monkeypatch.setattr(process, "discover_tools", counted)
+    body = {"squad_specs": [], "tools": ["hello", "bye"]}
+    found = [await worker._tools(body, None, None) for _ in range(3)]
+    (team.tools_dir / "bye.yaml").write_text(
+        "description: Says bye\ntags: [read]\nbash: echo bye\n", encoding="utf-8")
+    found.append(await worker._tools(body, None, None))
+    assert [sorted(tools.names) for tools in found] == [["hello"]] * 3 + [["bye", "hello"]]
+    assert reads == ["read", "read"]
