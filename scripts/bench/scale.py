@@ -22,7 +22,12 @@ commandstats`). Then the ratios of issue 39, in one run:
   - coordinator: the coordinator's CPU a route ÷ that daemon's;
   - the coordinator's share of the cluster's squadd CPU, as workers are added.
 CPU times are the figures to compare on a small, shared machine: throughput there is bound by
-the cores, not by the slots.
+the cores, not by the slots. With `--rounds N` the setups run N times in turn (the order
+reversed every other round), each ratio is taken within a round, and the last line gives each
+figure's median over the rounds (and, for the ratios, the lowest and highest): one daemon's
+own CPU a route moves by a third between runs on a shared machine, and a ratio of figures
+measured minutes apart moves with it. Every setup's files stay until the last round is done
+(removing thousands of files makes the next setup's file creation slower).
 
 Prints, as its last line:
     scale inprocess_cpu_ms=… daemon32_routes_per_s=… daemon32_fraction=… daemon32_cpu_ms=…
@@ -31,15 +36,17 @@ Targets (issue 39): served ≤ 1.3; cluster ≤ 1.5; coordinator ≤ 1.0; share 
 
     .venv/bin/python scripts/bench/scale.py [--quick] [--routes 640] [--delay-ms 200]
         [--clients 8] [--setups daemon32,daemon64,w1,w2,w4,w8] [--worker-slots 8]
-        [--probe DIR] [--probe-with profile,syscalls] [--no-inprocess]
+        [--probe DIR] [--probe-with profile,syscalls] [--no-inprocess] [--rounds 1]
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -137,6 +144,9 @@ def main() -> None:
                              "disturbs the run less)")
     parser.add_argument("--no-inprocess", action="store_true",
                         help="skip the in-process run the served ratio is measured against")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="run the setups this many times in turn and give the medians "
+                             "of the figures and of the ratios taken within each round")
     args = parser.parse_args()
     if args.quick:
         args.routes = min(args.routes, QUICK["routes"])
@@ -151,17 +161,43 @@ def main() -> None:
         http_inprocess = in_process_cpu_ms(args.routes, args.delay_ms, http=True)
     say(f"in-process route (pool_throughput.py, 32 slots): {inprocess:.2f} ms CPU a route "
         f"with the replay provider, {http_inprocess:.2f} ms with the model over HTTP")
-    results: list[Measured] = []
-    for setup in setups:
-        with bench_folder() as tmp:
-            root = Path(tmp)
-            with Fleet(root, setup, prepare_repo(root, setup, args.routes), delay_s,
-                       probes=args.probe,
-                       probe_with=frozenset(args.probe_with.split(","))) as fleet:
-                measured = fleet.measure(args.routes, args.clients)
-        show(measured, setup.total_slots / delay_s)
-        results.append(measured)
-    print("scale " + " ".join(summary(results, inprocess, http_inprocess, delay_s)))
+    rounds: list[list[str]] = []
+    with bench_folder() as kept:  # every setup's files stay until the last round is done
+        for n in range(max(1, args.rounds)):
+            results: list[Measured] = []
+            for setup in setups if n % 2 == 0 else setups[::-1]:
+                root = Path(tempfile.mkdtemp(prefix=f"{setup.name}-", dir=kept))
+                with Fleet(root, setup, prepare_repo(root, setup, args.routes), delay_s,
+                           probes=args.probe,
+                           probe_with=frozenset(args.probe_with.split(","))) as fleet:
+                    measured = fleet.measure(args.routes, args.clients)
+                show(measured, setup.total_slots / delay_s)
+                results.append(measured)
+            rounds.append(summary(results, inprocess, http_inprocess, delay_s))
+            if args.rounds > 1:
+                say(f"round {n}: " + " ".join(rounds[-1]))
+    print("scale " + " ".join(medians(rounds)))
+
+
+def medians(rounds: list[list[str]]) -> list[str]:
+    """Each figure's median over the rounds (a ratio's lowest and highest too); a figure
+    that is not a number is the first round's."""
+    values: dict[str, list[str]] = {}
+    for parts in rounds:
+        for part in parts:
+            key, _, value = part.partition("=")
+            values.setdefault(key, []).append(value)
+    out: list[str] = []
+    for key, found in values.items():
+        try:
+            numbers = [float(v) for v in found]
+        except ValueError:
+            out.append(f"{key}={found[0]}")
+            continue
+        out.append(f"{key}={fmt(statistics.median(numbers))}")
+        if len(rounds) > 1 and "ratio" in key:
+            out += [f"{key}_min={fmt(min(numbers))}", f"{key}_max={fmt(max(numbers))}"]
+    return out
 
 
 def summary(results: list[Measured], inprocess: float, http_inprocess: float,
