@@ -28,6 +28,7 @@ from squadd.daemon import remote_worktrees
 from squadd.daemon.handover import recovered_results
 from squadd.daemon.orphans import Orphans
 from squadd.daemon.placement import claim_event, last_epoch, last_worker
+from squadd.errors import NotCached
 from squadd.runtime.planning import RoutePlan
 from squadd.runtime.pool import SessionRecord
 from squadd.runtime.runtime import SquadRuntime
@@ -225,9 +226,15 @@ class WorkerRequests:
             # stored reply now is never applied, and one that has one gets its real result.
             recovered = await recovered_results(self.guard, transcript.messages, sid, epoch)
             host = str(request.body.get("host") or "")[:255]
-            messages, sink = await anyio.to_thread.run_sync(
-                self._hand_over, info, tools, request.worker, host, epoch, recovered,
-                transcript)
+            try:  # a new session whose prompt's files are cached: on the loop
+                if recovered:
+                    raise NotCached("recovered results are written and read back")
+                messages, sink = self._hand_over_known(info, tools, request.worker, host,
+                                                       epoch, transcript)
+            except NotCached:
+                messages, sink = await anyio.to_thread.run_sync(
+                    self._hand_over, info, tools, request.worker, host, epoch, recovered,
+                    transcript)
             with anyio.CancelScope(shield=True):
                 await sink.commit()
         remote = self._remote.get(sid)
@@ -270,14 +277,27 @@ class WorkerRequests:
                            result_type="failure" if message.is_error else "success")
             writer.flush()
             read = None
-        services = runtime.runner.services
-        sink = services.sinks.existing(info.session_id)
-        session = AgentSession(info, services.session, sink=sink, events=NullSink(),
-                               tools=Found(tools))
+        session, sink = self._handed(info, tools)
         messages = session.conversation(read)
-        sink.add("meta", tools=tools.names, owner={"worker": worker, "epoch": epoch})
-        sink.add("state", state="active", worker=worker, host=host, epoch=epoch)
+        _claimed_by(sink, tools, worker, host, epoch)
         return messages, sink
+
+    def _hand_over_known(self, info: SessionInfo, tools: ToolSet, worker: str, host: str,
+                         epoch: int, transcript: Transcript,
+                         ) -> tuple[list[Any], TranscriptSink]:
+        """`_hand_over` of a session not started yet, without reading or writing a file (the
+        event loop may call it); `NotCached` when one must be."""
+        session, sink = self._handed(info, tools)
+        messages = session.opening_known(transcript,
+                                         self.runtime.runner.services.sinks.prompts.kept)
+        _claimed_by(sink, tools, worker, host, epoch)
+        return messages, sink
+
+    def _handed(self, info: SessionInfo, tools: ToolSet) -> tuple[AgentSession, TranscriptSink]:
+        services = self.runtime.runner.services
+        sink = services.sinks.existing(info.session_id)
+        return AgentSession(info, services.session, sink=sink, events=NullSink(),
+                            tools=Found(tools)), sink
 
     def _spec_json(self, spec: ToolSpec) -> dict[str, Any]:
         """`spec` dumped for a claim's reply, once per spec object (a session's squad tools
@@ -412,6 +432,13 @@ class WorkerRequests:
         lock = self._locks.get(session_id)
         if lock is not None and not lock.locked() and not lock.statistics().tasks_waiting:
             del self._locks[session_id]
+
+
+def _claimed_by(sink: TranscriptSink, tools: ToolSet, worker: str, host: str,
+                epoch: int) -> None:
+    """A claim's records: its owner (the worker, under its epoch) and `active`."""
+    sink.add("meta", tools=tools.names, owner={"worker": worker, "epoch": epoch})
+    sink.add("state", state="active", worker=worker, host=host, epoch=epoch)
 
 
 async def durable(runtime: SquadRuntime, writer: TranscriptWriter) -> None:

@@ -38,11 +38,11 @@ from squadd.contracts.messages import (
     message_record,
     parse_message,
 )
-from squadd.errors import ProviderError, SquaddError
+from squadd.errors import NotCached, ProviderError, SquaddError
 from squadd.providers.base import CompletionRequest
 from squadd.runtime.conversation import name_calls, paired, used_call_ids
 from squadd.runtime.opening import first_records, pending_task
-from squadd.runtime.prompt import build_system_prompt, gather
+from squadd.runtime.prompt import build_system_prompt, gather, gather_known
 from squadd.runtime.services import SessionServices, ToolSource
 from squadd.runtime.session_info import SessionInfo, session_meta
 from squadd.runtime.tracing import traced_completion
@@ -173,6 +173,24 @@ class AgentSession:
             messages.append(user)
             self.sink.add("message", message=message_record(user))
         return messages
+
+    def opening_known(self, transcript: Transcript, kept: Callable[[str], bool],
+                      ) -> list[Message]:
+        """`conversation` of a session accepted and not started (`transcript` holds no
+        message), without reading or writing a file (the event loop may call it): its prompt
+        from the cached files, one `kept` already. `NotCached` when a file must be."""
+        if transcript.messages:
+            raise NotCached("a started session's conversation is read in a worker thread")
+        services, meta = self.services, transcript.meta
+        context = meta.get("context")
+        parts = gather_known(services.layout, self.agent,
+                             context if isinstance(context, str) else None, services.files,
+                             services.summaries)
+        system = build_system_prompt(self.agent, parts, services.settings.prompt)
+        if not kept(system):
+            raise NotCached("a system prompt this process has not kept yet")
+        return first_records(self.sink, self.tools, system,
+                             str(meta.get("task") or self.info.task), {})
 
     def _load_or_open(self, transcript: Transcript | None = None,
                       ) -> tuple[list[Message], bool, str | None]:

@@ -1,10 +1,13 @@
 """A claim hands the new holder the real results of squad-tool calls the coordinator applied
 for a holder that died before recording them; calls that never arrived get the stand-in; and
-the earlier holder is refused from then on. A real redis-server and a real runtime."""
+the earlier holder is refused from then on; a new session's claim opens it on the event loop
+once its prompt is known. A real redis-server and a real runtime."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+import pytest
 
 from squadd.cluster import keys
 from squadd.cluster.wire import Reply, Request
@@ -47,3 +50,46 @@ async def test_a_claim_recovers_applied_results_and_fences_the_earlier_holder(
                if m["role"] == "tool"}
     assert results == {"c1": "Decision written to the inbox", "c2": INTERRUPTED_TOOL_TEXT}
     assert late.ok is False and late.refused == "stale_epoch"
+
+
+async def test_a_new_sessions_claim_opens_it_on_the_loop_once_its_prompt_is_known(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first claim reads the prompt's files in a worker thread; a later new session of
+    the same agent is opened from the cached files, with the same records in the same order,
+    and all of a claim's records are durable (one group commit) before its reply."""
+    from squadd.daemon.cluster_requests import WorkerRequests
+    from squadd.state.transcripts import read_transcript
+
+    threaded: list[str] = []
+    hand_over = WorkerRequests._hand_over
+
+    def counted(self: WorkerRequests, info: SessionInfo, *args: object) -> object:
+        threaded.append(info.session_id)
+        return hand_over(self, info, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(WorkerRequests, "_hand_over", counted)
+    async with coordinator_on_redis(tmp_path) as here:
+        replies = []
+        async with here.runtime:
+            for sid in ("s1", "s2"):
+                info = SessionInfo(session_id=sid, agent="lead", model="m", task=f"task {sid}")
+                record_acceptance(here.layout, info, None)
+                await give_job(here, sid, "w1")
+                replies.append(await here.coordinator.handle(Request(
+                    request_id=f"claim-{sid}", kind="claim", session_id=sid, worker="w1")))
+        transcripts = {sid: read_transcript(here.layout.transcript(sid))
+                       for sid in ("s1", "s2")}
+    assert [r.ok for r in replies] == [True, True], replies
+    assert threaded == ["s1"]
+    for sid, reply in zip(("s1", "s2"), replies, strict=True):
+        messages = reply.body["messages"]
+        assert [m["role"] for m in messages] == ["system", "user"]
+        assert messages[1]["content"] == f"task {sid}"
+        assert "lead" in messages[0]["content"]
+        kinds = [(r["kind"], r.get("state") or r.get("message", {}).get("role"))
+                 for r in transcripts[sid].records]
+        assert kinds == [("meta", None), ("state", "queued"), ("meta", None),
+                         ("message", "system"), ("message", "user"), ("state", "active"),
+                         ("meta", None), ("state", "active")], kinds
+        assert transcripts[sid].records[-1]["worker"] == "w1"
+    assert replies[0].body["messages"][0] == replies[1].body["messages"][0]
