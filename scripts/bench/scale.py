@@ -24,7 +24,8 @@ commandstats`). Then the ratios of issue 39, in one run:
 CPU times are the figures to compare on a small, shared machine: throughput there is bound by
 the cores, not by the slots. With `--rounds N` the setups run N times in turn (the order
 reversed every other round), each ratio is taken within a round, and the last line gives each
-figure's median over the rounds (and, for the ratios, the lowest and highest): one daemon's
+figure's median over the rounds (and, for the ratios, the lowest and highest; the in-process
+routes are measured in every round, first in one and last in the next): one daemon's
 own CPU a route moves by a third between runs on a shared machine, and a ratio of figures
 measured minutes apart moves with it. Every setup's files stay until the last round is done
 (removing thousands of files makes the next setup's file creation slower).
@@ -95,6 +96,15 @@ def in_process_cpu_ms(routes: int, delay_ms: float, *, http: bool = False) -> fl
     return float(fields["cpu_ms_per_route"])
 
 
+def in_process_pair(routes: int, delay_ms: float) -> tuple[float, float]:
+    """The in-process route's CPU ms with the replay provider and over HTTP, shown."""
+    inprocess = in_process_cpu_ms(routes, delay_ms)
+    http_inprocess = in_process_cpu_ms(routes, delay_ms, http=True)
+    say(f"in-process route (pool_throughput.py, 32 slots): {inprocess:.2f} ms CPU a route "
+        f"with the replay provider, {http_inprocess:.2f} ms with the model over HTTP")
+    return inprocess, http_inprocess
+
+
 def per_route(measured: Measured) -> dict[str, float]:
     return {kind: seconds * 1000 / measured.routes for kind, seconds in measured.cpu.items()}
 
@@ -155,15 +165,14 @@ def main() -> None:
     delay_s = args.delay_ms / 1000
     say(f"{args.routes} routes a setup, {args.clients} client processes, a model turn "
         f"{args.delay_ms:g} ms")
-    inprocess = http_inprocess = math.nan
-    if not args.no_inprocess:
-        inprocess = in_process_cpu_ms(args.routes, args.delay_ms)
-        http_inprocess = in_process_cpu_ms(args.routes, args.delay_ms, http=True)
-    say(f"in-process route (pool_throughput.py, 32 slots): {inprocess:.2f} ms CPU a route "
-        f"with the replay provider, {http_inprocess:.2f} ms with the model over HTTP")
     rounds: list[list[str]] = []
     with bench_folder() as kept:  # every setup's files stay until the last round is done
         for n in range(max(1, args.rounds)):
+            # The in-process routes the served ratio divides by run in each round too: first
+            # in one round, last in the next, as the setups' order is reversed.
+            inprocess = http_inprocess = math.nan
+            if n % 2 == 0 and not args.no_inprocess:
+                inprocess, http_inprocess = in_process_pair(args.routes, args.delay_ms)
             results: list[Measured] = []
             for setup in setups if n % 2 == 0 else setups[::-1]:
                 root = Path(tempfile.mkdtemp(prefix=f"{setup.name}-", dir=kept))
@@ -173,6 +182,8 @@ def main() -> None:
                     measured = fleet.measure(args.routes, args.clients)
                 show(measured, setup.total_slots / delay_s)
                 results.append(measured)
+            if n % 2 == 1 and not args.no_inprocess:
+                inprocess, http_inprocess = in_process_pair(args.routes, args.delay_ms)
             rounds.append(summary(results, inprocess, http_inprocess, delay_s))
             if args.rounds > 1:
                 say(f"round {n}: " + " ".join(rounds[-1]))
