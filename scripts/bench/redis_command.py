@@ -1,8 +1,8 @@
 """Benchmark: the client's CPU for one Redis command and one five-command transaction.
 
 A real `redis-server` (in a temp folder, on a free port); the client made by
-`squadd.cluster.connection.connect` (commands packed by hiredis, a send bounded by
-`asyncio.timeout`) against redis-py's own connection class with the same settings (the peer),
+`squadd.cluster.connection.connect` (commands packed by hiredis) against redis-py's own
+connection class with the same settings (the peer),
 on uvloop as `squadd serve` runs. 8 tasks at once send `--commands` EXPIREs in all, then
 `--commands / 3` transactions of SET, RPUSH, EXPIRE, XACK, XDEL (the shape of the request
 server's answer); the rounds alternate the two clients. CPU is this process's (user + system),

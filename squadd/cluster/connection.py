@@ -1,12 +1,11 @@
 """The Redis connection: made from the cluster settings and a password found outside `.squad/`,
-with timeouts on every socket wait, commands packed in C and sent without a task of their own,
-and `RedisGuard`, which retries an operation across a Redis restart with tenacity (bounded by
-`cluster.redis_down_s`) and reports the outage and the return.
+with timeouts on every socket wait and commands packed in C, and `RedisGuard`, which retries an
+operation across a Redis restart with tenacity (bounded by `cluster.redis_down_s`) and reports
+the outage and the return.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
 from collections.abc import Awaitable, Callable
@@ -66,55 +65,31 @@ def connect(url: str, password: str | None = None) -> aioredis.Redis:
         socket_connect_timeout=CONNECT_TIMEOUT_S, health_check_interval=10,
         retry_on_timeout=False)
     pool = client.connection_pool
-    pool.connection_class = lean(pool.connection_class)
+    pool.connection_class = packed_in_c(pool.connection_class)
     return client
 
 
-_LEAN: dict[str, type[AbstractConnection]] = {}
+_PACKED: dict[str, type[AbstractConnection]] = {}
 
 
-def lean(base: type[AbstractConnection]) -> type[AbstractConnection]:
-    """`base` (the connection class the URL's scheme chose), cheaper a command and the same
-    on the wire (`docs/benchmarks.md`):
-
-    - it packs commands with hiredis, the bytes redis-py's blocking client sends when hiredis
-      is installed (its asyncio client packs them in Python, two to four times slower);
-    - it bounds a send with `asyncio.timeout` (the socket timeout, as before) where redis-py
-      runs the send through `asyncio.wait_for`, which makes a task of every command's send
-      and costs an extra turn of the event loop; about a third of a command's CPU.
-    """
-    if base.__name__.startswith("Lean"):
+def packed_in_c(base: type[AbstractConnection]) -> type[AbstractConnection]:
+    """`base` (the connection class the URL's scheme chose) packing its commands with hiredis,
+    the bytes redis-py's blocking client sends when hiredis is installed; its asyncio client
+    packs them in Python, a quarter of the speed and a tenth of a cluster route's CPU."""
+    if not HIREDIS_AVAILABLE or base.__name__.startswith("CPacked"):
         return base
     key = f"{base.__module__}.{base.__qualname__}"
-    if key in _LEAN:
-        return _LEAN[key]
-    serializer = HiredisRespSerializer() if HIREDIS_AVAILABLE else None
+    if key in _PACKED:
+        return _PACKED[key]
+    serializer = HiredisRespSerializer()
 
-    class Lean(base):  # type: ignore[valid-type,misc]
+    class Packed(base):  # type: ignore[valid-type,misc]
         def pack_command(self, *args: Any) -> list[bytes]:
-            if serializer is None:
-                return super().pack_command(*args)  # type: ignore[no-any-return]
             return serializer.pack(*args)  # type: ignore[no-any-return]
 
-        async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
-            bound: float | None = self.socket_timeout  # type: ignore[has-type]
-            if bound is None:  # unbounded, or the health check's PING inside a bounded send
-                await super().send_packed_command(command, check_health)
-                return
-            # With no socket timeout redis-py writes the command straight to the transport;
-            # the bound is kept here, around the connect and health check it may make first.
-            self.socket_timeout = None
-            try:
-                async with asyncio.timeout(bound):
-                    await super().send_packed_command(command, check_health)
-            except TimeoutError:
-                raise RedisTimeoutError("Timeout writing to socket") from None
-            finally:
-                self.socket_timeout = bound
-
-    Lean.__name__ = Lean.__qualname__ = f"Lean{base.__name__}"
-    _LEAN[key] = Lean
-    return Lean
+    Packed.__name__ = Packed.__qualname__ = f"CPacked{base.__name__}"
+    _PACKED[key] = Packed
+    return Packed
 
 
 class RedisGuard:

@@ -1,10 +1,9 @@
 """Redis going away: operations wait through a restart (reported), and fail clearly past the
-bound; commands are packed in C, to the bytes redis-py's own packer makes, and sent without a
-task of their own, still bounded by the socket timeout."""
+bound; commands are packed in C, to the bytes redis-py's own packer makes; a send to a server
+that stops reading ends at the socket timeout."""
 
 from __future__ import annotations
 
-import asyncio
 import socket
 from pathlib import Path
 
@@ -83,7 +82,7 @@ async def test_commands_are_packed_in_c_and_mean_what_the_python_packer_sent(
         guard: RedisGuard) -> None:
     client = guard.client
     pool = client.connection_pool
-    assert pool.connection_class.__name__ == "LeanConnection"
+    assert pool.connection_class.__name__ == "CPackedConnection"
     args = ("XADD", "s", "*", "text", "é\u2028 ok", "n", 7, "x", 0.1, "raw", b"\x00\xff")
     packed = pool.make_connection().pack_command(*args)  # type: ignore[no-untyped-call]
     assert b"".join(packed) == b"".join(Connection().pack_command(*args))
@@ -97,35 +96,10 @@ async def test_commands_are_packed_in_c_and_mean_what_the_python_packer_sent(
     assert connect(guard.url).connection_pool.connection_class is pool.connection_class
 
 
-async def test_a_command_makes_no_task_of_its_own(guard: RedisGuard) -> None:
-    """redis-py alone runs every send through `asyncio.wait_for`: a task a command. (A
-    pipeline still makes one, when it hands its connection back under `asyncio.shield`.)"""
-    client = guard.client
-    await client.set("warm", "1")  # the connection is made (and checked) before counting
-    loop = asyncio.get_running_loop()
-    made: list[object] = []
-    default = loop.get_task_factory()
-
-    def counting(loop: asyncio.AbstractEventLoop, coro: object, **kwargs: object) -> object:
-        made.append(coro)
-        if default is not None:
-            return default(loop, coro, **kwargs)  # type: ignore[arg-type]
-        return asyncio.Task(coro, loop=loop, **kwargs)  # type: ignore[arg-type]
-
-    loop.set_task_factory(counting)  # type: ignore[arg-type]
-    try:
-        await client.set("k", "v")
-        assert await client.get("k") == "v"
-        assert await client.expire("k", 10)
-    finally:
-        loop.set_task_factory(default)
-    assert made == []
-
-
 async def test_a_send_to_a_server_that_stops_reading_ends_at_the_socket_timeout() -> None:
-    """The send's bound holds without `wait_for`: a server that takes the connection and
-    never reads fills the socket's buffers, and the send fails as a timeout (which the guard
-    treats as Redis gone) instead of waiting for ever."""
+    """A server that takes the connection and never reads fills the socket's buffers: the
+    send fails as a timeout (which the guard treats as Redis gone) instead of waiting for
+    ever."""
     with socket.create_server(("127.0.0.1", 0)) as listener:
         port = listener.getsockname()[1]
         client = connect(f"redis://127.0.0.1:{port}/0")
