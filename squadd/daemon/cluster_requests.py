@@ -21,9 +21,9 @@ import structlog
 from squadd.cluster import keys
 from squadd.cluster.connection import ClusterError, RedisGuard
 from squadd.cluster.jobs import JobQueue
-from squadd.cluster.wire import SPECS_KEPT, Reply, Request
+from squadd.cluster.wire import Reply, Request
 from squadd.contracts.events import NullSink
-from squadd.contracts.messages import ToolCall, ToolMessage, ToolSpec, Usage, message_record
+from squadd.contracts.messages import ToolCall, ToolMessage, Usage, message_record
 from squadd.daemon import remote_worktrees
 from squadd.daemon.handover import recovered_results
 from squadd.daemon.orphans import Orphans
@@ -92,9 +92,6 @@ class WorkerRequests:
         self._locks: dict[str, anyio.Lock] = {}
         self._holders: dict[str, tuple[str, int]] = {}
         """Per session, the worker that claimed it and the epoch its claim got."""
-        self._spec_dumps: dict[int, tuple[ToolSpec, dict[str, Any]]] = {}
-        """The squad tools' specs as a claim's reply carries them, by the spec's identity
-        (the spec held with it, so no identity is reused while it is kept)."""
 
     async def _durable(self, writer: TranscriptWriter) -> None:
         await durable(self.runtime, writer)
@@ -257,7 +254,7 @@ class WorkerRequests:
         return Reply(request_id=request.request_id, ok=True, body={
             "epoch": epoch, "info": session_meta(info), "tools": tools.names,
             "workspace": workspace,
-            "squad_specs": [self._spec_json(tool.spec()) for tool in tools if tool.squad_tool],
+            "squad_specs": [tool.spec_json() for tool in tools if tool.squad_tool],
             "messages": [message_record(m) for m in messages],
         })
 
@@ -298,16 +295,6 @@ class WorkerRequests:
         sink = services.sinks.existing(info.session_id)
         return AgentSession(info, services.session, sink=sink, events=NullSink(),
                             tools=Found(tools)), sink
-
-    def _spec_json(self, spec: ToolSpec) -> dict[str, Any]:
-        """`spec` dumped for a claim's reply, once per spec object (a session's squad tools
-        share theirs with every other session's)."""
-        kept = self._spec_dumps.get(id(spec))
-        if kept is None:
-            if len(self._spec_dumps) >= SPECS_KEPT:
-                del self._spec_dumps[next(iter(self._spec_dumps))]
-            kept = self._spec_dumps[id(spec)] = (spec, spec.model_dump(mode="json"))
-        return kept[1]
 
     async def _records(self, request: Request) -> Reply:
         stale = await self._stale(request)

@@ -227,6 +227,14 @@ class Tool(ABC, Generic[ArgsT]):
             self.__dict__["_spec"] = cached
         return cached
 
+    def spec_json(self) -> dict[str, Any]:
+        """`spec()` as JSON data (what a cluster claim's reply carries for a squad tool),
+        dumped once per tool object: shared, so not to be changed."""
+        dumped: dict[str, Any] | None = self.__dict__.get("_spec_json")
+        if dumped is None:
+            dumped = self.__dict__["_spec_json"] = self.spec().model_dump(mode="json")
+        return dumped
+
     async def approval_reason(self, args: ArgsT, ctx: ToolContext) -> str | None:
         """Why this call needs a person's approval whatever the approval policy says (a write
         to a file that squadd or git will execute), or None: the policy decides alone."""

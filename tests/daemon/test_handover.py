@@ -79,6 +79,8 @@ async def test_a_new_sessions_claim_opens_it_on_the_loop_once_its_prompt_is_know
                     request_id=f"claim-{sid}", kind="claim", session_id=sid, worker="w1")))
         transcripts = {sid: read_transcript(here.layout.transcript(sid))
                        for sid in ("s1", "s2")}
+        squad_specs = [tool.spec().model_dump(mode="json") for tool in here.runtime.tools
+                       if tool.squad_tool]
     assert [r.ok for r in replies] == [True, True], replies
     assert threaded == ["s1"]
     for sid, reply in zip(("s1", "s2"), replies, strict=True):
@@ -93,3 +95,4 @@ async def test_a_new_sessions_claim_opens_it_on_the_loop_once_its_prompt_is_know
                          ("meta", None), ("state", "active")], kinds
         assert transcripts[sid].records[-1]["worker"] == "w1"
     assert replies[0].body["messages"][0] == replies[1].body["messages"][0]
+    assert squad_specs and all(r.body["squad_specs"] == squad_specs for r in replies)
