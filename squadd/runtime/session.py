@@ -181,32 +181,38 @@ class AgentSession:
         from the cached files, one `kept` already. `NotCached` when a file must be."""
         if transcript.messages:
             raise NotCached("a started session's conversation is read in a worker thread")
-        services, meta = self.services, transcript.meta
-        context = meta.get("context")
-        parts = gather_known(services.layout, self.agent,
-                             context if isinstance(context, str) else None, services.files,
-                             services.summaries)
-        system = build_system_prompt(self.agent, parts, services.settings.prompt)
-        if not kept(system):
-            raise NotCached("a system prompt this process has not kept yet")
-        return first_records(self.sink, self.tools, system,
-                             str(meta.get("task") or self.info.task), {})
+        return self._open_recorded(transcript, kept)
 
     def _load_or_open(self, transcript: Transcript | None = None,
                       ) -> tuple[list[Message], bool, str | None]:
         """The conversation so far, whether it was just started from its recorded task (its
         first records added now), and the task of a continuation accepted but never started
         (blocking: the tools are found and, unless given, the transcript read)."""
-        tools = self.tools
+        self._source.find()  # found here, in the caller's worker thread, not later on the loop
         if transcript is None:
             transcript = read_transcript(self.services.layout.transcript(self.session_id))
         if transcript.messages:
             return self._load_messages(transcript), False, pending_task(transcript.records)
+        return self._open_recorded(transcript), True, None
+
+    def _open_recorded(self, transcript: Transcript,
+                       kept: Callable[[str], bool] | None = None) -> list[Message]:
+        """The first records of a session from its recorded task and context, added to the
+        sink. Without `kept`, its prompt's files are read (blocking); with it, only the cached
+        ones are used, and `NotCached` says when that is not enough or the prompt is not kept."""
         meta = transcript.meta
-        context = meta.get("context")
-        system = self._system_prompt(context if isinstance(context, str) else None)
-        task = str(meta.get("task") or self.info.task)
-        return first_records(self.sink, tools, system, task, {}), True, None
+        context = meta.get("context") if isinstance(meta.get("context"), str) else None
+        if kept is None:
+            system = self._system_prompt(context)
+        else:
+            services = self.services
+            parts = gather_known(services.layout, self.agent, context, services.files,
+                                 services.summaries)
+            system = build_system_prompt(self.agent, parts, services.settings.prompt)
+            if not kept(system):
+                raise NotCached("a system prompt this process has not kept yet")
+        return first_records(self.sink, self.tools, system,
+                             str(meta.get("task") or self.info.task), {})
 
     def _system_prompt(self, context: str | None) -> str:
         """The session's system prompt from the current files (blocking)."""
