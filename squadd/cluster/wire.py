@@ -19,7 +19,10 @@ SPECS_KEPT = 256
 """Distinct tool specs a worker keeps (`SpecsSeen`)."""
 
 RequestKind = Literal["claim", "records", "tool", "end"]
-Refusal = Literal["stale_epoch", "unknown_session", "invalid", "interrupted"]
+Refusal = Literal["stale_epoch", "unknown_session", "invalid", "interrupted", "failed"]
+"""Why a request was refused. "failed": the coordinator's disk (or another OS call) failed while
+it applied the request, so nothing of it is known durable; the worker may try again later (a
+claim's job stays pending and moves on after its lease)."""
 
 
 class _Wire(BaseModel):

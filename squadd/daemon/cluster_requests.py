@@ -106,8 +106,25 @@ class WorkerRequests:
         except Exception as exc:
             log.exception("cluster request failed", kind=request.kind,
                           session_id=request.session_id)
+            error = f"{type(exc).__name__}: {exc}"
+            if isinstance(exc, OSError):  # a full disk, a failed sync: it may pass
+                return Reply(request_id=request.request_id, ok=False, refused="failed",
+                             error=error)
+            if request.kind == "claim":  # it would fail again: the job is dropped
+                self._fail_route(request.session_id, "the coordinator could not hand the "
+                                 f"session over to worker {request.worker!r}: {error}")
             return Reply(request_id=request.request_id, ok=False, refused="invalid",
-                         error=f"{type(exc).__name__}: {exc}")
+                         error=error)
+
+    def _fail_route(self, session_id: str, error: str) -> None:
+        """End with `error` the route waiting here for the session, now rather than at its
+        bound (no worker will run it)."""
+        remote = self._remote.get(session_id)
+        if remote is not None and not remote.done.is_set():
+            info = remote.plan.info
+            remote.outcome = SessionOutcome(session_id=info.session_id, agent=info.agent,
+                                            status="error", error=error, model=info.model)
+            remote.done.set()
 
     def _lock(self, session_id: str) -> anyio.Lock:
         lock = self._locks.get(session_id)

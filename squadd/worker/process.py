@@ -327,8 +327,8 @@ class Worker:
             log.warning("session given up: its lease moved on", session_id=sid, error=str(exc))
         except ClusterError as exc:
             # The job stays pending: after the lease another worker (or this one) resumes it.
-            log.error("session stopped: the cluster did not answer", session_id=sid,
-                      error=str(exc))
+            log.error("session stopped: the cluster did not answer or store it; its job "
+                      "stays pending", session_id=sid, error=str(exc))
         except Exception as exc:  # a fault in this job must not stop the worker's other jobs
             log.exception("session failed on this worker", session_id=sid)
             await self._give_up(running, f"worker {self.name} failed to run the session: "
@@ -387,6 +387,9 @@ class Worker:
         reply = await self._request(running, "claim", claim_id,
                                     {"reclaimed": delivery.reclaimed,
                                      "host": socket.gethostname()})
+        if reply.refused == "failed":  # the job stays pending: it moves on after its lease
+            raise ClusterError(f"the coordinator failed to hand the session over: "
+                               f"{reply.error}")
         if not reply.ok:  # ended, cancelled or unknown: nothing to run
             log.info("job dropped", session_id=job.session_id, reason=reply.error)
             return None

@@ -137,6 +137,45 @@ async def test_the_job_intake_goes_on_after_redis_refuses_a_read(
         tg.cancel_scope.cancel()
 
 
+async def test_a_claim_the_coordinator_failed_to_store_is_taken_again_after_the_lease(
+        guard: RedisGuard, tmp_path: Path) -> None:
+    """A claim refused as "failed" (the coordinator's disk failed while it stored the hand-over)
+    leaves the job pending: after its lease the worker takes it again, and the session runs to
+    its end, so its route learns the outcome instead of waiting out its bound."""
+    info = SessionInfo(session_id="s1", agent="lead", model="m", task="t")
+    claims: list[Request] = []
+    ends: list[Request] = []
+    ended = anyio.Event()
+
+    async def coordinator(request: Request) -> Reply:
+        if request.kind == "claim":
+            claims.append(request)
+            if len(claims) == 1:
+                return Reply(request_id=request.request_id, ok=False, refused="failed",
+                             error="OSError: [Errno 28] No space left on device")
+            return claimed(request, info)
+        if request.kind == "end":
+            ends.append(request)
+            ended.set()
+        return Reply(request_id=request.request_id, ok=True)
+
+    worker = short_lease_worker(guard, tmp_path)
+    ack, acked = worker.jobs.ack, anyio.Event()
+
+    async def watched_ack(stream: str, entry_id: str) -> None:
+        await ack(stream, entry_id)
+        acked.set()
+
+    worker.jobs.ack = watched_ack  # type: ignore[method-assign]
+    async with running_job_s1(guard, worker, coordinator):
+        with anyio.fail_after(60):
+            await ended.wait()
+            await acked.wait()  # the job is acknowledged after the end's reply
+    assert [c.body["reclaimed"] for c in claims] == [False, True]
+    assert [e.body["status"] for e in ends] == ["completed"] and worker.finished == 1
+    assert await guard.client.xlen(keys.JOBS_NORMAL) == 0  # acknowledged once it ended
+
+
 async def test_a_refused_transcript_flush_raises_stale_lease_itself() -> None:
     async def refuse(kind: str, suffix: str, body: dict[str, Any]) -> Reply:
         return checked(Reply(request_id=suffix, ok=False, refused="stale_epoch",

@@ -1,12 +1,16 @@
 """A claim hands the new holder the real results of squad-tool calls the coordinator applied
 for a holder that died before recording them; calls that never arrived get the stand-in; and
 the earlier holder is refused from then on; a new session's claim opens it on the event loop
-once its prompt is known. A real redis-server and a real runtime."""
+once its prompt is known; a claim whose records could not be made durable is refused as one
+to try again, and one that failed otherwise ends its route at once. A real redis-server and a
+real runtime."""
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
+import anyio
 import pytest
 
 from squadd.cluster import keys
@@ -17,7 +21,7 @@ from squadd.runtime.opening import record_acceptance
 from squadd.runtime.session_info import SessionInfo
 from squadd.state.transcripts import TranscriptWriter
 from squadd.tools.base import ToolResult
-from tests.support.coordinator import coordinator_on_redis, give_job
+from tests.support.coordinator import coordinator_on_redis, give_job, submit_remote
 
 
 async def test_a_claim_recovers_applied_results_and_fences_the_earlier_holder(
@@ -96,3 +100,68 @@ async def test_a_new_sessions_claim_opens_it_on_the_loop_once_its_prompt_is_know
         assert transcripts[sid].records[-1]["worker"] == "w1"
     assert replies[0].body["messages"][0] == replies[1].body["messages"][0]
     assert squad_specs and all(r.body["squad_specs"] == squad_specs for r in replies)
+
+
+async def test_a_claim_whose_records_cannot_be_made_durable_is_refused_as_failed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The disk fails the claim's group commit: the worker hears "failed" (its job stays
+    pending, to be claimed again), not "invalid" (which drops the job and leaves the route to
+    wait out its bound); the next claim hands the session over once, under a new epoch."""
+    from squadd.state.transcripts import read_transcript
+
+    async def disk_full(writer: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    async with coordinator_on_redis(tmp_path) as here:
+        info = SessionInfo(session_id="s1", agent="lead", model="m", task="the task")
+        record_acceptance(here.layout, info, None)
+        async with here.runtime:
+            await give_job(here, "s1", "w1")
+            with monkeypatch.context() as patch:
+                patch.setattr(here.runtime.commits, "commit", disk_full)
+                failed = await here.coordinator.handle(Request(
+                    request_id="claim-1", kind="claim", session_id="s1", worker="w1"))
+            again = await here.coordinator.handle(Request(
+                request_id="claim-2", kind="claim", session_id="s1", worker="w1"))
+        transcript = read_transcript(here.layout.transcript("s1"))
+    assert not failed.ok and failed.refused == "failed", failed
+    assert "No space left on device" in (failed.error or "")
+    assert again.ok and again.body["epoch"] == 2, again
+    assert [m["role"] for m in again.body["messages"]] == ["system", "user"]
+    assert [m["role"] for m in transcript.messages] == ["system", "user"]
+    claims = [(s.get("worker"), s.get("epoch")) for s in transcript.states
+              if s["state"] == "active" and "worker" in s]
+    assert claims == [("w1", 2)], transcript.states
+
+
+async def test_a_claim_that_fails_otherwise_ends_its_route_now_with_the_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A claim that raised something no retry mends drops the job (the worker hears
+    "invalid"), so the route waiting for it hears the error now, not at its bound."""
+    from squadd.daemon.cluster_requests import WorkerRequests
+    from squadd.runtime.session import SessionOutcome
+
+    def broken(*args: object) -> object:
+        raise RuntimeError("the hand-over broke")
+
+    monkeypatch.setattr(WorkerRequests, "_hand_over", broken)
+    monkeypatch.setattr(WorkerRequests, "_hand_over_known", broken)
+    outcomes: list[SessionOutcome] = []
+    async with coordinator_on_redis(tmp_path, {"local_slots": 0}) as here:
+        info = SessionInfo(session_id="s1", agent="lead", model="m", task="t")
+        record_acceptance(here.layout, info, None)
+        async with here.runtime:
+            charter = await here.runtime.planner.charter("lead")
+            # The route's own bound is twice 600 s plus the lease: it must end long before.
+            with anyio.fail_after(30):
+                async with anyio.create_task_group() as tg:  # (its end waits for the route)
+                    submit_remote(here, tg, info, charter, outcomes)
+                    while not await here.coordinator.jobs.held_by("w1", "s1"):
+                        await here.coordinator.jobs.take("w1", block_s=0.05)
+                    claim = await here.coordinator.handle(Request(
+                        request_id="claim-1", kind="claim", session_id="s1", worker="w1"))
+    assert not claim.ok and claim.refused == "invalid", claim
+    [outcome] = outcomes
+    assert outcome.status == "error"
+    assert "RuntimeError: the hand-over broke" in (outcome.error or "")
+    assert "'w1'" in (outcome.error or "")

@@ -94,14 +94,20 @@ async def coordinator_on_redis(tmp_path: Path, cluster: dict[str, Any] | None = 
 
 
 def submit_remote(here: CoordinatorHere, tg: anyio.abc.TaskGroup, info: SessionInfo,
-                  charter: Charter) -> None:
+                  charter: Charter, outcomes: list[SessionOutcome] | None = None) -> None:
     """Start the route of `info` through the coordinator in `tg`: with no local slot, its job
-    goes to the workers' stream (the caller takes it as a worker would)."""
+    goes to the workers' stream (the caller takes it as a worker would); its outcome is
+    appended to `outcomes` when it ends."""
     plan = continue_plan(None, RouteOrigin(), info, None, charter, here.runtime.settings,
                          here.runtime.runner.services.sinks.existing(info.session_id))
 
     async def run_here() -> SessionOutcome:
         raise AssertionError("no local slot: the session runs on a worker")
 
-    tg.start_soon(here.coordinator.run_session, plan, SessionRecord(info), here.runtime.tools,
-                  None, run_here)
+    async def route() -> None:
+        outcome = await here.coordinator.run_session(plan, SessionRecord(info),
+                                                     here.runtime.tools, None, run_here)
+        if outcomes is not None:
+            outcomes.append(outcome)
+
+    tg.start_soon(route)
