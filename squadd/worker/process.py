@@ -359,9 +359,11 @@ class Worker:
         request, not two); its end event goes out once the coordinator has them."""
         records = running.sink.ending() if running.sink is not None else []
         reply = await self._request(running, "end", "end", {**body, "records": records})
-        if records and not reply.ok:  # as a refused records request: the job stays pending
-            raise ClusterError(f"the coordinator did not store the session's last transcript "
-                               f"records: {reply.error}")
+        if not reply.ok and (records or reply.refused == "failed"):
+            # As a refused records request: the job stays pending, and its route waits for
+            # the worker that takes it next rather than for its bound.
+            raise ClusterError(f"the coordinator did not store the session's end: "
+                               f"{reply.error}")
         if running.sink is not None and running.events is not None:
             running.sink.ended(len(records))
             running.events.release()

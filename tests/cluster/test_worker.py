@@ -176,6 +176,39 @@ async def test_a_claim_the_coordinator_failed_to_store_is_taken_again_after_the_
     assert await guard.client.xlen(keys.JOBS_NORMAL) == 0  # acknowledged once it ended
 
 
+async def test_an_end_the_coordinator_failed_to_store_leaves_the_job_for_the_next_claim(
+        guard: RedisGuard, tmp_path: Path) -> None:
+    """A job the worker gives up on before its session recorded anything sends an end with no
+    records; refused as "failed", it must not be acknowledged, or the route would wait out its
+    bound: the job is claimed again after its lease, and this time the session ends."""
+    info = SessionInfo(session_id="s1", agent="lead", model="m", task="t")
+    claims: list[Request] = []
+    ends: list[Request] = []
+    done = anyio.Event()
+
+    async def coordinator(request: Request) -> Reply:
+        if request.kind == "claim":
+            claims.append(request)
+            if len(claims) == 1:  # an answer without its epoch: the worker gives up
+                return Reply(request_id=request.request_id, ok=True, body={})
+            return claimed(request, info)
+        if request.kind == "end":
+            ends.append(request)
+            if len(ends) == 1:
+                return Reply(request_id=request.request_id, ok=False, refused="failed",
+                             error="OSError: [Errno 5] Input/output error")
+            done.set()
+        return Reply(request_id=request.request_id, ok=True)
+
+    worker = short_lease_worker(guard, tmp_path)
+    async with running_job_s1(guard, worker, coordinator):
+        with anyio.fail_after(60):
+            await done.wait()
+    assert ends[0].body["records"] == []
+    assert [e.body["status"] for e in ends] == ["error", "completed"]
+    assert [c.body["reclaimed"] for c in claims] == [False, True]
+
+
 async def test_a_refused_transcript_flush_raises_stale_lease_itself() -> None:
     async def refuse(kind: str, suffix: str, body: dict[str, Any]) -> Reply:
         return checked(Reply(request_id=suffix, ok=False, refused="stale_epoch",
