@@ -3,20 +3,27 @@
 worker whose job has moved on), and the envelope of a relayed event (naming its worker).
 
 Each model is stored as one JSON field (`data`) of a stream entry or as a string value.
-`SpecsSeen` turns the squad tools' specs a claim's reply carries back into spec objects.
+`SpecsSeen` turns the squad tools' specs a claim's reply carries back into spec objects, and
+keeps each list under its id (`specs_id`): a claim names the ids its worker holds, and the
+reply carries the list only when the worker lacks it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from squadd.contracts.messages import ToolSpec
+from squadd.errors import ClusterError
 
 SPECS_KEPT = 256
 """Distinct tool specs a worker keeps (`SpecsSeen`)."""
+SPEC_SETS_KEPT = 16
+"""Lists of squad-tool specs a worker keeps by their id (`SpecsSeen.claimed`); a coordinator
+keeps as many by the tools they came from."""
 
 RequestKind = Literal["claim", "records", "tool", "end"]
 Refusal = Literal["stale_epoch", "unknown_session", "invalid", "interrupted", "failed"]
@@ -131,6 +138,33 @@ class SpecsSeen:
 
     def __init__(self) -> None:
         self._kept: dict[str, ToolSpec] = {}
+        self._sets: dict[str, list[ToolSpec]] = {}
+        """Lists of specs by their id, oldest first."""
+
+    @property
+    def held(self) -> list[str]:
+        """The ids of the lists kept, for a claim to name (`specs_held`)."""
+        return list(self._sets)
+
+    def claimed(self, body: dict[str, Any]) -> list[ToolSpec]:
+        """The squad tools' specs of a claim's reply `body`: the list it carries (kept under
+        its id), else the list kept under the id it names (the claim said it was held here).
+        `ClusterError` when it names a list not kept (it fell out meanwhile): the job is
+        claimed again, naming what is kept then."""
+        sid = body.get("squad_specs_id")
+        if "squad_specs" in body:
+            specs = [self(spec) for spec in body["squad_specs"]]
+            if isinstance(sid, str):
+                self._sets.pop(sid, None)
+                if len(self._sets) >= SPEC_SETS_KEPT:
+                    del self._sets[next(iter(self._sets))]
+                self._sets[sid] = specs
+            return specs
+        kept = self._sets.get(sid) if isinstance(sid, str) else None
+        if kept is None:
+            raise ClusterError(f"the claim's reply names squad tool specs {str(sid)[:64]!r}, "
+                               "which this worker does not hold")
+        return kept
 
     def __call__(self, spec: Any) -> ToolSpec:
         key = json.dumps(spec, sort_keys=True, separators=(",", ":"))
@@ -141,3 +175,10 @@ class SpecsSeen:
                 del self._kept[next(iter(self._kept))]
             self._kept[key] = found
         return found
+
+
+def specs_id(specs: list[dict[str, Any]]) -> str:
+    """The id of a list of squad-tool specs (as JSON data): the same list has the same id on
+    every host and in every version, so a worker's word that it holds it is enough."""
+    text = json.dumps(specs, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]

@@ -388,7 +388,8 @@ class Worker:
         claim_id = f"claim-{delivery.entry_id}-{self.name}-{secrets.token_hex(6)}"
         reply = await self._request(running, "claim", claim_id,
                                     {"reclaimed": delivery.reclaimed,
-                                     "host": socket.gethostname()})
+                                     "host": socket.gethostname(),
+                                     "specs_held": self._specs.held})
         if reply.refused == "failed":  # the job stays pending: it moves on after its lease
             raise ClusterError(f"the coordinator failed to hand the session over: "
                                f"{reply.error}")
@@ -446,9 +447,8 @@ class Worker:
 
     async def _tools(self, body: dict[str, Any], forward: Any, on_cancel: Any) -> ToolSet:
         proxies: list[Tool[Any]] = [
-            SquadToolProxy(self._specs(spec), forward, on_cancel,
-                           around=self._slot_back)
-            for spec in body.get("squad_specs", [])]
+            SquadToolProxy(spec, forward, on_cancel, around=self._slot_back)
+            for spec in self._specs.claimed(body)]
         self._squad_names.update(p.name for p in proxies)
         names = [*(p.name for p in proxies), *(t.name for t in self._builtins)]
         try:  # on the loop when every tool file is loaded and unchanged

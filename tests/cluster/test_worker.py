@@ -439,6 +439,91 @@ def test_the_squad_specs_of_every_claim_are_one_object_per_distinct_spec() -> No
     assert seen(route) is not first[0].spec()
 
 
+def test_a_claim_names_the_spec_lists_it_holds_and_a_reply_may_name_one_instead() -> None:
+    """A reply carrying squad specs keeps them under their id; one naming a held id gets the
+    same spec objects back; one naming an id not held (it fell out) is a `ClusterError`, so
+    the job is claimed again."""
+    from squadd.cluster.wire import SPEC_SETS_KEPT, SpecsSeen, specs_id
+    from squadd.errors import ClusterError
+
+    seen = SpecsSeen()
+    route = {"name": "squad_route", "description": "Route a task.",
+             "parameters": {"type": "object", "properties": {"task": {"type": "string"}}}}
+    first_id = specs_id([route])
+    assert seen.held == []
+    carried = seen.claimed({"squad_specs_id": first_id, "squad_specs": [route]})
+    assert seen.held == [first_id] and [s.name for s in carried] == ["squad_route"]
+    named = seen.claimed({"squad_specs_id": first_id})
+    assert named == carried and all(a is b for a, b in zip(named, carried, strict=True))
+    assert seen.claimed({"squad_specs": []}) == []  # a coordinator that names no id
+    for n in range(SPEC_SETS_KEPT):  # a bounded keep: the oldest go first
+        other = [{**route, "name": f"tool_{n}"}]
+        seen.claimed({"squad_specs_id": specs_id(other), "squad_specs": other})
+    assert first_id not in seen.held and len(seen.held) == SPEC_SETS_KEPT
+    with pytest.raises(ClusterError, match="does not hold"):
+        seen.claimed({"squad_specs_id": first_id})
+
+
+async def test_a_job_whose_claim_names_held_specs_runs_with_them_unsent(
+        guard: RedisGuard, tmp_path: Path) -> None:
+    """The second job's claim names the spec list the first one's reply carried; the reply
+    names it back without the specs, and the session still calls the squad tool through the
+    coordinator."""
+    from squadd.cluster.wire import specs_id
+    from squadd.providers.replay import ScriptedCall
+    from squadd.tools.base import ToolResult
+
+    status = {"name": "squad_status", "description": "The squad's state.",
+              "parameters": {"type": "object", "properties": {}}}
+    held = specs_id([status])
+    claims: list[Request] = []
+    tool_calls: list[Request] = []
+    ended: list[str] = []
+    both_ended = anyio.Event()
+
+    async def coordinator(request: Request) -> Reply:
+        sid = request.session_id
+        if request.kind == "claim":
+            claims.append(request)
+            info = SessionInfo(session_id=sid, agent="lead", model="m", task="t")
+            reply = claimed(request, info)
+            body = {**reply.body, "squad_specs_id": held, "tools": ["squad_status"]}
+            if held not in (request.body.get("specs_held") or []):
+                body["squad_specs"] = [status]
+            else:
+                body.pop("squad_specs")
+            return Reply(request_id=request.request_id, ok=True, body=body)
+        if request.kind == "tool":
+            tool_calls.append(request)
+            return Reply(request_id=request.request_id, ok=True, body={
+                "result": ToolResult.success("all idle").model_dump(mode="json")})
+        if request.kind == "end":
+            ended.append(sid)
+            if len(ended) == 2:
+                both_ended.set()
+        return Reply(request_id=request.request_id, ok=True)
+
+    settings = load_settings(None, overrides={"cluster": {
+        "url": guard.url, "heartbeat_s": 0.1, "lease_s": 60.0, "request_timeout_s": 30.0}})
+    worker = Worker(name="w1", slots=1, layout=SquadLayout.for_repo(tmp_path),
+                    settings=settings, guard=guard, provider=ReplayProvider(ReplayScript(
+                        default=[ScriptedTurn(tool_calls=[ScriptedCall(name="squad_status")]),
+                                 ScriptedTurn(text="done")])))
+    server = RequestServer(guard, coordinator, reply_ttl_s=60, redo_safe=())
+    async with anyio.create_task_group() as tg:
+        await tg.start(server.run)
+        await tg.start(worker.run)
+        for sid in ("s1", "s2"):  # one slot: the second job is claimed after the first
+            await JobQueue(guard).submit(Job(session_id=sid, agent="lead", timeout_s=60))
+        with anyio.fail_after(60):
+            await both_ended.wait()
+        worker.stopping.set()
+        tg.cancel_scope.cancel()
+    assert [c.body["specs_held"] for c in claims] == [[], [held]]
+    assert [c.session_id for c in tool_calls] == ["s1", "s2"]
+    assert all(c.body["call"]["name"] == "squad_status" for c in tool_calls)
+
+
 async def test_a_jobs_custom_tools_are_read_from_disk_only_when_a_file_changed(
         guard: RedisGuard, team: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
     """The first job reads the tool files; the next ones find them on the event loop, with

@@ -102,6 +102,35 @@ async def test_a_new_sessions_claim_opens_it_on_the_loop_once_its_prompt_is_know
     assert squad_specs and all(r.body["squad_specs"] == squad_specs for r in replies)
 
 
+async def test_a_claim_that_names_the_specs_it_holds_is_not_sent_them_again(
+        tmp_path: Path) -> None:
+    """The reply names the squad tools' spec list by its id; it carries the list only when
+    the claim did not name that id among those its worker holds."""
+    from squadd.cluster.wire import specs_id
+
+    async with coordinator_on_redis(tmp_path) as here:
+        replies: list[Reply] = []
+        async with here.runtime:
+            for n, held in enumerate(([], None, ["0" * 32]), start=1):
+                sid = f"s{n}"
+                info = SessionInfo(session_id=sid, agent="lead", model="m", task="t")
+                record_acceptance(here.layout, info, None)
+                await give_job(here, sid, "w1")
+                names = held if held is not None else [replies[0].body["squad_specs_id"]]
+                replies.append(await here.coordinator.handle(Request(
+                    request_id=f"claim-{sid}", kind="claim", session_id=sid, worker="w1",
+                    body={"specs_held": names})))
+        squad_specs = [tool.spec().model_dump(mode="json") for tool in here.runtime.tools
+                       if tool.squad_tool]
+    assert all(r.ok for r in replies), replies
+    first, named, other = replies
+    assert first.body["squad_specs"] == squad_specs
+    assert first.body["squad_specs_id"] == specs_id(squad_specs)
+    assert "squad_specs" not in named.body
+    assert named.body["squad_specs_id"] == first.body["squad_specs_id"]
+    assert other.body["squad_specs"] == squad_specs  # an id it does not hold
+
+
 async def test_a_claim_whose_records_cannot_be_made_durable_is_refused_as_failed(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The disk fails the claim's group commit: the worker hears "failed" (its job stays
