@@ -142,11 +142,11 @@ def worker(cluster_url: str, repo: str, slots: int, name: str | None, workdir: P
     early = load_settings(None, overrides={"cluster": {"url": cluster_url}})
     probe(cluster_url, cluster_password(early))  # a wrong address fails before any clone
 
+    from squadd.cluster.identity import clone_dir
     from squadd.logs import configure_logging
     from squadd.serving import run_serving
     from squadd.state.layout import SquadLayout
     from squadd.tools.secrets import SecretRegistry
-    from squadd.worker.process import clone_dir
 
     clone = clone_dir(name, workdir, repo)
     ensure_clone(repo, clone, remake=workdir is None)

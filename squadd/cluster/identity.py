@@ -2,11 +2,14 @@
 its `origin` URL, and the squad id kept in `.squad/squad-id`. The coordinator publishes its
 own; a worker compares its clone with it before it takes a job, and is refused with both
 names when they differ (a worker for another repository would run sessions in the wrong
-clone).
+clone). `clone_dir` says where a worker keeps its clone of a repository.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+import re
 import secrets
 import subprocess
 from pathlib import Path
@@ -116,3 +119,16 @@ async def published_identity(guard: RedisGuard) -> SquadIdentity | None:
         return SquadIdentity.model_validate_json(value)
     except ValueError:
         return None
+
+
+def clone_dir(name: str, workdir: Path | None, repo: str) -> Path:
+    """Where worker `name` keeps its clone of `repo`: `--workdir`, else the user's cache, one
+    folder per repository (so a worker of the same name for another repository never reuses
+    this one's clone) and per worker name (two workers on one host never share a tree)."""
+    if workdir is not None:
+        return workdir.resolve()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    key = repo_key(repo)
+    tail = re.sub(r"[^A-Za-z0-9._-]+", "-", key.rsplit("/", 1)[-1].rsplit(":", 1)[-1])
+    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+    return Path(base) / "squadd" / "workers" / f"{tail[:40] or 'repo'}-{digest}" / name

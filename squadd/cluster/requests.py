@@ -196,19 +196,21 @@ class RequestServer:
                     return
             reply = await self.handler(request)
             await self._finish(entry_id, rid, reply.dump(), store=True, applied=unsafe,
-                               stored=reply.stored())
+                               stored=reply.stored(), job_done=reply.job_done)
             self.handled += 1
         finally:
             self._in_hand.discard(rid)
 
     async def _finish(self, entry_id: str, rid: str | None = None, data: str | None = None,
                       *, store: bool = False, applied: bool = False,
-                      stored: str | None = None) -> None:
+                      stored: str | None = None,
+                      job_done: tuple[str, str] | None = None) -> None:
         """In one transaction: the reply `data` pushed to its box (and stored under `rid`
         when new, as `stored` when given: `Reply.stored`), the write-ahead mark of an
-        `applied` call cleared, the entry acknowledged. The answers ready while a
-        transaction is on its way go together in the next one."""
-        answer = _Answer(entry_id, rid, data, store, applied, stored)
+        `applied` call cleared, the entry acknowledged, and the job `job_done` (stream,
+        entry id) acknowledged for its worker. The answers ready while a transaction is on
+        its way go together in the next one."""
+        answer = _Answer(entry_id, rid, data, store, applied, stored, job_done)
         self._answers.append(answer)
         self._answering.set()
         await answer.done.wait()
@@ -246,6 +248,10 @@ class RequestServer:
                     pipe.expire(keys.reply_box(rid), self.reply_ttl_s)
                 if rid is not None and answer.applied:
                     pipe.hdel(keys.APPLYING, rid)
+                if answer.job_done is not None:  # as `JobQueue.ack` would
+                    stream, job_entry = answer.job_done
+                    pipe.xack(stream, keys.WORKERS_GROUP, job_entry)
+                    pipe.xdel(stream, job_entry)
                 pipe.xack(keys.REQUESTS, keys.COORDINATOR_GROUP, answer.entry_id)
                 pipe.xdel(keys.REQUESTS, answer.entry_id)
             await pipe.execute()
@@ -261,6 +267,8 @@ class _Answer:
     applied: bool
     stored: str | None = None
     """What is stored, when not `data` itself (a claim's reply without its conversation)."""
+    job_done: tuple[str, str] | None = None
+    """A job acknowledged in the same transaction (an end's)."""
     done: anyio.Event = field(default_factory=anyio.Event)
     error: BaseException | None = None
 

@@ -81,6 +81,9 @@ class Reply(_Wire):
     body: dict[str, Any] = Field(default_factory=dict)
     cancelled: bool = False
     """The coordinator cancelled the session: the worker stops it."""
+    job_done: tuple[str, str] | None = Field(None, exclude=True)
+    """The job (stream, entry id) the reply's transaction acknowledges for its worker (an
+    end's, which says so in its body: `acked`); kept here, never sent."""
 
     def stored(self) -> str | None:
         """The copy kept under the request id for a repeat, when it is not the reply itself

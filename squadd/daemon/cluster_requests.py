@@ -441,7 +441,9 @@ class WorkerRequests:
                 duration_s=float(body.get("duration_s") or 0.0), model=info.model)
             remote.done.set()
         self._forget(request.session_id)
-        return Reply(request_id=request.request_id, ok=True)
+        job = _job_of(remote, body.get("job"))
+        return Reply(request_id=request.request_id, ok=True, body={"acked": job is not None},
+                     job_done=job)
 
     def _forget(self, session_id: str) -> None:
         """Drop what is kept here for a session that ended: a late request of its reads the
@@ -453,6 +455,18 @@ class WorkerRequests:
         lock = self._locks.get(session_id)
         if lock is not None and not lock.locked() and not lock.statistics().tasks_waiting:
             del self._locks[session_id]
+
+
+def _job_of(remote: RemoteSession | None, offered: Any) -> tuple[str, str] | None:
+    """The job an end offers to have acknowledged with its reply (`{"stream", "entry"}`),
+    when it is one submitted for the session (else the worker acknowledges it itself)."""
+    if remote is None or not isinstance(offered, dict):
+        return None
+    stream, entry = offered.get("stream"), offered.get("entry")
+    if not isinstance(entry, str) or not isinstance(stream, str) \
+            or remote.entries.get(entry) != stream:
+        return None
+    return stream, entry
 
 
 def _claimed_by(sink: TranscriptSink, tools: ToolSet, worker: str, host: str,

@@ -13,15 +13,12 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-import hashlib
 import os
-import re
 import secrets
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -33,7 +30,7 @@ from squadd._version import __version__
 from squadd.cluster import keys, workers
 from squadd.cluster.connection import BLOCK_S, ClusterError, RedisGuard
 from squadd.cluster.events import PUBLISH_BATCH, publish_events
-from squadd.cluster.identity import SquadIdentity, published_identity, repo_key
+from squadd.cluster.identity import SquadIdentity, published_identity
 from squadd.cluster.jobs import Delivery, JobQueue
 from squadd.cluster.requests import send
 from squadd.cluster.wire import Reply, Request, SpecsSeen, WorkerBeat
@@ -83,6 +80,8 @@ class Running:
     acking: bool = False
     """Its acknowledgement is on its way: a lease renewal that finds the job gone from now on
     saw the acknowledgement, not a loss."""
+    acked: bool = False
+    """The coordinator acknowledged the job with its reply to the session's end."""
     sink: ForwardingSink | None = None
     """The session's transcript sink: the end request carries the records it holds."""
     events: EndEvents | None = None
@@ -338,8 +337,11 @@ class Worker:
             self.slots.release()
 
     async def _ack(self, running: Running) -> None:
-        """Acknowledge the job: it is done with, here and for every other worker."""
+        """Acknowledge the job: it is done with, here and for every other worker (unless the
+        coordinator did with its reply to the end)."""
         running.acking = True
+        if running.acked:
+            return
         delivery = running.delivery
         await self.jobs.ack(delivery.stream, delivery.entry_id)
 
@@ -358,12 +360,20 @@ class Worker:
         """Report the session's end, carrying the records its last flush left pending (one
         request, not two); its end event goes out once the coordinator has them."""
         records = running.sink.ending() if running.sink is not None else []
-        reply = await self._request(running, "end", "end", {**body, "records": records})
+        delivery = running.delivery
+        # The coordinator may acknowledge the job with its reply (one transaction, and no
+        # round trip of this worker's own): from here the lease keeper finding the job gone
+        # is its end, not a loss.
+        running.acking = True
+        reply = await self._request(running, "end", "end", {
+            **body, "records": records,
+            "job": {"stream": delivery.stream, "entry": delivery.entry_id}})
         if not reply.ok and (records or reply.refused == "failed"):
             # As a refused records request: the job stays pending, and its route waits for
             # the worker that takes it next rather than for its bound.
             raise ClusterError(f"the coordinator did not store the session's end: "
                                f"{reply.error}")
+        running.acked = reply.ok and reply.body.get("acked") is True
         if running.sink is not None and running.events is not None:
             running.sink.ended(len(records))
             running.events.release()
@@ -479,15 +489,3 @@ class Worker:
             with anyio.CancelScope(shield=True):
                 await self.slots.wait(ticket)
 
-
-def clone_dir(name: str, workdir: Path | None, repo: str) -> Path:
-    """Where worker `name` keeps its clone of `repo`: `--workdir`, else the user's cache, one
-    folder per repository (so a worker of the same name for another repository never reuses
-    this one's clone) and per worker name (two workers on one host never share a tree)."""
-    if workdir is not None:
-        return workdir.resolve()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    key = repo_key(repo)
-    tail = re.sub(r"[^A-Za-z0-9._-]+", "-", key.rsplit("/", 1)[-1].rsplit(":", 1)[-1])
-    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
-    return Path(base) / "squadd" / "workers" / f"{tail[:40] or 'repo'}-{digest}" / name

@@ -166,6 +166,39 @@ async def test_a_call_is_answered_its_mark_cleared_and_its_entry_acknowledged_in
     assert await guard.client.get(keys.reply("r1")) == reply.dump()
 
 
+async def test_an_end_reply_that_names_its_job_acknowledges_it_in_the_same_transaction(
+        guard: RedisGuard) -> None:
+    """The job a worker holds is acknowledged (and deleted) by the transaction that answers
+    its end; what the job's worker reads of the reply does not name it."""
+    from squadd.cluster.jobs import JobQueue
+    from squadd.cluster.wire import Job
+
+    jobs = JobQueue(guard)
+    await jobs.ensure()
+    await jobs.submit(Job(session_id="s1", agent="lead", timeout_s=60))
+    delivery = await jobs.take("w", block_s=1)
+    assert delivery is not None
+    job = (delivery.stream, delivery.entry_id)
+
+    async def handler(req: Request) -> Reply:
+        return Reply(request_id=req.request_id, ok=True, body={"acked": True}, job_done=job)
+
+    server = RequestServer(guard, handler, reply_ttl_s=60, redo_safe=("end",))
+    async with anyio.create_task_group() as tg:
+        await tg.start(server.run)
+        before = await guard.client.xpending(delivery.stream, keys.WORKERS_GROUP)
+        await guard.client.config_resetstat()
+        reply = await send(guard, request("s1:1:end", kind="end"), timeout_s=5, attempts=1)
+        stats = await guard.client.info("commandstats")
+        tg.cancel_scope.cancel()
+    after = await guard.client.xpending(delivery.stream, keys.WORKERS_GROUP)
+    assert before["pending"] == 1 and after["pending"] == 0
+    assert await guard.client.xlen(delivery.stream) == 0
+    assert stats["cmdstat_exec"]["calls"] == 1
+    assert reply.ok and reply.body == {"acked": True} and reply.job_done is None
+    assert "job_done" not in (await guard.client.get(keys.reply("s1:1:end")) or "")
+
+
 async def test_a_claims_conversation_is_kept_once_in_redis_and_reaches_the_worker_whole(
         guard: RedisGuard) -> None:
     """The stored copy of a reply that hands over a conversation leaves the conversation out

@@ -20,7 +20,7 @@ from squadd.cluster.wire import Job, Reply, Request
 from squadd.config import load_settings
 from squadd.contracts.events import AgentCompleted, BaseEvent, SessionMessage
 from squadd.contracts.messages import UserMessage, message_record
-from squadd.providers.replay import ReplayProvider, ReplayScript, ScriptedTurn
+from squadd.providers.replay import ReplayProvider, ReplayScript, ScriptedCall, ScriptedTurn
 from squadd.runtime.session_info import SessionInfo, session_meta
 from squadd.state.layout import SquadLayout
 from squadd.worker.process import Worker
@@ -34,13 +34,15 @@ def make_worker(guard: RedisGuard, repo: Path) -> Worker:
                   provider=ReplayProvider(ReplayScript(default=[])), guard=guard)
 
 
-def short_lease_worker(guard: RedisGuard, repo: Path, slots: int = 1) -> Worker:
-    """A worker whose leases are renewed every 0.1 s, its sessions answered "done"."""
+def short_lease_worker(guard: RedisGuard, repo: Path, slots: int = 1,
+                       turns: list[ScriptedTurn] | None = None) -> Worker:
+    """A worker whose leases are renewed every 0.1 s, its sessions answered "done" (or
+    `turns`)."""
     settings = load_settings(None, overrides={"cluster": {
         "url": guard.url, "heartbeat_s": 0.1, "lease_s": 0.3, "request_timeout_s": 30.0}})
     return Worker(name="w1", slots=slots, layout=SquadLayout.for_repo(repo), settings=settings,
                   guard=guard, provider=ReplayProvider(ReplayScript(
-                      default=[ScriptedTurn(text="done")])))
+                      default=turns or [ScriptedTurn(text="done")])))
 
 
 @contextlib.asynccontextmanager
@@ -209,6 +211,59 @@ async def test_an_end_the_coordinator_failed_to_store_leaves_the_job_for_the_nex
     assert [c.body["reclaimed"] for c in claims] == [False, True]
 
 
+async def test_a_job_the_coordinator_acknowledged_with_its_end_is_not_acknowledged_again(
+        guard: RedisGuard, tmp_path: Path) -> None:
+    """The end names the worker's job; a reply that says the coordinator acknowledged it (in
+    the reply's own transaction) spares the worker its own round trip, and a lease round that
+    finds the job gone while the end is on its way takes that for its end, not a loss."""
+    info = SessionInfo(session_id="s1", agent="lead", model="m", task="t")
+    offered: list[dict[str, Any]] = []
+    gone_seen, done = anyio.Event(), anyio.Event()
+
+    async def coordinator(request: Request) -> Reply:
+        if request.kind == "claim":
+            return claimed(request, info)
+        if request.kind == "end":
+            job = request.body["job"]
+            offered.append(job)
+            # The job goes first, and a lease round meets its going before the reply.
+            await JobQueue(guard).ack(job["stream"], job["entry"])
+            await gone_seen.wait()
+            return Reply(request_id=request.request_id, ok=True, body={"acked": True},
+                         job_done=(job["stream"], job["entry"]))
+        return Reply(request_id=request.request_id, ok=True)
+
+    worker = short_lease_worker(guard, tmp_path)
+    keep, ack, worker_ack = worker.jobs.keep, worker.jobs.ack, worker._ack
+    own_acks: list[str] = []
+
+    async def watched_keep(*args: Any, **kwargs: Any) -> Any:
+        found = await keep(*args, **kwargs)
+        if offered and found[1]:  # the end is on its way, and the job is gone
+            gone_seen.set()
+        return found
+
+    async def counted_ack(stream: str, entry_id: str) -> None:
+        own_acks.append(entry_id)
+        await ack(stream, entry_id)
+
+    async def finished(running: Any) -> None:
+        await worker_ack(running)
+        done.set()
+
+    worker.jobs.keep = watched_keep  # type: ignore[method-assign]
+    worker.jobs.ack = counted_ack  # type: ignore[method-assign]
+    worker._ack = finished  # type: ignore[method-assign]
+    with structlog.testing.capture_logs() as logs:
+        async with running_job_s1(guard, worker, coordinator):
+            with anyio.fail_after(60):
+                await done.wait()
+    assert len(offered) == 1 and offered[0]["stream"] == keys.JOBS_NORMAL
+    assert own_acks == [] and worker.finished == 1
+    assert await guard.client.xlen(keys.JOBS_NORMAL) == 0
+    assert not [e for e in logs if e["event"].startswith(("job lost", "job taken over"))]
+
+
 async def test_a_refused_transcript_flush_raises_stale_lease_itself() -> None:
     async def refuse(kind: str, suffix: str, body: dict[str, Any]) -> Reply:
         return checked(Reply(request_id=suffix, ok=False, refused="stale_epoch",
@@ -337,8 +392,9 @@ async def test_a_session_whose_job_redis_lost_carries_on_to_its_end(
     async def coordinator(request: Request) -> Reply:
         if request.kind == "claim":
             return claimed(request, info)
-        # A one-turn session's first records ride with its end: the job is still held then.
-        if request.kind in ("records", "end") and not first_records.is_set():
+        # The first turn's records go before the second model call: the session is mid-run
+        # (its end, which may have the job acknowledged with its reply, is still to come).
+        if request.kind == "records" and not first_records.is_set():
             first_records.set()
             await lease_checked.wait()  # the session is mid-run while Redis loses its job
         if request.kind == "end":
@@ -347,7 +403,8 @@ async def test_a_session_whose_job_redis_lost_carries_on_to_its_end(
         return Reply(request_id=request.request_id, ok=True)
 
     # Two slots: the free one's intake makes the job streams' group again, as it would.
-    worker = short_lease_worker(guard, tmp_path, slots=2)
+    worker = short_lease_worker(guard, tmp_path, slots=2, turns=[
+        ScriptedTurn(tool_calls=[ScriptedCall(name="no_such_tool")]), ScriptedTurn(text="done")])
     with structlog.testing.capture_logs() as logs:
         async with running_job_s1(guard, worker, coordinator):
             try:
@@ -470,7 +527,6 @@ async def test_a_job_whose_claim_names_held_specs_runs_with_them_unsent(
     names it back without the specs, and the session still calls the squad tool through the
     coordinator."""
     from squadd.cluster.wire import specs_id
-    from squadd.providers.replay import ScriptedCall
     from squadd.tools.base import ToolResult
 
     status = {"name": "squad_status", "description": "The squad's state.",

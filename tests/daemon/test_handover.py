@@ -194,3 +194,45 @@ async def test_a_claim_that_fails_otherwise_ends_its_route_now_with_the_error(
     assert outcome.status == "error"
     assert "RuntimeError: the hand-over broke" in (outcome.error or "")
     assert "'w1'" in (outcome.error or "")
+
+
+async def test_an_end_has_the_job_it_names_acknowledged_with_its_reply_when_it_is_the_sessions(
+        tmp_path: Path) -> None:
+    """A worker's end names its job: the coordinator's reply acknowledges it in the same
+    transaction (`job_done`, and `acked` in the body) when it is a job submitted for that
+    session, and leaves it to the worker otherwise."""
+    from squadd.cluster.jobs import Delivery
+    from squadd.runtime.session import SessionOutcome
+
+    outcomes: list[SessionOutcome] = []
+    replies: dict[str, Reply] = {}
+    jobs: dict[str, tuple[str, str]] = {}
+    async with coordinator_on_redis(tmp_path, {"local_slots": 0}) as here:
+        coordinator = here.coordinator
+        async with here.runtime:
+            charter = await here.runtime.planner.charter("lead")
+            with anyio.fail_after(30):
+                async with anyio.create_task_group() as tg:
+                    for sid in ("s1", "s2"):
+                        info = SessionInfo(session_id=sid, agent="lead", model="m", task="t")
+                        record_acceptance(here.layout, info, None)
+                        submit_remote(here, tg, info, charter, outcomes)
+                        delivery: Delivery | None = None
+                        while delivery is None:
+                            delivery = await coordinator.jobs.take("w1", block_s=0.05)
+                        claim = await coordinator.handle(Request(
+                            request_id=f"claim-{sid}", kind="claim", session_id=sid,
+                            worker="w1"))
+                        assert claim.ok, claim
+                        entry = delivery.entry_id if sid == "s1" else "1-1"  # s2: not its job
+                        replies[sid] = await coordinator.handle(Request(
+                            request_id=f"{sid}:end", kind="end", session_id=sid, worker="w1",
+                            epoch=claim.body["epoch"], body={
+                                "status": "completed", "answer": "ok", "records": [],
+                                "job": {"stream": delivery.stream, "entry": entry}}))
+                        jobs[sid] = (delivery.stream, delivery.entry_id)
+    assert replies["s1"].ok and replies["s1"].body == {"acked": True}
+    assert replies["s1"].job_done == jobs["s1"]
+    assert replies["s2"].ok and replies["s2"].body == {"acked": False}
+    assert replies["s2"].job_done is None
+    assert sorted(o.status for o in outcomes) == ["completed", "completed"]
