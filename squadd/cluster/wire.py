@@ -5,7 +5,8 @@ worker whose job has moved on), and the envelope of a relayed event (naming its 
 Each model is stored as one JSON field (`data`) of a stream entry or as a string value.
 `SpecsSeen` turns the squad tools' specs a claim's reply carries back into spec objects, and
 keeps each list under its id (`specs_id`): a claim names the ids its worker holds, and the
-reply carries the list only when the worker lacks it.
+reply carries the list only when the worker lacks it. `PromptsSeen` does the same for system
+prompts, by the digest the transcripts name them by.
 """
 
 from __future__ import annotations
@@ -18,9 +19,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from squadd.contracts.messages import ToolSpec
 from squadd.errors import ClusterError
+from squadd.state.transcripts import prompt_digest
 
 SPECS_KEPT = 256
 """Distinct tool specs a worker keeps (`SpecsSeen`)."""
+PROMPTS_KEPT = 32
+"""System prompts a worker keeps by digest (`PromptsSeen`), at most; and ..."""
+PROMPT_BYTES_KEPT = 16 * 1024 * 1024
+"""... at most this many characters of them in all."""
 SPEC_SETS_KEPT = 16
 """Lists of squad-tool specs a worker keeps by their id (`SpecsSeen.claimed`); a coordinator
 keeps as many by the tools they came from."""
@@ -185,3 +191,58 @@ def specs_id(specs: list[dict[str, Any]]) -> str:
     every host and in every version, so a worker's word that it holds it is enough."""
     text = json.dumps(specs, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+
+
+class PromptsSeen:
+    """The system prompts a worker got in claims, by their digest (at most `PROMPTS_KEPT`,
+    and `PROMPT_BYTES_KEPT` characters in all, the oldest dropped first).
+
+    A claim names the digests held here (`held`); its reply's system message then names its
+    prompt by digest instead of carrying the text, which can be tens of kilobytes. A text
+    that arrives is kept under the digest computed here, so a coordinator cannot make a name
+    stand for another text."""
+
+    def __init__(self) -> None:
+        self._kept: dict[str, str] = {}
+        self._size = 0
+
+    @property
+    def held(self) -> list[str]:
+        """The digests of the prompts kept, for a claim to name (`prompts_held`)."""
+        return list(self._kept)
+
+    def filled(self, records: list[Any]) -> list[Any]:
+        """`records` (a claim's messages) with every system message's text: kept here when
+        it carries one, put back from here when it names one. `ClusterError` when it names
+        one not kept (it fell out meanwhile): the job is claimed again."""
+        out: list[Any] = []
+        for record in records:
+            if isinstance(record, dict) and record.get("role") == "system":
+                named = record.get("prompt")
+                if named is None:
+                    text = record.get("content")
+                    if isinstance(text, str) and text:
+                        self._keep(text)
+                else:
+                    text = self._kept.pop(named, None) if isinstance(named, str) else None
+                    if text is None:
+                        raise ClusterError(f"the claim's reply names system prompt "
+                                           f"{str(named)[:64]!r}, which this worker does not "
+                                           "hold")
+                    self._kept[named] = text  # now the newest
+                    record = {**{k: v for k, v in record.items() if k != "prompt"},
+                              "content": text}
+            out.append(record)
+        return out
+
+    def _keep(self, text: str) -> None:
+        digest = prompt_digest(text)
+        if digest in self._kept:
+            self._kept[digest] = self._kept.pop(digest)  # now the newest
+            return
+        self._kept[digest] = text
+        self._size += len(text)
+        while self._kept and (len(self._kept) > PROMPTS_KEPT
+                              or self._size > PROMPT_BYTES_KEPT):
+            oldest = next(iter(self._kept))
+            self._size -= len(self._kept.pop(oldest))

@@ -21,10 +21,11 @@ import structlog
 from squadd.cluster import keys
 from squadd.cluster.connection import ClusterError, RedisGuard
 from squadd.cluster.jobs import JobQueue
-from squadd.cluster.wire import SPEC_SETS_KEPT, Reply, Request, specs_id
+from squadd.cluster.wire import Reply, Request
 from squadd.contracts.events import NullSink
 from squadd.contracts.messages import ToolCall, ToolMessage, Usage, message_record
 from squadd.daemon import remote_worktrees
+from squadd.daemon.claim_reply import ClaimReplies
 from squadd.daemon.handover import recovered_results
 from squadd.daemon.orphans import Orphans
 from squadd.daemon.placement import claim_event, last_epoch, last_worker
@@ -42,7 +43,7 @@ from squadd.state.transcripts import (
     TranscriptWriter,
     read_transcript,
 )
-from squadd.tools.base import CancelSignal, Tool, ToolSet
+from squadd.tools.base import CancelSignal, ToolSet
 from squadd.tools.invoke import CallOrigin
 from squadd.workspaces.git import Git
 
@@ -92,7 +93,7 @@ class WorkerRequests:
         self._locks: dict[str, anyio.Lock] = {}
         self._holders: dict[str, tuple[str, int]] = {}
         """Per session, the worker that claimed it and the epoch its claim got."""
-        self._spec_sets: dict[tuple[Tool[Any], ...], tuple[str, list[dict[str, Any]]]] = {}
+        self._replies = ClaimReplies(runtime.runner.services.sinks.prompts)
 
     async def _durable(self, writer: TranscriptWriter) -> None:
         await durable(self.runtime, writer)
@@ -269,28 +270,12 @@ class WorkerRequests:
                  epoch=epoch, previous_worker=previous)
         workspace = await remote_worktrees.hand_out(self._git, self.runtime.layout,
                                                     self.runtime.settings, sid)
-        specs_of, specs = self._spec_set(tools)
-        held = request.body.get("specs_held")
-        squad_specs = {} if isinstance(held, list) and specs_of in held else {
-            "squad_specs": specs}
         return Reply(request_id=request.request_id, ok=True, body={
             "epoch": epoch, "info": session_meta(info), "tools": tools.names,
-            "workspace": workspace, "squad_specs_id": specs_of, **squad_specs,
-            "messages": [message_record(m) for m in messages],
+            "workspace": workspace,
+            **self._replies.specs(tools, request.body.get("specs_held")),
+            "messages": self._replies.messages(messages, request.body.get("prompts_held")),
         })
-
-    def _spec_set(self, tools: ToolSet) -> tuple[str, list[dict[str, Any]]]:
-        """The id of the squad tools' specs a claim hands over, and the specs (sent only to a
-        worker that does not hold them): made once per set of tool objects."""
-        squad = tuple(tool for tool in tools if tool.squad_tool)
-        found = self._spec_sets.get(squad)
-        if found is None:
-            specs = [tool.spec_json() for tool in squad]
-            found = (specs_id(specs), specs)
-            if len(self._spec_sets) >= SPEC_SETS_KEPT:
-                self._spec_sets.clear()
-            self._spec_sets[squad] = found
-        return found
 
     def _hand_over(self, info: SessionInfo, tools: ToolSet, worker: str, host: str,
                    epoch: int, recovered: list[ToolMessage], transcript: Transcript,

@@ -33,7 +33,7 @@ from squadd.cluster.events import PUBLISH_BATCH, publish_events
 from squadd.cluster.identity import SquadIdentity, published_identity
 from squadd.cluster.jobs import Delivery, JobQueue
 from squadd.cluster.requests import send
-from squadd.cluster.wire import Reply, Request, SpecsSeen, WorkerBeat
+from squadd.cluster.wire import PromptsSeen, Reply, Request, SpecsSeen, WorkerBeat
 from squadd.config import Settings
 from squadd.contracts.events import BaseEvent
 from squadd.contracts.messages import parse_message
@@ -118,6 +118,7 @@ class Worker:
         """Set when the worker stops: waits on the coordinator end at once."""
         self._squad_names: set[str] = set()
         self._specs = SpecsSeen()
+        self._prompts = PromptsSeen()
         self._lent = 0
         """Sessions that gave their slot back while a child route runs."""
         self._reading = False
@@ -399,7 +400,8 @@ class Worker:
         reply = await self._request(running, "claim", claim_id,
                                     {"reclaimed": delivery.reclaimed,
                                      "host": socket.gethostname(),
-                                     "specs_held": self._specs.held})
+                                     "specs_held": self._specs.held,
+                                     "prompts_held": self._prompts.held})
         if reply.refused == "failed":  # the job stays pending: it moves on after its lease
             raise ClusterError(f"the coordinator failed to hand the session over: "
                                f"{reply.error}")
@@ -433,7 +435,7 @@ class Worker:
         session = AgentSession(info, self.services, sink=running.sink,
                                events=running.events, tools=Found(tools),
                                workspace_dir=tree.path if tree is not None else None)
-        messages = [parse_message(m) for m in body.get("messages", [])]
+        messages = [parse_message(m) for m in self._prompts.filled(body.get("messages", []))]
         # Debug: one line a job costs more than its requests; its events say it started.
         log.debug("session running", session_id=job.session_id, agent=info.agent,
                  epoch=running.epoch, reclaimed=delivery.reclaimed,

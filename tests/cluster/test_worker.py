@@ -580,6 +580,86 @@ async def test_a_job_whose_claim_names_held_specs_runs_with_them_unsent(
     assert all(c.body["call"]["name"] == "squad_status" for c in tool_calls)
 
 
+def test_a_claim_names_the_prompts_it_holds_and_a_reply_may_name_one_instead() -> None:
+    """A system prompt a reply carries is kept under its digest (computed here); a reply
+    naming a held digest gets that text back; one naming a digest not held is a
+    `ClusterError`; the keep is bounded by count and by size, the least used going first."""
+    from squadd.cluster import wire
+    from squadd.cluster.wire import PromptsSeen
+    from squadd.errors import ClusterError
+    from squadd.state.transcripts import prompt_digest
+
+    seen = PromptsSeen()
+    prompt = "You are lead. " * 2000
+    first = seen.filled([{"role": "system", "content": prompt}, {"role": "user", "content": "t"}])
+    assert first[0]["content"] is prompt and seen.held == [prompt_digest(prompt)]
+    named = seen.filled([{"role": "system", "prompt": prompt_digest(prompt)},
+                         {"role": "user", "content": "u"}])
+    assert named == [{"role": "system", "content": prompt}, {"role": "user", "content": "u"}]
+    assert seen.filled([{"role": "system"}]) == [{"role": "system"}]  # an empty prompt
+    with pytest.raises(ClusterError, match="does not hold"):
+        seen.filled([{"role": "system", "prompt": "0" * 32}])
+    for n in range(wire.PROMPTS_KEPT - 1):
+        seen.filled([{"role": "system", "content": f"prompt {n}"}])
+    seen.filled([{"role": "system", "prompt": prompt_digest(prompt)}])  # used: now the newest
+    seen.filled([{"role": "system", "content": "one more"}])
+    assert len(seen.held) == wire.PROMPTS_KEPT and prompt_digest(prompt) in seen.held
+    assert prompt_digest("prompt 0") not in seen.held  # the least used went
+    big = PromptsSeen()
+    for n in range(3):
+        big.filled([{"role": "system", "content": str(n) * (wire.PROMPT_BYTES_KEPT // 2)}])
+    assert big.held == [prompt_digest(str(n) * (wire.PROMPT_BYTES_KEPT // 2)) for n in (1, 2)]
+
+
+async def test_a_job_whose_claim_names_its_held_prompt_runs_with_that_prompt(
+        guard: RedisGuard, tmp_path: Path) -> None:
+    """The second job's claim names the prompt the first one's reply carried; the reply names
+    it by digest, and the model is sent the same system prompt both times."""
+    from squadd.state.transcripts import prompt_digest
+    from tests.runtime.scripted import Gauge
+
+    prompt = "You are lead, a Squad agent. " * 500
+    claims: list[Request] = []
+    ended: list[str] = []
+    both_ended = anyio.Event()
+
+    async def coordinator(request: Request) -> Reply:
+        sid = request.session_id
+        if request.kind == "claim":
+            claims.append(request)
+            info = SessionInfo(session_id=sid, agent="lead", model="m", task=f"task {sid}")
+            system: dict[str, Any] = {"role": "system", "content": prompt}
+            if prompt_digest(prompt) in request.body["prompts_held"]:
+                system = {"role": "system", "prompt": prompt_digest(prompt)}
+            reply = claimed(request, info)
+            return Reply(request_id=request.request_id, ok=True, body={
+                **reply.body, "messages": [system, *reply.body["messages"]]})
+        if request.kind == "end":
+            ended.append(sid)
+            if len(ended) == 2:
+                both_ended.set()
+        return Reply(request_id=request.request_id, ok=True)
+
+    settings = load_settings(None, overrides={"cluster": {
+        "url": guard.url, "heartbeat_s": 0.1, "lease_s": 60.0, "request_timeout_s": 30.0}})
+    gauge = Gauge(ReplayProvider(ReplayScript(default=[ScriptedTurn(text="done")])))
+    worker = Worker(name="w1", slots=1, layout=SquadLayout.for_repo(tmp_path),
+                    settings=settings, guard=guard, provider=gauge)
+    server = RequestServer(guard, coordinator, reply_ttl_s=60, redo_safe=())
+    async with anyio.create_task_group() as tg:
+        await tg.start(server.run)
+        await tg.start(worker.run)
+        for sid in ("s1", "s2"):  # one slot: the second job is claimed after the first
+            await JobQueue(guard).submit(Job(session_id=sid, agent="lead", timeout_s=60))
+        with anyio.fail_after(60):
+            await both_ended.wait()
+        worker.stopping.set()
+        tg.cancel_scope.cancel()
+    assert [c.body["prompts_held"] for c in claims] == [[], [prompt_digest(prompt)]]
+    assert [r.messages[0].content for r in gauge.requests] == [prompt, prompt]
+    assert [r.messages[0].role for r in gauge.requests] == ["system", "system"]
+
+
 async def test_a_jobs_custom_tools_are_read_from_disk_only_when_a_file_changed(
         guard: RedisGuard, team: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
     """The first job reads the tool files; the next ones find them on the event loop, with

@@ -236,3 +236,31 @@ async def test_an_end_has_the_job_it_names_acknowledged_with_its_reply_when_it_i
     assert replies["s2"].ok and replies["s2"].body == {"acked": False}
     assert replies["s2"].job_done is None
     assert sorted(o.status for o in outcomes) == ["completed", "completed"]
+
+
+async def test_a_claim_that_names_the_prompt_it_holds_is_sent_its_digest_not_its_text(
+        tmp_path: Path) -> None:
+    """The reply's system message names the prompt by the digest the transcripts name it by
+    when the claim says its worker holds it, and carries the text otherwise."""
+    from squadd.state.transcripts import prompt_digest
+
+    async with coordinator_on_redis(tmp_path) as here:
+        replies: list[Reply] = []
+        async with here.runtime:
+            for n, held in enumerate(([], None, ["0" * 32]), start=1):
+                sid = f"s{n}"
+                info = SessionInfo(session_id=sid, agent="lead", model="m", task="t")
+                record_acceptance(here.layout, info, None)
+                await give_job(here, sid, "w1")
+                names = held if held is not None else \
+                    [prompt_digest(replies[0].body["messages"][0]["content"])]
+                replies.append(await here.coordinator.handle(Request(
+                    request_id=f"claim-{sid}", kind="claim", session_id=sid, worker="w1",
+                    body={"prompts_held": names})))
+    assert all(r.ok for r in replies), replies
+    first, named, other = (r.body["messages"] for r in replies)
+    prompt = first[0]["content"]
+    assert first[0]["role"] == "system" and "lead" in prompt
+    assert named[0] == {"role": "system", "prompt": prompt_digest(prompt)}
+    assert named[1:] == first[1:]
+    assert other == first  # a digest it does not hold
