@@ -63,6 +63,38 @@ async def running_job_s1(guard: RedisGuard, worker: Worker,
             tg.cancel_scope.cancel()
 
 
+async def two_jobs_in_turn(guard: RedisGuard, repo: Path,
+                           coordinator: Callable[[Request], Awaitable[Reply]],
+                           provider: Any) -> None:
+    """Jobs s1 then s2 on a worker of one slot whose model is `provider`, `coordinator`
+    answering their requests; returns once both have ended."""
+    ends: list[str] = []
+    both_ended = anyio.Event()
+
+    async def counted(request: Request) -> Reply:
+        reply = await coordinator(request)
+        if request.kind == "end":
+            ends.append(request.session_id)
+            if len(ends) == 2:
+                both_ended.set()
+        return reply
+
+    settings = load_settings(None, overrides={"cluster": {
+        "url": guard.url, "heartbeat_s": 0.1, "lease_s": 60.0, "request_timeout_s": 30.0}})
+    worker = Worker(name="w1", slots=1, layout=SquadLayout.for_repo(repo),
+                    settings=settings, guard=guard, provider=provider)
+    server = RequestServer(guard, counted, reply_ttl_s=60, redo_safe=())
+    async with anyio.create_task_group() as tg:
+        await tg.start(server.run)
+        await tg.start(worker.run)
+        for sid in ("s1", "s2"):  # one slot: the second job is claimed after the first
+            await JobQueue(guard).submit(Job(session_id=sid, agent="lead", timeout_s=60))
+        with anyio.fail_after(60):
+            await both_ended.wait()
+        worker.stopping.set()
+        tg.cancel_scope.cancel()
+
+
 def claimed(request: Request, info: SessionInfo) -> Reply:
     """The coordinator's answer to a claim of `info`'s session: epoch 1, its task so far."""
     return Reply(request_id=request.request_id, ok=True, body={
@@ -534,8 +566,6 @@ async def test_a_job_whose_claim_names_held_specs_runs_with_them_unsent(
     held = specs_id([status])
     claims: list[Request] = []
     tool_calls: list[Request] = []
-    ended: list[str] = []
-    both_ended = anyio.Event()
 
     async def coordinator(request: Request) -> Reply:
         sid = request.session_id
@@ -553,28 +583,10 @@ async def test_a_job_whose_claim_names_held_specs_runs_with_them_unsent(
             tool_calls.append(request)
             return Reply(request_id=request.request_id, ok=True, body={
                 "result": ToolResult.success("all idle").model_dump(mode="json")})
-        if request.kind == "end":
-            ended.append(sid)
-            if len(ended) == 2:
-                both_ended.set()
         return Reply(request_id=request.request_id, ok=True)
 
-    settings = load_settings(None, overrides={"cluster": {
-        "url": guard.url, "heartbeat_s": 0.1, "lease_s": 60.0, "request_timeout_s": 30.0}})
-    worker = Worker(name="w1", slots=1, layout=SquadLayout.for_repo(tmp_path),
-                    settings=settings, guard=guard, provider=ReplayProvider(ReplayScript(
-                        default=[ScriptedTurn(tool_calls=[ScriptedCall(name="squad_status")]),
-                                 ScriptedTurn(text="done")])))
-    server = RequestServer(guard, coordinator, reply_ttl_s=60, redo_safe=())
-    async with anyio.create_task_group() as tg:
-        await tg.start(server.run)
-        await tg.start(worker.run)
-        for sid in ("s1", "s2"):  # one slot: the second job is claimed after the first
-            await JobQueue(guard).submit(Job(session_id=sid, agent="lead", timeout_s=60))
-        with anyio.fail_after(60):
-            await both_ended.wait()
-        worker.stopping.set()
-        tg.cancel_scope.cancel()
+    await two_jobs_in_turn(guard, tmp_path, coordinator, ReplayProvider(ReplayScript(default=[
+        ScriptedTurn(tool_calls=[ScriptedCall(name="squad_status")]), ScriptedTurn(text="done")])))
     assert [c.body["specs_held"] for c in claims] == [[], [held]]
     assert [c.session_id for c in tool_calls] == ["s1", "s2"]
     assert all(c.body["call"]["name"] == "squad_status" for c in tool_calls)
@@ -620,8 +632,6 @@ async def test_a_job_whose_claim_names_its_held_prompt_runs_with_that_prompt(
 
     prompt = "You are lead, a Squad agent. " * 500
     claims: list[Request] = []
-    ended: list[str] = []
-    both_ended = anyio.Event()
 
     async def coordinator(request: Request) -> Reply:
         sid = request.session_id
@@ -634,27 +644,10 @@ async def test_a_job_whose_claim_names_its_held_prompt_runs_with_that_prompt(
             reply = claimed(request, info)
             return Reply(request_id=request.request_id, ok=True, body={
                 **reply.body, "messages": [system, *reply.body["messages"]]})
-        if request.kind == "end":
-            ended.append(sid)
-            if len(ended) == 2:
-                both_ended.set()
         return Reply(request_id=request.request_id, ok=True)
 
-    settings = load_settings(None, overrides={"cluster": {
-        "url": guard.url, "heartbeat_s": 0.1, "lease_s": 60.0, "request_timeout_s": 30.0}})
     gauge = Gauge(ReplayProvider(ReplayScript(default=[ScriptedTurn(text="done")])))
-    worker = Worker(name="w1", slots=1, layout=SquadLayout.for_repo(tmp_path),
-                    settings=settings, guard=guard, provider=gauge)
-    server = RequestServer(guard, coordinator, reply_ttl_s=60, redo_safe=())
-    async with anyio.create_task_group() as tg:
-        await tg.start(server.run)
-        await tg.start(worker.run)
-        for sid in ("s1", "s2"):  # one slot: the second job is claimed after the first
-            await JobQueue(guard).submit(Job(session_id=sid, agent="lead", timeout_s=60))
-        with anyio.fail_after(60):
-            await both_ended.wait()
-        worker.stopping.set()
-        tg.cancel_scope.cancel()
+    await two_jobs_in_turn(guard, tmp_path, coordinator, gauge)
     assert [c.body["prompts_held"] for c in claims] == [[], [prompt_digest(prompt)]]
     assert [r.messages[0].content for r in gauge.requests] == [prompt, prompt]
     assert [r.messages[0].role for r in gauge.requests] == ["system", "system"]

@@ -8,6 +8,7 @@ real runtime."""
 from __future__ import annotations
 
 import errno
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -21,7 +22,30 @@ from squadd.runtime.opening import record_acceptance
 from squadd.runtime.session_info import SessionInfo
 from squadd.state.transcripts import TranscriptWriter
 from squadd.tools.base import ToolResult
-from tests.support.coordinator import coordinator_on_redis, give_job, submit_remote
+from tests.support.coordinator import (
+    CoordinatorHere,
+    coordinator_on_redis,
+    give_job,
+    submit_remote,
+)
+
+
+async def three_claims(here: CoordinatorHere, member: str,
+                       held_of: Callable[[Reply], str]) -> list[Reply]:
+    """Claims of three new sessions by w1, naming under `member` first nothing held, then
+    what `held_of` finds in the first reply, then an id nothing has."""
+    replies: list[Reply] = []
+    for n, held in enumerate(([], None, ["0" * 32]), start=1):
+        sid = f"s{n}"
+        info = SessionInfo(session_id=sid, agent="lead", model="m", task="t")
+        record_acceptance(here.layout, info, None)
+        await give_job(here, sid, "w1")
+        names = held if held is not None else [held_of(replies[0])]
+        replies.append(await here.coordinator.handle(Request(
+            request_id=f"claim-{sid}", kind="claim", session_id=sid, worker="w1",
+            body={member: names})))
+    assert all(r.ok for r in replies), replies
+    return replies
 
 
 async def test_a_claim_recovers_applied_results_and_fences_the_earlier_holder(
@@ -109,20 +133,11 @@ async def test_a_claim_that_names_the_specs_it_holds_is_not_sent_them_again(
     from squadd.cluster.wire import specs_id
 
     async with coordinator_on_redis(tmp_path) as here:
-        replies: list[Reply] = []
         async with here.runtime:
-            for n, held in enumerate(([], None, ["0" * 32]), start=1):
-                sid = f"s{n}"
-                info = SessionInfo(session_id=sid, agent="lead", model="m", task="t")
-                record_acceptance(here.layout, info, None)
-                await give_job(here, sid, "w1")
-                names = held if held is not None else [replies[0].body["squad_specs_id"]]
-                replies.append(await here.coordinator.handle(Request(
-                    request_id=f"claim-{sid}", kind="claim", session_id=sid, worker="w1",
-                    body={"specs_held": names})))
+            replies = await three_claims(here, "specs_held",
+                                         lambda first: first.body["squad_specs_id"])
         squad_specs = [tool.spec().model_dump(mode="json") for tool in here.runtime.tools
                        if tool.squad_tool]
-    assert all(r.ok for r in replies), replies
     first, named, other = replies
     assert first.body["squad_specs"] == squad_specs
     assert first.body["squad_specs_id"] == specs_id(squad_specs)
@@ -244,20 +259,10 @@ async def test_a_claim_that_names_the_prompt_it_holds_is_sent_its_digest_not_its
     when the claim says its worker holds it, and carries the text otherwise."""
     from squadd.state.transcripts import prompt_digest
 
-    async with coordinator_on_redis(tmp_path) as here:
-        replies: list[Reply] = []
-        async with here.runtime:
-            for n, held in enumerate(([], None, ["0" * 32]), start=1):
-                sid = f"s{n}"
-                info = SessionInfo(session_id=sid, agent="lead", model="m", task="t")
-                record_acceptance(here.layout, info, None)
-                await give_job(here, sid, "w1")
-                names = held if held is not None else \
-                    [prompt_digest(replies[0].body["messages"][0]["content"])]
-                replies.append(await here.coordinator.handle(Request(
-                    request_id=f"claim-{sid}", kind="claim", session_id=sid, worker="w1",
-                    body={"prompts_held": names})))
-    assert all(r.ok for r in replies), replies
+    async with coordinator_on_redis(tmp_path) as here, here.runtime:
+        replies = await three_claims(
+            here, "prompts_held",
+            lambda first: prompt_digest(first.body["messages"][0]["content"]))
     first, named, other = (r.body["messages"] for r in replies)
     prompt = first[0]["content"]
     assert first[0]["role"] == "system" and "lead" in prompt
