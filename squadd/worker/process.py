@@ -410,6 +410,8 @@ class Worker:
             return None
         body = reply.body
         running.epoch = int(body["epoch"])
+        # Before anything is made for the session: a reply that cannot be run leaves nothing.
+        messages = [parse_message(m) for m in self._prompts.filled(body.get("messages", []))]
         transcript = Transcript(session_id=job.session_id, meta=dict(body.get("info") or {}))
         info = info_from_transcript(transcript)
         cancel = CancelSignal()
@@ -435,7 +437,6 @@ class Worker:
         session = AgentSession(info, self.services, sink=running.sink,
                                events=running.events, tools=Found(tools),
                                workspace_dir=tree.path if tree is not None else None)
-        messages = [parse_message(m) for m in self._prompts.filled(body.get("messages", []))]
         # Debug: one line a job costs more than its requests; its events say it started.
         log.debug("session running", session_id=job.session_id, agent=info.agent,
                  epoch=running.epoch, reclaimed=delivery.reclaimed,

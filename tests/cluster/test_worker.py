@@ -653,6 +653,45 @@ async def test_a_job_whose_claim_names_its_held_prompt_runs_with_that_prompt(
     assert [r.messages[0].role for r in gauge.requests] == ["system", "system"]
 
 
+async def test_a_reply_naming_a_prompt_not_held_leaves_no_worktree_and_is_claimed_again(
+        guard: RedisGuard, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A claim's reply that cannot be run (it names a prompt this worker no longer holds) is
+    found out before the session's worktree is made, so nothing is left behind; the job stays
+    pending and its next claim runs it."""
+    from squadd.worker import process
+
+    opened: list[str] = []
+
+    async def no_worktree(*args: Any, **kwargs: Any) -> Any:
+        opened.append(kwargs["session_id"])
+        raise AssertionError("a worktree for a reply that cannot be run")
+
+    monkeypatch.setattr(process, "open_worktree", no_worktree)
+    info = SessionInfo(session_id="s1", agent="lead", model="m", task="t")
+    claims: list[Request] = []
+    ended = anyio.Event()
+
+    async def coordinator(request: Request) -> Reply:
+        if request.kind == "claim":
+            claims.append(request)
+            reply = claimed(request, info)
+            if len(claims) == 1:  # a prompt named that was never sent
+                return Reply(request_id=request.request_id, ok=True, body={
+                    **reply.body, "workspace": {"start_ref": "refs/squad/sessions/s1/0"},
+                    "messages": [{"role": "system", "prompt": "0" * 32},
+                                 *reply.body["messages"]]})
+            return reply
+        if request.kind == "end":
+            ended.set()
+        return Reply(request_id=request.request_id, ok=True)
+
+    worker = short_lease_worker(guard, tmp_path)
+    async with running_job_s1(guard, worker, coordinator):
+        with anyio.fail_after(60):
+            await ended.wait()
+    assert opened == [] and [c.body["reclaimed"] for c in claims] == [False, True]
+
+
 async def test_a_jobs_custom_tools_are_read_from_disk_only_when_a_file_changed(
         guard: RedisGuard, team: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
     """The first job reads the tool files; the next ones find them on the event loop, with
