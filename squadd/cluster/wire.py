@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import OrderedDict
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -24,9 +25,9 @@ from squadd.state.transcripts import prompt_digest
 SPECS_KEPT = 256
 """Distinct tool specs a worker keeps (`SpecsSeen`)."""
 PROMPTS_KEPT = 32
-"""System prompts a worker keeps by digest (`PromptsSeen`), at most; and ..."""
+"""System prompts a worker keeps by digest (`PromptsSeen`)."""
 PROMPT_BYTES_KEPT = 16 * 1024 * 1024
-"""... at most this many characters of them in all."""
+"""Characters of system prompts a worker keeps in all (`PromptsSeen`)."""
 SPEC_SETS_KEPT = 16
 """Lists of squad-tool specs a worker keeps by their id (`SpecsSeen.claimed`); a coordinator
 keeps as many by the tools they came from."""
@@ -203,7 +204,8 @@ class PromptsSeen:
     stand for another text."""
 
     def __init__(self) -> None:
-        self._kept: dict[str, str] = {}
+        self._kept: OrderedDict[str, str] = OrderedDict()
+        """Texts by digest, the least used first."""
         self._size = 0
 
     @property
@@ -222,27 +224,25 @@ class PromptsSeen:
                 if named is None:
                     text = record.get("content")
                     if isinstance(text, str) and text:
-                        self._keep(text)
+                        self._keep(prompt_digest(text), text)
                 else:
-                    text = self._kept.pop(named, None) if isinstance(named, str) else None
+                    text = self._kept.get(named) if isinstance(named, str) else None
                     if text is None:
                         raise ClusterError(f"the claim's reply names system prompt "
                                            f"{str(named)[:64]!r}, which this worker does not "
                                            "hold")
-                    self._kept[named] = text  # now the newest
+                    self._keep(str(named), text)
                     record = {**{k: v for k, v in record.items() if k != "prompt"},
                               "content": text}
             out.append(record)
         return out
 
-    def _keep(self, text: str) -> None:
-        digest = prompt_digest(text)
+    def _keep(self, digest: str, text: str) -> None:
+        """Keep `text` under `digest` as the most recently used, within the bounds."""
         if digest in self._kept:
-            self._kept[digest] = self._kept.pop(digest)  # now the newest
+            self._kept.move_to_end(digest)
             return
         self._kept[digest] = text
         self._size += len(text)
-        while self._kept and (len(self._kept) > PROMPTS_KEPT
-                              or self._size > PROMPT_BYTES_KEPT):
-            oldest = next(iter(self._kept))
-            self._size -= len(self._kept.pop(oldest))
+        while len(self._kept) > PROMPTS_KEPT or self._size > PROMPT_BYTES_KEPT:
+            self._size -= len(self._kept.popitem(last=False)[1])

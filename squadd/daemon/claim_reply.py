@@ -36,7 +36,7 @@ class ClaimReplies:
                 self._spec_sets.clear()
             self._spec_sets[squad] = found
         named, specs = found
-        if isinstance(held, list) and named in held:
+        if isinstance(held, list) and named in held[:SPEC_SETS_KEPT]:
             return {"squad_specs_id": named}
         return {"squad_specs_id": named, "squad_specs": specs}
 
