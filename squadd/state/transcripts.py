@@ -152,9 +152,11 @@ def _with_prompt(record: dict[str, Any], folder: Path) -> dict[str, Any]:
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 """Compact JSON from one encoder (`json.dumps` given any option makes one on every call)."""
 
-_APPEND_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW
+_APPEND_FLAGS = os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW
 """A transcript is never a link: one at its name is refused (`ELOOP`), not followed. A new
-session's path (`SquadLayout.new_transcript`) relies on it: only its folder is checked."""
+session's path (`SquadLayout.new_transcript`) relies on it: only its folder is checked.
+Read as well as written: a writer's first append to a file it did not make reads the file's
+last byte through the same descriptor (`_ends_torn`)."""
 
 
 class TranscriptWriter:
@@ -213,7 +215,7 @@ class TranscriptWriter:
         fd, created, empty = self._open()
         try:
             if self._needs_fence is None:
-                self._needs_fence = _ends_torn(self.path)
+                self._needs_fence = _ends_torn(fd)
             if self._needs_fence:
                 payload = "\n" + payload
                 self._needs_fence = False
@@ -264,16 +266,11 @@ class Appended:
     created: bool
 
 
-def _ends_torn(path: Path) -> bool:
-    try:
-        with path.open("rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            if handle.tell() == 0:
-                return False
-            handle.seek(-1, os.SEEK_END)
-            return handle.read(1) != b"\n"
-    except FileNotFoundError:
-        return False
+def _ends_torn(fd: int) -> bool:
+    """Whether the open file ends in the middle of a line (a write cut short by a crash or a
+    full disk): its last byte, read through the descriptor the append goes through."""
+    size = os.fstat(fd).st_size
+    return size > 0 and os.pread(fd, 1, size - 1) != b"\n"
 
 
 class Riding(Protocol):
@@ -399,10 +396,11 @@ class FileSinks:
         return FileSink(TranscriptWriter(self.layout.new_transcript(session_id), self.spares,
                                          self.prompts, new=True), self.commits)
 
-    def existing(self, session_id: str) -> FileSink:
-        """The sink of a session whose transcript exists (here or in the older folder)."""
-        return FileSink(TranscriptWriter(self.layout.transcript(session_id), self.spares,
-                                         self.prompts), self.commits)
+    def existing(self, session_id: str, path: Path | None = None) -> FileSink:
+        """The sink of a session whose transcript exists (here or in the older folder), or
+        at `path`, found and checked through the layout before."""
+        return FileSink(TranscriptWriter(path or self.layout.transcript(session_id),
+                                         self.spares, self.prompts), self.commits)
 
 
 @dataclass
