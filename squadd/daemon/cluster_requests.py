@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -38,6 +39,7 @@ from squadd.runtime.session import AgentSession, SessionOutcome
 from squadd.runtime.session_info import SessionInfo, session_meta
 from squadd.runtime.session_sink import SessionSink
 from squadd.state.transcripts import (
+    FileSink,
     Transcript,
     TranscriptSink,
     TranscriptWriter,
@@ -221,8 +223,8 @@ class WorkerRequests:
                                 "session is claimed only by the worker its job went to")
         client = self.guard.client
         async with self._lock(sid):
-            transcript = await anyio.to_thread.run_sync(
-                read_transcript, self.runtime.layout.transcript(sid))
+            transcript = await anyio.to_thread.run_sync(read_transcript,
+                                                        self._transcript(sid))
             if transcript.last_state in _ENDED:
                 self._orphans.drop(sid)
                 return refuse(refused="invalid",
@@ -309,9 +311,19 @@ class WorkerRequests:
         _claimed_by(sink, tools, worker, host, epoch)
         return messages, sink
 
+    def _transcript(self, session_id: str) -> Path:
+        """A session's transcript: for a session this coordinator accepted, the path its
+        acceptance checked (a local session's writer, too, checks its folder once, when the
+        session starts); else found through the layout (a session an earlier coordinator
+        accepted). A claim and an end each spared the walk of the path, an `lstat` a folder."""
+        remote = self._remote.get(session_id)
+        if remote is not None and isinstance(remote.plan.sink, FileSink):
+            return remote.plan.sink.path
+        return self.runtime.layout.transcript(session_id)
+
     def _handed(self, info: SessionInfo, tools: ToolSet) -> tuple[AgentSession, TranscriptSink]:
         services = self.runtime.runner.services
-        sink = services.sinks.existing(info.session_id)
+        sink = services.sinks.existing(info.session_id, self._transcript(info.session_id))
         return AgentSession(info, services.session, sink=sink, events=NullSink(),
                             tools=Found(tools)), sink
 
@@ -371,7 +383,7 @@ class WorkerRequests:
     def _appended(self, session_id: str, epoch: int,
                   records: list[dict[str, Any]]) -> TranscriptWriter:
         """A writer holding a worker's `records`, each marked with its (epoch, number)."""
-        writer = TranscriptWriter(self.runtime.layout.transcript(session_id))
+        writer = TranscriptWriter(self._transcript(session_id))
         for record in records:
             fields = {k: v for k, v in record.items() if k not in ("kind", "n", "ts")}
             writer.add(str(record.get("kind", "note")), **fields,
