@@ -245,6 +245,15 @@ class Tool(ABC, Generic[ArgsT]):
         """Do the work; raise or return a failure `ToolResult` on error (the invoker catches)."""
 
 
+def _matcher(patterns: list[str]) -> Callable[[str], bool]:
+    """Whether a tool name matches one of `patterns` (names or globs): a plain name by a set
+    lookup, only the globs through `fnmatch` (a worker narrows every job's twenty-odd tools by
+    as many names: about a tenth of the time)."""
+    names = {p for p in patterns if not any(c in p for c in "*?[")}
+    globs = [p for p in patterns if p not in names]
+    return lambda name: name in names or any(fnmatch.fnmatchcase(name, g) for g in globs)
+
+
 class ToolSet:
     """The tools one session may call, by name, in a stable order.
 
@@ -295,14 +304,14 @@ class ToolSet:
         if allowed is None:
             return self
         patterns = list(allowed)
-        kept = [tool for tool in self._tools.values()
-                if any(fnmatch.fnmatchcase(tool.name, p) for p in patterns)]
+        matches = _matcher(patterns)
+        kept = [tool for tool in self._tools.values() if matches(tool.name)]
         why = rule or "only " + (", ".join(patterns) or "no tools") + " may be used here"
         refused = dict(self._refused)
         for name in self._tools:
             refused.setdefault(name, why)
         return ToolSet(kept, {name: reason for name, reason in self.unavailable.items()
-                              if any(fnmatch.fnmatchcase(name, p) for p in patterns)}, refused)
+                              if matches(name)}, refused)
 
     def merged(self, other: Iterable[Tool[Any]]) -> ToolSet:
         """This set plus `other`; on the same name this set's tool wins (tools that failed to

@@ -260,6 +260,8 @@ def test_toolset_narrowing_by_names_and_globs() -> None:
     assert tools.narrowed(["echo", "s*"]).names == ["echo", "sleepy"]
     assert tools.narrowed(None).names == ["echo", "boom", "sleepy"]
     assert tools.narrowed([]).names == []
+    assert tools.narrowed(["b?om", "[ef]cho", "slee"]).names == ["echo", "boom"]
+    assert tools.narrowed(["ech", "echo*"]).names == ["echo"]  # a name matches whole
 
 
 def test_spill_refuses_traversal_in_ids(layout: SquadLayout) -> None:
