@@ -103,11 +103,17 @@ async def squadd_side(layout: SquadLayout, runs: int
         (Path(record.path) / "pkg000" / f"new{n}.py").write_text(f"NEW = {n}\n")
         await spaces.close(record, title=f"change {n}")
     lands: list[float] = []
-    for session in sessions:
-        started = time.perf_counter()
-        landed = await spaces.land(session)
-        lands.append(time.perf_counter() - started)
-        assert landed.ok, landed.message
+    async with anyio.create_task_group() as tg:
+        # As a daemon's runtime runs it: a landed worktree's files are deleted after the
+        # landing, not while it waits (a command without a daemon deletes them at once:
+        # `cli_land_local` below).
+        tg.start_soon(spaces.keep_emptied)
+        for session in sessions:
+            started = time.perf_counter()
+            landed = await spaces.land(session)
+            lands.append(time.perf_counter() - started)
+            assert landed.ok, landed.message
+        tg.cancel_scope.cancel()
     return creates, cold, lands
 
 

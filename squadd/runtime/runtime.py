@@ -305,6 +305,7 @@ class SquadRuntime:
                 tg.start_soon(keep_spare_files, self.spares,
                               min(2048, 4 * (pool.max_concurrent + 32)))
                 tg.start_soon(self.workspaces.keep_spares)
+                tg.start_soon(self.workspaces.keep_emptied)
                 tg.start_soon(functools.partial(self.inbox.run))
 
     # The API.

@@ -127,6 +127,12 @@ class RunPaths:
         return self._p("worktrees", safe_id(session_id))
 
     @property
+    def removed_worktrees_dir(self) -> Path:
+        """Worktrees moved out of git's sight on their way out, their files deleted in the
+        background (`squadd.workspaces.worktrees.move_aside`; git-ignored, under run/)."""
+        return self._p("run", "removed-worktrees")
+
+    @property
     def workspaces_dir(self) -> Path:
         """The workspace records (one JSON file per session that has a worktree)."""
         return self._p("run", "workspaces")

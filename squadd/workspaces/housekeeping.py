@@ -30,8 +30,37 @@ class Housekeeping(ABC):
     settings: WorkspaceSettings
     sink: EventSink
 
+    _emptier: anyio.Event | None = None
+    """While `keep_emptied` runs: rung when a worktree was moved aside to be deleted."""
+
     @abstractmethod
     def admin(self, timeout_s: float = ...) -> AbstractAsyncContextManager[None]: ...
+
+    async def keep_emptied(self) -> None:
+        """Delete the worktrees moved aside (`worktrees.move_aside`) at once (what a crash or
+        a command left) and whenever one more is, until cancelled (a deletion under way is
+        left to finish on its own; the next start deletes the rest). Errors are logged."""
+        self._emptier = anyio.Event()
+        self._emptier.set()
+        try:
+            while True:
+                await self._emptier.wait()
+                self._emptier = anyio.Event()
+                try:
+                    await anyio.to_thread.run_sync(worktrees.empty_removed, self.layout,
+                                                   abandon_on_cancel=True)
+                except Exception:
+                    log.exception("removed worktrees not deleted")
+        finally:
+            self._emptier = None
+
+    async def _empty_removed(self) -> None:
+        """The worktrees moved aside deleted: by `keep_emptied` when it runs (a daemon's), so
+        that nobody waits for it; else now (a command that removes one and exits)."""
+        if self._emptier is not None:
+            self._emptier.set()
+        else:
+            await anyio.to_thread.run_sync(worktrees.empty_removed, self.layout)
 
     async def view(self, session_id: str) -> WorkspaceView | None:
         """The session's workspace record, if it has one."""
@@ -62,6 +91,7 @@ class Housekeeping(ABC):
                 kept = False
             else:
                 kept = await worktrees.remove(self.layout, self.git, record, landed=landed)
+        await self._empty_removed()
         self.sink.publish(WorkspaceRemoved(session_id=session_id, agent=record.agent,
                                            branch=record.branch, branch_kept=kept))
         return record, kept

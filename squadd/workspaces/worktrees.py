@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -161,6 +162,49 @@ def own_folder(layout: SquadLayout, record: WorkspaceView) -> bool:
         not dotgit.is_symlink()
 
 
+def move_aside(layout: SquadLayout, record: WorkspaceView) -> bool:
+    """Move the session's worktree out of its place and of git's sight in one rename, into
+    `run/removed-worktrees/`, where `empty_removed` deletes its files later (off the path of
+    a landing that waits: deleting ten thousand files in place took half a second). False
+    when it is not squadd's own folder (`own_folder`) or cannot be moved there (another file
+    system): `git worktree remove` deletes it in place, as before."""
+    if not own_folder(layout, record):
+        return False
+    path = Path(record.path)
+    aside = layout.removed_worktrees_dir
+    try:
+        aside.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path.rename(aside / f"{path.name}.{secrets.token_hex(4)}")
+    except OSError as exc:
+        log.info("worktree not moved aside; removed in place", session_id=record.session_id,
+                 error=str(exc))
+        return False
+    return True
+
+
+def empty_removed(layout: SquadLayout) -> int:
+    """Delete the worktrees moved aside (blocking); how many went. One that cannot be deleted
+    now is logged and left for the next time."""
+    aside = layout.removed_worktrees_dir
+    try:
+        entries = list(os.scandir(aside))
+    except FileNotFoundError:
+        return 0
+    gone = 0
+    for entry in entries:
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path)
+            else:
+                os.unlink(entry.path)
+            gone += 1
+        except FileNotFoundError:  # another squadd process deleted it meanwhile
+            continue
+        except OSError as exc:
+            log.warning("removed worktree not deleted yet", path=entry.path, error=str(exc))
+    return gone
+
+
 async def changes(git: Git, tree: Path) -> list[str]:
     """The worktree's uncommitted paths outside its copy of the squad dir (an untracked folder
     counts as one). Read as the whole status, filtered here: git reads a status narrowed by
@@ -257,11 +301,12 @@ async def remove(layout: SquadLayout, git: Git, record: WorkspaceView, *,
     repo = layout.repo
     path = Path(record.path)
     await git.ran(repo, "worktree", "unlock", str(path))
-    if await anyio.Path(path).exists():
+    if await anyio.Path(path).exists() and \
+            not await anyio.to_thread.run_sync(move_aside, layout, record):
         gone = await git.ran(repo, "worktree", "remove", "--force", str(path))
         if not gone.ok:
             raise gone.error(f"cannot remove the worktree of session {record.session_id}")
-    await git.ran(repo, "worktree", "prune")
+    await git.ran(repo, "worktree", "prune")  # forgets a worktree moved aside
     kept = bool(await unlanded(git, repo, record))
     if not kept:
         tip = await git.rev(repo, f"refs/heads/{record.branch}")

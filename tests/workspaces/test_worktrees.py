@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import anyio
+import anyio.from_thread
 import pytest
 
 from squadd.contracts.workspaces import WorkspaceView
 from squadd.state.layout import SquadLayout
-from squadd.workspaces import Workspaces, charter_isolation
+from squadd.workspaces import Workspaces, charter_isolation, worktrees
 from tests.workspaces.conftest import Events, git, make_repo, settings_with
 
 
@@ -61,6 +63,73 @@ async def test_removing_keeps_a_branch_with_unlanded_commits(
     assert kept.branch in branches and empty.branch not in branches
     assert not Path(kept.path).exists() and not Path(empty.path).exists()
     assert str(squad_repo.root / "worktrees") not in git(squad_repo.repo, "worktree", "list")
+
+
+async def test_a_removed_worktree_is_moved_aside_and_deleted_by_the_running_emptier(
+        squad_repo: SquadLayout, spaces: Workspaces) -> None:
+    """A landing (and any removal) moves the worktree out of git's sight in one rename; a
+    daemon's emptier deletes its files afterwards, so the caller does not wait for them."""
+    record = await spaces.open("20260101-000000-0000a51d", "lead")
+    assert record is not None
+    (Path(record.path) / "work.txt").write_text("work\n")
+    await spaces.close(record, title="work")
+    aside = squad_repo.removed_worktrees_dir
+    send, passes = anyio.create_memory_object_stream[int](8)
+    real_empty = worktrees.empty_removed
+
+    def watched(layout: SquadLayout) -> int:
+        # What the emptier finds when it runs (in its thread): the worktree already gone
+        # from its place and from git's list, its files still there to delete.
+        moved = list(aside.iterdir()) if aside.exists() else []
+        if moved:
+            assert not Path(record.path).exists()
+            assert str(Path(record.path)) not in git(layout.repo, "worktree", "list")
+            assert (moved[0] / "work.txt").read_text() == "work\n"
+        gone = real_empty(layout)
+        anyio.from_thread.run_sync(send.send_nowait, len(moved))
+        return gone
+
+    with pytest.MonkeyPatch.context() as patch, anyio.fail_after(60):
+        patch.setattr(worktrees, "empty_removed", watched)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(spaces.keep_emptied)
+            assert await passes.receive() == 0  # its first pass, at its start: nothing
+            assert await spaces.remove(record.session_id) is True
+            assert await passes.receive() == 1
+            tg.cancel_scope.cancel()
+    assert list(aside.iterdir()) == []
+    assert record.branch in git(squad_repo.repo, "branch", "--list", "squad/*")
+
+
+async def test_without_an_emptier_a_removal_deletes_what_it_moved_aside_at_once(
+        squad_repo: SquadLayout, spaces: Workspaces) -> None:
+    """A command that removes a worktree and exits (no daemon) leaves nothing behind; what a
+    crash left aside goes with it."""
+    leftover = squad_repo.removed_worktrees_dir / "20251231-000000-00000000.dead"
+    (leftover / "pkg").mkdir(parents=True)
+    (leftover / "pkg" / "old.txt").write_text("left by a crash\n")
+    record = await spaces.open("20260101-000000-0000a51e", "lead")
+    assert record is not None
+    assert await spaces.remove(record.session_id) is False
+    assert not Path(record.path).exists()
+    assert list(squad_repo.removed_worktrees_dir.iterdir()) == []
+
+
+async def test_a_worktree_that_is_not_squadds_own_folder_is_removed_by_git_in_place(
+        squad_repo: SquadLayout, spaces: Workspaces) -> None:
+    """Only the folder squadd made for the session is moved aside: a record that names
+    another place is left to `git worktree remove`, which deletes a worktree of its own
+    only."""
+    from squadd.workspaces import records
+    record = await spaces.open("20260101-000000-0000a51f", "lead")
+    assert record is not None
+    elsewhere = squad_repo.repo / "elsewhere"
+    git(squad_repo.repo, "worktree", "move", "-f", "-f", record.path, str(elsewhere))
+    record.path = str(elsewhere)
+    records.save(squad_repo, record)
+    assert await spaces.remove(record.session_id) is False
+    assert not elsewhere.exists()
+    assert not squad_repo.removed_worktrees_dir.exists()
 
 
 async def test_a_folder_that_is_not_a_git_repository_works_shared(
