@@ -1,8 +1,11 @@
 """Process groups: run one command in its own group, stream its output, and leave nothing behind.
 
-The one runner for every external command squadd starts (shell tools, the `command` provider).
-The command runs through `anyio.open_process` in a new session, so a new process group whose id
-is the leader's pid. When the leader exits, what it left running is killed at once; when the
+The one runner for every external command squadd starts (shell tools, git, the `command`
+provider). The command starts in a new session, so a new process group whose id is the
+leader's pid, through `subprocess.Popen` (vfork on Linux) with its pipes read and written as
+non-blocking descriptors on the event loop: under uvloop, `anyio.open_process` starts a child
+through libuv, which forks the whole daemon, at a cost that grows with its memory (see
+`scripts/bench/spawn.py`). When the leader exits, what it left running is killed at once; when the
 deadline passes, a cancel signal fires or the caller is cancelled, the group gets SIGTERM, then
 SIGKILL after a grace. The leader's exit is awaited through a pidfd (no polling where Linux has
 one), and the leader is always reaped. The killed group's processes are awaited too
@@ -303,7 +306,115 @@ async def _feed(stream: anyio.abc.ByteSendStream, data: bytes) -> None:
             await stream.aclose()
 
 
-async def _stop_group(process: anyio.abc.Process, grace_s: float) -> None:
+class _PipeReceive(anyio.abc.ByteReceiveStream):
+    """A pipe from the command, read on the event loop (its descriptor made non-blocking)."""
+
+    def __init__(self, fd: int) -> None:
+        os.set_blocking(fd, False)
+        self._fd: int | None = fd
+
+    async def receive(self, max_bytes: int = READ_CHUNK) -> bytes:
+        while True:
+            fd = self._fd
+            if fd is None:
+                raise anyio.ClosedResourceError
+            try:
+                data = os.read(fd, max_bytes)
+            except BlockingIOError:
+                await anyio.wait_readable(fd)
+                continue
+            if not data:
+                raise anyio.EndOfStream
+            return data
+
+    async def aclose(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            anyio.notify_closing(fd)
+            os.close(fd)
+
+
+class _PipeSend(anyio.abc.ByteSendStream):
+    """A pipe to the command's stdin, written on the event loop."""
+
+    def __init__(self, fd: int) -> None:
+        os.set_blocking(fd, False)
+        self._fd: int | None = fd
+
+    async def send(self, item: bytes) -> None:
+        view = memoryview(item)
+        while view:
+            fd = self._fd
+            if fd is None:
+                raise anyio.ClosedResourceError
+            try:
+                view = view[os.write(fd, view):]
+            except BlockingIOError:
+                await anyio.wait_writable(fd)
+            except (BrokenPipeError, ConnectionResetError) as exc:
+                raise anyio.BrokenResourceError from exc
+
+    async def aclose(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            anyio.notify_closing(fd)
+            os.close(fd)
+
+
+@dataclass
+class _Started:
+    """A command started by `_start`: its process and the loop's ends of its pipes."""
+
+    popen: subprocess.Popen[bytes]
+    stdin: _PipeSend | None
+    stdout: _PipeReceive
+    stderr: _PipeReceive | None
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.popen.returncode
+
+    async def wait(self) -> int:
+        """Its exit status, once it has exited (it is reaped here)."""
+        while (code := self.popen.poll()) is None:
+            await leader_exited(self.popen.pid)
+        return code
+
+
+def _start(command: Command, *, merged: bool) -> _Started:
+    """Start `command` in a new session, its output (and stderr, unless `merged`) on pipes,
+    its stdin a pipe when it has input, else /dev/null. Blocking for as long as a vfork and
+    exec take, as asyncio's own `Popen` call is."""
+    ends: list[int] = []  # every descriptor made here, closed on failure
+    out_r, out_w = os.pipe()
+    ends += [out_r, out_w]
+    try:
+        err_r, err_w = (None, None) if merged else os.pipe()
+        ends += [] if err_r is None or err_w is None else [err_r, err_w]
+        in_r, in_w = os.pipe() if command.stdin is not None else (None, None)
+        ends += [] if in_r is None or in_w is None else [in_r, in_w]
+        popen = subprocess.Popen(
+            list(command.argv), stdin=in_r if in_r is not None else subprocess.DEVNULL,
+            stdout=out_w, stderr=subprocess.STDOUT if err_w is None else err_w,
+            cwd=command.cwd, start_new_session=True,
+            env={**(command.env if command.env is not None else os.environ),
+                 OWNER_VAR: owner_mark(), **telemetry.environment()})
+    except BaseException:
+        for fd in ends:
+            os.close(fd)
+        raise
+    for end in (out_w, err_w, in_r):  # the child's ends: its copies are its own now
+        if end is not None:
+            os.close(end)
+    return _Started(popen, None if in_w is None else _PipeSend(in_w), _PipeReceive(out_r),
+                    None if err_r is None else _PipeReceive(err_r))
+
+
+async def _stop_group(process: _Started, grace_s: float) -> None:
     """SIGTERM the group, wait for the leader at most `grace_s`, then SIGKILL the group."""
     signal_group(process.pid, signal.SIGTERM)
     with anyio.move_on_after(grace_s):
@@ -330,14 +441,7 @@ async def run_group(
     """
     if anyio.current_time() >= deadline:
         return GroupOutcome(None, "timeout")
-    process = await anyio.open_process(
-        list(command.argv),
-        stdin=subprocess.PIPE if command.stdin is not None else subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE if stderr is not None else subprocess.STDOUT,
-        cwd=command.cwd, start_new_session=True,
-        env={**(command.env if command.env is not None else os.environ),
-             OWNER_VAR: owner_mark(), **telemetry.environment()})
+    process = _start(command, merged=stderr is None)
     pgid = process.pid  # start_new_session: the leader's pid is the group id
     ending: Ending = "exited"
     finished = False

@@ -141,3 +141,21 @@ async def test_what_a_finished_command_left_in_its_group_has_exited_when_run_gro
     assert len(background) == 3
     assert group_members(leader) == []
     assert [pid for pid in background if not _gone(pid)] == []
+
+
+async def test_megabytes_go_through_the_pipes_whole_both_ways_and_a_closed_stdin_is_no_hang(
+        ) -> None:
+    """The runner's pipes are non-blocking descriptors on the loop: input larger than a pipe
+    holds is fed as the command reads it, output larger than one read comes back whole, and a
+    command that stops reading its input early ends the feed instead of blocking it."""
+    data = os.urandom(3 << 20)
+    out, err = _Collected(), _Collected()
+    outcome = await run_group(Command(["cat"], None, None, stdin=data), out, err,
+                              deadline=anyio.current_time() + 120)
+    assert outcome.exit_code == 0 and outcome.ending == "exited"
+    assert out.data == data and err.data == b""
+
+    head = _Collected()
+    outcome = await run_group(Command(["head", "-c", "10"], None, None, stdin=data), head,
+                              deadline=anyio.current_time() + 120)
+    assert outcome.ending == "exited" and head.data == data[:10]
