@@ -306,18 +306,31 @@ async def _feed(stream: anyio.abc.ByteSendStream, data: bytes) -> None:
             await stream.aclose()
 
 
-class _PipeReceive(anyio.abc.ByteReceiveStream):
-    """A pipe from the command, read on the event loop (its descriptor made non-blocking)."""
+class _Pipe:
+    """One end of a pipe to or from the command, used on the event loop (non-blocking)."""
 
     def __init__(self, fd: int) -> None:
         os.set_blocking(fd, False)
         self._fd: int | None = fd
 
+    def _open_fd(self) -> int:
+        if self._fd is None:
+            raise anyio.ClosedResourceError
+        return self._fd
+
+    async def aclose(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            anyio.notify_closing(fd)  # a task waiting on it hears it is closed
+            os.close(fd)
+
+
+class _PipeReceive(_Pipe, anyio.abc.ByteReceiveStream):
+    """The command's stdout or stderr."""
+
     async def receive(self, max_bytes: int = READ_CHUNK) -> bytes:
         while True:
-            fd = self._fd
-            if fd is None:
-                raise anyio.ClosedResourceError
+            fd = self._open_fd()
             try:
                 data = os.read(fd, max_bytes)
             except BlockingIOError:
@@ -327,38 +340,20 @@ class _PipeReceive(anyio.abc.ByteReceiveStream):
                 raise anyio.EndOfStream
             return data
 
-    async def aclose(self) -> None:
-        fd, self._fd = self._fd, None
-        if fd is not None:
-            anyio.notify_closing(fd)
-            os.close(fd)
 
-
-class _PipeSend(anyio.abc.ByteSendStream):
-    """A pipe to the command's stdin, written on the event loop."""
-
-    def __init__(self, fd: int) -> None:
-        os.set_blocking(fd, False)
-        self._fd: int | None = fd
+class _PipeSend(_Pipe, anyio.abc.ByteSendStream):
+    """The command's stdin."""
 
     async def send(self, item: bytes) -> None:
         view = memoryview(item)
         while view:
-            fd = self._fd
-            if fd is None:
-                raise anyio.ClosedResourceError
+            fd = self._open_fd()
             try:
                 view = view[os.write(fd, view):]
             except BlockingIOError:
                 await anyio.wait_writable(fd)
             except (BrokenPipeError, ConnectionResetError) as exc:
                 raise anyio.BrokenResourceError from exc
-
-    async def aclose(self) -> None:
-        fd, self._fd = self._fd, None
-        if fd is not None:
-            anyio.notify_closing(fd)
-            os.close(fd)
 
 
 @dataclass
@@ -389,23 +384,27 @@ def _start(command: Command, *, merged: bool) -> _Started:
     """Start `command` in a new session, its output (and stderr, unless `merged`) on pipes,
     its stdin a pipe when it has input, else /dev/null. Blocking for as long as a vfork and
     exec take, as asyncio's own `Popen` call is."""
-    ends: list[int] = []  # every descriptor made here, closed on failure
-    out_r, out_w = os.pipe()
-    ends += [out_r, out_w]
+    pipes: list[tuple[int, int]] = []  # (read, write) of each, all closed on failure
+
+    def pipe() -> tuple[int, int]:
+        ends = os.pipe()
+        pipes.append(ends)
+        return ends
+
     try:
-        err_r, err_w = (None, None) if merged else os.pipe()
-        ends += [] if err_r is None or err_w is None else [err_r, err_w]
-        in_r, in_w = os.pipe() if command.stdin is not None else (None, None)
-        ends += [] if in_r is None or in_w is None else [in_r, in_w]
+        out_r, out_w = pipe()
+        err_r, err_w = (None, None) if merged else pipe()
+        in_r, in_w = (None, None) if command.stdin is None else pipe()
         popen = subprocess.Popen(
-            list(command.argv), stdin=in_r if in_r is not None else subprocess.DEVNULL,
+            list(command.argv), stdin=subprocess.DEVNULL if in_r is None else in_r,
             stdout=out_w, stderr=subprocess.STDOUT if err_w is None else err_w,
             cwd=command.cwd, start_new_session=True,
             env={**(command.env if command.env is not None else os.environ),
                  OWNER_VAR: owner_mark(), **telemetry.environment()})
     except BaseException:
-        for fd in ends:
-            os.close(fd)
+        for ends in pipes:
+            for fd in ends:
+                os.close(fd)
         raise
     for end in (out_w, err_w, in_r):  # the child's ends: its copies are its own now
         if end is not None:

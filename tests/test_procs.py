@@ -16,6 +16,7 @@ from pathlib import Path
 
 import anyio
 import psutil
+import pytest
 
 from squadd.procs import (
     OWNER_VAR,
@@ -159,3 +160,17 @@ async def test_megabytes_go_through_the_pipes_whole_both_ways_and_a_closed_stdin
     outcome = await run_group(Command(["head", "-c", "10"], None, None, stdin=data), head,
                               deadline=anyio.current_time() + 120)
     assert outcome.ending == "exited" and head.data == data[:10]
+
+
+async def test_a_command_that_cannot_start_is_an_os_error_and_leaves_no_pipe_open(
+        tmp_path: Path) -> None:
+    def open_fds() -> int:
+        return len(list(Path("/proc/self/fd").iterdir()))
+
+    before = open_fds()
+    for command in (Command(["no-such-program-here"], None, None, stdin=b"input"),
+                    Command(["true"], tmp_path / "missing", None)):
+        with pytest.raises(OSError):
+            await run_group(command, _Collected(), _Collected(),
+                            deadline=anyio.current_time() + 30)
+    assert open_fds() == before
