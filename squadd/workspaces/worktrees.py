@@ -21,7 +21,7 @@ import structlog
 
 from squadd.contracts.workspaces import WorkspaceView
 from squadd.errors import SquaddError, WorkspaceError
-from squadd.fsio import TEAM_FILE, append_fsync, file_lock, read_text
+from squadd.fsio import TEAM_FILE, append_fsync, file_lock, private_dir, read_text
 from squadd.state.layout import SQUAD_DIRNAMES, SquadLayout
 from squadd.workspaces import records
 from squadd.workspaces.git import Git
@@ -173,8 +173,7 @@ def move_aside(layout: SquadLayout, record: WorkspaceView) -> bool:
     path = Path(record.path)
     aside = layout.removed_worktrees_dir
     try:
-        aside.mkdir(mode=0o700, parents=True, exist_ok=True)
-        path.rename(aside / f"{path.name}.{secrets.token_hex(4)}")
+        path.rename(private_dir(aside) / f"{path.name}.{secrets.token_hex(4)}")
     except OSError as exc:
         log.info("worktree not moved aside; removed in place", session_id=record.session_id,
                  error=str(exc))
