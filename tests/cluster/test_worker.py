@@ -34,6 +34,14 @@ def make_worker(guard: RedisGuard, repo: Path) -> Worker:
                   provider=ReplayProvider(ReplayScript(default=[])), guard=guard)
 
 
+async def run_s1_until(event: anyio.Event, guard: RedisGuard, worker: Worker,
+                       coordinator: Callable[[Request], Awaitable[Reply]]) -> None:
+    """`running_job_s1` until `event` is set (bounded)."""
+    async with running_job_s1(guard, worker, coordinator):
+        with anyio.fail_after(60):
+            await event.wait()
+
+
 def short_lease_worker(guard: RedisGuard, repo: Path, slots: int = 1,
                        turns: list[ScriptedTurn] | None = None) -> Worker:
     """A worker whose leases are renewed every 0.1 s, its sessions answered "done" (or
@@ -234,10 +242,7 @@ async def test_an_end_the_coordinator_failed_to_store_leaves_the_job_for_the_nex
             done.set()
         return Reply(request_id=request.request_id, ok=True)
 
-    worker = short_lease_worker(guard, tmp_path)
-    async with running_job_s1(guard, worker, coordinator):
-        with anyio.fail_after(60):
-            await done.wait()
+    await run_s1_until(done, guard, short_lease_worker(guard, tmp_path), coordinator)
     assert ends[0].body["records"] == []
     assert [e.body["status"] for e in ends] == ["error", "completed"]
     assert [c.body["reclaimed"] for c in claims] == [False, True]
@@ -287,9 +292,7 @@ async def test_a_job_the_coordinator_acknowledged_with_its_end_is_not_acknowledg
     worker.jobs.ack = counted_ack  # type: ignore[method-assign]
     worker._ack = finished  # type: ignore[method-assign]
     with structlog.testing.capture_logs() as logs:
-        async with running_job_s1(guard, worker, coordinator):
-            with anyio.fail_after(60):
-                await done.wait()
+        await run_s1_until(done, guard, worker, coordinator)
     assert len(offered) == 1 and offered[0]["stream"] == keys.JOBS_NORMAL
     assert own_acks == [] and worker.finished == 1
     assert await guard.client.xlen(keys.JOBS_NORMAL) == 0
@@ -685,10 +688,7 @@ async def test_a_reply_naming_a_prompt_not_held_leaves_no_worktree_and_is_claime
             ended.set()
         return Reply(request_id=request.request_id, ok=True)
 
-    worker = short_lease_worker(guard, tmp_path)
-    async with running_job_s1(guard, worker, coordinator):
-        with anyio.fail_after(60):
-            await ended.wait()
+    await run_s1_until(ended, guard, short_lease_worker(guard, tmp_path), coordinator)
     assert opened == [] and [c.body["reclaimed"] for c in claims] == [False, True]
 
 
