@@ -229,6 +229,10 @@ class WorkerRequests:
                 self._orphans.drop(sid)
                 return refuse(refused="invalid",
                               error=f"session {sid} has ended ({transcript.last_state})")
+            # Before the conversation: a session in a worktree is told so by its prompt.
+            workspace = await remote_worktrees.hand_out(self._git, self.runtime.layout,
+                                                        self.runtime.settings, sid)
+            worktree = workspace is not None
             epoch = int(await self.guard.run(lambda: client.incr(keys.epoch(sid))))
             floor = max(self._epochs.get(sid, 0), last_epoch(transcript.states))
             if epoch <= floor:
@@ -248,11 +252,11 @@ class WorkerRequests:
                 if recovered:
                     raise NotCached("recovered results are written and read back")
                 messages, sink = self._hand_over_known(info, tools, request.worker, host,
-                                                       epoch, transcript)
+                                                       epoch, transcript, worktree)
             except NotCached:
                 messages, sink = await anyio.to_thread.run_sync(
                     self._hand_over, info, tools, request.worker, host, epoch, recovered,
-                    transcript)
+                    transcript, worktree)
             with anyio.CancelScope(shield=True):
                 await sink.commit()
         remote = self._remote.get(sid)
@@ -270,8 +274,6 @@ class WorkerRequests:
         # rendering; the session.claimed event above says the same to anyone watching.
         log.debug("session claimed", session_id=sid, worker=request.worker, host=host,
                  epoch=epoch, previous_worker=previous)
-        workspace = await remote_worktrees.hand_out(self._git, self.runtime.layout,
-                                                    self.runtime.settings, sid)
         return Reply(request_id=request.request_id, ok=True, body={
             "epoch": epoch, "info": session_meta(info), "tools": tools.names,
             "workspace": workspace,
@@ -281,11 +283,12 @@ class WorkerRequests:
 
     def _hand_over(self, info: SessionInfo, tools: ToolSet, worker: str, host: str,
                    epoch: int, recovered: list[ToolMessage], transcript: Transcript,
-                   ) -> tuple[list[Any], TranscriptSink]:
+                   worktree: bool) -> tuple[list[Any], TranscriptSink]:
         """The conversation the claiming worker carries on (blocking), and the sink holding
         what the claim adds (a new session's prompt and task, then its owner and `active`),
         for the caller to make durable, in one group commit, before the worker hears of it.
-        `transcript`: the session's as the claim read it."""
+        `transcript`: the session's as the claim read it; `worktree`: whether the worker
+        runs it in a worktree."""
         runtime = self.runtime
         read: Transcript | None = transcript
         if recovered:  # durable at once: the conversation below reads them back
@@ -295,17 +298,17 @@ class WorkerRequests:
                            result_type="failure" if message.is_error else "success")
             writer.flush()
             read = None
-        session, sink = self._handed(info, tools)
+        session, sink = self._handed(info, tools, worktree)
         messages = session.conversation(read)
         _claimed_by(sink, tools, worker, host, epoch)
         return messages, sink
 
     def _hand_over_known(self, info: SessionInfo, tools: ToolSet, worker: str, host: str,
-                         epoch: int, transcript: Transcript,
+                         epoch: int, transcript: Transcript, worktree: bool,
                          ) -> tuple[list[Any], TranscriptSink]:
         """`_hand_over` of a session not started yet, without reading or writing a file (the
         event loop may call it); `NotCached` when one must be."""
-        session, sink = self._handed(info, tools)
+        session, sink = self._handed(info, tools, worktree)
         messages = session.opening_known(transcript,
                                          self.runtime.runner.services.sinks.prompts.kept)
         _claimed_by(sink, tools, worker, host, epoch)
@@ -321,11 +324,12 @@ class WorkerRequests:
             return remote.plan.sink.path
         return self.runtime.layout.transcript(session_id)
 
-    def _handed(self, info: SessionInfo, tools: ToolSet) -> tuple[AgentSession, TranscriptSink]:
+    def _handed(self, info: SessionInfo, tools: ToolSet,
+                worktree: bool) -> tuple[AgentSession, TranscriptSink]:
         services = self.runtime.runner.services
         sink = services.sinks.existing(info.session_id, self._transcript(info.session_id))
         return AgentSession(info, services.session, sink=sink, events=NullSink(),
-                            tools=Found(tools)), sink
+                            tools=Found(tools), worktree=worktree), sink
 
     async def _records(self, request: Request) -> Reply:
         stale = await self._stale(request)

@@ -115,35 +115,38 @@ async def end_unstarted(plan: RoutePlan, state: str, **fields: str) -> None:
 
 
 async def open_new(services: RouteServices, plan: RoutePlan, tools: SessionTools,
-                   task: str) -> list[Message]:
+                   task: str, *, worktree: bool = False) -> list[Message]:
     """A new session's tool set found and first records added to its sink (made durable while
     its first request is out); the messages they hold. On the event loop when nothing must be
-    read, else in one worker-thread trip."""
+    read, else in one worker-thread trip. `worktree`: the session works in one (its prompt
+    says how its work reaches git)."""
     try:
-        return _open_known(services, plan, tools, task)
+        return _open_known(services, plan, tools, task, worktree)
     except NotCached:
-        return await anyio.to_thread.run_sync(_open_read, services, plan, tools, task)
+        return await anyio.to_thread.run_sync(_open_read, services, plan, tools, task, worktree)
 
 
 def _open_known(services: RouteServices, plan: RoutePlan, tools: SessionTools,
-                task: str) -> list[Message]:
+                task: str, worktree: bool) -> list[Message]:
     session, info = services.session, plan.info
     found = tools.known()
     parts = gather_known(session.layout, info.agent, plan.context, session.files,
                          session.summaries)
-    system = build_system_prompt(info.agent, parts, session.settings.prompt)
+    system = build_system_prompt(info.agent, parts, session.settings.prompt,
+                                 worktree=worktree)
     if not services.sinks.prompts.kept(system):
         raise NotCached("a system prompt this process has not kept yet")
     return first_records(plan.sink, found, system, task, _meta(plan, task))
 
 
 def _open_read(services: RouteServices, plan: RoutePlan, tools: SessionTools,
-               task: str) -> list[Message]:
+               task: str, worktree: bool) -> list[Message]:
     """`_open_known`, reading what must be read (blocking)."""
     session, info = services.session, plan.info
     found = tools.find()
     parts = gather(session.layout, info.agent, plan.context, session.files, session.summaries)
-    system = build_system_prompt(info.agent, parts, session.settings.prompt)
+    system = build_system_prompt(info.agent, parts, session.settings.prompt,
+                                 worktree=worktree)
     return first_records(plan.sink, found, system, task, _meta(plan, task))
 
 

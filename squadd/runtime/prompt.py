@@ -129,8 +129,21 @@ def keep_newest_learnings(text: str, budget: int, what: str) -> str:
     return fitted if fitted is not None else keep_tail(text, budget, what)
 
 
-def build_system_prompt(agent: str, parts: PromptParts, budgets: PromptSettings) -> str:
-    """`You are {agent}, a Squad agent.` and each non-empty part under its heading."""
+WORKTREE_NOTE = (
+    "You work in a git worktree, on a branch of its own: your commands and file tools run "
+    "there. Leave writing to git to squadd: when the task ends it commits what you changed "
+    "and lands it when the route asks. Under squadd's sandbox git's own files are read-only "
+    "to your commands (`git status`, `git diff` and `git log` work; `git add`, `git commit` "
+    "and `git push` fail). Your final answer's first line becomes the commit's subject, "
+    "unless the answer has a line `commit_message: <subject>` (at most 72 characters).")
+"""The `## Workspace` part of a session that works in a worktree: the same words for every
+such session, so that its prompt is kept (and cached by providers) once."""
+
+
+def build_system_prompt(agent: str, parts: PromptParts, budgets: PromptSettings, *,
+                        worktree: bool = False) -> str:
+    """`You are {agent}, a Squad agent.` and each non-empty part under its heading; with
+    `worktree`, the `## Workspace` part says how the session's work reaches git."""
     sections = [f"You are {agent}, a Squad agent."]
     for heading, text, budget, keep, what in (
         ("## Charter", parts.charter, budgets.charter_bytes, keep_head, "the charter"),
@@ -143,4 +156,6 @@ def build_system_prompt(agent: str, parts: PromptParts, budgets: PromptSettings)
     ):
         if text.strip():
             sections.append(f"{heading}\n{keep(text.strip(), budget, what)}")
+        if worktree and heading == "## Additional Context":
+            sections.append(f"## Workspace\n{WORKTREE_NOTE}")
     return "\n\n".join(sections)

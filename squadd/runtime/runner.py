@@ -361,7 +361,8 @@ class RouteRunner:
                 if plan.task is None:  # a resume records no new message: active from here
                     services.pool.activate(record)
                 return await session.continue_with(plan.task, timeout_s=plan.timeout_s)
-            messages = await open_new(services, plan, tools, plan.task or info.task)
+            messages = await open_new(services, plan, tools, plan.task or info.task,
+                                      worktree=workspace is not None)
             return await session.run_opened(messages, timeout_s=plan.timeout_s)
 
         try:

@@ -86,6 +86,7 @@ class AgentSession:
 
     def __init__(self, info: SessionInfo, services: SessionServices, *, sink: TranscriptSink,
                  events: EventSink, tools: ToolSource, workspace_dir: Path | None = None,
+                 worktree: bool | None = None,
                  on_deadline: Callable[[anyio.CancelScope | None], None] = lambda _: None):
         self.info = info
         self.services = services
@@ -95,6 +96,9 @@ class AgentSession:
         self._source = tools
         self.workspace_dir = workspace_dir
         """The session's git worktree (None: it works in the repository root)."""
+        self.worktree = workspace_dir is not None if worktree is None else worktree
+        """Whether the session works in a git worktree, which its prompt then says (a
+        coordinator's session is run by a worker, in a worktree of the worker's clone)."""
         self.on_deadline = on_deadline
         """Told the scope of the route timeout while the task runs (to pause it while parked)."""
         self.usage = Usage()
@@ -208,7 +212,8 @@ class AgentSession:
             services = self.services
             parts = gather_known(services.layout, self.agent, context, services.files,
                                  services.summaries)
-            system = build_system_prompt(self.agent, parts, services.settings.prompt)
+            system = build_system_prompt(self.agent, parts, services.settings.prompt,
+                                         worktree=self.worktree)
             if not kept(system):
                 raise NotCached("a system prompt this process has not kept yet")
         return first_records(self.sink, self.tools, system,
@@ -218,7 +223,8 @@ class AgentSession:
         """The session's system prompt from the current files (blocking)."""
         services = self.services
         parts = gather(services.layout, self.agent, context, services.files, services.summaries)
-        return build_system_prompt(self.agent, parts, services.settings.prompt)
+        return build_system_prompt(self.agent, parts, services.settings.prompt,
+                                   worktree=self.worktree)
 
     def _load_messages(self, transcript: Transcript) -> list[Message]:
         """The conversation so far, every call answered (a stand-in, recorded, for a call a

@@ -16,7 +16,9 @@ import pytest
 import redis
 
 from squadd.cluster import keys
+from squadd.runtime.prompt import WORKTREE_NOTE
 from squadd.state.layout import SquadLayout
+from squadd.state.transcripts import read_transcript
 from tests.support.cluster import (
     CLUSTER_CONFIG,
     Background,
@@ -220,6 +222,9 @@ def test_a_worktree_session_on_a_worker_lands_on_the_coordinators_main(
         assert on_main(cluster, "src/feature.txt") == "written by the squad\n"
         # The worker's clone itself was never written: the work was in a worktree of it.
         assert not (tmp_path / "clone-w1" / "src" / "feature.txt").exists()
+        # The prompt the coordinator handed over says how the work reaches git.
+        messages = read_transcript(cluster.layout.transcript(result["session_id"])).messages
+        assert WORKTREE_NOTE in messages[0]["content"], messages[0]
         log = subprocess.run(["git", "log", "-1", "--format=%an %s%n%b"],
                              cwd=cluster.layout.repo, capture_output=True, text=True).stdout
         assert log.startswith("Lead ") and f"Squad-Session: {result['session_id']}" in log

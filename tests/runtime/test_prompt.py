@@ -5,7 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from squadd.config import PromptSettings
-from squadd.runtime.prompt import PromptParts, build_system_prompt, gather, keep_tail
+from squadd.runtime.prompt import (
+    WORKTREE_NOTE,
+    PromptParts,
+    build_system_prompt,
+    gather,
+    keep_tail,
+)
 from squadd.state.layout import SquadLayout
 from tests.tools.conftest import make_squad
 
@@ -20,6 +26,23 @@ def test_parts_appear_in_design_order(tmp_path: Path) -> None:
                                        "## Additional Context")]
     assert order == sorted(order)
     assert "Use uv" in prompt and "the parser is in src/" in prompt
+
+
+def test_a_worktree_session_is_told_how_its_work_reaches_git(tmp_path: Path) -> None:
+    """The `## Workspace` part: after the context, before the skills; the same words for
+    every worktree session (so its prompt is kept once); none for a shared session."""
+    parts = PromptParts(charter="c", history="", decisions="", context="ctx", skills="- s")
+    prompt = build_system_prompt("fenster", parts, PromptSettings(), worktree=True)
+    assert f"## Workspace\n{WORKTREE_NOTE}" in prompt
+    assert prompt.index("## Additional Context") < prompt.index("## Workspace") \
+        < prompt.index("## Skills")
+    assert "commit_message:" in WORKTREE_NOTE and "git commit" in WORKTREE_NOTE
+    other = build_system_prompt("hockney", parts, PromptSettings(), worktree=True)
+    assert other.split("## Workspace", 1)[1] == prompt.split("## Workspace", 1)[1]
+    assert "## Workspace" not in build_system_prompt("fenster", parts, PromptSettings())
+    bare = PromptParts(charter="c", history="", decisions="", context="", skills="")
+    assert build_system_prompt("fenster", bare, PromptSettings(), worktree=True).endswith(
+        f"## Workspace\n{WORKTREE_NOTE}")
 
 
 def test_over_budget_history_keeps_newest_and_says_what_it_cut() -> None:

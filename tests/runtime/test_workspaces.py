@@ -10,9 +10,11 @@ from typing import Any
 import anyio
 
 from squadd.config import Settings, load_settings
+from squadd.contracts.messages import Completion
 from squadd.contracts.routes import RouteRequest
-from squadd.providers.base import Provider
+from squadd.providers.base import CompletionRequest, Provider
 from squadd.providers.command import CommandProvider
+from squadd.runtime.prompt import WORKTREE_NOTE
 from squadd.runtime.runtime import SquadRuntime
 from squadd.state.layout import SquadLayout
 from squadd.tools.discovery import discover_tools
@@ -255,3 +257,42 @@ def provider_requests_tool_text(layout: SquadLayout, session_id: str) -> str:
 
     transcript = read_transcript(layout.transcript(session_id))
     return str(next(m["content"] for m in transcript.messages if m["role"] == "tool"))
+
+
+class _Seen:
+    """A provider that keeps each request's system prompt, by agent, and asks `inner`."""
+
+    def __init__(self, inner: Provider) -> None:
+        self.inner = inner
+        self.name, self.default_model = inner.name, inner.default_model
+        self.systems: dict[str, list[str]] = {}
+
+    async def complete(self, request: CompletionRequest) -> Completion:
+        self.systems.setdefault(request.agent, []).append(
+            next(m.content for m in request.messages if m.role == "system"))
+        return await self.inner.complete(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def test_a_session_in_a_worktree_is_told_that_squadd_commits_its_work(
+        tmp_path: Path) -> None:
+    """Its prompt says so (git's files are read-only to its commands under the sandbox, and
+    its answer names the commit), and so does the prompt of a session it routes to, which
+    works in its worktree; the same two sessions routed shared are not told."""
+    layout = _squad(tmp_path)
+    seen = _Seen(script(  # each new session plays its agent's turns from the first
+        lead=[call("squad_route", targetAgent="fenster", task="write the nested file"),
+              text("all done")],
+        fenster=[call("jot", FILE="nested.txt", TEXT="fenster"), text("written")]))
+    async with _runtime(layout, _settings(layout), seen) as runtime:  # type: ignore[arg-type]
+        isolated = await runtime.route(RouteRequest(task="Lead the work", targetAgent="lead",
+                                                    isolation="worktree"))
+        shared = await runtime.route(RouteRequest(task="Lead again", targetAgent="lead"))
+    assert isolated.ok and isolated.workspace is not None, isolated.message
+    assert git(layout.repo, "show", f"{isolated.workspace.branch}:nested.txt") == "fenster"
+    assert shared.ok and shared.workspace is None, shared.message
+    told = {agent: [WORKTREE_NOTE in system for system in systems]
+            for agent, systems in seen.systems.items()}
+    assert told == {"lead": [True, True, False, False], "fenster": [True, True, False, False]}
