@@ -22,7 +22,7 @@ import structlog
 from squadd.contracts.messages import Message, SystemMessage, UserMessage, message_record
 from squadd.runtime.planning import RoutePlan
 from squadd.runtime.pool import SessionRecord
-from squadd.runtime.prompt import build_system_prompt, gather, gather_known
+from squadd.runtime.prompt import build_system_prompt, gather, gather_known, workspace_note
 from squadd.runtime.services import CachedTools, RouteServices
 from squadd.runtime.session_info import SessionInfo, session_meta, session_toolset
 from squadd.statcache import NotCached
@@ -133,7 +133,8 @@ def _open_known(services: RouteServices, plan: RoutePlan, tools: SessionTools,
     parts = gather_known(session.layout, info.agent, plan.context, session.files,
                          session.summaries)
     system = build_system_prompt(info.agent, parts, session.settings.prompt,
-                                 worktree=worktree)
+                                 workspace=workspace_note(
+                                     worktree=worktree, sandbox=session.settings.sandbox.mode))
     if not services.sinks.prompts.kept(system):
         raise NotCached("a system prompt this process has not kept yet")
     return first_records(plan.sink, found, system, task, _meta(plan, task))
@@ -146,7 +147,8 @@ def _open_read(services: RouteServices, plan: RoutePlan, tools: SessionTools,
     found = tools.find()
     parts = gather(session.layout, info.agent, plan.context, session.files, session.summaries)
     system = build_system_prompt(info.agent, parts, session.settings.prompt,
-                                 worktree=worktree)
+                                 workspace=workspace_note(
+                                     worktree=worktree, sandbox=session.settings.sandbox.mode))
     return first_records(plan.sink, found, system, task, _meta(plan, task))
 
 

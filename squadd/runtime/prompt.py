@@ -136,14 +136,29 @@ WORKTREE_NOTE = (
     "to your commands (`git status`, `git diff` and `git log` work; `git add`, `git commit` "
     "and `git push` fail). Your final answer's first line becomes the commit's subject, "
     "unless the answer has a line `commit_message: <subject>` (at most 72 characters).")
-"""The `## Workspace` part of a session that works in a worktree: the same words for every
-such session, so that its prompt is kept (and cached by providers) once."""
+"""The `## Workspace` part of a session that works in a worktree."""
+SHARED_NOTE = (
+    "You work in the repository's own working tree, which people share: what you change "
+    "stays there, uncommitted, for a person to review. squadd's sandbox keeps git's own "
+    "files and `.squad/` read-only to your commands (`git status`, `git diff` and `git log` "
+    "work; `git add` and `git commit` fail); the team's files change through the squad "
+    "tools.")
+"""The `## Workspace` part of a session that works in the working tree under the sandbox."""
+
+
+def workspace_note(*, worktree: bool, sandbox: str) -> str:
+    """What a session is told of where it works and how its work reaches git: the same words
+    for every session alike (so that its prompt is kept, and cached by providers, once);
+    nothing for a session in the working tree with the sandbox off (`sandbox`: its mode)."""
+    if worktree:
+        return WORKTREE_NOTE
+    return "" if sandbox == "off" else SHARED_NOTE
 
 
 def build_system_prompt(agent: str, parts: PromptParts, budgets: PromptSettings, *,
-                        worktree: bool = False) -> str:
-    """`You are {agent}, a Squad agent.` and each non-empty part under its heading; with
-    `worktree`, the `## Workspace` part says how the session's work reaches git."""
+                        workspace: str = "") -> str:
+    """`You are {agent}, a Squad agent.` and each non-empty part under its heading;
+    `workspace` (`workspace_note`) under `## Workspace`, after the context."""
     sections = [f"You are {agent}, a Squad agent."]
     for heading, text, budget, keep, what in (
         ("## Charter", parts.charter, budgets.charter_bytes, keep_head, "the charter"),
@@ -156,6 +171,6 @@ def build_system_prompt(agent: str, parts: PromptParts, budgets: PromptSettings,
     ):
         if text.strip():
             sections.append(f"{heading}\n{keep(text.strip(), budget, what)}")
-        if worktree and heading == "## Additional Context":
-            sections.append(f"## Workspace\n{WORKTREE_NOTE}")
+        if workspace and heading == "## Additional Context":
+            sections.append(f"## Workspace\n{workspace}")
     return "\n\n".join(sections)

@@ -42,7 +42,7 @@ from squadd.errors import NotCached, ProviderError, SquaddError
 from squadd.providers.base import CompletionRequest
 from squadd.runtime.conversation import name_calls, paired, used_call_ids
 from squadd.runtime.opening import first_records, pending_task
-from squadd.runtime.prompt import build_system_prompt, gather, gather_known
+from squadd.runtime.prompt import build_system_prompt, gather, gather_known, workspace_note
 from squadd.runtime.services import SessionServices, ToolSource
 from squadd.runtime.session_info import SessionInfo, session_meta
 from squadd.runtime.tracing import traced_completion
@@ -213,7 +213,7 @@ class AgentSession:
             parts = gather_known(services.layout, self.agent, context, services.files,
                                  services.summaries)
             system = build_system_prompt(self.agent, parts, services.settings.prompt,
-                                         worktree=self.worktree)
+                                         workspace=self._workspace_note())
             if not kept(system):
                 raise NotCached("a system prompt this process has not kept yet")
         return first_records(self.sink, self.tools, system,
@@ -224,7 +224,11 @@ class AgentSession:
         services = self.services
         parts = gather(services.layout, self.agent, context, services.files, services.summaries)
         return build_system_prompt(self.agent, parts, services.settings.prompt,
-                                   worktree=self.worktree)
+                                   workspace=self._workspace_note())
+
+    def _workspace_note(self) -> str:
+        return workspace_note(worktree=self.worktree,
+                              sandbox=self.services.settings.sandbox.mode)
 
     def _load_messages(self, transcript: Transcript) -> list[Message]:
         """The conversation so far, every call answered (a stand-in, recorded, for a call a

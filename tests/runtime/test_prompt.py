@@ -6,11 +6,13 @@ from pathlib import Path
 
 from squadd.config import PromptSettings
 from squadd.runtime.prompt import (
+    SHARED_NOTE,
     WORKTREE_NOTE,
     PromptParts,
     build_system_prompt,
     gather,
     keep_tail,
+    workspace_note,
 )
 from squadd.state.layout import SquadLayout
 from tests.tools.conftest import make_squad
@@ -28,21 +30,28 @@ def test_parts_appear_in_design_order(tmp_path: Path) -> None:
     assert "Use uv" in prompt and "the parser is in src/" in prompt
 
 
-def test_a_worktree_session_is_told_how_its_work_reaches_git(tmp_path: Path) -> None:
-    """The `## Workspace` part: after the context, before the skills; the same words for
-    every worktree session (so its prompt is kept once); none for a shared session."""
+def test_a_session_is_told_where_it_works_and_how_its_work_reaches_git() -> None:
+    """The `## Workspace` part: after the context, before the skills; in a worktree, that
+    squadd commits and lands (whatever the sandbox); in the working tree under the sandbox,
+    that the work stays uncommitted and git and `.squad/` are read-only; nothing in the
+    working tree with the sandbox off. The same words for every session alike."""
+    assert workspace_note(worktree=True, sandbox="auto") == WORKTREE_NOTE
+    assert workspace_note(worktree=True, sandbox="off") == WORKTREE_NOTE
+    assert workspace_note(worktree=False, sandbox="bwrap") == SHARED_NOTE
+    assert workspace_note(worktree=False, sandbox="off") == ""
+    assert "commit_message:" in WORKTREE_NOTE and "git commit" in WORKTREE_NOTE
+    assert "uncommitted" in SHARED_NOTE and ".squad/" in SHARED_NOTE
     parts = PromptParts(charter="c", history="", decisions="", context="ctx", skills="- s")
-    prompt = build_system_prompt("fenster", parts, PromptSettings(), worktree=True)
+    prompt = build_system_prompt("fenster", parts, PromptSettings(), workspace=WORKTREE_NOTE)
     assert f"## Workspace\n{WORKTREE_NOTE}" in prompt
     assert prompt.index("## Additional Context") < prompt.index("## Workspace") \
         < prompt.index("## Skills")
-    assert "commit_message:" in WORKTREE_NOTE and "git commit" in WORKTREE_NOTE
-    other = build_system_prompt("hockney", parts, PromptSettings(), worktree=True)
+    other = build_system_prompt("hockney", parts, PromptSettings(), workspace=WORKTREE_NOTE)
     assert other.split("## Workspace", 1)[1] == prompt.split("## Workspace", 1)[1]
     assert "## Workspace" not in build_system_prompt("fenster", parts, PromptSettings())
     bare = PromptParts(charter="c", history="", decisions="", context="", skills="")
-    assert build_system_prompt("fenster", bare, PromptSettings(), worktree=True).endswith(
-        f"## Workspace\n{WORKTREE_NOTE}")
+    assert build_system_prompt("fenster", bare, PromptSettings(), workspace=SHARED_NOTE
+                               ).endswith(f"## Workspace\n{SHARED_NOTE}")
 
 
 def test_over_budget_history_keeps_newest_and_says_what_it_cut() -> None:

@@ -8,13 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import pytest
 
 from squadd.config import Settings, load_settings
 from squadd.contracts.messages import Completion
 from squadd.contracts.routes import RouteRequest
 from squadd.providers.base import CompletionRequest, Provider
 from squadd.providers.command import CommandProvider
-from squadd.runtime.prompt import WORKTREE_NOTE
+from squadd.runtime.prompt import SHARED_NOTE, WORKTREE_NOTE
 from squadd.runtime.runtime import SquadRuntime
 from squadd.state.layout import SquadLayout
 from squadd.tools.discovery import discover_tools
@@ -276,23 +277,31 @@ class _Seen:
         await self.inner.aclose()
 
 
-async def test_a_session_in_a_worktree_is_told_that_squadd_commits_its_work(
-        tmp_path: Path) -> None:
-    """Its prompt says so (git's files are read-only to its commands under the sandbox, and
-    its answer names the commit), and so does the prompt of a session it routes to, which
-    works in its worktree; the same two sessions routed shared are not told."""
+@pytest.mark.parametrize("sandbox", ["auto", "off"])
+async def test_a_session_is_told_whether_squadd_commits_its_work(tmp_path: Path,
+                                                                 sandbox: str) -> None:
+    """A session in a worktree is told that squadd commits and lands its work (git's files
+    are read-only to its commands under the sandbox, and its answer names the commit), and so
+    is a session it routes to, in its worktree; the same two routed shared are told that
+    their work stays uncommitted, or (sandbox off) nothing."""
     layout = _squad(tmp_path)
     seen = _Seen(script(  # each new session plays its agent's turns from the first
         lead=[call("squad_route", targetAgent="fenster", task="write the nested file"),
               text("all done")],
         fenster=[call("jot", FILE="nested.txt", TEXT="fenster"), text("written")]))
-    async with _runtime(layout, _settings(layout), seen) as runtime:  # type: ignore[arg-type]
+    settings = load_settings(layout.root, overrides={
+        "tools": {"approvals": {"jot": "allow"}}, "sandbox": {"mode": sandbox}})
+    async with _runtime(layout, settings, seen) as runtime:  # type: ignore[arg-type]
         isolated = await runtime.route(RouteRequest(task="Lead the work", targetAgent="lead",
                                                     isolation="worktree"))
         shared = await runtime.route(RouteRequest(task="Lead again", targetAgent="lead"))
     assert isolated.ok and isolated.workspace is not None, isolated.message
     assert git(layout.repo, "show", f"{isolated.workspace.branch}:nested.txt") == "fenster"
     assert shared.ok and shared.workspace is None, shared.message
-    told = {agent: [WORKTREE_NOTE in system for system in systems]
+    assert (layout.repo / "nested.txt").read_text() == "fenster\n"
+    told = {agent: ["worktree" if WORKTREE_NOTE in system else
+                    "shared" if SHARED_NOTE in system else "" for system in systems]
             for agent, systems in seen.systems.items()}
-    assert told == {"lead": [True, True, False, False], "fenster": [True, True, False, False]}
+    shared_note = "" if sandbox == "off" else "shared"
+    expected = ["worktree", "worktree", shared_note, shared_note]
+    assert told == {"lead": expected, "fenster": expected}
