@@ -120,35 +120,32 @@ async def open_new(services: RouteServices, plan: RoutePlan, tools: SessionTools
     its first request is out); the messages they hold. On the event loop when nothing must be
     read, else in one worker-thread trip. `worktree`: the session works in one (its prompt
     says how its work reaches git)."""
+    note = workspace_note(worktree=worktree, sandbox=services.session.settings.sandbox.mode)
     try:
-        return _open_known(services, plan, tools, task, worktree)
+        return _open_known(services, plan, tools, task, note)
     except NotCached:
-        return await anyio.to_thread.run_sync(_open_read, services, plan, tools, task, worktree)
+        return await anyio.to_thread.run_sync(_open_read, services, plan, tools, task, note)
 
 
 def _open_known(services: RouteServices, plan: RoutePlan, tools: SessionTools,
-                task: str, worktree: bool) -> list[Message]:
+                task: str, note: str) -> list[Message]:
     session, info = services.session, plan.info
     found = tools.known()
     parts = gather_known(session.layout, info.agent, plan.context, session.files,
                          session.summaries)
-    system = build_system_prompt(info.agent, parts, session.settings.prompt,
-                                 workspace=workspace_note(
-                                     worktree=worktree, sandbox=session.settings.sandbox.mode))
+    system = build_system_prompt(info.agent, parts, session.settings.prompt, workspace=note)
     if not services.sinks.prompts.kept(system):
         raise NotCached("a system prompt this process has not kept yet")
     return first_records(plan.sink, found, system, task, _meta(plan, task))
 
 
 def _open_read(services: RouteServices, plan: RoutePlan, tools: SessionTools,
-               task: str, worktree: bool) -> list[Message]:
+               task: str, note: str) -> list[Message]:
     """`_open_known`, reading what must be read (blocking)."""
     session, info = services.session, plan.info
     found = tools.find()
     parts = gather(session.layout, info.agent, plan.context, session.files, session.summaries)
-    system = build_system_prompt(info.agent, parts, session.settings.prompt,
-                                 workspace=workspace_note(
-                                     worktree=worktree, sandbox=session.settings.sandbox.mode))
+    system = build_system_prompt(info.agent, parts, session.settings.prompt, workspace=note)
     return first_records(plan.sink, found, system, task, _meta(plan, task))
 
 
