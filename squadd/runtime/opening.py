@@ -24,7 +24,12 @@ from squadd.runtime.planning import RoutePlan
 from squadd.runtime.pool import SessionRecord
 from squadd.runtime.prompt import build_system_prompt, gather, gather_known, workspace_note
 from squadd.runtime.services import CachedTools, RouteServices
-from squadd.runtime.session_info import SessionInfo, session_meta, session_toolset
+from squadd.runtime.session_info import (
+    SessionInfo,
+    route_intent,
+    session_meta,
+    session_toolset,
+)
 from squadd.statcache import NotCached
 from squadd.state.layout import SquadLayout
 from squadd.state.owner import current_owner
@@ -86,6 +91,7 @@ def accept(plan: RoutePlan) -> None:
                  owner=current_owner())
         sink.add("state", state="queued")
     elif plan.task is not None:
+        sink.add("meta", **route_intent(info))
         sink.add("state", state="queued", task=plan.task, context=plan.context)
 
 

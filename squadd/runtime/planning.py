@@ -21,7 +21,7 @@ from squadd.contracts.sessions import LIVE_STATES, SessionState, SessionView
 from squadd.contracts.workspaces import Isolation
 from squadd.errors import InvalidNameError, StateError
 from squadd.runtime.router import Router
-from squadd.runtime.session_info import SessionInfo, choose_model, new_session_id
+from squadd.runtime.session_info import SessionInfo, choose_model, intent_of, new_session_id
 from squadd.statcache import StatCache
 from squadd.state.charters import Charter, no_charter, parse_charter
 from squadd.state.layout import SquadLayout, safe_id
@@ -162,12 +162,13 @@ def new_plan(request: RouteRequest, origin: RouteOrigin, agent: str, routed_by: 
         depth=depth, lineage=_lineage(origin), priority=request.priority,
         available_tools=(tuple(request.available_tools)
                          if request.available_tools is not None else None),
+        isolation=request.isolation, land=request.land,
     )
     return RoutePlan(info=info, charter=charter, routed_by=routed_by, task=request.task,
                      context=request.context, continuing=False,
                      timeout_s=request.timeout_s or settings.route.timeout_s,
                      available_tools=request.available_tools, sink=new_sink(info.session_id),
-                     isolation=request.isolation, land=request.land)
+                     isolation=info.isolation, land=info.land)
 
 
 def _lineage(origin: RouteOrigin) -> tuple[str, ...]:
@@ -201,6 +202,9 @@ def continue_plan(request: RouteRequest | None, origin: RouteOrigin, base: Sessi
         priority=request.priority if request is not None else base.priority,
         requested_by=((request.requested_by if request is not None else None)
                       or origin.agent or base.requested_by),
+        # A resume works and lands as the route of the task it resumes asked.
+        isolation=request.isolation if request is not None else base.isolation,
+        land=request.land if request is not None else base.land,
     )
     return RoutePlan(
         info=info, charter=charter, routed_by="session",
@@ -209,8 +213,7 @@ def continue_plan(request: RouteRequest | None, origin: RouteOrigin, base: Sessi
         timeout_s=(request.timeout_s if request is not None and request.timeout_s
                    else settings.route.timeout_s),
         available_tools=request.available_tools if request is not None else None, sink=sink,
-        isolation=request.isolation if request is not None else None,
-        land=request.land if request is not None else False,
+        isolation=info.isolation, land=info.land,
     )
 
 
@@ -253,6 +256,7 @@ def refuse_if_elsewhere(transcript: Transcript) -> None:
 
 def info_from_transcript(transcript: Transcript) -> SessionInfo:
     meta = transcript.meta
+    isolation, land = intent_of(meta)
     return SessionInfo(
         session_id=transcript.session_id, agent=str(meta.get("agent", "")),
         model=str(meta.get("model") or ""), task=str(meta.get("task") or ""),
@@ -261,6 +265,7 @@ def info_from_transcript(transcript: Transcript) -> SessionInfo:
         lineage=tuple(meta.get("lineage") or ()),
         priority=str(meta.get("priority") or "normal"),
         available_tools=_names(meta.get("available_tools")),
+        isolation=isolation, land=land,
     )
 
 

@@ -44,7 +44,7 @@ from squadd.runtime.conversation import name_calls, paired, used_call_ids
 from squadd.runtime.opening import first_records, pending_task
 from squadd.runtime.prompt import build_system_prompt, gather, gather_known, workspace_note
 from squadd.runtime.services import SessionServices, ToolSource
-from squadd.runtime.session_info import SessionInfo, session_meta
+from squadd.runtime.session_info import SessionInfo, route_intent, session_meta
 from squadd.runtime.tracing import traced_completion
 from squadd.state.owner import current_owner
 from squadd.state.transcripts import (
@@ -306,8 +306,10 @@ class AgentSession:
             messages.append(user)
             self._record(user)
         if not prepared:  # `start` has written the task and this state already
-            # This process runs the session now (and its tools may have changed).
-            self.sink.add("meta", tools=self.tools.names, owner=current_owner())
+            # This process runs the session now (and its tools may have changed), for the
+            # route that asked (where it works, whether it lands: a resume does the same).
+            self.sink.add("meta", tools=self.tools.names, owner=current_owner(),
+                          **route_intent(self.info))
             self.mark("active")
         try:
             with anyio.move_on_after(timeout_s) as scope:

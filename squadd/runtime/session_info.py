@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from squadd.config import Settings
+from squadd.contracts.workspaces import Isolation
 from squadd.state.charters import Charter
 from squadd.tools.base import ToolSet
 
@@ -75,6 +76,11 @@ class SessionInfo:
     priority: str = "normal"
     available_tools: tuple[str, ...] | None = None
     """The `availableTools` of the route that made the session: its later tasks keep to them."""
+    isolation: Isolation | None = None
+    """The `isolation` the route of its current task asked for (None: the agent's or the
+    settings'): a resume after a restart works where that route asked."""
+    land: bool = False
+    """Whether the route of its current task asked to land its work (a resume lands it too)."""
 
 
 def session_meta(info: SessionInfo) -> dict[str, Any]:
@@ -84,4 +90,19 @@ def session_meta(info: SessionInfo) -> dict[str, Any]:
             "requested_by": info.requested_by, "depth": info.depth,
             "lineage": list(info.lineage), "priority": info.priority,
             "available_tools": (list(info.available_tools)
-                                if info.available_tools is not None else None)}
+                                if info.available_tools is not None else None),
+            **route_intent(info)}
+
+
+def route_intent(info: SessionInfo) -> dict[str, Any]:
+    """What the route of the session's current task asked of its workspace, as its meta
+    records it (the last meta record of a transcript wins: a continuation records its own)."""
+    return {"isolation": info.isolation, "land": info.land}
+
+
+def intent_of(meta: dict[str, Any]) -> tuple[Isolation | None, bool]:
+    """`route_intent` read back from a transcript's meta (anything else: none asked)."""
+    found = meta.get("isolation")
+    isolation: Isolation | None = ("worktree" if found == "worktree"
+                                   else "shared" if found == "shared" else None)
+    return isolation, meta.get("land") is True

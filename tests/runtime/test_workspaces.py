@@ -305,3 +305,31 @@ async def test_a_session_is_told_whether_squadd_commits_its_work(tmp_path: Path,
     shared_note = "" if sandbox == "off" else "shared"
     expected = ["worktree", "worktree", shared_note, shared_note]
     assert told == {"lead": expected, "fenster": expected}
+
+
+async def test_a_worktree_route_stopped_before_it_started_resumes_in_a_worktree_and_lands(
+        tmp_path: Path) -> None:
+    """Accepted with isolation "worktree" and land, stopped while it waited for a slot, then
+    resumed after a restart: it works in a worktree of its own, its prompt (made only now,
+    from its recorded task) says so, and its work lands, as its route asked."""
+    from tests.runtime.scripted import Gauge
+
+    layout = _squad(tmp_path)
+    settings = load_settings(layout.root, overrides={
+        "tools": {"approvals": {"jot": "allow"}}, "pool": {"max_concurrent": 1}})
+    holding = Gauge(script([text("never")]), hold={"*": anyio.Event()})
+    async with _runtime(layout, settings, holding) as runtime:
+        await runtime.route(RouteRequest(targetAgent="lead", task="hold the slot",
+                                         waitForResult=False))
+        queued = await runtime.route(RouteRequest(targetAgent="fenster", task="wait in line",
+                                                  isolation="worktree", land=True,
+                                                  waitForResult=False))
+    session_id = queued.session_id or ""
+    fresh = _Seen(script(fenster=[call("jot", FILE="late.txt", TEXT="late"), text("done")]))
+    async with _runtime(layout, settings, fresh) as runtime:  # type: ignore[arg-type]
+        resumed = await runtime.resume(session_id)
+    assert resumed.ok, resumed.message
+    assert resumed.workspace is not None, "resumed shared: its route asked for a worktree"
+    assert resumed.landing is not None and resumed.landing.state == "landed", resumed.landing
+    assert git(layout.repo, "show", "main:late.txt") == "late"
+    assert all(WORKTREE_NOTE in system for system in fresh.systems["fenster"])
