@@ -11,16 +11,15 @@ import anyio
 import pytest
 
 from squadd.config import Settings, load_settings
-from squadd.contracts.messages import Completion
 from squadd.contracts.routes import RouteRequest
-from squadd.providers.base import CompletionRequest, Provider
+from squadd.providers.base import Provider
 from squadd.providers.command import CommandProvider
 from squadd.runtime.prompt import SHARED_NOTE, WORKTREE_NOTE
 from squadd.runtime.runtime import SquadRuntime
 from squadd.state.layout import SquadLayout
 from squadd.tools.discovery import discover_tools
 from squadd.workspaces import records, spares
-from tests.runtime.scripted import call, make_squad, script, text
+from tests.runtime.scripted import Gauge, call, make_squad, script, text
 from tests.workspaces.conftest import git
 
 WRITE_TOOL = """
@@ -260,21 +259,13 @@ def provider_requests_tool_text(layout: SquadLayout, session_id: str) -> str:
     return str(next(m["content"] for m in transcript.messages if m["role"] == "tool"))
 
 
-class _Seen:
-    """A provider that keeps each request's system prompt, by agent, and asks `inner`."""
-
-    def __init__(self, inner: Provider) -> None:
-        self.inner = inner
-        self.name, self.default_model = inner.name, inner.default_model
-        self.systems: dict[str, list[str]] = {}
-
-    async def complete(self, request: CompletionRequest) -> Completion:
-        self.systems.setdefault(request.agent, []).append(
+def _systems(gauge: Gauge) -> dict[str, list[str]]:
+    """The system prompt of each model request the gauge passed on, by agent, in order."""
+    found: dict[str, list[str]] = {}
+    for request in gauge.requests:
+        found.setdefault(request.agent, []).append(
             next(m.content for m in request.messages if m.role == "system"))
-        return await self.inner.complete(request)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
+    return found
 
 
 @pytest.mark.parametrize("sandbox", ["auto", "off"])
@@ -285,13 +276,13 @@ async def test_a_session_is_told_whether_squadd_commits_its_work(tmp_path: Path,
     is a session it routes to, in its worktree; the same two routed shared are told that
     their work stays uncommitted, or (sandbox off) nothing."""
     layout = _squad(tmp_path)
-    seen = _Seen(script(  # each new session plays its agent's turns from the first
+    seen = Gauge(script(  # each new session plays its agent's turns from the first
         lead=[call("squad_route", targetAgent="fenster", task="write the nested file"),
               text("all done")],
         fenster=[call("jot", FILE="nested.txt", TEXT="fenster"), text("written")]))
     settings = load_settings(layout.root, overrides={
         "tools": {"approvals": {"jot": "allow"}}, "sandbox": {"mode": sandbox}})
-    async with _runtime(layout, settings, seen) as runtime:  # type: ignore[arg-type]
+    async with _runtime(layout, settings, seen) as runtime:
         isolated = await runtime.route(RouteRequest(task="Lead the work", targetAgent="lead",
                                                     isolation="worktree"))
         shared = await runtime.route(RouteRequest(task="Lead again", targetAgent="lead"))
@@ -301,7 +292,7 @@ async def test_a_session_is_told_whether_squadd_commits_its_work(tmp_path: Path,
     assert (layout.repo / "nested.txt").read_text() == "fenster\n"
     told = {agent: ["worktree" if WORKTREE_NOTE in system else
                     "shared" if SHARED_NOTE in system else "" for system in systems]
-            for agent, systems in seen.systems.items()}
+            for agent, systems in _systems(seen).items()}
     shared_note = "" if sandbox == "off" else "shared"
     expected = ["worktree", "worktree", shared_note, shared_note]
     assert told == {"lead": expected, "fenster": expected}
@@ -312,8 +303,6 @@ async def test_a_worktree_route_stopped_before_it_started_resumes_in_a_worktree_
     """Accepted with isolation "worktree" and land, stopped while it waited for a slot, then
     resumed after a restart: it works in a worktree of its own, its prompt (made only now,
     from its recorded task) says so, and its work lands, as its route asked."""
-    from tests.runtime.scripted import Gauge
-
     layout = _squad(tmp_path)
     settings = load_settings(layout.root, overrides={
         "tools": {"approvals": {"jot": "allow"}}, "pool": {"max_concurrent": 1}})
@@ -325,11 +314,11 @@ async def test_a_worktree_route_stopped_before_it_started_resumes_in_a_worktree_
                                                   isolation="worktree", land=True,
                                                   waitForResult=False))
     session_id = queued.session_id or ""
-    fresh = _Seen(script(fenster=[call("jot", FILE="late.txt", TEXT="late"), text("done")]))
-    async with _runtime(layout, settings, fresh) as runtime:  # type: ignore[arg-type]
+    fresh = Gauge(script(fenster=[call("jot", FILE="late.txt", TEXT="late"), text("done")]))
+    async with _runtime(layout, settings, fresh) as runtime:
         resumed = await runtime.resume(session_id)
     assert resumed.ok, resumed.message
     assert resumed.workspace is not None, "resumed shared: its route asked for a worktree"
     assert resumed.landing is not None and resumed.landing.state == "landed", resumed.landing
     assert git(layout.repo, "show", "main:late.txt") == "late"
-    assert all(WORKTREE_NOTE in system for system in fresh.systems["fenster"])
+    assert all(WORKTREE_NOTE in system for system in _systems(fresh)["fenster"])
