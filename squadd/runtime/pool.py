@@ -233,6 +233,12 @@ class SessionPool:
             return
         self.slots.release()
 
+    def conversation_over(self, record: SessionRecord) -> None:
+        """The session's task needs no slot any more (its last turn is over and nothing of
+        its route's own follows): the slot goes back now, to the parent waiting on it or to
+        the next route, while its end records are made durable. It stays live until `finish`."""
+        self._give_back(record, ended=True)
+
     @asynccontextmanager
     async def waiting_on_child(self, session_id: str | None,
                                child_id: str) -> AsyncIterator[None]:

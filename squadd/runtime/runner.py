@@ -35,6 +35,7 @@ from squadd.runtime.session_hooks import (
     after_landing,
     before_landing,
     closing,
+    closing_hooks_absent,
     opening,
     route_hooks,
 )
@@ -202,7 +203,8 @@ class RouteRunner:
         route = route_hooks(self.services.session.invoker.hooks, plan,
                             workspace.path if workspace else None,
                             parent.path if parent is not None else None)
-        outcome = await self._converse(plan, record, workspace, route)
+        outcome = await self._converse(plan, record, workspace, route,
+                                       slot_back_early=not (owned and workspace is not None))
         if owned and workspace is not None:
             workspace = await self._end_workspace(plan, record, outcome, workspace,
                                                   self.services.workspaces, route)
@@ -310,8 +312,11 @@ class RouteRunner:
         return await spaces.finish_repair(info.session_id, answer=turn.answer)
 
     async def _converse(self, plan: RoutePlan, record: SessionRecord,
-                        workspace: WorkspaceView | None, route: RouteHooks) -> SessionOutcome:
-        """Run the session's task between its opening and closing hooks."""
+                        workspace: WorkspaceView | None, route: RouteHooks, *,
+                        slot_back_early: bool = False) -> SessionOutcome:
+        """Run the session's task between its opening and closing hooks. With
+        `slot_back_early` (no worktree of its own to commit and land after it), its slot goes
+        back as soon as its conversation is over, unless a closing hook is to run under it."""
         info = plan.info
         self.services.bus.publish(AgentSpawned(
             session_id=info.session_id, agent=info.agent, task=info.task[:500],
@@ -329,7 +334,9 @@ class RouteRunner:
                 outcome = SessionOutcome(session_id=info.session_id, agent=info.agent,
                                          status="error", error=opened, model=info.model)
                 return outcome
-            outcome = await self._run_session(opened, record, workspace)
+            over = functools.partial(self._conversation_over, record, route) \
+                if slot_back_early else None
+            outcome = await self._run_session(opened, record, workspace, over)
             return outcome
         except anyio.get_cancelled_exc_class():
             ended = "interrupted"  # ... a cancellation
@@ -338,8 +345,16 @@ class RouteRunner:
             await closing(route, status=outcome.status if outcome else ended,
                           answer=outcome.answer if outcome else "", cancelled=outcome is None)
 
+    def _conversation_over(self, record: SessionRecord, route: RouteHooks) -> None:
+        """The session's last turn is over: its slot goes to the next route (or the parent
+        waiting on it) while its end records are made durable, unless a Stop hook is to run.
+        The pool, the bus and the caller hear of the end only once it is durable, as before."""
+        if closing_hooks_absent(route):
+            self.services.pool.conversation_over(record)
+
     async def _run_session(self, plan: RoutePlan, record: SessionRecord,
-                           workspace: WorkspaceView | None) -> SessionOutcome:
+                           workspace: WorkspaceView | None,
+                           ended: Callable[[], None] | None = None) -> SessionOutcome:
         info, services = plan.info, self.services
         events = SessionSink(services.bus, services.pool, record)
         tools = SessionTools(services, plan, record)
@@ -354,7 +369,8 @@ class RouteRunner:
             session = AgentSession(
                 info, services.session, sink=plan.sink, events=events, tools=tools,
                 workspace_dir=Path(workspace.path) if workspace is not None else None,
-                on_deadline=functools.partial(_set_deadline, record))
+                on_deadline=functools.partial(_set_deadline, record),
+                on_ended=ended or _nothing)
             events.session = session
             services.inbox.attach(info.session_id, session)
             if plan.continuing:
@@ -412,3 +428,7 @@ class RouteRunner:
 
 def _set_deadline(record: SessionRecord, scope: anyio.CancelScope | None) -> None:
     record.deadline = scope
+
+
+def _nothing() -> None:
+    return None

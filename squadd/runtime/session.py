@@ -87,7 +87,8 @@ class AgentSession:
     def __init__(self, info: SessionInfo, services: SessionServices, *, sink: TranscriptSink,
                  events: EventSink, tools: ToolSource, workspace_dir: Path | None = None,
                  worktree: bool | None = None,
-                 on_deadline: Callable[[anyio.CancelScope | None], None] = lambda _: None):
+                 on_deadline: Callable[[anyio.CancelScope | None], None] = lambda _: None,
+                 on_ended: Callable[[], None] = lambda: None):
         self.info = info
         self.services = services
         self.sink = sink
@@ -101,6 +102,9 @@ class AgentSession:
         coordinator's session is run by a worker, in a worktree of the worker's clone)."""
         self.on_deadline = on_deadline
         """Told the scope of the route timeout while the task runs (to pause it while parked)."""
+        self.on_ended = on_ended
+        """Called when a task's conversation is over (no model or tool call follows), before
+        its end records are durable: the runner may give the slot back there."""
         self.usage = Usage()
         self.turns = 0
         self._rerun: list[ToolCall] = []
@@ -340,6 +344,7 @@ class AgentSession:
             self.mark("completed", answer=outcome.answer, turns=outcome.turns, **usage)
         else:
             self.mark(outcome.status, error=outcome.error, turns=outcome.turns, **usage)
+        self.on_ended()
         await self._flush()  # the bus tells of the end once it is durable (and it may fail)
         if outcome.status == "completed":
             self.events.publish(AgentCompleted(

@@ -12,9 +12,11 @@ import anyio
 import structlog
 
 from squadd.contracts.workspaces import LandingOutcome, WorkspaceView
+from squadd.errors import ConfigError, NotCached
 from squadd.runtime.planning import RoutePlan
 from squadd.tools.hooks import Hooks, HookSession
 from squadd.tools.hooks import events as hook_events
+from squadd.tools.hooks.config import HookEvent
 
 log = structlog.get_logger("squadd.hooks")
 
@@ -84,6 +86,18 @@ async def closing(route: RouteHooks, *, status: str, answer: str, cancelled: boo
             await hook_events.subagent_stop(
                 route.hooks, route.parent, session_id=route.session.session_id,
                 agent=route.session.agent, status=status, last_message=answer)
+
+
+def closing_hooks_absent(route: RouteHooks) -> bool:
+    """Whether no Stop hook (nor, for a routed session, SubagentStop) is configured, as the
+    hooks files were last read; False when a file must be read again (it changed) or cannot
+    be. Cheap: it only stats them (the event loop calls it)."""
+    events: tuple[HookEvent, ...] = ("Stop", "SubagentStop") if route.parent is not None \
+        else ("Stop",)
+    try:
+        return not any(route.hooks.source.known_groups(event) for event in events)
+    except (NotCached, ConfigError, OSError):
+        return False
 
 
 async def before_landing(route: RouteHooks, workspace: WorkspaceView) -> LandingOutcome | None:

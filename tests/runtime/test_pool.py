@@ -17,6 +17,7 @@ from squadd.runtime import runner as runner_module
 from squadd.runtime.pool import SessionPool, SessionRecord
 from squadd.runtime.runtime import SquadRuntime
 from squadd.runtime.session_info import SessionInfo
+from squadd.state.journal.writer import Batch, JournalWriter
 from squadd.state.layout import SquadLayout
 from squadd.state.transcripts import read_transcript
 from squadd.tools.base import ToolResult
@@ -343,6 +344,112 @@ async def test_a_parent_whose_turn_ends_while_its_child_runs_keeps_no_slot(
                                                  timeout_s=5))
         assert after.ok, after.message
         release_parent.set()
+
+
+class HeldCommits:
+    """Holds the commit thread before it writes a batch, from `hold()` until `release()`
+    (bounded: a failing test never leaves the thread stuck)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch):
+        self.holding = threading.Event()
+        self.held = threading.Event()
+        self.go = threading.Event()
+        real = JournalWriter.commit
+
+        def commit(writer: JournalWriter, batch: Batch) -> None:
+            if self.holding.is_set():
+                self.held.set()
+                self.go.wait(timeout=60)
+            real(writer, batch)
+
+        monkeypatch.setattr(JournalWriter, "commit", commit)
+
+    def hold(self) -> None:
+        self.holding.set()
+
+    def release(self) -> None:
+        self.holding.clear()
+        self.go.set()
+
+
+async def test_the_next_route_starts_while_the_last_one_s_end_is_made_durable(
+        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    # One slot. The first session's last turn ends while the commit thread is held: its end
+    # records cannot reach the disk, yet the queued route gets the slot and asks the model.
+    commits = HeldCommits(monkeypatch)
+    release_first, release_second = anyio.Event(), anyio.Event()
+    gauge = Gauge(script([text("done")]),
+                  hold={"first": release_first, "second": release_second})
+    results: dict[str, RouteResult] = {}
+    async with SquadRuntime(layout, settings(max_concurrent=1), gauge) as runtime:
+        async def first() -> None:
+            results["first"] = await runtime.route(RouteRequest(target_agent="fenster",
+                                                                task="first"))
+        async with anyio.create_task_group() as tg:
+            try:  # within the group: a failure must not wait for the held thread
+                tg.start_soon(first)
+                await eventually(lambda: gauge.active == 1)
+                second = await runtime.route(RouteRequest(
+                    target_agent="hockney", task="second", wait_for_result=False))
+                assert second.ok and second.state == "queued"
+                commits.hold()
+                release_first.set()
+                await eventually(lambda: [s.task for s in gauge.starts] == ["first", "second"])
+                first_id = gauge.starts[0].session_id
+                assert commits.held.is_set() and "first" not in results
+                # Nothing of its end is on disk yet, and the pool still counts it live.
+                transcript = read_transcript(layout.transcript(first_id))
+                assert transcript.last_state != "completed"
+                record = runtime.pool.get(first_id)
+                assert record is not None and record.state == "active"
+                assert not record.holds_slot and runtime.pool.totals().running == 1
+                runtime.pool.check_invariants()
+            finally:
+                commits.release()
+                release_second.set()
+        assert results["first"].ok and results["first"].answer == "done"
+        assert read_transcript(layout.transcript(first_id)).last_state == "completed"
+        await eventually(lambda: runtime.pool.totals().running == 0)
+
+
+async def test_a_child_whose_conversation_is_over_hands_its_slot_to_its_waiting_parent(
+        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    commits = HeldCommits(monkeypatch)
+    release_parent, release_child = anyio.Event(), anyio.Event()
+    gauge = Gauge(script([text("done")]),
+                  hold={"parent": release_parent, "child": release_child})
+    async with SquadRuntime(layout, settings(max_concurrent=1), gauge) as runtime:
+        parent = await runtime.route(RouteRequest(target_agent="lead", task="parent",
+                                                  wait_for_result=False))
+        assert parent.ok and parent.session_id is not None
+        record = runtime.pool.get(parent.session_id)
+        assert record is not None
+        await eventually(lambda: gauge.active)
+        results: list[ToolResult] = []
+
+        async def child() -> None:
+            results.append(await _route_from_session(runtime, parent.session_id, "child"))
+        async with anyio.create_task_group() as tg:
+            try:  # within the group: a failure must not wait for the held thread
+                tg.start_soon(child)
+                await eventually(lambda: gauge.active == 2)  # the child runs on the slot
+                queued = await runtime.route(RouteRequest(
+                    target_agent="hockney", task="queued", wait_for_result=False))
+                assert queued.ok and queued.state == "queued"
+                commits.hold()
+                release_child.set()
+                # The child's end is not durable, and its slot is the waiting parent's now,
+                # not the queued route's.
+                await eventually(lambda: record.holds_slot)
+                assert record.state == "waiting" and not results
+                assert "queued" not in [s.task for s in gauge.starts]
+                runtime.pool.check_invariants()
+            finally:
+                commits.release()
+        assert results[0].ok
+        release_parent.set()
+        await eventually(lambda: [s.task for s in gauge.starts][-1] == "queued")
+        await eventually(lambda: runtime.pool.totals().running == 0)
 
 
 @pytest.mark.parametrize("ending", ["queue_timeout", "cancelled"])

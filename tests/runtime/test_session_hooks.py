@@ -8,13 +8,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from squadd.config import SandboxSettings, Settings, load_settings
+from squadd.config import PoolSettings, SandboxSettings, Settings, load_settings
 from squadd.contracts.messages import Completion
 from squadd.contracts.routes import RouteRequest
 from squadd.providers.base import CompletionRequest
 from squadd.runtime.runtime import SquadRuntime
 from squadd.state.layout import SquadLayout
-from tests.runtime.scripted import call, make_squad, script, text
+from tests.runtime.scripted import call, eventually, make_squad, script, text
 from tests.support.hook_scripts import RECORDER, REPLY, command_hook, recorded
 from tests.support.hook_scripts import script as hook
 from tests.workspaces.conftest import git
@@ -167,3 +167,28 @@ async def test_notify_fires_the_notification_hooks_of_its_type(tmp_path: Path) -
     [note] = recorded(log)
     assert note["message"] == "bash waits for approval" and note["session_id"] == "s-9"
     assert note["notification_type"] == "approval_needed" and note["title"] == "squadd"
+
+
+async def test_a_stop_hook_runs_under_its_session_s_slot(tmp_path: Path) -> None:
+    # One slot. With no Stop hook a session's slot goes back when its last turn is over;
+    # with one, the next route waits until the hook has run.
+    layout = make_squad(tmp_path / "repo")
+    ran, go = tmp_path / "stop-ran", tmp_path / "go"
+    waits = (f"touch {ran}; i=0; while [ ! -e {go} ] && [ $i -lt 3000 ]; "
+             "do sleep 0.01; i=$((i+1)); done")
+    _hooks(layout, {"Stop": [{"hooks": [command_hook(waits)]}]})
+    provider = Capture(default=[text("done")])
+    one_slot = UNCONFINED.model_copy(update={"pool": PoolSettings(max_concurrent=1)})
+    async with SquadRuntime(layout, one_slot, provider) as runtime:
+        first = await runtime.route(RouteRequest(task="first", targetAgent="lead",
+                                                 waitForResult=False))
+        second = await runtime.route(RouteRequest(task="second", targetAgent="fenster",
+                                                  waitForResult=False))
+        assert first.ok and second.ok and second.session_id is not None
+        await eventually(ran.exists)  # the first session's Stop hook is running
+        assert [r.messages[-1].content for r in provider.requests] == ["first"]
+        record = runtime.pool.get(second.session_id)
+        assert record is not None and record.state == "queued"
+        go.touch()
+        await eventually(lambda: len(provider.requests) == 2)
+        assert provider.requests[1].messages[-1].content == "second"

@@ -322,3 +322,24 @@ async def test_a_worktree_route_stopped_before_it_started_resumes_in_a_worktree_
     assert resumed.landing is not None and resumed.landing.state == "landed", resumed.landing
     assert git(layout.repo, "show", "main:late.txt") == "late"
     assert all(WORKTREE_NOTE in system for system in _systems(fresh)["fenster"])
+
+
+async def test_a_session_keeps_its_slot_until_its_worktree_has_landed(tmp_path: Path) -> None:
+    # One slot. A session in a worktree of its own still has work after its last turn (its
+    # commit and landing): the next route is spawned only once it has landed.
+    layout = _squad(tmp_path)
+    provider = script(lead=[call("jot", FILE="lead.txt", TEXT="lead"), text("wrote lead.txt")],
+                      fenster=[text("looked")])
+    settings = load_settings(layout.root, overrides={
+        "pool": {"max_concurrent": 1}, "tools": {"approvals": {"jot": "allow"}}})
+    seen: list[tuple[str, str]] = []
+    async with _runtime(layout, settings, provider) as runtime:
+        runtime.bus.add_listener(lambda e: seen.append((e.type, getattr(e, "agent", ""))))
+        landing = await runtime.route(RouteRequest(task="write", targetAgent="lead",
+                                                   isolation="worktree", land=True,
+                                                   waitForResult=False))
+        after = await runtime.route(RouteRequest(task="look", targetAgent="fenster"))
+    assert landing.ok and after.ok, (landing.message, after.message)
+    order = [kind for kind, _agent in seen if kind in ("workspace.landed", "agent.spawned")]
+    assert order == ["agent.spawned", "workspace.landed", "agent.spawned"]
+    assert [agent for kind, agent in seen if kind == "agent.spawned"] == ["lead", "fenster"]
