@@ -4,16 +4,19 @@ The same load as one round of `pool_throughput.py` (5,000 routes at once, 32 slo
 that takes 50 ms a turn, the garbage-collector settings and event loop of `squadd serve`),
 with timestamps taken at each step of each route by wrappers around the runtime's own
 methods: the slot granted (`SessionPool.take_slot` returns), the model asked and answered,
-the slot given back (`SessionPool.finish`). Also timed: each session flush (`_flush`, what
+the slot given back (`SessionPool._give_back` of a session holding one: when its last turn is
+over, or at its end) and the session put to rest (`SessionPool.finish`, once its end is
+durable). Also timed: each session flush (`_flush`, what
 waits for the records to be durable), each batch of the group commit's thread
 (`JournalWriter.commit`, wall and the thread's CPU time), each garbage-collector pass, and
 the loop's lag (how late a 2 ms sleep wakes). The wrappers cost time themselves: routes/s
 here run below `pool_throughput.py`'s; compare the parts with each other, not with it.
 
 Prints a table of percentiles (ms), then as its last line:
-    pool_slots routes_per_s=… fraction_of_bound=… hold_p50_ms=… model_to_finish_p50_ms=…
-        model_to_finish_mean_ms=… flush_p50_ms=… flush_mean_ms=… batch_p50_ms=…
-        batch_mean_ms=… batch_cpu_mean_ms=… batches=… gc_ms=… gc_max_ms=… lag_p99_ms=…
+    pool_slots routes_per_s=… fraction_of_bound=… hold_p50_ms=… model_to_slot_back_p50_ms=…
+        model_to_finish_p50_ms=… model_to_finish_mean_ms=… flush_p50_ms=… flush_mean_ms=…
+        batch_p50_ms=… batch_mean_ms=… batch_cpu_mean_ms=… batches=… gc_ms=… gc_max_ms=…
+        lag_p99_ms=…
 
     .venv/bin/python scripts/bench/pool_slots.py [--routes 5000] [--concurrency 32]
         [--delay-ms 50]
@@ -60,12 +63,18 @@ def instrument(clock: Clock) -> None:
     from squadd.runtime.session import AgentSession
     from squadd.state.journal.writer import JournalWriter
 
-    take_slot, finish = SessionPool.take_slot, SessionPool.finish
+    take_slot, finish, give_back = SessionPool.take_slot, SessionPool.finish, \
+        SessionPool._give_back
     flush, commit = AgentSession._flush, JournalWriter.commit
 
     async def timed_take_slot(self: SessionPool, record: Any, *args: Any) -> None:
         await take_slot(self, record, *args)
         clock.step(record.session_id, "granted")
+
+    def timed_give_back(self: SessionPool, record: Any, **kwargs: Any) -> None:
+        if record.holds_slot:
+            clock.step(record.session_id, "given back")
+        give_back(self, record, **kwargs)
 
     def timed_finish(self: SessionPool, record: Any, *args: Any, **kwargs: Any) -> None:
         clock.step(record.session_id, "finished")
@@ -84,6 +93,7 @@ def instrument(clock: Clock) -> None:
 
     SessionPool.take_slot = timed_take_slot  # type: ignore[method-assign,assignment]
     SessionPool.finish = timed_finish  # type: ignore[method-assign]
+    SessionPool._give_back = timed_give_back  # type: ignore[method-assign]
     AgentSession._flush = timed_flush  # type: ignore[method-assign]
     JournalWriter.commit = timed_commit  # type: ignore[method-assign]
 
@@ -175,10 +185,11 @@ def main() -> None:
         rate, batches = run_like_squadd(run, layout.root, args.routes, args.concurrency,
                                         args.delay_ms / 1000, clock)
     rows: list[tuple[str, list[float]]] = [
-        ("slot held (granted to given back)", clock.between("granted", "finished")),
+        ("slot held (granted to given back)", clock.between("granted", "given back")),
         ("granted to model asked", clock.between("granted", "asked")),
         ("model asked to answered", clock.between("asked", "answered")),
-        ("model answered to slot given back", clock.between("answered", "finished")),
+        ("model answered to slot given back", clock.between("answered", "given back")),
+        ("model answered to session at rest", clock.between("answered", "finished")),
         ("a session's flush", clock.spans.get("flush", [])),
         ("a commit-thread batch, wall", clock.spans.get("batch", [])),
         ("a commit-thread batch, its CPU", clock.spans.get("batch_cpu", [])),
@@ -195,12 +206,14 @@ def main() -> None:
         if found:
             print(f"garbage collector, generation {generation[-1]}: {len(found)} passes, "
                   f"{sum(found) * 1000:.1f} ms in all, the longest {max(found) * 1000:.1f} ms")
-    hold, after = clock.between("granted", "finished"), clock.between("answered", "finished")
+    hold, after = clock.between("granted", "given back"), clock.between("answered", "finished")
+    back = clock.between("answered", "given back")
     flush = clock.spans.get("flush", [])
     batch, cpu = clock.spans.get("batch", []), clock.spans.get("batch_cpu", [])
     bound = args.concurrency / (args.delay_ms / 1000)
     print(f"pool_slots routes_per_s={rate:.1f} fraction_of_bound={rate / bound:.3f} "
-          f"hold_p50_ms={ms(hold, 0.5):.2f} model_to_finish_p50_ms={ms(after, 0.5):.2f} "
+          f"hold_p50_ms={ms(hold, 0.5):.2f} model_to_slot_back_p50_ms={ms(back, 0.5):.2f} "
+          f"model_to_finish_p50_ms={ms(after, 0.5):.2f} "
           f"model_to_finish_mean_ms={statistics.fmean(after) * 1000:.2f} "
           f"flush_p50_ms={ms(flush, 0.5):.2f} flush_mean_ms={statistics.fmean(flush) * 1000:.2f} "
           f"batch_p50_ms={ms(batch, 0.5):.2f} batch_mean_ms={statistics.fmean(batch) * 1000:.2f} "
