@@ -14,6 +14,7 @@ every record of the transcript goes through it, from the acceptance on:
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import anyio
@@ -23,7 +24,7 @@ from squadd.contracts.messages import Message, SystemMessage, UserMessage, messa
 from squadd.runtime.planning import RoutePlan
 from squadd.runtime.pool import SessionRecord
 from squadd.runtime.prompt import build_system_prompt, gather, gather_known, workspace_note
-from squadd.runtime.services import CachedTools, RouteServices
+from squadd.runtime.services import RouteServices
 from squadd.runtime.session_info import (
     SessionInfo,
     route_intent,
@@ -34,7 +35,7 @@ from squadd.statcache import NotCached
 from squadd.state.layout import SquadLayout
 from squadd.state.owner import current_owner
 from squadd.state.transcripts import TranscriptSink, TranscriptWriter, now_iso
-from squadd.tools.base import ToolSet
+from squadd.tools.base import Tool, ToolSet
 
 log = structlog.get_logger("squadd.runtime")
 
@@ -60,10 +61,12 @@ class SessionTools:
         """`find` without reading a file (the event loop may call it): `NotCached` when a
         tool file must be read."""
         if self._found is None:
-            extras = self._services.extra_tools
-            if not isinstance(extras, CachedTools):
+            # `CachedTools.cached`, looked up by name.
+            cached: Callable[[], Iterable[Tool[Any]]] | None = getattr(
+                self._services.extra_tools, "cached", None)
+            if cached is None:
                 raise NotCached("these extra tools are found by reading files")
-            self._found = self._narrowed(extras.cached())
+            self._found = self._narrowed(cached())
         return self._found
 
     def _narrowed(self, extras: Any) -> ToolSet:

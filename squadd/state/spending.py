@@ -13,6 +13,7 @@ nothing. An unknown price is an unknown cost (None), never 0.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import math
 import os
@@ -94,7 +95,17 @@ def shown_cost(cost: float | None) -> str:
 
 
 def utc_day(now: float) -> str:
-    return dt.datetime.fromtimestamp(now, dt.UTC).strftime("%Y-%m-%d")
+    """The UTC date of a Unix time, as the ledger's file names it (`YYYY-MM-DD`)."""
+    return _day_name(int(now // 86400))  # a Unix day is 86,400 seconds: no leap seconds
+
+
+@functools.lru_cache(maxsize=16)
+def _day_name(day: int) -> str:
+    # Every model call asks two or three times; the answer changes once a day.
+    return dt.date.fromordinal(_EPOCH_ORDINAL + day).isoformat()
+
+
+_EPOCH_ORDINAL = dt.date(1970, 1, 1).toordinal()
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,14 @@ from squadd.errors import ConfigError
 from squadd.providers.http import usage_from
 from squadd.state.layout import SquadLayout
 from squadd.state.scaffold import init_squad
-from squadd.state.spending import Spend, SpendingLedger, cost_of, price_for, shown_cost
+from squadd.state.spending import (
+    Spend,
+    SpendingLedger,
+    cost_of,
+    price_for,
+    shown_cost,
+    utc_day,
+)
 
 PRICES = {"anthropic/claude-sonnet-4-5": PriceSettings(input=3, output=15, cache_read=0.3,
                                                        cache_write=3.75),
@@ -140,3 +147,9 @@ def test_calls_a_kill_kept_from_the_ledger_are_found_in_their_transcripts(
         again.load()
         assert again.route("s1").usd == pytest.approx(1.25)
         assert again.session("s2").tokens == 15 and again.agent_today("fenster").usd == 0.25
+
+
+@pytest.mark.parametrize("when", [0.0, 86399.999, 86400.0, -0.5, 951782400.0,  # 2000-02-29
+                                  1764374399.999999, 1764374400.0, 4102444800.0])
+def test_a_call_s_day_is_its_utc_date(when: float) -> None:
+    assert utc_day(when) == dt.datetime.fromtimestamp(when, dt.UTC).strftime("%Y-%m-%d")
