@@ -79,6 +79,8 @@ async def opening(route: RouteHooks, plan: RoutePlan) -> RoutePlan | str:
 
 async def closing(route: RouteHooks, *, status: str, answer: str, cancelled: bool) -> None:
     """Fire Stop, and SubagentStop for a routed session; never raises but cancellation."""
+    if closing_hooks_absent(route):  # most squads: no scopes to open, nothing to match
+        return
     bound = CANCELLED_BOUND_S if cancelled else None
     with anyio.CancelScope(shield=cancelled), anyio.move_on_after(bound):
         await hook_events.stop(route.hooks, route.session, status=status, last_message=answer)
