@@ -309,9 +309,15 @@ class SquadLayout(RunPaths):
         """(name, SKILL.md path) of each skill in one skill folder, sorted by name: folders
         with a lower-case safe name and a SKILL.md, each path kept inside its folder as
         `skill_file_in` would. A scan costs a stat per skill; links get the full check."""
+        return self.skill_files_if_there(source) or []
+
+    def skill_files_if_there(self, source: SkillSource) -> list[tuple[str, Path]] | None:
+        """`skill_files`, or None when the folder is not there (nothing by its name)."""
         base = self._skill_root(source)
         try:
             entries = sorted(os.scandir(base), key=lambda entry: entry.name)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
         except OSError:
             return []
         if source != "squad":

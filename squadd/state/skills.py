@@ -10,6 +10,7 @@ line). Every path comes from `SquadLayout`, which keeps it inside its folder.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,9 @@ _HEAD_BYTES = 16384
 _FRONT_MATTER_RE = re.compile(r"\A\ufeff?---[ \t]*\r?\n(.*?)\r?\n(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)",
                               re.DOTALL)
 CONFIDENCE_LEVELS = ("low", "medium", "high")
+ABSENT_RECHECK_S = 1.0
+"""Seconds a missing skill folder is taken as missing by a runtime's prompts before it is
+looked for again (the `squad_skill` tool and the CLI always look)."""
 
 
 @dataclass(frozen=True)
@@ -86,11 +90,35 @@ def _summary_of_file(path: Path) -> str:
     return summary_of(_head(path))
 
 
-def summary_cache(limit: int = 512) -> StatCache[str]:
+class SkillSummaries(StatCache[str]):
     """Skills' index lines by the file's stat signature, for an owner that lists the skills
     often (every prompt does: parsing front matter again for unchanged files would cost each
-    spawn). Each owner (a `SquadRuntime`) makes its own."""
-    return StatCache(_summary_of_file, limit=limit)
+    spawn), and the skill folders found missing: one is taken as missing for
+    `ABSENT_RECHECK_S` before it is looked for again (most squads have one of the three
+    folders, or none, and every session start lists them on the event loop), as a missing
+    hooks file is. Each owner (a `SquadRuntime`) makes its own."""
+
+    def __init__(self, limit: int = 512, *, clock: Callable[[], float] = time.monotonic):
+        super().__init__(_summary_of_file, limit=limit)
+        self.clock = clock
+        self.absent_until: dict[str, float] = {}
+        """A folder found missing (by source) is looked for again after this time."""
+
+    def files(self, layout: SquadLayout, source: SkillSource) -> list[tuple[str, Path]]:
+        """`layout.skill_files(source)`, without a look while the folder is known missing."""
+        now = self.clock()
+        if now < self.absent_until.get(source, 0.0):
+            return []
+        found = layout.skill_files_if_there(source)
+        if found is None:
+            self.absent_until[source] = now + ABSENT_RECHECK_S
+            return []
+        return found
+
+
+def summary_cache(limit: int = 512) -> SkillSummaries:
+    """A new `SkillSummaries` (see there)."""
+    return SkillSummaries(limit)
 
 
 def _read_summary(path: Path, summaries: StatCache[str] | None) -> str:
@@ -120,21 +148,24 @@ def list_skills(layout: SquadLayout,
                 summaries: StatCache[str] | None = None) -> list[SkillInfo]:
     """Every skill, sorted by name; of two with the same name, the earlier folder's wins.
     `summaries` (`summary_cache()`) keeps the index lines between calls (blocking: a SKILL.md
-    new or changed since is read)."""
-    return _listed(layout, lambda path: _read_summary(path, summaries))
+    new or changed since is read), and skips a folder it found missing within the last
+    `ABSENT_RECHECK_S`; without it, every folder is looked at."""
+    return _listed(layout, lambda path: _read_summary(path, summaries), summaries)
 
 
 def list_known_skills(layout: SquadLayout, summaries: StatCache[str]) -> list[SkillInfo]:
     """`list_skills` from the cache alone: the folders are listed and stat'ed but no SKILL.md
     is read (the event loop may call it); `NotCached` when one must be."""
-    return _listed(layout, lambda path: _known_summary(path, summaries))
+    return _listed(layout, lambda path: _known_summary(path, summaries), summaries)
 
 
-def _listed(layout: SquadLayout, summary: Callable[[Path], str]) -> list[SkillInfo]:
+def _listed(layout: SquadLayout, summary: Callable[[Path], str],
+            summaries: StatCache[str] | None) -> list[SkillInfo]:
     chosen: dict[str, SkillInfo] = {}
     for source, _folder in layout.skill_roots():
-        for info in (SkillInfo(name, path, source, summary(path))
-                     for name, path in layout.skill_files(source)):
+        files = summaries.files(layout, source) if isinstance(summaries, SkillSummaries) \
+            else layout.skill_files(source)
+        for info in (SkillInfo(name, path, source, summary(path)) for name, path in files):
             first = chosen.get(info.name)
             if first is None:
                 chosen[info.name] = info

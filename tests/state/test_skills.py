@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from squadd.errors import InvalidNameError, LimitExceededError, NotFoundError, StateError
 from squadd.state.layout import SquadLayout
 from squadd.state.skills import (
+    ABSENT_RECHECK_S,
+    SkillSummaries,
     front_matter,
+    list_known_skills,
     list_skills,
     read_skill,
     summary_cache,
@@ -18,6 +22,9 @@ from squadd.state.skills import (
     write_skill,
 )
 from tests._helpers import snapshot
+
+if TYPE_CHECKING:
+    from squadd.state.layout import SkillSource
 
 
 def _github_skill(squad: SquadLayout, name: str, text: str) -> None:
@@ -157,3 +164,33 @@ def test_a_squad_skills_folder_linked_out_of_the_squad_lists_nothing(
     squad.skills_dir.symlink_to(outside)
     _github_skill(squad, "kept", "---\ndescription: kept\n---\n")
     assert [s.name for s in list_skills(squad)] == ["kept"]
+
+
+def test_a_runtime_s_listing_looks_for_a_missing_folder_again_after_the_recheck_time(
+        squad: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [100.0]
+    summaries = SkillSummaries(clock=lambda: now[0])
+    scanned: list[str] = []
+    real = SquadLayout.skill_files_if_there
+
+    def counted(layout: SquadLayout, source: SkillSource) -> list[tuple[str, Path]] | None:
+        scanned.append(source)
+        return real(layout, source)
+
+    monkeypatch.setattr(SquadLayout, "skill_files_if_there", counted)
+    assert list_known_skills(squad, summaries) == []
+    assert sorted(scanned) == ["copilot", "github", "squad"]
+    _github_skill(squad, "deploy", "# Deploy\n")
+    scanned.clear()
+    now[0] += ABSENT_RECHECK_S / 2
+    # Missing a moment ago: not looked for again yet (the skill tool's listing always looks).
+    assert list_known_skills(squad, summaries) == [] and scanned == []
+    assert [s.name for s in list_skills(squad)] == ["deploy"]
+    scanned.clear()
+    now[0] += ABSENT_RECHECK_S
+    assert [s.name for s in list_skills(squad, summaries)] == ["deploy"]
+    assert sorted(scanned) == ["copilot", "github", "squad"]
+    # A folder that is there is looked at every time.
+    scanned.clear()
+    assert [s.name for s in list_known_skills(squad, summaries)] == ["deploy"]
+    assert scanned == ["github"]
