@@ -5,12 +5,16 @@ again. It is bounded (the oldest entry goes first) and thread-safe, because the 
 worker threads share it. `peek` never loads: the event loop answers a hit itself and takes only
 a miss (`NotCached`) to a worker thread. Each owner (a `SquadRuntime`) makes its own: nothing
 is shared between two runtimes in one process.
+
+`Absences` is the other half: paths found missing, taken as missing for a second before they
+are looked for again (the optional files and folders every session start asks about).
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Generic, TypeVar
@@ -20,6 +24,9 @@ from squadd.errors import NotCached as NotCached
 T = TypeVar("T")
 
 Signature = tuple[int, int, int, int]
+
+ABSENT_RECHECK_S = 1.0
+"""Seconds a path found missing is taken as missing before it is looked for again."""
 
 
 def signature(st: os.stat_result) -> Signature:
@@ -103,3 +110,23 @@ def read_text(path: Path) -> str:
 def text_cache(limit: int = 256) -> StatCache[str]:
     """A cache of small text files, as the prompt and the router read them."""
     return StatCache(read_text, limit=limit)
+
+
+class Absences:
+    """Paths found missing, each taken as missing for `ABSENT_RECHECK_S` before it is looked
+    for again: most squads lack the optional files and folders (a hooks file, two or three of
+    the skill folders) that every session start and tool call ask about, and each look is a
+    system call on the event loop. A path that appears is seen within the recheck time. Two
+    threads racing on one path cost one look more, never a wrong answer for longer."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
+        self.clock = clock
+        self._until: dict[Path, float] = {}
+
+    def known_missing(self, path: Path) -> bool:
+        """Whether `path` was found missing less than `ABSENT_RECHECK_S` ago."""
+        return self.clock() < self._until.get(path, 0.0)
+
+    def missing(self, path: Path) -> None:
+        """Note `path` as found missing now."""
+        self._until[path] = self.clock() + ABSENT_RECHECK_S

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from squadd.statcache import NotCached, StatCache, text_cache
+from squadd.statcache import ABSENT_RECHECK_S, Absences, NotCached, StatCache, text_cache
 
 
 def _counting_cache() -> tuple[StatCache[str], list[Path]]:
@@ -121,3 +121,15 @@ async def test_two_runtimes_in_one_process_share_no_cache_or_spare_files(
     assert a.skill_summaries is not b.skill_summaries and a.secrets is not b.secrets
     a.files.get(first.charter("lead"))
     assert len(a.files) == 1 and len(b.files) == 0
+
+
+def test_a_path_found_missing_is_taken_as_missing_until_the_recheck_time(tmp_path: Path) -> None:
+    now = [10.0]
+    absences = Absences(lambda: now[0])
+    one, other = tmp_path / "one", tmp_path / "other"
+    assert not absences.known_missing(one)
+    absences.missing(one)
+    now[0] += ABSENT_RECHECK_S * 0.99
+    assert absences.known_missing(one) and not absences.known_missing(other)
+    now[0] += ABSENT_RECHECK_S * 0.02
+    assert not absences.known_missing(one)

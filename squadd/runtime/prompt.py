@@ -18,7 +18,7 @@ from squadd.errors import StateError
 from squadd.statcache import NotCached, StatCache
 from squadd.state.layout import SquadLayout
 from squadd.state.learnings import keep_newest
-from squadd.state.skills import SkillInfo, list_known_skills, list_skills
+from squadd.state.skills import SkillInfo, SkillSummaries, list_known_skills, list_skills
 
 log = structlog.get_logger("squadd.prompt")
 
@@ -58,7 +58,7 @@ class PromptParts:
     skills: str
 
 
-def skills_index(layout: SquadLayout, summaries: StatCache[str] | None = None) -> str:
+def skills_index(layout: SquadLayout, summaries: SkillSummaries | None = None) -> str:
     """One line per skill: `- {name}: {description from its front matter}` (blocking)."""
     return _index(list_skills(layout, summaries))
 
@@ -76,7 +76,7 @@ def file_cache(layout: SquadLayout, limit: int = 256) -> StatCache[str]:
 
 def gather(layout: SquadLayout, agent: str, context: str | None,
            files: StatCache[str] | None = None,
-           summaries: StatCache[str] | None = None) -> PromptParts:
+           summaries: SkillSummaries | None = None) -> PromptParts:
     """Read everything the prompt needs (blocking: call from a worker thread), through the
     owner's `files` cache and skill `summaries` (`skills.summary_cache()`) when it has them.
     A file that cannot be read safely (a symlink out of the repository, a FIFO) is left out
@@ -97,7 +97,7 @@ def gather(layout: SquadLayout, agent: str, context: str | None,
 
 
 def gather_known(layout: SquadLayout, agent: str, context: str | None,
-                 files: StatCache[str], summaries: StatCache[str]) -> PromptParts:
+                 files: StatCache[str], summaries: SkillSummaries) -> PromptParts:
     """`gather`'s parts from the caches alone, each file only stat'ed (the event loop may
     call it); `NotCached` when a file would have to be read."""
     # A cache hit was read through the layout's check: only a stat is needed.

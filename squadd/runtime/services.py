@@ -24,6 +24,7 @@ from squadd.runtime.pool import SessionPool
 from squadd.runtime.session_info import SessionInfo
 from squadd.statcache import StatCache
 from squadd.state.layout import SquadLayout
+from squadd.state.skills import SkillSummaries
 from squadd.state.transcripts import FileSinks
 from squadd.tools.base import Tool, ToolSet
 from squadd.tools.invoke import ToolInvoker
@@ -118,8 +119,8 @@ class SessionServices:
     invoker: ToolInvoker
     files: StatCache[str]
     """The prompt's files (charters, histories, decisions.md), by stat signature."""
-    summaries: StatCache[str]
-    """The skills' index lines in the prompt, by stat signature."""
+    summaries: SkillSummaries
+    """The skills' index lines in the prompt, by stat signature (and the folders missing)."""
     guard: CallGuard = NO_GUARD
     """Budgets and spending around every model call."""
 

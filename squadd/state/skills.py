@@ -21,7 +21,7 @@ import yaml
 from squadd.contracts.names import safe_name
 from squadd.errors import LimitExceededError, NotFoundError, PathEscapeError, StateError
 from squadd.fsio import TEAM_FILE, atomic_write, file_lock
-from squadd.statcache import NotCached, StatCache
+from squadd.statcache import Absences, NotCached, StatCache
 from squadd.state.layout import SquadLayout
 
 if TYPE_CHECKING:
@@ -33,9 +33,6 @@ _HEAD_BYTES = 16384
 _FRONT_MATTER_RE = re.compile(r"\A\ufeff?---[ \t]*\r?\n(.*?)\r?\n(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)",
                               re.DOTALL)
 CONFIDENCE_LEVELS = ("low", "medium", "high")
-ABSENT_RECHECK_S = 1.0
-"""Seconds a missing skill folder is taken as missing by a runtime's prompts before it is
-looked for again (the `squad_skill` tool and the CLI always look)."""
 
 
 @dataclass(frozen=True)
@@ -93,25 +90,22 @@ def _summary_of_file(path: Path) -> str:
 class SkillSummaries(StatCache[str]):
     """Skills' index lines by the file's stat signature, for an owner that lists the skills
     often (every prompt does: parsing front matter again for unchanged files would cost each
-    spawn), and the skill folders found missing: one is taken as missing for
-    `ABSENT_RECHECK_S` before it is looked for again (most squads have one of the three
-    folders, or none, and every session start lists them on the event loop), as a missing
-    hooks file is. Each owner (a `SquadRuntime`) makes its own."""
+    spawn), and the skill folders found missing (`Absences`: most squads have one of the three
+    folders, or none). Each owner (a `SquadRuntime`) makes its own; the `squad_skill` tool and
+    the CLI list without one, and always look."""
 
     def __init__(self, limit: int = 512, *, clock: Callable[[], float] = time.monotonic):
         super().__init__(_summary_of_file, limit=limit)
-        self.clock = clock
-        self.absent_until: dict[str, float] = {}
-        """A folder found missing (by source) is looked for again after this time."""
+        self.absent = Absences(clock)
 
-    def files(self, layout: SquadLayout, source: SkillSource) -> list[tuple[str, Path]]:
-        """`layout.skill_files(source)`, without a look while the folder is known missing."""
-        now = self.clock()
-        if now < self.absent_until.get(source, 0.0):
+    def files(self, layout: SquadLayout, source: SkillSource,
+              folder: Path) -> list[tuple[str, Path]]:
+        """`layout.skill_files(source)`, without a look while its `folder` is known missing."""
+        if self.absent.known_missing(folder):
             return []
         found = layout.skill_files_if_there(source)
         if found is None:
-            self.absent_until[source] = now + ABSENT_RECHECK_S
+            self.absent.missing(folder)
             return []
         return found
 
@@ -121,7 +115,7 @@ def summary_cache(limit: int = 512) -> SkillSummaries:
     return SkillSummaries(limit)
 
 
-def _read_summary(path: Path, summaries: StatCache[str] | None) -> str:
+def _read_summary(path: Path, summaries: SkillSummaries | None) -> str:
     """A skill's index line, through `summaries` when given (read here on a miss, then kept)."""
     if summaries is None:
         return _summary_of_file(path)
@@ -137,7 +131,7 @@ def _read_summary(path: Path, summaries: StatCache[str] | None) -> str:
         return ""
 
 
-def _known_summary(path: Path, summaries: StatCache[str]) -> str:
+def _known_summary(path: Path, summaries: SkillSummaries) -> str:
     try:
         return summaries.peek(path)
     except OSError:
@@ -145,26 +139,26 @@ def _known_summary(path: Path, summaries: StatCache[str]) -> str:
 
 
 def list_skills(layout: SquadLayout,
-                summaries: StatCache[str] | None = None) -> list[SkillInfo]:
+                summaries: SkillSummaries | None = None) -> list[SkillInfo]:
     """Every skill, sorted by name; of two with the same name, the earlier folder's wins.
     `summaries` (`summary_cache()`) keeps the index lines between calls (blocking: a SKILL.md
-    new or changed since is read), and skips a folder it found missing within the last
-    `ABSENT_RECHECK_S`; without it, every folder is looked at."""
+    new or changed since is read), and skips a folder it found missing a moment ago; without
+    it, every folder is looked at."""
     return _listed(layout, lambda path: _read_summary(path, summaries), summaries)
 
 
-def list_known_skills(layout: SquadLayout, summaries: StatCache[str]) -> list[SkillInfo]:
+def list_known_skills(layout: SquadLayout, summaries: SkillSummaries) -> list[SkillInfo]:
     """`list_skills` from the cache alone: the folders are listed and stat'ed but no SKILL.md
     is read (the event loop may call it); `NotCached` when one must be."""
     return _listed(layout, lambda path: _known_summary(path, summaries), summaries)
 
 
 def _listed(layout: SquadLayout, summary: Callable[[Path], str],
-            summaries: StatCache[str] | None) -> list[SkillInfo]:
+            summaries: SkillSummaries | None) -> list[SkillInfo]:
     chosen: dict[str, SkillInfo] = {}
-    for source, _folder in layout.skill_roots():
-        files = summaries.files(layout, source) if isinstance(summaries, SkillSummaries) \
-            else layout.skill_files(source)
+    for source, folder in layout.skill_roots():
+        files = layout.skill_files(source) if summaries is None \
+            else summaries.files(layout, source, folder)
         for info in (SkillInfo(name, path, source, summary(path)) for name, path in files):
             first = chosen.get(info.name)
             if first is None:

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING
 import pytest
 
 from squadd.errors import InvalidNameError, LimitExceededError, NotFoundError, StateError
+from squadd.statcache import ABSENT_RECHECK_S
 from squadd.state.layout import SquadLayout
 from squadd.state.skills import (
-    ABSENT_RECHECK_S,
     SkillSummaries,
     front_matter,
     list_known_skills,

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from squadd.errors import HooksFileError, UntrustedInputError
-from squadd.statcache import StatCache
+from squadd.statcache import Absences, StatCache
 from squadd.state.layout import SquadLayout
 from squadd.untrusted import linear_pattern, parse_json
 
@@ -28,9 +28,6 @@ HookEvent = Literal["SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolU
 EVENTS: tuple[HookEvent, ...] = get_args(HookEvent)
 MAX_HOOKS_FILE_BYTES = 1_048_576
 _PLAIN_MATCHER = re.compile(r"^[A-Za-z0-9_|]+$")
-ABSENT_RECHECK_S = 1.0
-"""Seconds a missing hooks file is taken as missing before it is looked for again (each
-tool call and session asks; a file that appears is run from then on)."""
 
 
 @dataclass(frozen=True)
@@ -163,14 +160,14 @@ class HooksSource:
     def __init__(self, layout: SquadLayout, *, import_claude: bool,
                  clock: Callable[[], float] = time.monotonic):
         self.layout = layout
-        self.clock = clock
         self.import_claude = import_claude
         self._squad: StatCache[HooksFile] = StatCache(
             lambda path: _load(path, layout, ".squad/hooks.json", True), limit=1)
         self._claude: StatCache[HooksFile] = StatCache(
             lambda path: _load(path, layout, ".claude/settings.json", False), limit=1)
-        self._absent_until: dict[Path, float] = {}
-        """A file found missing is looked for again after this (monotonic) time."""
+        self._absent = Absences(clock)
+        """Hooks files found missing (each tool call and session asks; a file that appears
+        is run from then on)."""
         self._paths: tuple[Path, Path] | None = None
         """The two files' paths, checked once (every tool call looks at them)."""
 
@@ -205,13 +202,12 @@ class HooksSource:
     def _read(self, cache: StatCache[HooksFile], path: Path,
               read: Callable[[StatCache[HooksFile], Path], HooksFile]) -> HooksFile | None:
         if not len(cache):  # nothing read: most squads have no hooks file; a stat a second says
-            now = self.clock()
-            if now < self._absent_until.get(path, 0.0):
+            if self._absent.known_missing(path):
                 return None
             try:
                 path.stat()
             except FileNotFoundError:
-                self._absent_until[path] = now + ABSENT_RECHECK_S
+                self._absent.missing(path)
                 return None
         try:
             return read(cache, path)

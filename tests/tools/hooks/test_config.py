@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from squadd.errors import HooksFileError
-from squadd.statcache import NotCached
+from squadd.statcache import ABSENT_RECHECK_S, NotCached
 from squadd.state.layout import SquadLayout
-from squadd.tools.hooks.config import ABSENT_RECHECK_S, HooksSource, MatcherGroup, parse_hooks
+from squadd.tools.hooks.config import HooksSource, MatcherGroup, parse_hooks
 
 
 def _hooks(table: object) -> str:
