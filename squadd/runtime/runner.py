@@ -370,7 +370,7 @@ class RouteRunner:
                 info, services.session, sink=plan.sink, events=events, tools=tools,
                 workspace_dir=Path(workspace.path) if workspace is not None else None,
                 on_deadline=functools.partial(_set_deadline, record),
-                on_ended=ended or _nothing)
+                on_ended=ended)
             events.session = session
             services.inbox.attach(info.session_id, session)
             if plan.continuing:
@@ -428,7 +428,3 @@ class RouteRunner:
 
 def _set_deadline(record: SessionRecord, scope: anyio.CancelScope | None) -> None:
     record.deadline = scope
-
-
-def _nothing() -> None:
-    return None

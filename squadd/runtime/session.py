@@ -88,7 +88,7 @@ class AgentSession:
                  events: EventSink, tools: ToolSource, workspace_dir: Path | None = None,
                  worktree: bool | None = None,
                  on_deadline: Callable[[anyio.CancelScope | None], None] = lambda _: None,
-                 on_ended: Callable[[], None] = lambda: None):
+                 on_ended: Callable[[], None] | None = None):
         self.info = info
         self.services = services
         self.sink = sink
@@ -344,7 +344,8 @@ class AgentSession:
             self.mark("completed", answer=outcome.answer, turns=outcome.turns, **usage)
         else:
             self.mark(outcome.status, error=outcome.error, turns=outcome.turns, **usage)
-        self.on_ended()
+        if self.on_ended is not None:
+            self.on_ended()
         await self._flush()  # the bus tells of the end once it is durable (and it may fail)
         if outcome.status == "completed":
             self.events.publish(AgentCompleted(
