@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import threading
 from collections import Counter
 from typing import Any
@@ -19,7 +20,7 @@ from squadd.runtime.runtime import SquadRuntime
 from squadd.runtime.session_info import SessionInfo
 from squadd.state.journal.writer import Batch, JournalWriter
 from squadd.state.layout import SquadLayout
-from squadd.state.transcripts import read_transcript
+from squadd.state.transcripts import Appended, TranscriptWriter, read_transcript
 from squadd.tools.base import ToolResult
 from squadd.tools.invoke import CallOrigin
 from tests.runtime.scripted import (
@@ -410,6 +411,41 @@ async def test_the_next_route_starts_while_the_last_one_s_end_is_made_durable(
         assert results["first"].ok and results["first"].answer == "done"
         assert read_transcript(layout.transcript(first_id)).last_state == "completed"
         await eventually(lambda: runtime.pool.totals().running == 0)
+
+
+async def test_an_end_that_cannot_be_written_after_the_slot_went_back_fails_its_route_alone(
+        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The first session's end records cannot be written (a full disk) after its slot went to
+    # the next route: its caller hears the failure, the next route runs, no slot is lost.
+    failing: set[str] = set()
+    real = TranscriptWriter.append_unsynced
+
+    def append_unsynced(writer: TranscriptWriter) -> Appended | None:
+        if writer.path.stem in failing:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(writer)
+
+    monkeypatch.setattr(TranscriptWriter, "append_unsynced", append_unsynced)
+    release_first = anyio.Event()
+    gauge = Gauge(script([text("done")]), hold={"first": release_first})
+    async with SquadRuntime(layout, settings(max_concurrent=1), gauge) as runtime:
+        results: dict[str, RouteResult] = {}
+
+        async def route(task: str) -> None:
+            results[task] = await runtime.route(RouteRequest(target_agent="fenster", task=task))
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(route, "first")
+            await eventually(lambda: gauge.active == 1)
+            failing.add(gauge.starts[0].session_id)
+            tg.start_soon(route, "second")
+            await eventually(lambda: runtime.pool.queued == 1)
+            release_first.set()
+        assert not results["first"].ok and "No space left" in (results["first"].error or "")
+        assert results["second"].ok and results["second"].answer == "done"
+        record = runtime.pool.get(gauge.starts[0].session_id)
+        assert record is not None and record.state == "error" and not record.holds_slot
+        assert runtime.pool.totals().running == 0
+        runtime.pool.check_invariants()
 
 
 async def test_a_child_whose_conversation_is_over_hands_its_slot_to_its_waiting_parent(
