@@ -63,8 +63,10 @@ class JobQueue:
         return keys.JOBS_URGENT if job.priority == "urgent" else keys.JOBS_NORMAL
 
     async def submit(self, job: Job, *, uncancel: bool = False) -> str:
-        """Add `job` to its stream; its entry id. `uncancel`: first, in the same round trip,
-        delete the session's cancel mark (a cancel of an earlier run of it is over)."""
+        """Add `job` to its stream; its entry id. In the same round trip, first: `uncancel`
+        deletes the session's cancel mark (a cancel of an earlier run of it is over); a job
+        `handed` over sets the session's lease epoch to the one it hands (a new session has
+        none yet)."""
         stream = self.stream_of(job)
         client = self.guard.client
 
@@ -72,6 +74,8 @@ class JobQueue:
             async with client.pipeline(transaction=False) as pipe:
                 if uncancel:
                     pipe.delete(keys.cancel(job.session_id))
+                if job.handed is not None:
+                    pipe.set(keys.epoch(job.session_id), int(job.handed["epoch"]))
                 pipe.xadd(stream, {"data": job.dump()})
                 return (await pipe.execute())[-1]
         return str(await self.guard.run(add))

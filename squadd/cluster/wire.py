@@ -58,6 +58,12 @@ class Job(_Wire):
     traceparent: str | None = Field(None, max_length=256)
     """The W3C trace context of the route that started the session (its `invoke_agent` span
     on the coordinator): the worker's spans for the session are its children."""
+    handed: dict[str, Any] | None = None
+    """A new session's hand-over, made when the job was submitted: what a claim's reply would
+    carry under lease epoch 1, its system prompt named by digest and its squad tools' specs by
+    id. A worker that holds both (and took the job fresh, not reclaimed) starts the session
+    without a claim; its first request carries its `host`, and the coordinator records it as
+    the holder then, once it has checked the job is that worker's. Any other worker claims."""
 
 
 class Request(_Wire):
@@ -74,7 +80,8 @@ class Request(_Wire):
     session_id: str
     worker: str
     epoch: int = Field(0, ge=0)
-    """The lease epoch the worker holds (0 for a claim, which gets a new one)."""
+    """The lease epoch the worker holds (0 for a claim, which gets a new one; 1 for a session
+    started from its job's `handed`)."""
     body: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -246,3 +253,16 @@ class PromptsSeen:
         self._size += len(text)
         while len(self._kept) > PROMPTS_KEPT or self._size > PROMPT_BYTES_KEPT:
             self._size -= len(self._kept.popitem(last=False)[1])
+
+
+def held_hand_over(handed: dict[str, Any] | None, specs: SpecsSeen, prompts: PromptsSeen,
+                   ) -> tuple[dict[str, Any], list[Any]] | None:
+    """A job's hand-over (`Job.handed`) and its conversation with the prompts filled in, when
+    the worker holds every spec list and prompt it names; else None, and the job is claimed."""
+    if handed is None:
+        return None
+    try:
+        specs.claimed(handed)
+        return handed, prompts.filled(list(handed.get("messages") or []))
+    except ClusterError:
+        return None

@@ -5,6 +5,7 @@ A claim names the spec lists (`specs_held`, by `specs_id`) and the system prompt
 (`prompts_held`, by the digest the transcripts name them by) its worker keeps; the reply names
 those instead of carrying them again (a test squad's specs are about 7 KB, its prompts over
 20 KB, on every claim). The worker's side is `SpecsSeen` and `PromptsSeen` in `cluster.wire`.
+A job handed over at submission names them all (`named`).
 """
 
 from __future__ import annotations
@@ -39,6 +40,23 @@ class ClaimReplies:
         if isinstance(held, list) and named in held[:SPEC_SETS_KEPT]:
             return {"squad_specs_id": named}
         return {"squad_specs_id": named, "squad_specs": specs}
+
+    def named(self, tools: ToolSet, messages: list[Message]) -> dict[str, Any] | None:
+        """A job's hand-over of the specs and the conversation: the specs by their list's id
+        and every system prompt by its digest, as for a worker that holds them all (a worker
+        that does not claims instead). None when a prompt is not kept by digest here."""
+        specs = self.specs(tools, None)
+        del specs["squad_specs"]
+        records = []
+        for message in messages:
+            if isinstance(message, SystemMessage):
+                if not self._prompts.kept(message.content):
+                    return None
+                records.append({"role": "system",
+                                "prompt": self._prompts.keep(message.content)})
+            else:
+                records.append(message_record(message))
+        return {**specs, "messages": records}
 
     def messages(self, messages: list[Message], held: Any) -> list[dict[str, Any]]:
         """The conversation as the reply carries it: a system prompt the worker holds (`held`:

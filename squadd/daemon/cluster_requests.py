@@ -1,18 +1,21 @@
-"""The coordinator's answers to its workers' requests: claim, records, tool, end.
+"""The coordinator's answers to its workers' requests: claim, records, tool, end; and a new
+session's hand-over, made when its job is submitted.
 
 A claim raises the session's lease epoch and hands over the conversation so far; transcript
 records (a `records` request's, and the last ones an end carries) are appended and made
 durable (through the runtime's group commit) before the reply;
 squad-tool calls go through the one invocation pipeline; the end of a session wakes the route
 that waits for it. Every request but a claim must carry the current epoch and come from the
-worker whose claim holds the session, so a worker whose job moved on is refused.
+worker whose claim holds the session, so a worker whose job moved on is refused. A new
+session's job may carry its hand-over (`hand_ahead`: its opening durable, under epoch 1): the
+worker that takes it starts without a claim, and its first request, once the group is found
+to have given it the job, makes it the holder (`_take`).
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,17 +30,21 @@ from squadd.contracts.events import NullSink
 from squadd.contracts.messages import ToolCall, ToolMessage, Usage, message_record
 from squadd.daemon import remote_worktrees
 from squadd.daemon.claim_reply import ClaimReplies
+from squadd.daemon.cluster_records import WorkerRecords
 from squadd.daemon.handover import recovered_results
 from squadd.daemon.orphans import Orphans
-from squadd.daemon.placement import claim_event, last_epoch, last_worker
+from squadd.daemon.placement import (
+    RemoteSession,
+    claim_event,
+    last_epoch,
+    last_worker,
+    recorded_holder,
+)
 from squadd.errors import NotCached
-from squadd.runtime.planning import RoutePlan
-from squadd.runtime.pool import SessionRecord
 from squadd.runtime.runtime import SquadRuntime
 from squadd.runtime.services import Found
 from squadd.runtime.session import AgentSession, SessionOutcome
 from squadd.runtime.session_info import SessionInfo, session_meta
-from squadd.runtime.session_sink import SessionSink
 from squadd.state.transcripts import (
     FileSink,
     Transcript,
@@ -54,24 +61,8 @@ log = structlog.get_logger("squadd.coordinator")
 REDO_SAFE = ("claim", "records", "end")
 """Requests whose handling is idempotent (a tool call is not: it is never applied twice)."""
 _ENDED = frozenset({"completed", "error"})
-
-
-@dataclass(eq=False)
-class RemoteSession:
-    """A session this coordinator handed to the workers and whose route waits for it."""
-
-    plan: RoutePlan
-    record: SessionRecord
-    tools: ToolSet
-    sink: SessionSink
-    done: anyio.Event = field(default_factory=anyio.Event)
-    outcome: SessionOutcome | None = None
-    worker: str | None = None
-    cancelled: bool = False
-    nonces: set[str] = field(default_factory=set)
-    """The marks of the jobs submitted for it: a claim must hold a job with one of these."""
-    entries: dict[str, str] = field(default_factory=dict)
-    """The stream entries of those jobs (entry id to stream), once Redis has answered."""
+HANDED_EPOCH = 1
+"""The lease epoch a job's hand-over gives (a new session's first)."""
 
 
 class WorkerRequests:
@@ -96,9 +87,8 @@ class WorkerRequests:
         self._holders: dict[str, tuple[str, int]] = {}
         """Per session, the worker that claimed it and the epoch its claim got."""
         self._replies = ClaimReplies(runtime.runner.services.sinks.prompts)
-
-    async def _durable(self, writer: TranscriptWriter) -> None:
-        await durable(self.runtime, writer)
+        self._worker_records = WorkerRecords(runtime, remote, self._applied, self._lock,
+                                             self._transcript, self._session)
 
     async def handle(self, request: Request) -> Reply:
         handlers = {"claim": self._claim, "records": self._records, "tool": self._tool,
@@ -157,6 +147,8 @@ class WorkerRequests:
                                f"stale (now {current}): the job was reclaimed by another "
                                "worker, so this worker's results are refused")
         holder = await self._holder(sid)
+        if holder is None and current == 1:  # started from its job's hand-over
+            return await self._take(request)
         if holder != (request.worker, current):
             _refused(request, "not the holder", holder=holder)
             return Reply(request_id=request.request_id, ok=False, refused="invalid",
@@ -170,21 +162,12 @@ class WorkerRequests:
         of this coordinator: as the claim recorded it in the transcript)."""
         known = self._holders.get(session_id)
         if known is None:
-            known = await anyio.to_thread.run_sync(self._recorded_holder, session_id)
+            known = await anyio.to_thread.run_sync(recorded_holder,
+                                                    self.runtime.layout.transcript(session_id))
             if known is not None:
                 self._holders[session_id] = known
         return known
 
-    def _recorded_holder(self, session_id: str) -> tuple[str, int] | None:
-        path = self.runtime.layout.transcript(session_id)
-        if not path.exists():
-            return None
-        for record in reversed(read_transcript(path).records):
-            if record.get("kind") == "state" and "cluster" not in record \
-                    and isinstance(record.get("worker"), str) \
-                    and isinstance(record.get("epoch"), int):
-                return record["worker"], record["epoch"]
-        return None
 
     async def _cancelled(self, session_id: str) -> bool:
         """Whether the session was cancelled: this coordinator knows for the sessions it
@@ -259,21 +242,7 @@ class WorkerRequests:
                     transcript, worktree)
             with anyio.CancelScope(shield=True):
                 await sink.commit()
-        remote = self._remote.get(sid)
-        record = remote.record if remote is not None else self.runtime.pool.get(sid)
-        if remote is not None:
-            remote.worker = request.worker
-            if remote.record.state == "creating":
-                self.runtime.pool.activate(remote.record)
-        if record is not None:
-            record.worker, record.worker_host = request.worker, host or None
-        self.runtime.bus.publish(claim_event(info.session_id, info.agent, request.worker, host,
-                                             epoch, previous))
-        self.on_claimed(sid)
-        # Debug, not info: one line a route is most of a claim's CPU at the console's
-        # rendering; the session.claimed event above says the same to anyone watching.
-        log.debug("session claimed", session_id=sid, worker=request.worker, host=host,
-                 epoch=epoch, previous_worker=previous)
+        self._took(info, request.worker, host, epoch, previous)
         return Reply(request_id=request.request_id, ok=True, body={
             "epoch": epoch, "info": session_meta(info), "tools": tools.names,
             "workspace": workspace,
@@ -281,7 +250,101 @@ class WorkerRequests:
             "messages": self._replies.messages(messages, request.body.get("prompts_held")),
         })
 
-    def _hand_over(self, info: SessionInfo, tools: ToolSet, worker: str, host: str,
+    def _took(self, info: SessionInfo, worker: str, host: str, epoch: int,
+              previous: str | None) -> None:
+        """`worker` holds the session now (its claim's or first request's records are
+        durable): the route's record names it, and the bus tells of it."""
+        sid = info.session_id
+        remote = self._remote.get(sid)
+        record = remote.record if remote is not None else self.runtime.pool.get(sid)
+        if remote is not None:
+            remote.worker = worker
+            if remote.record.state == "creating":
+                self.runtime.pool.activate(remote.record)
+        if record is not None:
+            record.worker, record.worker_host = worker, host or None
+        self.runtime.bus.publish(claim_event(sid, info.agent, worker, host, epoch, previous))
+        self.on_claimed(sid)
+        # Debug, not info: one line a route is most of a claim's CPU at the console's
+        # rendering; the session.claimed event above says the same to anyone watching.
+        log.debug("session claimed", session_id=sid, worker=worker, host=host, epoch=epoch,
+                  previous_worker=previous)
+
+    async def hand_ahead(self, session_id: str) -> dict[str, Any] | None:
+        """A new session's hand-over for its job (`Job.handed`): its opening (prompt, task,
+        and lease epoch 1, no worker named yet) made durable now, as a claim would make it,
+        and what the claim's reply would carry. None, and nothing written, when the session
+        is not new (a continuation, a resumed or claimed one), works in a worktree, or its
+        prompt is not kept by digest: its job is claimed."""
+        remote = self._remote.get(session_id)
+        if remote is None or remote.cancelled:
+            return None
+        info, tools = remote.plan.info, remote.tools
+        async with self._lock(session_id):
+            if session_id in self._holders:
+                return None
+            transcript = await anyio.to_thread.run_sync(read_transcript,
+                                                        self._transcript(session_id))
+            if transcript.messages or transcript.last_state in _ENDED \
+                    or last_epoch(transcript.states):
+                return None
+            if await remote_worktrees.hand_out(self._git, self.runtime.layout,
+                                               self.runtime.settings, session_id) is not None:
+                return None
+            try:
+                messages, sink = self._hand_over_known(info, tools, None, "", HANDED_EPOCH,
+                                                       transcript, False)
+            except NotCached:
+                messages, sink = await anyio.to_thread.run_sync(
+                    self._hand_over, info, tools, None, "", HANDED_EPOCH, [], transcript,
+                    False)
+            named = self._replies.named(tools, messages)
+            if named is None:
+                return None  # the records stay uncommitted: the claim adds them
+            with anyio.CancelScope(shield=True):
+                await sink.commit()
+            self._epochs[session_id] = HANDED_EPOCH
+            self._applied[session_id] = (HANDED_EPOCH, 0)
+        return {"epoch": HANDED_EPOCH, "info": session_meta(info), "tools": tools.names,
+                "workspace": None, **named}
+
+    async def _take(self, request: Request) -> Reply | None:
+        """`_stale` for a request under the epoch a job's hand-over gave, when no worker holds
+        the session yet: the first request of the worker that started it without a claim.
+        The group must have given that worker the job, as for a claim; then it is recorded
+        as the holder (durably, before the request is applied) and told of as a claim is."""
+        sid = request.session_id
+        async with self._lock(sid):
+            holder = self._holders.get(sid)
+            if holder is None:
+                found = await self._session(sid)
+                remote = self._remote.get(sid)
+                submitted = frozenset(remote.nonces) if remote is not None else None
+                entries = dict(remote.entries) if remote is not None else None
+                if found is None or not await self.jobs.held_by(request.worker, sid,
+                                                                 submitted, entries):
+                    _refused(request, "first request of a job the worker was not given")
+                    return Reply(request_id=request.request_id, ok=False, refused="invalid",
+                                 error=f"worker {request.worker!r} holds no job of session "
+                                       f"{sid}: a session is run only by the worker its job "
+                                       "went to")
+                info, tools = found
+                host = str(request.body.get("host") or "")[:255]
+                sink = self.runtime.runner.services.sinks.existing(sid, self._transcript(sid))
+                _claimed_by(sink, tools, request.worker, host, request.epoch)
+                with anyio.CancelScope(shield=True):
+                    await sink.commit()
+                holder = self._holders[sid] = (request.worker, request.epoch)
+                self._took(info, request.worker, host, request.epoch, None)
+        if holder != (request.worker, request.epoch):
+            _refused(request, "not the holder", holder=holder)
+            return Reply(request_id=request.request_id, ok=False, refused="invalid",
+                         error=f"session {sid} is not held by worker {request.worker!r} under "
+                               f"epoch {request.epoch}: only the worker whose claim holds it "
+                               "may send its requests")
+        return None
+
+    def _hand_over(self, info: SessionInfo, tools: ToolSet, worker: str | None, host: str,
                    epoch: int, recovered: list[ToolMessage], transcript: Transcript,
                    worktree: bool) -> tuple[list[Any], TranscriptSink]:
         """The conversation the claiming worker carries on (blocking), and the sink holding
@@ -303,7 +366,8 @@ class WorkerRequests:
         _claimed_by(sink, tools, worker, host, epoch)
         return messages, sink
 
-    def _hand_over_known(self, info: SessionInfo, tools: ToolSet, worker: str, host: str,
+    def _hand_over_known(self, info: SessionInfo, tools: ToolSet, worker: str | None,
+                         host: str,
                          epoch: int, transcript: Transcript, worktree: bool,
                          ) -> tuple[list[Any], TranscriptSink]:
         """`_hand_over` of a session not started yet, without reading or writing a file (the
@@ -335,64 +399,9 @@ class WorkerRequests:
         stale = await self._stale(request)
         if stale is not None:
             return stale
-        await self._apply_records(request)
+        await self._worker_records.apply(request)
         return Reply(request_id=request.request_id, ok=True,
                      cancelled=await self._cancelled(request.session_id))
-
-    async def _apply_records(self, request: Request) -> None:
-        """Append the request's transcript records not appended yet (each is numbered under
-        its epoch: a repeated request, or one redone after a crash, adds none twice), made
-        durable before this returns, and charge the model calls among them."""
-        sid, epoch = request.session_id, request.epoch
-        records = [r for r in request.body.get("records", []) if isinstance(r, dict)]
-        async with self._lock(sid):
-            last = self._applied.get(sid)
-            if last is None:
-                last = await anyio.to_thread.run_sync(self._last_applied, sid)
-            fresh = [r for r in records if (epoch, int(r.get("n", 0))) > last]
-            if fresh:
-                await self._durable(self._appended(sid, epoch, fresh))
-                self._applied[sid] = (epoch, max(int(r.get("n", 0)) for r in fresh))
-        calls = [r for r in fresh if r.get("kind") == "message" and "input_tokens" in r]
-        remote = self._remote.get(sid)
-        if remote is not None:
-            self.runtime.pool.touch(
-                remote.record, input_tokens=sum(int(r.get("input_tokens", 0)) for r in calls),
-                output_tokens=sum(int(r.get("output_tokens", 0)) for r in calls))
-        if calls:
-            await self._charge(sid, epoch, calls)
-
-    async def _charge(self, session_id: str, epoch: int, calls: list[dict[str, Any]]) -> None:
-        """A worker's model calls into this coordinator's spending ledger, as a local
-        session's are (their cost is shown, and counted against the day's and route's)."""
-        found = await self._session(session_id)
-        if found is None:
-            return
-        info, spending = found[0], self.runtime.spending
-        root = spending.root_for(info)
-        for record in calls:
-            usage = Usage(input_tokens=int(record.get("input_tokens") or 0),
-                          output_tokens=int(record.get("output_tokens") or 0),
-                          cache_read_tokens=int(record.get("cache_read_tokens") or 0),
-                          cache_write_tokens=int(record.get("cache_write_tokens") or 0))
-            spending.charge(info, root, str(record.get("model") or info.model), usage,
-                            f"{session_id}:{epoch}:{int(record.get('n', 0))}")
-
-    def _last_applied(self, session_id: str) -> tuple[int, int]:
-        transcript = read_transcript(self.runtime.layout.transcript(session_id))
-        marks = [tuple(r["cluster"]) for r in transcript.records
-                 if isinstance(r.get("cluster"), list) and len(r["cluster"]) == 2]
-        return max((int(m[0]), int(m[1])) for m in marks) if marks else (0, 0)
-
-    def _appended(self, session_id: str, epoch: int,
-                  records: list[dict[str, Any]]) -> TranscriptWriter:
-        """A writer holding a worker's `records`, each marked with its (epoch, number)."""
-        writer = TranscriptWriter(self._transcript(session_id))
-        for record in records:
-            fields = {k: v for k, v in record.items() if k not in ("kind", "n", "ts")}
-            writer.add(str(record.get("kind", "note")), **fields,
-                       cluster=[epoch, int(record.get("n", 0))])
-        return writer
 
     async def _tool(self, request: Request) -> Reply:
         stale = await self._stale(request)
@@ -429,7 +438,7 @@ class WorkerRequests:
         body = request.body
         # The session's last records ride with its end: durable before the route hears of it.
         if body.get("records"):
-            await self._apply_records(request)
+            await self._worker_records.apply(request)
         remote = self._remote.get(request.session_id)
         if remote is not None and not remote.done.is_set():
             info = remote.plan.info
@@ -470,19 +479,16 @@ def _job_of(remote: RemoteSession | None, offered: Any) -> tuple[str, str] | Non
     return stream, entry
 
 
-def _claimed_by(sink: TranscriptSink, tools: ToolSet, worker: str, host: str,
+def _claimed_by(sink: TranscriptSink, tools: ToolSet, worker: str | None, host: str,
                 epoch: int) -> None:
-    """A claim's records: its owner (the worker, under its epoch) and `active`."""
+    """A claim's records: its owner (the worker, under its epoch) and `active`. No worker:
+    a job's hand-over, whose epoch is recorded (epochs never go back, even when Redis lost
+    them) and whose worker is recorded at its first request."""
+    if worker is None:
+        sink.add("state", state="active", epoch=epoch, handed=True)
+        return
     sink.add("meta", tools=tools.names, owner={"worker": worker, "epoch": epoch})
     sink.add("state", state="active", worker=worker, host=host, epoch=epoch)
-
-
-async def durable(runtime: SquadRuntime, writer: TranscriptWriter) -> None:
-    """`writer`'s records appended and made durable in the runtime's group commit: one sync
-    for the records of every session that commits meanwhile, as a local session's are, not
-    one fsync per request."""
-    with anyio.CancelScope(shield=True):
-        await runtime.commits.commit(writer)
 
 
 def _refused(request: Request, why: str, **fields: Any) -> None:

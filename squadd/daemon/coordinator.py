@@ -37,8 +37,9 @@ from squadd.cluster.workers import live_workers
 from squadd.config import ClusterSettings
 from squadd.daemon import remote_worktrees
 from squadd.daemon.cluster_keeper import PrefixKeeper
-from squadd.daemon.cluster_requests import REDO_SAFE, RemoteSession, WorkerRequests
+from squadd.daemon.cluster_requests import REDO_SAFE, WorkerRequests
 from squadd.daemon.orphans import Orphans
+from squadd.daemon.placement import RemoteSession
 from squadd.runtime.opening import accept
 from squadd.runtime.planning import RoutePlan
 from squadd.runtime.pool import SessionRecord
@@ -144,15 +145,26 @@ class Coordinator:
                     await self.keeper.release()
             await self.guard.client.aclose()
 
-    async def _submit(self, plan: RoutePlan, *, uncancel: bool = False) -> None:
+    async def _submit(self, plan: RoutePlan, *, uncancel: bool = False,
+                      hand: bool = False) -> None:
+        """Put the route's session on the job stream. `hand`: a new session's job carries
+        its hand-over (`Job.handed`), so the worker that takes it may start without a claim."""
         info = plan.info
         nonce = secrets.token_hex(16)
         remote = self._remote.get(info.session_id)
         if remote is not None:  # marked before the job is out: its claim may come at once
             remote.nonces.add(nonce)
+        handed = None
+        if hand:
+            try:
+                handed = await self.requests.hand_ahead(info.session_id)
+            except Exception as exc:  # the claim does it again, and fails as a claim fails
+                log.warning("session not handed over with its job; its worker claims it",
+                            session_id=info.session_id, error=f"{type(exc).__name__}: {exc}")
         job = Job(session_id=info.session_id, agent=info.agent,
                   priority="urgent" if info.priority == "urgent" else "normal",
-                  timeout_s=plan.timeout_s, nonce=nonce, traceparent=telemetry.traceparent())
+                  timeout_s=plan.timeout_s, nonce=nonce, traceparent=telemetry.traceparent(),
+                  handed=handed)
         entry = await self.jobs.submit(job, uncancel=uncancel)
         if remote is not None:
             remote.entries[entry] = self.jobs.stream_of(job)
@@ -188,7 +200,7 @@ class Coordinator:
         try:
             await self._open(plan)
             # A cancel of an earlier run of this session (now resumed or continued) is over.
-            await self._submit(plan, uncancel=True)
+            await self._submit(plan, uncancel=True, hand=True)
             with anyio.fail_after(bound):
                 await remote.done.wait()
             with anyio.CancelScope(shield=True):

@@ -1,13 +1,55 @@
 """Where each cluster session runs, as the coordinator records and tells it: the worker that
 claimed it last and the highest lease epoch its transcript holds (epochs never go back, even
-when Redis lost them), and the `session.claimed` / `session.reclaimed` events.
+when Redis lost them), the `session.claimed` / `session.reclaimed` events, and the sessions
+out on workers whose route waits on this coordinator (`RemoteSession`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import anyio
+
 from squadd.contracts.events import BaseEvent, SessionClaimed, SessionReclaimed
+from squadd.runtime.planning import RoutePlan
+from squadd.runtime.pool import SessionRecord
+from squadd.runtime.session import SessionOutcome
+from squadd.runtime.session_sink import SessionSink
+from squadd.state.transcripts import read_transcript
+from squadd.tools.base import ToolSet
+
+
+@dataclass(eq=False)
+class RemoteSession:
+    """A session this coordinator handed to the workers and whose route waits for it."""
+
+    plan: RoutePlan
+    record: SessionRecord
+    tools: ToolSet
+    sink: SessionSink
+    done: anyio.Event = field(default_factory=anyio.Event)
+    outcome: SessionOutcome | None = None
+    worker: str | None = None
+    cancelled: bool = False
+    nonces: set[str] = field(default_factory=set)
+    """The marks of the jobs submitted for it: a claim must hold a job with one of these."""
+    entries: dict[str, str] = field(default_factory=dict)
+    """The stream entries of those jobs (entry id to stream), once Redis has answered."""
+
+
+def recorded_holder(path: Path) -> tuple[str, int] | None:
+    """The worker whose claim (or first request of a handed job) holds the session, and its
+    epoch, as the transcript at `path` records it (blocking)."""
+    if not path.exists():
+        return None
+    for record in reversed(read_transcript(path).records):
+        if record.get("kind") == "state" and "cluster" not in record \
+                and isinstance(record.get("worker"), str) \
+                and isinstance(record.get("epoch"), int):
+            return record["worker"], record["epoch"]
+    return None
 
 
 def last_epoch(states: list[dict[str, Any]]) -> int:

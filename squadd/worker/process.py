@@ -2,7 +2,8 @@
 
 A worker takes a job only when one of its `--slots` is free: first a job another worker left
 idle past `cluster.lease_s` (`XAUTOCLAIM`), then an urgent one, then a normal one. It claims
-the session from the coordinator (getting a new lease epoch and the conversation so far), runs
+the session from the coordinator (getting a new lease epoch and the conversation so far), or
+starts a new one from its job's hand-over when it holds the prompt and specs that names; runs
 the agent loop with its own provider and its clone's tools, and acknowledges the job when the
 coordinator has the end. While it runs a job it renews the job's lease; a job another worker
 took over is stopped here without a further word. A session waiting on a child route gives its
@@ -18,7 +19,6 @@ import secrets
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -33,7 +33,14 @@ from squadd.cluster.events import PUBLISH_BATCH, publish_events
 from squadd.cluster.identity import SquadIdentity, published_identity
 from squadd.cluster.jobs import Delivery, JobQueue
 from squadd.cluster.requests import send
-from squadd.cluster.wire import PromptsSeen, Reply, Request, SpecsSeen, WorkerBeat
+from squadd.cluster.wire import (
+    PromptsSeen,
+    Reply,
+    Request,
+    SpecsSeen,
+    WorkerBeat,
+    held_hand_over,
+)
 from squadd.config import Settings
 from squadd.contracts.events import BaseEvent
 from squadd.contracts.messages import parse_message
@@ -55,6 +62,7 @@ from squadd.tools.invoke import ToolInvoker
 from squadd.worker.session import (
     EndEvents,
     ForwardingSink,
+    Running,
     SquadToolProxy,
     StaleLease,
     checked,
@@ -64,27 +72,6 @@ from squadd.workspaces.git import Git
 
 log = structlog.get_logger("squadd.worker")
 SHORT_BLOCK_S = 0.1
-
-
-@dataclass(eq=False)
-class Running:
-    """A job this worker runs now."""
-
-    delivery: Delivery
-    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
-    epoch: int = 0
-    lost: bool = False
-    """Another worker took the job over: stop, acknowledge nothing, report nothing."""
-    unleased: bool = False
-    """Redis lost the job: it runs on, with no lease left to renew."""
-    acking: bool = False
-    """Its acknowledgement is on its way: a lease renewal that finds the job gone from now on
-    saw the acknowledgement, not a loss."""
-    acked: bool = False
-    """The coordinator acknowledged the job with its reply to the session's end."""
-    sink: ForwardingSink | None = None
-    """The session's transcript sink: the end request carries the records it holds."""
-    events: EndEvents | None = None
 
 
 class Worker:
@@ -117,6 +104,7 @@ class Worker:
         self.stopping = anyio.Event()
         """Set when the worker stops: waits on the coordinator end at once."""
         self._squad_names: set[str] = set()
+        self._host = socket.gethostname()
         self._specs = SpecsSeen()
         self._prompts = PromptsSeen()
         self._lent = 0
@@ -382,6 +370,8 @@ class Worker:
     async def _request(self, running: Running, kind: str, suffix: str,
                        body: dict[str, Any]) -> Reply:
         job = running.delivery.job
+        if running.handed:
+            body = {**body, "host": self._host}
         request = Request(request_id=f"{job.session_id}:{running.epoch}:{suffix}", kind=kind,
                           session_id=job.session_id, worker=self.name, epoch=running.epoch,
                           body=body)
@@ -394,24 +384,32 @@ class Worker:
     async def _claim_and_run(self, running: Running) -> SessionOutcome | None:
         delivery = running.delivery
         job = delivery.job
-        # A new id for each claim: a worker started again under the same name that reclaims
-        # its own job must get the conversation as it is now, not a stored earlier answer.
-        claim_id = f"claim-{delivery.entry_id}-{self.name}-{secrets.token_hex(6)}"
-        reply = await self._request(running, "claim", claim_id,
-                                    {"reclaimed": delivery.reclaimed,
-                                     "host": socket.gethostname(),
-                                     "specs_held": self._specs.held,
-                                     "prompts_held": self._prompts.held})
-        if reply.refused == "failed":  # the job stays pending: it moves on after its lease
-            raise ClusterError(f"the coordinator failed to hand the session over: "
-                               f"{reply.error}")
-        if not reply.ok:  # ended, cancelled or unknown: nothing to run
-            log.info("job dropped", session_id=job.session_id, reason=reply.error)
-            return None
-        body = reply.body
+        handed = None if delivery.reclaimed else held_hand_over(
+            delivery.job.handed, self._specs, self._prompts)
+        if handed is not None:  # no claim: the job carries what its reply would
+            body, filled = handed
+            running.handed = True
+        else:
+            # A new id for each claim: a worker started again under the same name that
+            # reclaims its own job must get the conversation as it is now, not a stored
+            # earlier answer.
+            claim_id = f"claim-{delivery.entry_id}-{self.name}-{secrets.token_hex(6)}"
+            reply = await self._request(running, "claim", claim_id,
+                                        {"reclaimed": delivery.reclaimed,
+                                         "host": self._host,
+                                         "specs_held": self._specs.held,
+                                         "prompts_held": self._prompts.held})
+            if reply.refused == "failed":  # the job stays pending: it moves on after its lease
+                raise ClusterError(f"the coordinator failed to hand the session over: "
+                                   f"{reply.error}")
+            if not reply.ok:  # ended, cancelled or unknown: nothing to run
+                log.info("job dropped", session_id=job.session_id, reason=reply.error)
+                return None
+            body = reply.body
+            filled = self._prompts.filled(body.get("messages", []))
         running.epoch = int(body["epoch"])
         # Before anything is made for the session: a reply that cannot be run leaves nothing.
-        messages = [parse_message(m) for m in self._prompts.filled(body.get("messages", []))]
+        messages = [parse_message(m) for m in filled]
         transcript = Transcript(session_id=job.session_id, meta=dict(body.get("info") or {}))
         info = info_from_transcript(transcript)
         cancel = CancelSignal()

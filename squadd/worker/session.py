@@ -8,19 +8,21 @@ one host; the records that end the session are the exception: they ride in the e
 the coordinator has them. `SquadToolProxy` forwards a squad-tool call (decide,
 memory, skill, route, status) to the coordinator's invocation pipeline. Every request carries
 the lease epoch; a refused one (`StaleLease`) stops the session without another word from this
-worker.
+worker. `Running` is what the worker keeps of each job it runs.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 import anyio.from_thread
 from pydantic import BaseModel, ConfigDict
 
+from squadd.cluster.jobs import Delivery
 from squadd.cluster.wire import Reply
 from squadd.contracts.events import AgentCompleted, AgentError, BaseEvent, EventSink
 from squadd.contracts.messages import ToolSpec
@@ -40,6 +42,30 @@ def checked(reply: Reply) -> Reply:
     if reply.refused == "stale_epoch":
         raise StaleLease(reply.error or "stale lease epoch")
     return reply
+
+
+@dataclass(eq=False)
+class Running:
+    """A job this worker runs now."""
+
+    delivery: Delivery
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    epoch: int = 0
+    lost: bool = False
+    """Another worker took the job over: stop, acknowledge nothing, report nothing."""
+    unleased: bool = False
+    """Redis lost the job: it runs on, with no lease left to renew."""
+    acking: bool = False
+    """Its acknowledgement is on its way: a lease renewal that finds the job gone from now on
+    saw the acknowledgement, not a loss."""
+    acked: bool = False
+    """The coordinator acknowledged the job with its reply to the session's end."""
+    sink: ForwardingSink | None = None
+    """The session's transcript sink: the end request carries the records it holds."""
+    events: EndEvents | None = None
+    handed: bool = False
+    """Started from its job's hand-over, without a claim: each request names this host, and
+    the coordinator records the holder at the first."""
 
 
 class ForwardingSink:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cluster import Cluster
+from tests.support.cluster import Cluster, claims
 
 pytestmark = pytest.mark.slow
 
@@ -127,3 +127,21 @@ def test_a_session_continued_on_the_cluster_gets_its_new_task_once(cluster: Clus
     queued = [r.get("task") for r in cluster.transcript(session)
               if r.get("kind") == "state" and r["state"] == "queued"]
     assert queued == [None, "second task", "third task"], queued
+
+
+def test_a_worker_that_holds_the_prompt_starts_the_next_session_without_a_claim(
+        cluster: Cluster) -> None:
+    """The first route's job is claimed (the worker holds no prompt yet); the second one's
+    hand-over names the same prompt, so the worker starts it under epoch 1 with no claim, and
+    the coordinator records it as the holder at its first request. Both answer alike."""
+    first = cluster.daemon.client.route("decide:first", "lead")
+    second = cluster.daemon.client.route("decide:second", "lead")
+    assert first["ok"] and second["ok"], (first, second)
+    assert "decided second" in second["answer"]
+    assert claims(cluster, first["session_id"]) == [("w1", 2)]
+    assert claims(cluster, second["session_id"]) == [("w1", 1)]
+    states = [r for r in cluster.transcript(second["session_id"]) if r.get("kind") == "state"]
+    handed = [r for r in states if r.get("handed")]
+    assert [(r["state"], r["epoch"]) for r in handed] == [("active", 1)]
+    assert states[-1]["state"] == "completed"
+    assert "We settle second." in cluster.decisions_text()

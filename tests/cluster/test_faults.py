@@ -38,7 +38,8 @@ def test_worker_killed_mid_session_another_worker_finishes_it(cluster: Cluster) 
     result = route.wait()
     assert result["ok"], result
     assert result["answer"] == "decided alpha"
-    assert claims(cluster, session) == [("w1", 1), ("w2", 2)]
+    # Its job was handed over under epoch 1; w1, holding no prompt yet, claimed it (2).
+    assert claims(cluster, session) == [("w1", 2), ("w2", 3)]
     # The model asked for the decision once; it was applied once.
     assert cluster.team.calls["squad_decide:alpha"] == 1
     # Nothing written twice: each forwarded record is in the transcript once.
@@ -146,7 +147,7 @@ def test_paused_worker_loses_its_job_and_its_late_results_are_refused(tmp_path: 
         finally:
             slow.send_signal(signal.SIGCONT)
         assert result["ok"] and result["answer"] == "decided delta"
-        assert claims(cluster, session) == [("w1", 1), ("w2", 2)]
+        assert claims(cluster, session) == [("w1", 2), ("w2", 3)]  # as above
         eventually(lambda: "lease moved on" in cluster.worker_log("w1")
                    or "taken over by another worker" in cluster.worker_log("w1"),
                    "w1 noticed that its lease moved on")

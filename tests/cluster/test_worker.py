@@ -76,15 +76,24 @@ async def two_jobs_in_turn(guard: RedisGuard, repo: Path,
                            provider: Any) -> None:
     """Jobs s1 then s2 on a worker of one slot whose model is `provider`, `coordinator`
     answering their requests; returns once both have ended."""
+    await jobs_in_turn(guard, repo, coordinator, provider,
+                       [Job(session_id=sid, agent="lead", timeout_s=60) for sid in ("s1", "s2")])
+
+
+async def jobs_in_turn(guard: RedisGuard, repo: Path,
+                       coordinator: Callable[[Request], Awaitable[Reply]],
+                       provider: Any, jobs: list[Job]) -> None:
+    """`jobs` in turn on a worker of one slot whose model is `provider`, `coordinator`
+    answering their requests; returns once all have ended."""
     ends: list[str] = []
-    both_ended = anyio.Event()
+    all_ended = anyio.Event()
 
     async def counted(request: Request) -> Reply:
         reply = await coordinator(request)
         if request.kind == "end":
             ends.append(request.session_id)
-            if len(ends) == 2:
-                both_ended.set()
+            if len(ends) == len(jobs):
+                all_ended.set()
         return reply
 
     settings = load_settings(None, overrides={"cluster": {
@@ -95,10 +104,10 @@ async def two_jobs_in_turn(guard: RedisGuard, repo: Path,
     async with anyio.create_task_group() as tg:
         await tg.start(server.run)
         await tg.start(worker.run)
-        for sid in ("s1", "s2"):  # one slot: the second job is claimed after the first
-            await JobQueue(guard).submit(Job(session_id=sid, agent="lead", timeout_s=60))
+        for job in jobs:  # one slot: each job is taken after the one before ended
+            await JobQueue(guard).submit(job)
         with anyio.fail_after(60):
-            await both_ended.wait()
+            await all_ended.wait()
         worker.stopping.set()
         tg.cancel_scope.cancel()
 
@@ -654,6 +663,58 @@ async def test_a_job_whose_claim_names_its_held_prompt_runs_with_that_prompt(
     assert [c.body["prompts_held"] for c in claims] == [[], [prompt_digest(prompt)]]
     assert [r.messages[0].content for r in gauge.requests] == [prompt, prompt]
     assert [r.messages[0].role for r in gauge.requests] == ["system", "system"]
+
+
+async def test_a_handed_job_runs_without_a_claim_only_where_its_prompt_and_specs_are_held(
+        guard: RedisGuard, tmp_path: Path) -> None:
+    """Three jobs handed over, each naming the prompt by digest and the specs by id: the
+    first is claimed (this worker holds neither yet); the second runs under epoch 1 with no
+    claim, its requests naming this host; the third names a prompt not held and is claimed."""
+    import socket
+
+    from squadd.cluster.wire import specs_id
+    from squadd.state.transcripts import prompt_digest
+    from tests.runtime.scripted import Gauge
+
+    prompt = "You are lead, a Squad agent. " * 200
+    status = {"name": "squad_status", "description": "The squad's state.",
+              "parameters": {"type": "object", "properties": {}}}
+    requests: list[Request] = []
+
+    async def coordinator(request: Request) -> Reply:
+        requests.append(request)
+        if request.kind == "claim":
+            info = SessionInfo(session_id=request.session_id, agent="lead", model="m",
+                               task=f"task {request.session_id}")
+            reply = claimed(request, info)
+            return Reply(request_id=request.request_id, ok=True, body={
+                **reply.body, "epoch": 2, "squad_specs_id": specs_id([status]),
+                "squad_specs": [status], "tools": ["squad_status"],
+                "messages": [{"role": "system", "content": prompt},
+                             *reply.body["messages"]]})
+        return Reply(request_id=request.request_id, ok=True)
+
+    def handed(sid: str, digest: str) -> Job:
+        info = SessionInfo(session_id=sid, agent="lead", model="m", task=f"task {sid}")
+        return Job(session_id=sid, agent="lead", timeout_s=60, handed={
+            "epoch": 1, "info": session_meta(info), "tools": ["squad_status"],
+            "workspace": None, "squad_specs_id": specs_id([status]),
+            "messages": [{"role": "system", "prompt": digest},
+                         {"role": "user", "content": f"task {sid}"}]})
+
+    gauge = Gauge(ReplayProvider(ReplayScript(default=[ScriptedTurn(text="done")])))
+    await jobs_in_turn(guard, tmp_path, coordinator, gauge, [
+        handed("s1", prompt_digest(prompt)), handed("s2", prompt_digest(prompt)),
+        handed("s3", "0" * 32)])
+    assert [(r.session_id, r.kind, r.epoch) for r in requests] == [
+        ("s1", "claim", 0), ("s1", "end", 2), ("s2", "end", 1), ("s3", "claim", 0),
+        ("s3", "end", 2)]
+    assert requests[2].body["host"] == socket.gethostname()
+    assert "host" not in requests[1].body  # a claimed session's holder is known
+    assert [r.messages[0].content for r in gauge.requests] == [prompt] * 3
+    # The claims' replies carry their own task ("t"); the hand-over, the job's.
+    assert [r.messages[1].content for r in gauge.requests] == ["t", "task s2", "t"]
+    assert all([t.name for t in r.tools] == ["squad_status"] for r in gauge.requests)
 
 
 async def test_a_reply_naming_a_prompt_not_held_leaves_no_worktree_and_is_claimed_again(

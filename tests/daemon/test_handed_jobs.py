@@ -1,0 +1,151 @@
+"""A new session's job carries its hand-over: the worker that takes it starts under lease
+epoch 1 without a claim, and its first request makes it the holder, once the coordinator has
+checked the group gave it the job. Others are refused; a reclaim fences it as a claim does;
+a coordinator started again after the job went out still checks and records the holder. A
+real redis-server and a real runtime."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from squadd.cluster import keys
+from squadd.cluster.jobs import Delivery
+from squadd.cluster.wire import Request
+from squadd.contracts.events import BaseEvent, SessionClaimed
+from squadd.contracts.messages import AssistantMessage, message_record
+from squadd.daemon.coordinator import Coordinator
+from squadd.runtime.opening import record_acceptance
+from squadd.runtime.session import SessionOutcome
+from squadd.runtime.session_info import SessionInfo
+from squadd.state.transcripts import prompt_digest, read_transcript
+from tests.support.coordinator import CoordinatorHere, coordinator_on_redis, submit_remote
+
+
+async def _routed(here: CoordinatorHere, tg: anyio.abc.TaskGroup, sid: str,
+                  outcomes: list[SessionOutcome]) -> Delivery:
+    """`sid`'s route started through the coordinator, and its job as w1 takes it."""
+    info = SessionInfo(session_id=sid, agent="lead", model="m", task=f"task {sid}")
+    record_acceptance(here.layout, info, None)
+    submit_remote(here, tg, info, await here.runtime.planner.charter("lead"), outcomes)
+    while (delivery := await here.coordinator.jobs.take("w1", block_s=0.05)) is None:
+        pass
+    return delivery
+
+
+def _end(sid: str, worker: str, epoch: int, **body: Any) -> Request:
+    answer = AssistantMessage(content="done")
+    return Request(request_id=f"{sid}:{epoch}:end-{worker}", kind="end", session_id=sid,
+                   worker=worker, epoch=epoch, body={
+                       "status": "completed", "answer": "done", "turns": 1, **body,
+                       "records": [{"kind": "message", "message": message_record(answer),
+                                    "n": 1},
+                                   {"kind": "state", "state": "completed", "n": 2}]})
+
+
+async def test_a_new_session_s_job_is_handed_over_and_its_first_request_makes_the_holder(
+        tmp_path: Path) -> None:
+    outcomes: list[SessionOutcome] = []
+    events: list[BaseEvent] = []
+    async with coordinator_on_redis(tmp_path, {"local_slots": 0}) as here:
+        coordinator = here.coordinator
+        async with here.runtime:
+            here.runtime.bus.add_listener(events.append)
+            with anyio.fail_after(30):
+                async with anyio.create_task_group() as tg:
+                    delivery = await _routed(here, tg, "s1", outcomes)
+                    handed = delivery.job.handed
+                    assert handed is not None
+                    before = read_transcript(here.layout.transcript("s1"))
+                    stored_epoch = await here.client.get(keys.epoch("s1"))
+                    # Anyone else, under the handed epoch: refused, and nothing recorded.
+                    stolen = await coordinator.handle(_end("s1", "w2", 1, host="h2"))
+                    end = await coordinator.handle(_end("s1", "w1", 1, host="h1"))
+        transcript = read_transcript(here.layout.transcript("s1"))
+    prompt = before.messages[0]["content"]
+    assert handed["epoch"] == 1 and handed["workspace"] is None
+    assert handed["messages"] == [{"role": "system", "prompt": prompt_digest(prompt)},
+                                  {"role": "user", "content": "task s1"}]
+    assert "squad_specs" not in handed and handed["squad_specs_id"]
+    assert "squad_status" in handed["tools"]
+    assert int(stored_epoch) == 1
+    # The opening was durable before the job went out, with the epoch, and no worker.
+    assert [m["role"] for m in before.messages] == ["system", "user"]
+    assert before.states[-1] == {**before.states[-1], "state": "active", "epoch": 1}
+    assert "worker" not in before.states[-1]
+    assert not stolen.ok and stolen.refused == "invalid", stolen
+    assert "'w2' holds no job of session s1" in (stolen.error or "")
+    assert end.ok, end
+    [outcome] = outcomes
+    assert outcome.status == "completed" and outcome.answer == "done"
+    # The holder is recorded before the worker's records, and told of as a claim is.
+    kinds = [(r["kind"], r.get("state") or (r.get("message") or {}).get("role"),
+              r.get("worker")) for r in transcript.records[len(before.records):]]
+    assert kinds == [("meta", None, None), ("state", "active", "w1"),
+                     ("message", "assistant", None), ("state", "completed", None)], kinds
+    assert transcript.records[len(before.records)]["owner"] == {"worker": "w1", "epoch": 1}
+    assert transcript.states[-2]["host"] == "h1"
+    claims = [e for e in events if isinstance(e, SessionClaimed)]
+    assert [(e.session_id, e.worker, e.host, e.epoch) for e in claims] == [
+        ("s1", "w1", "h1", 1)]
+
+
+async def test_a_handed_job_reclaimed_by_another_worker_fences_the_first(
+        tmp_path: Path) -> None:
+    """The job moved on before its first worker said anything: the new holder's claim gets
+    epoch 2, and the first worker's requests under the handed epoch are stale."""
+    outcomes: list[SessionOutcome] = []
+    async with coordinator_on_redis(tmp_path, {"local_slots": 0}) as here:
+        coordinator = here.coordinator
+        async with here.runtime:
+            with anyio.fail_after(30):
+                async with anyio.create_task_group() as tg:
+                    delivery = await _routed(here, tg, "s1", outcomes)
+                    [moved] = await coordinator.jobs.reclaim("w2", lease_s=0.0, count=1)
+                    assert moved.entry_id == delivery.entry_id and moved.reclaimed
+                    claim = await coordinator.handle(Request(
+                        request_id="claim-w2", kind="claim", session_id="s1", worker="w2"))
+                    late = await coordinator.handle(_end("s1", "w1", 1, host="h1"))
+                    end = await coordinator.handle(_end("s1", "w2", 2))
+        transcript = read_transcript(here.layout.transcript("s1"))
+    assert claim.ok and claim.body["epoch"] == 2, claim
+    # The conversation the hand-over opened, once: the claim continues from it.
+    assert [m["role"] for m in claim.body["messages"]] == ["system", "user"]
+    assert [m["role"] for m in transcript.messages] == ["system", "user", "assistant"]
+    assert not late.ok and late.refused == "stale_epoch", late
+    assert end.ok, end
+    assert [o.status for o in outcomes] == ["completed"]
+    holders = [(s["worker"], s["epoch"]) for s in transcript.states if "worker" in s]
+    assert holders == [("w2", 2)], transcript.states
+
+
+async def test_a_coordinator_started_again_records_the_holder_of_a_handed_job(
+        tmp_path: Path) -> None:
+    """The coordinator that handed the job is gone before the worker's first request: the
+    one started after it checks the group gave that worker the job (it knows no entry of
+    its own) and records the holder, and a second worker is still refused."""
+    outcomes: list[SessionOutcome] = []
+    async with coordinator_on_redis(tmp_path, {"local_slots": 0}) as here:
+        async with here.runtime:
+            with anyio.fail_after(30):
+                async with anyio.create_task_group() as tg:
+                    await _routed(here, tg, "s1", outcomes)
+                    tg.cancel_scope.cancel()  # its route's caller is gone
+            later = Coordinator(here.runtime, here.runtime.settings.cluster, here.guard)
+            with anyio.fail_after(30):
+                stolen = await later.handle(_end("s1", "w2", 1, host="h2"))
+                records = await later.handle(Request(
+                    request_id="s1:1:r", kind="records", session_id="s1", worker="w1",
+                    epoch=1, body={"host": "h1", "records": [
+                        {"kind": "note", "text": "working", "n": 1}]}))
+                again = await later.handle(_end("s1", "w2", 1, host="h2"))
+        transcript = read_transcript(here.layout.transcript("s1"))
+    assert not stolen.ok and stolen.refused == "invalid", stolen
+    assert records.ok, records
+    assert not again.ok and again.refused == "invalid", again
+    holders = [(s["worker"], s["epoch"]) for s in transcript.states if "worker" in s]
+    assert holders == [("w1", 1)], transcript.states
+    assert transcript.records[-1]["kind"] == "note"
