@@ -37,10 +37,11 @@ class WorkerRecords:
         self._transcript = transcript
         self._session = session
 
-    async def apply(self, request: Request) -> None:
+    async def apply(self, request: Request, first: TranscriptWriter | None = None) -> None:
         """Append the request's transcript records not appended yet (each is numbered under
-        its epoch: a repeated request, or one redone after a crash, adds none twice), made
-        durable before this returns, and charge the model calls among them."""
+        its epoch: a repeated request, or one redone after a crash, adds none twice), after
+        those `first` holds, all made durable before this returns, and charge the model
+        calls among them."""
         sid, epoch = request.session_id, request.epoch
         records = [r for r in request.body.get("records", []) if isinstance(r, dict)]
         async with self._lock(sid):
@@ -48,8 +49,9 @@ class WorkerRecords:
             if last is None:
                 last = await anyio.to_thread.run_sync(self._last_applied, sid)
             fresh = [r for r in records if (epoch, int(r.get("n", 0))) > last]
+            if fresh or first is not None:
+                await durable(self.runtime, self._appended(sid, epoch, fresh, first))
             if fresh:
-                await durable(self.runtime, self._appended(sid, epoch, fresh))
                 self._applied[sid] = (epoch, max(int(r.get("n", 0)) for r in fresh))
         calls = [r for r in fresh if r.get("kind") == "message" and "input_tokens" in r]
         remote = self._remote.get(sid)
@@ -82,10 +84,11 @@ class WorkerRecords:
                  if isinstance(r.get("cluster"), list) and len(r["cluster"]) == 2]
         return max((int(m[0]), int(m[1])) for m in marks) if marks else (0, 0)
 
-    def _appended(self, session_id: str, epoch: int,
-                  records: list[dict[str, Any]]) -> TranscriptWriter:
-        """A writer holding a worker's `records`, each marked with its (epoch, number)."""
-        writer = TranscriptWriter(self._transcript(session_id))
+    def _appended(self, session_id: str, epoch: int, records: list[dict[str, Any]],
+                  writer: TranscriptWriter | None = None) -> TranscriptWriter:
+        """A writer (`writer`, else a new one) holding a worker's `records` as well, each
+        marked with its (epoch, number)."""
+        writer = writer or TranscriptWriter(self._transcript(session_id))
         for record in records:
             fields = {k: v for k, v in record.items() if k not in ("kind", "n", "ts")}
             writer.add(str(record.get("kind", "note")), **fields,

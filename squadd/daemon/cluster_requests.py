@@ -30,12 +30,13 @@ from squadd.contracts.events import NullSink
 from squadd.contracts.messages import ToolCall, ToolMessage, Usage, message_record
 from squadd.daemon import remote_worktrees
 from squadd.daemon.claim_reply import ClaimReplies
-from squadd.daemon.cluster_records import WorkerRecords
+from squadd.daemon.cluster_records import WorkerRecords, durable
 from squadd.daemon.handover import recovered_results
 from squadd.daemon.orphans import Orphans
 from squadd.daemon.placement import (
     RemoteSession,
     claim_event,
+    job_of,
     last_epoch,
     last_worker,
     recorded_holder,
@@ -86,6 +87,8 @@ class WorkerRequests:
         self._locks: dict[str, anyio.Lock] = {}
         self._holders: dict[str, tuple[str, int]] = {}
         """Per session, the worker that claimed it and the epoch its claim got."""
+        self._taken: dict[str, TranscriptWriter] = {}
+        """Per session, a `_take`'s holder records, to be durable with the request's own."""
         self._replies = ClaimReplies(runtime.runner.services.sinks.prompts)
         self._worker_records = WorkerRecords(runtime, remote, self._applied, self._lock,
                                              self._transcript, self._session)
@@ -148,7 +151,10 @@ class WorkerRequests:
                                "worker, so this worker's results are refused")
         holder = await self._holder(sid)
         if holder is None and current == 1:  # started from its job's hand-over
-            return await self._take(request)
+            refused = await self._take(request)
+            if refused is not None:
+                return refused
+            holder = self._holders.get(sid)
         if holder != (request.worker, current):
             _refused(request, "not the holder", holder=holder)
             return Reply(request_id=request.request_id, ok=False, refused="invalid",
@@ -265,17 +271,15 @@ class WorkerRequests:
             record.worker, record.worker_host = worker, host or None
         self.runtime.bus.publish(claim_event(sid, info.agent, worker, host, epoch, previous))
         self.on_claimed(sid)
-        # Debug, not info: one line a route is most of a claim's CPU at the console's
-        # rendering; the session.claimed event above says the same to anyone watching.
+        # Debug: at the console one line a route costs most of a claim; the event says it.
         log.debug("session claimed", session_id=sid, worker=worker, host=host, epoch=epoch,
                   previous_worker=previous)
 
     async def hand_ahead(self, session_id: str) -> dict[str, Any] | None:
         """A new session's hand-over for its job (`Job.handed`): its opening (prompt, task,
-        and lease epoch 1, no worker named yet) made durable now, as a claim would make it,
-        and what the claim's reply would carry. None, and nothing written, when the session
-        is not new (a continuation, a resumed or claimed one), works in a worktree, or its
-        prompt is not kept by digest: its job is claimed."""
+        epoch 1, no worker yet) made durable as a claim makes it, and what its reply carries.
+        None (nothing written; the job is claimed) for a session not new, in a worktree, or
+        whose prompt is not kept by digest."""
         remote = self._remote.get(session_id)
         if remote is None or remote.cancelled:
             return None
@@ -309,40 +313,45 @@ class WorkerRequests:
                 "workspace": None, **named}
 
     async def _take(self, request: Request) -> Reply | None:
-        """`_stale` for a request under the epoch a job's hand-over gave, when no worker holds
-        the session yet: the first request of the worker that started it without a claim.
-        The group must have given that worker the job, as for a claim; then it is recorded
-        as the holder (durably, before the request is applied) and told of as a claim is."""
+        """For `_stale`: the first request of a worker that started a session from its job's
+        hand-over (no holder yet). The group must have given it the job, as for a claim; then
+        it is the holder, recorded before what the request carries (in one commit with its
+        records) and told of as a claim is. The refusal, or None."""
         sid = request.session_id
         async with self._lock(sid):
-            holder = self._holders.get(sid)
-            if holder is None:
-                found = await self._session(sid)
-                remote = self._remote.get(sid)
-                submitted = frozenset(remote.nonces) if remote is not None else None
-                entries = dict(remote.entries) if remote is not None else None
-                if found is None or not await self.jobs.held_by(request.worker, sid,
-                                                                 submitted, entries):
-                    _refused(request, "first request of a job the worker was not given")
-                    return Reply(request_id=request.request_id, ok=False, refused="invalid",
-                                 error=f"worker {request.worker!r} holds no job of session "
-                                       f"{sid}: a session is run only by the worker its job "
-                                       "went to")
-                info, tools = found
-                host = str(request.body.get("host") or "")[:255]
-                sink = self.runtime.runner.services.sinks.existing(sid, self._transcript(sid))
-                _claimed_by(sink, tools, request.worker, host, request.epoch)
-                with anyio.CancelScope(shield=True):
-                    await sink.commit()
-                holder = self._holders[sid] = (request.worker, request.epoch)
-                self._took(info, request.worker, host, request.epoch, None)
-        if holder != (request.worker, request.epoch):
-            _refused(request, "not the holder", holder=holder)
-            return Reply(request_id=request.request_id, ok=False, refused="invalid",
-                         error=f"session {sid} is not held by worker {request.worker!r} under "
-                               f"epoch {request.epoch}: only the worker whose claim holds it "
-                               "may send its requests")
+            if sid in self._holders:
+                return None
+            found = await self._session(sid)
+            remote = self._remote.get(sid)
+            submitted = frozenset(remote.nonces) if remote is not None else None
+            entries = dict(remote.entries) if remote is not None else None
+            if found is None or not await self.jobs.held_by(request.worker, sid, submitted,
+                                                             entries):
+                _refused(request, "first request of a job the worker was not given")
+                return Reply(request_id=request.request_id, ok=False, refused="invalid",
+                             error=f"worker {request.worker!r} holds no job of session {sid}: "
+                                   "a session is run only by the worker its job went to")
+            info, tools = found
+            host = str(request.body.get("host") or "")[:255]
+            writer = TranscriptWriter(self._transcript(sid))
+            _claimed_by(writer, tools, request.worker, host, request.epoch)
+            if request.kind in ("records", "end") and request.body.get("records"):
+                self._taken[sid] = writer  # durable with the records (`_apply`)
+            else:
+                await durable(self.runtime, writer)
+            self._holders[sid] = (request.worker, request.epoch)
+            self._took(info, request.worker, host, request.epoch, None)
         return None
+
+    async def _apply(self, request: Request) -> None:
+        """The request's records appended, after the holder's records of its `_take`."""
+        first = self._taken.pop(request.session_id, None)
+        try:
+            await self._worker_records.apply(request, first)
+        except BaseException:
+            if first is not None:  # not durable: the request sent again takes it again
+                self._holders.pop(request.session_id, None)
+            raise
 
     def _hand_over(self, info: SessionInfo, tools: ToolSet, worker: str | None, host: str,
                    epoch: int, recovered: list[ToolMessage], transcript: Transcript,
@@ -399,7 +408,7 @@ class WorkerRequests:
         stale = await self._stale(request)
         if stale is not None:
             return stale
-        await self._worker_records.apply(request)
+        await self._apply(request)
         return Reply(request_id=request.request_id, ok=True,
                      cancelled=await self._cancelled(request.session_id))
 
@@ -438,7 +447,7 @@ class WorkerRequests:
         body = request.body
         # The session's last records ride with its end: durable before the route hears of it.
         if body.get("records"):
-            await self._worker_records.apply(request)
+            await self._apply(request)
         remote = self._remote.get(request.session_id)
         if remote is not None and not remote.done.is_set():
             info = remote.plan.info
@@ -451,7 +460,7 @@ class WorkerRequests:
                 duration_s=float(body.get("duration_s") or 0.0), model=info.model)
             remote.done.set()
         self._forget(request.session_id)
-        job = _job_of(remote, body.get("job"))
+        job = job_of(remote, body.get("job"))
         return Reply(request_id=request.request_id, ok=True, body={"acked": job is not None},
                      job_done=job)
 
@@ -462,25 +471,14 @@ class WorkerRequests:
         self._applied.pop(session_id, None)
         self._orphans.drop(session_id)
         self._holders.pop(session_id, None)
+        self._taken.pop(session_id, None)
         lock = self._locks.get(session_id)
         if lock is not None and not lock.locked() and not lock.statistics().tasks_waiting:
             del self._locks[session_id]
 
 
-def _job_of(remote: RemoteSession | None, offered: Any) -> tuple[str, str] | None:
-    """The job an end offers to have acknowledged with its reply (`{"stream", "entry"}`),
-    when it is one submitted for the session (else the worker acknowledges it itself)."""
-    if remote is None or not isinstance(offered, dict):
-        return None
-    stream, entry = offered.get("stream"), offered.get("entry")
-    if not isinstance(entry, str) or not isinstance(stream, str) \
-            or remote.entries.get(entry) != stream:
-        return None
-    return stream, entry
-
-
-def _claimed_by(sink: TranscriptSink, tools: ToolSet, worker: str | None, host: str,
-                epoch: int) -> None:
+def _claimed_by(sink: TranscriptSink | TranscriptWriter, tools: ToolSet, worker: str | None,
+                host: str, epoch: int) -> None:
     """A claim's records: its owner (the worker, under its epoch) and `active`. No worker:
     a job's hand-over, whose epoch is recorded (epochs never go back, even when Redis lost
     them) and whose worker is recorded at its first request."""

@@ -73,3 +73,15 @@ def claim_event(session_id: str, agent: str, worker: str, host: str, epoch: int,
                               epoch=epoch)
     return SessionReclaimed(session_id=session_id, agent=agent, worker=worker, host=host,
                             epoch=epoch, previous_worker=previous)
+
+
+def job_of(remote: RemoteSession | None, offered: Any) -> tuple[str, str] | None:
+    """The job an end offers to have acknowledged with its reply (`{"stream", "entry"}`),
+    when it is one submitted for the session (else the worker acknowledges it itself)."""
+    if remote is None or not isinstance(offered, dict):
+        return None
+    stream, entry = offered.get("stream"), offered.get("entry")
+    if not isinstance(entry, str) or not isinstance(stream, str) \
+            or remote.entries.get(entry) != stream:
+        return None
+    return stream, entry
