@@ -42,6 +42,7 @@ from squadd.daemon.placement import (
     recorded_holder,
 )
 from squadd.errors import NotCached
+from squadd.runtime.opening import SessionTools, accept, open_new
 from squadd.runtime.runtime import SquadRuntime
 from squadd.runtime.services import Found
 from squadd.runtime.session import AgentSession, SessionOutcome
@@ -276,40 +277,32 @@ class WorkerRequests:
                   previous_worker=previous)
 
     async def hand_ahead(self, session_id: str) -> dict[str, Any] | None:
-        """A new session's hand-over for its job (`Job.handed`): its opening (prompt, task,
-        epoch 1, no worker yet) made durable as a claim makes it, and what its reply carries.
-        None (nothing written; the job is claimed) for a session not new, in a worktree, or
-        whose prompt is not kept by digest."""
+        """A new session's hand-over for its job (`Job.handed`): its acceptance (unless made
+        already) and opening (prompt, task, epoch 1, no worker yet) added to the route's sink
+        and made durable in one commit, as a local session opens, and what a claim's reply
+        would carry. None, with nothing added, for a session not new or in a worktree; None,
+        its opening durable, when its prompt is not kept by digest (a claim continues it)."""
         remote = self._remote.get(session_id)
-        if remote is None or remote.cancelled:
+        if remote is None or remote.cancelled or remote.plan.continuing:
             return None
-        info, tools = remote.plan.info, remote.tools
-        async with self._lock(session_id):
-            if session_id in self._holders:
-                return None
-            transcript = await anyio.to_thread.run_sync(read_transcript,
-                                                        self._transcript(session_id))
-            if transcript.messages or transcript.last_state in _ENDED \
-                    or last_epoch(transcript.states):
-                return None
-            if await remote_worktrees.hand_out(self._git, self.runtime.layout,
-                                               self.runtime.settings, session_id) is not None:
-                return None
-            try:
-                messages, sink = self._hand_over_known(info, tools, None, "", HANDED_EPOCH,
-                                                       transcript, False)
-            except NotCached:
-                messages, sink = await anyio.to_thread.run_sync(
-                    self._hand_over, info, tools, None, "", HANDED_EPOCH, [], transcript,
-                    False)
-            named = self._replies.named(tools, messages)
-            if named is None:
-                return None  # the records stay uncommitted: the claim adds them
-            with anyio.CancelScope(shield=True):
-                await sink.commit()
-            self._epochs[session_id] = HANDED_EPOCH
-            self._applied[session_id] = (HANDED_EPOCH, 0)
-        return {"epoch": HANDED_EPOCH, "info": session_meta(info), "tools": tools.names,
+        if await remote_worktrees.hand_out(self._git, self.runtime.layout,
+                                           self.runtime.settings, session_id) is not None:
+            return None
+        plan, tools, services = remote.plan, remote.tools, self.runtime.runner.services
+        if not plan.sink.written:
+            accept(plan)
+        messages = await open_new(services, plan, SessionTools(services, plan, remote.record),
+                                  plan.task or plan.info.task)
+        named = self._replies.named(tools, messages)
+        if named is not None:
+            _claimed_by(plan.sink, tools, None, "", HANDED_EPOCH)
+        with anyio.CancelScope(shield=True):
+            await plan.sink.commit()
+        if named is None:
+            return None
+        self._epochs[session_id] = HANDED_EPOCH
+        self._applied[session_id] = (HANDED_EPOCH, 0)
+        return {"epoch": HANDED_EPOCH, "info": session_meta(plan.info), "tools": tools.names,
                 "workspace": None, **named}
 
     async def _take(self, request: Request) -> Reply | None:

@@ -146,21 +146,14 @@ class Coordinator:
             await self.guard.client.aclose()
 
     async def _submit(self, plan: RoutePlan, *, uncancel: bool = False,
-                      hand: bool = False) -> None:
-        """Put the route's session on the job stream. `hand`: a new session's job carries
-        its hand-over (`Job.handed`), so the worker that takes it may start without a claim."""
+                      handed: dict[str, Any] | None = None) -> None:
+        """Put the route's session on the job stream; `handed`: a new session's hand-over
+        (`Job.handed`), so the worker that takes it may start without a claim."""
         info = plan.info
         nonce = secrets.token_hex(16)
         remote = self._remote.get(info.session_id)
         if remote is not None:  # marked before the job is out: its claim may come at once
             remote.nonces.add(nonce)
-        handed = None
-        if hand:
-            try:
-                handed = await self.requests.hand_ahead(info.session_id)
-            except Exception as exc:  # the claim does it again, and fails as a claim fails
-                log.warning("session not handed over with its job; its worker claims it",
-                            session_id=info.session_id, error=f"{type(exc).__name__}: {exc}")
         job = Job(session_id=info.session_id, agent=info.agent,
                   priority="urgent" if info.priority == "urgent" else "normal",
                   timeout_s=plan.timeout_s, nonce=nonce, traceparent=telemetry.traceparent(),
@@ -198,9 +191,11 @@ class Coordinator:
         self._orphans.drop(info.session_id)
         bound = 2 * plan.timeout_s + self.settings.lease_s
         try:
-            await self._open(plan)
+            handed = await self._hand_ahead(plan)
+            if handed is None:
+                await self._open(plan)
             # A cancel of an earlier run of this session (now resumed or continued) is over.
-            await self._submit(plan, uncancel=True, hand=True)
+            await self._submit(plan, uncancel=True, handed=handed)
             with anyio.fail_after(bound):
                 await remote.done.wait()
             with anyio.CancelScope(shield=True):
@@ -235,15 +230,26 @@ class Coordinator:
         """This coordinator as the runner's `SessionHost`."""
         return _Host(self)
 
+    async def _hand_ahead(self, plan: RoutePlan) -> dict[str, Any] | None:
+        """A new session's opening made durable and its hand-over for its job, when it may
+        have one (`WorkerRequests.hand_ahead`); a failure is logged, and the claim does it."""
+        try:
+            return await self.requests.hand_ahead(plan.info.session_id)
+        except Exception as exc:
+            log.warning("session not handed over with its job; its worker claims it",
+                        session_id=plan.info.session_id, error=f"{type(exc).__name__}: {exc}")
+            return None
+
     async def _open(self, plan: RoutePlan) -> None:
         """Make the route's start durable before a worker may take it, unless its acceptance
         did. A continuation's task is recorded as accepted; the claim's `conversation()`
-        makes it the next user message, as a local resume would."""
-        if plan.sink.written:
-            return
-        accept(plan)
-        with anyio.CancelScope(shield=True):
-            await plan.sink.commit()
+        makes it the next user message, as a local resume would. Records a hand-over that
+        failed left in the sink go with it."""
+        if not plan.sink.written and not plan.sink.pending:
+            accept(plan)
+        if plan.sink.pending:
+            with anyio.CancelScope(shield=True):
+                await plan.sink.commit()
 
 
     async def _cancel(self, remote: RemoteSession) -> None:

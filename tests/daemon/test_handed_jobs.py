@@ -18,7 +18,6 @@ from squadd.cluster.wire import Request
 from squadd.contracts.events import BaseEvent, SessionClaimed
 from squadd.contracts.messages import AssistantMessage, message_record
 from squadd.daemon.coordinator import Coordinator
-from squadd.runtime.opening import record_acceptance
 from squadd.runtime.session import SessionOutcome
 from squadd.runtime.session_info import SessionInfo
 from squadd.state.transcripts import prompt_digest, read_transcript
@@ -29,8 +28,8 @@ async def _routed(here: CoordinatorHere, tg: anyio.abc.TaskGroup, sid: str,
                   outcomes: list[SessionOutcome]) -> Delivery:
     """`sid`'s route started through the coordinator, and its job as w1 takes it."""
     info = SessionInfo(session_id=sid, agent="lead", model="m", task=f"task {sid}")
-    record_acceptance(here.layout, info, None)
-    submit_remote(here, tg, info, await here.runtime.planner.charter("lead"), outcomes)
+    submit_remote(here, tg, info, await here.runtime.planner.charter("lead"), outcomes,
+                  new=True)
     while (delivery := await here.coordinator.jobs.take("w1", block_s=0.05)) is None:
         pass
     return delivery

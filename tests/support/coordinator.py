@@ -8,6 +8,7 @@ a squad repository, its runtime (not started: the test enters it) and the Redis 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -94,12 +95,16 @@ async def coordinator_on_redis(tmp_path: Path, cluster: dict[str, Any] | None = 
 
 
 def submit_remote(here: CoordinatorHere, tg: anyio.abc.TaskGroup, info: SessionInfo,
-                  charter: Charter, outcomes: list[SessionOutcome] | None = None) -> None:
+                  charter: Charter, outcomes: list[SessionOutcome] | None = None, *,
+                  new: bool = False) -> None:
     """Start the route of `info` through the coordinator in `tg`: with no local slot, its job
     goes to the workers' stream (the caller takes it as a worker would); its outcome is
-    appended to `outcomes` when it ends."""
+    appended to `outcomes` when it ends. The route resumes a session accepted earlier, or
+    (`new`) starts one, as a routed task does, its acceptance not made yet."""
     plan = continue_plan(None, RouteOrigin(), info, None, charter, here.runtime.settings,
                          here.runtime.runner.services.sinks.existing(info.session_id))
+    if new:
+        plan = dataclasses.replace(plan, task=info.task, continuing=False)
 
     async def run_here() -> SessionOutcome:
         raise AssertionError("no local slot: the session runs on a worker")
