@@ -3,6 +3,7 @@ model that writes one file per task: what the landing-outcome and live-settings 
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -43,8 +44,13 @@ def worktree_daemon(tmp_path: Path, url: str, config: str = WORKTREE_CONFIG) -> 
 
 
 def set_config(daemon: DaemonProcess, extra: str) -> None:
-    """.squad/config.toml: the worktree settings and `extra`."""
-    daemon.layout.config_toml.write_text(WORKTREE_CONFIG + extra, encoding="utf-8")
+    """.squad/config.toml: the worktree settings and `extra`, replaced in one rename as an
+    editor saves it (a file written in place could be read by the daemon's watcher half
+    written, an empty or shorter file that is valid)."""
+    path = daemon.layout.config_toml
+    spare = path.with_name(f".{path.name}.new")
+    spare.write_text(WORKTREE_CONFIG + extra, encoding="utf-8")
+    os.replace(spare, path)
 
 
 def wait_for_event(daemon: DaemonProcess, kind: str, session: str | None = None,
