@@ -346,7 +346,7 @@ class WorkerRequests:
                 self._holders.pop(request.session_id, None)
             raise
 
-    def _hand_over(self, info: SessionInfo, tools: ToolSet, worker: str | None, host: str,
+    def _hand_over(self, info: SessionInfo, tools: ToolSet, worker: str, host: str,
                    epoch: int, recovered: list[ToolMessage], transcript: Transcript,
                    worktree: bool) -> tuple[list[Any], TranscriptSink]:
         """The conversation the claiming worker carries on (blocking), and the sink holding
@@ -368,8 +368,7 @@ class WorkerRequests:
         _claimed_by(sink, tools, worker, host, epoch)
         return messages, sink
 
-    def _hand_over_known(self, info: SessionInfo, tools: ToolSet, worker: str | None,
-                         host: str,
+    def _hand_over_known(self, info: SessionInfo, tools: ToolSet, worker: str, host: str,
                          epoch: int, transcript: Transcript, worktree: bool,
                          ) -> tuple[list[Any], TranscriptSink]:
         """`_hand_over` of a session not started yet, without reading or writing a file (the

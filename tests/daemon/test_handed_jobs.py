@@ -11,6 +11,7 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import pytest
 
 from squadd.cluster import keys
 from squadd.cluster.jobs import Delivery
@@ -148,3 +149,34 @@ async def test_a_coordinator_started_again_records_the_holder_of_a_handed_job(
     holders = [(s["worker"], s["epoch"]) for s in transcript.states if "worker" in s]
     assert holders == [("w1", 1)], transcript.states
     assert transcript.records[-1]["kind"] == "note"
+
+
+async def test_a_hand_over_that_fails_leaves_the_job_to_a_claim_with_its_acceptance_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The opening breaks while the hand-over is made (its acceptance already in the route's
+    sink): the job goes out without one, the acceptance is made durable once, and the claim
+    opens the session under epoch 1."""
+    from squadd.daemon import cluster_requests
+
+    async def broken(*args: object, **kwargs: object) -> object:
+        raise RuntimeError("the opening broke")
+
+    monkeypatch.setattr(cluster_requests, "open_new", broken)
+    outcomes: list[SessionOutcome] = []
+    async with coordinator_on_redis(tmp_path, {"local_slots": 0}) as here:
+        async with here.runtime:
+            with anyio.fail_after(30):
+                async with anyio.create_task_group() as tg:
+                    delivery = await _routed(here, tg, "s1", outcomes)
+                    monkeypatch.undo()  # the claim opens it as usual
+                    claim = await here.coordinator.handle(Request(
+                        request_id="claim-w1", kind="claim", session_id="s1", worker="w1"))
+                    end = await here.coordinator.handle(_end("s1", "w1", 1))
+        transcript = read_transcript(here.layout.transcript("s1"))
+    assert delivery.job.handed is None
+    assert claim.ok and claim.body["epoch"] == 1, claim
+    assert end.ok, end
+    assert [o.status for o in outcomes] == ["completed"]
+    queued = [s for s in transcript.states if s["state"] == "queued"]
+    assert len(queued) == 1, transcript.states
+    assert [m["role"] for m in transcript.messages] == ["system", "user", "assistant"]
