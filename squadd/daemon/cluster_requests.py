@@ -285,17 +285,19 @@ class WorkerRequests:
         remote = self._remote.get(session_id)
         if remote is None or remote.cancelled or remote.plan.continuing:
             return None
-        if await remote_worktrees.hand_out(self._git, self.runtime.layout,
-                                           self.runtime.settings, session_id) is not None:
+        if await remote_worktrees.worktree_of(self.runtime.layout, session_id) is not None:
             return None
         plan, tools, services = remote.plan, remote.tools, self.runtime.runner.services
         if not plan.sink.written:
             accept(plan)
-        messages = await open_new(services, plan, SessionTools(services, plan, remote.record),
+        messages = await open_new(services, plan,
+                                  SessionTools(services, plan, remote.record, found=tools),
                                   plan.task or plan.info.task)
         named = self._replies.named(tools, messages)
         if named is not None:
-            _claimed_by(plan.sink, tools, None, "", HANDED_EPOCH)
+            # The epoch it hands, recorded (epochs never go back, even when Redis lost them);
+            # its worker is recorded at that worker's first request.
+            plan.sink.add("state", state="active", epoch=HANDED_EPOCH, handed=True)
         with anyio.CancelScope(shield=True):
             await plan.sink.commit()
         if named is None:
@@ -469,14 +471,10 @@ class WorkerRequests:
             del self._locks[session_id]
 
 
-def _claimed_by(sink: TranscriptSink | TranscriptWriter, tools: ToolSet, worker: str | None,
+def _claimed_by(sink: TranscriptSink | TranscriptWriter, tools: ToolSet, worker: str,
                 host: str, epoch: int) -> None:
-    """A claim's records: its owner (the worker, under its epoch) and `active`. No worker:
-    a job's hand-over, whose epoch is recorded (epochs never go back, even when Redis lost
-    them) and whose worker is recorded at its first request."""
-    if worker is None:
-        sink.add("state", state="active", epoch=epoch, handed=True)
-        return
+    """A claim's records (or those of a handed job's first request): its owner (the worker,
+    under its epoch) and `active`."""
     sink.add("meta", tools=tools.names, owner={"worker": worker, "epoch": epoch})
     sink.add("state", state="active", worker=worker, host=host, epoch=epoch)
 

@@ -84,8 +84,8 @@ async def hand_out(git: Git, layout: SquadLayout, settings: Settings,
                    session_id: str) -> dict[str, Any] | None:
     """What a worker needs to work on the session's own worktree in its clone: the ref to
     start from and the authors' email (None: the session works shared)."""
-    workspace = await _record(layout, session_id)
-    if workspace is None or workspace.state in GONE:
+    workspace = await worktree_of(layout, session_id)
+    if workspace is None:
         return None
     return {"start_ref": await start_ref(git, layout.repo, workspace),
             "author_email": settings.workspace.author_email}
@@ -106,6 +106,13 @@ async def bring_back(git: Git, layout: SquadLayout, session_id: str) -> None:
         await forget(git, layout.repo, session_id)
         log.info("session work brought back from its worker", session_id=session_id,
                  commit=moved)
+
+
+async def worktree_of(layout: SquadLayout, session_id: str) -> WorkspaceView | None:
+    """The session's worktree, unless it is gone or the session works shared (no git call:
+    whether a session's job can be handed over asks only this)."""
+    workspace = await _record(layout, session_id)
+    return None if workspace is None or workspace.state in GONE else workspace
 
 
 async def _record(layout: SquadLayout, session_id: str) -> WorkspaceView | None:

@@ -45,11 +45,13 @@ class SessionTools:
     narrowed by the route, the session's first route and the charter. Found once; the pool's
     record shows it."""
 
-    def __init__(self, services: RouteServices, plan: RoutePlan, record: SessionRecord):
+    def __init__(self, services: RouteServices, plan: RoutePlan, record: SessionRecord, *,
+                 found: ToolSet | None = None):
+        """`found`: the set, found already for this route (nothing is looked for again)."""
         self._services = services
         self._plan = plan
         self._record = record
-        self._found: ToolSet | None = None
+        self._found: ToolSet | None = found
 
     def find(self) -> ToolSet:
         """Blocking: extra tools are discovered on disk (a worker thread's work)."""

@@ -232,6 +232,15 @@ def test_a_worktree_session_on_a_worker_lands_on_the_coordinators_main(
         shown = json.loads(cluster.daemon.squadd(
             "sessions", "show", result["session_id"], "--json").stdout)["session"]
         assert shown["cost_usd"] is not None and shown["cost_usd"] > 0, shown
+        # The worker holds that prompt now, yet the next worktree session's job is not handed
+        # over (a hand-over carries no worktree): it is claimed, and its work lands too.
+        again = cluster.daemon.client.route("write:src/other.txt", "lead")
+        assert again["ok"] and again["landing"]["state"] == "landed", again
+        assert on_main(cluster, "src/other.txt") == "written by the squad\n"
+        for sid in (result["session_id"], again["session_id"]):
+            states = read_transcript(cluster.layout.transcript(sid)).states
+            assert not any(s.get("handed") for s in states), states
+            assert [s["epoch"] for s in states if "worker" in s] == [1], states
 
 
 def test_a_worker_killed_mid_session_leaves_its_work_for_the_next(tmp_path: Path) -> None:
