@@ -28,25 +28,27 @@ class ClaimReplies:
     def specs(self, tools: ToolSet, held: Any) -> dict[str, Any]:
         """The reply's members for the squad tools' specs: the list's id, and the list unless
         the worker holds it (`held`: the claim's `specs_held`)."""
+        named, specs = self._spec_set(tools)
+        if isinstance(held, list) and named in held[:SPEC_SETS_KEPT]:
+            return {"squad_specs_id": named}
+        return {"squad_specs_id": named, "squad_specs": specs}
+
+    def _spec_set(self, tools: ToolSet) -> tuple[str, list[dict[str, Any]]]:
+        """The squad tools' spec list and its id, made once per set of tool objects."""
         squad = tuple(tool for tool in tools if tool.squad_tool)
         found = self._spec_sets.get(squad)
-        if found is None:  # made once per set of tool objects
+        if found is None:
             specs = [tool.spec_json() for tool in squad]
             found = (specs_id(specs), specs)
             if len(self._spec_sets) >= SPEC_SETS_KEPT:
                 self._spec_sets.clear()
             self._spec_sets[squad] = found
-        named, specs = found
-        if isinstance(held, list) and named in held[:SPEC_SETS_KEPT]:
-            return {"squad_specs_id": named}
-        return {"squad_specs_id": named, "squad_specs": specs}
+        return found
 
     def named(self, tools: ToolSet, messages: list[Message]) -> dict[str, Any] | None:
         """A job's hand-over of the specs and the conversation: the specs by their list's id
         and every system prompt by its digest, as for a worker that holds them all (a worker
         that does not claims instead). None when a prompt is not kept by digest here."""
-        specs = self.specs(tools, None)
-        del specs["squad_specs"]
         records = []
         for message in messages:
             if isinstance(message, SystemMessage):
@@ -56,7 +58,7 @@ class ClaimReplies:
                                 "prompt": self._prompts.keep(message.content)})
             else:
                 records.append(message_record(message))
-        return {**specs, "messages": records}
+        return {"squad_specs_id": self._spec_set(tools)[0], "messages": records}
 
     def messages(self, messages: list[Message], held: Any) -> list[dict[str, Any]]:
         """The conversation as the reply carries it: a system prompt the worker holds (`held`:
