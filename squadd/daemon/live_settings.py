@@ -2,13 +2,14 @@
 changes (`.squad/config.toml`, the user's config), on SIGHUP or on `squadd reload`. What can
 change live (`config.LIVE_SECTIONS`) is applied to the runtime at once; any other change is
 logged and reported by `squadd status` until a restart; a file that does not load is refused,
-named with its key, and the running settings stay.
+named with its key, and the running settings stay. A changed file is read once it has stopped
+changing (`SETTLE_S`), so that one written in place is not read half written.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -36,6 +37,11 @@ WATCH_DEBOUNCE_MS = 200
 WATCH_TIMEOUT_MS = 1000
 POLL_S = 2.0
 """How often the files' stats are read when watching them fails."""
+SETTLE_S = 0.25
+"""A changed file is read once its stats have stayed the same this long: a tool that writes
+it in place (truncate, then write) is not read half way."""
+SETTLE_LIMIT_S = 5.0
+"""A file still changing after this long is read as it is (the next change reads it again)."""
 
 
 class SettingsTarget(Protocol):
@@ -72,7 +78,8 @@ class LiveSettings:
 
     def __init__(self, layout: SquadLayout, target: SettingsTarget, sink: EventSink, *,
                  overrides: Mapping[str, Mapping[str, Any]] | None = None,
-                 user_file: Path | None = None):
+                 user_file: Path | None = None,
+                 settle_sleep: Callable[[float], Awaitable[None]] = anyio.sleep):
         self.layout = layout
         self.target = target
         self.sink = sink
@@ -84,6 +91,7 @@ class LiveSettings:
         """Why the files on disk were last refused ("" once they load again)."""
         self._lock = anyio.Lock()
         self._stop = anyio.Event()
+        self._settle_sleep = settle_sleep
 
     def close(self) -> None:
         """End `watch` (its watcher thread returns within a step, not a whole timeout)."""
@@ -155,6 +163,7 @@ class LiveSettings:
             started = True
             async for changes in watcher:
                 if changes:
+                    await self._settled()
                     await self.reload("changed on disk")
         except Exception as exc:  # watching is a convenience: polling does the same job
             log.warning("settings files not watched: polling them", error=str(exc),
@@ -169,17 +178,31 @@ class LiveSettings:
             await anyio.sleep(POLL_S)
             now = self._stats()
             if now != seen:
-                seen = now
+                seen = await self._settled()
                 await self.reload("changed on disk")
 
-    def _stats(self) -> list[tuple[int, int] | None]:
-        stats: list[tuple[int, int] | None] = []
+    async def _settled(self) -> list[tuple[int, int, int] | None]:
+        """Wait until the files' stats stay the same for `SETTLE_S` (at most `SETTLE_LIMIT_S`);
+        their stats then."""
+        seen = self._stats()
+        for _step in range(max(1, round(SETTLE_LIMIT_S / SETTLE_S))):
+            await self._settle_sleep(SETTLE_S)
+            now = self._stats()
+            if now == seen:
+                return now
+            seen = now
+        log.warning("settings files still changing: reading them as they are",
+                    after_s=SETTLE_LIMIT_S)
+        return seen
+
+    def _stats(self) -> list[tuple[int, int, int] | None]:
+        stats: list[tuple[int, int, int] | None] = []
         for path in self.files:
             try:
                 info = path.stat()
             except OSError:
                 stats.append(None)
             else:
-                stats.append((info.st_mtime_ns, info.st_size))
+                stats.append((info.st_ino, info.st_mtime_ns, info.st_size))
         return stats
 

@@ -10,6 +10,7 @@ import signal
 from pathlib import Path
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from squadd.config import Settings, load_settings
@@ -191,3 +192,33 @@ async def test_watch_reloads_on_a_change_and_ends_when_closed(tmp_path: Path) ->
         live.close()  # the watcher returns by itself: the group ends without a cancel
     [event] = events.of("settings.reloaded")
     assert event.why == "changed on disk" and event.applied == ["tools.timeout_s"]
+
+
+async def test_a_file_written_in_place_is_read_once_it_has_stopped_changing(
+        tmp_path: Path) -> None:
+    layout, target, events, _ = _live(tmp_path)
+    layout.config_toml.write_text("[tools]\ntimeout_s = 9.0\n", encoding="utf-8")
+    target.settings = load_settings(layout.root, user_file=tmp_path / "user.toml")
+    pauses: list[float] = []
+
+    async def writer_finishes_during_the_pause(seconds: float) -> None:
+        # A tool writing the file in place: emptied (below), its text written only now, while
+        # the watcher waits for the file to settle.
+        pauses.append(seconds)
+        if len(pauses) == 1:
+            layout.config_toml.write_text("[tools]\ntimeout_s = 7.0\n", encoding="utf-8")
+        await anyio.lowlevel.checkpoint()
+
+    live = LiveSettings(layout, target, events, user_file=tmp_path / "user.toml",
+                        settle_sleep=writer_finishes_during_the_pause)
+    async with anyio.create_task_group() as group:
+        await group.start(live.watch)
+        layout.config_toml.write_text("", encoding="utf-8")  # truncated: valid, all defaults
+        with anyio.fail_after(30):
+            await target.changed.wait()
+        live.close()
+    # The empty file was never applied: the first settings applied are the finished file's,
+    # read after its stats stayed the same over a pause.
+    assert target.applied[0].tools.timeout_s == 7.0
+    assert len(pauses) >= 2 and all(pause == pauses[0] for pause in pauses)
+    assert events.of("settings.reloaded")[0].applied == ["tools.timeout_s"]
