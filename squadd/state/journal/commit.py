@@ -285,6 +285,8 @@ class GroupCommit:
     async def _outcome(self, job: Job, deadline: float) -> Exception | None:
         """What writing `job` raised (None: it is durable), once it is done; an `ETIMEDOUT`
         error of its own when it is not done by `deadline`."""
+        if job.done.is_set():  # most begun records are durable by the time they are asked for
+            return job.error
         with anyio.CancelScope(deadline=deadline):
             await job.done.wait()
             return job.error
