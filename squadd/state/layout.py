@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from pathlib import Path
 
 from squadd.contracts.names import is_safe_name, safe_name
@@ -32,6 +33,10 @@ if TYPE_CHECKING:
 
 _PROMPT_PATHS_KEPT = 4096
 """Unchecked prompt-file paths a layout keeps (past that it starts over): three an agent."""
+FOLDER_RECHECK_S = 1.0
+"""How long a folder squadd makes new files in at every route (the transcripts, the
+orchestration log) is taken as checked (`SquadLayout.folder`) before it is checked again."""
+_clock = time.monotonic
 
 __all__ = ["JOURNAL_SUFFIX", "SQUAD_DIRNAMES", "SquadLayout", "find_squad_dir", "open_inside",
            "read_inside", "safe_id"]
@@ -44,7 +49,8 @@ class SquadLayout(RunPaths):
     `dataclasses` imports `inspect`, a tenth of what `squadd status` takes to start.)
     """
 
-    __slots__ = ("_prefix", "_prompt_paths", "_root_text", "_skill_roots", "repo", "root")
+    __slots__ = ("_folders", "_prefix", "_prompt_paths", "_root_text", "_skill_roots", "repo",
+                 "root")
 
     root: Path
     repo: Path
@@ -53,6 +59,7 @@ class SquadLayout(RunPaths):
     _prefix: str
     _skill_roots: tuple[tuple[SkillSource, Path], ...]
     _prompt_paths: dict[tuple[str, str], Path]
+    _folders: dict[tuple[str, ...], tuple[Path, float]]
 
     def __init__(self, root: Path):
         resolved = Path(os.path.realpath(root))
@@ -68,6 +75,8 @@ class SquadLayout(RunPaths):
         object.__setattr__(self, "_prefix", str(resolved).rstrip(os.sep) + os.sep)
         # `prompt_file(check=False)`'s paths, kept: every route asks for four of them.
         object.__setattr__(self, "_prompt_paths", {})
+        # `folder`'s checked folders, each with when it is checked again.
+        object.__setattr__(self, "_folders", {})
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"a SquadLayout cannot be changed (tried to set {name!r})")
@@ -150,6 +159,20 @@ class SquadLayout(RunPaths):
             if stat.S_ISLNK(mode):
                 return True
         return False
+
+    def folder(self, *parts: str) -> Path:
+        """`_p(*parts)` for a folder squadd makes new files in at every route, checked at most
+        once every `FOLDER_RECHECK_S`: each check is a `lstat` a component on the event loop
+        (or the commit thread), and each makes the other thread wait for the interpreter. A
+        link put in place of the folder is refused from the next check on; the files in it
+        are opened with `O_NOFOLLOW`, so a link at a file's own name is refused at once."""
+        now = _clock()
+        known = self._folders.get(parts)
+        if known is not None and now < known[1]:
+            return known[0]
+        path = self._p(*parts)
+        self._folders[parts] = (path, now + FOLDER_RECHECK_S)
+        return path
 
     def _p(self, *parts: str, check: bool = True) -> Path:
         if check and not any(os.path.isabs(part) for part in parts):

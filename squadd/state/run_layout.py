@@ -34,12 +34,14 @@ class RunPaths:
 
         def _p(self, *parts: str, check: bool = True) -> Path: ...
 
+        def folder(self, *parts: str) -> Path: ...
+
     # Sessions and their output. squadd's transcripts live under run/ (git-ignored), apart
     # from Squad's own committed `sessions/`; a transcript an older squadd left in `sessions/`
     # is still found there and continued in place.
     @property
     def transcripts_dir(self) -> Path:
-        return self._p("run", "transcripts")
+        return self.folder("run", "transcripts")
 
     @property
     def transcript_journals_dir(self) -> Path:
@@ -107,7 +109,7 @@ class RunPaths:
 
     @property
     def orchestration_dir(self) -> Path:
-        return self._p("orchestration-log")
+        return self.folder("orchestration-log")
 
     def orchestration_entry(self, stamp: str, agent: str) -> Path:
         """`orchestration_log`'s path with only its folder checked, for a writer that opens it

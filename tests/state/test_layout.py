@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
+import squadd.state.layout as layout_module
 from squadd.contracts.names import NAME_RULE, safe_name
 from squadd.errors import InvalidNameError, PathEscapeError, SquadNotFoundError
 from squadd.state.decisions import write_inbox_entry
 from squadd.state.history import append_learning
-from squadd.state.layout import SquadLayout, find_squad_dir, safe_id
+from squadd.state.layout import FOLDER_RECHECK_S, SquadLayout, find_squad_dir, safe_id
 from squadd.state.skills import write_skill
 from squadd.state.transcripts import list_transcripts
 from tests._helpers import snapshot
@@ -197,7 +198,7 @@ def test_a_new_sessions_transcript_is_in_run_transcripts_and_checked_for_links(
     (squad.root / "run").mkdir()
     (squad.root / "run" / "transcripts").symlink_to(tmp_path)
     with pytest.raises(PathEscapeError):  # the folder is checked (the name: by the open)
-        squad.new_transcript("s-new")
+        SquadLayout.at(squad.root).new_transcript("s-new")
 
 
 def test_an_orchestration_entrys_folder_is_checked_and_its_name_left_to_the_open(
@@ -208,7 +209,28 @@ def test_an_orchestration_entrys_folder_is_checked_and_its_name_left_to_the_open
         squad.orchestration_entry("../x", "lead")
     squad.orchestration_dir.symlink_to(tmp_path)
     with pytest.raises(PathEscapeError):
-        squad.orchestration_entry(stamp, "lead")
+        SquadLayout.at(squad.root).orchestration_entry(stamp, "lead")
+
+
+def test_a_folder_written_at_every_route_is_checked_again_after_the_recheck_time(
+        squad: SquadLayout, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [100.0]
+    monkeypatch.setattr(layout_module, "_clock", lambda: now[0])
+    folder = squad.transcripts_dir
+    assert folder == squad.root / "run" / "transcripts"
+    folder.parent.mkdir()
+    folder.symlink_to(tmp_path)
+    # Within the recheck time the folder is taken as checked (a file in it is still opened
+    # with O_NOFOLLOW); from then on the link is refused at every look until it is gone.
+    now[0] += FOLDER_RECHECK_S / 2
+    assert squad.transcripts_dir == folder
+    now[0] += FOLDER_RECHECK_S
+    for _ in range(2):
+        with pytest.raises(PathEscapeError):
+            squad.new_transcript("s-new")
+    folder.unlink()
+    folder.mkdir()
+    assert squad.new_transcript("s-new") == folder / "s-new.jsonl"
 
 
 def test_skill_folders_come_in_squads_order_and_stay_inside(squad: SquadLayout,

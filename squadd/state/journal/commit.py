@@ -94,8 +94,9 @@ class GroupCommit:
         """The batch at the commit thread."""
         self._send: MemoryObjectSendStream[Batch] | None = None
         self._receive: MemoryObjectReceiveStream[Batch] | None = None
-        self._doorbell: queue.SimpleQueue[None] = queue.SimpleQueue()
-        """Rung (on the loop) when a batch is sent to a thread that waits for one."""
+        self._doorbell: queue.SimpleQueue[Batch | None] = queue.SimpleQueue()
+        """Where a batch goes (on the loop) to a thread that waits for one: it takes the
+        batch from here, with no trip to the loop (None: the writer is closed)."""
         self._thread_waits = True
         """The commit thread waits at the doorbell (not in a landing: that takes the next
         batch from the stream itself)."""
@@ -299,7 +300,7 @@ class GroupCommit:
         await anyio.to_thread.run_sync(self.journal.open)
         self._send, self._receive = anyio.create_memory_object_stream[Batch](1)
         thread = threading.Thread(target=self._serve, name=COMMIT_THREAD, daemon=True,
-                                  args=(self._receive, anyio.lowlevel.current_token()))
+                                  args=(anyio.lowlevel.current_token(),))
         self._nudge = nudge = anyio.Event()
         thread.start()
         self._enter(CommitState.IDLE)
@@ -327,8 +328,8 @@ class GroupCommit:
                     await nudge.wait()
                     self._nudge = nudge = anyio.Event()
                 self._enter(CommitState.CLOSED)  # from here, a commit syncs by itself
-                self._send.close()  # the thread's receive ends: so does the thread
-                self._doorbell.put(None)
+                self._send.close()
+                self._doorbell.put(None)  # the thread waits there (drained): it ends
                 await anyio.to_thread.run_sync(thread.join)
                 self._nudge = None
                 await anyio.to_thread.run_sync(self.journal.close)
@@ -350,12 +351,13 @@ class GroupCommit:
         for job in jobs:
             job.sent = True
         covers, self._written = (self._written, []) if sync else ([], self._written)
-        self._batch = Batch(jobs, covers, sync)
-        assert self._send is not None
-        self._send.send_nowait(self._batch)  # room for one: the one before has landed
+        self._batch = batch = Batch(jobs, covers, sync)
         if self._thread_waits:
             self._thread_waits = False
-            self._doorbell.put(None)
+            self._doorbell.put(batch)
+        else:  # in a landing: it takes the batch from the stream as it returns
+            assert self._send is not None
+            self._send.send_nowait(batch)  # room for one: the one before has landed
         self._enter(CommitState.SYNCING if sync else CommitState.WRITING_AHEAD)
 
     def _landed(self, batch: Batch) -> Batch | None:
@@ -386,22 +388,19 @@ class GroupCommit:
             self._thread_waits = True
             return None
 
-    def _serve(self, batches: MemoryObjectReceiveStream[Batch],
-               token: anyio.lowlevel.EventLoopToken) -> None:
+    def _serve(self, token: anyio.lowlevel.EventLoopToken) -> None:
         """The commit thread: commit each batch handed over, then land it on the loop."""
         batch: Batch | None = None
         while True:
             try:
                 if batch is None:
-                    self._doorbell.get()
-                    batch = anyio.from_thread.run_sync(batches.receive_nowait, token=token)
+                    batch = self._doorbell.get()
+                    if batch is None:  # closed
+                        return
                 self._commit(batch)
                 batch = anyio.from_thread.run_sync(self._landed, batch, token=token)
-            except (anyio.EndOfStream, anyio.RunFinishedError,
-                    concurrent.futures.CancelledError):
-                return  # closed, or the loop is gone (and its waiters with it)
-            except anyio.WouldBlock:  # rung with nothing sent (never, by design): wait again
-                batch = None
+            except (anyio.RunFinishedError, concurrent.futures.CancelledError):
+                return  # the loop is gone (and its waiters with it)
             except Exception:  # a bug on the loop's side: said, and the thread goes on
                 log.exception("a committed batch could not be landed")
                 try:
