@@ -143,7 +143,7 @@ def _open_known(services: RouteServices, plan: RoutePlan, tools: SessionTools,
     session, info = services.session, plan.info
     found = tools.known()
     parts = gather_known(session.layout, info.agent, plan.context, session.files,
-                         session.summaries)
+                         session.summaries, charter=plan.charter.text)
     system = build_system_prompt(info.agent, parts, session.settings.prompt, workspace=note)
     if not services.sinks.prompts.kept(system):
         raise NotCached("a system prompt this process has not kept yet")

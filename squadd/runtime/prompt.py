@@ -97,13 +97,19 @@ def gather(layout: SquadLayout, agent: str, context: str | None,
 
 
 def gather_known(layout: SquadLayout, agent: str, context: str | None,
-                 files: StatCache[str], summaries: SkillSummaries) -> PromptParts:
+                 files: StatCache[str], summaries: SkillSummaries, *,
+                 charter: str | None = None) -> PromptParts:
     """`gather`'s parts from the caches alone, each file only stat'ed (the event loop may
-    call it); `NotCached` when a file would have to be read."""
-    # A cache hit was read through the layout's check: only a stat is needed.
-    return _parts(layout, agent, context,
-                  lambda part: files.peek(layout.prompt_file(part, agent, check=False)),
-                  _index(list_known_skills(layout, summaries)))
+    call it); `NotCached` when a file would have to be read. `charter`: the charter's text as
+    the route's plan read it a moment before (its file is not looked at again)."""
+
+    def look(part: str) -> str:
+        if part == "charter" and charter is not None:
+            return charter
+        # A cache hit was read through the layout's check: only a stat is needed.
+        return files.peek(layout.prompt_file(part, agent, check=False))
+
+    return _parts(layout, agent, context, look, _index(list_known_skills(layout, summaries)))
 
 
 def _parts(layout: SquadLayout, agent: str, context: str | None,

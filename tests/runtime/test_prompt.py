@@ -4,17 +4,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from squadd.config import PromptSettings
 from squadd.runtime.prompt import (
     SHARED_NOTE,
     WORKTREE_NOTE,
     PromptParts,
     build_system_prompt,
+    file_cache,
     gather,
+    gather_known,
     keep_tail,
     workspace_note,
 )
+from squadd.statcache import NotCached
 from squadd.state.layout import SquadLayout
+from squadd.state.skills import summary_cache
 from tests.tools.conftest import make_squad
 
 
@@ -73,3 +79,15 @@ def test_changed_file_is_reread(tmp_path: Path) -> None:
     layout.history("fenster").write_text("# Project Context\n\n## Learnings\n- new one\n",
                                          encoding="utf-8")
     assert gather(layout, "fenster", None).history != first
+
+
+def test_a_charter_the_route_read_is_used_as_it_is_without_looking_at_the_file(
+        tmp_path: Path) -> None:
+    layout = make_squad(tmp_path / "repo")
+    files, summaries = file_cache(layout), summary_cache()
+    charter = gather(layout, "fenster", None, files, summaries).charter
+    layout.charter("fenster").write_text("# Fenster\n\nchanged since\n", encoding="utf-8")
+    with pytest.raises(NotCached):  # the file changed: it would have to be read again
+        gather_known(layout, "fenster", None, files, summaries)
+    parts = gather_known(layout, "fenster", None, files, summaries, charter=charter)
+    assert parts.charter == charter and "changed since" not in parts.charter
