@@ -62,16 +62,22 @@ class Subscription:
         if event is not None:  # the common case of a busy bus: no timeout scope needed
             await anyio.lowlevel.checkpoint_if_cancelled()
             return event
+        if within is None:  # no timeout scope to enter and leave for each event
+            return await self._next()
         with anyio.move_on_after(within):
-            while True:
-                event = self.get_nowait()
-                if event is not None:
-                    return event
-                if self.closed:
-                    return None
-                self._ready = anyio.Event()
-                await self._ready.wait()
+            return await self._next()
         return None
+
+    async def _next(self) -> BaseEvent | None:
+        """The next event, once there is one; None once closed."""
+        while True:
+            event = self.get_nowait()
+            if event is not None:
+                return event
+            if self.closed:
+                return None
+            self._ready = anyio.Event()
+            await self._ready.wait()
 
     def close(self) -> None:
         self.closed = True
