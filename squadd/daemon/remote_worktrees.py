@@ -118,6 +118,6 @@ async def worktree_of(layout: SquadLayout, session_id: str) -> WorkspaceView | N
 async def _record(layout: SquadLayout, session_id: str) -> WorkspaceView | None:
     """The session's workspace record; a session that works shared has none, which one
     `stat` tells without a trip to a worker thread (twice a route on the coordinator)."""
-    if not layout.workspace_record(session_id).exists():
+    if not layout.may_have_workspace(session_id):
         return None
     return await anyio.to_thread.run_sync(records.load, layout, session_id)

@@ -142,6 +142,12 @@ class RunPaths:
     def workspace_record(self, session_id: str) -> Path:
         return self._p("run", "workspaces", safe_id(session_id) + ".json")
 
+    def may_have_workspace(self, session_id: str) -> bool:
+        """Whether the session may have a workspace record: one `lstat` of its name in the
+        records' folder (checked as `folder` checks it), for a caller that asks for every
+        session and reads a record found through `workspace_record`'s checked path."""
+        return os.path.lexists(self.folder("run", "workspaces") / (safe_id(session_id) + ".json"))
+
     def workspace_output(self, session_id: str, step: str) -> Path:
         """The full output of a workspace command (setup, land check) of a session."""
         return self._p("run", "workspaces", f"{safe_id(session_id)}.{safe_id(step)}.txt")

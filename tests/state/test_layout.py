@@ -301,3 +301,14 @@ def test_a_processs_journals_are_found_by_its_pid_alone(squad: SquadLayout) -> N
         path.touch()
     assert squad.transcript_journals_of(12) == sorted(mine)
     assert all(path.parent == squad.transcript_journals_dir for path in mine)
+
+
+def test_whether_a_session_may_have_a_workspace_record_is_one_look_at_its_name(
+        squad: SquadLayout) -> None:
+    assert not squad.may_have_workspace("s-1")  # no folder yet
+    squad.workspace_record("s-1").parent.mkdir(parents=True)
+    assert not squad.may_have_workspace("s-1")
+    squad.workspace_record("s-1").write_text("{}", encoding="utf-8")
+    assert squad.may_have_workspace("s-1") and not squad.may_have_workspace("s-2")
+    with pytest.raises(InvalidNameError):
+        squad.may_have_workspace("../s-1")
