@@ -14,13 +14,12 @@ The loop's side is one explicit state machine (`CommitState`):
 
     stopped → idle ⇄ gathering → syncing / writing ahead → idle | lingering → … → closed
 
-A batch goes to the commit thread through its doorbell (a queue the thread waits on: one
-batch at a time is there, or at the thread); the thread lands it back on the loop with the
-loop's `call_soon_threadsafe`, without waiting for the landing, and goes back to the
-doorbell, where the landing puts the next batch when one waits. A commit costs one wake of
-the thread and one of the loop, with no task between (a `from_thread.run` of a stream's
-`receive` would cost the loop a task for each wait: about twice the CPU of the whole
-hand-over, measured with `scripts/bench/group_commit.py`).
+A batch goes to the commit thread through a bounded anyio memory object stream; the thread
+lands it back on the loop through `anyio.from_thread` (the same call hands it the next batch
+when one waits: a commit costs one trip to that thread and back, with no task between). A
+thread with nothing to do waits on a doorbell the loop rings when it sends the next batch
+(a `from_thread.run` of the stream's `receive` would cost the loop a task for each wait:
+about twice the CPU of the whole hand-over, measured with `scripts/bench/group_commit.py`).
 `flushed()` waits until everything submitted so far is durable; `reached()` until the machine
 has been in a given state. After a crash, `replay.replay_journals` puts back what a journal
 holds and its files lack.
@@ -28,7 +27,7 @@ holds and its files lack.
 
 from __future__ import annotations
 
-import asyncio
+import concurrent.futures
 import errno
 import queue
 import threading
@@ -36,9 +35,11 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import anyio
+import anyio.from_thread
 import anyio.lowlevel
 import structlog
 from anyio.abc import TaskStatus
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from squadd.state.journal.states import AT_THREAD, RUNNING, CommitState, Pending
 from squadd.state.journal.writer import Appender, Batch, Job, JournalWriter
@@ -91,12 +92,14 @@ class GroupCommit:
         (and only then are they done)."""
         self._batch: Batch | None = None
         """The batch at the commit thread."""
+        self._send: MemoryObjectSendStream[Batch] | None = None
+        self._receive: MemoryObjectReceiveStream[Batch] | None = None
         self._doorbell: queue.SimpleQueue[Batch | None] = queue.SimpleQueue()
         """Where a batch goes (on the loop) to a thread that waits for one: it takes the
         batch from here, with no trip to the loop (None: the writer is closed)."""
         self._thread_waits = True
-        """The commit thread waits at the doorbell (or is on its way there: a batch it
-        committed has landed)."""
+        """The commit thread waits at the doorbell (not in a landing: that takes the next
+        batch from the stream itself)."""
         self._nudge: anyio.Event | None = None
         """Wakes `run()`: a linger to time, a full journal to retire, a drain to finish."""
         self._watchers: list[tuple[tuple[CommitState, ...] | None, anyio.Event]] = []
@@ -295,8 +298,9 @@ class GroupCommit:
         """Run the commit thread until `close()`; what is queued then is committed first. Full
         journals are retired from here, in worker threads, off the commit path."""
         await anyio.to_thread.run_sync(self.journal.open)
+        self._send, self._receive = anyio.create_memory_object_stream[Batch](1)
         thread = threading.Thread(target=self._serve, name=COMMIT_THREAD, daemon=True,
-                                  args=(asyncio.get_running_loop(),))
+                                  args=(anyio.lowlevel.current_token(),))
         self._nudge = nudge = anyio.Event()
         thread.start()
         self._enter(CommitState.IDLE)
@@ -324,6 +328,7 @@ class GroupCommit:
                     await nudge.wait()
                     self._nudge = nudge = anyio.Event()
                 self._enter(CommitState.CLOSED)  # from here, a commit syncs by itself
+                self._send.close()
                 self._doorbell.put(None)  # the thread waits there (drained): it ends
                 await anyio.to_thread.run_sync(thread.join)
                 self._nudge = None
@@ -347,24 +352,18 @@ class GroupCommit:
             job.sent = True
         covers, self._written = (self._written, []) if sync else ([], self._written)
         self._batch = batch = Batch(jobs, covers, sync)
-        assert self._thread_waits, "a batch was sent before the one at the thread landed"
-        self._thread_waits = False
-        self._doorbell.put(batch)
+        if self._thread_waits:
+            self._thread_waits = False
+            self._doorbell.put(batch)
+        else:  # in a landing: it takes the batch from the stream as it returns
+            assert self._send is not None
+            self._send.send_nowait(batch)  # room for one: the one before has landed
         self._enter(CommitState.SYNCING if sync else CommitState.WRITING_AHEAD)
 
-    def _land(self, batch: Batch) -> None:
-        """`_landed`, called by the commit thread on the loop (which is back at the doorbell
-        by now, or on its way there)."""
-        self._thread_waits = True
-        try:
-            self._landed(batch)
-        except Exception:  # a bug: said, and the writer goes on
-            log.exception("a committed batch could not be landed")
-
-    def _landed(self, batch: Batch) -> None:
+    def _landed(self, batch: Batch) -> Batch | None:
         """A batch is durable, or failed (on the loop): wake its callers, hand over the next
-        when one waits. The jobs of a batch without a sync wait for the next one (unless they
-        failed)."""
+        (returned to the thread when one went out meanwhile). The jobs of a batch without a
+        sync wait for the next one (unless they failed)."""
         for job in (*batch.jobs, *batch.covers):
             if not batch.sync and job.error is None:
                 self._written.append(job)
@@ -377,18 +376,37 @@ class GroupCommit:
         self._send_or_linger()
         if self.journal.retire_due or (self._closing and self._drained):
             self._poke()
+        return self._next_batch()
 
-    def _serve(self, loop: asyncio.AbstractEventLoop) -> None:
+    def _next_batch(self) -> Batch | None:
+        """The batch sent to the thread, if one was (on the loop); else None, and the thread
+        goes to wait at the doorbell."""
+        assert self._receive is not None
+        try:
+            return self._receive.receive_nowait()
+        except anyio.WouldBlock:
+            self._thread_waits = True
+            return None
+
+    def _serve(self, token: anyio.lowlevel.EventLoopToken) -> None:
         """The commit thread: commit each batch handed over, then land it on the loop."""
+        batch: Batch | None = None
         while True:
-            batch = self._doorbell.get()
-            if batch is None:  # closed
-                return
-            self._commit(batch)
             try:
-                loop.call_soon_threadsafe(self._land, batch)
-            except RuntimeError:  # the loop is closed (and its waiters gone with it)
-                return
+                if batch is None:
+                    batch = self._doorbell.get()
+                    if batch is None:  # closed
+                        return
+                self._commit(batch)
+                batch = anyio.from_thread.run_sync(self._landed, batch, token=token)
+            except (anyio.RunFinishedError, concurrent.futures.CancelledError):
+                return  # the loop is gone (and its waiters with it)
+            except Exception:  # a bug on the loop's side: said, and the thread goes on
+                log.exception("a committed batch could not be landed")
+                try:
+                    batch = anyio.from_thread.run_sync(self._next_batch, token=token)
+                except anyio.RunFinishedError:
+                    return
 
     def _commit(self, batch: Batch) -> None:
         try:
