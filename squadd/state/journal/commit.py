@@ -14,12 +14,13 @@ The loop's side is one explicit state machine (`CommitState`):
 
     stopped → idle ⇄ gathering → syncing / writing ahead → idle | lingering → … → closed
 
-A batch goes to the commit thread through a bounded anyio memory object stream; the thread
-lands it back on the loop through `anyio.from_thread` (the same call hands it the next batch
-when one waits: a commit costs one trip to that thread and back, with no task between). A
-thread with nothing to do waits on a doorbell the loop rings when it sends the next batch
-(a `from_thread.run` of the stream's `receive` would cost the loop a task for each wait:
-about twice the CPU of the whole hand-over, measured with `scripts/bench/group_commit.py`).
+A thread with nothing to do waits at a doorbell (a queue), where the loop puts the next batch;
+a batch sent while the thread lands the one before goes through a bounded anyio memory object
+stream. The thread lands a batch back on the loop through `anyio.from_thread`, and the same
+call hands it the next batch when one waits: a commit costs one trip to that thread and back,
+with no task between (a `from_thread.run` of the stream's `receive` would cost the loop a task
+for each wait: about twice the CPU of the whole hand-over, measured with
+`scripts/bench/group_commit.py`).
 `flushed()` waits until everything submitted so far is durable; `reached()` until the machine
 has been in a given state. After a crash, `replay.replay_journals` puts back what a journal
 holds and its files lack.
