@@ -34,8 +34,8 @@ if TYPE_CHECKING:
 _PROMPT_PATHS_KEPT = 4096
 """Unchecked prompt-file paths a layout keeps (past that it starts over): three an agent."""
 FOLDER_RECHECK_S = 1.0
-"""How long a folder squadd makes new files in at every route (the transcripts, the
-orchestration log) is taken as checked (`SquadLayout.folder`) before it is checked again."""
+"""How long a folder squadd uses at every route (the transcripts, the orchestration log, the
+workspace records) is taken as checked (`SquadLayout.folder`) before it is checked again."""
 _clock = time.monotonic
 
 __all__ = ["JOURNAL_SUFFIX", "SQUAD_DIRNAMES", "SquadLayout", "find_squad_dir", "open_inside",
@@ -161,11 +161,12 @@ class SquadLayout(RunPaths):
         return False
 
     def folder(self, *parts: str) -> Path:
-        """`_p(*parts)` for a folder squadd makes new files in at every route, checked at most
-        once every `FOLDER_RECHECK_S`: each check is a `lstat` a component on the event loop
-        (or the commit thread), and each makes the other thread wait for the interpreter. A
-        link put in place of the folder is refused from the next check on; the files in it
-        are opened with `O_NOFOLLOW`, so a link at a file's own name is refused at once."""
+        """`_p(*parts)` for a folder squadd uses at every route, checked at most once every
+        `FOLDER_RECHECK_S`: each check is a `lstat` a component on the event loop (or the
+        commit thread), and each makes the other thread wait for the interpreter. A link put
+        in place of the folder is refused from the next check on; a file in it is opened with
+        `O_NOFOLLOW` (or read through a checked path), so a link at its own name is refused at
+        once."""
         now = _clock()
         known = self._folders.get(parts)
         if known is not None and now < known[1]:
