@@ -21,7 +21,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -38,6 +38,26 @@ DIR_ENV = "SQUADD_BENCH_DIR"
 """Where benchmarks make their folders (unset: the temp folder)."""
 KEEP_ENV = "SQUADD_BENCH_KEEP"
 """Set (by `report.py`): a benchmark leaves its files for the run's end to remove."""
+
+
+@contextlib.asynccontextmanager
+async def events_drained(runtime: Any) -> AsyncIterator[None]:
+    """One subscriber reading every event `runtime`'s bus publishes while the block runs, as
+    `squadd events` or the dashboard would (the route benchmarks measure with one)."""
+    import anyio
+
+    subscription = runtime.bus.subscribe(buffer=4096)
+
+    async def drain() -> None:
+        async for _ in subscription:
+            pass
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(drain)
+        try:
+            yield
+        finally:
+            subscription.close()
 
 
 def cpu_s() -> float:
@@ -66,7 +86,8 @@ def create_cost_us(folder: Path) -> float:
 @contextlib.contextmanager
 def bench_folder(prefix: str = "squadd-bench-") -> Iterator[Path]:
     """A new folder for one benchmark's files, in `SQUADD_BENCH_DIR` when it is set, else in
-    the temp folder; removed when the benchmark is done, unless `SQUADD_BENCH_KEEP` is set.
+    the temp folder (`SQUADD_BENCH_DIR` is made when missing); removed when the benchmark is
+    done, unless `SQUADD_BENCH_KEEP` is set.
 
     `report.py` sets both: every benchmark of a run keeps its files in one folder, removed
     after the last. On ext4 without a journal (the file system of the machine the figures in
@@ -75,7 +96,10 @@ def bench_folder(prefix: str = "squadd-bench-") -> Iterator[Path]:
     charge the next one's file creations for it (see "File creation after deletions" in
     docs/benchmark-notes.md).
     """
-    folder = Path(tempfile.mkdtemp(prefix=prefix, dir=os.environ.get(DIR_ENV)))
+    base = os.environ.get(DIR_ENV) or None
+    if base is not None:
+        Path(base).mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix=prefix, dir=base))
     try:
         yield folder
     finally:

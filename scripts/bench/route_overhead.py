@@ -47,6 +47,7 @@ from _common import (
     Peers,
     Spread,
     bench_folder,
+    events_drained,
     fmt,
     make_squad,
     percentile,
@@ -89,32 +90,23 @@ async def alternate(layout_root: Path, routes: int, rounds: int, peers: Peers) -
     floor_dir.mkdir()
     per_round = max(1, routes // rounds)
     done: list[Round] = []
-    async with SquadRuntime(layout, Settings(), provider) as runtime:
-        subscription = runtime.bus.subscribe(buffer=4096)
-
-        async def drain() -> None:
-            async for _ in subscription:
-                pass
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(drain)
-            start = 0
-            for index in range(rounds):
-                warmup = WARMUP if index == 0 else ROUND_WARMUP
-                current = Round()
-                for side in (("ours", "peers") if index % 2 == 0 else ("peers", "ours")):
-                    if side == "ours":
-                        await squadd_round(runtime, layout_root, floor_dir, current,
-                                           range(start, start + warmup + per_round), warmup)
-                    elif peers.missing is None:
-                        for kind in PEER_KINDS:
-                            reply = await anyio.to_thread.run_sync(peers.ask, {
-                                "run": kind, "squad": str(layout_root), "routes": per_round,
-                                "warmup": warmup, "start": start})
-                            current.peers[kind] = reply["timings"]
-                start += warmup + per_round
-                done.append(current)
-            subscription.close()
+    async with SquadRuntime(layout, Settings(), provider) as runtime, events_drained(runtime):
+        start = 0
+        for index in range(rounds):
+            warmup = WARMUP if index == 0 else ROUND_WARMUP
+            current = Round()
+            for side in (("ours", "peers") if index % 2 == 0 else ("peers", "ours")):
+                if side == "ours":
+                    await squadd_round(runtime, layout_root, floor_dir, current,
+                                       range(start, start + warmup + per_round), warmup)
+                elif peers.missing is None:
+                    for kind in PEER_KINDS:
+                        reply = await anyio.to_thread.run_sync(peers.ask, {
+                            "run": kind, "squad": str(layout_root), "routes": per_round,
+                            "warmup": warmup, "start": start})
+                        current.peers[kind] = reply["timings"]
+            start += warmup + per_round
+            done.append(current)
     return done
 
 

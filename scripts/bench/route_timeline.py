@@ -30,10 +30,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import anyio
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import bench_folder, make_squad, run_like_squadd
+from _common import bench_folder, events_drained, make_squad, run_like_squadd
 
 Spent = defaultdict[str, float]
 
@@ -94,29 +92,21 @@ async def measure(root: Path, routes: int, warmup: int) -> dict[str, float]:
     instrument(spent)
     provider = ReplayProvider(ReplayScript(default=[ScriptedTurn(text="done")]))
     walls: list[float] = []
-    async with SquadRuntime(SquadLayout.at(root), Settings(), provider) as runtime:
-        subscription = runtime.bus.subscribe(buffer=4096)
-
-        async def drain() -> None:
-            async for _ in subscription:
-                pass
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(drain)
-            for n in range(warmup):
-                await runtime.route(RouteRequest(target_agent="fenster", task=f"warm {n}"))
-            spent.clear()
-            loop_started, process_started = time.thread_time(), time.process_time()
-            for n in range(routes):
-                started = time.perf_counter()
-                result = await runtime.route(RouteRequest(target_agent="fenster",
-                                                          task=f"say done {n}"))
-                walls.append(time.perf_counter() - started)
-                if not result.ok:
-                    raise SystemExit(f"route failed: {result.message}")
-            loop_cpu = time.thread_time() - loop_started
-            process_cpu = time.process_time() - process_started
-            subscription.close()
+    async with SquadRuntime(SquadLayout.at(root), Settings(), provider) as runtime, \
+            events_drained(runtime):
+        for n in range(warmup):
+            await runtime.route(RouteRequest(target_agent="fenster", task=f"warm {n}"))
+        spent.clear()
+        loop_started, process_started = time.thread_time(), time.process_time()
+        for n in range(routes):
+            started = time.perf_counter()
+            result = await runtime.route(RouteRequest(target_agent="fenster",
+                                                      task=f"say done {n}"))
+            walls.append(time.perf_counter() - started)
+            if not result.ok:
+                raise SystemExit(f"route failed: {result.message}")
+        loop_cpu = time.thread_time() - loop_started
+        process_cpu = time.process_time() - process_started
     figures = {"p50_us": statistics.median(walls) * 1e6, "mean_us": statistics.fmean(walls) * 1e6,
                "loop_cpu_us": loop_cpu / routes * 1e6,
                "process_cpu_us": process_cpu / routes * 1e6}
