@@ -155,7 +155,8 @@ def _open_read(services: RouteServices, plan: RoutePlan, tools: SessionTools,
     """`_open_known`, reading what must be read (blocking)."""
     session, info = services.session, plan.info
     found = tools.find()
-    parts = gather(session.layout, info.agent, plan.context, session.files, session.summaries)
+    parts = gather(session.layout, info.agent, plan.context, session.files, session.summaries,
+                   charter=plan.charter.text)
     system = build_system_prompt(info.agent, parts, session.settings.prompt, workspace=note)
     return first_records(plan.sink, found, system, task, _meta(plan, task))
 

@@ -76,14 +76,17 @@ def file_cache(layout: SquadLayout, limit: int = 256) -> StatCache[str]:
 
 def gather(layout: SquadLayout, agent: str, context: str | None,
            files: StatCache[str] | None = None,
-           summaries: SkillSummaries | None = None) -> PromptParts:
+           summaries: SkillSummaries | None = None, *,
+           charter: str | None = None) -> PromptParts:
     """Read everything the prompt needs (blocking: call from a worker thread), through the
     owner's `files` cache and skill `summaries` (`skills.summary_cache()`) when it has them.
     A file that cannot be read safely (a symlink out of the repository, a FIFO) is left out
-    with a note, and logged with the reason."""
+    with a note, and logged with the reason. `charter`: as `gather_known`'s."""
     cache = files if files is not None else file_cache(layout, limit=4)
 
     def read(part: str) -> str:
+        if part == "charter" and charter is not None:
+            return charter
         path = layout.prompt_file(part, agent)
         try:
             return cache.peek(path)

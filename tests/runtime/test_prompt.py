@@ -91,3 +91,7 @@ def test_a_charter_the_route_read_is_used_as_it_is_without_looking_at_the_file(
         gather_known(layout, "fenster", None, files, summaries)
     parts = gather_known(layout, "fenster", None, files, summaries, charter=charter)
     assert parts.charter == charter and "changed since" not in parts.charter
+    # A route whose prompt files must be read (in a worker thread) follows the same rule.
+    read = gather(layout, "fenster", None, files, summaries, charter=charter)
+    assert read.charter == charter and read.history == parts.history
+    assert "changed since" in gather(layout, "fenster", None, files, summaries).charter
