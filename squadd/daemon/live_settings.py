@@ -164,6 +164,8 @@ class LiveSettings:
             async for changes in watcher:
                 if changes:
                     await self._settled()
+                    if self._stop.is_set():
+                        break
                     await self.reload("changed on disk")
         except Exception as exc:  # watching is a convenience: polling does the same job
             log.warning("settings files not watched: polling them", error=str(exc),
@@ -179,14 +181,17 @@ class LiveSettings:
             now = self._stats()
             if now != seen:
                 seen = await self._settled()
-                await self.reload("changed on disk")
+                if not self._stop.is_set():
+                    await self.reload("changed on disk")
 
     async def _settled(self) -> list[tuple[int, int, int] | None]:
-        """Wait until the files' stats stay the same for `SETTLE_S` (at most `SETTLE_LIMIT_S`);
-        their stats then."""
+        """Wait until the files' stats stay the same for `SETTLE_S` (at most `SETTLE_LIMIT_S`,
+        and no longer once `close` is called); their stats then."""
         seen = self._stats()
         for _step in range(max(1, round(SETTLE_LIMIT_S / SETTLE_S))):
             await self._settle_sleep(SETTLE_S)
+            if self._stop.is_set():
+                return seen
             now = self._stats()
             if now == seen:
                 return now

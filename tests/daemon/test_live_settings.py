@@ -222,3 +222,26 @@ async def test_a_file_written_in_place_is_read_once_it_has_stopped_changing(
     assert target.applied[0].tools.timeout_s == 7.0
     assert len(pauses) >= 2 and all(pause == pauses[0] for pause in pauses)
     assert events.of("settings.reloaded")[0].applied == ["tools.timeout_s"]
+
+
+async def test_a_close_while_a_file_settles_ends_the_watch_without_reading_it(
+        tmp_path: Path) -> None:
+    layout, target, events, _ = _live(tmp_path)
+    pauses: list[float] = []
+
+    async def still_being_written(seconds: float) -> None:
+        pauses.append(seconds)
+        layout.config_toml.write_text(f"[tools]\ntimeout_s = {len(pauses)}.0\n",
+                                      encoding="utf-8")
+        if len(pauses) == 2:
+            live.close()
+        await anyio.lowlevel.checkpoint()
+
+    live = LiveSettings(layout, target, events, user_file=tmp_path / "user.toml",
+                        settle_sleep=still_being_written)
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as group:
+            await group.start(live.watch)
+            layout.config_toml.write_text("[tools]\ntimeout_s = 9.0\n", encoding="utf-8")
+    # The file never settled: closed on the second pause, the watch ended without a reload.
+    assert len(pauses) == 2 and target.applied == [] and events.of("settings.reloaded") == []
