@@ -22,7 +22,7 @@ from squadd.contracts.messages import (
     ToolSpec,
 )
 from squadd.providers.arguments import tool_call
-from squadd.providers.base import CompletionRequest, RetryCallback, ToolsJson
+from squadd.providers.base import CompletionRequest, RetryCallback, TextJson, ToolsJson
 from squadd.providers.http import (
     DEFAULT_MAX_RESPONSE_BYTES,
     JsonEndpoint,
@@ -77,6 +77,7 @@ class AnthropicProvider:
             key_hint=key_hint(api_key, api_key_env), transport=transport,
             max_response_bytes=max_response_bytes)
         self._tools_json = ToolsJson(_tool_specs)
+        self._texts = TextJson()
 
     @classmethod
     def from_settings(
@@ -100,10 +101,12 @@ class AnthropicProvider:
         system, messages = to_anthropic_messages(request.messages)
         body: dict[str, Any] = {"model": model, "max_tokens": request.max_tokens,
                                 "messages": messages}
-        if system:
-            body["system"] = system
-        tools = {"tools": self._tools_json(request.tools)} if request.tools else None
-        data = await self._endpoint.post(body, tools)
+        encoded: dict[str, str] = {}
+        if system:  # the prompt, tens of kilobytes a turn: encoded once
+            encoded["system"] = self._texts(system)
+        if request.tools:
+            encoded["tools"] = self._tools_json(request.tools)
+        data = await self._endpoint.post(body, encoded)
         return self._completion(data, model)
 
     async def aclose(self) -> None:

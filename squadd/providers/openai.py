@@ -16,7 +16,13 @@ from squadd.config import ProviderSettings
 from squadd.contracts.messages import Completion, ImagePart, Message, StopReason, ToolCall
 from squadd.errors import ProviderError
 from squadd.providers.arguments import arguments_json, tool_call
-from squadd.providers.base import CompletionRequest, RetryCallback, ToolsJson, tool_specs
+from squadd.providers.base import (
+    CompletionRequest,
+    RetryCallback,
+    TextJson,
+    ToolsJson,
+    tool_specs,
+)
 from squadd.providers.http import (
     DEFAULT_MAX_RESPONSE_BYTES,
     JsonEndpoint,
@@ -70,6 +76,7 @@ class OpenAIProvider:
             key_hint=key_hint(api_key, api_key_env), transport=transport,
             max_response_bytes=max_response_bytes)
         self._tools_json = ToolsJson(tool_specs)
+        self._texts = TextJson()
 
     @classmethod
     def from_settings(
@@ -90,13 +97,11 @@ class OpenAIProvider:
 
     async def complete(self, request: CompletionRequest) -> Completion:
         model = request.model or self.default_model
-        body: dict[str, Any] = {
-            "model": model,
-            "messages": to_openai_messages(request.messages),
-            "max_tokens": request.max_tokens,
-        }
-        tools = {"tools": self._tools_json(request.tools)} if request.tools else None
-        data = await self._endpoint.post(body, tools)
+        body: dict[str, Any] = {"model": model, "max_tokens": request.max_tokens}
+        encoded = {"messages": messages_json(request.messages, self._texts)}
+        if request.tools:
+            encoded["tools"] = self._tools_json(request.tools)
+        data = await self._endpoint.post(body, encoded)
         return self._completion(data, model)
 
     async def aclose(self) -> None:
@@ -154,6 +159,20 @@ def to_openai_messages(messages: list[Message]) -> list[dict[str, Any]]:
     if images:
         out.append(_images_message(images))
     return out
+
+
+def messages_json(messages: list[Message], texts: TextJson) -> str:
+    """The `messages` array as JSON text, each long content (the system prompt) encoded once
+    by `texts` and written last in its message."""
+    parts: list[str] = []
+    for item in to_openai_messages(messages):
+        content = item.get("content")
+        if isinstance(content, str) and len(content) >= texts.min_chars:
+            rest = {key: value for key, value in item.items() if key != "content"}
+            parts.append(texts.object(rest, "content", content))
+        else:
+            parts.append(json.dumps(item))
+    return "[" + ", ".join(parts) + "]"
 
 
 def _images_message(images: list[tuple[str, ImagePart]]) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """A model server's answer that is hostile (nested too deeply, holding NaN, not UTF-8) is a
 `ProviderError` naming the malformed response; bad text in a good answer is mended. A request's
-tools, encoded once, are the bytes `json.dumps` of the whole body would have sent."""
+tools and its long texts (the system prompt), encoded once, are the bytes `json.dumps` of the
+whole body would have sent."""
 
 from __future__ import annotations
 
@@ -12,10 +13,17 @@ import httpx
 import pytest
 
 from squadd.config import ProviderSettings
-from squadd.contracts.messages import ToolSpec, UserMessage
+from squadd.contracts.messages import SystemMessage, ToolMessage, ToolSpec, UserMessage
 from squadd.errors import ProviderError
 from squadd.providers.anthropic import AnthropicProvider
-from squadd.providers.base import TOOLS_JSON_KEPT, CompletionRequest, ToolsJson, tool_specs
+from squadd.providers.base import (
+    LONG_TEXT_CHARS,
+    TOOLS_JSON_KEPT,
+    CompletionRequest,
+    TextJson,
+    ToolsJson,
+    tool_specs,
+)
 from squadd.providers.http import (
     JsonEndpoint,
     _root_cause,
@@ -121,6 +129,64 @@ async def test_a_request_with_tools_is_the_bytes_of_its_whole_body(kind: str) ->
     for raw, body in zip(sent, bodies, strict=True):
         assert raw == json.dumps(body).encode()  # as one json.dumps of the body writes it
         assert list(body)[-1] == "tools"
+
+
+def _prompt(n: int) -> str:
+    """A long prompt built anew each call (an equal text, another object)."""
+    return "".join(f'- rule {i}: "quote", back\\slash, é — ✓\n' for i in range(n))
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+async def test_a_request_with_a_long_prompt_is_the_bytes_of_its_whole_body(kind: str) -> None:
+    sent: list[bytes] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(request.content)
+        return httpx.Response(200, json=OPENAI_OK if kind == "openai" else ANTHROPIC_OK)
+
+    settings = ProviderSettings(kind=kind, base_url="http://model.test/v1" if kind == "openai"
+                                else "http://model.test", model="m")
+    transport, environ = httpx.MockTransport(answer), {"ANTHROPIC_API_KEY": "k"}
+    provider = (OpenAIProvider.from_settings(settings, transport=transport, environ=environ)
+                if kind == "openai" else
+                AnthropicProvider.from_settings(settings, transport=transport, environ=environ))
+    long_result = "x" * (LONG_TEXT_CHARS + 1)
+    try:
+        for turn in range(2):
+            messages = [SystemMessage(content=_prompt(200)), UserMessage(content="hi")]
+            if turn:  # a long tool result: its content goes last in its message
+                messages.append(ToolMessage(content=long_result, tool_call_id="c1", name="t"))
+            await provider.complete(CompletionRequest(messages=messages, tools=SPECS))
+    finally:
+        await provider.aclose()
+    bodies = [json.loads(raw) for raw in sent]
+    for raw, body in zip(sent, bodies, strict=True):
+        assert raw == json.dumps(body).encode()
+    if kind == "openai":
+        assert [m["content"] for m in bodies[0]["messages"]] == [_prompt(200), "hi"]
+        assert bodies[1]["messages"][-1] == {"role": "tool", "tool_call_id": "c1",
+                                             "content": long_result}
+    else:
+        assert [body["system"] for body in bodies] == [_prompt(200)] * 2
+        assert bodies[1]["messages"][-1]["content"][-1]["content"] == long_result
+
+
+def test_long_texts_are_encoded_once_and_what_is_kept_is_bounded() -> None:
+    encode = TextJson(min_chars=100, max_chars=1_000)
+    first = encode(_prompt(4))
+    assert json.loads(first) == _prompt(4)
+    assert encode(_prompt(4)) is first  # an equal text built anew: the same encoding
+    assert encode("short") == json.dumps("short") and len(encode) == 1  # short: not kept
+    second = encode(_prompt(5))
+    assert len(encode) == 2 and encode(_prompt(4)) is first  # now the most recently used
+    encode(_prompt(6))  # past 1,000 characters kept: the least recently used goes
+    assert len(encode) == 2 and encode(_prompt(4)) is first
+    assert encode(_prompt(5)) is not second
+    huge = encode(_prompt(100))  # larger than the bound alone: encoded, not kept
+    assert json.loads(huge) == _prompt(100) and encode(_prompt(100)) is not huge
+    assert encode.object({"role": "system"}, "content", _prompt(4)) == json.dumps(
+        {"role": "system", "content": _prompt(4)})
+    assert encode.object({}, "content", "hi") == json.dumps({"content": "hi"})
 
 
 def test_tools_are_encoded_once_per_set_of_specs_and_the_sets_kept_are_bounded() -> None:
