@@ -20,7 +20,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -43,6 +43,10 @@ ROUTE_DAYS = 7
 """Days of ledger read back at start for the route trees' and sessions' totals."""
 RECONCILE_SLACK_S = 60.0
 """Transcripts written this long before the ledger's last line are read at start too."""
+GATHER_S = 0.05
+"""How long the ledger's writer gathers calls' costs into one append (a trip to a thread
+each): they are counted at once, and the file is read only at a start, which finds a lost
+tail in the transcripts."""
 MAX_UNWRITTEN = 100_000
 """Calls counted and waiting for the ledger's next write at most."""
 MAX_TRACKED = 100_000
@@ -217,14 +221,17 @@ class SpendingLedger:
         self._unwritten.append(spend)
         self._more.set()
 
-    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    async def run(self, *, gather_s: float = GATHER_S,
+                  pause: Callable[[float], Awaitable[None]] = anyio.sleep,
+                  task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
                   ) -> None:
         """Write what `record_soon` counted, a batch at a time, until cancelled (then the
-        rest, shielded)."""
+        rest, shielded): a batch is the calls counted in the `gather_s` after the first."""
         task_status.started()
         try:
             while True:
                 await self._more.wait()
+                await pause(gather_s)
                 self._more = anyio.Event()
                 await self.flush(sync=False)
         finally:

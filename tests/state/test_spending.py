@@ -1,18 +1,22 @@
 """Prices, costs and the spending ledger: dated model names find their table, cache tokens are
-priced apart, an unknown price is None, and the ledger's totals survive a new process."""
+priced apart, an unknown price is None, the ledger's totals survive a new process, and its
+writer gathers the calls counted meanwhile into one append."""
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 from pathlib import Path
 
+import anyio
 import pytest
 
 from squadd.config import PriceSettings, load_settings
 from squadd.contracts.messages import Usage
 from squadd.errors import ConfigError
 from squadd.providers.http import usage_from
+from squadd.state import spending
 from squadd.state.layout import SquadLayout
 from squadd.state.scaffold import init_squad
 from squadd.state.spending import (
@@ -153,3 +157,45 @@ def test_calls_a_kill_kept_from_the_ledger_are_found_in_their_transcripts(
                                   1764374399.999999, 1764374400.0, 4102444800.0])
 def test_a_call_s_day_is_its_utc_date(when: float) -> None:
     assert utc_day(when) == dt.datetime.fromtimestamp(when, dt.UTC).strftime("%Y-%m-%d")
+
+
+async def test_the_ledger_writes_the_calls_counted_while_it_gathers_in_one_append(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    layout = SquadLayout.at(init_squad(tmp_path).squad_dir)
+    noon = dt.datetime(2026, 3, 1, 12, tzinfo=dt.UTC).timestamp()
+    ledger = SpendingLedger(layout, clock=lambda: noon)
+    ledger.load()
+    appends: list[str] = []
+    real_append = spending._append
+    written = anyio.Event()
+
+    def append(path: Path, data: str) -> None:  # in the writer's thread
+        appends.append(data)
+        real_append(path, data)
+        anyio.from_thread.run_sync(written.set)
+
+    monkeypatch.setattr(spending, "_append", append)
+    paused: list[float] = []
+    go_on = anyio.Event()
+
+    async def pause(seconds: float) -> None:  # the gathering pause, held open by the test
+        paused.append(seconds)
+        await go_on.wait()
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(functools.partial(ledger.run, gather_s=0.25, pause=pause))
+        ledger.record_soon(_spend(noon, "s1", "lead", "s1", 1.0))
+        await anyio.wait_all_tasks_blocked()  # the writer woke and gathers
+        assert paused == [0.25] and appends == []
+        ledger.record_soon(_spend(noon, "s2", "lead", "s1", 0.5))
+        ledger.record_soon(_spend(noon, "s3", "lead", "s1", 0.25))
+        assert ledger.route("s1").cost == pytest.approx(1.75)  # counted before written
+        go_on.set()
+        with anyio.fail_after(10):
+            await written.wait()
+        tg.cancel_scope.cancel()
+    assert len(appends) == 1  # the three calls, one trip to a thread
+    assert [json.loads(line)["session_id"] for line in appends[0].splitlines()] == [
+        "s1", "s2", "s3"]
+    lines = layout.spend_file("2026-03-01").read_text().splitlines()
+    assert [json.loads(line)["session_id"] for line in lines] == ["s1", "s2", "s3"]
