@@ -169,6 +169,9 @@ class WorkerRequests:
         of this coordinator: as the claim recorded it in the transcript)."""
         known = self._holders.get(session_id)
         if known is None:
+            remote = self._remote.get(session_id)
+            if remote is not None and remote.unheld:
+                return None
             known = await anyio.to_thread.run_sync(recorded_holder,
                                                     self.runtime.layout.transcript(session_id))
             if known is not None:
@@ -302,6 +305,7 @@ class WorkerRequests:
             await plan.sink.commit()
         if named is None:
             return None
+        remote.unheld = True
         self._epochs[session_id] = HANDED_EPOCH
         self._applied[session_id] = (HANDED_EPOCH, 0)
         return {"epoch": HANDED_EPOCH, "info": session_meta(plan.info), "tools": tools.names,
@@ -346,6 +350,7 @@ class WorkerRequests:
         except BaseException:
             if first is not None:  # not durable: the request sent again takes it again
                 self._holders.pop(request.session_id, None)
+                self._unheld_no_more(request.session_id)  # (or durable: read to know)
             raise
 
     def _hand_over(self, info: SessionInfo, tools: ToolSet, worker: str, host: str,
@@ -458,6 +463,12 @@ class WorkerRequests:
         return Reply(request_id=request.request_id, ok=True, body={"acked": job is not None},
                      job_done=job)
 
+    def _unheld_no_more(self, session_id: str) -> None:
+        """A holder may be recorded now, and `_holders` does not know it: read it back."""
+        remote = self._remote.get(session_id)
+        if remote is not None:
+            remote.unheld = False
+
     def _forget(self, session_id: str) -> None:
         """Drop what is kept here for a session that ended: a late request of its reads the
         epoch from Redis and the last record applied from the transcript again."""
@@ -465,6 +476,7 @@ class WorkerRequests:
         self._applied.pop(session_id, None)
         self._orphans.drop(session_id)
         self._holders.pop(session_id, None)
+        self._unheld_no_more(session_id)
         self._taken.pop(session_id, None)
         lock = self._locks.get(session_id)
         if lock is not None and not lock.locked() and not lock.statistics().tasks_waiting:

@@ -37,6 +37,9 @@ class RemoteSession:
     """The marks of the jobs submitted for it: a claim must hold a job with one of these."""
     entries: dict[str, str] = field(default_factory=dict)
     """The stream entries of those jobs (entry id to stream), once Redis has answered."""
+    unheld: bool = False
+    """Its job's hand-over is durable and no worker holds it yet: its transcript names no
+    holder, so a first request need not read it to know (`WorkerRequests._holder`)."""
 
 
 def recorded_holder(path: Path) -> tuple[str, int] | None:

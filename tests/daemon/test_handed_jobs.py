@@ -36,6 +36,20 @@ async def _routed(here: CoordinatorHere, tg: anyio.abc.TaskGroup, sid: str,
     return delivery
 
 
+def _count_holder_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The sessions whose holder the coordinator reads back from their transcript."""
+    from squadd.daemon import cluster_requests
+    read: list[str] = []
+    real = cluster_requests.recorded_holder
+
+    def counted(path: Path) -> tuple[str, int] | None:
+        read.append(path.stem)
+        return real(path)
+
+    monkeypatch.setattr(cluster_requests, "recorded_holder", counted)
+    return read
+
+
 def _end(sid: str, worker: str, epoch: int, **body: Any) -> Request:
     answer = AssistantMessage(content="done")
     return Request(request_id=f"{sid}:{epoch}:end-{worker}", kind="end", session_id=sid,
@@ -47,9 +61,10 @@ def _end(sid: str, worker: str, epoch: int, **body: Any) -> Request:
 
 
 async def test_a_new_session_s_job_is_handed_over_and_its_first_request_makes_the_holder(
-        tmp_path: Path) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     outcomes: list[SessionOutcome] = []
     events: list[BaseEvent] = []
+    holders_read = _count_holder_reads(monkeypatch)
     async with coordinator_on_redis(tmp_path, {"local_slots": 0}) as here:
         coordinator = here.coordinator
         async with here.runtime:
@@ -91,6 +106,8 @@ async def test_a_new_session_s_job_is_handed_over_and_its_first_request_makes_th
     claims = [e for e in events if isinstance(e, SessionClaimed)]
     assert [(e.session_id, e.worker, e.host, e.epoch) for e in claims] == [
         ("s1", "w1", "h1", 1)]
+    # The coordinator handed it: it knew no holder was recorded without reading the file.
+    assert holders_read == []
 
 
 async def test_a_handed_job_reclaimed_by_another_worker_fences_the_first(
@@ -123,11 +140,12 @@ async def test_a_handed_job_reclaimed_by_another_worker_fences_the_first(
 
 
 async def test_a_coordinator_started_again_records_the_holder_of_a_handed_job(
-        tmp_path: Path) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The coordinator that handed the job is gone before the worker's first request: the
     one started after it checks the group gave that worker the job (it knows no entry of
     its own) and records the holder, and a second worker is still refused."""
     outcomes: list[SessionOutcome] = []
+    holders_read = _count_holder_reads(monkeypatch)
     async with coordinator_on_redis(tmp_path, {"local_slots": 0}) as here:
         async with here.runtime:
             with anyio.fail_after(30):
@@ -149,6 +167,9 @@ async def test_a_coordinator_started_again_records_the_holder_of_a_handed_job(
     holders = [(s["worker"], s["epoch"]) for s in transcript.states if "worker" in s]
     assert holders == [("w1", 1)], transcript.states
     assert transcript.records[-1]["kind"] == "note"
+    # It handed nothing: it read the holder (none yet) back from the transcript, for each
+    # request until one made the holder.
+    assert holders_read == ["s1", "s1"]
 
 
 async def test_a_hand_over_that_fails_leaves_the_job_to_a_claim_with_its_acceptance_once(
