@@ -7,9 +7,10 @@ whole cluster.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+import anyio
 import structlog
 from pydantic import ValidationError
 
@@ -21,19 +22,29 @@ from squadd.contracts.events import BaseEvent, parse_event
 log = structlog.get_logger("squadd.cluster")
 PUBLISH_BATCH = 64
 """Most events a worker sends in one round trip."""
+READ_BATCH = 256
+"""Most events the coordinator reads in one round trip."""
+GATHER_S = 0.02
+"""How long a worker's forwarder, and the coordinator's reader, wait after an event for those
+that follow it, so that one round trip carries them all: a route's events come at two
+moments of its session, and at a cluster's rate each round trip carried one. A watcher of
+`squadd events` sees a worker's event at most twice this later."""
 
 
 async def publish_events(guard: RedisGuard, worker: str, next_event: Callable[[], Any], *,
                          maxlen: int,
-                         ready: Callable[[], list[BaseEvent]] = lambda: []) -> None:
+                         ready: Callable[[], list[BaseEvent]] = lambda: [],
+                         gather_s: float = GATHER_S,
+                         pause: Callable[[float], Awaitable[None]] = anyio.sleep) -> None:
     """Forward events from `next_event()` (an awaitable giving the next one, None to skip)
-    to the stream, trimmed near `maxlen`, with those `ready()` has at hand then (at most
-    `PUBLISH_BATCH` of them) in one round trip. Runs until cancelled."""
+    to the stream, trimmed near `maxlen`, with those `ready()` has at hand `gather_s` later
+    (at most `PUBLISH_BATCH` of them) in one round trip. Runs until cancelled."""
     client = guard.client
     while True:
         event: BaseEvent | None = await next_event()
         if event is None:
             continue
+        await pause(gather_s)
         data = [EventEnvelope(worker=worker, event=e.model_dump(mode="json")).dump()
                 for e in (event, *ready())]
         await guard.run(functools.partial(_publish, client, data, maxlen))
@@ -47,9 +58,11 @@ async def _publish(client: Any, data: list[str], maxlen: int) -> None:
 
 
 async def relay_events(guard: RedisGuard, publish: Callable[[BaseEvent], None], *,
-                       start: str = "$") -> None:
+                       start: str = "$", gather_s: float = GATHER_S,
+                       pause: Callable[[float], Awaitable[None]] = anyio.sleep) -> None:
     """Publish every event that arrives on the stream (from `start`: new ones by default),
-    with its worker named. Runs until cancelled."""
+    with its worker named; after a read that found fewer than `READ_BATCH`, the next waits
+    `gather_s` for more to come. Runs until cancelled."""
     client = guard.client
     last = start
     if last == "$":  # pin the position now, so nothing added during a reconnect is skipped
@@ -58,15 +71,20 @@ async def relay_events(guard: RedisGuard, publish: Callable[[BaseEvent], None], 
         last = str(info["last-generated-id"]) if info else "0-0"
     while True:
         result: Any = await guard.run(lambda c=last: client.xread(  # type: ignore[misc]
-            {keys.EVENTS: c}, count=256, block=int(BLOCK_S * 1000)))
+            {keys.EVENTS: c}, count=READ_BATCH, block=int(BLOCK_S * 1000)))
+        read = 0
         for _, entries in result or []:
+            read += len(entries)
             for entry_id, fields in entries:
                 last = str(entry_id)
                 try:
                     envelope = EventEnvelope.model_validate_json((fields or {}).get("data", ""))
+                    envelope.event["worker"] = envelope.worker
                     event = parse_event(envelope.event)
                 except ValidationError as exc:
                     log.warning("malformed cluster event dropped", entry=last,
                                 error=str(exc)[:300])
                     continue
-                publish(event.model_copy(update={"worker": envelope.worker}))
+                publish(event)
+        if 0 < read < READ_BATCH:
+            await pause(gather_s)
