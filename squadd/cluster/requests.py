@@ -4,7 +4,8 @@ A worker adds its request to the `requests` stream and waits on the request's re
 at most `cluster.request_timeout_s` at a time; no reply yet, it sends the same request again
 (`cluster.request_attempts` times in all). The coordinator reads the stream in its consumer
 group and answers each request id once: the reply is stored, and a repeated request gets the
-stored reply back. Before a request that has an effect (a squad-tool call) is applied, its id
+stored reply back (a request the worker marks as sent for the first time, read new, has none to
+look up). Before a request that has an effect (a squad-tool call) is applied, its id
 is written to the `applying` hash; one found there after a coordinator crash, with no stored
 reply, is answered "interrupted, effect unknown" and never applied a second time.
 """
@@ -12,6 +13,7 @@ reply, is answered "interrupted, effect unknown" and never applied a second time
 from __future__ import annotations
 
 import functools
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,22 +34,49 @@ MIN_CONCURRENCY = 64
 """Requests answered at once when the cluster's sessions need no more (`RequestServer.fit`)."""
 HEADROOM = 16
 """Places beyond one per session, for a stale worker's requests and the odd repeat."""
+SENT_IDS_KEPT = 65_536
+"""Request ids a worker remembers having sent (`SentIds`)."""
 INTERRUPTED = ("interrupted, effect unknown: the coordinator stopped while it applied this "
                "call; check before repeating it")
 
 
+class SentIds:
+    """The request ids a worker process has sent, the last `SENT_IDS_KEPT` of them: a request
+    whose id is not among them goes out marked `first` (its ids name the session's lease
+    epoch, which a worker started again never continues)."""
+
+    def __init__(self, kept: int = SENT_IDS_KEPT):
+        self.kept = kept
+        self._ids: OrderedDict[str, None] = OrderedDict()
+
+    def first(self, request_id: str) -> bool:
+        """Whether `request_id` was not sent before; from now on it was."""
+        if request_id in self._ids:
+            return False
+        self._ids[request_id] = None
+        if len(self._ids) > self.kept:
+            self._ids.popitem(last=False)
+        return True
+
+
 async def send(guard: RedisGuard, request: Request, *, timeout_s: float,
-               attempts: int) -> Reply:
+               attempts: int, sent: SentIds | None = None) -> Reply:
     """Send `request` and wait for its reply, sending it again after each `timeout_s` without
-    one; `ClusterError` after `attempts` sends (or when Redis stays away)."""
+    one; `ClusterError` after `attempts` sends (or when Redis stays away). Its first send is
+    marked `first` when `sent` says this process never sent its id; every later one, and
+    every send without `sent`, is not."""
     client = guard.client
     box = keys.reply_box(request.request_id)
-    data = request.dump()
+    again = request.model_copy(update={"first": False}).dump()
+    data = [request.model_copy(update={"first": True}).dump()
+            if sent is not None and sent.first(request.request_id) else again]
 
     async def add_and_wait() -> Any:
         # One round trip: the request added, then the wait for its reply begins at once.
+        # Added again (a timeout, or the guard's retry after a lost connection) it is a repeat.
+        added, data[0] = data[0], again
         async with client.pipeline(transaction=False) as pipe:
-            pipe.xadd(keys.REQUESTS, {"data": data})
+            pipe.xadd(keys.REQUESTS, {"data": added})
             pipe.blpop([box], timeout=BLOCK_S)
             return (await pipe.execute())[1]
 
@@ -137,8 +166,14 @@ class RequestServer:
                     cursor = str(entries[-1][0])
                 parsed = [(str(entry_id), _parsed(str(entry_id), fields))
                           for entry_id, fields in entries]
+                # Read new, a request sent for the first time has no stored reply to find.
+                unsent: dict[str, str | None] = {} if backlog else {
+                    r.request_id: None for _, r in parsed
+                    if r is not None and r.first and r.kind in self.redo_safe}
                 stored = await self._stored([request for _, request in parsed
-                                             if request is not None])
+                                             if request is not None
+                                             and request.request_id not in unsent])
+                stored.update(unsent)
                 for entry_id, request in parsed:
                     place = object()  # taken here, given back by the task that answers
                     await self._limit.acquire_on_behalf_of(place)

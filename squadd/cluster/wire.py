@@ -83,6 +83,10 @@ class Request(_Wire):
     """The lease epoch the worker holds (0 for a claim, which gets a new one; 1 for a session
     started from its job's `handed`)."""
     body: dict[str, Any] = Field(default_factory=dict)
+    first: bool = False
+    """Sent for the first time (not a repeat after a timeout): no reply can be stored for it
+    yet, so the coordinator does not look one up when it reads it new (`RequestServer`).
+    False from a worker that does not say."""
 
 
 class Reply(_Wire):

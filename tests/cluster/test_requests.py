@@ -1,4 +1,5 @@
-"""The request channel: one answer per request id, and a half-applied call never applied again."""
+"""The request channel: one answer per request id, and a half-applied call never applied again;
+a request sent for the first time is not looked up for a stored reply, a repeat is."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from squadd.cluster.requests import (
     INTERRUPTED,
     MIN_CONCURRENCY,
     RequestServer,
+    SentIds,
     _whole,
     send,
 )
@@ -41,6 +43,59 @@ async def test_a_repeated_request_gets_the_stored_reply_and_is_applied_once(
     assert applied == ["r1", "r2"]
     assert first.body == again.body == {"count": 1}
     assert other.body == {"count": 2}
+
+
+async def test_a_request_sent_first_is_not_looked_up_and_its_repeat_gets_the_stored_reply(
+        guard: RedisGuard) -> None:
+    applied: list[str] = []
+
+    async def handler(req: Request) -> Reply:
+        applied.append(req.request_id)
+        return Reply(request_id=req.request_id, ok=True, body={"count": len(applied)})
+
+    client = guard.client
+    looked_up: list[list[str]] = []
+    real_mget = client.mget
+
+    async def mget(names: list[str], *args: object) -> object:
+        looked_up.append(list(names))
+        return await real_mget(names, *args)
+
+    client.mget = mget  # this client's own, for this test
+    server = RequestServer(guard, handler, reply_ttl_s=60, redo_safe=("records",))
+    sent = SentIds()
+    async with anyio.create_task_group() as tg:
+        await tg.start(server.run)
+        first = await send(guard, request("r1", "records"), timeout_s=5, attempts=3, sent=sent)
+        assert looked_up == []  # sent for the first time: no reply to look up
+        again = await send(guard, request("r1", "records"), timeout_s=5, attempts=3, sent=sent)
+        tg.cancel_scope.cancel()
+    assert looked_up == [[keys.reply("r1")]]  # the repeat was looked up, and found
+    assert applied == ["r1"] and first.body == again.body == {"count": 1}
+
+
+async def test_only_a_requests_first_send_is_marked_first(guard: RedisGuard) -> None:
+    """No coordinator answers: the request goes out once per attempt, and only the first of
+    those, from a process that never sent its id, says it is new."""
+    sent = SentIds()
+    with pytest.raises(ClusterError):
+        await send(guard, request("r1", "records"), timeout_s=0.2, attempts=2, sent=sent)
+    with pytest.raises(ClusterError):  # sent before by this process: a repeat from the start
+        await send(guard, request("r1", "records"), timeout_s=0.2, attempts=1, sent=sent)
+    with pytest.raises(ClusterError):  # no record of what was sent: never marked first
+        await send(guard, request("r2", "records"), timeout_s=0.2, attempts=1)
+    entries = await guard.client.xrange(keys.REQUESTS)
+    sends = [Request.model_validate_json(fields["data"]) for _, fields in entries]
+    assert [(r.request_id, r.first) for r in sends] == [
+        ("r1", True), ("r1", False), ("r1", False), ("r2", False)]
+
+
+def test_the_ids_sent_are_remembered_within_a_bound() -> None:
+    sent = SentIds(kept=2)
+    assert sent.first("a") and sent.first("b")
+    assert not sent.first("a")
+    assert sent.first("c")  # "a" is forgotten now: the oldest
+    assert sent.first("a") and not sent.first("c")
 
 
 async def test_a_call_found_half_applied_after_a_restart_is_answered_interrupted(
