@@ -83,16 +83,33 @@ class JobQueue:
     async def take(self, consumer: str, *, block_s: float = BLOCK_S) -> Delivery | None:
         """One new job for `consumer`: an urgent one if any waits, else a normal one (waiting
         up to `block_s` for it). None when none came."""
+        found = await self.take_some(consumer, room=1, block_s=block_s)
+        return found[0] if found else None
+
+    async def take_some(self, consumer: str, *, room: int,
+                        block_s: float = BLOCK_S) -> list[Delivery]:
+        """New jobs for `consumer`, at most `room` of them, urgent first, waiting up to
+        `block_s` for one. With room for one: an urgent one if any waits, else a normal one
+        (two reads). With room for two or more: one read of both streams, which gives at most
+        one of each (one round trip where there were two)."""
         client = self.guard.client
-        urgent = await self._grouped(lambda: client.xreadgroup(
-            keys.WORKERS_GROUP, consumer, {keys.JOBS_URGENT: ">"}, count=1))
-        found = _first(urgent)
-        if found is None:
-            normal = await self._grouped(lambda: client.xreadgroup(
-                keys.WORKERS_GROUP, consumer, {keys.JOBS_NORMAL: ">"}, count=1,
-                block=max(1, int(block_s * 1000))))
-            found = _first(normal)
-        return await self._valid(found)
+        block = max(1, int(block_s * 1000))
+        if room >= 2:
+            both = await self._grouped(lambda: client.xreadgroup(
+                keys.WORKERS_GROUP, consumer, {keys.JOBS_URGENT: ">", keys.JOBS_NORMAL: ">"},
+                count=1, block=block))
+            entries = sorted(_entries(both), key=lambda e: e[0] != keys.JOBS_URGENT)
+        else:
+            urgent = await self._grouped(lambda: client.xreadgroup(
+                keys.WORKERS_GROUP, consumer, {keys.JOBS_URGENT: ">"}, count=1))
+            entries = _entries(urgent)[:1]
+            if not entries:
+                normal = await self._grouped(lambda: client.xreadgroup(
+                    keys.WORKERS_GROUP, consumer, {keys.JOBS_NORMAL: ">"}, count=1,
+                    block=block))
+                entries = _entries(normal)[:1]
+        found = [await self._valid(entry) for entry in entries]
+        return [delivery for delivery in found if delivery is not None]
 
     async def reclaim(self, consumer: str, *, lease_s: float,
                       count: int = 1) -> list[Delivery]:
@@ -298,8 +315,7 @@ _Entry = tuple[str, str, dict[str, str] | None, bool]
 """A job stream entry as read: stream, entry id, fields, and whether it was reclaimed."""
 
 
-def _first(result: Any) -> _Entry | None:
-    for stream, entries in result or []:
-        for entry_id, fields in entries:
-            return str(stream), str(entry_id), fields, False
-    return None
+def _entries(result: Any) -> list[_Entry]:
+    """The entries an `XREADGROUP` read, as (stream, entry id, fields, not reclaimed)."""
+    return [(str(stream), str(entry_id), fields, False)
+            for stream, entries in result or [] for entry_id, fields in entries]

@@ -111,7 +111,8 @@ class Worker:
         self._prompts = PromptsSeen()
         self._lent = 0
         """Sessions that gave their slot back while a child route runs."""
-        self._reading = False
+        self._reading = 0
+        """Slots held while waiting for a job (free, as the heartbeat tells it)."""
         """Whether the job reader holds a slot while it waits for a job (not work: not busy)."""
         self.finished = 0
         """Jobs this worker ran to their end (acknowledged)."""
@@ -133,37 +134,47 @@ class Worker:
             while True:
                 ticket = self.slots.enqueue(SlotClass.NORMAL)
                 await self.slots.wait(ticket)
-                self._reading = True  # this slot waits for a job: free, as others see it
+                self._reading = 1  # this slot waits for a job: free, as others see it
                 try:
-                    delivery = None
+                    deliveries: list[Delivery] = []
                     now = anyio.current_time()
                     if now >= next_reclaim:  # stale jobs are looked for every heartbeat
                         next_reclaim = now + min(self.cluster.lease_s / 4,
                                                  self.cluster.heartbeat_s)
-                        delivery = await self._reclaim(tg)
-                    if delivery is None:
+                        reclaimed = await self._reclaim(tg)
+                        deliveries = [reclaimed] if reclaimed is not None else []
+                    if not deliveries:
                         if not await self._same_squad():
-                            self.slots.release()
+                            self._give_back_reading()
                             await anyio.sleep(self.cluster.heartbeat_s)
                             continue
+                        # A second free slot: one read takes from both streams at once (unless
+                        # a session waits for its slot back from a child route).
+                        if not self._lent and self.slots.try_acquire():
+                            self._reading = 2
                         # A session waiting on a child route wants its slot back soon after
                         # the child ends: hold this one only briefly while no job comes.
-                        delivery = await self.jobs.take(
-                            self.name, block_s=SHORT_BLOCK_S if self._lent else BLOCK_S)
+                        deliveries = await self.jobs.take_some(
+                            self.name, room=self._reading,
+                            block_s=SHORT_BLOCK_S if self._lent else BLOCK_S)
                 except Exception as exc:  # Redis away past its bound, or a refusal: keep trying
-                    self.slots.release()
+                    self._give_back_reading()
                     log.error("no job taken; trying again", error=f"{type(exc).__name__}: {exc}")
                     await anyio.sleep(self.cluster.heartbeat_s)
                     continue
                 except BaseException:
-                    self.slots.release()
+                    self._give_back_reading()
                     raise
-                finally:
-                    self._reading = False
-                if delivery is None:
-                    self.slots.release()
-                    continue
-                tg.start_soon(self._run_job, delivery)
+                for delivery in deliveries:  # each on a slot the reading held
+                    self._reading -= 1
+                    tg.start_soon(self._run_job, delivery)
+                self._give_back_reading()
+
+    def _give_back_reading(self) -> None:
+        """The slots held to wait for a job that did not come given back."""
+        for _ in range(self._reading):
+            self.slots.release()
+        self._reading = 0
 
     async def _reclaim(self, tg: anyio.abc.TaskGroup) -> Delivery | None:
         """Take over every stale job this worker has free slots for, in one scan: the first
@@ -211,7 +222,7 @@ class Worker:
     async def _beat(self) -> None:
         await workers.beat(self.guard, WorkerBeat(
             name=self.name, host=socket.gethostname(), pid=os.getpid(), version=__version__,
-            slots=self.slots.total, busy=self.slots.in_use - int(self._reading),
+            slots=self.slots.total, busy=self.slots.in_use - self._reading,
             started=self._started),
             every_s=self.cluster.heartbeat_s)
 

@@ -1,6 +1,9 @@
-"""The job streams: urgent first, one job per free slot, reclaim after the lease."""
+"""The job streams: urgent first, one job per free slot (two free: both streams in one read),
+reclaim after the lease."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import anyio
 
@@ -28,6 +31,41 @@ async def test_urgent_jobs_are_taken_before_normal_ones_first_come_first_served(
         taken.append(delivery.job.session_id)
     assert taken == ["u1", "u2", "n1", "n2"]
     assert await queue.take("w1", block_s=0.1) is None
+
+
+async def test_with_room_for_two_one_read_takes_from_both_streams_urgent_first(
+        guard: RedisGuard) -> None:
+    queue = JobQueue(guard)
+    await queue.ensure()
+    client = guard.client
+    reads: list[list[str]] = []
+    real_read = client.xreadgroup
+
+    async def xreadgroup(group: str, consumer: str, streams: dict[str, str],
+                         *args: Any, **kwargs: Any) -> Any:
+        reads.append(list(streams))
+        return await real_read(group, consumer, streams, *args, **kwargs)
+
+    client.xreadgroup = xreadgroup  # this client's own, for this test
+    for sid, priority in (("n1", "normal"), ("n2", "normal"), ("u1", "urgent")):
+        await queue.submit(job(sid, priority))
+    both = await queue.take_some("w1", room=2, block_s=0.1)
+    assert [d.job.session_id for d in both] == ["u1", "n1"]  # urgent first, one of each
+    assert reads == [[keys.JOBS_URGENT, keys.JOBS_NORMAL]]  # in one round trip
+    reads.clear()
+    one = await queue.take_some("w1", room=1, block_s=0.1)
+    assert [d.job.session_id for d in one] == ["n2"]
+    assert reads == [[keys.JOBS_URGENT], [keys.JOBS_NORMAL]]  # room for one: urgent first
+    # Waiting with room for two, an urgent job that comes meanwhile is taken at once.
+    async with anyio.create_task_group() as tg:
+        async def later() -> None:
+            await anyio.sleep(0.05)
+            await queue.submit(job("u2", "urgent"))
+        tg.start_soon(later)
+        with anyio.fail_after(10):
+            waited = await queue.take_some("w2", room=2, block_s=5)
+    assert [d.job.session_id for d in waited] == ["u2"]
+    assert await queue.take_some("w1", room=2, block_s=0.05) == []
 
 
 async def test_a_job_idle_past_its_lease_moves_to_another_worker(guard: RedisGuard) -> None:
