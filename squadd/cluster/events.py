@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import structlog
@@ -48,6 +48,45 @@ async def publish_events(guard: RedisGuard, worker: str, next_event: Callable[[]
         data = [EventEnvelope(worker=worker, event=e.model_dump(mode="json")).dump()
                 for e in (event, *ready())]
         await guard.run(functools.partial(_publish, client, data, maxlen))
+
+
+class EventSource(Protocol):
+    """A subscription to a bus: the next event (None: nothing to forward), or one at hand."""
+
+    async def get(self) -> BaseEvent | None: ...
+
+    def get_nowait(self) -> BaseEvent | None: ...
+
+
+async def forward_events(guard: RedisGuard, worker: str, source: EventSource, *,
+                         skip: Callable[[BaseEvent], bool], maxlen: int,
+                         retry_s: float) -> None:
+    """A worker's bus to the stream (`publish_events`), the events `skip` names left out; a
+    failure is logged and forwarding starts again `retry_s` later (the events meanwhile are
+    lost: the bus is bounded). Runs until cancelled."""
+    def wanted(event: BaseEvent | None) -> BaseEvent | None:
+        return None if event is None or skip(event) else event
+
+    async def next_event() -> BaseEvent | None:
+        return wanted(await source.get())
+
+    def ready() -> list[BaseEvent]:
+        found: list[BaseEvent] = []
+        for _ in range(PUBLISH_BATCH - 1):
+            event = source.get_nowait()
+            if event is None:
+                break
+            if wanted(event) is not None:
+                found.append(event)
+        return found
+
+    while True:
+        try:
+            await publish_events(guard, worker, next_event, ready=ready, maxlen=maxlen)
+        except Exception as exc:
+            log.error("events not forwarded; trying again", worker=worker,
+                      error=f"{type(exc).__name__}: {exc}")
+            await anyio.sleep(retry_s)
 
 
 async def _publish(client: Any, data: list[str], maxlen: int) -> None:

@@ -29,7 +29,7 @@ from squadd import telemetry
 from squadd._version import __version__
 from squadd.cluster import keys, workers
 from squadd.cluster.connection import BLOCK_S, ClusterError, RedisGuard
-from squadd.cluster.events import PUBLISH_BATCH, publish_events
+from squadd.cluster.events import forward_events
 from squadd.cluster.identity import SquadIdentity, published_identity
 from squadd.cluster.jobs import Delivery, JobQueue
 from squadd.cluster.requests import SentIds, send
@@ -235,34 +235,14 @@ class Worker:
                 log.warning("heartbeat not sent", error=f"{type(exc).__name__}: {exc}")
 
     async def _forward_events(self) -> None:
-        def wanted(event: BaseEvent | None) -> BaseEvent | None:
+        def skip(event: BaseEvent) -> bool:
             # A forwarded squad-tool call is announced by the coordinator's own pipeline.
-            if event is not None and getattr(event, "tool", None) in self._squad_names:
-                return None
-            return event
-
-        async def next_event() -> BaseEvent | None:
-            return wanted(await subscription.get())
-
-        def ready() -> list[BaseEvent]:
-            found: list[BaseEvent] = []
-            for _ in range(PUBLISH_BATCH - 1):
-                event = subscription.get_nowait()
-                if event is None:
-                    break
-                if wanted(event) is not None:
-                    found.append(event)
-            return found
+            return getattr(event, "tool", None) in self._squad_names
 
         with self.bus.subscribe() as subscription:
-            while True:
-                try:
-                    await publish_events(self.guard, self.name, next_event, ready=ready,
-                                         maxlen=self.cluster.events_maxlen)
-                except Exception as exc:  # events meanwhile are lost (the bus is bounded)
-                    log.error("events not forwarded; trying again",
-                              error=f"{type(exc).__name__}: {exc}")
-                    await anyio.sleep(self.cluster.heartbeat_s)
+            await forward_events(self.guard, self.name, subscription, skip=skip,
+                                 maxlen=self.cluster.events_maxlen,
+                                 retry_s=self.cluster.heartbeat_s)
 
     async def _keep_leases(self) -> None:
         while True:
