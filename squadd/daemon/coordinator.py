@@ -120,6 +120,9 @@ class Coordinator:
         backlog: dict[str, Any] = {}
         if self.guard.up:
             with contextlib.suppress(ClusterError, TimeoutError), anyio.fail_after(5):
+                # Now, not as the last heartbeat's listing left them: a worker that started
+                # since is listed (and serving) already.
+                self.workers = await live_workers(self.guard)
                 lags = await self.jobs.lags()
                 backlog = await self.jobs.backlog(now_ms=int(time.time() * 1000))
         return {

@@ -1,4 +1,5 @@
-"""The coordinator's loops outlive what Redis does to them: a real redis-server and runtime."""
+"""The coordinator's loops outlive what Redis does to them, and its report lists the workers
+alive when it is asked: a real redis-server and runtime."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ from pathlib import Path
 import anyio
 import pytest
 
+from squadd.cluster import workers
 from squadd.cluster.requests import send
-from squadd.cluster.wire import Request
+from squadd.cluster.wire import Request, WorkerBeat
 from squadd.daemon import orphans as orphans_module
 from squadd.runtime.planning import load_transcript
 from squadd.state.layout import SquadLayout
@@ -164,3 +166,19 @@ async def test_orphans_that_never_end_are_kept_only_up_to_the_bound(
                                                              "text": "x"}]}))
                 assert answer.ok
             assert list(here.coordinator._orphans) == ["s1", "s3"]  # s2 was the oldest used
+
+
+async def test_the_report_lists_a_worker_that_started_since_the_last_heartbeat(
+        tmp_path: Path) -> None:
+    async with coordinator_on_redis(tmp_path, {"heartbeat_s": 3600}) as here, \
+            here.runtime, anyio.create_task_group() as tg:
+        await tg.start(here.coordinator.run)
+        assert (await here.coordinator.report())["workers"] == []
+        # The coordinator's own listing runs once an hour here: only the report's finds it.
+        await workers.beat(here.guard, WorkerBeat(
+            name="w1", host="h1", pid=1, version="0", slots=4, busy=1,
+            started="2026-11-29T00:00:00+00:00"), every_s=60)
+        report = await here.coordinator.report()
+        tg.cancel_scope.cancel()
+    assert [w["name"] for w in report["workers"]] == ["w1"]
+    assert (report["slots"], report["busy"]) == (4, 1)
