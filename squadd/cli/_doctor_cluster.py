@@ -76,5 +76,5 @@ def _judge(url: str, found: dict[str, Any]) -> CheckResult:
                                               f"{', '.join(others)} (this is {__version__})",
                            details)
     slots = sum(w.slots for w in workers)
-    return CheckResult("cluster", "ok", f"{len(workers)} workers alive, {slots} slots",
-                       details)
+    named = f"{len(workers)} worker{'' if len(workers) == 1 else 's'}"
+    return CheckResult("cluster", "ok", f"{named} alive, {slots} slots", details)

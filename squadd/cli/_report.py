@@ -165,7 +165,8 @@ def cluster_lines(cluster: Mapping[str, Any]) -> list[str]:
     redis = "up" if cluster.get("redis_up") else "UNREACHABLE"
     workers = cluster.get("workers") or []
     lines = [f"cluster: redis {redis} ({cluster.get('url')}, "
-             f"{cluster.get('redis_outages', 0)} outages), {len(workers)} workers, "
+             f"{cluster.get('redis_outages', 0)} outages), {len(workers)} "
+             f"worker{'' if len(workers) == 1 else 's'}, "
              f"{cluster.get('busy', 0)}/{cluster.get('slots', 0)} slots busy, "
              f"{cluster.get('local_slots', 0)} local slots"]
     owner = cluster.get("owner")
