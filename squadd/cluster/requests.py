@@ -67,16 +67,22 @@ async def send(guard: RedisGuard, request: Request, *, timeout_s: float,
     every send without `sent`, is not."""
     client = guard.client
     box = keys.reply_box(request.request_id)
-    again = request.model_copy(update={"first": False}).dump()
-    data = [request.model_copy(update={"first": True}).dump()
-            if sent is not None and sent.first(request.request_id) else again]
+    first = sent is not None and sent.first(request.request_id)
+    dumped: dict[bool, str] = {}
+
+    def dump(marked: bool) -> str:
+        if marked not in dumped:
+            dumped[marked] = (request if request.first == marked else
+                              request.model_copy(update={"first": marked})).dump()
+        return dumped[marked]
 
     async def add_and_wait() -> Any:
         # One round trip: the request added, then the wait for its reply begins at once.
         # Added again (a timeout, or the guard's retry after a lost connection) it is a repeat.
-        added, data[0] = data[0], again
+        nonlocal first
+        data, first = dump(first), False
         async with client.pipeline(transaction=False) as pipe:
-            pipe.xadd(keys.REQUESTS, {"data": added})
+            pipe.xadd(keys.REQUESTS, {"data": data})
             pipe.blpop([box], timeout=BLOCK_S)
             return (await pipe.execute())[1]
 

@@ -112,8 +112,7 @@ class Worker:
         self._lent = 0
         """Sessions that gave their slot back while a child route runs."""
         self._reading = 0
-        """Slots held while waiting for a job (free, as the heartbeat tells it)."""
-        """Whether the job reader holds a slot while it waits for a job (not work: not busy)."""
+        """Slots the job reader holds while it waits for a job (not work: not busy)."""
         self.finished = 0
         """Jobs this worker ran to their end (acknowledged)."""
 
