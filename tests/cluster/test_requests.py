@@ -3,6 +3,8 @@ a request sent for the first time is not looked up for a stored reply, a repeat 
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import anyio
 import pytest
 
@@ -25,14 +27,20 @@ def request(rid: str, kind: str = "tool") -> Request:
                    body={"n": rid})
 
 
-async def test_a_repeated_request_gets_the_stored_reply_and_is_applied_once(
-        guard: RedisGuard) -> None:
+def _counting() -> tuple[list[str], Callable[[Request], Awaitable[Reply]]]:
+    """A handler that records the ids it applied and answers with how many it has."""
     applied: list[str] = []
 
     async def handler(req: Request) -> Reply:
         applied.append(req.request_id)
         return Reply(request_id=req.request_id, ok=True, body={"count": len(applied)})
 
+    return applied, handler
+
+
+async def test_a_repeated_request_gets_the_stored_reply_and_is_applied_once(
+        guard: RedisGuard) -> None:
+    applied, handler = _counting()
     server = RequestServer(guard, handler, reply_ttl_s=60, redo_safe=())
     async with anyio.create_task_group() as tg:
         await tg.start(server.run)
@@ -47,12 +55,7 @@ async def test_a_repeated_request_gets_the_stored_reply_and_is_applied_once(
 
 async def test_a_request_sent_first_is_not_looked_up_and_its_repeat_gets_the_stored_reply(
         guard: RedisGuard) -> None:
-    applied: list[str] = []
-
-    async def handler(req: Request) -> Reply:
-        applied.append(req.request_id)
-        return Reply(request_id=req.request_id, ok=True, body={"count": len(applied)})
-
+    applied, handler = _counting()
     client = guard.client
     looked_up: list[list[str]] = []
     real_mget = client.mget

@@ -101,8 +101,8 @@ OPENAI_OK = {"choices": [{"message": {"role": "assistant", "content": "ok"},
 ANTHROPIC_OK = {"content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn"}
 
 
-@pytest.mark.parametrize("kind", ["openai", "anthropic"])
-async def test_a_request_with_tools_is_the_bytes_of_its_whole_body(kind: str) -> None:
+def _recorded(kind: str) -> tuple[OpenAIProvider | AnthropicProvider, list[bytes]]:
+    """A provider of `kind` whose requests' bodies are kept, each answered "ok"."""
     sent: list[bytes] = []
 
     def answer(request: httpx.Request) -> httpx.Response:
@@ -115,6 +115,12 @@ async def test_a_request_with_tools_is_the_bytes_of_its_whole_body(kind: str) ->
     provider = (OpenAIProvider.from_settings(settings, transport=transport, environ=environ)
                 if kind == "openai" else
                 AnthropicProvider.from_settings(settings, transport=transport, environ=environ))
+    return provider, sent
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+async def test_a_request_with_tools_is_the_bytes_of_its_whole_body(kind: str) -> None:
+    provider, sent = _recorded(kind)
     request = CompletionRequest(messages=[UserMessage(content="hi")], tools=SPECS)
     try:
         for specs in (SPECS, SPECS, SPECS[:2]):
@@ -138,18 +144,7 @@ def _prompt(n: int) -> str:
 
 @pytest.mark.parametrize("kind", ["openai", "anthropic"])
 async def test_a_request_with_a_long_prompt_is_the_bytes_of_its_whole_body(kind: str) -> None:
-    sent: list[bytes] = []
-
-    def answer(request: httpx.Request) -> httpx.Response:
-        sent.append(request.content)
-        return httpx.Response(200, json=OPENAI_OK if kind == "openai" else ANTHROPIC_OK)
-
-    settings = ProviderSettings(kind=kind, base_url="http://model.test/v1" if kind == "openai"
-                                else "http://model.test", model="m")
-    transport, environ = httpx.MockTransport(answer), {"ANTHROPIC_API_KEY": "k"}
-    provider = (OpenAIProvider.from_settings(settings, transport=transport, environ=environ)
-                if kind == "openai" else
-                AnthropicProvider.from_settings(settings, transport=transport, environ=environ))
+    provider, sent = _recorded(kind)
     long_result = "x" * (LONG_TEXT_CHARS + 1)
     try:
         for turn in range(2):
