@@ -61,6 +61,9 @@ RUN = f"{PREFIX}:run"
 flushed), and the coordinator submits again every route it holds."""
 
 WORKER_PREFIX = f"{PREFIX}:worker:"
+WORKERS = f"{PREFIX}:workers"
+"""The names of the workers that beat (a set): listing them reads these keys, not the whole
+keyspace, which holds a day of stored replies."""
 
 
 def worker(name: str) -> str:

@@ -1,5 +1,6 @@
-"""Worker heartbeats: each worker keeps a key with a TTL saying who it is and how busy; a key
-that expired is a worker gone. The coordinator's status and `squadd doctor` list them.
+"""Worker heartbeats: each worker keeps a key with a TTL saying who it is and how busy, and
+its name in the set of workers; a key that expired is a worker gone. The coordinator's status
+and `squadd doctor` list them from that set (no scan of the keyspace).
 """
 
 from __future__ import annotations
@@ -19,31 +20,47 @@ BEATS_PER_TTL = 3
 async def beat(guard: RedisGuard, info: WorkerBeat, *, every_s: float) -> None:
     client = guard.client
     ttl_ms = max(1000, int(every_s * BEATS_PER_TTL * 1000))
-    await guard.run(lambda: client.set(keys.worker(info.name), info.dump(), px=ttl_ms))
+
+    async def send() -> None:
+        async with client.pipeline(transaction=False) as pipe:
+            pipe.set(keys.worker(info.name), info.dump(), px=ttl_ms)
+            pipe.sadd(keys.WORKERS, info.name)
+            await pipe.execute()
+
+    await guard.run(send)
 
 
 async def forget(guard: RedisGuard, name: str) -> None:
     client = guard.client
-    await guard.run(lambda: client.delete(keys.worker(name)))
+
+    async def send() -> None:
+        async with client.pipeline(transaction=False) as pipe:
+            pipe.delete(keys.worker(name))
+            pipe.srem(keys.WORKERS, name)
+            await pipe.execute()
+
+    await guard.run(send)
 
 
 async def live_workers(guard: RedisGuard) -> list[WorkerBeat]:
-    """The workers whose heartbeat key has not expired, by name."""
+    """The workers whose heartbeat key has not expired, by name: the names in `keys.WORKERS`
+    whose key is there (two commands, whatever else Redis holds). A name whose key expired is
+    taken out of the set (a worker that beats again is put back by its beat)."""
     client = guard.client
-
-    async def scan() -> list[str]:
-        return [str(k) async for k in client.scan_iter(match=keys.WORKER_PREFIX + "*",
-                                                      count=500)]
-    names = await guard.run(scan)
+    names: Any = sorted(await guard.run(lambda: client.smembers(keys.WORKERS)) or ())
     if not names:
         return []
-    values: Any = await guard.run(lambda: client.mget(names))
+    values: Any = await guard.run(lambda: client.mget([keys.worker(n) for n in names]))
     beats: list[WorkerBeat] = []
-    for value in values or []:
+    gone: list[str] = []
+    for name, value in zip(names, values or [None] * len(names), strict=True):
         if not value:
+            gone.append(name)
             continue
         try:
             beats.append(WorkerBeat.model_validate_json(value))
         except ValidationError:
             continue
+    if gone:
+        await guard.run(lambda: client.srem(keys.WORKERS, *gone))
     return sorted(beats, key=lambda b: b.name)
