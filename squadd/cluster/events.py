@@ -22,6 +22,8 @@ from squadd.contracts.events import BaseEvent, parse_event
 log = structlog.get_logger("squadd.cluster")
 PUBLISH_BATCH = 64
 """Most events a worker sends in one round trip."""
+STOP_SEND_S = 2.0
+"""How long a forwarder stopped while it gathers may take to send what it holds."""
 READ_BATCH = 256
 """Most events the coordinator reads in one round trip."""
 GATHER_S = 0.02
@@ -40,14 +42,24 @@ async def publish_events(guard: RedisGuard, worker: str, next_event: Callable[[]
     to the stream, trimmed near `maxlen`, with those `ready()` has at hand `gather_s` later
     (at most `PUBLISH_BATCH` of them) in one round trip. Runs until cancelled."""
     client = guard.client
+
+    async def send(first: BaseEvent) -> None:
+        data = [EventEnvelope(worker=worker, event=e.model_dump(mode="json")).dump()
+                for e in (first, *ready())]
+        await guard.run(functools.partial(_publish, client, data, maxlen))
+
     while True:
         event: BaseEvent | None = await next_event()
         if event is None:
             continue
-        await pause(gather_s)
-        data = [EventEnvelope(worker=worker, event=e.model_dump(mode="json")).dump()
-                for e in (event, *ready())]
-        await guard.run(functools.partial(_publish, client, data, maxlen))
+        try:
+            await pause(gather_s)
+        except anyio.get_cancelled_exc_class():
+            # Stopped while it gathered: what it holds goes out first (within a bound).
+            with anyio.CancelScope(shield=True), anyio.move_on_after(STOP_SEND_S):
+                await send(event)
+            raise
+        await send(event)
 
 
 class EventSource(Protocol):

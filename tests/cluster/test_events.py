@@ -1,6 +1,7 @@
 """The cluster's event stream: a worker's forwarder sends the events that come while it gathers
 in one round trip, and the coordinator's reader reads those that arrive while it gathers in one,
-each published with its worker named and in the stream's order. A real redis-server."""
+each published with its worker named and in the stream's order; a forwarder stopped while it
+gathers sends what it holds first. A real redis-server."""
 
 from __future__ import annotations
 
@@ -120,3 +121,29 @@ async def test_the_forwarder_sends_the_events_that_came_while_it_gathered_in_one
     assert [(e.worker, e.event["type"], e.event.get("content")) for e in envelopes] == [
         ("w1", "session.message", "first"), ("w1", "session.message", "second"),
         ("w1", "agent.completed", None)]
+
+
+async def test_a_forwarder_stopped_while_it_gathers_sends_what_it_holds_first(
+        guard: RedisGuard) -> None:
+    asked, began, _go_on, pause = _gate()  # never let go: the stop ends the pause
+    send, receive = anyio.create_memory_object_stream[BaseEvent](16)
+    last = AgentCompleted(session_id="s1", agent="lead", turns=1)
+    held = [SessionMessage(session_id="s1", agent="lead", role="assistant", content="done")]
+
+    def ready() -> list[BaseEvent]:
+        found = list(held)
+        held.clear()
+        return found
+
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(functools.partial(publish_events, guard, "w1", receive.receive,
+                                            maxlen=1000, ready=ready, gather_s=0.5,
+                                            pause=pause))
+            await send.send(last)
+            await began.wait()
+            tg.cancel_scope.cancel()  # the worker stops
+    entries = await guard.client.xrange(keys.EVENTS)
+    envelopes = [EventEnvelope.model_validate_json(fields["data"]) for _, fields in entries]
+    assert [e.event["type"] for e in envelopes] == ["agent.completed", "session.message"]
+    assert asked == [0.5]
