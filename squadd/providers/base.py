@@ -134,7 +134,7 @@ class TextJson:
     def __len__(self) -> int:
         return len(self._kept)
 
-    def object(self, members: dict[str, Any], key: str, text: str) -> str:
+    def object_with(self, members: dict[str, Any], key: str, text: str) -> str:
         """The JSON object of `members` with `key` set to `text` (encoded as above) last,
         written as `json.dumps` writes it."""
         head = json.dumps(members)

@@ -169,7 +169,7 @@ def messages_json(messages: list[Message], texts: TextJson) -> str:
         content = item.get("content")
         if isinstance(content, str) and len(content) >= texts.min_chars:
             rest = {key: value for key, value in item.items() if key != "content"}
-            parts.append(texts.object(rest, "content", content))
+            parts.append(texts.object_with(rest, "content", content))
         else:
             parts.append(json.dumps(item))
     return "[" + ", ".join(parts) + "]"

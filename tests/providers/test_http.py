@@ -179,9 +179,9 @@ def test_long_texts_are_encoded_once_and_what_is_kept_is_bounded() -> None:
     assert encode(_prompt(5)) is not second
     huge = encode(_prompt(100))  # larger than the bound alone: encoded, not kept
     assert json.loads(huge) == _prompt(100) and encode(_prompt(100)) is not huge
-    assert encode.object({"role": "system"}, "content", _prompt(4)) == json.dumps(
+    assert encode.object_with({"role": "system"}, "content", _prompt(4)) == json.dumps(
         {"role": "system", "content": _prompt(4)})
-    assert encode.object({}, "content", "hi") == json.dumps({"content": "hi"})
+    assert encode.object_with({}, "content", "hi") == json.dumps({"content": "hi"})
 
 
 def test_tools_are_encoded_once_per_set_of_specs_and_the_sets_kept_are_bounded() -> None:
