@@ -385,7 +385,7 @@ class GroupCommit:
         assert self._receive is not None
         try:
             return self._receive.receive_nowait()
-        except anyio.WouldBlock:
+        except (anyio.WouldBlock, anyio.EndOfStream):  # (closed: the doorbell's None ends it)
             self._thread_waits = True
             return None
 
