@@ -34,16 +34,17 @@ MIN_CONCURRENCY = 64
 """Requests answered at once when the cluster's sessions need no more (`RequestServer.fit`)."""
 HEADROOM = 16
 """Places beyond one per session, for a stale worker's requests and the odd repeat."""
-SENT_IDS_KEPT = 65_536
-"""Request ids a worker remembers having sent (`SentIds`)."""
+SENT_IDS_KEPT = 4096
+"""Request ids a worker remembers having sent for one running session (`SentIds`): a repeat
+follows its first send within the session's life."""
 INTERRUPTED = ("interrupted, effect unknown: the coordinator stopped while it applied this "
                "call; check before repeating it")
 
 
 class SentIds:
-    """The request ids a worker process has sent, the last `SENT_IDS_KEPT` of them: a request
-    whose id is not among them goes out marked `first` (its ids name the session's lease
-    epoch, which a worker started again never continues)."""
+    """The request ids a worker has sent for one running session, the last `SENT_IDS_KEPT` of
+    them: a request whose id is not among them goes out marked `first` (its ids name the
+    session's lease epoch, which no other run of the session continues)."""
 
     def __init__(self, kept: int = SENT_IDS_KEPT):
         self.kept = kept

@@ -32,7 +32,7 @@ from squadd.cluster.connection import BLOCK_S, ClusterError, RedisGuard
 from squadd.cluster.events import forward_events
 from squadd.cluster.identity import SquadIdentity, published_identity
 from squadd.cluster.jobs import Delivery, JobQueue
-from squadd.cluster.requests import SentIds, send
+from squadd.cluster.requests import send
 from squadd.cluster.wire import (
     PromptsSeen,
     Reply,
@@ -104,8 +104,6 @@ class Worker:
         self.stopping = anyio.Event()
         """Set when the worker stops: waits on the coordinator end at once."""
         self._squad_names: set[str] = set()
-        self._sent = SentIds()
-        """The request ids sent: a new one goes out marked `first` (no reply to look up)."""
         self._host = socket.gethostname()
         self._specs = SpecsSeen()
         self._prompts = PromptsSeen()
@@ -371,7 +369,7 @@ class Worker:
         if kind == "tool":  # a child route may run as long as a route may
             attempts = max(attempts, int(2 * job.timeout_s / self.cluster.request_timeout_s) + 2)
         return checked(await send(self.guard, request, timeout_s=self.cluster.request_timeout_s,
-                                  attempts=attempts, sent=self._sent))
+                                  attempts=attempts, sent=running.sent))
 
     async def _claim_and_run(self, running: Running) -> SessionOutcome | None:
         delivery = running.delivery

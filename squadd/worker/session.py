@@ -23,6 +23,7 @@ import anyio.from_thread
 from pydantic import BaseModel, ConfigDict
 
 from squadd.cluster.jobs import Delivery
+from squadd.cluster.requests import SentIds
 from squadd.cluster.wire import Reply
 from squadd.contracts.events import AgentCompleted, AgentError, BaseEvent, EventSink
 from squadd.contracts.messages import ToolSpec
@@ -66,6 +67,9 @@ class Running:
     handed: bool = False
     """Started from its job's hand-over, without a claim: each request names this host, and
     the coordinator records the holder at the first."""
+    sent: SentIds = field(default_factory=SentIds)
+    """The ids of the session's requests sent so far: a new one goes out marked `first` (the
+    coordinator has no reply to look up for it)."""
 
 
 class ForwardingSink:
