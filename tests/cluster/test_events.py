@@ -10,6 +10,7 @@ from typing import Any
 
 import anyio
 import pytest
+from anyio.streams.memory import MemoryObjectSendStream
 
 from squadd.cluster import events as cluster_events
 from squadd.cluster import keys
@@ -35,6 +36,27 @@ def _gate() -> tuple[list[float], anyio.Event, anyio.Event, Any]:
 
 def _envelope(worker: str, event: BaseEvent) -> str:
     return EventEnvelope(worker=worker, event=event.model_dump(mode="json")).dump()
+
+
+def _forwarder(guard: RedisGuard, pause: Any
+               ) -> tuple[Any, MemoryObjectSendStream[BaseEvent], list[BaseEvent]]:
+    """`publish_events` for worker w1 (0.5 s gathers, through `pause`), the stream its next
+    event comes from, and the list its `ready` takes the events at hand from."""
+    send, receive = anyio.create_memory_object_stream[BaseEvent](16)
+    at_hand: list[BaseEvent] = []
+
+    def ready() -> list[BaseEvent]:
+        found = list(at_hand)
+        at_hand.clear()
+        return found
+
+    run = functools.partial(publish_events, guard, "w1", receive.receive, maxlen=1000,
+                            ready=ready, gather_s=0.5, pause=pause)
+    return run, send, at_hand
+
+
+def _sent(entries: Any) -> list[EventEnvelope]:
+    return [EventEnvelope.model_validate_json(fields["data"]) for _, fields in entries]
 
 
 async def test_the_reader_reads_the_events_that_came_while_it_gathered_in_one_round_trip(
@@ -93,31 +115,21 @@ async def test_the_forwarder_sends_the_events_that_came_while_it_gathered_in_one
 
     monkeypatch.setattr(cluster_events, "_publish", counted)
     asked, began, go_on, pause = _gate()
-    send, receive = anyio.create_memory_object_stream[BaseEvent](16)
+    run, send, at_hand = _forwarder(guard, pause)
     first = SessionMessage(session_id="s1", agent="lead", role="assistant", content="first")
     rest = [SessionMessage(session_id="s1", agent="lead", role="assistant", content="second"),
             AgentCompleted(session_id="s1", agent="lead", turns=1)]
-    came: list[BaseEvent] = []
-
-    def ready() -> list[BaseEvent]:
-        found = list(came)
-        came.clear()
-        return found
-
     with anyio.fail_after(20):
         async with anyio.create_task_group() as tg:
-            tg.start_soon(functools.partial(publish_events, guard, "w1", receive.receive,
-                                            maxlen=1000, ready=ready, gather_s=0.5,
-                                            pause=pause))
+            tg.start_soon(run)
             await send.send(first)
             await began.wait()  # it has the first: it gathers now
-            came.extend(rest)  # the session's next events, at hand when the pause ends
+            at_hand.extend(rest)  # the session's next events, at hand when the pause ends
             go_on.set()
             await done.wait()
             tg.cancel_scope.cancel()
     assert asked == [0.5] and sent == [3]
-    entries = await guard.client.xrange(keys.EVENTS)
-    envelopes = [EventEnvelope.model_validate_json(fields["data"]) for _, fields in entries]
+    envelopes = _sent(await guard.client.xrange(keys.EVENTS))
     assert [(e.worker, e.event["type"], e.event.get("content")) for e in envelopes] == [
         ("w1", "session.message", "first"), ("w1", "session.message", "second"),
         ("w1", "agent.completed", None)]
@@ -126,24 +138,15 @@ async def test_the_forwarder_sends_the_events_that_came_while_it_gathered_in_one
 async def test_a_forwarder_stopped_while_it_gathers_sends_what_it_holds_first(
         guard: RedisGuard) -> None:
     asked, began, _go_on, pause = _gate()  # never let go: the stop ends the pause
-    send, receive = anyio.create_memory_object_stream[BaseEvent](16)
-    last = AgentCompleted(session_id="s1", agent="lead", turns=1)
-    held = [SessionMessage(session_id="s1", agent="lead", role="assistant", content="done")]
-
-    def ready() -> list[BaseEvent]:
-        found = list(held)
-        held.clear()
-        return found
-
+    run, send, at_hand = _forwarder(guard, pause)
+    at_hand.append(SessionMessage(session_id="s1", agent="lead", role="assistant",
+                                  content="done"))
     with anyio.fail_after(20):
         async with anyio.create_task_group() as tg:
-            tg.start_soon(functools.partial(publish_events, guard, "w1", receive.receive,
-                                            maxlen=1000, ready=ready, gather_s=0.5,
-                                            pause=pause))
-            await send.send(last)
+            tg.start_soon(run)
+            await send.send(AgentCompleted(session_id="s1", agent="lead", turns=1))
             await began.wait()
             tg.cancel_scope.cancel()  # the worker stops
-    entries = await guard.client.xrange(keys.EVENTS)
-    envelopes = [EventEnvelope.model_validate_json(fields["data"]) for _, fields in entries]
+    envelopes = _sent(await guard.client.xrange(keys.EVENTS))
     assert [e.event["type"] for e in envelopes] == ["agent.completed", "session.message"]
     assert asked == [0.5]
