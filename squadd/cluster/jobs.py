@@ -15,7 +15,8 @@ from typing import Any
 
 import structlog
 from pydantic import ValidationError
-from redis.exceptions import ResponseError
+from redis.commands.core import AsyncScript
+from redis.exceptions import NoPermissionError, ResponseError
 
 from squadd.cluster import keys
 from squadd.cluster.connection import BLOCK_S, RedisGuard
@@ -25,6 +26,20 @@ log = structlog.get_logger("squadd.cluster")
 
 HELD_SCAN = 4096
 """Most pending jobs of one worker looked through when its claim is checked (its slots)."""
+
+FIRST_WAITING = """\
+local taken = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', 1,
+                         'STREAMS', KEYS[1], '>')
+if taken then return taken end
+return redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', 1, 'STREAMS', KEYS[2], '>')
+"""
+"""The first job waiting for a worker with room for one, urgent first, in one round trip:
+`KEYS` the urgent and the normal stream, `ARGV` the group and the consumer. (One read of both
+streams could give two jobs; a script may not block, so a worker that finds none then waits
+on the normal stream.)"""
+_REFUSED = "unknown command"
+"""A Redis that answers a script with this (the command renamed away), or refuses it by its
+ACL (`NOPERM`), will not run it: from then on the urgent stream is read on its own first."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +68,8 @@ class JobQueue:
 
     def __init__(self, guard: RedisGuard):
         self.guard = guard
+        self._first_waiting: AsyncScript | None = guard.client.register_script(FIRST_WAITING)
+        """None once Redis has refused the script (an ACL without `EVALSHA`, say)."""
 
     async def ensure(self) -> None:
         for stream in keys.JOB_STREAMS:
@@ -90,8 +107,9 @@ class JobQueue:
                         block_s: float = BLOCK_S) -> list[Delivery]:
         """New jobs for `consumer`, at most `room` of them, urgent first, waiting up to
         `block_s` for one. With room for one: an urgent one if any waits, else a normal one
-        (two reads). With room for two or more: one read of both streams, which gives at most
-        one of each (one round trip where there were two)."""
+        (one script reads the urgent stream, then the normal one; when neither had one, a
+        blocking read of the normal stream waits). With room for two or more: one read of both
+        streams, which gives at most one of each (one round trip where there were two)."""
         client = self.guard.client
         block = max(1, int(block_s * 1000))
         if room >= 2:
@@ -100,9 +118,7 @@ class JobQueue:
                 count=1, block=block))
             entries = sorted(_entries(both), key=lambda e: e[0] != keys.JOBS_URGENT)
         else:
-            urgent = await self._grouped(lambda: client.xreadgroup(
-                keys.WORKERS_GROUP, consumer, {keys.JOBS_URGENT: ">"}, count=1))
-            entries = _entries(urgent)[:1]
+            entries = await self._waiting_first(consumer)
             if not entries:
                 normal = await self._grouped(lambda: client.xreadgroup(
                     keys.WORKERS_GROUP, consumer, {keys.JOBS_NORMAL: ">"}, count=1,
@@ -110,6 +126,30 @@ class JobQueue:
                 entries = _entries(normal)[:1]
         found = [await self._valid(entry) for entry in entries]
         return [delivery for delivery in found if delivery is not None]
+
+    async def _waiting_first(self, consumer: str) -> list[_Entry]:
+        """Without waiting: the first job of either stream, urgent first, in one round trip
+        (`FIRST_WAITING`); where Redis refuses scripts, an urgent one only (the caller's
+        blocking read of the normal stream comes next)."""
+        client = self.guard.client
+        script = self._first_waiting
+        if script is not None:
+            try:
+                found = await self._grouped(lambda: script(
+                    keys=list(keys.JOB_STREAMS), args=[keys.WORKERS_GROUP, consumer],
+                    client=client))
+                return _script_entries(found)[:1]
+            except ResponseError as exc:
+                if isinstance(exc, NoPermissionError) or _REFUSED in str(exc):
+                    log.warning("redis refuses scripts: the urgent job stream is read on its "
+                                "own first", error=str(exc)[:300])
+                    self._first_waiting = None
+                else:  # this time only (someone else's script is busy, say)
+                    log.warning("the job streams' script failed; read one at a time",
+                                error=str(exc)[:300])
+        urgent = await self._grouped(lambda: client.xreadgroup(
+            keys.WORKERS_GROUP, consumer, {keys.JOBS_URGENT: ">"}, count=1))
+        return _entries(urgent)[:1]
 
     async def reclaim(self, consumer: str, *, lease_s: float,
                       count: int = 1) -> list[Delivery]:
@@ -313,6 +353,14 @@ class JobQueue:
 
 _Entry = tuple[str, str, dict[str, str] | None, bool]
 """A job stream entry as read: stream, entry id, fields, and whether it was reclaimed."""
+
+
+def _script_entries(result: Any) -> list[_Entry]:
+    """The entries a script's `XREADGROUP` read, as `_entries` gives them: Redis answers a
+    script with the command's plain reply, each entry's fields a flat list of names and values."""
+    return [(str(stream), str(entry_id),
+             dict(zip(fields[::2], fields[1::2], strict=True)) if fields else None, False)
+            for stream, entries in result or [] for entry_id, fields in entries]
 
 
 def _entries(result: Any) -> list[_Entry]:

@@ -1,5 +1,5 @@
-"""The job streams: urgent first, one job per free slot (two free: both streams in one read),
-reclaim after the lease."""
+"""The job streams: urgent first, one job per free slot (one free: both streams in one script;
+two free: both in one read), reclaim after the lease."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from typing import Any
 import anyio
 
 from squadd.cluster import keys
-from squadd.cluster.connection import RedisGuard
+from squadd.cluster.connection import RedisGuard, connect
 from squadd.cluster.jobs import JobQueue
 from squadd.cluster.wire import Job
+from tests.support.redis_server import RedisServer
 
 
 def job(sid: str, priority: str = "normal") -> Job:
@@ -47,6 +48,13 @@ async def test_with_room_for_two_one_read_takes_from_both_streams_urgent_first(
         return await real_read(group, consumer, streams, *args, **kwargs)
 
     client.xreadgroup = xreadgroup  # this client's own, for this test
+    real_script = client.evalsha
+
+    async def evalsha(sha: str, numkeys: int, *args: Any) -> Any:
+        reads.append(["script", *args[:numkeys]])
+        return await real_script(sha, numkeys, *args)
+
+    client.evalsha = evalsha  # type: ignore[method-assign]
     for sid, priority in (("n1", "normal"), ("n2", "normal"), ("u1", "urgent")):
         await queue.submit(job(sid, priority))
     both = await queue.take_some("w1", room=2, block_s=0.1)
@@ -55,7 +63,8 @@ async def test_with_room_for_two_one_read_takes_from_both_streams_urgent_first(
     reads.clear()
     one = await queue.take_some("w1", room=1, block_s=0.1)
     assert [d.job.session_id for d in one] == ["n2"]
-    assert reads == [[keys.JOBS_URGENT], [keys.JOBS_NORMAL]]  # room for one: urgent first
+    # Room for one: the urgent stream, then the normal one, in one script.
+    assert reads == [["script", keys.JOBS_URGENT, keys.JOBS_NORMAL]]
     # Waiting with room for two, an urgent job that comes meanwhile is taken at once.
     async with anyio.create_task_group() as tg:
         async def later() -> None:
@@ -91,6 +100,79 @@ async def test_a_job_idle_past_its_lease_moves_to_another_worker(guard: RedisGua
     assert await queue.reclaim("w3", lease_s=0.001) == []
     lags = await queue.lags()
     assert all(entry["pending"] == 0 for entry in lags.values())
+
+
+async def test_with_room_for_one_a_script_takes_urgent_first_then_waits_on_the_normal_stream(
+        guard: RedisGuard) -> None:
+    queue = JobQueue(guard)
+    await queue.ensure()
+    client = guard.client
+    calls: list[str] = []
+    real_read, real_script = client.xreadgroup, client.evalsha
+
+    async def xreadgroup(group: str, consumer: str, streams: dict[str, str],
+                         *args: Any, **kwargs: Any) -> Any:
+        calls.append("block" if kwargs.get("block") else "read")
+        return await real_read(group, consumer, streams, *args, **kwargs)
+
+    async def evalsha(sha: str, numkeys: int, *args: Any) -> Any:
+        calls.append("script")
+        return await real_script(sha, numkeys, *args)
+
+    client.xreadgroup = xreadgroup
+    client.evalsha = evalsha  # type: ignore[method-assign]
+    for sid, priority in (("n1", "normal"), ("u1", "urgent"), ("n2", "normal")):
+        await queue.submit(job(sid, priority))
+    taken = [d.job.session_id for _ in range(3)
+             for d in await queue.take_some("w1", room=1, block_s=0.1)]
+    assert taken == ["u1", "n1", "n2"]
+    assert calls == ["script"] * 3  # one round trip a job
+    # The script forgotten (Redis restarted, say): loaded again, nothing lost.
+    await client.script_flush()
+    await queue.submit(job("n3"))
+    assert [d.job.session_id for d in await queue.take_some("w1", room=1)] == ["n3"]
+    # Nothing waits: the script finds none, then a blocking read waits for the next job.
+    calls.clear()
+    async with anyio.create_task_group() as tg:
+        async def later() -> None:
+            await anyio.sleep(0.05)
+            await queue.submit(job("n4"))
+        tg.start_soon(later)
+        with anyio.fail_after(10):
+            waited = await queue.take_some("w1", room=1, block_s=5)
+    assert [d.job.session_id for d in waited] == ["n4"]
+    assert calls == ["script", "block"]
+
+
+async def test_a_redis_that_refuses_scripts_is_read_one_stream_at_a_time(
+        guard: RedisGuard, redis_server: RedisServer) -> None:
+    # A user whose ACL allows everything but scripts, as some hosted Redis set them up.
+    await guard.client.acl_setuser("noscripts", enabled=True, nopass=True, keys=["*"],
+                                   channels=["*"], commands=["+@all", "-@scripting"],
+                                   reset=True)
+    url = redis_server.url.replace("redis://", "redis://noscripts@")
+    client = connect(url)
+    try:
+        limited = RedisGuard(client, url=url, down_s=30)
+        queue = JobQueue(limited)
+        await queue.ensure()
+        for sid, priority in (("n1", "normal"), ("u1", "urgent")):
+            await queue.submit(job(sid, priority))
+        refused: list[str] = []
+        real_script = client.evalsha
+
+        async def evalsha(sha: str, numkeys: int, *args: Any) -> Any:
+            refused.append(sha)
+            return await real_script(sha, numkeys, *args)
+
+        client.evalsha = evalsha  # type: ignore[method-assign]
+        taken = [d.job.session_id for _ in range(3)
+                 for d in await queue.take_some("w1", room=1, block_s=0.05)]
+        assert taken == ["u1", "n1"]  # urgent first still, and nothing lost
+        assert len(refused) == 1  # refused once: not asked again
+    finally:
+        await client.aclose()
+        await guard.client.acl_deluser("noscripts")
 
 
 async def test_an_entry_that_is_no_job_is_dropped_not_handed_out_again(
