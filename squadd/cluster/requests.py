@@ -37,6 +37,21 @@ HEADROOM = 16
 SENT_IDS_KEPT = 4096
 """Request ids a worker remembers having sent for one running session (`SentIds`): a repeat
 follows its first send within the session's life."""
+ADD_HELD = """\
+local fields = {'data', ARGV[1]}
+local pending = redis.pcall('XPENDING', KEYS[2], ARGV[2], ARGV[3], ARGV[3], 1)
+if type(pending) == 'table' and not pending.err and pending[1]
+    and pending[1][2] == ARGV[4] then
+  fields[3], fields[4] = 'held', KEYS[2] .. ' ' .. ARGV[3]
+end
+return redis.call('XADD', KEYS[1], '*', unpack(fields))
+"""
+"""A worker's request added to `KEYS[1]` (the requests stream), marked `held` when its job
+(entry `ARGV[3]` of stream `KEYS[2]`) is pending in group `ARGV[2]` for consumer `ARGV[4]`
+at that moment: the coordinator then need not ask Redis who holds it. `ARGV[1]`: the request.
+A job stream or group Redis has lost leaves it unmarked (the coordinator asks, as for a worker
+that does not mark), never unsent. Sent whole (`EVAL`), so a Redis that lost its script cache
+runs it all the same."""
 INTERRUPTED = ("interrupted, effect unknown: the coordinator stopped while it applied this "
                "call; check before repeating it")
 
@@ -61,11 +76,14 @@ class SentIds:
 
 
 async def send(guard: RedisGuard, request: Request, *, timeout_s: float,
-               attempts: int, sent: SentIds | None = None) -> Reply:
+               attempts: int, sent: SentIds | None = None,
+               held: tuple[str, str] | None = None) -> Reply:
     """Send `request` and wait for its reply, sending it again after each `timeout_s` without
     one; `ClusterError` after `attempts` sends (or when Redis stays away). Its first send is
     marked `first` when `sent` says this process never sent its id; every later one, and
-    every send without `sent`, is not."""
+    every send without `sent`, is not. `held`: the job (stream, entry id) the worker runs the
+    session for; each send is then added by `ADD_HELD`, which marks it when Redis has the job
+    pending for the worker."""
     client = guard.client
     box = keys.reply_box(request.request_id)
     first = sent is not None and sent.first(request.request_id)
@@ -83,7 +101,11 @@ async def send(guard: RedisGuard, request: Request, *, timeout_s: float,
         nonlocal first
         data, first = dump(first), False
         async with client.pipeline(transaction=False) as pipe:
-            pipe.xadd(keys.REQUESTS, {"data": data})
+            if held is None:
+                pipe.xadd(keys.REQUESTS, {"data": data})
+            else:
+                pipe.eval(ADD_HELD, 2, keys.REQUESTS, held[0], data,
+                          keys.WORKERS_GROUP, held[1], request.worker)
             pipe.blpop([box], timeout=BLOCK_S)
             return (await pipe.execute())[1]
 
@@ -318,7 +340,8 @@ class _Answer:
 def _parsed(entry_id: str, fields: dict[str, str] | None) -> Request | None:
     """The request in a stream entry; None (logged) when the entry holds none."""
     try:
-        return Request.model_validate_json((fields or {}).get("data", ""))
+        return Request.model_validate_json((fields or {}).get("data", "")).marked_held(
+            (fields or {}).get("held"))
     except ValidationError as exc:
         log.warning("malformed cluster request dropped", entry=entry_id, error=str(exc)[:300])
         return None

@@ -16,7 +16,7 @@ import json
 from collections import OrderedDict
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from squadd.contracts.messages import ToolSpec
 from squadd.errors import ClusterError
@@ -87,6 +87,20 @@ class Request(_Wire):
     """Sent for the first time (not a repeat after a timeout): no reply can be stored for it
     yet, so the coordinator does not look one up when it reads it new (`RequestServer`).
     False from a worker that does not say."""
+    _held: tuple[str, str] | None = PrivateAttr(None)
+
+    @property
+    def held(self) -> tuple[str, str] | None:
+        """The job (stream, entry id) Redis found pending for this worker when the request was
+        added (`ADD_HELD`, in the same script): set from the stream entry, never from the
+        request's own JSON. None when not checked so."""
+        return self._held
+
+    def marked_held(self, mark: str | None) -> Request:
+        """This request with the `held` mark of its stream entry ("STREAM ENTRY")."""
+        stream, _, entry = (mark or "").partition(" ")
+        self._held = (stream, entry) if stream and entry else None
+        return self
 
 
 class Reply(_Wire):

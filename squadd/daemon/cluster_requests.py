@@ -39,6 +39,7 @@ from squadd.daemon.placement import (
     job_of,
     last_epoch,
     last_worker,
+    marked_held,
     recorded_holder,
 )
 from squadd.errors import NotCached
@@ -324,8 +325,9 @@ class WorkerRequests:
             remote = self._remote.get(sid)
             submitted = frozenset(remote.nonces) if remote is not None else None
             entries = dict(remote.entries) if remote is not None else None
-            if found is None or not await self.jobs.held_by(request.worker, sid, submitted,
-                                                             entries):
+            if found is None or not (marked_held(remote, request.held)
+                                     or await self.jobs.held_by(request.worker, sid,
+                                                                submitted, entries)):
                 _refused(request, "first request of a job the worker was not given")
                 return Reply(request_id=request.request_id, ok=False, refused="invalid",
                              error=f"worker {request.worker!r} holds no job of session {sid}: "

@@ -88,3 +88,10 @@ def job_of(remote: RemoteSession | None, offered: Any) -> tuple[str, str] | None
             or remote.entries.get(entry) != stream:
         return None
     return stream, entry
+
+
+def marked_held(remote: RemoteSession | None, held: tuple[str, str] | None) -> bool:
+    """Whether a request's `held` mark (Redis had its worker's job pending when it was added,
+    `Request.held`) names a job submitted for the session: the group gave that worker the job,
+    with no `XPENDING` of the coordinator's own."""
+    return held is not None and remote is not None and remote.entries.get(held[1]) == held[0]

@@ -368,8 +368,15 @@ class Worker:
         attempts = self.cluster.request_attempts
         if kind == "tool":  # a child route may run as long as a route may
             attempts = max(attempts, int(2 * job.timeout_s / self.cluster.request_timeout_s) + 2)
-        return checked(await send(self.guard, request, timeout_s=self.cluster.request_timeout_s,
-                                  attempts=attempts, sent=running.sent))
+        # Started from its hand-over, the session has no holder until a request shows the
+        # coordinator this worker holds the job: each is added marked while none has an answer.
+        delivery = running.delivery
+        held = (delivery.stream, delivery.entry_id) if running.handed and not running.held \
+            else None
+        reply = checked(await send(self.guard, request, timeout_s=self.cluster.request_timeout_s,
+                                   attempts=attempts, sent=running.sent, held=held))
+        running.held = running.held or reply.ok
+        return reply
 
     async def _claim_and_run(self, running: Running) -> SessionOutcome | None:
         delivery = running.delivery

@@ -67,6 +67,8 @@ class Running:
     handed: bool = False
     """Started from its job's hand-over, without a claim: each request names this host, and
     the coordinator records the holder at the first."""
+    held: bool = False
+    """A request of this run was answered: the coordinator knows this worker holds it."""
     sent: SentIds = field(default_factory=SentIds)
     """The ids of the session's requests sent so far: a new one goes out marked `first` (the
     coordinator has no reply to look up for it)."""

@@ -1,8 +1,10 @@
 """The request channel: one answer per request id, and a half-applied call never applied again;
-a request sent for the first time is not looked up for a stored reply, a repeat is."""
+a request sent for the first time is not looked up for a stored reply, a repeat is; a request
+is marked `held` only by Redis, when its worker has the job pending."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 
 import anyio
@@ -10,6 +12,7 @@ import pytest
 
 from squadd.cluster import keys
 from squadd.cluster.connection import ClusterError, RedisGuard
+from squadd.cluster.jobs import JobQueue
 from squadd.cluster.requests import (
     HEADROOM,
     INTERRUPTED,
@@ -19,7 +22,7 @@ from squadd.cluster.requests import (
     _whole,
     send,
 )
-from squadd.cluster.wire import Reply, Request
+from squadd.cluster.wire import Job, Reply, Request
 
 
 def request(rid: str, kind: str = "tool") -> Request:
@@ -91,6 +94,47 @@ async def test_only_a_requests_first_send_is_marked_first(guard: RedisGuard) -> 
     sends = [Request.model_validate_json(fields["data"]) for _, fields in entries]
     assert [(r.request_id, r.first) for r in sends] == [
         ("r1", True), ("r1", False), ("r1", False), ("r2", False)]
+
+
+async def test_a_request_is_marked_held_only_while_redis_has_its_job_pending_for_its_worker(
+        guard: RedisGuard) -> None:
+    queue = JobQueue(guard)
+    await queue.ensure()
+    await queue.submit(Job(session_id="s1", agent="lead", timeout_s=60))
+    await queue.submit(Job(session_id="s2", agent="lead", timeout_s=60))
+    mine = await queue.take("w", block_s=0.1)
+    theirs = await queue.take("other", block_s=0.1)
+    assert mine is not None and theirs is not None
+    seen: dict[str, tuple[str, str] | None] = {}
+    forged_seen = anyio.Event()
+
+    async def handler(req: Request) -> Reply:
+        seen[req.request_id] = req.held
+        if req.request_id == "r4":
+            forged_seen.set()
+        return Reply(request_id=req.request_id, ok=True)
+
+    server = RequestServer(guard, handler, reply_ttl_s=60, redo_safe=())
+    async with anyio.create_task_group() as tg:
+        await tg.start(server.run)
+        await send(guard, request("r1"), timeout_s=5, attempts=3,
+                   held=(mine.stream, mine.entry_id))
+        await send(guard, request("r2"), timeout_s=5, attempts=3,
+                   held=(theirs.stream, theirs.entry_id))  # pending for another worker
+        await send(guard, request("r3"), timeout_s=5, attempts=3)  # not asked
+        # A mark in the request's own JSON is not Redis's: it counts for nothing.
+        forged = {**request("r4").model_dump(mode="json"),
+                  "held": [mine.stream, mine.entry_id], "_held": [mine.stream, mine.entry_id]}
+        await guard.client.xadd(keys.REQUESTS, {"data": json.dumps(forged)})
+        with anyio.fail_after(10):
+            await forged_seen.wait()
+        # The job's stream gone (Redis lost it): the request goes out all the same, unmarked.
+        await guard.client.delete(mine.stream)
+        await send(guard, request("r5"), timeout_s=5, attempts=3,
+                   held=(mine.stream, mine.entry_id))
+        tg.cancel_scope.cancel()
+    assert seen == {"r1": (mine.stream, mine.entry_id), "r2": None, "r3": None, "r4": None,
+                    "r5": None}
 
 
 def test_the_ids_sent_are_remembered_within_a_bound() -> None:

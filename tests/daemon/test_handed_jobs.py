@@ -110,6 +110,43 @@ async def test_a_new_session_s_job_is_handed_over_and_its_first_request_makes_th
     assert holders_read == []
 
 
+async def test_a_first_request_redis_marked_held_makes_the_holder_without_asking_redis(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Redis marked the request `held` as it added it (the job pending for its worker): the
+    coordinator takes the mark for a job it submitted for the session, and asks Redis itself
+    (`held_by`) only for a mark that names another job, or none."""
+    from squadd.cluster.jobs import JobQueue
+    asked: list[str] = []
+    real = JobQueue.held_by
+
+    async def counted(self: JobQueue, consumer: str, session_id: str,
+                      *args: Any, **kwargs: Any) -> bool:
+        asked.append(f"{consumer}/{session_id}")
+        return await real(self, consumer, session_id, *args, **kwargs)
+
+    monkeypatch.setattr(JobQueue, "held_by", counted)
+    outcomes: list[SessionOutcome] = []
+    async with coordinator_on_redis(tmp_path, {"local_slots": 0}) as here:
+        coordinator = here.coordinator
+        async with here.runtime:
+            with anyio.fail_after(30):
+                async with anyio.create_task_group() as tg:
+                    first = await _routed(here, tg, "s1", outcomes)
+                    second = await _routed(here, tg, "s2", outcomes)
+                    mark = f"{first.stream} {first.entry_id}"
+                    # s2's request marked with s1's job: not a job of s2's, so Redis is asked.
+                    wrong = await coordinator.handle(
+                        _end("s2", "w1", 1, host="h1").marked_held(mark))
+                    assert asked == ["w1/s2"] and wrong.ok, wrong
+                    end = await coordinator.handle(
+                        _end("s1", "w1", 1, host="h1").marked_held(mark))
+    assert end.ok, end
+    assert asked == ["w1/s2"]  # s1's own job's mark: not asked again
+    assert second.job.session_id == "s2"
+    assert sorted(o.session_id for o in outcomes) == ["s1", "s2"]
+    assert all(o.status == "completed" for o in outcomes)
+
+
 async def test_a_handed_job_reclaimed_by_another_worker_fences_the_first(
         tmp_path: Path) -> None:
     """The job moved on before its first worker said anything: the new holder's claim gets
