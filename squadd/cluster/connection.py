@@ -17,6 +17,7 @@ import tenacity
 from redis.asyncio.connection import AbstractConnection
 from redis.connection import HiredisRespSerializer
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoPermissionError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.utils import HIREDIS_AVAILABLE
 
@@ -92,6 +93,12 @@ def packed_in_c(base: type[AbstractConnection]) -> type[AbstractConnection]:
     return Packed
 
 
+def refuses_scripts(exc: ResponseError) -> bool:
+    """Whether `exc` says this Redis will not run a script at all: its ACL refuses them
+    (`NOPERM`), or the command was renamed away. A script's own failure is not that."""
+    return isinstance(exc, NoPermissionError) or "unknown command" in str(exc)
+
+
 class RedisGuard:
     """Runs Redis operations, retrying through an outage of at most `down_s` seconds.
 
@@ -107,6 +114,8 @@ class RedisGuard:
         self.down_s = down_s
         self.up = True
         self.outages = 0
+        self.scripts: bool | None = None
+        """Whether this Redis runs scripts (`refuses_scripts`): None until one was tried."""
         self._on_change = on_change
 
     def _mark(self, up: bool, reason: str) -> None:

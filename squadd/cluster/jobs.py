@@ -16,10 +16,10 @@ from typing import Any
 import structlog
 from pydantic import ValidationError
 from redis.commands.core import AsyncScript
-from redis.exceptions import NoPermissionError, ResponseError
+from redis.exceptions import ResponseError
 
 from squadd.cluster import keys
-from squadd.cluster.connection import BLOCK_S, RedisGuard
+from squadd.cluster.connection import BLOCK_S, RedisGuard, refuses_scripts
 from squadd.cluster.wire import Job
 
 log = structlog.get_logger("squadd.cluster")
@@ -37,9 +37,6 @@ return redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', 1, 'STREAMS'
 `KEYS` the urgent and the normal stream, `ARGV` the group and the consumer. (One read of both
 streams could give two jobs; a script may not block, so a worker that finds none then waits
 on the normal stream.)"""
-_REFUSED = "unknown command"
-"""A Redis that answers a script with this (the command renamed away), or refuses it by its
-ACL (`NOPERM`), will not run it: from then on the urgent stream is read on its own first."""
 
 
 @dataclass(frozen=True)
@@ -68,8 +65,7 @@ class JobQueue:
 
     def __init__(self, guard: RedisGuard):
         self.guard = guard
-        self._first_waiting: AsyncScript | None = guard.client.register_script(FIRST_WAITING)
-        """None once Redis has refused the script (an ACL without `EVALSHA`, say)."""
+        self._first_waiting: AsyncScript = guard.client.register_script(FIRST_WAITING)
 
     async def ensure(self) -> None:
         for stream in keys.JOB_STREAMS:
@@ -131,19 +127,19 @@ class JobQueue:
         """Without waiting: the first job of either stream, urgent first, in one round trip
         (`FIRST_WAITING`); where Redis refuses scripts, an urgent one only (the caller's
         blocking read of the normal stream comes next)."""
-        client = self.guard.client
-        script = self._first_waiting
-        if script is not None:
+        client, guard = self.guard.client, self.guard
+        if guard.scripts is not False:
             try:
-                found = await self._grouped(lambda: script(
+                found = await self._grouped(lambda: self._first_waiting(
                     keys=list(keys.JOB_STREAMS), args=[keys.WORKERS_GROUP, consumer],
                     client=client))
+                guard.scripts = True
                 return _script_entries(found)[:1]
             except ResponseError as exc:
-                if isinstance(exc, NoPermissionError) or _REFUSED in str(exc):
+                if refuses_scripts(exc):  # from now on (told once: no script is tried again)
                     log.warning("redis refuses scripts: the urgent job stream is read on its "
                                 "own first", error=str(exc)[:300])
-                    self._first_waiting = None
+                    guard.scripts = False
                 else:  # this time only (someone else's script is busy, say)
                     log.warning("the job streams' script failed; read one at a time",
                                 error=str(exc)[:300])

@@ -21,9 +21,10 @@ from typing import Any
 import anyio
 import structlog
 from pydantic import ValidationError
+from redis.exceptions import ResponseError
 
 from squadd.cluster import keys
-from squadd.cluster.connection import BLOCK_S, ClusterError, RedisGuard
+from squadd.cluster.connection import BLOCK_S, ClusterError, RedisGuard, refuses_scripts
 from squadd.cluster.jobs import ensure_group
 from squadd.cluster.wire import Reply, Request
 
@@ -83,7 +84,7 @@ async def send(guard: RedisGuard, request: Request, *, timeout_s: float,
     marked `first` when `sent` says this process never sent its id; every later one, and
     every send without `sent`, is not. `held`: the job (stream, entry id) the worker runs the
     session for; each send is then added by `ADD_HELD`, which marks it when Redis has the job
-    pending for the worker."""
+    pending for the worker (unmarked where Redis refuses scripts: `RedisGuard.scripts`)."""
     client = guard.client
     box = keys.reply_box(request.request_id)
     first = sent is not None and sent.first(request.request_id)
@@ -95,17 +96,45 @@ async def send(guard: RedisGuard, request: Request, *, timeout_s: float,
                               request.model_copy(update={"first": marked})).dump()
         return dumped[marked]
 
+    async def add_alone(data: str, job: tuple[str, str]) -> None:
+        # The first script this process runs on this Redis goes alone: one that Redis refuses
+        # is then added plainly, with no wait for a reply to a request never added.
+        try:
+            await client.eval(ADD_HELD, 2, keys.REQUESTS, job[0], data,
+                              keys.WORKERS_GROUP, job[1], request.worker)
+            guard.scripts = True
+        except ResponseError as exc:
+            if not refuses_scripts(exc):
+                raise
+            log.warning("redis refuses scripts: requests go out unmarked, and the "
+                        "coordinator asks Redis who holds each job", error=str(exc)[:300])
+            guard.scripts = False
+            await client.xadd(keys.REQUESTS, {"data": data})
+
     async def add_and_wait() -> Any:
         # One round trip: the request added, then the wait for its reply begins at once.
         # Added again (a timeout, or the guard's retry after a lost connection) it is a repeat.
         nonlocal first
         data, first = dump(first), False
+        job = held if guard.scripts is not False else None
+        if job is not None and guard.scripts is None:
+            await add_alone(data, job)
+            return await client.blpop([box], timeout=BLOCK_S)
         async with client.pipeline(transaction=False) as pipe:
-            if held is None:
+            if job is None:
                 pipe.xadd(keys.REQUESTS, {"data": data})
             else:
-                pipe.eval(ADD_HELD, 2, keys.REQUESTS, held[0], data,
-                          keys.WORKERS_GROUP, held[1], request.worker)
+                pipe.eval(ADD_HELD, 2, keys.REQUESTS, job[0], data,
+                          keys.WORKERS_GROUP, job[1], request.worker)
+            pipe.blpop([box], timeout=BLOCK_S)
+            try:
+                return (await pipe.execute())[1]
+            except ResponseError as exc:  # scripts refused since: this one was never added
+                if job is None or not refuses_scripts(exc):
+                    raise
+                guard.scripts = False
+        async with client.pipeline(transaction=False) as pipe:
+            pipe.xadd(keys.REQUESTS, {"data": data})
             pipe.blpop([box], timeout=BLOCK_S)
             return (await pipe.execute())[1]
 

@@ -325,7 +325,7 @@ class WorkerRequests:
             remote = self._remote.get(sid)
             submitted = frozenset(remote.nonces) if remote is not None else None
             entries = dict(remote.entries) if remote is not None else None
-            if found is None or not (marked_held(remote, request.held)
+            if found is None or not (marked_held(remote, request)
                                      or await self.jobs.held_by(request.worker, sid,
                                                                 submitted, entries)):
                 _refused(request, "first request of a job the worker was not given")

@@ -12,6 +12,7 @@ from typing import Any
 
 import anyio
 
+from squadd.cluster.wire import Request
 from squadd.contracts.events import BaseEvent, SessionClaimed, SessionReclaimed
 from squadd.runtime.planning import RoutePlan
 from squadd.runtime.pool import SessionRecord
@@ -90,8 +91,12 @@ def job_of(remote: RemoteSession | None, offered: Any) -> tuple[str, str] | None
     return stream, entry
 
 
-def marked_held(remote: RemoteSession | None, held: tuple[str, str] | None) -> bool:
-    """Whether a request's `held` mark (Redis had its worker's job pending when it was added,
-    `Request.held`) names a job submitted for the session: the group gave that worker the job,
-    with no `XPENDING` of the coordinator's own."""
-    return held is not None and remote is not None and remote.entries.get(held[1]) == held[0]
+def marked_held(remote: RemoteSession | None, request: Request) -> bool:
+    """Whether the group gave the request's worker a job of the session, as Redis marked the
+    request when the worker added it (`Request.held`: the job was pending for that worker
+    then), with no `XPENDING` of the coordinator's own. The mark must name a job submitted for
+    the session, and the request carry that session's job nonce: a field anyone who can add a
+    request could write, the nonce only a reader of the job streams can know."""
+    held, nonce = request.held, request.body.get("nonce")
+    return (held is not None and remote is not None and isinstance(nonce, str)
+            and nonce in remote.nonces and remote.entries.get(held[1]) == held[0])

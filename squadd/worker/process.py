@@ -359,20 +359,23 @@ class Worker:
 
     async def _request(self, running: Running, kind: str, suffix: str,
                        body: dict[str, Any]) -> Reply:
-        job = running.delivery.job
+        delivery = running.delivery
+        job = delivery.job
+        held = None
         if running.handed:
             body = {**body, "host": self._host}
+            # No holder yet until a request of this run is answered: each goes out marked by
+            # Redis (`ADD_HELD`) with the job's nonce, so the coordinator need not ask who
+            # holds the job.
+            if not running.held:
+                held = (delivery.stream, delivery.entry_id)
+                body["nonce"] = job.nonce
         request = Request(request_id=f"{job.session_id}:{running.epoch}:{suffix}", kind=kind,
                           session_id=job.session_id, worker=self.name, epoch=running.epoch,
                           body=body)
         attempts = self.cluster.request_attempts
         if kind == "tool":  # a child route may run as long as a route may
             attempts = max(attempts, int(2 * job.timeout_s / self.cluster.request_timeout_s) + 2)
-        # Started from its hand-over, the session has no holder until a request shows the
-        # coordinator this worker holds the job: each is added marked while none has an answer.
-        delivery = running.delivery
-        held = (delivery.stream, delivery.entry_id) if running.handed and not running.held \
-            else None
         reply = checked(await send(self.guard, request, timeout_s=self.cluster.request_timeout_s,
                                    attempts=attempts, sent=running.sent, held=held))
         running.held = running.held or reply.ok

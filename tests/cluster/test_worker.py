@@ -669,7 +669,8 @@ async def test_a_handed_job_runs_without_a_claim_only_where_its_prompt_and_specs
         guard: RedisGuard, tmp_path: Path) -> None:
     """Three jobs handed over, each naming the prompt by digest and the specs by id: the
     first is claimed (this worker holds neither yet); the second runs under epoch 1 with no
-    claim, its requests naming this host; the third names a prompt not held and is claimed."""
+    claim, its requests naming this host, marked held by Redis and carrying the job's nonce;
+    the third names a prompt not held and is claimed."""
     import socket
 
     from squadd.cluster.wire import specs_id
@@ -696,7 +697,7 @@ async def test_a_handed_job_runs_without_a_claim_only_where_its_prompt_and_specs
 
     def handed(sid: str, digest: str) -> Job:
         info = SessionInfo(session_id=sid, agent="lead", model="m", task=f"task {sid}")
-        return Job(session_id=sid, agent="lead", timeout_s=60, handed={
+        return Job(session_id=sid, agent="lead", timeout_s=60, nonce=f"nonce-{sid}", handed={
             "epoch": 1, "info": session_meta(info), "tools": ["squad_status"],
             "workspace": None, "squad_specs_id": specs_id([status]),
             "messages": [{"role": "system", "prompt": digest},
@@ -711,6 +712,12 @@ async def test_a_handed_job_runs_without_a_claim_only_where_its_prompt_and_specs
         ("s3", "end", 2)]
     assert requests[2].body["host"] == socket.gethostname()
     assert "host" not in requests[1].body  # a claimed session's holder is known
+    # The handed session's request went out marked by Redis (its job pending for this
+    # worker), with the job's nonce; a claimed session's, neither.
+    held = requests[2].held
+    assert held is not None and held[0] == keys.JOBS_NORMAL and held[1]
+    assert requests[2].body["nonce"] == "nonce-s2"
+    assert requests[1].held is None and "nonce" not in requests[1].body
     assert [r.messages[0].content for r in gauge.requests] == [prompt] * 3
     # The claims' replies carry their own task ("t"); the hand-over, the job's.
     assert [r.messages[1].content for r in gauge.requests] == ["t", "task s2", "t"]

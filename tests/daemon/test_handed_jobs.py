@@ -113,8 +113,9 @@ async def test_a_new_session_s_job_is_handed_over_and_its_first_request_makes_th
 async def test_a_first_request_redis_marked_held_makes_the_holder_without_asking_redis(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Redis marked the request `held` as it added it (the job pending for its worker): the
-    coordinator takes the mark for a job it submitted for the session, and asks Redis itself
-    (`held_by`) only for a mark that names another job, or none."""
+    coordinator takes the mark for a job it submitted for the session when the request carries
+    that session's job nonce, and asks Redis itself (`held_by`) for anything less: a mark of
+    another session's job, no nonce, a nonce that is not the session's."""
     from squadd.cluster.jobs import JobQueue
     asked: list[str] = []
     real = JobQueue.held_by
@@ -133,17 +134,27 @@ async def test_a_first_request_redis_marked_held_makes_the_holder_without_asking
                 async with anyio.create_task_group() as tg:
                     first = await _routed(here, tg, "s1", outcomes)
                     second = await _routed(here, tg, "s2", outcomes)
+                    third = await _routed(here, tg, "s3", outcomes)
                     mark = f"{first.stream} {first.entry_id}"
-                    # s2's request marked with s1's job: not a job of s2's, so Redis is asked.
-                    wrong = await coordinator.handle(
-                        _end("s2", "w1", 1, host="h1").marked_held(mark))
+                    # s2's request marked with s1's job (and s1's nonce): asked.
+                    wrong = await coordinator.handle(_end(
+                        "s2", "w1", 1, host="h1", nonce=first.job.nonce).marked_held(mark))
                     assert asked == ["w1/s2"] and wrong.ok, wrong
-                    end = await coordinator.handle(
-                        _end("s1", "w1", 1, host="h1").marked_held(mark))
-    assert end.ok, end
-    assert asked == ["w1/s2"]  # s1's own job's mark: not asked again
+                    # s3's own job's mark, but no nonce, then another session's: asked.
+                    own = f"{third.stream} {third.entry_id}"
+                    bare = await coordinator.handle(_end("s3", "w2", 1).marked_held(own))
+                    alien = await coordinator.handle(_end(
+                        "s3", "w2", 1, nonce=first.job.nonce).marked_held(own))
+                    assert asked == ["w1/s2", "w2/s3", "w2/s3"]
+                    assert not bare.ok and not alien.ok  # w2 was never given s3's job
+                    end = await coordinator.handle(_end(
+                        "s1", "w1", 1, host="h1", nonce=first.job.nonce).marked_held(mark))
+                    # s3 ends through its real worker, asked for again (it has no mark).
+                    last = await coordinator.handle(_end("s3", "w1", 1, host="h1"))
+    assert end.ok and last.ok, (end, last)
+    assert asked == ["w1/s2", "w2/s3", "w2/s3", "w1/s3"]  # s1: the mark, not asked
     assert second.job.session_id == "s2"
-    assert sorted(o.session_id for o in outcomes) == ["s1", "s2"]
+    assert sorted(o.session_id for o in outcomes) == ["s1", "s2", "s3"]
     assert all(o.status == "completed" for o in outcomes)
 
 
