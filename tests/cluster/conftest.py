@@ -29,6 +29,23 @@ async def guard(redis_server: RedisServer) -> AsyncIterator[RedisGuard]:
 
 
 @pytest.fixture
+async def no_scripts(guard: RedisGuard, redis_server: RedisServer
+                     ) -> AsyncIterator[RedisGuard]:
+    """A guard on the same Redis for a user whose ACL allows everything but scripts, as some
+    hosted Redis set their users up."""
+    await guard.client.acl_setuser("noscripts", enabled=True, nopass=True, keys=["*"],
+                                   channels=["*"], commands=["+@all", "-@scripting"],
+                                   reset=True)
+    url = redis_server.url.replace("redis://", "redis://noscripts@")
+    client = connect(url)
+    try:
+        yield RedisGuard(client, url=url, down_s=30)
+    finally:
+        await client.aclose()
+        await guard.client.acl_deluser("noscripts")
+
+
+@pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
     """A started cluster with one worker, `w1`, of one slot."""
     with Cluster(tmp_path) as started:

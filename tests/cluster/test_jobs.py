@@ -8,10 +8,9 @@ from typing import Any
 import anyio
 
 from squadd.cluster import keys
-from squadd.cluster.connection import RedisGuard, connect
+from squadd.cluster.connection import RedisGuard
 from squadd.cluster.jobs import JobQueue
 from squadd.cluster.wire import Job
-from tests.support.redis_server import RedisServer
 
 
 def job(sid: str, priority: str = "normal") -> Job:
@@ -145,34 +144,24 @@ async def test_with_room_for_one_a_script_takes_urgent_first_then_waits_on_the_n
 
 
 async def test_a_redis_that_refuses_scripts_is_read_one_stream_at_a_time(
-        guard: RedisGuard, redis_server: RedisServer) -> None:
-    # A user whose ACL allows everything but scripts, as some hosted Redis set them up.
-    await guard.client.acl_setuser("noscripts", enabled=True, nopass=True, keys=["*"],
-                                   channels=["*"], commands=["+@all", "-@scripting"],
-                                   reset=True)
-    url = redis_server.url.replace("redis://", "redis://noscripts@")
-    client = connect(url)
-    try:
-        limited = RedisGuard(client, url=url, down_s=30)
-        queue = JobQueue(limited)
-        await queue.ensure()
-        for sid, priority in (("n1", "normal"), ("u1", "urgent")):
-            await queue.submit(job(sid, priority))
-        refused: list[str] = []
-        real_script = client.evalsha
+        no_scripts: RedisGuard) -> None:
+    client = no_scripts.client
+    queue = JobQueue(no_scripts)
+    await queue.ensure()
+    for sid, priority in (("n1", "normal"), ("u1", "urgent")):
+        await queue.submit(job(sid, priority))
+    refused: list[str] = []
+    real_script = client.evalsha
 
-        async def evalsha(sha: str, numkeys: int, *args: Any) -> Any:
-            refused.append(sha)
-            return await real_script(sha, numkeys, *args)
+    async def evalsha(sha: str, numkeys: int, *args: Any) -> Any:
+        refused.append(sha)
+        return await real_script(sha, numkeys, *args)
 
-        client.evalsha = evalsha  # type: ignore[method-assign]
-        taken = [d.job.session_id for _ in range(3)
-                 for d in await queue.take_some("w1", room=1, block_s=0.05)]
-        assert taken == ["u1", "n1"]  # urgent first still, and nothing lost
-        assert len(refused) == 1  # refused once: not asked again
-    finally:
-        await client.aclose()
-        await guard.client.acl_deluser("noscripts")
+    client.evalsha = evalsha  # type: ignore[method-assign]
+    taken = [d.job.session_id for _ in range(3)
+             for d in await queue.take_some("w1", room=1, block_s=0.05)]
+    assert taken == ["u1", "n1"]  # urgent first still, and nothing lost
+    assert len(refused) == 1  # refused once: not asked again
 
 
 async def test_an_entry_that_is_no_job_is_dropped_not_handed_out_again(

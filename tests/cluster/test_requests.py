@@ -12,7 +12,7 @@ import anyio
 import pytest
 
 from squadd.cluster import keys
-from squadd.cluster.connection import ClusterError, RedisGuard, connect
+from squadd.cluster.connection import ClusterError, RedisGuard
 from squadd.cluster.jobs import JobQueue
 from squadd.cluster.requests import (
     HEADROOM,
@@ -24,7 +24,6 @@ from squadd.cluster.requests import (
     send,
 )
 from squadd.cluster.wire import Job, Reply, Request
-from tests.support.redis_server import RedisServer
 
 
 def request(rid: str, kind: str = "tool") -> Request:
@@ -140,50 +139,41 @@ async def test_a_request_is_marked_held_only_while_redis_has_its_job_pending_for
 
 
 async def test_where_redis_refuses_scripts_a_request_goes_out_unmarked_and_is_answered(
-        guard: RedisGuard, redis_server: RedisServer) -> None:
-    await guard.client.acl_setuser("noscripts", enabled=True, nopass=True, keys=["*"],
-                                   channels=["*"], commands=["+@all", "-@scripting"],
-                                   reset=True)
-    url = redis_server.url.replace("redis://", "redis://noscripts@")
-    client = connect(url)
-    try:
-        limited = RedisGuard(client, url=url, down_s=30)
-        queue = JobQueue(limited)
-        await queue.ensure()
-        await queue.submit(Job(session_id="s1", agent="lead", timeout_s=60))
-        mine = await queue.take_some("w", room=2, block_s=0.1)  # no script on this path
-        assert len(mine) == 1 and limited.scripts is None
-        tried: list[str] = []
-        real_eval = client.eval
+        guard: RedisGuard, no_scripts: RedisGuard) -> None:
+    client = no_scripts.client
+    queue = JobQueue(no_scripts)
+    await queue.ensure()
+    await queue.submit(Job(session_id="s1", agent="lead", timeout_s=60))
+    mine = await queue.take_some("w", room=2, block_s=0.1)  # no script on this path
+    assert len(mine) == 1 and no_scripts.scripts is None
+    tried: list[str] = []
+    real_eval = client.eval
 
-        async def counted(*args: Any) -> Any:
-            tried.append("eval")
-            return await real_eval(*args)
+    async def counted(*args: Any) -> Any:
+        tried.append("eval")
+        return await real_eval(*args)
 
-        client.eval = counted  # type: ignore[method-assign]
-        seen: dict[str, tuple[str, str] | None] = {}
+    client.eval = counted  # type: ignore[method-assign]
+    seen: dict[str, tuple[str, str] | None] = {}
 
-        async def handler(req: Request) -> Reply:
-            seen[req.request_id] = req.held
-            return Reply(request_id=req.request_id, ok=True)
+    async def handler(req: Request) -> Reply:
+        seen[req.request_id] = req.held
+        return Reply(request_id=req.request_id, ok=True)
 
-        server = RequestServer(guard, handler, reply_ttl_s=60, redo_safe=())
-        job = (mine[0].stream, mine[0].entry_id)
-        async with anyio.create_task_group() as tg:
-            await tg.start(server.run)
-            with anyio.fail_after(30):
-                first = await send(limited, request("r1"), timeout_s=5, attempts=1, held=job)
-                again = await send(limited, request("r2"), timeout_s=5, attempts=1, held=job)
-                assert tried == ["eval"]  # refused once, not tried again
-                # Scripts refused after they ran (an ACL changed): that send is made plainly.
-                limited.scripts = True
-                late = await send(limited, request("r3"), timeout_s=5, attempts=1, held=job)
-            tg.cancel_scope.cancel()
-        assert first.ok and again.ok and late.ok
-        assert seen == {"r1": None, "r2": None, "r3": None} and limited.scripts is False
-    finally:
-        await client.aclose()
-        await guard.client.acl_deluser("noscripts")
+    server = RequestServer(guard, handler, reply_ttl_s=60, redo_safe=())
+    job = (mine[0].stream, mine[0].entry_id)
+    async with anyio.create_task_group() as tg:
+        await tg.start(server.run)
+        with anyio.fail_after(30):
+            first = await send(no_scripts, request("r1"), timeout_s=5, attempts=1, held=job)
+            again = await send(no_scripts, request("r2"), timeout_s=5, attempts=1, held=job)
+            assert tried == ["eval"]  # refused once, not tried again
+            # Scripts refused after they ran (an ACL changed): that send is made plainly.
+            no_scripts.scripts = True
+            late = await send(no_scripts, request("r3"), timeout_s=5, attempts=1, held=job)
+        tg.cancel_scope.cancel()
+    assert first.ok and again.ok and late.ok
+    assert seen == {"r1": None, "r2": None, "r3": None} and no_scripts.scripts is False
 
 
 def test_the_ids_sent_are_remembered_within_a_bound() -> None:

@@ -6,6 +6,8 @@ real redis-server and a real runtime."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +36,16 @@ async def _routed(here: CoordinatorHere, tg: anyio.abc.TaskGroup, sid: str,
     while (delivery := await here.coordinator.jobs.take("w1", block_s=0.05)) is None:
         pass
     return delivery
+
+
+@asynccontextmanager
+async def _handing(tmp_path: Path) -> AsyncIterator[tuple[CoordinatorHere, anyio.abc.TaskGroup]]:
+    """A coordinator on Redis with no local slots, its runtime up, and a task group for its
+    routes, all within 30 s."""
+    async with coordinator_on_redis(tmp_path, {"local_slots": 0}) as here, here.runtime:
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                yield here, tg
 
 
 def _count_holder_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -127,30 +139,27 @@ async def test_a_first_request_redis_marked_held_makes_the_holder_without_asking
 
     monkeypatch.setattr(JobQueue, "held_by", counted)
     outcomes: list[SessionOutcome] = []
-    async with coordinator_on_redis(tmp_path, {"local_slots": 0}) as here:
+    async with _handing(tmp_path) as (here, tg):
         coordinator = here.coordinator
-        async with here.runtime:
-            with anyio.fail_after(30):
-                async with anyio.create_task_group() as tg:
-                    first = await _routed(here, tg, "s1", outcomes)
-                    second = await _routed(here, tg, "s2", outcomes)
-                    third = await _routed(here, tg, "s3", outcomes)
-                    mark = f"{first.stream} {first.entry_id}"
-                    # s2's request marked with s1's job (and s1's nonce): asked.
-                    wrong = await coordinator.handle(_end(
-                        "s2", "w1", 1, host="h1", nonce=first.job.nonce).marked_held(mark))
-                    assert asked == ["w1/s2"] and wrong.ok, wrong
-                    # s3's own job's mark, but no nonce, then another session's: asked.
-                    own = f"{third.stream} {third.entry_id}"
-                    bare = await coordinator.handle(_end("s3", "w2", 1).marked_held(own))
-                    alien = await coordinator.handle(_end(
-                        "s3", "w2", 1, nonce=first.job.nonce).marked_held(own))
-                    assert asked == ["w1/s2", "w2/s3", "w2/s3"]
-                    assert not bare.ok and not alien.ok  # w2 was never given s3's job
-                    end = await coordinator.handle(_end(
-                        "s1", "w1", 1, host="h1", nonce=first.job.nonce).marked_held(mark))
-                    # s3 ends through its real worker, asked for again (it has no mark).
-                    last = await coordinator.handle(_end("s3", "w1", 1, host="h1"))
+        first = await _routed(here, tg, "s1", outcomes)
+        second = await _routed(here, tg, "s2", outcomes)
+        third = await _routed(here, tg, "s3", outcomes)
+        mark = f"{first.stream} {first.entry_id}"
+        # s2's request marked with s1's job (and s1's nonce): asked.
+        wrong = await coordinator.handle(_end(
+            "s2", "w1", 1, host="h1", nonce=first.job.nonce).marked_held(mark))
+        assert asked == ["w1/s2"] and wrong.ok, wrong
+        # s3's own job's mark, but no nonce, then another session's: asked.
+        own = f"{third.stream} {third.entry_id}"
+        bare = await coordinator.handle(_end("s3", "w2", 1).marked_held(own))
+        alien = await coordinator.handle(_end(
+            "s3", "w2", 1, nonce=first.job.nonce).marked_held(own))
+        assert asked == ["w1/s2", "w2/s3", "w2/s3"]
+        assert not bare.ok and not alien.ok  # w2 was never given s3's job
+        end = await coordinator.handle(_end(
+            "s1", "w1", 1, host="h1", nonce=first.job.nonce).marked_held(mark))
+        # s3 ends through its real worker, asked for again (it has no mark).
+        last = await coordinator.handle(_end("s3", "w1", 1, host="h1"))
     assert end.ok and last.ok, (end, last)
     assert asked == ["w1/s2", "w2/s3", "w2/s3", "w1/s3"]  # s1: the mark, not asked
     assert second.job.session_id == "s2"
@@ -163,19 +172,16 @@ async def test_a_handed_job_reclaimed_by_another_worker_fences_the_first(
     """The job moved on before its first worker said anything: the new holder's claim gets
     epoch 2, and the first worker's requests under the handed epoch are stale."""
     outcomes: list[SessionOutcome] = []
-    async with coordinator_on_redis(tmp_path, {"local_slots": 0}) as here:
+    async with _handing(tmp_path) as (here, tg):
         coordinator = here.coordinator
-        async with here.runtime:
-            with anyio.fail_after(30):
-                async with anyio.create_task_group() as tg:
-                    delivery = await _routed(here, tg, "s1", outcomes)
-                    [moved] = await coordinator.jobs.reclaim("w2", lease_s=0.0, count=1)
-                    assert moved.entry_id == delivery.entry_id and moved.reclaimed
-                    claim = await coordinator.handle(Request(
-                        request_id="claim-w2", kind="claim", session_id="s1", worker="w2"))
-                    late = await coordinator.handle(_end("s1", "w1", 1, host="h1"))
-                    end = await coordinator.handle(_end("s1", "w2", 2))
-        transcript = read_transcript(here.layout.transcript("s1"))
+        delivery = await _routed(here, tg, "s1", outcomes)
+        [moved] = await coordinator.jobs.reclaim("w2", lease_s=0.0, count=1)
+        assert moved.entry_id == delivery.entry_id and moved.reclaimed
+        claim = await coordinator.handle(Request(
+            request_id="claim-w2", kind="claim", session_id="s1", worker="w2"))
+        late = await coordinator.handle(_end("s1", "w1", 1, host="h1"))
+        end = await coordinator.handle(_end("s1", "w2", 2))
+    transcript = read_transcript(here.layout.transcript("s1"))
     assert claim.ok and claim.body["epoch"] == 2, claim
     # The conversation the hand-over opened, once: the claim continues from it.
     assert [m["role"] for m in claim.body["messages"]] == ["system", "user"]
