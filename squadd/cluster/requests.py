@@ -111,6 +111,16 @@ async def send(guard: RedisGuard, request: Request, *, timeout_s: float,
             guard.scripts = False
             await client.xadd(keys.REQUESTS, {"data": data})
 
+    async def pipelined(data: str, job: tuple[str, str] | None) -> Any:
+        async with client.pipeline(transaction=False) as pipe:
+            if job is None:
+                pipe.xadd(keys.REQUESTS, {"data": data})
+            else:
+                pipe.eval(ADD_HELD, 2, keys.REQUESTS, job[0], data,
+                          keys.WORKERS_GROUP, job[1], request.worker)
+            pipe.blpop([box], timeout=BLOCK_S)
+            return (await pipe.execute())[1]
+
     async def add_and_wait() -> Any:
         # One round trip: the request added, then the wait for its reply begins at once.
         # Added again (a timeout, or the guard's retry after a lost connection) it is a repeat.
@@ -120,23 +130,13 @@ async def send(guard: RedisGuard, request: Request, *, timeout_s: float,
         if job is not None and guard.scripts is None:
             await add_alone(data, job)
             return await client.blpop([box], timeout=BLOCK_S)
-        async with client.pipeline(transaction=False) as pipe:
-            if job is None:
-                pipe.xadd(keys.REQUESTS, {"data": data})
-            else:
-                pipe.eval(ADD_HELD, 2, keys.REQUESTS, job[0], data,
-                          keys.WORKERS_GROUP, job[1], request.worker)
-            pipe.blpop([box], timeout=BLOCK_S)
-            try:
-                return (await pipe.execute())[1]
-            except ResponseError as exc:  # scripts refused since: this one was never added
-                if job is None or not refuses_scripts(exc):
-                    raise
-                guard.scripts = False
-        async with client.pipeline(transaction=False) as pipe:
-            pipe.xadd(keys.REQUESTS, {"data": data})
-            pipe.blpop([box], timeout=BLOCK_S)
-            return (await pipe.execute())[1]
+        try:
+            return await pipelined(data, job)
+        except ResponseError as exc:  # scripts refused since: this one was never added
+            if job is None or not refuses_scripts(exc):
+                raise
+            guard.scripts = False
+            return await pipelined(data, None)
 
     for _ in range(attempts):
         with anyio.move_on_after(timeout_s):
