@@ -8,7 +8,7 @@ and a stop reason come out. Providers import nothing of squadd above `contracts`
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
@@ -137,6 +137,13 @@ class TextJson:
     def object_with(self, members: dict[str, Any], key: str, text: str) -> str:
         """The JSON object of `members` with `key` set to `text` (encoded as above) last,
         written as `json.dumps` writes it."""
-        head = json.dumps(members)
-        tail = f"{json.dumps(key)}: {self(text)}}}"
-        return "{" + tail if head == "{}" else head[:-1] + ", " + tail
+        return with_members(json.dumps(members), {key: self(text)})
+
+
+def with_members(text: str, encoded: Mapping[str, str] | None) -> str:
+    """The JSON object `text` with the members of `encoded` (values already JSON) added last,
+    written as `json.dumps` writes them."""
+    if not encoded:
+        return text
+    members = ", ".join(f"{json.dumps(key)}: {value}" for key, value in encoded.items())
+    return "{" + members + "}" if text == "{}" else text[:-1] + ", " + members + "}"

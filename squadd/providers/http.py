@@ -23,7 +23,7 @@ from squadd.errors import (
     RetryableStatusError,
     UntrustedInputError,
 )
-from squadd.providers.base import RetryCallback
+from squadd.providers.base import RetryCallback, with_members
 from squadd.providers.pool import DEFAULT_MAX_CONNECTIONS, KEEPALIVE_EXPIRY_S, default_transport
 from squadd.providers.retry import RetryPolicy, call_with_retries, parse_retry_after
 from squadd.untrusted import MAX_JSON_DEPTH, parse_json
@@ -202,15 +202,6 @@ class JsonEndpoint:
             return RetryableStatusError(message, provider=name, status=status,
                                         retry_after_s=parse_retry_after(response.headers))
         return ProviderError(message, provider=name, status=status, retryable=False)
-
-
-def with_members(text: str, encoded: Mapping[str, str] | None) -> str:
-    """The JSON object `text` with the members of `encoded` (values already JSON) added last,
-    written as `json.dumps` writes them."""
-    if not encoded:
-        return text
-    members = ", ".join(f"{json.dumps(key)}: {value}" for key, value in encoded.items())
-    return "{" + members + "}" if text == "{}" else text[:-1] + ", " + members + "}"
 
 
 async def _read_up_to(response: httpx.Response, limit: int) -> bytes:

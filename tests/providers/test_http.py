@@ -23,6 +23,7 @@ from squadd.providers.base import (
     TextJson,
     ToolsJson,
     tool_specs,
+    with_members,
 )
 from squadd.providers.http import (
     JsonEndpoint,
@@ -30,7 +31,6 @@ from squadd.providers.http import (
     api_key_from,
     error_text,
     key_hint,
-    with_members,
 )
 from squadd.providers.openai import OpenAIProvider
 from tests.providers._shared import FAST_RETRIES, TIMEOUT
