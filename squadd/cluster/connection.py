@@ -93,12 +93,6 @@ def packed_in_c(base: type[AbstractConnection]) -> type[AbstractConnection]:
     return Packed
 
 
-def refuses_scripts(exc: ResponseError) -> bool:
-    """Whether `exc` says this Redis will not run a script at all: its ACL refuses them
-    (`NOPERM`), or the command was renamed away. A script's own failure is not that."""
-    return isinstance(exc, NoPermissionError) or "unknown command" in str(exc)
-
-
 class RedisGuard:
     """Runs Redis operations, retrying through an outage of at most `down_s` seconds.
 
@@ -115,8 +109,21 @@ class RedisGuard:
         self.up = True
         self.outages = 0
         self.scripts: bool | None = None
-        """Whether this Redis runs scripts (`refuses_scripts`): None until one was tried."""
+        """Whether this Redis runs scripts (`scripts_refused`): None until one was tried."""
         self._on_change = on_change
+
+    def scripts_refused(self, exc: ResponseError) -> bool:
+        """Whether `exc` says this Redis will not run a script at all: its ACL refuses them
+        (`NOPERM`), or the command was renamed away. If so it is remembered (`scripts`, False:
+        no script is sent again) and logged once. A script's own failure is not that."""
+        if not isinstance(exc, NoPermissionError) and "unknown command" not in str(exc):
+            return False
+        if self.scripts is not False:
+            log.warning("redis refuses scripts: jobs are read one stream at a time, and "
+                        "requests go out unmarked (the coordinator asks who holds each job)",
+                        url=self.url, error=str(exc)[:300])
+            self.scripts = False
+        return True
 
     def _mark(self, up: bool, reason: str) -> None:
         if up == self.up:

@@ -19,7 +19,7 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import ResponseError
 
 from squadd.cluster import keys
-from squadd.cluster.connection import BLOCK_S, RedisGuard, refuses_scripts
+from squadd.cluster.connection import BLOCK_S, RedisGuard
 from squadd.cluster.wire import Job
 
 log = structlog.get_logger("squadd.cluster")
@@ -136,11 +136,7 @@ class JobQueue:
                 guard.scripts = True
                 return _script_entries(found)[:1]
             except ResponseError as exc:
-                if refuses_scripts(exc):  # from now on (told once: no script is tried again)
-                    log.warning("redis refuses scripts: the urgent job stream is read on its "
-                                "own first", error=str(exc)[:300])
-                    guard.scripts = False
-                else:  # this time only (someone else's script is busy, say)
+                if not guard.scripts_refused(exc):  # this time only (another script is busy)
                     log.warning("the job streams' script failed; read one at a time",
                                 error=str(exc)[:300])
         urgent = await self._grouped(lambda: client.xreadgroup(

@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from redis.exceptions import ResponseError
 
 from squadd.cluster import keys
-from squadd.cluster.connection import BLOCK_S, ClusterError, RedisGuard, refuses_scripts
+from squadd.cluster.connection import BLOCK_S, ClusterError, RedisGuard
 from squadd.cluster.jobs import ensure_group
 from squadd.cluster.wire import Reply, Request
 
@@ -96,19 +96,19 @@ async def send(guard: RedisGuard, request: Request, *, timeout_s: float,
                               request.model_copy(update={"first": marked})).dump()
         return dumped[marked]
 
+    def add_held(target: Any, data: str, job: tuple[str, str]) -> Any:
+        return target.eval(ADD_HELD, 2, keys.REQUESTS, job[0], data,
+                           keys.WORKERS_GROUP, job[1], request.worker)
+
     async def add_alone(data: str, job: tuple[str, str]) -> None:
         # The first script this process runs on this Redis goes alone: one that Redis refuses
         # is then added plainly, with no wait for a reply to a request never added.
         try:
-            await client.eval(ADD_HELD, 2, keys.REQUESTS, job[0], data,
-                              keys.WORKERS_GROUP, job[1], request.worker)
+            await add_held(client, data, job)
             guard.scripts = True
         except ResponseError as exc:
-            if not refuses_scripts(exc):
+            if not guard.scripts_refused(exc):
                 raise
-            log.warning("redis refuses scripts: requests go out unmarked, and the "
-                        "coordinator asks Redis who holds each job", error=str(exc)[:300])
-            guard.scripts = False
             await client.xadd(keys.REQUESTS, {"data": data})
 
     async def pipelined(data: str, job: tuple[str, str] | None) -> Any:
@@ -116,8 +116,7 @@ async def send(guard: RedisGuard, request: Request, *, timeout_s: float,
             if job is None:
                 pipe.xadd(keys.REQUESTS, {"data": data})
             else:
-                pipe.eval(ADD_HELD, 2, keys.REQUESTS, job[0], data,
-                          keys.WORKERS_GROUP, job[1], request.worker)
+                add_held(pipe, data, job)
             pipe.blpop([box], timeout=BLOCK_S)
             return (await pipe.execute())[1]
 
@@ -133,9 +132,8 @@ async def send(guard: RedisGuard, request: Request, *, timeout_s: float,
         try:
             return await pipelined(data, job)
         except ResponseError as exc:  # scripts refused since: this one was never added
-            if job is None or not refuses_scripts(exc):
+            if job is None or not guard.scripts_refused(exc):
                 raise
-            guard.scripts = False
             return await pipelined(data, None)
 
     for _ in range(attempts):

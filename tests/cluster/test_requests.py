@@ -97,6 +97,16 @@ async def test_only_a_requests_first_send_is_marked_first(guard: RedisGuard) -> 
         ("r1", True), ("r1", False), ("r1", False), ("r2", False)]
 
 
+async def send_raw(guard: RedisGuard, req: Request, **fields: str) -> Reply:
+    """`req` added with `fields` of its own beside its data, as any writer of the stream could;
+    its reply, waited for (bounded)."""
+    await guard.client.xadd(keys.REQUESTS, {"data": req.dump(), **fields})
+    with anyio.fail_after(10):
+        popped = await guard.client.blpop([keys.reply_box(req.request_id)], timeout=10)
+    assert popped, f"no reply to {req.request_id}"
+    return Reply.model_validate_json(popped[1])
+
+
 async def test_a_request_is_marked_held_only_while_redis_has_its_job_pending_for_its_worker(
         guard: RedisGuard) -> None:
     queue = JobQueue(guard)
@@ -129,13 +139,16 @@ async def test_a_request_is_marked_held_only_while_redis_has_its_job_pending_for
         await guard.client.xadd(keys.REQUESTS, {"data": json.dumps(forged)})
         with anyio.fail_after(10):
             await forged_seen.wait()
+        # A `held` field that names no job (junk in the entry): unmarked, and answered.
+        junk = await send_raw(guard, request("r6"), held="junk-without-an-entry")
+        assert junk.ok
         # The job's stream gone (Redis lost it): the request goes out all the same, unmarked.
         await guard.client.delete(mine.stream)
         await send(guard, request("r5"), timeout_s=5, attempts=3,
                    held=(mine.stream, mine.entry_id))
         tg.cancel_scope.cancel()
     assert seen == {"r1": (mine.stream, mine.entry_id), "r2": None, "r3": None, "r4": None,
-                    "r5": None}
+                    "r5": None, "r6": None}
 
 
 async def test_where_redis_refuses_scripts_a_request_goes_out_unmarked_and_is_answered(
