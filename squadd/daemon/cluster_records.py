@@ -64,7 +64,9 @@ class WorkerRecords:
 
     async def _charge(self, session_id: str, epoch: int, calls: list[dict[str, Any]]) -> None:
         """A worker's model calls into this coordinator's spending ledger, as a local
-        session's are (their cost is shown, and counted against the day's and route's)."""
+        session's are (their cost is shown, and counted against the day's and route's), each
+        under its message's id, as a local call is: the ledger rebuilt at a start finds the
+        call in the transcript by that id, and so does not count it a second time."""
         found = await self._session(session_id)
         if found is None:
             return
@@ -75,8 +77,11 @@ class WorkerRecords:
                           output_tokens=int(record.get("output_tokens") or 0),
                           cache_read_tokens=int(record.get("cache_read_tokens") or 0),
                           cache_write_tokens=int(record.get("cache_write_tokens") or 0))
+            message = record.get("message")
+            named = message.get("id") if isinstance(message, dict) else None
             spending.charge(info, root, str(record.get("model") or info.model), usage,
-                            f"{session_id}:{epoch}:{int(record.get('n', 0))}")
+                            named if isinstance(named, str) and named
+                            else f"{session_id}:{epoch}:{int(record.get('n', 0))}")
 
     def _last_applied(self, session_id: str) -> tuple[int, int]:
         transcript = read_transcript(self.runtime.layout.transcript(session_id))

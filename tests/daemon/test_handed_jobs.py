@@ -6,6 +6,7 @@ real redis-server and a real runtime."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -23,6 +24,7 @@ from squadd.contracts.messages import AssistantMessage, message_record
 from squadd.daemon.coordinator import Coordinator
 from squadd.runtime.session import SessionOutcome
 from squadd.runtime.session_info import SessionInfo
+from squadd.state.spending import SpendingLedger
 from squadd.state.transcripts import prompt_digest, read_transcript
 from tests.support.coordinator import CoordinatorHere, coordinator_on_redis, submit_remote
 
@@ -165,6 +167,35 @@ async def test_a_first_request_redis_marked_held_makes_the_holder_without_asking
     assert second.job.session_id == "s2"
     assert sorted(o.session_id for o in outcomes) == ["s1", "s2", "s3"]
     assert all(o.status == "completed" for o in outcomes)
+
+
+async def test_a_workers_call_is_charged_once_even_after_the_ledger_is_rebuilt(
+        tmp_path: Path) -> None:
+    """A worker's model call reaches the coordinator's ledger under its message's id, so the
+    ledger rebuilt at the next start (which adds the calls of recent transcripts it lacks)
+    does not count it again."""
+    outcomes: list[SessionOutcome] = []
+    answer = AssistantMessage(content="done", id="msg-worker-1")
+    async with _handing(tmp_path) as (here, tg):
+        await _routed(here, tg, "s1", outcomes)
+        end = await here.coordinator.handle(Request(
+            request_id="s1:1:end", kind="end", session_id="s1", worker="w1", epoch=1,
+            body={"status": "completed", "answer": "done", "turns": 1, "host": "h1",
+                  "records": [{"kind": "message", "message": message_record(answer),
+                               "input_tokens": 11, "output_tokens": 7, "cost_usd": None,
+                               "n": 1},  # as a worker sends it: it prices nothing
+                              {"kind": "state", "state": "completed", "n": 2}]}))
+    assert end.ok, end
+
+    def lines() -> list[dict[str, Any]]:
+        return [json.loads(line) for path in here.layout.spend_dir.glob("*.jsonl")
+                for line in path.read_text(encoding="utf-8").splitlines()]
+
+    [charged] = lines()
+    rebuilt = SpendingLedger(here.layout)
+    rebuilt.load()  # as a coordinator started again does
+    assert lines() == [charged]  # nothing added: the transcript's call was found charged
+    assert charged["message_id"] == "msg-worker-1" and charged["input_tokens"] == 11
 
 
 async def test_a_handed_job_reclaimed_by_another_worker_fences_the_first(
