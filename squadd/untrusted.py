@@ -21,6 +21,9 @@ MAX_JSON_DEPTH = 100
 """Deepest nesting of arrays and objects accepted in JSON from outside (no real call nests so)."""
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _PATH_SHOWN = 80
+_MAYBE_SURROGATE = re.compile(r"[\ud800-\udfff]|\\u[dD][89a-fA-F]")
+"""Where JSON text may hold a surrogate: as a character, or as an escape (of a pair too, or
+after an escaped backslash: those only send the text the slow way)."""
 
 
 def _refuse_constant(name: str) -> Any:
@@ -35,6 +38,9 @@ def _finite_float(text: str) -> float:
     return number
 
 
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite_float)
+
+
 def parse_json(data: str | bytes, *, max_depth: int = MAX_JSON_DEPTH,
                mend_surrogates: bool = False) -> Any:
     """Parse JSON text from outside; `UntrustedInputError` when it is not valid JSON, nests
@@ -42,7 +48,10 @@ def parse_json(data: str | bytes, *, max_depth: int = MAX_JSON_DEPTH,
     (unless `mend_surrogates`, which turns them into U+FFFD) holds a string with an unpaired
     surrogate escape such as ``"\\ud800"``."""
     try:
-        value = json.loads(data, parse_constant=_refuse_constant, parse_float=_finite_float)
+        # As `json.loads` reads bytes (UTF-8, -16 or -32), with one decoder made once.
+        text = data if isinstance(data, str) \
+            else data.decode(json.detect_encoding(data), "surrogatepass")
+        value = _DECODER.decode(text)
     except UntrustedInputError:
         raise
     except RecursionError:
@@ -51,6 +60,10 @@ def parse_json(data: str | bytes, *, max_depth: int = MAX_JSON_DEPTH,
         raise UntrustedInputError(f"not UTF-8: {exc}") from None
     except ValueError as exc:  # JSONDecodeError, or an integer too long to convert
         raise UntrustedInputError(str(exc)) from None
+    if text.count("{") + text.count("[") <= max_depth and not _MAYBE_SURROGATE.search(text):
+        # Too few brackets to nest that deep and no surrogate written either way, so nothing
+        # to refuse or mend: the common answer skips the walk (C scans, not a Python one).
+        return value
     check_json_value(value, max_depth=max_depth, surrogates=not mend_surrogates)
     return mend(value) if mend_surrogates else value
 

@@ -66,6 +66,33 @@ def test_an_unpaired_surrogate_is_refused_naming_the_field() -> None:
     assert parse_json('"\\ud83d\\ude00"') == "\U0001f600"  # a pair is one character
 
 
+def test_a_surrogate_is_found_however_it_is_written() -> None:
+    # Upper-case escapes, raw UTF-8 surrogate bytes (json decodes them with surrogatepass),
+    # and a lone surrogate character in str input: none may pass the quick check unseen.
+    for text in ('{"k": "\\uD800"}', b'{"k": "\xed\xa0\x80"}', '{"k": "\ud800"}',
+                 '{"k": ["\\uDbFf"]}'):
+        with pytest.raises(UntrustedInputError, match="at k"):
+            parse_json(text)
+        assert "\ufffd" in str(parse_json(text, mend_surrogates=True))
+    # Text that only looks like one (an escaped backslash) or that holds other characters.
+    assert parse_json('{"k": "\\\\ud800"}') == {"k": "\\ud800"}
+    assert parse_json('{"k": "caf\u00e9 \u2603 \\ud83d\\ude00 é"}'.encode()) == {
+        "k": "café \u2603 \U0001f600 é"}
+
+
+def test_brackets_inside_strings_do_not_count_as_nesting() -> None:
+    text = '{"code": "' + "[{" * 200 + '", "n": [[1]]}'
+    assert parse_json(text, mend_surrogates=True) == {"code": "[{" * 200, "n": [[1]]}
+    deep = '{"code": "' + "[" * 200 + '", "n": ' + "[" * 100 + "]" * 100 + "}"
+    with pytest.raises(UntrustedInputError, match="nested deeper than 100 levels"):
+        parse_json(deep)
+
+
+def test_json_in_utf16_bytes_is_read_as_json_loads_reads_it() -> None:
+    assert parse_json('{"a": "\u00e9"}'.encode("utf-16")) == {"a": "\u00e9"}
+    assert parse_json(b'\xef\xbb\xbf{"a": 1}') == {"a": 1}
+
+
 def test_mending_replaces_unpaired_surrogates_everywhere() -> None:
     assert parse_json('{"\\ud800k": ["a\\udfffb"]}', mend_surrogates=True) == {
         "\ufffdk": ["a\ufffdb"]}
