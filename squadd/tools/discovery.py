@@ -6,7 +6,8 @@ Each `.py`, `.yaml` and `.yml` file is loaded on its own (only YAML in the CYCOD
 that fails is reported (file and reason, and a `tools.load_failed` event) and skipped. On the
 same name the earlier folder wins and the other is listed as shadowed. A tool that cannot run on
 this machine (another platform, no interpreter) is listed as unavailable. Run at each session
-start; files that did not change since the last run are not loaded again.
+start; files that did not change since the last run are not loaded again, and folders that did
+not change are not listed again.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import functools
 import os
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -148,36 +150,59 @@ def _named_dirs(layout: SquadLayout, extra_dirs: tuple[str, ...], cycod_dirs: bo
 def tool_dirs(layout: SquadLayout, settings: Settings,
               environ: Mapping[str, str] | None = None) -> list[ToolDir]:
     """The folders searched, first wins; an extra folder may be relative to the repo."""
+    return [folder for folder, _ in _stated_dirs(layout, settings, environ)]
+
+
+def _stated_dirs(layout: SquadLayout, settings: Settings, environ: Mapping[str, str] | None
+                 ) -> list[tuple[ToolDir, os.stat_result | None]]:
+    """`tool_dirs`, each with its folder's stat (None when it is not there)."""
     env = os.environ if environ is None else environ
     tools = settings.tools
     named = {name: env[name] for name in _DIR_VARIABLES if name in env}
     dirs = _named_dirs(layout, tuple(tools.extra_dirs), tools.cycod_dirs,
                        tools.cycod_global_dir or "", tuple(named.items()))
-    unique: list[ToolDir] = []
+    unique: list[tuple[ToolDir, os.stat_result | None]] = []
     seen: set[object] = set()
     for folder in dirs:
         # One folder named twice (a link, an extra folder that is the project's) by its
         # inode: a stat a folder, where resolving the path cost a stat a component.
+        st: os.stat_result | None
         try:
             st = folder.path.stat()
             key: object = (st.st_dev, st.st_ino)
         except OSError:  # not there (yet): nothing to list twice, but name it once
-            key = folder.path
+            st, key = None, folder.path
         if key not in seen:
             seen.add(key)
-            unique.append(folder)
+            unique.append((folder, st))
     return unique
 
 
-def _tool_files(folder: ToolDir) -> list[Path]:
+def _tool_files(folder: ToolDir) -> tuple[list[Path], bool]:
+    """The tool files in `folder`, by name, and whether none of them is a link (a link's
+    target may change kind without the folder changing)."""
     try:
         entries = sorted(os.scandir(folder.path), key=lambda e: e.name)
     except (FileNotFoundError, NotADirectoryError, PermissionError):
-        return []
+        return [], False
     suffixes = SUFFIXES if not folder.source.startswith("cycod") else YAML_SUFFIXES
-    return [Path(e.path) for e in entries
-            if e.name.endswith(suffixes) and not e.name.startswith(("_", "."))
-            and e.is_file()]
+    named = [e for e in entries if e.name.endswith(suffixes) and not e.name.startswith(("_", "."))]
+    return ([Path(e.path) for e in named if e.is_file()],
+            not any(e.is_symlink() for e in named))
+
+
+LISTING_SETTLED_NS = 3_000_000_000
+"""How long before a listing a folder's modification time must be for the listing to be kept:
+longer than any file system's timestamp step (FAT's is 2 s), so that a file added after the
+listing always gives the folder another modification time."""
+
+
+@dataclass(frozen=True)
+class _Listing:
+    """A folder's tool files as listed when its stat was `key`."""
+
+    key: tuple[int, int, int, int, str]
+    files: tuple[Path, ...]
 
 
 @dataclass
@@ -208,14 +233,19 @@ def _stat_key(path: Path) -> tuple[int, int, int, int]:
 
 
 class ToolDiscoverer:
-    """Discovery with a cache of loaded files, keyed by (inode, size, mtime, ctime), and the
+    """Discovery with a cache of loaded files, keyed by (inode, size, mtime, ctime), and of
+    the folders' listings, keyed by the folder's (device, inode, mtime, ctime): a session
+    start stats each folder and file, and lists only a folder that changed. It also holds the
     spare worker processes its Python tools' calls start from (`close()` ends them)."""
 
-    def __init__(self, workers: SpareWorkers | None = None) -> None:
+    def __init__(self, workers: SpareWorkers | None = None, *,
+                 now_ns: Callable[[], int] = time.time_ns) -> None:
         self.workers = workers if workers is not None else SpareWorkers()
         self._lock = threading.Lock()
         self._files: dict[Path, _Loaded] = {}
+        self._listings: dict[Path, _Listing] = {}
         self._reported: dict[Path, str] = {}
+        self._now_ns = now_ns
 
     def close(self) -> None:
         """End the spare worker processes (blocking: it reaps them)."""
@@ -251,17 +281,17 @@ class ToolDiscoverer:
               environ: Mapping[str, str] | None, load: _Loader
               ) -> tuple[Discovery, set[Path]]:
         """The tools of every folder, each file through `load`, and the files seen."""
-        dirs = tool_dirs(layout, settings, environ)
+        stated = _stated_dirs(layout, settings, environ)
         fingerprint = settings.tools.model_dump_json()
         winners: dict[str, Tool[Any]] = {}
         shadowed: list[Shadowed] = []
         failures: list[LoadFailure] = []
         skipped: list[Skipped] = []
         seen_files: set[Path] = set()
-        for folder in dirs:
+        for folder, st in stated:
             # Project tools stay inside the repository, others inside their own folder.
             base = layout.repo if folder.source in ("project", "cycod-project") else folder.path
-            for path in _tool_files(folder):
+            for path in self._listed(folder, st):
                 seen_files.add(path)
                 loaded = load(path, folder.source, settings, fingerprint, base)
                 if loaded.error is not None:
@@ -289,8 +319,28 @@ class ToolDiscoverer:
                                             f"tool {name} {link_failures[name]}"))
             else:
                 tools.append(linked.get(name, tool))
+        for gone in set(self._listings) - {folder.path for folder, _ in stated}:
+            del self._listings[gone]
         return (Discovery(tuple(tools), tuple(shadowed), tuple(failures), tuple(skipped),
-                          tuple(dirs)), seen_files)
+                          tuple(folder for folder, _ in stated)), seen_files)
+
+    def _listed(self, folder: ToolDir, st: os.stat_result | None) -> tuple[Path, ...]:
+        """The folder's tool files: none when it was not there, as listed before when its
+        stat is the same, else listed now (and kept when its last change is settled)."""
+        if st is None:
+            self._listings.pop(folder.path, None)
+            return ()
+        key = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, folder.source)
+        listing = self._listings.get(folder.path)
+        if listing is not None and listing.key == key:
+            return listing.files
+        started = self._now_ns()
+        files, no_links = _tool_files(folder)
+        if no_links and st.st_mtime_ns < started - LISTING_SETTLED_NS:
+            self._listings[folder.path] = _Listing(key, tuple(files))
+        else:  # changed too lately to tell a later change by its time: listed again next time
+            self._listings.pop(folder.path, None)
+        return tuple(files)
 
     def _settle(self, found: Discovery, seen_files: set[Path], sink: EventSink) -> Discovery:
         """Forget the files gone, report new failures, have a worker ready for Python tools."""

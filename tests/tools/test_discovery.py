@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -169,6 +172,84 @@ def test_a_known_discovery_loads_nothing_and_says_when_it_would_have_to(
     path.write_text(GREET.replace("{where}", "v2").lstrip(), encoding="utf-8")
     with pytest.raises(NotCached):  # a changed file
         discoverer.known(layout, Settings())
+
+
+class _Listings:
+    """Counts the listings of one folder (`os.scandir` of it)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, folder: Path) -> None:
+        self.count = 0
+        real = os.scandir
+
+        def counting(path: Any = ".") -> Any:
+            if Path(path) == folder:
+                self.count += 1
+            return real(path)
+
+        monkeypatch.setattr(os, "scandir", counting)
+
+
+def _settled(folder: Path) -> None:
+    """Give `folder` a modification time a minute ago (its ctime stays now)."""
+    then = time.time() - 60
+    os.utime(folder, (then, then))
+
+
+def test_an_unchanged_folder_is_not_listed_again_and_a_new_file_in_it_is_found(
+        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    discoverer = ToolDiscoverer(SpareWorkers(keep=0))
+    write(layout.tools_dir, "greet.yaml", "description: Greet\nbash: echo hi\n")
+    _settled(layout.tools_dir)
+    listings = _Listings(monkeypatch, layout.tools_dir)
+    assert [t.name for t in discoverer.discover(layout, Settings()).tools] == ["greet"]
+    assert [t.name for t in discoverer.known(layout, Settings()).tools] == ["greet"]
+    assert listings.count == 1  # the second start took the listing it kept
+    write(layout.tools_dir, "wave.yaml", "description: Wave\nbash: echo hi\n")
+    with pytest.raises(NotCached):  # the folder changed: listed again, a new file found
+        discoverer.known(layout, Settings())
+    assert {t.name for t in discoverer.discover(layout, Settings()).tools} == {"greet", "wave"}
+    assert listings.count == 3
+    # Changed just now: a file added in the same tick of the file system's clock would leave
+    # its modification time as it is, so the listing is not kept until the change settles.
+    discoverer.known(layout, Settings())
+    assert listings.count == 4
+    (layout.tools_dir / "wave.yaml").unlink()
+    _settled(layout.tools_dir)
+    assert [t.name for t in discoverer.discover(layout, Settings()).tools] == ["greet"]
+
+
+def test_a_folder_recently_changed_or_holding_a_link_is_listed_at_every_start(
+        layout: SquadLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [time.time_ns()]
+    discoverer = ToolDiscoverer(SpareWorkers(keep=0), now_ns=lambda: clock[0])
+    target = write(layout.repo / "elsewhere", "greet.yaml", "description: Greet\nbash: echo hi\n")
+    layout.tools_dir.mkdir(parents=True, exist_ok=True)
+    listings = _Listings(monkeypatch, layout.tools_dir)
+    discoverer.discover(layout, Settings())
+    discoverer.known(layout, Settings())
+    assert listings.count == 2  # modified 0 s before the listing: not kept
+    clock[0] += 10 * 10**9
+    discoverer.known(layout, Settings())
+    discoverer.known(layout, Settings())
+    assert listings.count == 3  # settled by then: kept
+    (layout.tools_dir / "greet.yaml").symlink_to(target)
+    _settled(layout.tools_dir)
+    clock[0] += 10 * 10**9
+    assert [t.name for t in discoverer.discover(layout, Settings()).tools] == ["greet"]
+    discoverer.known(layout, Settings())
+    assert listings.count == 5  # a link's target may change kind unseen: never kept
+
+
+def test_a_missing_folder_is_stated_not_listed(layout: SquadLayout,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    discoverer = ToolDiscoverer(SpareWorkers(keep=0))
+    shutil.rmtree(layout.tools_dir, ignore_errors=True)
+    listings = _Listings(monkeypatch, layout.tools_dir)
+    assert discoverer.discover(layout, Settings()).tools == ()
+    assert listings.count == 0
+    write(layout.tools_dir, "greet.yaml", "description: Greet\nbash: echo hi\n")
+    assert [t.name for t in discoverer.discover(layout, Settings()).tools] == ["greet"]
+    assert listings.count == 1
 
 
 def test_a_known_discovery_never_waits_for_one_in_a_thread(layout: SquadLayout) -> None:
