@@ -49,37 +49,44 @@ class WorkerRecords:
             if last is None:
                 last = await anyio.to_thread.run_sync(self._last_applied, sid)
             fresh = [r for r in records if (epoch, int(r.get("n", 0))) > last]
+            calls = [r for r in fresh if r.get("kind") == "message" and "input_tokens" in r]
+            found = await self._session(sid) if calls else None
+            if found is not None:
+                self._priced(found[0], calls)
             if fresh or first is not None:
                 await durable(self.runtime, self._appended(sid, epoch, fresh, first))
             if fresh:
                 self._applied[sid] = (epoch, max(int(r.get("n", 0)) for r in fresh))
-        calls = [r for r in fresh if r.get("kind") == "message" and "input_tokens" in r]
         remote = self._remote.get(sid)
         if remote is not None:
             self.runtime.pool.touch(
                 remote.record, input_tokens=sum(int(r.get("input_tokens", 0)) for r in calls),
                 output_tokens=sum(int(r.get("output_tokens", 0)) for r in calls))
-        if calls:
-            await self._charge(sid, epoch, calls)
+        if found is not None:
+            self._charge(found[0], sid, epoch, calls)
 
-    async def _charge(self, session_id: str, epoch: int, calls: list[dict[str, Any]]) -> None:
+    def _priced(self, info: SessionInfo, calls: list[dict[str, Any]]) -> None:
+        """Each call's `cost_usd` at this coordinator's prices, as a local session's message
+        record has it (a worker prices nothing), before the records are appended: the ledger
+        rebuilt at a start reads the cost there."""
+        spending = self.runtime.spending
+        for record in calls:
+            if record.get("cost_usd") is None:
+                record["cost_usd"] = spending.cost(str(record.get("model") or info.model),
+                                                   _usage(record))
+
+    def _charge(self, info: SessionInfo, session_id: str, epoch: int,
+                calls: list[dict[str, Any]]) -> None:
         """A worker's model calls into this coordinator's spending ledger, as a local
         session's are (their cost is shown, and counted against the day's and route's), each
         under its message's id, as a local call is: the ledger rebuilt at a start finds the
         call in the transcript by that id, and so does not count it a second time."""
-        found = await self._session(session_id)
-        if found is None:
-            return
-        info, spending = found[0], self.runtime.spending
+        spending = self.runtime.spending
         root = spending.root_for(info)
         for record in calls:
-            usage = Usage(input_tokens=int(record.get("input_tokens") or 0),
-                          output_tokens=int(record.get("output_tokens") or 0),
-                          cache_read_tokens=int(record.get("cache_read_tokens") or 0),
-                          cache_write_tokens=int(record.get("cache_write_tokens") or 0))
             message = record.get("message")
             named = message.get("id") if isinstance(message, dict) else None
-            spending.charge(info, root, str(record.get("model") or info.model), usage,
+            spending.charge(info, root, str(record.get("model") or info.model), _usage(record),
                             named if isinstance(named, str) and named
                             else f"{session_id}:{epoch}:{int(record.get('n', 0))}")
 
@@ -100,6 +107,13 @@ class WorkerRecords:
                        cluster=[epoch, int(record.get("n", 0))])
         return writer
 
+
+def _usage(record: Mapping[str, Any]) -> Usage:
+    """A worker's message record's token counts."""
+    return Usage(input_tokens=int(record.get("input_tokens") or 0),
+                 output_tokens=int(record.get("output_tokens") or 0),
+                 cache_read_tokens=int(record.get("cache_read_tokens") or 0),
+                 cache_write_tokens=int(record.get("cache_write_tokens") or 0))
 
 
 async def durable(runtime: SquadRuntime, writer: TranscriptWriter) -> None:

@@ -162,6 +162,12 @@ class Spending:
         return self.charge(info, self.root_of(info), model, completion.usage,
                            message_id, reported_model=completion.model)
 
+    def cost(self, model: str, usage: Usage) -> float | None:
+        """What `usage` of `model` costs at the configured prices (None: it has no price),
+        rounded as a message record and the events give it."""
+        cost = cost_of(usage, self.price(model))
+        return None if cost is None else round(cost, 8)
+
     def charge(self, info: SessionInfo, root: str, model: str, usage: Usage, message_id: str,
                *, reported_model: str = "") -> float | None:
         """Count one model call of `info`'s session in the ledger and the events; its cost

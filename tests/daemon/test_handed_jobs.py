@@ -41,10 +41,12 @@ async def _routed(here: CoordinatorHere, tg: anyio.abc.TaskGroup, sid: str,
 
 
 @asynccontextmanager
-async def _handing(tmp_path: Path) -> AsyncIterator[tuple[CoordinatorHere, anyio.abc.TaskGroup]]:
+async def _handing(tmp_path: Path, overrides: dict[str, Any] | None = None,
+                   ) -> AsyncIterator[tuple[CoordinatorHere, anyio.abc.TaskGroup]]:
     """A coordinator on Redis with no local slots, its runtime up, and a task group for its
     routes, all within 30 s."""
-    async with coordinator_on_redis(tmp_path, {"local_slots": 0}) as here, here.runtime:
+    async with coordinator_on_redis(tmp_path, {"local_slots": 0}, overrides) as here, \
+            here.runtime:
         with anyio.fail_after(30):
             async with anyio.create_task_group() as tg:
                 yield here, tg
@@ -196,6 +198,36 @@ async def test_a_workers_call_is_charged_once_even_after_the_ledger_is_rebuilt(
     rebuilt.load()  # as a coordinator started again does
     assert lines() == [charged]  # nothing added: the transcript's call was found charged
     assert charged["message_id"] == "msg-worker-1" and charged["input_tokens"] == 11
+
+
+async def test_a_workers_call_is_priced_in_the_transcript_as_a_local_one_is(
+        tmp_path: Path) -> None:
+    """The coordinator writes a worker's call into the transcript with its cost at the
+    coordinator's prices (the worker sends none), so a ledger rebuilt from the transcript
+    alone knows what was spent."""
+    outcomes: list[SessionOutcome] = []
+    answer = AssistantMessage(content="done", id="msg-worker-1")
+    prices = {"provider": {"kind": "openai"},
+              "pricing": {"openai/m": {"input": 2.0, "output": 10.0}}}
+    async with _handing(tmp_path, prices) as (here, tg):
+        await _routed(here, tg, "s1", outcomes)
+        end = await here.coordinator.handle(Request(
+            request_id="s1:1:end", kind="end", session_id="s1", worker="w1", epoch=1,
+            body={"status": "completed", "answer": "done", "turns": 1, "host": "h1",
+                  "records": [{"kind": "message", "message": message_record(answer),
+                               "input_tokens": 1000, "output_tokens": 100, "cost_usd": None,
+                               "n": 1},
+                              {"kind": "state", "state": "completed", "n": 2}]}))
+        assert end.ok, end
+    cost = (1000 * 2.0 + 100 * 10.0) / 1_000_000
+    [call] = [r for r in read_transcript(here.layout.transcript("s1")).records
+              if r.get("kind") == "message" and r.get("input_tokens")]
+    assert call["cost_usd"] == pytest.approx(cost)
+    for path in here.layout.spend_dir.glob("*.jsonl"):
+        path.unlink()  # the ledger lost: rebuilt from the transcripts at the next start
+    rebuilt = SpendingLedger(here.layout)
+    rebuilt.load()
+    assert rebuilt.session("s1").cost == pytest.approx(cost)
 
 
 async def test_a_handed_job_reclaimed_by_another_worker_fences_the_first(

@@ -78,11 +78,12 @@ class CoordinatorHere:
 
 @asynccontextmanager
 async def coordinator_on_redis(tmp_path: Path, cluster: dict[str, Any] | None = None,
+                               overrides: dict[str, Any] | None = None,
                                ) -> AsyncIterator[CoordinatorHere]:
-    """`cluster`: settings of the `[cluster]` table to override."""
+    """`cluster`: settings of the `[cluster]` table to override; `overrides`: other tables."""
     layout = make_repo(tmp_path / "repo")
-    settings = load_settings(layout.root, environ={},
-                             overrides={"cluster": cluster} if cluster else None)
+    tables = {**(overrides or {}), **({"cluster": cluster} if cluster else {})}
+    settings = load_settings(layout.root, environ={}, overrides=tables or None)
     with RedisServer(tmp_path / "redis") as server:
         client = connect(server.url)
         guard = RedisGuard(client, url=server.url, down_s=10)
