@@ -39,10 +39,11 @@ def ensure_clone(repo: str, clone: Path, *, remake: bool) -> None:
     """Clone `repo` into `clone` the first time; later, bring it up to date (fast-forward
     only; a clone that cannot be fast-forwarded keeps its commit and says so). A folder there
     that is not a clone of `repo` (another origin, or none) is made again when `remake`
-    (squadd's own cache), and refused otherwise (a `--workdir` the user chose)."""
+    (squadd's own cache), and refused otherwise (a `--workdir` the user chose); an empty
+    folder is cloned into."""
     from squadd.cluster.identity import origin_of, repo_key
 
-    if clone.exists():
+    if clone.exists() and not (clone.is_dir() and next(clone.iterdir(), None) is None):
         origin = origin_of(clone)
         if origin is not None and repo_key(origin) == repo_key(repo):
             done = _git(clone, "pull", "--ff-only", "--quiet")
