@@ -45,22 +45,48 @@ async def forget(guard: RedisGuard, name: str) -> None:
 async def live_workers(guard: RedisGuard) -> list[WorkerBeat]:
     """The workers whose heartbeat key has not expired, by name: the names in `keys.WORKERS`
     whose key is there (two commands, whatever else Redis holds). A name whose key expired is
-    taken out of the set (a worker that beats again is put back by its beat)."""
+    taken out of the set (a worker that beats again is put back by its beat, or here when
+    its beat came while it was being taken out)."""
     client = guard.client
     names: Any = sorted(await guard.run(lambda: client.smembers(keys.WORKERS)) or ())
     if not names:
         return []
     values: Any = await guard.run(lambda: client.mget([keys.worker(n) for n in names]))
+    beats = _parsed(names, values)
+    gone = [name for name, value in zip(names, values or [None] * len(names), strict=True)
+            if not value]
+    if gone:
+        beats += await _taken_out(guard, gone)
+    return sorted(beats, key=lambda b: b.name)
+
+
+def _parsed(names: list[str], values: Any) -> list[WorkerBeat]:
     beats: list[WorkerBeat] = []
-    gone: list[str] = []
-    for name, value in zip(names, values or [None] * len(names), strict=True):
+    for value in values or [None] * len(names):
         if not value:
-            gone.append(name)
             continue
         try:
             beats.append(WorkerBeat.model_validate_json(value))
         except ValidationError:
             continue
-    if gone:
-        await guard.run(lambda: client.srem(keys.WORKERS, *gone))
-    return sorted(beats, key=lambda b: b.name)
+    return beats
+
+
+async def _taken_out(guard: RedisGuard, gone: list[str]) -> list[WorkerBeat]:
+    """Take `gone` out of the set, then read their keys again (one round trip): a worker
+    whose beat came between the first read and the removal is put back (its own `SADD` may
+    have run before the removal), and is listed."""
+    client = guard.client
+
+    async def send() -> Any:
+        async with client.pipeline(transaction=False) as pipe:
+            pipe.srem(keys.WORKERS, *gone)
+            pipe.mget([keys.worker(n) for n in gone])
+            return (await pipe.execute())[1]
+
+    values: Any = await guard.run(send)
+    back = [name for name, value in zip(gone, values or [None] * len(gone), strict=True)
+            if value]
+    if back:
+        await guard.run(lambda: client.sadd(keys.WORKERS, *back))
+    return _parsed(gone, values)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from squadd.cluster import keys
 from squadd.cluster.connection import RedisGuard
 from squadd.cluster.wire import WorkerBeat
@@ -50,6 +52,29 @@ async def test_a_worker_whose_key_expired_is_dropped_and_put_back_by_its_next_be
     assert await guard.client.smembers(keys.WORKERS) == {"w1"}
     await beat(guard, _beat("w2", slots=4), every_s=60)
     assert [(w.name, w.slots) for w in await live_workers(guard)] == [("w1", 2), ("w2", 4)]
+
+
+async def test_a_beat_that_comes_while_its_expired_name_is_taken_out_keeps_it_listed(
+        guard: RedisGuard, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker's key had expired when the keys were read, and it beat again (key and name)
+    before its name was taken out: the name is put back, and the worker listed."""
+    await beat(guard, _beat("w1"), every_s=60)
+    await guard.client.delete(keys.worker("w1"))  # expired
+    run = guard.run
+    calls = 0
+
+    async def beat_after_the_read(send: Any) -> Any:
+        nonlocal calls
+        result = await run(send)
+        calls += 1
+        if calls == 2:  # SMEMBERS, then MGET: w1's key was missing; now it beats
+            await run(lambda: guard.client.set(keys.worker("w1"), _beat("w1", 3).dump()))
+            await run(lambda: guard.client.sadd(keys.WORKERS, "w1"))
+        return result
+
+    monkeypatch.setattr(guard, "run", beat_after_the_read)
+    assert [(w.name, w.slots) for w in await live_workers(guard)] == [("w1", 3)]
+    assert await guard.client.smembers(keys.WORKERS) == {"w1"}
 
 
 async def test_no_worker_has_beaten_yet(guard: RedisGuard) -> None:
