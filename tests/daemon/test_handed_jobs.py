@@ -76,6 +76,18 @@ def _end(sid: str, worker: str, epoch: int, **body: Any) -> Request:
                                    {"kind": "state", "state": "completed", "n": 2}]})
 
 
+def _end_with_call(input_tokens: int, output_tokens: int) -> Request:
+    """s1's end from w1 carrying one model call (message id `msg-worker-1`), as a worker
+    sends it: with no cost (a worker prices nothing)."""
+    answer = AssistantMessage(content="done", id="msg-worker-1")
+    return Request(request_id="s1:1:end", kind="end", session_id="s1", worker="w1", epoch=1,
+                   body={"status": "completed", "answer": "done", "turns": 1, "host": "h1",
+                         "records": [{"kind": "message", "message": message_record(answer),
+                                      "input_tokens": input_tokens,
+                                      "output_tokens": output_tokens, "cost_usd": None, "n": 1},
+                                     {"kind": "state", "state": "completed", "n": 2}]})
+
+
 async def test_a_new_session_s_job_is_handed_over_and_its_first_request_makes_the_holder(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     outcomes: list[SessionOutcome] = []
@@ -177,16 +189,9 @@ async def test_a_workers_call_is_charged_once_even_after_the_ledger_is_rebuilt(
     ledger rebuilt at the next start (which adds the calls of recent transcripts it lacks)
     does not count it again."""
     outcomes: list[SessionOutcome] = []
-    answer = AssistantMessage(content="done", id="msg-worker-1")
     async with _handing(tmp_path) as (here, tg):
         await _routed(here, tg, "s1", outcomes)
-        end = await here.coordinator.handle(Request(
-            request_id="s1:1:end", kind="end", session_id="s1", worker="w1", epoch=1,
-            body={"status": "completed", "answer": "done", "turns": 1, "host": "h1",
-                  "records": [{"kind": "message", "message": message_record(answer),
-                               "input_tokens": 11, "output_tokens": 7, "cost_usd": None,
-                               "n": 1},  # as a worker sends it: it prices nothing
-                              {"kind": "state", "state": "completed", "n": 2}]}))
+        end = await here.coordinator.handle(_end_with_call(11, 7))
     assert end.ok, end
 
     def lines() -> list[dict[str, Any]]:
@@ -206,18 +211,11 @@ async def test_a_workers_call_is_priced_in_the_transcript_as_a_local_one_is(
     coordinator's prices (the worker sends none), so a ledger rebuilt from the transcript
     alone knows what was spent."""
     outcomes: list[SessionOutcome] = []
-    answer = AssistantMessage(content="done", id="msg-worker-1")
     prices = {"provider": {"kind": "openai"},
               "pricing": {"openai/m": {"input": 2.0, "output": 10.0}}}
     async with _handing(tmp_path, prices) as (here, tg):
         await _routed(here, tg, "s1", outcomes)
-        end = await here.coordinator.handle(Request(
-            request_id="s1:1:end", kind="end", session_id="s1", worker="w1", epoch=1,
-            body={"status": "completed", "answer": "done", "turns": 1, "host": "h1",
-                  "records": [{"kind": "message", "message": message_record(answer),
-                               "input_tokens": 1000, "output_tokens": 100, "cost_usd": None,
-                               "n": 1},
-                              {"kind": "state", "state": "completed", "n": 2}]}))
+        end = await here.coordinator.handle(_end_with_call(1000, 100))
         assert end.ok, end
     cost = (1000 * 2.0 + 100 * 10.0) / 1_000_000
     [call] = [r for r in read_transcript(here.layout.transcript("s1")).records
