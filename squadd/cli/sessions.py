@@ -92,7 +92,7 @@ def transcript_lines(record: Mapping[str, Any]) -> list[str]:
     kind = record.get("kind")
     if kind == "state":
         extra = record.get("error") or record.get("reason") or ""
-        return [click.style(f"{stamp} — {record.get('state')}"
+        return [click.style(f"{stamp} — {record.get('state')}{_placed(record)}"
                             + (f": {one_line(str(extra), 200)}" if extra else ""),
                             fg="magenta")]
     if kind != "message":
@@ -113,6 +113,18 @@ def transcript_lines(record: Mapping[str, Any]) -> list[str]:
         lines.append(click.style(f"    → {call.get('name')}({one_line(arguments, 200)})",
                                  fg="cyan"))
     return lines
+
+
+def _placed(record: Mapping[str, Any]) -> str:
+    """Where a cluster state record puts the session: handed to the workers' stream, or on
+    the worker that took it, with the lease epoch ("" for one daemon's own records)."""
+    epoch = f", epoch {record['epoch']}" if record.get("epoch") else ""
+    if record.get("worker"):
+        host = f"@{one_line(str(record['host']), 60)}" if record.get("host") else ""
+        return f" on {one_line(str(record['worker']), 60)}{host}{epoch}"
+    if record.get("handed"):
+        return f", handed to the workers{epoch}"
+    return ""
 
 
 def _indent(text: str) -> list[str]:
