@@ -174,6 +174,7 @@ def worker(cluster_url: str, repo: str, slots: int, name: str | None, workdir: P
 async def _serve(name: str, slots: int, layout: SquadLayout, settings: Settings,
                  identity: SquadIdentity) -> None:
     import anyio
+    import structlog
 
     from squadd.cluster import workers
     from squadd.cluster.connection import RedisGuard, cluster_password, connect
@@ -192,7 +193,13 @@ async def _serve(name: str, slots: int, layout: SquadLayout, settings: Settings,
             await tg.start(the_worker.run)
             tune_for_serving()  # as the daemon does once it serves
             with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                async for _ in signals:
+                async for signum in signals:
+                    # Its jobs stay pending in Redis: another worker takes each once its lease
+                    # has run out.
+                    structlog.get_logger("squadd.worker").info(
+                        "worker stopping", worker=name, signal=signal.Signals(signum).name,
+                        jobs_left=the_worker.held,
+                        back_within_s=cluster.lease_s + cluster.heartbeat_s)
                     the_worker.stopping.set()
                     tg.cancel_scope.cancel()
                     break

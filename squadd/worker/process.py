@@ -115,6 +115,11 @@ class Worker:
         """Jobs this worker ran to their end (acknowledged)."""
 
     # The loops.
+    @property
+    def held(self) -> int:
+        """How many jobs this worker runs now."""
+        return len(self._running)
+
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
                   ) -> None:
         self.bus.bind()

@@ -48,6 +48,26 @@ def test_worker_killed_mid_session_another_worker_finishes_it(cluster: Cluster) 
     assert cluster.decisions_text().count("We settle alpha.") == 1
 
 
+def test_worker_stopped_by_sigterm_says_what_it_leaves_and_its_job_moves_on(
+        cluster: Cluster) -> None:
+    route = Background(cluster, "hold:alpha")
+    cluster.team.wait_reached("alpha")
+    session = one_session(cluster)
+    assert cluster.holder(session) == "w1"
+    cluster.start_worker("w2", slots=1)
+    w1 = cluster.workers["w1"]
+    w1.send_signal(signal.SIGTERM)
+    assert w1.wait(timeout=30) == 0
+    log = cluster.worker_log("w1")
+    assert "worker stopping" in log and "jobs_left=1" in log and "signal=SIGTERM" in log
+    cluster.team.release("alpha")
+    result = route.wait()
+    assert result["ok"], result
+    assert result["answer"] == "decided alpha"
+    assert [w for w, _ in claims(cluster, session)] == ["w1", "w2"]
+    assert cluster.team.calls["squad_decide:alpha"] == 1
+
+
 def test_tool_in_flight_when_its_worker_dies_is_reported_not_run_again(
         tmp_path: Path, cluster: Cluster) -> None:
     marker = tmp_path / "m1"
