@@ -49,7 +49,10 @@ class WorkerRecords:
             if last is None:
                 last = await anyio.to_thread.run_sync(self._last_applied, sid)
             fresh = [r for r in records if (epoch, int(r.get("n", 0))) > last]
-            calls = [r for r in fresh if r.get("kind") == "message" and "input_tokens" in r]
+            # A call's counts are checked before anything is appended: bad ones refuse the
+            # request whole, as often as it comes.
+            calls = [(r, _usage(r)) for r in fresh
+                     if r.get("kind") == "message" and "input_tokens" in r]
             found = await self._session(sid) if calls else None
             if found is not None:
                 self._priced(found[0], calls)
@@ -60,33 +63,32 @@ class WorkerRecords:
         remote = self._remote.get(sid)
         if remote is not None:
             self.runtime.pool.touch(
-                remote.record, input_tokens=sum(int(r.get("input_tokens", 0)) for r in calls),
-                output_tokens=sum(int(r.get("output_tokens", 0)) for r in calls))
+                remote.record, input_tokens=sum(usage.input_tokens for _, usage in calls),
+                output_tokens=sum(usage.output_tokens for _, usage in calls))
         if found is not None:
             self._charge(found[0], sid, epoch, calls)
 
-    def _priced(self, info: SessionInfo, calls: list[dict[str, Any]]) -> None:
+    def _priced(self, info: SessionInfo, calls: list[tuple[dict[str, Any], Usage]]) -> None:
         """Each call's `cost_usd` at this coordinator's prices, as a local session's message
-        record has it (a worker prices nothing), before the records are appended: the ledger
-        rebuilt at a start reads the cost there."""
+        record has it, before the records are appended: the ledger rebuilt at a start reads
+        the cost there. A worker prices nothing; whatever one sent is replaced, so that the
+        transcript says what the ledger charged."""
         spending = self.runtime.spending
-        for record in calls:
-            if record.get("cost_usd") is None:
-                record["cost_usd"] = spending.cost(str(record.get("model") or info.model),
-                                                   _usage(record))
+        for record, usage in calls:
+            record["cost_usd"] = spending.cost(_model(record, info), usage)
 
     def _charge(self, info: SessionInfo, session_id: str, epoch: int,
-                calls: list[dict[str, Any]]) -> None:
+                calls: list[tuple[dict[str, Any], Usage]]) -> None:
         """A worker's model calls into this coordinator's spending ledger, as a local
         session's are (their cost is shown, and counted against the day's and route's), each
         under its message's id, as a local call is: the ledger rebuilt at a start finds the
         call in the transcript by that id, and so does not count it a second time."""
         spending = self.runtime.spending
         root = spending.root_for(info)
-        for record in calls:
+        for record, usage in calls:
             message = record.get("message")
             named = message.get("id") if isinstance(message, dict) else None
-            spending.charge(info, root, str(record.get("model") or info.model), _usage(record),
+            spending.charge(info, root, _model(record, info), usage,
                             named if isinstance(named, str) and named
                             else f"{session_id}:{epoch}:{int(record.get('n', 0))}")
 
@@ -108,12 +110,25 @@ class WorkerRecords:
         return writer
 
 
+_TOKEN_COUNTS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
+
+
 def _usage(record: Mapping[str, Any]) -> Usage:
-    """A worker's message record's token counts."""
-    return Usage(input_tokens=int(record.get("input_tokens") or 0),
-                 output_tokens=int(record.get("output_tokens") or 0),
-                 cache_read_tokens=int(record.get("cache_read_tokens") or 0),
-                 cache_write_tokens=int(record.get("cache_write_tokens") or 0))
+    """A worker's message record's token counts; `ValueError` naming the field when one is
+    not a count (a negative one would take spending off the ledger)."""
+    counts: dict[str, int] = {}
+    for name in _TOKEN_COUNTS:
+        value = record.get(name) or 0
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"a model call's {name} is {value!r:.40}, not a count of tokens")
+        counts[name] = value
+    return Usage(**counts)
+
+
+def _model(record: Mapping[str, Any], info: SessionInfo) -> str:
+    """The model a worker's call was priced and charged for: the record's, else the
+    session's."""
+    return str(record.get("model") or info.model)
 
 
 async def durable(runtime: SquadRuntime, writer: TranscriptWriter) -> None:

@@ -208,14 +208,16 @@ async def test_a_workers_call_is_charged_once_even_after_the_ledger_is_rebuilt(
 async def test_a_workers_call_is_priced_in_the_transcript_as_a_local_one_is(
         tmp_path: Path) -> None:
     """The coordinator writes a worker's call into the transcript with its cost at the
-    coordinator's prices (the worker sends none), so a ledger rebuilt from the transcript
-    alone knows what was spent."""
+    coordinator's prices (a worker sends none, and one it sent is replaced), so a ledger
+    rebuilt from the transcript alone knows what was spent."""
     outcomes: list[SessionOutcome] = []
     prices = {"provider": {"kind": "openai"},
               "pricing": {"openai/m": {"input": 2.0, "output": 10.0}}}
     async with _handing(tmp_path, prices) as (here, tg):
         await _routed(here, tg, "s1", outcomes)
-        end = await here.coordinator.handle(_end_with_call(1000, 100))
+        request = _end_with_call(1000, 100)
+        request.body["records"][0]["cost_usd"] = 0.0  # a worker's own figure is not taken
+        end = await here.coordinator.handle(request)
         assert end.ok, end
     cost = (1000 * 2.0 + 100 * 10.0) / 1_000_000
     [call] = [r for r in read_transcript(here.layout.transcript("s1")).records
@@ -226,6 +228,27 @@ async def test_a_workers_call_is_priced_in_the_transcript_as_a_local_one_is(
     rebuilt = SpendingLedger(here.layout)
     rebuilt.load()
     assert rebuilt.session("s1").cost == pytest.approx(cost)
+
+
+@pytest.mark.parametrize("tokens", ["lots", -500, 1.5, True])
+async def test_a_call_with_counts_that_are_not_token_counts_is_refused_whole(
+        tmp_path: Path, tokens: Any) -> None:
+    """Nothing of the request is appended (so a repeat is refused again, not taken as done),
+    the error names the field, and the end the worker sends right is then taken."""
+    outcomes: list[SessionOutcome] = []
+    async with _handing(tmp_path) as (here, tg):
+        await _routed(here, tg, "s1", outcomes)
+        bad = _end_with_call(11, 7)
+        bad.body["records"][0]["input_tokens"] = tokens
+        for _ in range(2):
+            refused = await here.coordinator.handle(bad)
+            assert not refused.ok and refused.refused == "invalid", refused
+            assert "input_tokens" in (refused.error or "")
+        assert not [r for r in read_transcript(here.layout.transcript("s1")).records
+                    if "cluster" in r]
+        assert (await here.coordinator.handle(_end_with_call(11, 7))).ok
+    assert [o.status for o in outcomes] == ["completed"]
+    assert here.runtime.ledger.session("s1").tokens == 18
 
 
 async def test_a_handed_job_reclaimed_by_another_worker_fences_the_first(
