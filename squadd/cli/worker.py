@@ -198,7 +198,7 @@ async def _serve(name: str, slots: int, layout: SquadLayout, settings: Settings,
                     # has run out.
                     structlog.get_logger("squadd.worker").info(
                         "worker stopping", worker=name, signal=signal.Signals(signum).name,
-                        jobs_left=the_worker.held,
+                        jobs_left=the_worker.jobs_running,
                         back_within_s=cluster.lease_s + cluster.heartbeat_s)
                     the_worker.stopping.set()
                     tg.cancel_scope.cancel()

@@ -114,12 +114,12 @@ class Worker:
         self.finished = 0
         """Jobs this worker ran to their end (acknowledged)."""
 
-    # The loops.
     @property
-    def held(self) -> int:
-        """How many jobs this worker runs now."""
+    def jobs_running(self) -> int:
+        """How many jobs this worker runs now (left pending in Redis if it stops)."""
         return len(self._running)
 
+    # The loops.
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
                   ) -> None:
         self.bus.bind()
